@@ -1,0 +1,59 @@
+"""Where the bundled declarations and device data live.
+
+In an installed wheel they sit inside the package (``symform/_data``). In a
+development checkout the same files are read from the repository's top level,
+which is recognised by its ``pyproject.toml``.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError, DeclarationError
+
+_DATA_DIRS = ("formulas", "hardware")
+
+
+@cache
+def data_root() -> Path:
+    packaged = Path(str(resources.files("symform"))) / "_data"
+    if (packaged / "formulas").is_dir():
+        return packaged
+    checkout = Path(__file__).resolve().parent.parent
+    if (checkout / "pyproject.toml").is_file() and (checkout / "formulas").is_dir():
+        return checkout
+    raise DeclarationError("symform's bundled formulas are missing: reinstall symform (pip install --force-reinstall symform)")
+
+
+def formulas_dir() -> Path:
+    return data_root() / "formulas"
+
+
+def bundled_files() -> list[Path]:
+    """Every data file shipped with symform, relative paths sorted."""
+    root = data_root()
+    return sorted(
+        p.relative_to(root)
+        for d in _DATA_DIRS
+        if (root / d).is_dir()
+        for p in (root / d).rglob("*")
+        if p.is_file() and p.suffix in {".toml", ".json"}
+    )
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file; check the path") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory; give a .toml file") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: not valid TOML ({e}); fix the syntax") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text; give a TOML file") from None

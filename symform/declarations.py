@@ -1,0 +1,326 @@
+"""Component declarations: loading, validating and parsing them once.
+
+A *primitive* declares one expression per quantity over its arguments and the
+non-architecture vocabulary (batch, seq, conventions, storage sizes). A
+*composite* names its parts, binds their arguments with expressions over its
+own, and repeats each part by an expression. Arguments whose default starts
+with ``@`` are slots: they hold a component name, so a family or a user can
+swap one component for another without touching the declarations around it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Mapping
+
+import networkx as nx
+import sympy
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .data import formulas_dir, read_toml
+from .errors import DeclarationError, SymformError
+from .safe_expr import parse
+from .vocabulary import Vocabulary, default_vocabulary, make_symbol
+
+QUANTITIES = ("params", "forward_flops", "backward_flops", "bytes_moved", "saved_activations")
+QUANTITY_DOCS = {
+    "params": "trainable parameters",
+    "forward_flops": "forward-pass FLOPs",
+    "backward_flops": "backward-pass FLOPs (gradients of inputs and weights)",
+    "bytes_moved": "HBM bytes read and written in the forward pass, op by op, unfused",
+    "saved_activations": "activation bytes each op saves for the backward pass",
+}
+BACKWARD_DEFAULT = "bwd_mult*forward_flops"
+SLOT = "@"
+
+Scalar = str | int
+
+
+class PartDecl(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    name: str
+    use: str
+    with_: dict[str, Scalar] = Field(default_factory=dict, alias="with")
+    repeat: Scalar | dict[str, Scalar] = "1"
+    doc: str = ""
+
+
+class RequireDecl(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    check: str
+    why: str
+
+
+class ComponentDecl(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    doc: str
+    args: list[str] = Field(default_factory=list)
+    source: str = ""
+    require: list[RequireDecl] = Field(default_factory=list)
+    assume: dict[str, dict[str, Scalar]] = Field(default_factory=dict)
+    parts: list[PartDecl] = Field(default_factory=list)
+    params: Scalar | None = None
+    forward_flops: Scalar | None = None
+    backward_flops: Scalar | None = None
+    bytes_moved: Scalar | None = None
+    saved_activations: Scalar | None = None
+
+
+@dataclass(frozen=True)
+class Arg:
+    name: str
+    symbol: sympy.Symbol | None  # None for a slot
+    default: sympy.Expr | str | None  # expression, component name (slot) or required
+
+    @property
+    def is_slot(self) -> bool:
+        return self.symbol is None
+
+
+@dataclass(frozen=True)
+class Requirement:
+    relation: sympy.Basic
+    text: str
+    why: str
+
+
+@dataclass(frozen=True)
+class Part:
+    name: str
+    use: str  # a component name, or "@slot"
+    bindings: Mapping[str, sympy.Expr | str]
+    repeat: Mapping[str, sympy.Expr]  # one multiplicity per quantity
+    doc: str
+
+
+@dataclass(frozen=True)
+class Component:
+    name: str
+    doc: str
+    source: str
+    args: tuple[Arg, ...]
+    requirements: tuple[Requirement, ...]
+    assumptions: Mapping[str, Mapping[str, sympy.Expr]]
+    parts: tuple[Part, ...]
+    quantities: Mapping[str, sympy.Expr]  # primitives only
+
+    @property
+    def is_primitive(self) -> bool:
+        return not self.parts
+
+    def arg(self, name: str) -> Arg:
+        for a in self.args:
+            if a.name == name:
+                return a
+        raise KeyError(name)
+
+    @property
+    def arg_names(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self.args)
+
+
+@dataclass(frozen=True)
+class Library:
+    """Every declared component by name, checked as a whole."""
+
+    components: Mapping[str, Component]
+    vocabulary: Vocabulary
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.components
+
+    def __getitem__(self, name: str) -> Component:
+        try:
+            return self.components[name]
+        except KeyError:
+            raise DeclarationError(f"unknown component {name!r}; declared components: {', '.join(sorted(self.components))}") from None
+
+    def merged(self, other: Mapping[str, Component]) -> "Library":
+        clash = sorted(set(other) & set(self.components))
+        if clash:
+            raise DeclarationError(f"component {clash[0]!r} is already declared by symform; give yours another name")
+        library = Library(MappingProxyType({**self.components, **other}), self.vocabulary)
+        check_library(library)
+        return library
+
+
+def _split_arg(text: str) -> tuple[str, str | None]:
+    name, eq, default = text.partition("=")
+    return name.strip(), (default.strip() if eq else None)
+
+
+def parse_component(name: str, raw: Mapping[str, Any], vocabulary: Vocabulary) -> Component:
+    where = f"component {name!r}"
+    if not name.isidentifier():
+        raise DeclarationError(f"{where}: names must be identifiers (letters, digits, _)")
+    try:
+        decl = ComponentDecl.model_validate(raw)
+    except ValidationError as e:
+        first = e.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"])
+        raise DeclarationError(f"{where}: {loc}: {first['msg']}") from None
+    try:
+        return _build_component(name, decl, vocabulary)
+    except SymformError as e:
+        raise DeclarationError(f"{where}: {e}") from None
+
+
+def _build_component(name: str, decl: ComponentDecl, vocabulary: Vocabulary) -> Component:
+    context = {n: vocabulary[n] for n in vocabulary.names("workload", "convention", "dtype")}
+    args: list[Arg] = []
+    for text in decl.args:
+        arg_name, default = _split_arg(text)
+        if not arg_name.isidentifier():
+            raise DeclarationError(f"argument {text!r} is not 'name' or 'name = default'")
+        if arg_name in context:
+            raise DeclarationError(f"argument {arg_name!r} shadows the vocabulary's {arg_name!r}; rename it")
+        if any(a.name == arg_name for a in args):
+            raise DeclarationError(f"argument {arg_name!r} is declared twice")
+        if default is not None and default.startswith(SLOT):
+            args.append(Arg(arg_name, None, default[1:]))
+            continue
+        symbol = vocabulary[arg_name] if arg_name in vocabulary else make_symbol(arg_name, "nonnegative_integer")
+        args.append(Arg(arg_name, symbol, None if default is None else parse(default, context)))
+    names = {**context, **{a.name: a.symbol for a in args if not a.is_slot}}
+    slots = {a.name for a in args if a.is_slot}
+
+    requirements = tuple(Requirement(parse(r.check, names, relation=True), r.check, r.why) for r in decl.require)
+    assumptions = {}
+    for set_name, subs in decl.assume.items():
+        unknown = sorted(set(subs) - set(names) - set(context))
+        if unknown or any(k in context for k in subs):
+            bad = unknown[0] if unknown else next(k for k in subs if k in context)
+            raise DeclarationError(f"assumption set {set_name!r} assigns {bad!r}, which is not a numeric argument")
+        assumptions[set_name] = MappingProxyType({k: parse(v, names) for k, v in subs.items()})
+
+    parts = []
+    for part in decl.parts:
+        if part.name in {p.name for p in parts}:
+            raise DeclarationError(f"part {part.name!r} is declared twice")
+        if "/" in part.name or not part.name.isidentifier():
+            raise DeclarationError(f"part name {part.name!r} must be an identifier")
+        if part.use.startswith(SLOT) and part.use[1:] not in slots:
+            raise DeclarationError(f"part {part.name!r} uses {part.use!r}, but there is no slot argument {part.use[1:]!r}")
+        bindings = {k: _binding(v, names, slots) for k, v in part.with_.items()}
+        parts.append(Part(part.name, part.use, MappingProxyType(bindings), _repeat(part.repeat, names), part.doc))
+
+    quantities = {q: getattr(decl, q) for q in QUANTITIES}
+    if parts:
+        declared = [q for q, v in quantities.items() if v is not None]
+        if declared:
+            raise DeclarationError(f"a composite's {declared[0]} is the sum of its parts; remove it or make the component a primitive")
+        exprs: dict[str, sympy.Expr] = {}
+    else:
+        if quantities["backward_flops"] is None:
+            quantities["backward_flops"] = BACKWARD_DEFAULT
+        missing = [q for q, v in quantities.items() if v is None]
+        if missing:
+            raise DeclarationError(f"a primitive must declare {', '.join(missing)} (write \"0\" for none)")
+        exprs = {q: parse(quantities[q], names) for q in QUANTITIES if q != "backward_flops"}
+        exprs["backward_flops"] = parse(quantities["backward_flops"], {**names, "forward_flops": exprs["forward_flops"]})
+    return Component(
+        name=name,
+        doc=decl.doc,
+        source=decl.source,
+        args=tuple(args),
+        requirements=requirements,
+        assumptions=MappingProxyType(assumptions),
+        parts=tuple(parts),
+        quantities=MappingProxyType(exprs),
+    )
+
+
+def _binding(value: Scalar, names: Mapping[str, sympy.Basic], slots: set[str]) -> sympy.Expr | str:
+    if isinstance(value, str) and value.strip().startswith(SLOT):
+        return value.strip()  # a component name or a slot of the caller, resolved when instantiated
+    return parse(value, names)
+
+
+def _repeat(value: Scalar | Mapping[str, Scalar], names: Mapping[str, sympy.Basic]) -> Mapping[str, sympy.Expr]:
+    if not isinstance(value, Mapping):
+        value = {"default": value}
+    unknown = sorted(set(value) - set(QUANTITIES) - {"default"})
+    if unknown:
+        raise DeclarationError(f"repeat names {unknown[0]!r}; use 'default' or one of {', '.join(QUANTITIES)}")
+    default = parse(value.get("default", "1"), names)
+    return MappingProxyType({q: parse(value[q], names) if q in value else default for q in QUANTITIES})
+
+
+def check_library(library: Library) -> None:
+    """Check every part against the component it uses, and refuse cycles."""
+    uses = nx.DiGraph()
+    for comp in library.components.values():
+        uses.add_node(comp.name)
+        for arg in comp.args:
+            if arg.is_slot and arg.default is not None:
+                library[arg.default]
+        for part in comp.parts:
+            for target in _possible_targets(comp, part):
+                callee = library[target] if target in library else None
+                if callee is None:
+                    raise DeclarationError(
+                        f"component {comp.name!r}, part {part.name!r}: uses unknown component {target!r}; "
+                        f"declared components: {', '.join(sorted(library.components))}"
+                    )
+                check_bindings(comp.name, part, callee)
+                uses.add_edge(comp.name, callee.name)
+    try:
+        cycle = nx.find_cycle(uses)
+    except nx.NetworkXNoCycle:
+        return
+    chain = " -> ".join([edge[0] for edge in cycle] + [cycle[0][0]])
+    raise DeclarationError(f"components use each other in a cycle ({chain}); a component cannot contain itself")
+
+
+def _possible_targets(comp: Component, part: Part) -> list[str]:
+    if part.use.startswith(SLOT):
+        default = comp.arg(part.use[1:]).default
+        return [default] if isinstance(default, str) else []
+    return [part.use]
+
+
+def check_bindings(owner: str, part: Part, callee: Component) -> None:
+    where = f"component {owner!r}, part {part.name!r} ({callee.name})"
+    extra = sorted(set(part.bindings) - set(callee.arg_names))
+    if extra:
+        raise DeclarationError(f"{where}: unknown argument {extra[0]!r}; {callee.name} takes {', '.join(callee.arg_names) or 'no arguments'}")
+    missing = [a.name for a in callee.args if a.default is None and a.name not in part.bindings]
+    if missing:
+        raise DeclarationError(f"{where}: missing argument {missing[0]!r}; add it under 'with'")
+    for key, value in part.bindings.items():
+        if callee.arg(key).is_slot != isinstance(value, str):
+            kind = "a component (@name)" if callee.arg(key).is_slot else "an expression"
+            raise DeclarationError(f"{where}: argument {key!r} must be {kind}")
+
+
+def parse_components(table: Mapping[str, Any], vocabulary: Vocabulary, origin: str) -> dict[str, Component]:
+    components = {}
+    for name, raw in table.items():
+        if not isinstance(raw, Mapping):
+            raise DeclarationError(f"{origin}: {name!r} must be a table of a component's fields")
+        components[name] = parse_component(name, raw, vocabulary)
+    return components
+
+
+def component_files() -> list[Path]:
+    return sorted((formulas_dir() / "components").glob("*.toml"))
+
+
+@cache
+def default_library() -> Library:
+    vocabulary = default_vocabulary()
+    components: dict[str, Component] = {}
+    for path in component_files():
+        for name, comp in parse_components(read_toml(path), vocabulary, path.name).items():
+            if name in components:
+                raise DeclarationError(f"{path.name}: component {name!r} is declared twice")
+            components[name] = comp
+    library = Library(MappingProxyType(components), vocabulary)
+    check_library(library)
+    return library

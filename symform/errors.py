@@ -1,0 +1,21 @@
+"""The one error family symform raises: every message is one line naming the problem and the fix."""
+
+
+class SymformError(Exception):
+    """Base class of every error symform raises on bad input."""
+
+
+class ExpressionError(SymformError):
+    """An expression string is malformed, refers to unknown names or is not allowed."""
+
+
+class DeclarationError(SymformError):
+    """A component or family declaration is inconsistent."""
+
+
+class ConfigError(SymformError):
+    """A model configuration (config.json, preset or bindings) is missing, malformed or invalid."""
+
+
+class EvaluationError(SymformError):
+    """An expression cannot be evaluated as asked (free symbols left, bad values)."""

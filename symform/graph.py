@@ -1,0 +1,146 @@
+"""Instantiate declarations into a graph of component instances and sum it.
+
+Nodes are slash paths (``layers/attn/q_proj``; the root is ``""``), edges carry
+one multiplicity expression per quantity. A quantity's total is the sum over
+leaves of the leaf's expression times the product of multiplicities on its
+path; a breakdown groups the same sum by path prefix, so it always adds up to
+the total.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+import networkx as nx
+import sympy
+
+from .declarations import QUANTITIES, SLOT, Component, Library, Part, Requirement
+from .errors import DeclarationError
+
+MAX_DEPTH = 32
+
+Binding = sympy.Expr | str  # an expression, or a component name for a slot
+
+
+@dataclass(frozen=True)
+class BoundRequirement:
+    path: str
+    component: str
+    requirement: Requirement
+    relation: sympy.Basic
+
+
+@dataclass
+class ComponentGraph:
+    graph: nx.DiGraph
+    requirements: list[BoundRequirement] = field(default_factory=list)
+
+    def leaves(self) -> list[str]:
+        return [n for n in self.graph if self.graph.nodes[n]["component"].is_primitive]
+
+    def multiplicities(self, quantity: str) -> dict[str, sympy.Expr]:
+        weight = {"": sympy.Integer(1)}
+        for node in nx.topological_sort(self.graph):
+            for child in self.graph.successors(node):
+                weight[child] = weight[node] * self.graph.edges[node, child]["repeat"][quantity]
+        return weight
+
+    def leaf_terms(self, quantity: str) -> dict[str, sympy.Expr]:
+        """Each leaf's contribution to the whole model: multiplicity × own expression."""
+        weight = self.multiplicities(quantity)
+        return {n: weight[n] * self.graph.nodes[n]["quantities"][quantity] for n in self.leaves()}
+
+    def total(self, quantity: str) -> sympy.Expr:
+        return sympy.expand(sympy.Add(*self.leaf_terms(quantity).values()))
+
+    def breakdown(self, quantity: str, depth: int | None = None) -> dict[str, sympy.Expr]:
+        """Sums by path prefix of at most ``depth`` segments (all the way down when None)."""
+        groups: dict[str, list[sympy.Expr]] = {}
+        for path, term in self.leaf_terms(quantity).items():
+            key = path if depth is None else "/".join(path.split("/")[:depth])
+            groups.setdefault(key, []).append(term)
+        return {k: sympy.expand(sympy.Add(*v)) for k, v in groups.items()}
+
+
+def build_graph(
+    library: Library,
+    root: str,
+    bindings: Mapping[str, Binding],
+    *,
+    assume: str | None = None,
+) -> ComponentGraph:
+    """Instantiate ``root`` with its arguments bound, applying an assumption set if named."""
+    result = ComponentGraph(nx.DiGraph())
+    component = library[root]
+    args = bind_arguments(library, component, dict(bindings), where=f"model ({root})")
+    _instantiate(library, component, "", args, assume, result, ())
+    return result
+
+
+def bind_arguments(library: Library, component: Component, given: dict[str, Binding], *, where: str) -> dict[str, Binding]:
+    extra = sorted(set(given) - set(component.arg_names))
+    if extra:
+        raise DeclarationError(f"{where}: {component.name} has no argument {extra[0]!r}; it takes {', '.join(component.arg_names)}")
+    args: dict[str, Binding] = {}
+    for arg in component.args:
+        if arg.name in given:
+            value = given[arg.name]
+        elif arg.default is None:
+            raise DeclarationError(f"{where}: missing argument {arg.name!r} of {component.name}; give a value for it")
+        else:
+            value = arg.default if arg.is_slot else arg.default
+        if arg.is_slot:
+            if not isinstance(value, str):
+                raise DeclarationError(f"{where}: argument {arg.name!r} of {component.name} takes a component name")
+            library[value.removeprefix(SLOT)]
+            value = value.removeprefix(SLOT)
+        elif isinstance(value, str):
+            raise DeclarationError(f"{where}: argument {arg.name!r} of {component.name} takes an expression, not the component {value!r}")
+        args[arg.name] = value
+    return args
+
+
+def _instantiate(
+    library: Library,
+    component: Component,
+    path: str,
+    args: dict[str, Binding],
+    assume: str | None,
+    out: ComponentGraph,
+    stack: tuple[str, ...],
+) -> None:
+    if component.name in stack or len(stack) > MAX_DEPTH:
+        chain = " -> ".join(stack + (component.name,))
+        raise DeclarationError(f"components use each other in a cycle ({chain}); a component cannot contain itself")
+    local = {component.arg(name).symbol: value for name, value in args.items() if not component.arg(name).is_slot}
+    if assume and assume in component.assumptions:
+        replaced = {component.arg(k).symbol: v.xreplace(local) for k, v in component.assumptions[assume].items()}
+        local.update(replaced)
+    args = {**args, **{s.name: v for s, v in local.items()}}
+    out.graph.add_node(path, component=component, args=args, quantities={})
+    for req in component.requirements:
+        out.requirements.append(BoundRequirement(path, component.name, req, req.relation.xreplace(local)))
+    if component.is_primitive:
+        out.graph.nodes[path]["quantities"] = {q: e.xreplace(local) for q, e in component.quantities.items()}
+        return
+    for part in component.parts:
+        repeat = {q: sympy.expand(part.repeat[q].xreplace(local)) for q in QUANTITIES}
+        if all(r == 0 for r in repeat.values()):
+            continue
+        child_path = f"{path}/{part.name}" if path else part.name
+        callee = library[_resolve(part.use, args)]
+        given = {k: (_resolve(v, args) if isinstance(v, str) else v.xreplace(local)) for k, v in part.bindings.items()}
+        child_args = bind_arguments(library, callee, given, where=f"{child_path or 'model'}")
+        out.graph.add_edge(path, child_path, repeat=repeat)
+        _instantiate(library, callee, child_path, child_args, assume, out, stack + (component.name,))
+
+
+def _resolve(use: str, args: Mapping[str, Binding]) -> str:
+    """A part's component: a name, ``@slot`` of the enclosing component, or ``@name`` of a component."""
+    if use.startswith(SLOT):
+        value = args.get(use[1:])
+        if isinstance(value, str):
+            return value
+        return use[1:]
+    return use

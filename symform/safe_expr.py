@@ -1,0 +1,181 @@
+"""A parser for expression strings that executes nothing.
+
+Declaration files come from users and from the internet, so their expressions
+are read with Python's ``ast`` parser (which only parses) and turned into sympy
+objects node by node. Only numbers, names from a given namespace, arithmetic,
+parentheses and a short list of functions are admitted; everything else
+(attribute access, subscripts, lambdas, strings, keyword arguments, ...) is
+refused with a one-line message. ``sympify``/``parse_expr`` are never used:
+they call ``eval``.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Callable, Mapping
+
+import sympy
+
+from .errors import ExpressionError
+
+MAX_LENGTH = 2000
+MAX_NODES = 400
+MAX_EXPONENT = 64
+MAX_INTEGER_DIGITS = 40
+
+FUNCTIONS: dict[str, tuple[Callable[..., sympy.Expr], int | None]] = {
+    "min": (sympy.Min, None),
+    "max": (sympy.Max, None),
+    "ceil": (sympy.ceiling, 1),
+    "floor": (sympy.floor, 1),
+    "sqrt": (sympy.sqrt, 1),
+    "log": (sympy.log, 1),
+}
+
+_BINARY = {
+    ast.Add: lambda a, b: a + b,
+    ast.Sub: lambda a, b: a - b,
+    ast.Mult: lambda a, b: a * b,
+    ast.Div: lambda a, b: a / b,
+    ast.FloorDiv: lambda a, b: sympy.floor(a / b),
+    ast.Mod: lambda a, b: sympy.Mod(a, b),
+}
+
+_COMPARE = {
+    ast.Eq: sympy.Eq,
+    ast.NotEq: sympy.Ne,
+    ast.Lt: sympy.Lt,
+    ast.LtE: sympy.Le,
+    ast.Gt: sympy.Gt,
+    ast.GtE: sympy.Ge,
+}
+
+
+def parse(text: object, names: Mapping[str, sympy.Basic], *, relation: bool = False) -> sympy.Basic:
+    """Parse ``text`` into a sympy expression over ``names``.
+
+    With ``relation=True`` the whole expression must be one comparison
+    (``a % b == 0``), as used by declared requirements.
+    """
+    if isinstance(text, bool) or not isinstance(text, (str, int)):
+        raise ExpressionError(f"expected an expression string, got {type(text).__name__} {text!r}")
+    source = str(text).strip()
+    if not source:
+        raise ExpressionError("empty expression; write a number or a formula such as 'd_model*d_ff'")
+    if len(source) > MAX_LENGTH:
+        raise ExpressionError(f"expression of {len(source)} characters is too long (limit {MAX_LENGTH})")
+    try:
+        tree = ast.parse(source, mode="eval")
+    except SyntaxError as e:
+        raise ExpressionError(f"cannot parse {source!r}: {e.msg}; use numbers, names, + - * / // % **, ( ) and {', '.join(FUNCTIONS)}") from None
+    if sum(1 for _ in ast.walk(tree)) > MAX_NODES:
+        raise ExpressionError(f"expression {source!r} is too complex (over {MAX_NODES} parts)")
+    body = tree.body
+    if relation != isinstance(body, ast.Compare):
+        want = "a comparison such as 'n_heads % n_kv_heads == 0'" if relation else "an arithmetic expression, not a comparison"
+        raise ExpressionError(f"{source!r}: expected {want}")
+    return _Converter(source, names).visit(body)
+
+
+class _Converter:
+    def __init__(self, source: str, names: Mapping[str, sympy.Basic]):
+        self.source = source
+        self.names = names
+
+    def refuse(self, what: str) -> ExpressionError:
+        return ExpressionError(f"{what} is not allowed in expressions ({self.source!r}); use numbers, names, arithmetic and {', '.join(FUNCTIONS)}")
+
+    def visit(self, node: ast.AST) -> sympy.Basic:
+        method = getattr(self, "visit_" + type(node).__name__, None)
+        if method is None:
+            raise self.refuse(_describe(node))
+        return method(node)
+
+    def visit_Constant(self, node: ast.Constant) -> sympy.Expr:
+        value = node.value
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.refuse(f"the constant {value!r}")
+        if isinstance(value, int):
+            if len(str(abs(value))) > MAX_INTEGER_DIGITS:
+                raise ExpressionError(f"integer with over {MAX_INTEGER_DIGITS} digits in {self.source!r}")
+            return sympy.Integer(value)
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ExpressionError(f"non-finite number in {self.source!r}")
+        return sympy.Rational(repr(value))
+
+    def visit_Name(self, node: ast.Name) -> sympy.Basic:
+        try:
+            return self.names[node.id]
+        except KeyError:
+            known = ", ".join(sorted(self.names)) or "none"
+            raise ExpressionError(f"unknown name {node.id!r} in {self.source!r}; known names: {known}") from None
+
+    def visit_UnaryOp(self, node: ast.UnaryOp) -> sympy.Expr:
+        operand = self.visit(node.operand)
+        if isinstance(node.op, ast.USub):
+            return -operand
+        if isinstance(node.op, ast.UAdd):
+            return operand
+        raise self.refuse(f"the operator {type(node.op).__name__}")
+
+    def visit_BinOp(self, node: ast.BinOp) -> sympy.Expr:
+        left, right = self.visit(node.left), self.visit(node.right)
+        if isinstance(node.op, ast.Pow):
+            return self.power(left, right)
+        try:
+            combine = _BINARY[type(node.op)]
+        except KeyError:
+            raise self.refuse(f"the operator {type(node.op).__name__}") from None
+        if isinstance(node.op, (ast.Div, ast.FloorDiv, ast.Mod)) and right == 0:
+            raise ExpressionError(f"division by zero in {self.source!r}")
+        return combine(left, right)
+
+    def power(self, base: sympy.Expr, exponent: sympy.Expr) -> sympy.Expr:
+        if not exponent.is_Number:
+            raise ExpressionError(f"exponents must be numbers in {self.source!r}; write d_model**2, not d_model**n")
+        if abs(exponent) > MAX_EXPONENT:
+            raise ExpressionError(f"exponent {exponent} is too large in {self.source!r} (limit {MAX_EXPONENT})")
+        if base == 0 and exponent < 0:
+            raise ExpressionError(f"division by zero in {self.source!r}")
+        return base**exponent
+
+    def visit_Call(self, node: ast.Call) -> sympy.Expr:
+        if not isinstance(node.func, ast.Name) or node.func.id not in FUNCTIONS:
+            name = node.func.id if isinstance(node.func, ast.Name) else _describe(node.func)
+            raise ExpressionError(f"unknown function {name!r} in {self.source!r}; allowed: {', '.join(FUNCTIONS)}")
+        if node.keywords or any(isinstance(a, ast.Starred) for a in node.args):
+            raise self.refuse("keyword or starred arguments")
+        function, arity = FUNCTIONS[node.func.id]
+        if (arity is not None and len(node.args) != arity) or not node.args:
+            want = f"{arity}" if arity is not None else "at least 1"
+            raise ExpressionError(f"{node.func.id}() takes {want} argument(s), got {len(node.args)} in {self.source!r}")
+        return function(*(self.visit(a) for a in node.args))
+
+    def visit_Compare(self, node: ast.Compare) -> sympy.Basic:
+        if len(node.ops) != 1:
+            raise ExpressionError(f"chained comparisons are not allowed in {self.source!r}; write one comparison")
+        make = _COMPARE.get(type(node.ops[0]))
+        if make is None:
+            raise self.refuse(f"the comparison {type(node.ops[0]).__name__}")
+        return make(self.visit(node.left), self.visit(node.comparators[0]), evaluate=False)
+
+
+def _describe(node: ast.AST) -> str:
+    return {
+        "Attribute": "attribute access",
+        "Subscript": "subscripting",
+        "Lambda": "a lambda",
+        "Call": "a call",
+        "BoolOp": "and/or",
+        "IfExp": "if/else",
+        "JoinedStr": "an f-string",
+        "List": "a list",
+        "Tuple": "a tuple",
+        "Dict": "a dict",
+        "Set": "a set",
+        "NamedExpr": "assignment",
+        "Starred": "starred arguments",
+        "Await": "await",
+        "GeneratorExp": "a generator",
+        "ListComp": "a comprehension",
+    }.get(type(node).__name__, f"the construct {type(node).__name__}")

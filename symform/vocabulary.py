@@ -1,0 +1,108 @@
+"""The symbol table: the only place symform creates sympy symbols."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cache
+from types import MappingProxyType
+from typing import Literal, Mapping
+
+import sympy
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from .data import formulas_dir, read_toml
+from .errors import DeclarationError
+
+Kind = Literal["architecture", "workload", "convention", "dtype", "derived"]
+Domain = Literal["positive_integer", "nonnegative_integer", "positive_rational"]
+
+_ASSUMPTIONS: dict[str, dict[str, bool]] = {
+    "positive_integer": {"integer": True, "positive": True},
+    "nonnegative_integer": {"integer": True, "nonnegative": True},
+    "positive_rational": {"rational": True, "positive": True},
+}
+
+
+class SymbolSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    latex: str
+    kind: Kind
+    description: str
+    domain: Domain = "positive_integer"
+    large: bool = False
+    default: str | None = None
+
+
+def make_symbol(name: str, domain: Domain) -> sympy.Symbol:
+    return sympy.Symbol(name, **_ASSUMPTIONS[domain])
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    symbol: sympy.Symbol
+    spec: SymbolSpec
+
+    @property
+    def latex(self) -> str:
+        return self.spec.latex
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    entries: Mapping[str, Entry] = field(default_factory=dict)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.entries
+
+    def __getitem__(self, name: str) -> sympy.Symbol:
+        try:
+            return self.entries[name].symbol
+        except KeyError:
+            raise DeclarationError(f"unknown symbol {name!r}; known symbols: {', '.join(self.entries)}") from None
+
+    def entry(self, name: str) -> Entry:
+        self[name]
+        return self.entries[name]
+
+    def names(self, *kinds: str) -> list[str]:
+        return [n for n, e in self.entries.items() if not kinds or e.spec.kind in kinds]
+
+    def symbols(self, *kinds: str) -> list[sympy.Symbol]:
+        return [self.entries[n].symbol for n in self.names(*kinds)]
+
+    @property
+    def latex_names(self) -> dict[sympy.Symbol, str]:
+        return {e.symbol: e.latex for e in self.entries.values()}
+
+    @property
+    def large(self) -> frozenset[sympy.Symbol]:
+        return frozenset(e.symbol for e in self.entries.values() if e.spec.large)
+
+    def defaults(self) -> dict[sympy.Symbol, sympy.Expr]:
+        """Default values of conventions and storage sizes, as exact sympy numbers."""
+        return {e.symbol: sympy.Rational(e.spec.default) for e in self.entries.values() if e.spec.default is not None}
+
+    def by_symbol(self, symbol: sympy.Symbol) -> Entry:
+        return self.entries[symbol.name]
+
+
+def vocabulary_from_table(table: Mapping[str, object]) -> Vocabulary:
+    entries = {}
+    for name, raw in table.items():
+        if not name.isidentifier():
+            raise DeclarationError(f"symbol name {name!r} is not an identifier; use letters, digits and _")
+        try:
+            spec = SymbolSpec.model_validate(raw)
+        except ValidationError as e:
+            first = e.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise DeclarationError(f"symbol {name!r}: {where}: {first['msg']}") from None
+        entries[name] = Entry(name, make_symbol(name, spec.domain), spec)
+    return Vocabulary(MappingProxyType(entries))
+
+
+@cache
+def default_vocabulary() -> Vocabulary:
+    return vocabulary_from_table(read_toml(formulas_dir() / "symbols.toml"))
