@@ -1,0 +1,194 @@
+"""Hugging Face configurations: from a ``config.json`` to a model's bindings.
+
+A family file (``formulas/families/*.toml``) says which ``model_type`` values
+it reads, which config fields it needs (with the defaults transformers applies
+when a field is absent or null), how the root component's arguments follow
+from those fields, and which component fills each slot. Nothing here knows a
+family by name.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Literal, Mapping
+
+import sympy
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .data import formulas_dir, read_toml
+from .errors import ConfigError, DeclarationError
+from .safe_expr import parse
+
+
+class FieldSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["int", "bool"]
+    default: str | bool | None = None  # used when the field is absent; None: required
+    if_null: str | bool | None = None  # used when the field is null; None: null is refused
+
+
+class ChoiceSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    field: str
+    cases: dict[str, str]
+
+
+class FamilySpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model_types: list[str]
+    root: str
+    source: str
+    transformers_class: str
+    fields: dict[str, FieldSpec]
+    bind: dict[str, str]
+    choose: dict[str, ChoiceSpec] = Field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    spec: FamilySpec
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What a config resolves to: a root component and its arguments."""
+
+    name: str
+    root: str
+    arguments: Mapping[str, int | str]  # numbers, or component names for slots
+    family: str | None = None
+    source: str | None = None
+
+
+@cache
+def families() -> Mapping[str, Family]:
+    found: dict[str, Family] = {}
+    for path in sorted((formulas_dir() / "families").glob("*.toml")):
+        try:
+            spec = FamilySpec.model_validate(read_toml(path))
+        except ValidationError as e:
+            first = e.errors()[0]
+            raise DeclarationError(f"{path.name}: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+        for model_type in spec.model_types:
+            if model_type in found:
+                raise DeclarationError(f"{path.name}: model_type {model_type!r} is already read by {found[model_type].name}")
+            found[model_type] = Family(path.stem, spec)
+    return MappingProxyType(found)
+
+
+def supported_model_types() -> list[str]:
+    return sorted(families())
+
+
+def family_for(config: Mapping[str, Any], origin: str) -> Family:
+    model_type = config.get("model_type")
+    if model_type is None:
+        raise ConfigError(f"{origin}: no 'model_type' field; a Hugging Face config.json names its family there")
+    if not isinstance(model_type, str) or model_type not in families():
+        raise ConfigError(
+            f"{origin}: model_type {model_type!r} is not supported; supported: {', '.join(supported_model_types())}"
+            " (or declare the architecture yourself: see docs/declaring-architectures.md)"
+        )
+    return families()[model_type]
+
+
+def spec_from_config(config: Any, *, name: str, origin: str) -> ModelSpec:
+    if not isinstance(config, Mapping):
+        raise ConfigError(f"{origin}: a config must be a JSON object, got {type(config).__name__}")
+    family = family_for(config, origin)
+    fields = read_fields(family.spec.fields, config, origin)
+    arguments: dict[str, int | str] = {}
+    for arg, text in family.spec.bind.items():
+        value = parse(text, fields)
+        if not value.is_Integer:
+            raise ConfigError(f"{origin}: {arg} = {text} is {value}, not an integer; check the config's sizes")
+        arguments[arg] = int(value)
+    for slot, choice in family.spec.choose.items():
+        key = str(bool(fields[choice.field])).lower() if family.spec.fields[choice.field].type == "bool" else str(fields[choice.field])
+        arguments[slot] = choice.cases[key]
+    return ModelSpec(name=name, root=family.spec.root, arguments=MappingProxyType(arguments), family=family.name, source=origin)
+
+
+def read_fields(specs: Mapping[str, FieldSpec], config: Mapping[str, Any], origin: str) -> dict[str, sympy.Integer]:
+    """Read and type-check each field, applying transformers' defaults in declaration order."""
+    values: dict[str, sympy.Integer] = {}
+    for field, spec in specs.items():
+        if field in config and config[field] is not None:
+            raw = config[field]
+        else:
+            fallback = spec.if_null if field in config else spec.default
+            if fallback is None:
+                state = "is null" if field in config else "is missing"
+                raise ConfigError(f"{origin}: field {field!r} {state}; it must be a {_kind(spec)}")
+            raw = fallback if isinstance(fallback, bool) else parse(fallback, values)
+        values[field] = _check_type(field, raw, spec, origin)
+    return values
+
+
+def _kind(spec: FieldSpec) -> str:
+    return "positive integer" if spec.type == "int" else "boolean (true or false)"
+
+
+def _check_type(field: str, raw: Any, spec: FieldSpec, origin: str) -> sympy.Integer:
+    if spec.type == "bool":
+        if not isinstance(raw, bool):
+            raise ConfigError(f"{origin}: field {field!r} is {raw!r}; it must be a boolean (true or false)")
+        return sympy.Integer(int(raw))
+    if isinstance(raw, sympy.Basic):
+        ok = raw.is_Integer and raw > 0
+        value = raw
+    else:
+        ok = isinstance(raw, int) and not isinstance(raw, bool) and raw > 0
+        value = sympy.Integer(raw) if ok else raw
+    if not ok:
+        raise ConfigError(f"{origin}: field {field!r} is {raw!r}; it must be a positive integer")
+    return value
+
+
+def load_config_file(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file; give a preset name (symform models) or a path to a config.json") from None
+    except IsADirectoryError:
+        candidate = path / "config.json"
+        if candidate.is_file():
+            return load_config_file(candidate)
+        raise ConfigError(f"{path}: is a directory without a config.json; give the config file itself") from None
+    except (UnicodeDecodeError, PermissionError, OSError) as e:
+        raise ConfigError(f"{path}: cannot read ({e.__class__.__name__}); give a readable UTF-8 JSON file") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}); fix the file") from None
+
+
+class PresetEntry(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    file: str
+    hub: str
+    source: str
+
+
+@cache
+def presets() -> Mapping[str, PresetEntry]:
+    index = read_toml(formulas_dir() / "presets" / "index.toml")
+    try:
+        return MappingProxyType({name: PresetEntry.model_validate(raw) for name, raw in index.items()})
+    except ValidationError as e:
+        first = e.errors()[0]
+        raise DeclarationError(f"presets/index.toml: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+
+
+def preset_config(name: str) -> tuple[dict[str, Any], PresetEntry]:
+    entry = presets()[name]
+    return load_config_file(formulas_dir() / "presets" / entry.file), entry

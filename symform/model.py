@@ -1,0 +1,209 @@
+"""Model: a root component with its arguments bound, and the verbs users call on it."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Mapping
+
+import sympy
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from .data import formulas_dir, read_toml
+from .declarations import QUANTITIES, Library, default_library
+from .errors import ConfigError, DeclarationError, EvaluationError, SymformError
+from .evaluate import Number, check_value, exact_value
+from .families import ModelSpec, load_config_file, preset_config, presets, spec_from_config
+from .formula import Formula
+from .graph import ComponentGraph, build_graph
+from .safe_expr import parse
+
+
+class DerivedQuantity(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    doc: str
+    expression: str
+
+
+@cache
+def derived_quantities() -> Mapping[str, DerivedQuantity]:
+    table = read_toml(formulas_dir() / "quantities.toml")
+    try:
+        return MappingProxyType({k: DerivedQuantity.model_validate(v) for k, v in table.items()})
+    except ValidationError as e:
+        raise DeclarationError(f"quantities.toml: {e.errors()[0]['msg']}") from None
+
+
+def quantity_names() -> list[str]:
+    return [*QUANTITIES, *derived_quantities()]
+
+
+def normalise_quantity(name: str) -> str:
+    key = name.replace("-", "_")
+    if key not in quantity_names():
+        raise EvaluationError(f"unknown quantity {name!r}; choose one of {', '.join(q.replace('_', '-') for q in quantity_names())}")
+    return key
+
+
+class Model:
+    """A whole model: a root component, its arguments, and the counting conventions in force.
+
+    Build one with :meth:`load` (a preset name or a path to a Hugging Face
+    ``config.json``), :meth:`from_config` (a dict) or :meth:`from_component`
+    (any declared component with its arguments).
+    """
+
+    def __init__(self, spec: ModelSpec, *, library: Library | None = None, conventions: Mapping[str, object] | None = None):
+        self.spec = spec
+        self.library = library or default_library()
+        self.vocabulary = self.library.vocabulary
+        self.conventions = self._conventions(conventions or {})
+        self._graphs: dict[str | None, ComponentGraph] = {}
+        self._values, self._arguments = self._split_arguments()
+        self._check_requirements()
+
+    # -- construction ---------------------------------------------------------
+
+    @classmethod
+    def load(cls, source: str | Path, **options: Any) -> "Model":
+        """A bundled preset by name, or a Hugging Face config.json by path."""
+        text = str(source)
+        if text in presets():
+            config, entry = preset_config(text)
+            return cls(spec_from_config(config, name=text, origin=f"preset {text}"), **options)
+        path = Path(text)
+        if not path.exists() and path.suffix == "":
+            raise ConfigError(f"{text!r} is neither a bundled preset nor a file; presets: {', '.join(presets())}")
+        name = path.parent.name if path.name == "config.json" else path.stem
+        return cls(spec_from_config(load_config_file(path), name=name or text, origin=str(path)), **options)
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any], *, name: str = "model", **options: Any) -> "Model":
+        """A model from a Hugging Face config given as a dict."""
+        return cls(spec_from_config(config, name=name, origin=name), **options)
+
+    @classmethod
+    def from_component(cls, root: str, *, name: str | None = None, library: Library | None = None, conventions: Mapping[str, object] | None = None, **arguments: int | str) -> "Model":
+        """Any declared component as a model: ``Model.from_component("gated_mlp", d_model=4096, d_ff=11008)``."""
+        spec = ModelSpec(name=name or root, root=root, arguments=MappingProxyType(dict(arguments)))
+        return cls(spec, library=library, conventions=conventions)
+
+    def with_conventions(self, **conventions: object) -> "Model":
+        merged = {s.name: v for s, v in self.conventions.items()} | conventions
+        return Model(self.spec, library=self.library, conventions=merged)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def values(self) -> dict[str, int]:
+        """The architecture's sizes, by vocabulary name."""
+        return {s.name: int(v) for s, v in self._values.items()}
+
+    def __repr__(self) -> str:
+        return f"Model({self.name!r}, root={self.spec.root!r})"
+
+    # -- expressions ------------------------------------------------------------
+
+    def graph(self, *, assume: str | None = None) -> ComponentGraph:
+        if assume not in self._graphs:
+            if assume is not None and assume not in self.assumption_sets():
+                known = ", ".join(self.assumption_sets()) or "none"
+                raise EvaluationError(f"unknown assumption set {assume!r}; this model's components declare: {known}")
+            self._graphs[assume] = build_graph(self.library, self.spec.root, self._arguments, assume=assume)
+        return self._graphs[assume]
+
+    def assumption_sets(self) -> list[str]:
+        found = {name for node in self.graph().graph.nodes.values() for name in node["component"].assumptions}
+        return sorted(found)
+
+    def expression(self, quantity: str, *, assume: str | None = None, conventions: bool = True) -> Formula:
+        """The whole model's expression for a quantity, over the vocabulary's symbols."""
+        quantity = normalise_quantity(quantity)
+        graph = self.graph(assume=assume)
+        if quantity in QUANTITIES:
+            expr = graph.total(quantity)
+        else:
+            names = {**{n: self.vocabulary[n] for n in self.vocabulary.names()}, **{q: graph.total(q) for q in QUANTITIES}}
+            expr = parse(derived_quantities()[quantity].expression, names)
+        return self._finish(expr, conventions)
+
+    def breakdown(self, quantity: str, *, depth: int | None = 1, assume: str | None = None, conventions: bool = True) -> dict[str, Formula]:
+        """Per-component expressions by slash path (``depth`` segments deep); they sum to the total."""
+        quantity = normalise_quantity(quantity)
+        if quantity not in QUANTITIES:
+            raise EvaluationError(f"a breakdown is per declared quantity: {', '.join(QUANTITIES)}")
+        parts = self.graph(assume=assume).breakdown(quantity, depth)
+        return {path: self._finish(e, conventions) for path, e in parts.items()}
+
+    def _finish(self, expr: sympy.Expr, conventions: bool) -> Formula:
+        if conventions:
+            expr = sympy.expand(expr.xreplace(self.conventions))
+        return Formula(sympy.expand(expr), self.vocabulary)
+
+    # -- numbers -------------------------------------------------------------------
+
+    def bindings(self, **workload: object) -> dict[str, object]:
+        """The model's own sizes plus the given workload values, by name."""
+        return {**self.values, **workload}
+
+    def evaluate(self, quantity: str, **workload: object) -> Number:
+        """Exact value of a quantity at this model's sizes and the given workload (batch, seq, tokens)."""
+        return self.expression(quantity).evaluate(**self.bindings(**workload))
+
+    def evaluate_breakdown(self, quantity: str, *, depth: int | None = 1, **workload: object) -> dict[str, Number]:
+        values = self.bindings(**workload)
+        return {path: f.evaluate(**{k: v for k, v in values.items() if k in f.free}) for path, f in self.breakdown(quantity, depth=depth).items()}
+
+    # -- internals ----------------------------------------------------------------
+
+    def _conventions(self, overrides: Mapping[str, object]) -> dict[sympy.Symbol, sympy.Rational]:
+        settable = set(self.vocabulary.names("convention", "dtype"))
+        unknown = sorted(set(overrides) - settable)
+        if unknown:
+            raise EvaluationError(f"unknown convention {unknown[0]!r}; conventions: {', '.join(sorted(settable))}")
+        values = dict(self.vocabulary.defaults())
+        for name, value in overrides.items():
+            values[self.vocabulary[name]] = check_value(name, value, self.vocabulary)
+        return values
+
+    def _split_arguments(self) -> tuple[dict[sympy.Symbol, sympy.Integer], dict[str, object]]:
+        """Architecture sizes stay symbolic (their values kept aside); flags and slots are bound now."""
+        root = self.library[self.spec.root]
+        architecture = set(self.vocabulary.names("architecture"))
+        values: dict[sympy.Symbol, sympy.Integer] = {}
+        arguments: dict[str, object] = {}
+        for name, value in self.spec.arguments.items():
+            if name not in root.arg_names:
+                raise ConfigError(f"{self.name}: {root.name} has no argument {name!r}; it takes {', '.join(root.arg_names)}")
+            if root.arg(name).is_slot:
+                arguments[name] = value
+            elif name in architecture:
+                values[self.vocabulary[name]] = _checked_size(self.name, name, value, self.vocabulary)
+                arguments[name] = self.vocabulary[name]
+            else:
+                if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                    raise ConfigError(f"{self.name}: argument {name!r} is {value!r}; it must be a non-negative integer")
+                arguments[name] = sympy.Integer(value)
+        return values, arguments
+
+    def _check_requirements(self) -> None:
+        for bound in self.graph().requirements:
+            holds = bound.relation.xreplace(self._values)
+            if holds.free_symbols:
+                continue  # stays symbolic: checked when the user binds values
+            if holds != sympy.true:
+                got = ", ".join(f"{s.name}={self._values[s]}" for s in sorted(bound.relation.free_symbols, key=lambda s: s.name) if s in self._values)
+                raise ConfigError(
+                    f"{self.name}: {bound.requirement.text} does not hold ({got}) in {bound.path or bound.component}: {bound.requirement.why}"
+                )
+
+
+def _checked_size(model: str, name: str, value: object, vocabulary) -> sympy.Integer:
+    try:
+        return check_value(name, value, vocabulary)
+    except SymformError as e:
+        raise ConfigError(f"{model}: {e}") from None
