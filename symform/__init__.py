@@ -1,0 +1,36 @@
+"""symform: symbolic cost formulas for transformer models.
+
+>>> import symform
+>>> model = symform.load("qwen3-32b")
+>>> model.evaluate("params")
+32762123264
+>>> symform.derive(model, "params", assume="standard", leading=True).result
+12*d_model**2*n_layers
+"""
+
+from .derive import Derivation, derive, leading_order
+from .errors import ConfigError, DeclarationError, EvaluationError, ExpressionError, SymformError
+from .families import presets, supported_model_types
+from .formula import Formula
+from .model import Model, quantity_names
+from .vocabulary import default_vocabulary as vocabulary
+
+load = Model.load
+
+__all__ = [
+    "ConfigError",
+    "DeclarationError",
+    "Derivation",
+    "EvaluationError",
+    "ExpressionError",
+    "Formula",
+    "Model",
+    "SymformError",
+    "derive",
+    "leading_order",
+    "load",
+    "presets",
+    "quantity_names",
+    "supported_model_types",
+    "vocabulary",
+]

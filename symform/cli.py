@@ -1,0 +1,248 @@
+"""The ``symform`` command: human tables by default, ``--json`` for machines.
+
+Bad input ends with one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from fractions import Fraction
+from typing import Any, Sequence
+
+from .derive import Derivation, derive
+from .errors import SymformError
+from .evaluate import Number
+from .families import presets, supported_model_types
+from .model import Model, quantity_names
+
+EXIT_BAD_INPUT = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2, as for every other bad input
+        self.exit(EXIT_BAD_INPUT, f"symform: error: {message} (see symform {self.prog.split()[-1]} --help)\n")
+
+
+def _assignment(text: str) -> tuple[str, Number]:
+    name, eq, value = text.partition("=")
+    if not eq or not name.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=VALUE")
+    try:
+        number = Fraction(value.strip())
+    except (ValueError, ZeroDivisionError):
+        raise argparse.ArgumentTypeError(f"{text!r}: {value!r} is not a number (write 4096, 0.5 or 1/2)") from None
+    return name.strip(), int(number) if number.denominator == 1 else number
+
+
+def _size(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} must be positive")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="symform", description="Symbolic cost formulas for transformer models.")
+    verbs = parser.add_subparsers(dest="verb", required=True, parser_class=_Parser)
+
+    def model_command(name: str, help: str, *, quantity: bool = False) -> argparse.ArgumentParser:
+        p = verbs.add_parser(name, help=help, description=help)
+        if quantity:
+            p.add_argument("quantity", help=f"one of {', '.join(q.replace('_', '-') for q in quantity_names())}")
+        p.add_argument("model", help="a bundled preset (symform models) or a path to a Hugging Face config.json")
+        p.add_argument("--set", dest="sizes", action="append", type=_assignment, default=[], metavar="NAME=VALUE", help="override one of the model's arguments, e.g. --set n_layers=32")
+        p.add_argument("--convention", dest="conventions", action="append", type=_assignment, default=[], metavar="NAME=VALUE", help="counting convention or storage size, e.g. --convention causal=1/2")
+        p.add_argument("--json", action="store_true", help="print one JSON object")
+        return p
+
+    def workload(p: argparse.ArgumentParser, *, required: bool) -> None:
+        p.add_argument("--batch", type=_size, required=required, help="sequences per step")
+        p.add_argument("--seq", type=_size, required=required, help="tokens per sequence")
+
+    p = model_command("params", "parameter count: total and per component")
+    p.add_argument("--depth", type=_size, default=None, help="breakdown depth in path segments (default: all the way down for tables, 1 for JSON)")
+
+    p = model_command("flops", "forward, backward and training-step FLOPs for a batch")
+    workload(p, required=True)
+    p.add_argument("--depth", type=_size, default=None, help="breakdown depth in path segments")
+
+    for verb, help in (("derive", "closed form of a quantity: exact, under assumptions, leading order"), ("latex", "LaTeX of a quantity's expression or derivation")):
+        p = model_command(verb, help, quantity=True)
+        p.add_argument("--assume", metavar="NAME", help="assumption set declared by the components (e.g. standard)")
+        p.add_argument("--leading", action="store_true", help="keep only the leading order in the large symbols")
+        p.add_argument("--large", metavar="A,B", help="comma-separated symbols to treat as large (default: the vocabulary's widths)")
+        workload(p, required=False)
+        p.add_argument("--tokens", type=_size, help="training tokens D")
+
+    verbs.add_parser("models", help="list bundled presets and supported Hugging Face model types")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        output = _run(args)
+    except SymformError as e:
+        print(f"symform: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        print(output)
+    except BrokenPipeError:
+        pass
+    return 0
+
+
+def _run(args: argparse.Namespace) -> str:
+    if args.verb == "models":
+        return _models()
+    model = _load(args)
+    if args.verb == "params":
+        return _params(model, args)
+    if args.verb == "flops":
+        return _flops(model, args)
+    workload = {k: getattr(args, k) for k in ("batch", "seq", "tokens") if getattr(args, k) is not None}
+    large = [s.strip() for s in args.large.split(",") if s.strip()] if args.large else None
+    derivation = derive(model, args.quantity, assume=args.assume, leading=args.leading, large=large, **workload)
+    if args.verb == "latex":
+        return derivation.latex() if (args.assume or args.leading) else derivation.exact.latex()
+    return _derivation(derivation, args)
+
+
+def _load(args: argparse.Namespace) -> Model:
+    model = Model.load(args.model, conventions=dict(args.conventions))
+    if args.sizes:
+        spec = model.spec
+        arguments = {**spec.arguments, **dict(args.sizes)}
+        model = Model(type(spec)(name=spec.name, root=spec.root, arguments=arguments, family=spec.family, source=spec.source), conventions=dict(args.conventions))
+    return model
+
+
+def _json_number(value: Number) -> int | float:
+    if isinstance(value, Fraction) and value.denominator == 1:
+        return int(value)
+    return value if isinstance(value, int) else float(value)
+
+
+def _conventions(model: Model) -> dict[str, int | float]:
+    return {s.name: _json_number(Fraction(int(v.p), int(v.q))) for s, v in model.conventions.items()}
+
+
+def _params(model: Model, args: argparse.Namespace) -> str:
+    total = model.evaluate("params")
+    if args.json:
+        parts = model.evaluate_breakdown("params", depth=args.depth or 1)
+        return json.dumps({"model": model.name, "total": total, "active": total, "components": parts, "values": model.values})
+    parts = model.evaluate_breakdown("params", depth=args.depth)
+    return _table(f"parameters of {model.name}", parts, total, unit="")
+
+
+def _flops(model: Model, args: argparse.Namespace) -> str:
+    workload = {"batch": args.batch, "seq": args.seq}
+    forward = model.evaluate("forward_flops", **workload)
+    backward = model.evaluate("backward_flops", **workload)
+    if args.json:
+        parts = model.evaluate_breakdown("forward_flops", depth=args.depth or 1, **workload)
+        return json.dumps(
+            {
+                "model": model.name,
+                "batch": args.batch,
+                "seq": args.seq,
+                "forward": _json_number(forward),
+                "backward": _json_number(backward),
+                "train": _json_number(forward + backward),
+                "components": {k: _json_number(v) for k, v in parts.items()},
+                "conventions": _conventions(model),
+            }
+        )
+    parts = model.evaluate_breakdown("forward_flops", depth=args.depth, **workload)
+    table = _table(f"forward FLOPs of {model.name}, batch {args.batch} × seq {args.seq}", parts, forward, unit="FLOP")
+    summary = [
+        "",
+        f"forward   {_number(forward)}",
+        f"backward  {_number(backward)}",
+        f"train     {_number(forward + backward)}  (one step: forward + backward)",
+        "conventions: " + ", ".join(f"{k}={v}" for k, v in _conventions(model).items()),
+    ]
+    return table + "\n" + "\n".join(summary)
+
+
+def _derivation(d: Derivation, args: argparse.Namespace) -> str:
+    if args.json:
+        return json.dumps(
+            {
+                "model": d.model,
+                "quantity": d.quantity,
+                "assumptions": d.assumptions,
+                "leading": d.leading,
+                "large": list(d.large),
+                "expression": str(d.result),
+                "latex": d.result.latex(),
+                "relative_error": d.relative_error,
+                "in_terms_of_params": None if d.in_terms_of_params is None else str(d.in_terms_of_params),
+                "params_leading": None if d.params_leading is None else str(d.params_leading),
+                "missing": list(d.missing),
+                "steps": [
+                    {"label": s.label, "expression": str(s.formula), "latex": s.formula.latex(), "value": s.value, "relative_error": s.relative_error}
+                    for s in d.steps
+                ],
+            }
+        )
+    lines = [f"{d.quantity.replace('_', '-')} of {d.model}"]
+    for step in d.steps:
+        lines.append(f"  {step.label}:")
+        lines.append(f"    {step.formula}")
+        if step.relative_error is not None and step is not d.steps[0]:
+            lines.append(f"    relative error at {d.model}: {step.relative_error:+.2%}")
+    if d.in_terms_of_params is not None:
+        lines.append(f"  = {d.in_terms_of_params}    with n_params = {d.params_leading}")
+    if d.missing and len(d.steps) > 1:
+        flags = ", ".join(f"--{m}" for m in d.missing if m != "tokens")
+        if flags:
+            lines.append(f"  (give {flags} to see the relative error at {d.model})")
+    return "\n".join(lines)
+
+
+def _number(value: Number) -> str:
+    value = float(value) if not isinstance(value, int) else value
+    for scale, suffix in ((1e15, "P"), (1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value:>26,}  ({value / scale:.2f} {suffix})" if isinstance(value, int) else f"{value:.6g}"
+    return f"{value:>26,}"
+
+
+def _table(title: str, parts: dict[str, Number], total: Number, *, unit: str) -> str:
+    width = max([len(p) for p in parts] + [len("total")])
+    lines = [title, f"{'component':<{width}}  {'count':>26}  {'share':>7}"]
+    for path, value in parts.items():
+        if value == 0:
+            continue  # element-wise ops and parameter-free parts, under the conventions in force
+        share = float(value) / float(total) if total else 0.0
+        lines.append(f"{path:<{width}}  {float(value) if not isinstance(value, int) else value:>26,}  {share:>7.2%}")
+    lines.append(f"{'total':<{width}}  {total:>26,}  {1:>7.2%}" + (f"  {unit}" if unit else ""))
+    lines.append(f"{'':<{width}}  {_human(total):>26}")
+    return "\n".join(lines)
+
+
+def _human(value: Number) -> str:
+    value = float(value)
+    for scale, suffix in ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"≈ {value / scale:.3f} {suffix}"
+    return f"{value:g}"
+
+
+def _models() -> str:
+    lines = ["bundled presets (symform params NAME):"]
+    for name, entry in presets().items():
+        lines.append(f"  {name:<18} {entry.hub}")
+    lines.append("Hugging Face model types read from a config.json: " + ", ".join(supported_model_types()))
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

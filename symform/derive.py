@@ -1,0 +1,144 @@
+"""Derivations: from a model's exact expression to the closed forms people quote.
+
+Steps: the exact expression; the same after a named assumption set (declared by
+the components themselves, e.g. gated_mlp's d_ff = 8/3·d_model); its leading
+order in the symbols declared large; and, where the result is a multiple of the
+leading-order parameter count, that multiple written with N (6·N·D). Each step
+carries its value and relative error at the model's own sizes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+import sympy
+
+from .errors import EvaluationError
+from .evaluate import check_value
+from .formula import Formula, to_latex
+from .model import Model, normalise_quantity
+
+
+def leading_order(expr: sympy.Expr, large: Iterable[sympy.Symbol]) -> sympy.Expr:
+    """The terms of highest total degree in the ``large`` symbols (each scaled by λ, top power of λ kept)."""
+    scale = sympy.Dummy("lambda", positive=True)
+    scaled = sympy.expand(expr.xreplace({s: scale * s for s in large}))
+    terms: dict[sympy.Expr, list[sympy.Expr]] = {}
+    for term in sympy.Add.make_args(scaled):
+        _, power = term.as_coeff_exponent(scale)
+        terms.setdefault(power, []).append(term)
+    top = max(terms, key=lambda p: sympy.N(p))
+    return sympy.expand(sympy.Add(*terms[top]).xreplace({scale: 1}))
+
+
+@dataclass(frozen=True)
+class Step:
+    label: str
+    latex_label: str
+    formula: Formula
+    value: float | None
+    relative_error: float | None  # against the exact expression at the model's values
+
+
+@dataclass(frozen=True)
+class Derivation:
+    quantity: str
+    model: str
+    assumptions: str | None
+    leading: bool
+    large: tuple[str, ...]
+    steps: tuple[Step, ...]
+    params_leading: Formula | None  # N, when the result is a multiple of it
+    in_terms_of_params: Formula | None  # the result written with N (6·N·D)
+    missing: tuple[str, ...]  # workload symbols without a value, so errors could not be computed
+
+    @property
+    def exact(self) -> Formula:
+        return self.steps[0].formula
+
+    @property
+    def result(self) -> Formula:
+        return self.steps[-1].formula
+
+    @property
+    def relative_error(self) -> float | None:
+        return self.steps[-1].relative_error
+
+    def latex(self) -> str:
+        """An ``aligned`` block, one line per step, each labelled."""
+        first, *rest = self.steps
+        name = self.quantity.replace("_", "\\_")
+        lines = [f"\\mathrm{{{name}}} &= {first.formula.latex()} && {first.latex_label}"]
+        lines += [f"&\\approx {step.formula.latex()} && {step.latex_label}" for step in rest]
+        if self.in_terms_of_params is not None:
+            lines.append(f"&= {self.in_terms_of_params.latex()} && \\text{{with }} N = {self.params_leading.latex()}")
+        return "\\begin{aligned}\n" + " \\\\\n".join(lines) + "\n\\end{aligned}"
+
+    def _repr_latex_(self) -> str:
+        return f"$${self.latex()}$$"
+
+
+def derive(
+    model: Model,
+    quantity: str,
+    *,
+    assume: str | None = None,
+    leading: bool = False,
+    large: Iterable[str] | None = None,
+    **workload: object,
+) -> Derivation:
+    """Derive ``quantity`` for ``model``: exact → assumptions → leading order → in terms of N."""
+    quantity = normalise_quantity(quantity)
+    vocabulary = model.vocabulary
+    large_symbols = [vocabulary[n] for n in large] if large is not None else sorted(vocabulary.large, key=lambda s: s.name)
+    values = {vocabulary[k]: v for k, v in _checked_values(model, workload).items()}
+
+    exact = model.expression(quantity).expr
+    chain = [("exact", "\\text{exact}", exact)]
+    if assume is not None:
+        chain.append((f"assuming {assume}", f"\\text{{assuming {assume}}}", model.expression(quantity, assume=assume).expr))
+    if leading:
+        letters = ", ".join(to_latex(s, vocabulary) for s in large_symbols)
+        label = "leading order in " + ", ".join(s.name for s in large_symbols)
+        chain.append((label, f"\\text{{leading order in }} {letters}", leading_order(chain[-1][2], large_symbols)))
+
+    exact_at = exact.xreplace(values)
+    missing = tuple(sorted(s.name for s in exact_at.free_symbols))
+    steps = tuple(Step(label, tex, Formula(e, vocabulary), *_value_and_error(e, exact_at, values)) for label, tex, e in chain)
+
+    in_terms = params_formula = None
+    if leading and quantity != "params":
+        params_leading = leading_order(model.expression("params", assume=assume).expr, large_symbols)
+        ratio = sympy.cancel(steps[-1].formula.expr / params_leading)
+        if ratio.free_symbols <= set(vocabulary.symbols("workload", "convention", "dtype")):
+            in_terms = Formula(ratio * vocabulary["n_params"], vocabulary)
+            params_formula = Formula(params_leading, vocabulary)
+    return Derivation(
+        quantity=quantity,
+        model=model.name,
+        assumptions=assume,
+        leading=leading,
+        large=tuple(s.name for s in large_symbols),
+        steps=steps,
+        params_leading=params_formula,
+        in_terms_of_params=in_terms,
+        missing=missing,
+    )
+
+
+def _checked_values(model: Model, workload: dict[str, object]) -> dict[str, object]:
+    allowed = set(model.vocabulary.names("workload"))
+    unknown = sorted(set(workload) - allowed)
+    if unknown:
+        raise EvaluationError(f"unknown workload value {unknown[0]!r}; give any of {', '.join(sorted(allowed))}")
+    values = {k: check_value(k, v, model.vocabulary) for k, v in workload.items()}
+    return {**model.values, **values}
+
+
+def _value_and_error(expr: sympy.Expr, exact_at: sympy.Expr, values: dict) -> tuple[float | None, float | None]:
+    at = expr.xreplace(values)
+    value = float(at) if not at.free_symbols else None
+    ratio = sympy.cancel(at / exact_at)
+    error = float(ratio - 1) if not ratio.free_symbols else None
+    return value, error
