@@ -1,0 +1,82 @@
+"""Declarations that do not fit together are refused with one clear line."""
+
+import pytest
+import sympy
+
+from symform import DeclarationError, Model
+from symform.declarations import default_library, parse_components
+
+
+def merge(table):
+    library = default_library()
+    return library.merged(parse_components(table, library.vocabulary, "test"))
+
+
+GOOD_PART = {"name": "proj", "use": "linear", "with": {"d_in": "d_model", "d_out": "d_model"}}
+
+
+def test_a_new_composite_of_existing_parts_costs_what_its_parts_cost():
+    library = merge({"two_projections": {"doc": "two square projections", "args": ["d_model"], "parts": [GOOD_PART, {**GOOD_PART, "name": "proj2"}]}})
+    model = Model.from_component("two_projections", library=library, d_model=64)
+    assert model.evaluate("params") == 2 * 64 * 64
+    assert model.evaluate("forward_flops", batch=3, seq=5) == 2 * 2 * 3 * 5 * 64 * 64
+
+
+@pytest.mark.parametrize(
+    "table, message",
+    [
+        ({"c": {"doc": "", "args": ["d_model"], "parts": [{**GOOD_PART, "use": "nope"}]}}, "unknown component 'nope'"),
+        ({"c": {"doc": "", "args": ["d_model"], "parts": [{**GOOD_PART, "with": {"d_in": "d_model"}}]}}, "missing argument 'd_out'"),
+        ({"c": {"doc": "", "args": ["d_model"], "parts": [{**GOOD_PART, "with": {**GOOD_PART["with"], "width": "1"}}]}}, "unknown argument 'width'"),
+        ({"c": {"doc": "", "args": ["d_model"], "parts": [{**GOOD_PART, "with": {"d_in": "d_modl", "d_out": "1"}}]}}, "unknown name 'd_modl'"),
+        ({"c": {"doc": "", "args": ["d_model"], "parts": [GOOD_PART, GOOD_PART]}}, "declared twice"),
+        ({"c": {"doc": "", "args": ["d_model"], "parts": [GOOD_PART], "params": "1"}}, "sum of its parts"),
+        ({"c": {"doc": "", "args": ["w"], "params": "w"}}, "must declare forward_flops"),
+        ({"c": {"doc": "", "args": ["w"], "params": "d_model", "forward_flops": "0", "bytes_moved": "0", "saved_activations": "0"}}, "unknown name 'd_model'"),
+        ({"c": {"doc": "", "args": ["batch"], "params": "0"}}, "shadows the vocabulary"),
+        ({"c": {"doc": "", "args": ["w"], "params": "__import__('os')", "forward_flops": "0", "bytes_moved": "0", "saved_activations": "0"}}, "unknown function '__import__'"),
+        ({"c": {"doc": "", "args": [], "parts": [{"name": "me", "use": "c"}]}}, "cycle"),
+        (
+            {
+                "a": {"doc": "", "args": [], "parts": [{"name": "b", "use": "b"}]},
+                "b": {"doc": "", "args": [], "parts": [{"name": "a", "use": "a"}]},
+            },
+            "cycle",
+        ),
+        ({"c": {"doc": "", "args": ["d_model"], "parts": [{**GOOD_PART, "repeat": {"flopz": "2"}}]}}, "repeat names 'flopz'"),
+        ({"c": {"doc": "", "args": ["d_model"], "parts": [{**GOOD_PART, "use": "@missing"}]}}, "no slot argument 'missing'"),
+        ({"c": {"doc": "", "args": ["d_model"], "unknown_field": 1}}, "Extra inputs"),
+        ({"linear": {"doc": "", "args": [], "params": "0", "forward_flops": "0", "bytes_moved": "0", "saved_activations": "0"}}, "already declared"),
+    ],
+)
+def test_inconsistent_declarations_are_refused(table, message):
+    with pytest.raises(DeclarationError, match=message) as info:
+        merge(table)
+    assert "\n" not in str(info.value)
+
+
+def test_requirements_are_checked_with_the_values():
+    with pytest.raises(Exception, match=r"n_heads % n_kv_heads == 0 does not hold \(n_heads=6, n_kv_heads=4\)"):
+        Model.from_component("gqa_attention", d_model=48, n_heads=6, n_kv_heads=4, d_head=8)
+
+
+def test_slots_swap_components_without_new_declarations():
+    sizes = dict(d_model=32, n_layers=2, vocab=50, d_ff=64, n_heads=4, n_kv_heads=4, d_head=8)
+    gated = Model.from_component("causal_lm", **sizes)
+    plain = Model.from_component("causal_lm", mlp="mlp", **sizes)
+    # a gated MLP has one more d_model×d_ff projection per layer than a plain one
+    assert gated.evaluate("params") - plain.evaluate("params") == 2 * 32 * 64
+
+
+def test_every_bundled_component_instantiates_with_symbols():
+    library = default_library()
+    names = set(library.vocabulary.names("architecture"))
+    for component in library.components.values():
+        args = {a.name: 3 for a in component.args if not a.is_slot and a.default is None}
+        if component.requirements:
+            args = {k: 4 for k in args}
+        model = Model.from_component(component.name, **args)
+        for quantity in ("params", "forward_flops", "backward_flops", "bytes_moved", "saved_activations"):
+            expr = model.expression(quantity).expr
+            assert isinstance(expr, sympy.Expr)
+            assert {s.name for s in expr.free_symbols} <= names | {"batch", "seq"}
