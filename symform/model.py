@@ -154,6 +154,11 @@ class Model:
         """Exact value of a quantity at this model's sizes and the given workload (batch, seq, tokens)."""
         return self.expression(quantity).evaluate(**self.bindings(**workload))
 
+    def compile(self, quantity: str, *names: str):
+        """A vectorised float64 function of ``names``; the model's own sizes not named are bound."""
+        fixed = {k: v for k, v in self.values.items() if k not in names}
+        return self.expression(quantity).subs(**fixed).compile(*names)
+
     def evaluate_breakdown(self, quantity: str, *, depth: int | None = 1, **workload: object) -> dict[str, Number]:
         values = self.bindings(**workload)
         return {path: f.evaluate(**{k: v for k, v in values.items() if k in f.free}) for path, f in self.breakdown(quantity, depth=depth).items()}
