@@ -84,7 +84,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as e:  # --help, or a usage error already reported on one line
+        return int(e.code or 0)
     try:
         output = _run(args)
     except SymformError as e:
