@@ -87,9 +87,10 @@ MODIFIED = [
     ("qwen3-kv-absent", "qwen3-32b", {"num_key_value_heads": _ABSENT}, ("num_key_value_heads", 32)),  # Qwen3Config default 32 (preset: 8, heads 64)
     ("mistral-kv-absent-heads16", "mistral-7b-v0.3", {"num_key_value_heads": _ABSENT, "num_attention_heads": 16}, ("num_key_value_heads", 8)),  # MistralConfig default 8, not heads
     ("qwen2-kv-absent", "qwen2.5-7b", {"num_key_value_heads": _ABSENT, "num_attention_heads": 64, "hidden_size": 4096}, ("num_key_value_heads", 32)),  # Qwen2Config default 32
-    # num_key_value_heads null: every family falls back to the number of heads
+    # num_key_value_heads null: falls back to the number of heads. (Mistral is
+    # left out: MistralConfig in transformers 5.x types the field as plain
+    # ``int`` and its strict dataclass refuses null outright.)
     ("llama-kv-null", "llama-3.1-8b", {"num_key_value_heads": None}, ("num_key_value_heads", 32)),
-    ("mistral-kv-null", "mistral-7b-v0.1", {"num_key_value_heads": None}, ("num_key_value_heads", 32)),
     ("qwen2-kv-null", "qwen2-7b", {"num_key_value_heads": None}, ("num_key_value_heads", 28)),
     ("qwen3-kv-null", "qwen3-0.6b", {"num_key_value_heads": None}, ("num_key_value_heads", 16)),
     # head_dim absent
