@@ -21,7 +21,7 @@ import sympy
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .data import formulas_dir, read_toml
-from .errors import DeclarationError, SymformError
+from .errors import DeclarationError, SymformError, describe_validation
 from .safe_expr import parse
 from .vocabulary import Vocabulary, default_vocabulary, make_symbol
 
@@ -162,9 +162,7 @@ def parse_component(name: str, raw: Mapping[str, Any], vocabulary: Vocabulary) -
     try:
         decl = ComponentDecl.model_validate(raw)
     except ValidationError as e:
-        first = e.errors()[0]
-        loc = ".".join(str(p) for p in first["loc"])
-        raise DeclarationError(f"{where}: {loc}: {first['msg']}") from None
+        raise DeclarationError(f"{where}: {describe_validation(e)}") from None
     try:
         return _build_component(name, decl, vocabulary)
     except SymformError as e:

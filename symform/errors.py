@@ -19,3 +19,10 @@ class ConfigError(SymformError):
 
 class EvaluationError(SymformError):
     """An expression cannot be evaluated as asked (free symbols left, bad values)."""
+
+
+def describe_validation(error) -> str:
+    """The first problem pydantic found, as 'field.path: message'."""
+    first = error.errors()[0]
+    where = ".".join(str(p) for p in first["loc"])
+    return f"{where}: {first['msg']}" if where else first["msg"]

@@ -20,7 +20,7 @@ import sympy
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .data import formulas_dir, read_toml
-from .errors import ConfigError, DeclarationError
+from .errors import ConfigError, DeclarationError, describe_validation
 from .safe_expr import parse
 
 
@@ -75,8 +75,7 @@ def families() -> Mapping[str, Family]:
         try:
             spec = FamilySpec.model_validate(read_toml(path))
         except ValidationError as e:
-            first = e.errors()[0]
-            raise DeclarationError(f"{path.name}: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+            raise DeclarationError(f"{path.name}: {describe_validation(e)}") from None
         for model_type in spec.model_types:
             if model_type in found:
                 raise DeclarationError(f"{path.name}: model_type {model_type!r} is already read by {found[model_type].name}")
@@ -185,8 +184,7 @@ def presets() -> Mapping[str, PresetEntry]:
     try:
         return MappingProxyType({name: PresetEntry.model_validate(raw) for name, raw in index.items()})
     except ValidationError as e:
-        first = e.errors()[0]
-        raise DeclarationError(f"presets/index.toml: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+        raise DeclarationError(f"presets/index.toml: {describe_validation(e)}") from None
 
 
 def preset_config(name: str) -> tuple[dict[str, Any], PresetEntry]:

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .data import formulas_dir, read_toml
 from .declarations import QUANTITIES, Library, default_library
-from .errors import ConfigError, DeclarationError, EvaluationError, SymformError
+from .errors import ConfigError, DeclarationError, EvaluationError, SymformError, describe_validation
 from .evaluate import Number, check_value, exact_value
 from .families import ModelSpec, load_config_file, preset_config, presets, spec_from_config
 from .formula import Formula
@@ -33,7 +33,7 @@ def derived_quantities() -> Mapping[str, DerivedQuantity]:
     try:
         return MappingProxyType({k: DerivedQuantity.model_validate(v) for k, v in table.items()})
     except ValidationError as e:
-        raise DeclarationError(f"quantities.toml: {e.errors()[0]['msg']}") from None
+        raise DeclarationError(f"quantities.toml: {describe_validation(e)}") from None
 
 
 def quantity_names() -> list[str]:

@@ -11,7 +11,7 @@ import sympy
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .data import formulas_dir, read_toml
-from .errors import DeclarationError
+from .errors import DeclarationError, describe_validation
 
 Kind = Literal["architecture", "workload", "convention", "dtype", "derived"]
 Domain = Literal["positive_integer", "nonnegative_integer", "positive_rational"]
@@ -96,9 +96,7 @@ def vocabulary_from_table(table: Mapping[str, object]) -> Vocabulary:
         try:
             spec = SymbolSpec.model_validate(raw)
         except ValidationError as e:
-            first = e.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            raise DeclarationError(f"symbol {name!r}: {where}: {first['msg']}") from None
+            raise DeclarationError(f"symbol {name!r}: {describe_validation(e)}") from None
         entries[name] = Entry(name, make_symbol(name, spec.domain), spec)
     return Vocabulary(MappingProxyType(entries))
 
