@@ -9,7 +9,7 @@ import argparse
 import json
 import sys
 from fractions import Fraction
-from typing import Any, Sequence
+from typing import Sequence
 
 from .derive import Derivation, derive
 from .errors import SymformError

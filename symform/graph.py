@@ -15,7 +15,7 @@ from typing import Mapping
 import networkx as nx
 import sympy
 
-from .declarations import QUANTITIES, SLOT, Component, Library, Part, Requirement
+from .declarations import QUANTITIES, SLOT, Component, Library, Requirement
 from .errors import DeclarationError
 
 MAX_DEPTH = 32
@@ -89,7 +89,7 @@ def bind_arguments(library: Library, component: Component, given: dict[str, Bind
         elif arg.default is None:
             raise DeclarationError(f"{where}: missing argument {arg.name!r} of {component.name}; give a value for it")
         else:
-            value = arg.default if arg.is_slot else arg.default
+            value = arg.default
         if arg.is_slot:
             if not isinstance(value, str):
                 raise DeclarationError(f"{where}: argument {arg.name!r} of {component.name} takes a component name")

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from .data import formulas_dir, read_toml
 from .declarations import QUANTITIES, Library, default_library
 from .errors import ConfigError, DeclarationError, EvaluationError, SymformError, describe_validation
-from .evaluate import Number, check_value, exact_value
+from .evaluate import Number, check_value
 from .families import ModelSpec, load_config_file, preset_config, presets, spec_from_config
 from .formula import Formula
 from .graph import ComponentGraph, build_graph

@@ -17,8 +17,11 @@ from symform.model import quantity_names
 sizes = st.integers(min_value=1, max_value=4096)
 
 
+ALL_FAMILIES = st.sampled_from(["llama", "mistral", "qwen2", "qwen3"])
+
+
 @st.composite
-def configs(draw, model_type=st.sampled_from(["llama", "mistral", "qwen2", "qwen3"])):
+def configs(draw, model_type=ALL_FAMILIES):
     n_kv_heads = draw(st.integers(1, 16))
     n_heads = n_kv_heads * draw(st.integers(1, 8))
     config = {
