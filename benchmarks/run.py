@@ -1,0 +1,440 @@
+"""Benchmarks for symform: every figure is a ratio measured in one run on one machine.
+
+    python benchmarks/run.py            # full run (10**6 configurations, under ~2 minutes)
+    python benchmarks/run.py --quick    # 10**5 configurations, fewer repeats (a few seconds)
+    python benchmarks/run.py --json     # one JSON object on stdout instead of the table
+
+This is a measurement, not a test: it exits 0 whether or not a target is met.
+See benchmarks/README.md for what each figure means.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import sympy
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run from a checkout without installing
+    sys.path.insert(0, str(ROOT))
+
+import symform
+
+PRESET = "qwen3-32b"
+MODEL_NAMES = ("d_model", "n_layers", "vocab", "d_ff", "n_heads", "n_kv_heads", "d_head")
+WORKLOAD_NAMES = ("batch", "seq", "tokens")
+AGREE_RTOL = 1e-12
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def random_configs(n: int, seed: int) -> dict[str, np.ndarray]:
+    """``n`` random, valid model and workload sizes as exact-integer float64 arrays.
+
+    n_kv_heads divides n_heads (grouped-query attention); every value is an
+    integer well below 2**53, so float64 holds it exactly.
+    """
+    rng = np.random.default_rng(seed)
+    n_kv_heads = 2 ** rng.integers(0, 5, n)  # 1 .. 16
+    group = rng.integers(1, 9, n)  # query heads per kv head, 1 .. 8
+    sizes = {
+        "d_model": 128 * rng.integers(2, 129, n),  # 256 .. 16384
+        "n_layers": rng.integers(1, 129, n),
+        "vocab": rng.integers(1_000, 262_145, n),
+        "d_ff": 128 * rng.integers(4, 513, n),  # 512 .. 65536
+        "n_heads": n_kv_heads * group,
+        "n_kv_heads": n_kv_heads,
+        "d_head": rng.choice(np.array([64, 80, 96, 128, 192, 256]), n),
+        "batch": rng.integers(1, 1025, n),
+        "seq": 2 ** rng.integers(7, 18, n),  # 128 .. 131072
+        "tokens": rng.integers(10**6, 10**13, n, dtype=np.int64),
+    }
+    return {k: v.astype(np.float64) for k, v in sizes.items()}
+
+
+# Hand-written numpy versions of the bundled formulas for the preset's family,
+# written term by term as a person would type them from the paper formula.
+
+
+def hand_params(a: dict[str, np.ndarray]) -> np.ndarray:
+    d, n, v, ff = a["d_model"], a["n_layers"], a["vocab"], a["d_ff"]
+    h, kv, dh = a["n_heads"], a["n_kv_heads"], a["d_head"]
+    return 3 * ff * d * n + 2 * dh * d * h * n + 2 * dh * d * kv * n + 2 * dh * n + 2 * d * n + 2 * d * v + d
+
+
+def hand_params_factored(a: dict[str, np.ndarray]) -> np.ndarray:
+    """The same formula, factored by hand to use fewer array operations (for reference)."""
+    d, n, v, ff = a["d_model"], a["n_layers"], a["vocab"], a["d_ff"]
+    h, kv, dh = a["n_heads"], a["n_kv_heads"], a["d_head"]
+    return n * (3 * ff * d + 2 * dh * (d * (h + kv) + 1) + 2 * d) + d * (2 * v + 1)
+
+
+def hand_train_flops(a: dict[str, np.ndarray]) -> np.ndarray:
+    d, n, v, ff = a["d_model"], a["n_layers"], a["vocab"], a["d_ff"]
+    h, kv, dh = a["n_heads"], a["n_kv_heads"], a["d_head"]
+    s, t = a["seq"], a["tokens"]
+    return (
+        18 * ff * d * n * t
+        + 12 * dh * d * h * n * t
+        + 12 * dh * d * kv * n * t
+        + 12 * dh * h * n * s * t
+        + 6 * d * t * v
+    )
+
+
+def hand_train_flops_factored(a: dict[str, np.ndarray]) -> np.ndarray:
+    d, n, v, ff = a["d_model"], a["n_layers"], a["vocab"], a["d_ff"]
+    h, kv, dh = a["n_heads"], a["n_kv_heads"], a["d_head"]
+    s, t = a["seq"], a["tokens"]
+    return 6 * t * (n * (3 * ff * d + 2 * dh * (d * (h + kv) + h * s)) + d * v)
+
+
+HAND = {
+    "params": (hand_params, hand_params_factored),
+    "train_flops": (hand_train_flops, hand_train_flops_factored),
+}
+
+
+# --------------------------------------------------------------------------- timing helpers
+
+
+def best_of(fn: Callable[[], object], repeats: int) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def best_of_interleaved(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+    """Best-of-``repeats`` for each function, alternating them so that noise hits all alike."""
+    best = {k: float("inf") for k in fns}
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(repeats):
+            for k, fn in fns.items():
+                t0 = time.perf_counter()
+                fn()
+                best[k] = min(best[k], time.perf_counter() - t0)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return best
+
+
+def time_int64_inputs(fn: Callable, arrays: list[np.ndarray], repeats: int) -> float:
+    """The compiled function given int64 arrays (it converts them to float64 itself)."""
+    int_arrays = [a.astype(np.int64) for a in arrays]
+    return best_of(lambda: fn(*int_arrays), repeats)
+
+
+def max_rel_diff(a: np.ndarray, b: np.ndarray) -> float:
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    return float(np.max(np.abs(a - b) / np.maximum(np.abs(b), np.finfo(np.float64).tiny)))
+
+
+def fmt_time(seconds: float) -> str:
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds / 1e-9:.3g} ns"
+
+
+def log(msg: str, quiet: bool) -> None:
+    print(msg, file=sys.stderr if quiet else sys.stdout, flush=True)
+
+
+# --------------------------------------------------------------------------- benchmarks
+
+
+def arg_names(formula: symform.Formula) -> tuple[str, ...]:
+    free = set(formula.free)
+    unknown = free - set(MODEL_NAMES) - set(WORKLOAD_NAMES)
+    if unknown:
+        raise SystemExit(f"benchmark does not know how to generate values for {sorted(unknown)}")
+    return tuple(n for n in MODEL_NAMES + WORKLOAD_NAMES if n in free or n in MODEL_NAMES)
+
+
+def bench_compiled_vs_numpy(quantity, formula, configs, repeats, quiet):
+    names = arg_names(formula)
+    hand, hand_factored = HAND[quantity]
+    arrays = [configs[n] for n in names]
+    n_configs = len(arrays[0])
+
+    t0 = time.perf_counter()
+    fn = formula.compile(*names)
+    compile_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    result = fn(*arrays)
+    first_call_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    formula.compile(*names)
+    cached_compile_s = time.perf_counter() - t0
+
+    expected = hand(configs)
+    rel = max_rel_diff(result, expected)
+    rel_factored = max_rel_diff(hand_factored(configs), expected)
+    agree = bool(rel <= AGREE_RTOL) and result.shape == expected.shape
+    # Free the check's arrays before timing: large arrays left alive change the
+    # allocator's state (fresh pages for every temporary), which slows both
+    # sides and symform's cse'd form (more temporaries alive at once) the most.
+    del result, expected
+    log(
+        f"check {quantity}: symform compiled vs hand-written numpy on {n_configs:,} configs: "
+        f"max rel diff {rel:.2e} (<= {AGREE_RTOL:g}: {'ok' if agree else 'MISMATCH'})",
+        quiet,
+    )
+    if not agree:
+        log(f"  WARNING: the hand-written {quantity} no longer matches symform's formula: {formula}", quiet)
+
+    times = best_of_interleaved(
+        {
+            "hand": lambda: hand(configs),
+            "symform": lambda: fn(*arrays),
+            "hand_factored": lambda: hand_factored(configs),
+        },
+        repeats,
+    )
+    # separately, so its extra allocations do not disturb the comparison above
+    times["symform_int64_inputs"] = time_int64_inputs(fn, arrays, max(3, repeats // 3))
+    ratio = times["hand"] / times["symform"]
+    target = 0.5
+    return {
+        "name": f"compiled_vs_numpy/{quantity}",
+        "ratio": ratio,
+        "target": target,
+        "target_kind": "min",
+        "met": bool(agree and ratio >= target),
+        "measured": f"symform {fmt_time(times['symform'])} vs numpy {fmt_time(times['hand'])} ({n_configs:.0e} configs)",
+        "details": {
+            "configs": n_configs,
+            "repeats": repeats,
+            "arguments": list(names),
+            "symform_s": times["symform"],
+            "hand_numpy_s": times["hand"],
+            "hand_numpy_factored_s": times["hand_factored"],
+            "ratio_vs_factored": times["hand_factored"] / times["symform"],
+            "symform_int64_inputs_s": times["symform_int64_inputs"],
+            "compile_s": compile_s,
+            "cached_compile_s": cached_compile_s,
+            "first_call_s": first_call_s,
+            "max_rel_diff": rel,
+            "max_rel_diff_factored": rel_factored,
+            "agree": agree,
+        },
+    }, fn, names, times["symform"] / n_configs
+
+
+def sample_values(configs: dict[str, np.ndarray], names: tuple[str, ...], k: int) -> list[dict[str, int]]:
+    return [{n: int(configs[n][i]) for n in names} for i in range(k)]
+
+
+def bench_subs(quantity, formula, configs, names, fn, per_config_compiled, k, quiet):
+    samples = sample_values(configs, names, k)
+    symbols = {s.name: s for s in formula.expr.free_symbols}
+    expr = formula.expr
+    subs_args = [{symbols[n]: v for n, v in s.items() if n in symbols} for s in samples]
+
+    gc.disable()
+    try:
+        t0 = time.perf_counter()
+        values = [expr.subs(d) for d in subs_args]
+        subs_total = time.perf_counter() - t0
+    finally:
+        gc.enable()
+    per_config = subs_total / k
+
+    compiled = fn(*[configs[n][:k] for n in names])
+    rel = max_rel_diff(np.array([float(v) for v in values]), compiled)
+    agree = bool(rel <= AGREE_RTOL)
+    log(f"check {quantity}: sympy subs vs compiled on {k} configs: max rel diff {rel:.2e} ({'ok' if agree else 'MISMATCH'})", quiet)
+    ratio = per_config / per_config_compiled
+    target = 1000.0
+    return {
+        "name": f"compiled_vs_subs/{quantity}",
+        "ratio": ratio,
+        "target": target,
+        "target_kind": "min",
+        "met": bool(agree and ratio >= target),
+        "measured": f"subs {fmt_time(per_config)}/config vs compiled {fmt_time(per_config_compiled)}/config",
+        "details": {
+            "sample_configs": k,
+            "subs_total_s": subs_total,
+            "subs_per_config_s": per_config,
+            "compiled_per_config_s": per_config_compiled,
+            "max_rel_diff": rel,
+            "agree": agree,
+        },
+    }
+
+
+def bench_exact(quantity, formula, configs, names, per_config_compiled, k, quiet):
+    free = set(formula.free)
+    samples = [{n: v for n, v in s.items() if n in free} for s in sample_values(configs, names, k)]
+    hand = HAND[quantity][0]
+    gc.disable()
+    try:
+        t0 = time.perf_counter()
+        values = [formula.evaluate(**s) for s in samples]
+        total = time.perf_counter() - t0
+    finally:
+        gc.enable()
+    per_config = total / k
+    all_int = all(isinstance(v, int) for v in values)
+    expected = hand({n: configs[n][:k] for n in configs})
+    # hand-written float64 vs exact integers: differences are float64 rounding only
+    rel = max_rel_diff(np.array([float(v) for v in values]), expected)
+    agree = bool(rel <= AGREE_RTOL)
+    log(f"check {quantity}: exact evaluate vs hand-written on {k} configs: max rel diff {rel:.2e}, all int: {all_int}", quiet)
+    return {
+        "name": f"exact_evaluate/{quantity}",
+        "ratio": per_config / per_config_compiled,
+        "target": None,
+        "target_kind": None,
+        "met": None,
+        "measured": f"evaluate {fmt_time(per_config)}/config (ratio = x compiled per-config)",
+        "details": {
+            "sample_configs": k,
+            "evaluate_total_s": total,
+            "evaluate_per_config_s": per_config,
+            "compiled_per_config_s": per_config_compiled,
+            "all_python_int": all_int,
+            "max_rel_diff_vs_hand": rel,
+            "agree": agree,
+        },
+    }
+
+
+def bench_cold_start(repeats, quiet):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    commands = {
+        "symform": [sys.executable, "-m", "symform", "params", PRESET],
+        "import_sympy": [sys.executable, "-c", "import sympy"],
+    }
+
+    def runner(cmd):
+        def go():
+            proc = subprocess.run(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
+            if proc.returncode != 0:
+                raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.decode()[-2000:]}")
+
+        return go
+
+    fns = {k: runner(c) for k, c in commands.items()}
+    for fn in fns.values():  # warm the file-system cache and .pyc files, untimed
+        fn()
+    times = best_of_interleaved(fns, repeats)
+    ratio = times["symform"] / times["import_sympy"]
+    target = 2.0
+    log(f"cold start: symform CLI {fmt_time(times['symform'])}, import sympy {fmt_time(times['import_sympy'])} (best of {repeats})", quiet)
+    return {
+        "name": "cold_start/cli_params",
+        "ratio": ratio,
+        "target": target,
+        "target_kind": "max",
+        "met": bool(ratio <= target),
+        "measured": f"`symform params {PRESET}` {fmt_time(times['symform'])} vs `import sympy` {fmt_time(times['import_sympy'])}",
+        "details": {
+            "repeats": repeats,
+            "symform_cli_s": times["symform"],
+            "import_sympy_s": times["import_sympy"],
+            "command": f"python -m symform params {PRESET}",
+        },
+    }
+
+
+# --------------------------------------------------------------------------- output
+
+
+def print_table(results: list[dict]) -> None:
+    rows = [("benchmark", "measured", "ratio", "target", "met")]
+    for r in results:
+        if r["target"] is None:
+            target, met = "-", "-"
+        else:
+            target = f"{'>=' if r['target_kind'] == 'min' else '<='} {r['target']:g}"
+            met = "yes" if r["met"] else "NO"
+        rows.append((r["name"], r["measured"], f"{r['ratio']:.3g}", target, met))
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    print()
+    for j, row in enumerate(rows):
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+        if j == 0:
+            print("  ".join("-" * w for w in widths))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="10**5 configurations and fewer repeats (a few seconds)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    parser.add_argument("--seed", type=int, default=0, help="random seed for the configurations (default 0)")
+    args = parser.parse_args(argv)
+    quiet = args.json
+
+    n_configs = 10**5 if args.quick else 10**6
+    repeats = 10 if args.quick else 25
+    sample = 40 if args.quick else 200
+    cold_repeats = 3 if args.quick else 7
+
+    started = time.perf_counter()
+    log(f"symform benchmarks: preset {PRESET}, {n_configs:,} configurations, seed {args.seed}{' (quick)' if args.quick else ''}", quiet)
+    configs = random_configs(n_configs, args.seed)
+    model = symform.load(PRESET)
+
+    results = []
+    per_quantity = {}
+    for quantity in ("params", "train_flops"):
+        formula = model.expression(quantity)
+        result, fn, names, per_config = bench_compiled_vs_numpy(quantity, formula, configs, repeats, quiet)
+        results.append(result)
+        per_quantity[quantity] = (formula, fn, names, per_config)
+    for quantity, (formula, fn, names, per_config) in per_quantity.items():
+        results.append(bench_subs(quantity, formula, configs, names, fn, per_config, sample, quiet))
+    for quantity, (formula, fn, names, per_config) in per_quantity.items():
+        results.append(bench_exact(quantity, formula, configs, names, per_config, sample, quiet))
+    results.append(bench_cold_start(cold_repeats, quiet))
+    elapsed = time.perf_counter() - started
+
+    if args.json:
+        out = {
+            "benchmarks": [{k: r[k] for k in ("name", "ratio", "target", "target_kind", "met", "details")} for r in results],
+            "environment": {
+                "python": platform.python_version(),
+                "numpy": np.__version__,
+                "sympy": sympy.__version__,
+                "machine": platform.machine(),
+                "cpus": os.cpu_count(),
+                "preset": PRESET,
+                "quick": args.quick,
+                "seed": args.seed,
+                "elapsed_s": elapsed,
+            },
+        }
+        print(json.dumps(out, indent=2))
+    else:
+        print_table(results)
+        print(
+            f"\npython {platform.python_version()}, numpy {np.__version__}, sympy {sympy.__version__}, "
+            f"{os.cpu_count()} cpus; took {elapsed:.1f} s. Ratios are measured in this run; "
+            "'met' is informational (exit status is always 0)."
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
