@@ -137,11 +137,15 @@ def _conventions(model: Model) -> dict[str, int | float]:
 
 def _params(model: Model, args: argparse.Namespace) -> str:
     total = model.evaluate("params")
+    active = model.evaluate("active_params")
     if args.json:
         parts = model.evaluate_breakdown("params", depth=args.depth or 1)
-        return json.dumps({"model": model.name, "total": total, "active": total, "components": parts, "values": model.values})
+        return json.dumps({"model": model.name, "total": total, "active": active, "components": parts, "values": model.values})
     parts = model.evaluate_breakdown("params", depth=args.depth)
-    return _table(f"parameters of {model.name}", parts, total, unit="")
+    table = _table(f"parameters of {model.name}", parts, total, unit="")
+    if active != total:
+        table += f"\nactive per token {active:,}  ({_human(active)}; see docs/conventions.md)"
+    return table
 
 
 def _flops(model: Model, args: argparse.Namespace) -> str:

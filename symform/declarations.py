@@ -25,15 +25,17 @@ from .errors import DeclarationError, SymformError, describe_validation
 from .safe_expr import parse
 from .vocabulary import Vocabulary, default_vocabulary, make_symbol
 
-QUANTITIES = ("params", "forward_flops", "backward_flops", "bytes_moved", "saved_activations")
+QUANTITIES = ("params", "active_params", "forward_flops", "backward_flops", "bytes_moved", "saved_activations")
 QUANTITY_DOCS = {
     "params": "trainable parameters",
+    "active_params": "parameters one token's forward pass uses (all of them in a dense model)",
     "forward_flops": "forward-pass FLOPs",
     "backward_flops": "backward-pass FLOPs (gradients of inputs and weights)",
     "bytes_moved": "HBM bytes read and written in the forward pass, op by op, unfused",
     "saved_activations": "activation bytes each op saves for the backward pass",
 }
-BACKWARD_DEFAULT = "bwd_mult*forward_flops"
+# What a primitive's quantity is when it does not declare it, in terms of the others.
+QUANTITY_DEFAULTS = {"active_params": "params", "backward_flops": "bwd_mult*forward_flops"}
 SLOT = "@"
 
 Scalar = str | int
@@ -66,6 +68,7 @@ class ComponentDecl(BaseModel):
     assume: dict[str, dict[str, Scalar]] = Field(default_factory=dict)
     parts: list[PartDecl] = Field(default_factory=list)
     params: Scalar | None = None
+    active_params: Scalar | None = None
     forward_flops: Scalar | None = None
     backward_flops: Scalar | None = None
     bytes_moved: Scalar | None = None
@@ -215,13 +218,13 @@ def _build_component(name: str, decl: ComponentDecl, vocabulary: Vocabulary) -> 
             raise DeclarationError(f"a composite's {declared[0]} is the sum of its parts; remove it or make the component a primitive")
         exprs: dict[str, sympy.Expr] = {}
     else:
-        if quantities["backward_flops"] is None:
-            quantities["backward_flops"] = BACKWARD_DEFAULT
-        missing = [q for q, v in quantities.items() if v is None]
+        missing = [q for q, v in quantities.items() if v is None and q not in QUANTITY_DEFAULTS]
         if missing:
             raise DeclarationError(f"a primitive must declare {', '.join(missing)} (write \"0\" for none)")
-        exprs = {q: parse(quantities[q], names) for q in QUANTITIES if q != "backward_flops"}
-        exprs["backward_flops"] = parse(quantities["backward_flops"], {**names, "forward_flops": exprs["forward_flops"]})
+        exprs = {}
+        for q in QUANTITIES:
+            text = quantities[q] if quantities[q] is not None else QUANTITY_DEFAULTS[q]
+            exprs[q] = parse(text, {**names, **exprs})
     return Component(
         name=name,
         doc=decl.doc,

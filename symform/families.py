@@ -27,9 +27,21 @@ from .safe_expr import parse
 class FieldSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    type: Literal["int", "bool"]
-    default: str | bool | None = None  # used when the field is absent; None: required
-    if_null: str | bool | None = None  # used when the field is null; None: null is refused
+    type: Literal["int", "bool", "int_list", "str_list"]
+    default: str | bool | list | None = None  # used when the field is absent; None: required
+    if_null: str | bool | list | None = None  # used when the field is null; None: null is refused
+    minimum: int = 1  # smallest integer allowed (0 for counts such as first_k_dense_replace)
+
+
+class CountSpec(BaseModel):
+    """A number of layers of one kind, counted over layer indices i (0-based)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    over: str = "num_hidden_layers"
+    when: str | None = None  # a condition over the fields and i
+    list: str | None = None  # a str_list field naming each layer's kind; used when the config has it
+    equals: str | None = None  # the kind counted in that list
 
 
 class ChoiceSpec(BaseModel):
@@ -47,6 +59,7 @@ class FamilySpec(BaseModel):
     source: str
     transformers_class: str
     fields: dict[str, FieldSpec]
+    counts: dict[str, CountSpec] = Field(default_factory=dict)
     bind: dict[str, str]
     choose: dict[str, ChoiceSpec] = Field(default_factory=dict)
 
@@ -104,9 +117,12 @@ def spec_from_config(config: Any, *, name: str, origin: str) -> ModelSpec:
         raise ConfigError(f"{origin}: a config must be a JSON object, got {type(config).__name__}")
     family = family_for(config, origin)
     fields = read_fields(family.spec.fields, config, origin)
+    for count_name, count in family.spec.counts.items():
+        fields[count_name] = count_layers(count_name, count, fields, origin)
+    numbers = {k: v for k, v in fields.items() if not _is_text_list(v)}
     arguments: dict[str, int | str] = {}
     for arg, text in family.spec.bind.items():
-        value = parse(text, fields)
+        value = parse(text, numbers)
         if not value.is_Integer:
             raise ConfigError(f"{origin}: {arg} = {text} is {value}, not an integer; check the config's sizes")
         arguments[arg] = int(value)
@@ -116,9 +132,9 @@ def spec_from_config(config: Any, *, name: str, origin: str) -> ModelSpec:
     return ModelSpec(name=name, root=family.spec.root, arguments=MappingProxyType(arguments), family=family.name, source=origin)
 
 
-def read_fields(specs: Mapping[str, FieldSpec], config: Mapping[str, Any], origin: str) -> dict[str, sympy.Integer]:
+def read_fields(specs: Mapping[str, FieldSpec], config: Mapping[str, Any], origin: str) -> dict[str, Any]:
     """Read and type-check each field, applying transformers' defaults in declaration order."""
-    values: dict[str, sympy.Integer] = {}
+    values: dict[str, Any] = {}
     for field, spec in specs.items():
         if field in config and config[field] is not None:
             raw = config[field]
@@ -127,29 +143,58 @@ def read_fields(specs: Mapping[str, FieldSpec], config: Mapping[str, Any], origi
             if fallback is None:
                 state = "is null" if field in config else "is missing"
                 raise ConfigError(f"{origin}: field {field!r} {state}; it must be a {_kind(spec)}")
-            raw = fallback if isinstance(fallback, bool) else parse(fallback, values)
+            raw = fallback if isinstance(fallback, (bool, list)) else parse(fallback, {k: v for k, v in values.items() if not _is_text_list(v)})
         values[field] = _check_type(field, raw, spec, origin)
     return values
 
 
+def count_layers(name: str, spec: CountSpec, fields: Mapping[str, Any], origin: str) -> sympy.Integer:
+    total = int(fields[spec.over])
+    if spec.list is not None and fields.get(spec.list) is not None:
+        kinds = fields[spec.list]
+        if len(kinds) != total:
+            raise ConfigError(f"{origin}: field {spec.list!r} lists {len(kinds)} layers but {spec.over} is {total}; make them agree")
+        return sympy.Integer(sum(1 for kind in kinds if kind == spec.equals))
+    if spec.when is None:
+        raise DeclarationError(f"count {name!r} needs a 'when' condition for configs without {spec.list!r}")
+    names = {k: v for k, v in fields.items() if not _is_text_list(v)}
+    return sympy.Integer(sum(1 for i in range(total) if parse(spec.when, {**names, "i": sympy.Integer(i)}, relation=True) == sympy.true))
+
+
+def _is_text_list(value: Any) -> bool:
+    return isinstance(value, tuple) and any(isinstance(v, str) for v in value)
+
+
 def _kind(spec: FieldSpec) -> str:
-    return "positive integer" if spec.type == "int" else "boolean (true or false)"
+    return {
+        "int": "positive integer" if spec.minimum > 0 else f"integer of at least {spec.minimum}",
+        "bool": "boolean (true or false)",
+        "int_list": "list of integers",
+        "str_list": "list of strings",
+    }[spec.type]
 
 
-def _check_type(field: str, raw: Any, spec: FieldSpec, origin: str) -> sympy.Integer:
+def _check_type(field: str, raw: Any, spec: FieldSpec, origin: str) -> Any:
+    problem = ConfigError(f"{origin}: field {field!r} is {raw!r}; it must be a {_kind(spec)}")
     if spec.type == "bool":
         if not isinstance(raw, bool):
-            raise ConfigError(f"{origin}: field {field!r} is {raw!r}; it must be a boolean (true or false)")
+            raise problem
         return sympy.Integer(int(raw))
+    if spec.type == "int_list":
+        if not isinstance(raw, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in raw):
+            raise problem
+        return tuple(sympy.Integer(v) for v in raw)
+    if spec.type == "str_list":
+        if not isinstance(raw, list) or not all(isinstance(v, str) for v in raw):
+            raise problem
+        return tuple(raw)
     if isinstance(raw, sympy.Basic):
-        ok = raw.is_Integer and raw > 0
-        value = raw
+        ok = raw.is_Integer and raw >= spec.minimum
     else:
-        ok = isinstance(raw, int) and not isinstance(raw, bool) and raw > 0
-        value = sympy.Integer(raw) if ok else raw
+        ok = isinstance(raw, int) and not isinstance(raw, bool) and raw >= spec.minimum
     if not ok:
-        raise ConfigError(f"{origin}: field {field!r} is {raw!r}; it must be a positive integer")
-    return value
+        raise problem
+    return sympy.Integer(raw)
 
 
 def load_config_file(path: Path) -> dict[str, Any]:

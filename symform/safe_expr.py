@@ -54,8 +54,9 @@ _COMPARE = {
 def parse(text: object, names: Mapping[str, sympy.Basic], *, relation: bool = False) -> sympy.Basic:
     """Parse ``text`` into a sympy expression over ``names``.
 
-    With ``relation=True`` the whole expression must be one comparison
-    (``a % b == 0``), as used by declared requirements.
+    With ``relation=True`` the whole expression must be a condition: a
+    comparison (``a % b == 0``), membership in a list-valued name
+    (``i in mlp_only_layers``), or such conditions joined by and, or, not.
     """
     if isinstance(text, bool) or not isinstance(text, (str, int)):
         raise ExpressionError(f"expected an expression string, got {type(text).__name__} {text!r}")
@@ -71,10 +72,14 @@ def parse(text: object, names: Mapping[str, sympy.Basic], *, relation: bool = Fa
     if sum(1 for _ in ast.walk(tree)) > MAX_NODES:
         raise ExpressionError(f"expression {source!r} is too complex (over {MAX_NODES} parts)")
     body = tree.body
-    if relation != isinstance(body, ast.Compare):
+    if relation != _is_condition(body):
         want = "a comparison such as 'n_heads % n_kv_heads == 0'" if relation else "an arithmetic expression, not a comparison"
         raise ExpressionError(f"{source!r}: expected {want}")
     return _Converter(source, names).visit(body)
+
+
+def _is_condition(node: ast.AST) -> bool:
+    return isinstance(node, (ast.Compare, ast.BoolOp)) or (isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not))
 
 
 class _Converter:
@@ -103,14 +108,19 @@ class _Converter:
             raise ExpressionError(f"non-finite number in {self.source!r}")
         return sympy.Rational(repr(value))
 
-    def visit_Name(self, node: ast.Name) -> sympy.Basic:
+    def visit_Name(self, node: ast.Name, *, allow_list: bool = False) -> sympy.Basic:
         try:
-            return self.names[node.id]
+            value = self.names[node.id]
         except KeyError:
             known = ", ".join(sorted(self.names)) or "none"
             raise ExpressionError(f"unknown name {node.id!r} in {self.source!r}; known names: {known}") from None
+        if isinstance(value, tuple) and not allow_list:
+            raise ExpressionError(f"{node.id!r} is a list; use it only as 'i in {node.id}' in {self.source!r}")
+        return value
 
     def visit_UnaryOp(self, node: ast.UnaryOp) -> sympy.Expr:
+        if isinstance(node.op, ast.Not):
+            return sympy.Not(self.condition(node.operand))
         operand = self.visit(node.operand)
         if isinstance(node.op, ast.USub):
             return -operand
@@ -151,13 +161,35 @@ class _Converter:
             raise ExpressionError(f"{node.func.id}() takes {want} argument(s), got {len(node.args)} in {self.source!r}")
         return function(*(self.visit(a) for a in node.args))
 
+    def condition(self, node: ast.AST) -> sympy.Basic:
+        if not _is_condition(node):
+            raise ExpressionError(f"and, or and not join comparisons only in {self.source!r}")
+        return self.visit(node)
+
+    def visit_BoolOp(self, node: ast.BoolOp) -> sympy.Basic:
+        join = sympy.And if isinstance(node.op, ast.And) else sympy.Or
+        return join(*(self.condition(v) for v in node.values))
+
     def visit_Compare(self, node: ast.Compare) -> sympy.Basic:
         if len(node.ops) != 1:
             raise ExpressionError(f"chained comparisons are not allowed in {self.source!r}; write one comparison")
-        make = _COMPARE.get(type(node.ops[0]))
+        op, right = node.ops[0], node.comparators[0]
+        if isinstance(op, (ast.In, ast.NotIn)):
+            return self.membership(node.left, right, negate=isinstance(op, ast.NotIn))
+        make = _COMPARE.get(type(op))
         if make is None:
-            raise self.refuse(f"the comparison {type(node.ops[0]).__name__}")
-        return make(self.visit(node.left), self.visit(node.comparators[0]), evaluate=False)
+            raise self.refuse(f"the comparison {type(op).__name__}")
+        return make(self.visit(node.left), self.visit(right), evaluate=False)
+
+    def membership(self, left: ast.AST, right: ast.AST, *, negate: bool) -> sympy.Basic:
+        if not isinstance(right, ast.Name):
+            raise ExpressionError(f"'in' needs a list-valued name on its right in {self.source!r}")
+        items = self.visit_Name(right, allow_list=True)
+        value = self.visit(left)
+        if not isinstance(items, tuple) or not value.is_Number:
+            raise ExpressionError(f"'in' compares a number with a list in {self.source!r}")
+        found = any(value == item for item in items)
+        return sympy.true if found != negate else sympy.false
 
 
 def _describe(node: ast.AST) -> str:
