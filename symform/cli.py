@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from fractions import Fraction
 from typing import Sequence
 
@@ -54,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
         p = verbs.add_parser(name, help=help, description=help)
         if quantity:
             p.add_argument("quantity", help=f"one of {', '.join(q.replace('_', '-') for q in quantity_names())}")
-        p.add_argument("model", help="a bundled preset (symform models) or a path to a Hugging Face config.json")
+        p.add_argument("model", help="a bundled preset (symform models), a path to a Hugging Face config.json, or an architecture file (.toml)")
         p.add_argument("--set", dest="sizes", action="append", type=_assignment, default=[], metavar="NAME=VALUE", help="override one of the model's arguments, e.g. --set n_layers=32")
         p.add_argument("--convention", dest="conventions", action="append", type=_assignment, default=[], metavar="NAME=VALUE", help="counting convention or storage size, e.g. --convention causal=1/2")
         p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -121,7 +122,7 @@ def _load(args: argparse.Namespace) -> Model:
     if args.sizes:
         spec = model.spec
         arguments = {**spec.arguments, **dict(args.sizes)}
-        model = Model(type(spec)(name=spec.name, root=spec.root, arguments=arguments, family=spec.family, source=spec.source), conventions=dict(args.conventions))
+        model = Model(replace(spec, arguments=arguments), library=model.library, conventions=dict(args.conventions))
     return model
 
 
@@ -208,9 +209,10 @@ def _derivation(d: Derivation, args: argparse.Namespace) -> str:
     if d.in_terms_of_params is not None:
         lines.append(f"  = {d.in_terms_of_params}    with n_params = {d.params_leading}")
     if d.missing and len(d.steps) > 1:
-        flags = ", ".join(f"--{m}" for m in d.missing if m != "tokens")
+        workload = {"batch", "seq", "tokens"}
+        flags = [f"--{m}" for m in d.missing if m in workload - {"tokens"}] + [f"--set {m}=..." for m in d.missing if m not in workload]
         if flags:
-            lines.append(f"  (give {flags} to see the relative error at {d.model})")
+            lines.append(f"  (give {', '.join(flags)} to see the relative error at {d.model})")
     return "\n".join(lines)
 
 

@@ -99,6 +99,8 @@ def derive(
     if assume is not None:
         chain.append((f"assuming {assume}", f"\\text{{assuming {assume}}}", model.expression(quantity, assume=assume).expr))
     if leading:
+        present = chain[-1][2].free_symbols
+        large_symbols = [s for s in large_symbols if s in present] or large_symbols
         letters = ", ".join(to_latex(s, vocabulary) for s in large_symbols)
         label = "leading order in " + ", ".join(s.name for s in large_symbols)
         chain.append((label, f"\\text{{leading order in }} {letters}", leading_order(chain[-1][2], large_symbols)))

@@ -18,6 +18,7 @@ from .families import ModelSpec, load_config_file, preset_config, presets, spec_
 from .formula import Formula
 from .graph import ComponentGraph, build_graph
 from .safe_expr import parse
+from .userfile import load_declaration_file
 
 
 class DerivedQuantity(BaseModel):
@@ -76,6 +77,9 @@ class Model:
         path = Path(text)
         if not path.exists() and path.suffix == "":
             raise ConfigError(f"{text!r} is neither a bundled preset nor a file; presets: {', '.join(presets())}")
+        if path.suffix == ".toml":
+            spec, library = load_declaration_file(path)
+            return cls(spec, library=library, **options)
         name = path.parent.name if path.name == "config.json" else path.stem
         return cls(spec_from_config(load_config_file(path), name=name or text, origin=str(path)), **options)
 
@@ -181,6 +185,9 @@ class Model:
         architecture = set(self.vocabulary.names("architecture"))
         values: dict[sympy.Symbol, sympy.Integer] = {}
         arguments: dict[str, object] = {}
+        for arg in root.args:  # sizes left unset stay symbolic: every expression still derives and prints
+            if arg.name not in self.spec.arguments and arg.default is None and arg.name in architecture:
+                arguments[arg.name] = self.vocabulary[arg.name]
         for name, value in self.spec.arguments.items():
             if name not in root.arg_names:
                 raise ConfigError(f"{self.name}: {root.name} has no argument {name!r}; it takes {', '.join(root.arg_names)}")
