@@ -150,8 +150,10 @@ class _Converter:
         return base**exponent
 
     def visit_Call(self, node: ast.Call) -> sympy.Expr:
-        if not isinstance(node.func, ast.Name) or node.func.id not in FUNCTIONS:
-            name = node.func.id if isinstance(node.func, ast.Name) else _describe(node.func)
+        if not isinstance(node.func, ast.Name):
+            raise self.refuse(f"calling {_describe(node.func)}")
+        if node.func.id not in FUNCTIONS:
+            name = node.func.id
             raise ExpressionError(f"unknown function {name!r} in {self.source!r}; allowed: {', '.join(FUNCTIONS)}")
         if node.keywords or any(isinstance(a, ast.Starred) for a in node.args):
             raise self.refuse("keyword or starred arguments")
