@@ -62,6 +62,8 @@ class ComponentDecl(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     doc: str
+    extends: str | None = None  # a composite this one varies: its args, parts, requirements and assumptions, then these
+    remove: list[str] = Field(default_factory=list)  # parts of the extended composite to leave out
     args: list[str] = Field(default_factory=list)
     source: str = ""
     require: list[RequireDecl] = Field(default_factory=list)
@@ -158,58 +160,86 @@ def _split_arg(text: str) -> tuple[str, str | None]:
     return name.strip(), (default.strip() if eq else None)
 
 
-def parse_component(name: str, raw: Mapping[str, Any], vocabulary: Vocabulary) -> Component:
+def validate_declaration(name: str, raw: Any) -> ComponentDecl:
     where = f"component {name!r}"
     if not name.isidentifier():
         raise DeclarationError(f"{where}: names must be identifiers (letters, digits, _)")
+    if not isinstance(raw, Mapping):
+        raise DeclarationError(f"{where} must be a table of a component's fields")
     try:
-        decl = ComponentDecl.model_validate(raw)
+        return ComponentDecl.model_validate(raw)
     except ValidationError as e:
         raise DeclarationError(f"{where}: {describe_validation(e)}") from None
+
+
+def parse_component(name: str, decl: ComponentDecl, vocabulary: Vocabulary, base: Component | None = None) -> Component:
     try:
-        return _build_component(name, decl, vocabulary)
+        return _build_component(name, decl, vocabulary, base)
     except SymformError as e:
-        raise DeclarationError(f"{where}: {e}") from None
+        raise DeclarationError(f"component {name!r}: {e}") from None
 
 
-def _build_component(name: str, decl: ComponentDecl, vocabulary: Vocabulary) -> Component:
-    context = {n: vocabulary[n] for n in vocabulary.names("workload", "convention", "dtype")}
-    args: list[Arg] = []
+def _build_args(decl: ComponentDecl, context: Mapping[str, sympy.Basic], vocabulary: Vocabulary, base: Component | None) -> list[Arg]:
+    args: list[Arg] = list(base.args) if base else []
+    inherited = {a.name for a in args}
+    seen: set[str] = set()
     for text in decl.args:
         arg_name, default = _split_arg(text)
         if not arg_name.isidentifier():
             raise DeclarationError(f"argument {text!r} is not 'name' or 'name = default'")
         if arg_name in context:
             raise DeclarationError(f"argument {arg_name!r} shadows the vocabulary's {arg_name!r}; rename it")
-        if any(a.name == arg_name for a in args):
+        if arg_name in seen:
             raise DeclarationError(f"argument {arg_name!r} is declared twice")
+        seen.add(arg_name)
         if default is not None and default.startswith(SLOT):
-            args.append(Arg(arg_name, None, default[1:]))
-            continue
-        symbol = vocabulary[arg_name] if arg_name in vocabulary else make_symbol(arg_name, "nonnegative_integer")
-        args.append(Arg(arg_name, symbol, None if default is None else parse(default, context)))
+            arg = Arg(arg_name, None, default[1:])
+        else:
+            symbol = vocabulary[arg_name] if arg_name in vocabulary else make_symbol(arg_name, "nonnegative_integer")
+            arg = Arg(arg_name, symbol, None if default is None else parse(default, context))
+        if arg_name in inherited:  # a variant may change an inherited argument's default
+            args = [arg if a.name == arg_name else a for a in args]
+        else:
+            args.append(arg)
+    return args
+
+
+def _build_component(name: str, decl: ComponentDecl, vocabulary: Vocabulary, base: Component | None) -> Component:
+    if base is not None and base.is_primitive:
+        raise DeclarationError(f"extends {base.name!r}, a primitive; only composites can be extended")
+    if decl.remove and base is None:
+        raise DeclarationError("'remove' needs 'extends'")
+    context = {n: vocabulary[n] for n in vocabulary.names("workload", "convention", "dtype")}
+    args = _build_args(decl, context, vocabulary, base)
     names = {**context, **{a.name: a.symbol for a in args if not a.is_slot}}
     slots = {a.name for a in args if a.is_slot}
 
-    requirements = tuple(Requirement(parse(r.check, names, relation=True), r.check, r.why) for r in decl.require)
-    assumptions = {}
+    requirements = (base.requirements if base else ()) + tuple(Requirement(parse(r.check, names, relation=True), r.check, r.why) for r in decl.require)
+    assumptions = {k: dict(v) for k, v in base.assumptions.items()} if base else {}
     for set_name, subs in decl.assume.items():
         unknown = sorted(set(subs) - set(names) - set(context))
         if unknown or any(k in context for k in subs):
             bad = unknown[0] if unknown else next(k for k in subs if k in context)
             raise DeclarationError(f"assumption set {set_name!r} assigns {bad!r}, which is not a numeric argument")
-        assumptions[set_name] = MappingProxyType({k: parse(v, names) for k, v in subs.items()})
+        assumptions[set_name] = {**assumptions.get(set_name, {}), **{k: parse(v, names) for k, v in subs.items()}}
+    assumptions = {k: MappingProxyType(v) for k, v in assumptions.items()}
 
-    parts = []
+    inherited = [p for p in base.parts if p.name not in decl.remove] if base else []
+    unknown = sorted(set(decl.remove) - {p.name for p in base.parts}) if base else []
+    if unknown:
+        raise DeclarationError(f"removes part {unknown[0]!r}, which {base.name} does not have")
+    declared: dict[str, Part] = {}
     for part in decl.parts:
-        if part.name in {p.name for p in parts}:
+        if part.name in declared:
             raise DeclarationError(f"part {part.name!r} is declared twice")
         if "/" in part.name or not part.name.isidentifier():
             raise DeclarationError(f"part name {part.name!r} must be an identifier")
         if part.use.startswith(SLOT) and part.use[1:] not in slots:
             raise DeclarationError(f"part {part.name!r} uses {part.use!r}, but there is no slot argument {part.use[1:]!r}")
         bindings = {k: _binding(v, names, slots) for k, v in part.with_.items()}
-        parts.append(Part(part.name, part.use, MappingProxyType(bindings), _repeat(part.repeat, names), part.doc))
+        declared[part.name] = Part(part.name, part.use, MappingProxyType(bindings), _repeat(part.repeat, names), part.doc)
+    # a variant's part replaces the inherited part of the same name, in place
+    parts = [declared.pop(p.name, p) for p in inherited] + list(declared.values())
 
     quantities = {q: getattr(decl, q) for q in QUANTITIES}
     if parts:
@@ -300,12 +330,24 @@ def check_bindings(owner: str, part: Part, callee: Component) -> None:
             raise DeclarationError(f"{where}: argument {key!r} must be {kind}")
 
 
-def parse_components(table: Mapping[str, Any], vocabulary: Vocabulary, origin: str) -> dict[str, Component]:
-    components = {}
-    for name, raw in table.items():
-        if not isinstance(raw, Mapping):
-            raise DeclarationError(f"{origin}: {name!r} must be a table of a component's fields")
-        components[name] = parse_component(name, raw, vocabulary)
+def parse_components(
+    table: Mapping[str, Any], vocabulary: Vocabulary, origin: str, existing: Mapping[str, Component] | None = None
+) -> dict[str, Component]:
+    """Parse a table of declarations; a variant is parsed after the composite it extends."""
+    existing = existing or {}
+    pending = {name: validate_declaration(name, raw) for name, raw in table.items()}
+    components: dict[str, Component] = {}
+    while pending:
+        ready = [n for n, d in pending.items() if d.extends is None or d.extends in components or d.extends in existing]
+        if not ready:
+            name, decl = next(iter(pending.items()))
+            known = decl.extends in pending
+            why = "the components extend each other in a cycle" if known else f"there is no component {decl.extends!r}"
+            raise DeclarationError(f"{origin}: component {name!r} extends {decl.extends!r}, but {why}")
+        for name in ready:
+            decl = pending.pop(name)
+            base = components.get(decl.extends) or existing.get(decl.extends) if decl.extends else None
+            components[name] = parse_component(name, decl, vocabulary, base)
     return components
 
 
@@ -316,12 +358,13 @@ def component_files() -> list[Path]:
 @cache
 def default_library() -> Library:
     vocabulary = default_vocabulary()
-    components: dict[str, Component] = {}
+    table: dict[str, Any] = {}
     for path in component_files():
-        for name, comp in parse_components(read_toml(path), vocabulary, path.name).items():
-            if name in components:
+        for name, raw in read_toml(path).items():
+            if name in table:
                 raise DeclarationError(f"{path.name}: component {name!r} is declared twice")
-            components[name] = comp
+            table[name] = raw
+    components = parse_components(table, vocabulary, "formulas/components")
     library = Library(MappingProxyType(components), vocabulary)
     check_library(library)
     return library

@@ -61,7 +61,7 @@ def load_declaration_file(path: Path) -> tuple[ModelSpec, Library]:
     base = default_library()
     vocabulary = _extended(base.vocabulary, decl.symbols, path)
     try:
-        components = parse_components(decl.components, vocabulary, str(path))
+        components = parse_components(decl.components, vocabulary, str(path), existing=base.components)
         library = Library(base.components, vocabulary).merged(components)
         library[decl.model.root]
     except DeclarationError as e:

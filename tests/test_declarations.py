@@ -9,7 +9,7 @@ from symform.declarations import default_library, parse_components
 
 def merge(table):
     library = default_library()
-    return library.merged(parse_components(table, library.vocabulary, "test"))
+    return library.merged(parse_components(table, library.vocabulary, "test", existing=library.components))
 
 
 GOOD_PART = {"name": "proj", "use": "linear", "with": {"d_in": "d_model", "d_out": "d_model"}}
@@ -53,6 +53,43 @@ def test_inconsistent_declarations_are_refused(table, message):
     with pytest.raises(DeclarationError, match=message) as info:
         merge(table)
     assert "\n" not in str(info.value)
+
+
+def test_a_variant_extends_a_composite_without_repeating_it():
+    library = merge(
+        {
+            "attention_without_rope": {"doc": "GQA without rotary positions", "extends": "gqa_attention", "remove": ["rope"]},
+            "wide_mlp": {
+                "doc": "gated MLP whose down projection has a bias",
+                "extends": "gated_mlp",
+                "args": ["bias = 1"],
+                "parts": [{"name": "extra", "use": "linear", "with": {"d_in": "d_model", "d_out": "1"}}],
+            },
+        }
+    )
+    base = library["gqa_attention"]
+    variant = library["attention_without_rope"]
+    assert [p.name for p in variant.parts] == [p.name for p in base.parts if p.name != "rope"]
+    assert variant.requirements == base.requirements and variant.assumptions == base.assumptions
+    wide = Model.from_component("wide_mlp", library=library, d_model=8, d_ff=16)
+    plain = Model.from_component("gated_mlp", d_model=8, d_ff=16, bias=1)
+    assert wide.evaluate("params") == plain.evaluate("params") + 8
+    assert [p.name for p in library["wide_mlp"].parts][-1] == "extra"
+
+
+@pytest.mark.parametrize(
+    "table, message",
+    [
+        ({"v": {"doc": "", "extends": "nothing_like_it"}}, "there is no component 'nothing_like_it'"),
+        ({"a": {"doc": "", "extends": "b"}, "b": {"doc": "", "extends": "a"}}, "cycle"),
+        ({"v": {"doc": "", "extends": "linear"}}, "only composites can be extended"),
+        ({"v": {"doc": "", "extends": "gated_mlp", "remove": ["no_such_part"]}}, "does not have"),
+        ({"v": {"doc": "", "remove": ["x"]}}, "'remove' needs 'extends'"),
+    ],
+)
+def test_bad_variants_are_refused(table, message):
+    with pytest.raises(DeclarationError, match=message):
+        merge(table)
 
 
 def test_requirements_are_checked_with_the_values():
