@@ -47,6 +47,7 @@ class PartDecl(BaseModel):
     name: str
     use: str
     with_: dict[str, Scalar] = Field(default_factory=dict, alias="with")
+    pass_: bool = Field(False, alias="pass")  # the callee's unbound arguments take the caller's same-named ones
     repeat: Scalar | dict[str, Scalar] = "1"
     doc: str = ""
 
@@ -102,6 +103,7 @@ class Part:
     bindings: Mapping[str, sympy.Expr | str]
     repeat: Mapping[str, sympy.Expr]  # one multiplicity per quantity
     doc: str
+    passes: bool = False  # arguments not bound in `with` take the caller's same-named arguments
 
 
 @dataclass(frozen=True)
@@ -237,7 +239,7 @@ def _build_component(name: str, decl: ComponentDecl, vocabulary: Vocabulary, bas
         if part.use.startswith(SLOT) and part.use[1:] not in slots:
             raise DeclarationError(f"part {part.name!r} uses {part.use!r}, but there is no slot argument {part.use[1:]!r}")
         bindings = {k: _binding(v, names, slots) for k, v in part.with_.items()}
-        declared[part.name] = Part(part.name, part.use, MappingProxyType(bindings), _repeat(part.repeat, names), part.doc)
+        declared[part.name] = Part(part.name, part.use, MappingProxyType(bindings), _repeat(part.repeat, names), part.doc, part.pass_)
     # a variant's part replaces the inherited part of the same name, in place
     parts = [declared.pop(p.name, p) for p in inherited] + list(declared.values())
 
@@ -299,7 +301,7 @@ def check_library(library: Library) -> None:
                         f"component {comp.name!r}, part {part.name!r}: uses unknown component {target!r}; "
                         f"declared components: {', '.join(sorted(library.components))}"
                     )
-                check_bindings(comp.name, part, callee)
+                check_bindings(comp, part, callee)
                 uses.add_edge(comp.name, callee.name)
     try:
         cycle = nx.find_cycle(uses)
@@ -316,14 +318,16 @@ def _possible_targets(comp: Component, part: Part) -> list[str]:
     return [part.use]
 
 
-def check_bindings(owner: str, part: Part, callee: Component) -> None:
-    where = f"component {owner!r}, part {part.name!r} ({callee.name})"
+def check_bindings(owner: Component, part: Part, callee: Component) -> None:
+    where = f"component {owner.name!r}, part {part.name!r} ({callee.name})"
     extra = sorted(set(part.bindings) - set(callee.arg_names))
     if extra:
         raise DeclarationError(f"{where}: unknown argument {extra[0]!r}; {callee.name} takes {', '.join(callee.arg_names) or 'no arguments'}")
-    missing = [a.name for a in callee.args if a.default is None and a.name not in part.bindings]
+    passed = set(owner.arg_names) if part.passes else set()
+    missing = [a.name for a in callee.args if a.default is None and a.name not in part.bindings and a.name not in passed]
     if missing:
-        raise DeclarationError(f"{where}: missing argument {missing[0]!r}; add it under 'with'")
+        hint = "add it under 'with'" + ("" if part.passes else " or set pass = true to hand down the caller's")
+        raise DeclarationError(f"{where}: missing argument {missing[0]!r}; {hint}")
     for key, value in part.bindings.items():
         if callee.arg(key).is_slot != isinstance(value, str):
             kind = "a component (@name)" if callee.arg(key).is_slot else "an expression"

@@ -131,6 +131,8 @@ def _instantiate(
         child_path = f"{path}/{part.name}" if path else part.name
         callee = library[_resolve(part.use, args)]
         given = {k: (_resolve(v, args) if isinstance(v, str) else v.xreplace(local)) for k, v in part.bindings.items()}
+        if part.passes:
+            given.update({a.name: args[a.name] for a in callee.args if a.name not in given and a.name in args})
         child_args = bind_arguments(library, callee, given, where=f"{child_path or 'model'}")
         out.graph.add_edge(path, child_path, repeat=repeat)
         _instantiate(library, callee, child_path, child_args, assume, out, stack + (component.name,))

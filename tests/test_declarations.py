@@ -62,7 +62,7 @@ def test_a_variant_extends_a_composite_without_repeating_it():
             "wide_mlp": {
                 "doc": "gated MLP whose down projection has a bias",
                 "extends": "gated_mlp",
-                "args": ["bias = 1"],
+                "args": ["mlp_bias = 1"],
                 "parts": [{"name": "extra", "use": "linear", "with": {"d_in": "d_model", "d_out": "1"}}],
             },
         }
@@ -72,7 +72,7 @@ def test_a_variant_extends_a_composite_without_repeating_it():
     assert [p.name for p in variant.parts] == [p.name for p in base.parts if p.name != "rope"]
     assert variant.requirements == base.requirements and variant.assumptions == base.assumptions
     wide = Model.from_component("wide_mlp", library=library, d_model=8, d_ff=16)
-    plain = Model.from_component("gated_mlp", d_model=8, d_ff=16, bias=1)
+    plain = Model.from_component("gated_mlp", d_model=8, d_ff=16, mlp_bias=1)
     assert wide.evaluate("params") == plain.evaluate("params") + 8
     assert [p.name for p in library["wide_mlp"].parts][-1] == "extra"
 

@@ -107,7 +107,7 @@ def test_feed_forward_flops_match_the_seed_formulas(d, d_ff, b, s):
     assert Model.from_component("gated_mlp", d_model=d, d_ff=d_ff).evaluate("forward_flops", batch=b, seq=s) == 6 * b * s * d * d_ff
     assert Model.from_component("mlp", d_model=d, d_ff=d_ff).evaluate("forward_flops", batch=b, seq=s) == 4 * b * s * d * d_ff
     # seed formulas §1: a plain MLP with biases has 2·d·d_ff + d_ff + d parameters
-    assert Model.from_component("mlp", d_model=d, d_ff=d_ff, bias=1).evaluate("params") == 2 * d * d_ff + d_ff + d
+    assert Model.from_component("mlp", d_model=d, d_ff=d_ff, mlp_bias=1).evaluate("params") == 2 * d * d_ff + d_ff + d
 
 
 @settings(max_examples=30, deadline=None)
