@@ -10,6 +10,7 @@ family by name.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -31,6 +32,7 @@ class FieldSpec(BaseModel):
     default: str | bool | list | None = None  # used when the field is absent; None: required
     if_null: str | bool | list | None = None  # used when the field is null; None: null is refused
     minimum: int = 1  # smallest integer allowed (0 for counts such as first_k_dense_replace)
+    nullable: bool = False  # null is meaningful (DeepSeek's q_lora_rank): kept as None for `choose`
 
 
 class CountSpec(BaseModel):
@@ -119,17 +121,29 @@ def spec_from_config(config: Any, *, name: str, origin: str) -> ModelSpec:
     fields = read_fields(family.spec.fields, config, origin)
     for count_name, count in family.spec.counts.items():
         fields[count_name] = count_layers(count_name, count, fields, origin)
-    numbers = {k: v for k, v in fields.items() if not _is_text_list(v)}
+    numbers = {k: v for k, v in fields.items() if v is not None and not _is_text_list(v)}
+    null = {k for k, v in fields.items() if v is None}
     arguments: dict[str, int | str] = {}
     for arg, text in family.spec.bind.items():
+        if null & set(re.findall(r"[A-Za-z_]\w*", text)):
+            continue  # an argument read from a null field stays unbound: the chosen component does not use it
         value = parse(text, numbers)
         if not value.is_Integer:
             raise ConfigError(f"{origin}: {arg} = {text} is {value}, not an integer; check the config's sizes")
         arguments[arg] = int(value)
     for slot, choice in family.spec.choose.items():
-        key = str(bool(fields[choice.field])).lower() if family.spec.fields[choice.field].type == "bool" else str(fields[choice.field])
-        arguments[slot] = choice.cases[key]
+        arguments[slot] = _choose(choice, fields[choice.field], family.spec.fields[choice.field].type == "bool", origin)
     return ModelSpec(name=name, root=family.spec.root, arguments=MappingProxyType(arguments), family=family.name, source=origin)
+
+
+def _choose(choice: ChoiceSpec, value: Any, is_bool: bool, origin: str) -> str:
+    """The component for a field's value: cases keyed "true"/"false", "null", a number, or "default"."""
+    key = "null" if value is None else str(bool(value)).lower() if is_bool else str(value)
+    if key in choice.cases:
+        return choice.cases[key]
+    if value is not None and "default" in choice.cases:
+        return choice.cases["default"]
+    raise ConfigError(f"{origin}: field {choice.field!r} is {value!r}; expected one of {', '.join(choice.cases)}")
 
 
 def read_fields(specs: Mapping[str, FieldSpec], config: Mapping[str, Any], origin: str) -> dict[str, Any]:
@@ -138,6 +152,9 @@ def read_fields(specs: Mapping[str, FieldSpec], config: Mapping[str, Any], origi
     for field, spec in specs.items():
         if field in config and config[field] is not None:
             raw = config[field]
+        elif spec.nullable and field in config:
+            values[field] = None
+            continue
         else:
             fallback = spec.if_null if field in config else spec.default
             if fallback is None:
@@ -158,7 +175,7 @@ def count_layers(name: str, spec: CountSpec, fields: Mapping[str, Any], origin: 
     if spec.when is None:
         raise DeclarationError(f"count {name!r} needs a 'when' condition for configs without {spec.list!r}")
     names = {k: v for k, v in fields.items() if not _is_text_list(v)}
-    return sympy.Integer(sum(1 for i in range(total) if parse(spec.when, {**names, "i": sympy.Integer(i)}, relation=True) == sympy.true))
+    return sympy.Integer(sum(1 for i in range(total) if parse(spec.when, {**names, "i": sympy.Integer(i)}, relation=True).doit() == sympy.true))
 
 
 def _is_text_list(value: Any) -> bool:
