@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import replace
 from fractions import Fraction
 from typing import Sequence
 
@@ -37,6 +36,14 @@ def _assignment(text: str) -> tuple[str, Number]:
     return name.strip(), int(number) if number.denominator == 1 else number
 
 
+def _setting(text: str) -> tuple[str, Number | str]:
+    """NAME=NUMBER for a size or option, NAME=COMPONENT for a slot (e.g. attention=mla_attention_absorbed)."""
+    name, eq, value = text.partition("=")
+    if eq and value.strip().removeprefix("@").isidentifier():
+        return name.strip(), value.strip().removeprefix("@")
+    return _assignment(text)
+
+
 def _size(text: str) -> int:
     try:
         value = int(text)
@@ -56,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
         if quantity:
             p.add_argument("quantity", help=f"one of {', '.join(q.replace('_', '-') for q in quantity_names())}")
         p.add_argument("model", help="a bundled preset (symform models), a path to a Hugging Face config.json, or an architecture file (.toml)")
-        p.add_argument("--set", dest="sizes", action="append", type=_assignment, default=[], metavar="NAME=VALUE", help="override one of the model's arguments, e.g. --set n_layers=32")
+        p.add_argument("--set", dest="sizes", action="append", type=_setting, default=[], metavar="NAME=VALUE", help="change one of the model's arguments: a size (--set n_layers=32), an option (--set include_mtp=1) or a slot's component (--set attention=mla_attention_absorbed)")
         p.add_argument("--convention", dest="conventions", action="append", type=_assignment, default=[], metavar="NAME=VALUE", help="counting convention or storage size, e.g. --convention causal=1/2")
         p.add_argument("--json", action="store_true", help="print one JSON object")
         return p
@@ -119,11 +126,7 @@ def _run(args: argparse.Namespace) -> str:
 
 def _load(args: argparse.Namespace) -> Model:
     model = Model.load(args.model, conventions=dict(args.conventions))
-    if args.sizes:
-        spec = model.spec
-        arguments = {**spec.arguments, **dict(args.sizes)}
-        model = Model(replace(spec, arguments=arguments), library=model.library, conventions=dict(args.conventions))
-    return model
+    return model.with_arguments(**dict(args.sizes)) if args.sizes else model
 
 
 def _json_number(value: Number) -> int | float:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from types import MappingProxyType
@@ -93,6 +94,11 @@ class Model:
         """Any declared component as a model: ``Model.from_component("gated_mlp", d_model=4096, d_ff=11008)``."""
         spec = ModelSpec(name=name or root, root=root, arguments=MappingProxyType(dict(arguments)))
         return cls(spec, library=library, conventions=conventions)
+
+    def with_arguments(self, **arguments: int | str) -> "Model":
+        """The same model with some root arguments changed: sizes, 0/1 options, slot components."""
+        spec = replace(self.spec, arguments=MappingProxyType({**self.spec.arguments, **arguments}))
+        return Model(spec, library=self.library, conventions={s.name: v for s, v in self.conventions.items()})
 
     def with_conventions(self, **conventions: object) -> "Model":
         merged = {s.name: v for s, v in self.conventions.items()} | conventions

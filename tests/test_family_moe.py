@@ -154,7 +154,7 @@ def test_deepseek_v3_multi_token_prediction_explains_685b():
     v3 = Model.load("deepseek-v3")
     main = v3.evaluate("params")
     assert main == 671_026_404_352  # = transformers' meta-device numel, tested for every preset
-    with_mtp = Model(v3.spec.__class__(**{**v3.spec.__dict__, "arguments": {**v3.spec.arguments, "include_mtp": 1}}))
+    with_mtp = v3.with_arguments(include_mtp=1)
     mtp = with_mtp.evaluate_breakdown("params")["mtp"]
     vocab, d = v3.values["vocab"], v3.values["d_model"]
     stored = main + mtp + 2 * vocab * d
