@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import pytest
 import sympy
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -116,26 +118,30 @@ def test_expert_flops_do_not_depend_on_the_routing(case):
     assert totals == {Model.from_config(config).evaluate("forward_flops", batch=2, seq=7)}
 
 
-def test_one_expert_top_1_without_router_is_the_dense_ffn():
-    """MoE with one expert used by every token equals the dense gated MLP plus its router."""
-    library = symform.Model.load("qwen3-0.6b").library
-    moe = Model.from_component("moe", library=library, d_model=64, d_ff_expert=96, n_experts=1, top_k=1)
-    dense = Model.from_component("gated_mlp", library=library, d_model=64, d_ff=96)
-    router = Model.from_component("linear", library=library, d_in=64, d_out=1)
+@settings(max_examples=40, deadline=None)
+@given(d=st.integers(1, 512), d_ff=st.integers(1, 1024), batch=st.integers(1, 8), seq=st.integers(1, 512))
+def test_one_expert_top_1_is_the_dense_ffn_plus_its_router(d, d_ff, batch, seq):
+    moe = Model.from_component("moe", d_model=d, d_ff_expert=d_ff, n_experts=1, top_k=1)
+    dense = Model.from_component("gated_mlp", d_model=d, d_ff=d_ff)
+    router = Model.from_component("linear", d_in=d, d_out=1)
     for quantity in ("params", "active_params"):
         assert moe.evaluate(quantity) == dense.evaluate(quantity) + router.evaluate(quantity)
-    assert moe.evaluate("forward_flops", batch=2, seq=9) == dense.evaluate("forward_flops", batch=2, seq=9) + router.evaluate("forward_flops", batch=2, seq=9)
+    for quantity in ("forward_flops", "backward_flops"):
+        assert moe.evaluate(quantity, batch=batch, seq=seq) == dense.evaluate(quantity, batch=batch, seq=seq) + router.evaluate(quantity, batch=batch, seq=seq)
 
 
-def test_mla_at_full_rank_has_the_parameters_of_its_uncompressed_projections():
-    """With ranks at full size the latent bottleneck disappears from the count: Q, K, V and O projections
-    of an uncompressed attention plus the down-projections into the (now full-width) latents and their norms."""
-    model = Model.from_component("mla_attention", d_model=64, n_heads=4, q_lora_rank=1, kv_lora_rank=1, d_nope=8, d_rope=4, d_v=6)
-    full = model.expression("params", assume="full_rank").subs(d_model=64, n_heads=4, d_nope=8, d_rope=4, d_v=6)
-    h, d, q_width, kv_width = 4, 64, 4 * (8 + 4), 4 * (8 + 6)
-    # down-projections and norms into full-width latents, up-projections from them, rope key, output
-    expected = d * q_width + q_width + q_width * q_width + d * (kv_width + 4) + kv_width + kv_width * kv_width + h * 6 * d
-    assert full.evaluate() == expected
+@settings(max_examples=40, deadline=None)
+@given(h=st.integers(1, 16), d=st.integers(1, 256), nope=st.integers(1, 64), rope=st.integers(1, 32), v=st.integers(1, 64))
+def test_mla_at_full_rank_counts_its_uncompressed_projections_plus_the_square_factors(h, d, nope, rope, v):
+    """DeepSeek-V2 §2.1: with q_lora_rank = h·(d_nope + d_rope) and kv_lora_rank = h·(d_nope + d_v), the
+    down-projections are the uncompressed W_Q, W_KV (plus the shared rotary key) and the up-projections
+    are square: uncompressed + r_q² + r_kv² + the two latent norms."""
+    r_q, r_kv = h * (nope + rope), h * (nope + v)
+    mla = Model.from_component("mla_attention", d_model=d, n_heads=h, q_lora_rank=r_q, kv_lora_rank=r_kv, d_nope=nope, d_rope=rope, d_v=v)
+    uncompressed = d * h * (nope + rope) + d * (h * (nope + v) + rope) + h * v * d
+    assert mla.evaluate("params") == uncompressed + r_q**2 + r_kv**2 + r_q + r_kv
+    assumed = mla.expression("params", assume="full_rank").subs(**{k: x for k, x in mla.values.items() if k not in ("q_lora_rank", "kv_lora_rank")})
+    assert assumed.evaluate() == mla.evaluate("params")
 
 
 def test_active_parameters_reconcile_with_the_publishers():
