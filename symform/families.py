@@ -167,14 +167,16 @@ def read_fields(specs: Mapping[str, FieldSpec], config: Mapping[str, Any], origi
 
 def count_layers(name: str, spec: CountSpec, fields: Mapping[str, Any], origin: str) -> sympy.Integer:
     total = int(fields[spec.over])
-    if spec.list is not None and fields.get(spec.list) is not None:
+    if spec.list is not None and fields.get(spec.list):  # an absent, null or empty list falls back to `when`
         kinds = fields[spec.list]
         if len(kinds) != total:
             raise ConfigError(f"{origin}: field {spec.list!r} lists {len(kinds)} layers but {spec.over} is {total}; make them agree")
         return sympy.Integer(sum(1 for kind in kinds if kind == spec.equals))
     if spec.when is None:
         raise DeclarationError(f"count {name!r} needs a 'when' condition for configs without {spec.list!r}")
-    names = {k: v for k, v in fields.items() if not _is_text_list(v)}
+    names = {k: v for k, v in fields.items() if v is not None and not _is_text_list(v)}
+    if {k for k, v in fields.items() if v is None} & set(re.findall(r"[A-Za-z_]\w*", spec.when)):
+        return sympy.Integer(0)  # a condition on a null field holds for no layer
     return sympy.Integer(sum(1 for i in range(total) if parse(spec.when, {**names, "i": sympy.Integer(i)}, relation=True).doit() == sympy.true))
 
 

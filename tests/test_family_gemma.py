@@ -69,13 +69,6 @@ CONFIGS = [
     ("gemma3-bidirectional-w6", {"model_type": "gemma3_text", "head_dim": 16, "num_hidden_layers": 3, "sliding_window": 6, "use_bidirectional_attention": True}),
 ]
 
-# Layouts given by layer_types that differ from the rule transformers applies
-# when the field is absent. symform cannot read layer_types yet (see the
-# family files): it counts local layers by that rule, so these disagree with
-# transformers on the number of local layers, which matters only with
-# windowed = 1. Eager FLOPs and parameters are right for them all the same.
-OWN_LAYOUT = {"gemma2-layer-types-own-layout", "gemma3-layer-types-own-layout"}
-
 # batch, seq: seq above every window (7, 20), below some (5), and 1
 SHAPES = [(2, 7), (3, 5), (1, 1), (1, 20)]
 
@@ -124,7 +117,7 @@ def global_counts(counter: FlopCounterMode) -> dict[str, int]:
 
 CASES = [pytest.param(changes, id=name) for name, changes in CONFIGS]
 LOCAL_GLOBAL_CASES = [
-    pytest.param(changes, id=name, marks=[pytest.mark.xfail(strict=True, reason="layer_types is not read yet: see formulas/families/gemma2.toml and gemma3_text.toml")] if name in OWN_LAYOUT else [])
+    pytest.param(changes, id=name)
     for name, changes in CONFIGS
     if changes["model_type"] != "gemma"
 ]
