@@ -48,6 +48,7 @@ class PartDecl(BaseModel):
     use: str
     with_: dict[str, Scalar] = Field(default_factory=dict, alias="with")
     pass_: bool = Field(False, alias="pass")  # the callee's unbound arguments take the caller's same-named ones
+    replaces: list[str] = Field(default_factory=list)  # inherited parts this one stands in for, at the first one's place
     repeat: Scalar | dict[str, Scalar] = "1"
     doc: str = ""
 
@@ -182,23 +183,29 @@ def parse_component(name: str, decl: ComponentDecl, vocabulary: Vocabulary, base
 
 
 def _build_args(decl: ComponentDecl, context: Mapping[str, sympy.Basic], vocabulary: Vocabulary, base: Component | None) -> list[Arg]:
+    """Arguments in order; a default may use the context symbols and the other numeric arguments."""
     args: list[Arg] = list(base.args) if base else []
     inherited = {a.name for a in args}
-    seen: set[str] = set()
+    declared: list[tuple[str, str | None]] = []
     for text in decl.args:
         arg_name, default = _split_arg(text)
         if not arg_name.isidentifier():
             raise DeclarationError(f"argument {text!r} is not 'name' or 'name = default'")
         if arg_name in context:
             raise DeclarationError(f"argument {arg_name!r} shadows the vocabulary's {arg_name!r}; rename it")
-        if arg_name in seen:
+        if arg_name in (n for n, _ in declared):
             raise DeclarationError(f"argument {arg_name!r} is declared twice")
-        seen.add(arg_name)
+        declared.append((arg_name, default))
+    numeric = {a.name: a.symbol for a in args if not a.is_slot}
+    for arg_name, default in declared:
+        if default is None or not default.startswith(SLOT):
+            numeric[arg_name] = vocabulary[arg_name] if arg_name in vocabulary else make_symbol(arg_name, "nonnegative_integer")
+    for arg_name, default in declared:
         if default is not None and default.startswith(SLOT):
             arg = Arg(arg_name, None, default[1:])
         else:
-            symbol = vocabulary[arg_name] if arg_name in vocabulary else make_symbol(arg_name, "nonnegative_integer")
-            arg = Arg(arg_name, symbol, None if default is None else parse(default, context))
+            others = {k: v for k, v in numeric.items() if k != arg_name}
+            arg = Arg(arg_name, numeric[arg_name], None if default is None else parse(default, {**context, **others}))
         if arg_name in inherited:  # a variant may change an inherited argument's default
             args = [arg if a.name == arg_name else a for a in args]
         else:
@@ -240,8 +247,7 @@ def _build_component(name: str, decl: ComponentDecl, vocabulary: Vocabulary, bas
             raise DeclarationError(f"part {part.name!r} uses {part.use!r}, but there is no slot argument {part.use[1:]!r}")
         bindings = {k: _binding(v, names, slots) for k, v in part.with_.items()}
         declared[part.name] = Part(part.name, part.use, MappingProxyType(bindings), _repeat(part.repeat, names), part.doc, part.pass_)
-    # a variant's part replaces the inherited part of the same name, in place
-    parts = [declared.pop(p.name, p) for p in inherited] + list(declared.values())
+    parts = _merge_parts(inherited, declared, {p.name: p.replaces for p in decl.parts})
 
     quantities = {q: getattr(decl, q) for q in QUANTITIES}
     if parts:
@@ -267,6 +273,26 @@ def _build_component(name: str, decl: ComponentDecl, vocabulary: Vocabulary, bas
         parts=tuple(parts),
         quantities=MappingProxyType(exprs),
     )
+
+
+def _merge_parts(inherited: list[Part], declared: dict[str, Part], replaces: Mapping[str, list[str]]) -> list[Part]:
+    """A variant's part takes the place of the inherited part of the same name, or of the first of
+    those it `replaces` (which go); any other new part comes last."""
+    parts = list(inherited)
+    for name, part in declared.items():
+        names = [p.name for p in parts]
+        if name in names:
+            parts[names.index(name)] = part
+        elif replaces[name]:
+            missing = [r for r in replaces[name] if r not in names]
+            if missing:
+                raise DeclarationError(f"part {name!r} replaces {missing[0]!r}, which is not an inherited part")
+            first = min(names.index(r) for r in replaces[name])
+            parts[first] = part
+            parts = [p for p in parts if p.name not in replaces[name]]
+        else:
+            parts.append(part)
+    return parts
 
 
 def _binding(value: Scalar, names: Mapping[str, sympy.Basic], slots: set[str]) -> sympy.Expr | str:

@@ -98,7 +98,24 @@ def bind_arguments(library: Library, component: Component, given: dict[str, Bind
         elif isinstance(value, str):
             raise DeclarationError(f"{where}: argument {arg.name!r} of {component.name} takes an expression, not the component {value!r}")
         args[arg.name] = value
-    return args
+    return _resolve_defaults(component, args, given, where)
+
+
+def _resolve_defaults(component: Component, args: dict[str, Binding], given: Mapping[str, Binding], where: str) -> dict[str, Binding]:
+    """Defaults may use other arguments (span = min(seq, window)): each is substituted once, in dependency order."""
+    names = {a.symbol: a.name for a in component.args if not a.is_slot}
+    resolved: dict[str, Binding] = {n: v for n, v in args.items() if n in given or component.arg(n).is_slot}
+
+    def resolve(name: str, stack: tuple[str, ...]) -> Binding:
+        if name not in resolved:
+            if name in stack:
+                raise DeclarationError(f"{where}: the defaults of {component.name}'s arguments refer to each other in a cycle; give one of them a value")
+            default = args[name]
+            uses = {s: resolve(names[s], stack + (name,)) for s in default.free_symbols if s in names}
+            resolved[name] = default.xreplace(uses)
+        return resolved[name]
+
+    return {name: resolve(name, ()) for name in args}
 
 
 def _instantiate(

@@ -285,8 +285,8 @@ def test_gemma_element_wise_work_is_declared():
     parts = gemma2.evaluate_breakdown("forward_flops", depth=None, batch=b, seq=s)
     assert parts["embed/scale"] == b * s * v["d_model"]
     assert parts["logit_softcap"] == 3 * b * s * v["vocab"]
-    assert parts["layers/local/attn/softcap"] == v["n_local_layers"] * 3 * b * v["n_heads"] * s * s
-    assert parts["layers/global/attn/softcap"] == (v["n_layers"] - v["n_local_layers"]) * 3 * b * v["n_heads"] * s * s
+    assert parts["layers/local/attn/core/softcap"] == v["n_local_layers"] * 3 * b * v["n_heads"] * s * s
+    assert parts["layers/global/attn/core/softcap"] == (v["n_layers"] - v["n_local_layers"]) * 3 * b * v["n_heads"] * s * s
     assert parts["layers/global/attn_post_norm"] == parts["layers/global/mlp_post_norm"] == (v["n_layers"] - v["n_local_layers"]) * 4 * b * s * v["d_model"]
     gemma3 = Model.load("gemma-3-1b").with_conventions(count_elementwise=1)
     parts = gemma3.evaluate_breakdown("forward_flops", depth=None, batch=b, seq=s)

@@ -106,7 +106,7 @@ MODULES = {
         "lm_head": r"lm_head",
     },
 }
-ATTENTION_PRODUCTS = ("layers/attn/scores", "layers/attn/context")
+ATTENTION_PRODUCTS = ("layers/attn/core/scores", "layers/attn/core/context")
 
 
 def config_for(base: dict, changes: dict) -> dict:
