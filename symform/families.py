@@ -32,7 +32,7 @@ class FieldSpec(BaseModel):
     default: str | bool | list | None = None  # used when the field is absent; None: required
     if_null: str | bool | list | None = None  # used when the field is null; None: null is refused
     minimum: int = 1  # smallest integer allowed (0 for counts such as first_k_dense_replace)
-    nullable: bool = False  # null is meaningful (DeepSeek's q_lora_rank): kept as None for `choose`
+    nullable: bool = False  # null is meaningful (DeepSeek's q_lora_rank, a sliding window): kept as None
 
 
 class CountSpec(BaseModel):
@@ -152,8 +152,8 @@ def read_fields(specs: Mapping[str, FieldSpec], config: Mapping[str, Any], origi
     for field, spec in specs.items():
         if field in config and config[field] is not None:
             raw = config[field]
-        elif spec.nullable and field in config:
-            values[field] = None
+        elif spec.nullable and (field in config or spec.default is None):
+            values[field] = None  # null, or absent with no default: the config class's None
             continue
         else:
             fallback = spec.if_null if field in config else spec.default

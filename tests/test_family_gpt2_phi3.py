@@ -167,9 +167,14 @@ def part_for(family: str, module: str) -> str:
 
 
 def by_part(model: Model, quantity: str, **workload) -> dict[str, int]:
-    """symform's nonzero leaf values by path; a tied head's single part is named lm_head."""
-    parts = model.evaluate_breakdown(quantity, depth=None, **workload)
-    return {("lm_head" if k == "lm_head/shared" else k): v for k, v in parts.items() if v}
+    """symform's nonzero leaf values by path; a tied head's single part is named lm_head, and
+    the local and global layers of a model with a sliding window are one stack, as in transformers."""
+    merged: dict[str, int] = {}
+    for path, value in model.evaluate_breakdown(quantity, depth=None, **workload).items():
+        path = "lm_head" if path == "lm_head/shared" else re.sub(r"^layers/(local|global)/", "layers/", path)
+        if value:
+            merged[path] = merged.get(path, 0) + value
+    return merged
 
 
 CASES = [pytest.param(base, changes, id=name) for name, base, changes in CONFIGS]
@@ -181,7 +186,7 @@ def test_params_match_numel(base, changes):
     model = build(config)
     expected = sum(p.numel() for p in model.parameters())
     assert meta_params(config) == expected
-    assert Model.from_config(config, name="tiny").evaluate("params") == expected
+    assert Model.from_config(config, name="tiny").with_conventions(windowed=0).evaluate("params") == expected
 
 
 @pytest.mark.parametrize("base,changes", CASES)
@@ -195,14 +200,14 @@ def test_params_by_part_match_modules(base, changes):
     for name, p in model.named_parameters():  # a tied lm_head.weight is yielded once, as the embedding
         path = part_for(family, name.rsplit(".", 1)[0])
         expected[path] = expected.get(path, 0) + p.numel()
-    assert by_part(Model.from_config(config, name="tiny"), "params") == expected
+    assert by_part(Model.from_config(config, name="tiny").with_conventions(windowed=0), "params") == expected
 
 
 @pytest.mark.parametrize("base,changes", CASES)
 def test_forward_flops_match_counter(base, changes):
     config = config_for(base, changes)
     model = build(config)
-    sym = Model.from_config(config, name="tiny")
+    sym = Model.from_config(config, name="tiny").with_conventions(windowed=0)
     for batch, seq in SHAPES:
         counter = count_forward(model, input_ids(config, batch, seq))
         assert sym.evaluate("forward_flops", batch=batch, seq=seq) == counter.get_total_flops(), (batch, seq, global_counts(counter))
@@ -228,7 +233,7 @@ def test_forward_flops_by_part_match_counter_modules(base, changes):
     counts = global_counts(counter)
     bmm = counts.get("aten.bmm", 0) + counts.get("aten.baddbmm", 0)  # QKᵀ is a baddbmm with reorder_and_upcast_attn
     assert bmm > 0 and sum(expected.values()) + bmm == counter.get_total_flops()
-    got = by_part(Model.from_config(config, name="tiny"), "forward_flops", batch=batch, seq=seq)
+    got = by_part(Model.from_config(config, name="tiny").with_conventions(windowed=0), "forward_flops", batch=batch, seq=seq)
     assert sum(got.pop(p) for p in ATTENTION_PRODUCTS) == bmm
     assert got == expected
 
@@ -240,7 +245,7 @@ def test_forward_backward_flops_match_counter(base, changes):
     and symform's forward + backward equals it."""
     config = config_for(base, changes)
     model = build(config)
-    sym = Model.from_config(config, name="tiny")
+    sym = Model.from_config(config, name="tiny").with_conventions(windowed=0)
     for batch, seq in SHAPES[:2] + SHAPES[3:]:
         ids = input_ids(config, batch, seq)
         forward = count_forward(model, ids).get_total_flops()
@@ -261,7 +266,7 @@ def test_gpt2_defaults_premises():
     assert model.transformer.h[0].mlp.c_fc.nf == 4 * 32
     assert model.transformer.wpe.num_embeddings == 1024
     assert model.lm_head.weight is model.transformer.wte.weight
-    sym = Model.from_config(config, name="tiny")
+    sym = Model.from_config(config, name="tiny").with_conventions(windowed=0)
     assert sym.values["d_ff"] == 128 and sym.values["max_positions"] == 1024
 
 
@@ -292,7 +297,7 @@ def test_gpt2_heads_must_divide_hidden_size():
     with pytest.raises(ValueError, match="divisible"):
         build(config)
     with pytest.raises(ConfigError, match="d_model % n_heads == 0"):
-        Model.from_config(config, name="tiny")
+        Model.from_config(config, name="tiny").with_conventions(windowed=0)
 
 
 def test_phi3_null_head_dim_is_refused():
@@ -300,7 +305,7 @@ def test_phi3_null_head_dim_is_refused():
     with pytest.raises(TypeError):
         build(config)
     with pytest.raises(ConfigError, match="head_dim"):
-        Model.from_config(config, name="tiny")
+        Model.from_config(config, name="tiny").with_conventions(windowed=0)
 
 
 def test_gpt2_cross_attention_adds_parameters_only():
