@@ -153,8 +153,8 @@ class Library:
         clash = sorted(set(other) & set(self.components))
         if clash:
             raise DeclarationError(f"component {clash[0]!r} is already declared by symform; give yours another name")
-        library = Library(MappingProxyType({**self.components, **other}), self.vocabulary)
-        check_library(library)
+        library = Library(_Merged(self.components, other), self.vocabulary)
+        check_library(library, only=other)
         return library
 
 
@@ -311,10 +311,10 @@ def _repeat(value: Scalar | Mapping[str, Scalar], names: Mapping[str, sympy.Basi
     return MappingProxyType({q: parse(value[q], names) if q in value else default for q in QUANTITIES})
 
 
-def check_library(library: Library) -> None:
-    """Check every part against the component it uses, and refuse cycles."""
+def check_library(library: Library, only: Mapping[str, Component] | None = None) -> None:
+    """Check every part (of ``only``'s components, if given) against the component it uses, and refuse cycles."""
     uses = nx.DiGraph()
-    for comp in library.components.values():
+    for comp in (only if only is not None else library.components).values():
         uses.add_node(comp.name)
         for arg in comp.args:
             if arg.is_slot and arg.default is not None:
@@ -381,6 +381,65 @@ def parse_components(
     return components
 
 
+class _Merged(Mapping[str, Component]):
+    """symform's components and a user's, without parsing symform's."""
+
+    def __init__(self, base: Mapping[str, Component], added: Mapping[str, Component]):
+        self._base, self._added = base, dict(added)
+
+    def __getitem__(self, name: str) -> Component:
+        return self._added[name] if name in self._added else self._base[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._added or name in self._base
+
+    def __iter__(self):
+        yield from self._base
+        yield from (n for n in self._added if n not in self._base)
+
+    def __len__(self) -> int:
+        return len(set(self._base) | set(self._added))
+
+
+class LazyComponents(Mapping[str, Component]):
+    """Validated declarations, each parsed into a Component the first time it is asked for.
+
+    A command uses a few of the bundled components; parsing every expression of
+    every declaration up front would dominate its start-up time.
+    """
+
+    def __init__(self, declarations: Mapping[str, ComponentDecl], vocabulary: Vocabulary, origin: str):
+        self._declarations = dict(declarations)
+        self._vocabulary = vocabulary
+        self._origin = origin
+        self._parsed: dict[str, Component] = {}
+        self._parsing: set[str] = set()
+
+    def __getitem__(self, name: str) -> Component:
+        if name not in self._parsed:
+            decl = self._declarations[name]
+            if name in self._parsing:
+                raise DeclarationError(f"{self._origin}: component {name!r} extends itself through {decl.extends!r}: the components extend each other in a cycle")
+            self._parsing.add(name)
+            try:
+                if decl.extends is not None and decl.extends not in self._declarations:
+                    raise DeclarationError(f"{self._origin}: component {name!r} extends {decl.extends!r}, but there is no component {decl.extends!r}")
+                base = self[decl.extends] if decl.extends else None
+                self._parsed[name] = parse_component(name, decl, self._vocabulary, base)
+            finally:
+                self._parsing.discard(name)
+        return self._parsed[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._declarations
+
+    def __iter__(self):
+        return iter(self._declarations)
+
+    def __len__(self) -> int:
+        return len(self._declarations)
+
+
 def component_files() -> list[Path]:
     return sorted((formulas_dir() / "components").glob("*.toml"))
 
@@ -394,7 +453,6 @@ def default_library() -> Library:
             if name in table:
                 raise DeclarationError(f"{path.name}: component {name!r} is declared twice")
             table[name] = raw
-    components = parse_components(table, vocabulary, "formulas/components")
-    library = Library(MappingProxyType(components), vocabulary)
-    check_library(library)
-    return library
+    declarations = {name: validate_declaration(name, raw) for name, raw in table.items()}
+    # checked as a whole by the test suite (check_library); each command parses what it uses
+    return Library(LazyComponents(declarations, vocabulary, "formulas/components"), vocabulary)

@@ -8,7 +8,7 @@ import pytest
 
 import symform
 from symform.data import bundled_files, data_root
-from symform.declarations import default_library
+from symform.declarations import check_library, default_library
 from symform.families import families, presets
 
 REPO = Path(__file__).resolve().parent.parent
@@ -23,6 +23,11 @@ def test_every_bundled_file_parses():
             assert isinstance(tomllib.loads(path.read_text()), dict)
         else:
             assert isinstance(json.loads(path.read_text()), dict)
+
+
+def test_the_bundled_declarations_fit_together():
+    """Every part against the component it uses, every slot's default, no cycles (commands check only what they use)."""
+    check_library(default_library())
 
 
 def test_every_bundled_declaration_is_used_somewhere():
