@@ -25,7 +25,7 @@ from .errors import DeclarationError, SymformError, describe_validation
 from .safe_expr import parse
 from .vocabulary import Vocabulary, default_vocabulary, make_symbol
 
-QUANTITIES = ("params", "active_params", "forward_flops", "backward_flops", "bytes_moved", "saved_activations")
+QUANTITIES = ("params", "active_params", "forward_flops", "backward_flops", "bytes_moved", "saved_activations", "kv_cache")
 QUANTITY_DOCS = {
     "params": "trainable parameters",
     "active_params": "parameters one token's forward pass uses (all of them in a dense model)",
@@ -33,9 +33,10 @@ QUANTITY_DOCS = {
     "backward_flops": "backward-pass FLOPs (gradients of inputs and weights)",
     "bytes_moved": "HBM bytes read and written in the forward pass, op by op, unfused",
     "saved_activations": "activation bytes each op saves for the backward pass",
+    "kv_cache": "bytes of keys and values (or latents) an inference cache holds after the forward pass",
 }
 # What a primitive's quantity is when it does not declare it, in terms of the others.
-QUANTITY_DEFAULTS = {"active_params": "params", "backward_flops": "bwd_mult*forward_flops"}
+QUANTITY_DEFAULTS = {"active_params": "params", "backward_flops": "bwd_mult*forward_flops", "kv_cache": "0"}
 SLOT = "@"
 
 Scalar = str | int
@@ -77,6 +78,7 @@ class ComponentDecl(BaseModel):
     backward_flops: Scalar | None = None
     bytes_moved: Scalar | None = None
     saved_activations: Scalar | None = None
+    kv_cache: Scalar | None = None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,55 @@
+"""The KV cache: symform's bytes against the tensors a transformers model really caches,
+and multi-head latent attention's cache against the DeepSeek-V2 paper."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from oracle import build, input_ids  # noqa: E402
+
+import symform  # noqa: E402
+from symform.model import Model  # noqa: E402
+
+pytestmark = pytest.mark.oracle
+
+BASE = dict(vocab_size=101, hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4, max_position_embeddings=64)
+
+CONFIGS = {
+    "llama, GQA": dict(BASE, model_type="llama", num_key_value_heads=2),
+    "llama, MQA, head_dim 24": dict(BASE, model_type="llama", num_key_value_heads=1, head_dim=24),
+    "qwen3, MHA": dict(BASE, model_type="qwen3", num_key_value_heads=4, head_dim=16),
+    "mistral, sliding window 5": dict(BASE, model_type="mistral", num_key_value_heads=2, sliding_window=5),
+    "mistral, no window": dict(BASE, model_type="mistral", num_key_value_heads=2, sliding_window=None),
+    "gemma2, local and global layers": dict(BASE, model_type="gemma2", num_key_value_heads=2, head_dim=16, sliding_window=4),
+    "gemma3_text, five local to one global": dict(
+        BASE, model_type="gemma3_text", num_hidden_layers=7, num_key_value_heads=2, head_dim=16, sliding_window=3
+    ),
+}
+
+
+def cached_bytes(model, batch: int, seq: int) -> int:
+    with torch.no_grad():
+        cache = model(input_ids=input_ids(model.config.to_dict() | {"vocab_size": 101}, batch, seq), use_cache=True).past_key_values
+    return sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
+
+
+@pytest.mark.parametrize("case", list(CONFIGS))
+@pytest.mark.parametrize("batch, seq", [(2, 7), (1, 3), (3, 12)])
+def test_cache_bytes_equal_the_tensors_transformers_keeps(case, batch, seq):
+    config = CONFIGS[case]
+    expected = cached_bytes(build(config), batch, seq)
+    model = Model.from_config(config).with_conventions(kv_bytes=4)  # the tiny models run in float32
+    assert model.evaluate("kv_cache", batch=batch, seq=seq) == expected
+
+
+def test_latent_attention_caches_the_latent_and_the_rotary_key():
+    """DeepSeek-V2 (arXiv:2405.04434) Table 1: MLA caches (d_c + d_h^R)·l elements per token,
+    with d_c = 4·d_h = 512 and d_h^R = d_h/2 = 64 here, against 2·n_h·d_h·l for MHA."""
+    model = symform.load("deepseek-v2").with_conventions(kv_bytes=1)
+    layers = model.values["n_layers"]
+    assert model.evaluate("kv_cache", batch=1, seq=1) == (512 + 64) * layers
+    # the paper's "(9/2)·d_h·l", equal to GQA with 2.25 groups; never 2·n_heads·d_head per token
+    assert model.evaluate("kv_cache", batch=1, seq=1) == 9 * 128 * layers // 2
