@@ -13,8 +13,6 @@ when it does not.
 
 from __future__ import annotations
 
-import copy
-import json
 from fractions import Fraction
 
 import numpy as np
@@ -25,10 +23,19 @@ from hypothesis import strategies as st
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
+from oracle import (  # noqa: E402
+    ABSENT,
+    build,
+    changed,
+    count_forward,
+    count_forward_backward,
+    global_counts,
+    input_ids,
+    meta_model,
+    meta_params,
+    preset_dict,
+)
 
-from symform.data import formulas_dir  # noqa: E402
-from symform.families import presets  # noqa: E402
 from symform.model import Model  # noqa: E402
 
 pytestmark = pytest.mark.oracle
@@ -78,41 +85,9 @@ def config_for(changes: dict) -> dict:
     return {k: v for k, v in config.items() if v is not None}  # None: the field is absent
 
 
-def build(config: dict):
-    torch.manual_seed(0)
-    cfg = transformers.AutoConfig.for_model(**copy.deepcopy(config))
-    model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager", dtype=torch.float32)
-    assert model.config._attn_implementation == "eager"
-    assert all(p.dtype == torch.float32 for p in model.parameters())
-    return model.eval()
-
-
 def eager(config: dict) -> Model:
     """symform's count of what eager attention computes: full seq x seq score maps in local layers too."""
     return Model.from_config(config, name="tiny").with_conventions(windowed=0)
-
-
-def input_ids(config: dict, batch: int, seq: int):
-    generator = torch.Generator().manual_seed(batch * 1000 + seq)
-    return torch.randint(0, config["vocab_size"], (batch, seq), generator=generator)
-
-
-def count_forward(model, ids) -> FlopCounterMode:
-    with torch.no_grad(), FlopCounterMode(display=False) as counter:
-        model(input_ids=ids)
-    return counter
-
-
-def count_forward_backward(model, ids) -> FlopCounterMode:
-    model.zero_grad(set_to_none=True)
-    with FlopCounterMode(display=False) as counter:
-        logits = model(input_ids=ids).logits
-        logits.sum().backward()
-    return counter
-
-
-def global_counts(counter: FlopCounterMode) -> dict[str, int]:
-    return {str(op): n for op, n in counter.get_flop_counts()["Global"].items()}
 
 
 CASES = [pytest.param(changes, id=name) for name, changes in CONFIGS]
@@ -212,40 +187,27 @@ def test_examples_from_the_spec():
 # -- parameters against transformers on the meta device -------------------------
 
 
-def meta_params(config: dict) -> tuple[int, object]:
-    cfg = transformers.AutoConfig.for_model(**copy.deepcopy(config))
-    with torch.device("meta"):
-        model = transformers.AutoModelForCausalLM.from_config(cfg)
-    return sum(p.numel() for p in model.parameters()), model
-
-
 @pytest.mark.parametrize("changes", CASES)
 def test_tiny_params_match_transformers(changes):
     config = config_for(changes)
-    expected, _ = meta_params(config)
+    expected = meta_params(config)
     assert Model.from_config(config).evaluate("params") == expected
     # parameters never depend on the window or on which layers are local
     for windowed in (0, 1):
         assert Model.from_config(config).with_conventions(windowed=windowed).evaluate("params") == expected
 
 
-def preset_dict(name: str) -> dict:
-    return json.loads((formulas_dir() / "presets" / presets()[name].file).read_text(encoding="utf-8"))
-
-
-_ABSENT = object()
-
 # (id, preset, changes, (config attribute, value transformers resolves it to))
 MODIFIED = [
-    ("gemma-head-dim-absent", "gemma-2b", {"head_dim": _ABSENT}, ("head_dim", 256)),
-    ("gemma-kv-absent", "gemma-2b", {"num_key_value_heads": _ABSENT, "num_attention_heads": 16}, ("num_key_value_heads", 16)),  # GemmaConfig default 16, not heads (preset: 1)
-    ("gemma-tie-absent", "gemma-7b", {"tie_word_embeddings": _ABSENT}, ("tie_word_embeddings", True)),
+    ("gemma-head-dim-absent", "gemma-2b", {"head_dim": ABSENT}, ("head_dim", 256)),
+    ("gemma-kv-absent", "gemma-2b", {"num_key_value_heads": ABSENT, "num_attention_heads": 16}, ("num_key_value_heads", 16)),  # GemmaConfig default 16, not heads (preset: 1)
+    ("gemma-tie-absent", "gemma-7b", {"tie_word_embeddings": ABSENT}, ("tie_word_embeddings", True)),
     ("gemma-untied-bias", "gemma-7b", {"tie_word_embeddings": False, "attention_bias": True}, ("attention_bias", True)),
-    ("gemma2-kv-absent", "gemma-2-9b", {"num_key_value_heads": _ABSENT}, ("num_key_value_heads", 4)),  # Gemma2Config default 4, not heads 16 (preset: 8)
-    ("gemma2-head-dim-absent", "gemma-2-27b", {"head_dim": _ABSENT}, ("head_dim", 256)),  # preset: 128
+    ("gemma2-kv-absent", "gemma-2-9b", {"num_key_value_heads": ABSENT}, ("num_key_value_heads", 4)),  # Gemma2Config default 4, not heads 16 (preset: 8)
+    ("gemma2-head-dim-absent", "gemma-2-27b", {"head_dim": ABSENT}, ("head_dim", 256)),  # preset: 128
     ("gemma2-untied", "gemma-2-2b", {"tie_word_embeddings": False}, ("tie_word_embeddings", False)),
-    ("gemma2-bias-window-absent", "gemma-2-2b", {"attention_bias": True, "sliding_window": _ABSENT}, ("sliding_window", 4096)),
-    ("gemma3-kv-absent", "gemma-3-1b", {"num_key_value_heads": _ABSENT}, ("num_key_value_heads", 4)),  # preset: 1
+    ("gemma2-bias-window-absent", "gemma-2-2b", {"attention_bias": True, "sliding_window": ABSENT}, ("sliding_window", 4096)),
+    ("gemma3-kv-absent", "gemma-3-1b", {"num_key_value_heads": ABSENT}, ("num_key_value_heads", 4)),  # preset: 1
     ("gemma3-untied-bias", "gemma-3-1b", {"tie_word_embeddings": False, "attention_bias": True}, ("attention_bias", True)),
     ("gemma3-layer-types", "gemma-3-1b", {"layer_types": [FULL, SLIDING]}, ("layer_types", [FULL, SLIDING])),
 ]
@@ -253,14 +215,9 @@ MODIFIED = [
 
 @pytest.mark.parametrize("preset,changes,premise", [pytest.param(*case[1:], id=case[0]) for case in MODIFIED])
 def test_modified_preset_params_match_transformers(preset, changes, premise):
-    config = preset_dict(preset)
-    config["num_hidden_layers"] = 2
-    for field, value in changes.items():
-        if value is _ABSENT:
-            config.pop(field, None)
-        else:
-            config[field] = value
-    expected, model = meta_params(config)
+    config = changed({**preset_dict(preset), "num_hidden_layers": 2}, changes)
+    model = meta_model(config)
+    expected = sum(p.numel() for p in model.parameters())
     attribute, resolved = premise
     assert getattr(model.config, attribute) == resolved, "the test's premise about transformers' default no longer holds"
     assert Model.from_config(config, name=preset).evaluate("params") == expected

@@ -12,7 +12,6 @@ value comes from transformers or the counter, never from symform's formulas.
 
 from __future__ import annotations
 
-import copy
 import re
 
 import pytest
@@ -20,14 +19,21 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
+from oracle import (  # noqa: E402
+    ABSENT,
+    build,
+    changed,
+    count_forward,
+    count_forward_backward,
+    global_counts,
+    input_ids,
+    meta_params,
+)
 
 from symform.errors import ConfigError  # noqa: E402
 from symform.model import Model  # noqa: E402
 
 pytestmark = pytest.mark.oracle
-
-_ABSENT = object()  # marks a field to remove from the config
 
 GPT2_BASE = {"model_type": "gpt2", "vocab_size": 101, "n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 16}
 PHI3_BASE = {
@@ -62,10 +68,10 @@ CONFIGS = [
         GPT2_BASE,
         {"n_head": 8, "reorder_and_upcast_attn": True, "scale_attn_by_inverse_layer_idx": True, "activation_function": "relu"},
     ),
-    ("gpt2-positions-absent", GPT2_BASE, {"n_positions": _ABSENT, "n_layer": 1}),  # GPT2Config's 1024 rows
+    ("gpt2-positions-absent", GPT2_BASE, {"n_positions": ABSENT, "n_layer": 1}),  # GPT2Config's 1024 rows
     ("phi3-gqa-untied", PHI3_BASE, {}),
-    ("phi3-mha-tied-kv-absent", PHI3_BASE, {"num_key_value_heads": _ABSENT, "tie_word_embeddings": True}),
-    ("phi3-mha-kv-null", PHI3_BASE, {"num_key_value_heads": None, "partial_rotary_factor": _ABSENT}),
+    ("phi3-mha-tied-kv-absent", PHI3_BASE, {"num_key_value_heads": ABSENT, "tie_word_embeddings": True}),
+    ("phi3-mha-kv-null", PHI3_BASE, {"num_key_value_heads": None, "partial_rotary_factor": ABSENT}),
     ("phi3-mqa-tied", PHI3_BASE, {"num_key_value_heads": 1, "tie_word_embeddings": True, "partial_rotary_factor": 0.75}),
     ("phi3-gqa-head-dim24", PHI3_BASE, {"head_dim": 24}),
     ("phi3-sliding-window3", PHI3_BASE, {"sliding_window": 3}),
@@ -109,56 +115,6 @@ MODULES = {
 ATTENTION_PRODUCTS = ("layers/attn/core/scores", "layers/attn/core/context")
 
 
-def config_for(base: dict, changes: dict) -> dict:
-    config = copy.deepcopy(base)
-    for field, value in changes.items():
-        if value is _ABSENT:
-            config.pop(field, None)
-        else:
-            config[field] = value
-    return config
-
-
-def hf_config(config: dict):
-    return transformers.AutoConfig.for_model(**copy.deepcopy(config))
-
-
-def build(config: dict):
-    torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(hf_config(config), attn_implementation="eager", dtype=torch.float32)
-    assert model.config._attn_implementation == "eager"
-    assert all(p.dtype == torch.float32 for p in model.parameters())
-    return model.eval()
-
-
-def meta_params(config: dict) -> int:
-    with torch.device("meta"):
-        model = transformers.AutoModelForCausalLM.from_config(hf_config(config))
-    return sum(p.numel() for p in model.parameters())
-
-
-def input_ids(config: dict, batch: int, seq: int):
-    generator = torch.Generator().manual_seed(batch * 1000 + seq)
-    return torch.randint(0, config["vocab_size"], (batch, seq), generator=generator)
-
-
-def count_forward(model, ids) -> FlopCounterMode:
-    with torch.no_grad(), FlopCounterMode(display=False) as counter:
-        model(input_ids=ids)
-    return counter
-
-
-def count_forward_backward(model, ids) -> FlopCounterMode:
-    model.zero_grad(set_to_none=True)
-    with FlopCounterMode(display=False) as counter:
-        model(input_ids=ids).logits.sum().backward()
-    return counter
-
-
-def global_counts(counter: FlopCounterMode) -> dict[str, int]:
-    return {str(op): n for op, n in counter.get_flop_counts()["Global"].items()}
-
-
 def part_for(family: str, module: str) -> str:
     """The one symform path whose transformers module pattern matches ``module``."""
     found = {path for path, pattern in MODULES[family].items() if re.fullmatch(pattern, module)}
@@ -182,7 +138,7 @@ CASES = [pytest.param(base, changes, id=name) for name, base, changes in CONFIGS
 
 @pytest.mark.parametrize("base,changes", CASES)
 def test_params_match_numel(base, changes):
-    config = config_for(base, changes)
+    config = changed(base, changes)
     model = build(config)
     expected = sum(p.numel() for p in model.parameters())
     assert meta_params(config) == expected
@@ -193,7 +149,7 @@ def test_params_match_numel(base, changes):
 def test_params_by_part_match_modules(base, changes):
     """Every transformers parameter belongs to the symform part of its module's
     name, and each part owns exactly those parameters (a tied head owns none)."""
-    config = config_for(base, changes)
+    config = changed(base, changes)
     family = config["model_type"]
     model = build(config)
     expected: dict[str, int] = {}
@@ -205,7 +161,7 @@ def test_params_by_part_match_modules(base, changes):
 
 @pytest.mark.parametrize("base,changes", CASES)
 def test_forward_flops_match_counter(base, changes):
-    config = config_for(base, changes)
+    config = changed(base, changes)
     model = build(config)
     sym = Model.from_config(config, name="tiny").with_conventions(windowed=0)
     for batch, seq in SHAPES:
@@ -217,7 +173,7 @@ def test_forward_flops_match_counter(base, changes):
 def test_forward_flops_by_part_match_counter_modules(base, changes):
     """Each projection's FLOPs equal the counter's for the module of that name
     (summed over layers); the score and context products equal its bmm."""
-    config = config_for(base, changes)
+    config = changed(base, changes)
     family = config["model_type"]
     model = build(config)
     batch, seq = 2, 7
@@ -243,7 +199,7 @@ def test_forward_backward_flops_match_counter(base, changes):
     """Forward + backward under the counter is exactly 3x the forward (every
     counted op is a matrix product whose two operands both need gradients),
     and symform's forward + backward equals it."""
-    config = config_for(base, changes)
+    config = changed(base, changes)
     model = build(config)
     sym = Model.from_config(config, name="tiny").with_conventions(windowed=0)
     for batch, seq in SHAPES[:2] + SHAPES[3:]:
@@ -261,7 +217,7 @@ def test_forward_backward_flops_match_counter(base, changes):
 
 def test_gpt2_defaults_premises():
     """GPT2Config: n_inner null -> 4 * n_embd, tied head, 1024 positions, n_ctx inert."""
-    config = config_for(GPT2_BASE, {"n_inner": None, "n_positions": _ABSENT, "n_ctx": 8})
+    config = changed(GPT2_BASE, {"n_inner": None, "n_positions": ABSENT, "n_ctx": 8})
     model = build(config)
     assert model.transformer.h[0].mlp.c_fc.nf == 4 * 32
     assert model.transformer.wpe.num_embeddings == 1024
@@ -273,13 +229,13 @@ def test_gpt2_defaults_premises():
 def test_phi3_premises():
     """Phi-3 reads a head_dim field when present, ignores bias flags, and its
     sliding window only masks: eager attention computes the full products."""
-    wide = build(config_for(PHI3_BASE, {"head_dim": 24}))
+    wide = build(changed(PHI3_BASE, {"head_dim": 24}))
     assert wide.model.layers[0].self_attn.qkv_proj.out_features == (4 + 2 * 2) * 24
     assert wide.model.layers[0].self_attn.o_proj.in_features == 4 * 24
-    biased = build(config_for(PHI3_BASE, {"attention_bias": True, "mlp_bias": True}))
+    biased = build(changed(PHI3_BASE, {"attention_bias": True, "mlp_bias": True}))
     assert all(m.bias is None for m in biased.modules() if isinstance(m, torch.nn.Linear))
     ids = input_ids(PHI3_BASE, 2, 9)
-    windowed = count_forward(build(config_for(PHI3_BASE, {"sliding_window": 3})), ids).get_total_flops()
+    windowed = count_forward(build(changed(PHI3_BASE, {"sliding_window": 3})), ids).get_total_flops()
     assert windowed == count_forward(build(PHI3_BASE), ids).get_total_flops()
 
 
@@ -287,13 +243,13 @@ def test_partial_rotary_factor_changes_neither_params_nor_flops():
     ids = input_ids(PHI3_BASE, 2, 7)
     totals = set()
     for factor in (0.25, 0.5, 1.0):
-        model = build(config_for(PHI3_BASE, {"partial_rotary_factor": factor}))
+        model = build(changed(PHI3_BASE, {"partial_rotary_factor": factor}))
         totals.add((sum(p.numel() for p in model.parameters()), count_forward(model, ids).get_total_flops()))
     assert len(totals) == 1
 
 
 def test_gpt2_heads_must_divide_hidden_size():
-    config = config_for(GPT2_BASE, {"n_embd": 30})
+    config = changed(GPT2_BASE, {"n_embd": 30})
     with pytest.raises(ValueError, match="divisible"):
         build(config)
     with pytest.raises(ConfigError, match="d_model % n_heads == 0"):
@@ -301,7 +257,7 @@ def test_gpt2_heads_must_divide_hidden_size():
 
 
 def test_phi3_null_head_dim_is_refused():
-    config = config_for(PHI3_BASE, {"head_dim": None})
+    config = changed(PHI3_BASE, {"head_dim": None})
     with pytest.raises(TypeError):
         build(config)
     with pytest.raises(ConfigError, match="head_dim"):
@@ -309,8 +265,8 @@ def test_phi3_null_head_dim_is_refused():
 
 
 def test_gpt2_cross_attention_adds_parameters_only():
-    plain = config_for(GPT2_BASE, {})
-    cross = config_for(GPT2_BASE, {"add_cross_attention": True})
+    plain = changed(GPT2_BASE, {})
+    cross = changed(GPT2_BASE, {"add_cross_attention": True})
     d, layers = 32, 2
     # per block: c_attn d->2d, q_attn d->d, c_proj d->d (with biases) and a LayerNorm
     assert meta_params(cross) - meta_params(plain) == layers * (4 * d * d + 4 * d + 2 * d)

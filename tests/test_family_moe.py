@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
-from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
+from oracle import build, count_forward, count_forward_backward  # noqa: E402
 
 import symform  # noqa: E402
 from symform.model import Model  # noqa: E402
@@ -63,43 +63,29 @@ CONFIGS = {
 }
 
 
-def build(config: dict):
-    torch.manual_seed(0)
-    fields = {k: v for k, v in config.items() if k != "model_type"}
-    cfg = transformers.AutoConfig.for_model(config["model_type"], **fields)
-    model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager", experts_implementation="eager")
-    return model.float().eval()
-
-
 def counted(model, batch: int, seq: int, *, backward: bool = False) -> int:
     ids = torch.randint(0, BASE["vocab_size"], (batch, seq))
-    with FlopCounterMode(display=False) as counter:
-        if backward:
-            model(input_ids=ids).logits.sum().backward()
-        else:
-            with torch.no_grad():
-                model(input_ids=ids)
-    return counter.get_total_flops()
+    return (count_forward_backward if backward else count_forward)(model, ids).get_total_flops()
 
 
 @pytest.mark.parametrize("case", list(CONFIGS))
 def test_parameters_match_numel(case):
     config = CONFIGS[case]
-    assert Model.from_config(config).evaluate("params") == sum(p.numel() for p in build(config).parameters())
+    assert Model.from_config(config).evaluate("params") == sum(p.numel() for p in build(config, eager_experts=True).parameters())
 
 
 @pytest.mark.parametrize("case", list(CONFIGS))
 @pytest.mark.parametrize("batch, seq", [(2, 7), (1, 1), (3, 5)])
 def test_forward_flops_match_the_counter(case, batch, seq):
     config = CONFIGS[case]
-    assert Model.from_config(config).evaluate("forward_flops", batch=batch, seq=seq) == counted(build(config), batch, seq)
+    assert Model.from_config(config).evaluate("forward_flops", batch=batch, seq=seq) == counted(build(config, eager_experts=True), batch, seq)
 
 
 @pytest.mark.parametrize("case", list(CONFIGS))
 def test_training_step_is_three_forwards(case):
     config = CONFIGS[case]
     model = Model.from_config(config)
-    total = counted(build(config), 2, 7, backward=True)
+    total = counted(build(config, eager_experts=True), 2, 7, backward=True)
     assert total == model.evaluate("train_step_flops", batch=2, seq=7) == 3 * model.evaluate("forward_flops", batch=2, seq=7)
 
 
@@ -107,7 +93,7 @@ def test_training_step_is_three_forwards(case):
 def test_expert_flops_do_not_depend_on_the_routing(case):
     """Each token goes through exactly top_k experts: any router weights give the same count."""
     config = CONFIGS[case]
-    model = build(config)
+    model = build(config, eager_experts=True)
     totals = set()
     for scale in (0.0, 1.0, 100.0):
         with torch.no_grad():

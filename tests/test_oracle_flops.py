@@ -18,6 +18,13 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from oracle import (  # noqa: E402
+    build,
+    count_forward,
+    count_forward_backward,
+    global_counts,
+    input_ids,
+)
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 from symform.model import Model  # noqa: E402
@@ -54,38 +61,6 @@ SHAPES = [(2, 7), (3, 5), (1, 1)]
 
 def config_for(changes: dict) -> dict:
     return {**BASE, **changes}
-
-
-def build(config: dict):
-    torch.manual_seed(0)
-    cfg = transformers.AutoConfig.for_model(**config)
-    model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager", dtype=torch.float32)
-    assert model.config._attn_implementation == "eager"
-    assert all(p.dtype == torch.float32 for p in model.parameters())
-    return model.eval()
-
-
-def input_ids(config: dict, batch: int, seq: int):
-    generator = torch.Generator().manual_seed(batch * 1000 + seq)
-    return torch.randint(0, config["vocab_size"], (batch, seq), generator=generator)
-
-
-def count_forward(model, ids) -> FlopCounterMode:
-    with torch.no_grad(), FlopCounterMode(display=False) as counter:
-        model(input_ids=ids)
-    return counter
-
-
-def count_forward_backward(model, ids) -> FlopCounterMode:
-    model.zero_grad(set_to_none=True)
-    with FlopCounterMode(display=False) as counter:
-        logits = model(input_ids=ids).logits
-        logits.sum().backward()
-    return counter
-
-
-def global_counts(counter: FlopCounterMode) -> dict[str, int]:
-    return {str(op): n for op, n in counter.get_flop_counts()["Global"].items()}
 
 
 def module_counts(counter: FlopCounterMode, suffix: str) -> dict[str, dict[str, int]]:

@@ -13,51 +13,22 @@ fill-ins) are what symform's family files are checked against.
 
 from __future__ import annotations
 
-import copy
-import json
-
 import pytest
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from symform.data import formulas_dir  # noqa: E402
+from oracle import ABSENT, changed, meta_model, meta_params, preset_dict  # noqa: E402
+
 from symform.families import presets, supported_model_types  # noqa: E402
 from symform.model import Model  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 
-_ABSENT = object()  # marks a field to remove from the config
-
-
-def preset_dict(name: str) -> dict:
-    """The preset's config.json, read as plain JSON (not through symform's loader)."""
-    return json.loads((formulas_dir() / "presets" / presets()[name].file).read_text(encoding="utf-8"))
-
-
-def oracle_model(config: dict):
-    config = copy.deepcopy(config)
-    cfg = transformers.AutoConfig.for_model(**config)
-    with torch.device("meta"):
-        model = transformers.AutoModelForCausalLM.from_config(cfg)
-    return model
-
-
-def oracle_params(config: dict) -> int:
-    return sum(p.numel() for p in oracle_model(config).parameters())
-
-
 def modified(name: str, **changes) -> dict:
     """A preset's config with num_hidden_layers shrunk to 2 and ``changes`` applied
-    (a value of ``_ABSENT`` removes the field)."""
-    config = preset_dict(name)
-    config["num_hidden_layers"] = 2
-    for field, value in changes.items():
-        if value is _ABSENT:
-            config.pop(field, None)
-        else:
-            config[field] = value
-    return config
+    (a value of ``ABSENT`` removes the field)."""
+    return changed({**preset_dict(name), "num_hidden_layers": 2}, changes)
 
 
 # -- every bundled preset, at its real size ------------------------------------
@@ -65,7 +36,7 @@ def modified(name: str, **changes) -> dict:
 
 @pytest.mark.parametrize("name", sorted(presets()))
 def test_preset_params_match_transformers(name):
-    expected = oracle_params(preset_dict(name))
+    expected = meta_params(preset_dict(name))
     assert Model.load(name).evaluate("params") == expected
 
 
@@ -83,10 +54,10 @@ def test_presets_cover_every_family():
 # preset had, so the comparison can tell the two apart).
 MODIFIED = [
     # num_key_value_heads absent
-    ("llama-kv-absent", "llama-3.2-1b", {"num_key_value_heads": _ABSENT}, ("num_key_value_heads", 32)),  # = heads (preset: 8)
-    ("qwen3-kv-absent", "qwen3-32b", {"num_key_value_heads": _ABSENT}, ("num_key_value_heads", 32)),  # Qwen3Config default 32 (preset: 8, heads 64)
-    ("mistral-kv-absent-heads16", "mistral-7b-v0.3", {"num_key_value_heads": _ABSENT, "num_attention_heads": 16}, ("num_key_value_heads", 8)),  # MistralConfig default 8, not heads
-    ("qwen2-kv-absent", "qwen2.5-7b", {"num_key_value_heads": _ABSENT, "num_attention_heads": 64, "hidden_size": 4096}, ("num_key_value_heads", 32)),  # Qwen2Config default 32
+    ("llama-kv-absent", "llama-3.2-1b", {"num_key_value_heads": ABSENT}, ("num_key_value_heads", 32)),  # = heads (preset: 8)
+    ("qwen3-kv-absent", "qwen3-32b", {"num_key_value_heads": ABSENT}, ("num_key_value_heads", 32)),  # Qwen3Config default 32 (preset: 8, heads 64)
+    ("mistral-kv-absent-heads16", "mistral-7b-v0.3", {"num_key_value_heads": ABSENT, "num_attention_heads": 16}, ("num_key_value_heads", 8)),  # MistralConfig default 8, not heads
+    ("qwen2-kv-absent", "qwen2.5-7b", {"num_key_value_heads": ABSENT, "num_attention_heads": 64, "hidden_size": 4096}, ("num_key_value_heads", 32)),  # Qwen2Config default 32
     # num_key_value_heads null: falls back to the number of heads. (Mistral is
     # left out: MistralConfig in transformers 5.x types the field as plain
     # ``int`` and its strict dataclass refuses null outright.)
@@ -94,9 +65,9 @@ MODIFIED = [
     ("qwen2-kv-null", "qwen2-7b", {"num_key_value_heads": None}, ("num_key_value_heads", 28)),
     ("qwen3-kv-null", "qwen3-0.6b", {"num_key_value_heads": None}, ("num_key_value_heads", 16)),
     # head_dim absent
-    ("llama-head-dim-absent", "llama-3.2-1b", {"head_dim": _ABSENT, "num_attention_heads": 16}, ("head_dim", 128)),  # hidden // heads (preset head_dim: 64)
-    ("qwen3-head-dim-absent", "qwen3-0.6b", {"head_dim": _ABSENT}, ("head_dim", 128)),  # Qwen3Config default 128, not hidden // heads = 64
-    ("qwen3-head-dim-absent-large", "qwen3-32b", {"head_dim": _ABSENT, "num_attention_heads": 32}, ("head_dim", 128)),  # hidden // heads would be 160
+    ("llama-head-dim-absent", "llama-3.2-1b", {"head_dim": ABSENT, "num_attention_heads": 16}, ("head_dim", 128)),  # hidden // heads (preset head_dim: 64)
+    ("qwen3-head-dim-absent", "qwen3-0.6b", {"head_dim": ABSENT}, ("head_dim", 128)),  # Qwen3Config default 128, not hidden // heads = 64
+    ("qwen3-head-dim-absent-large", "qwen3-32b", {"head_dim": ABSENT, "num_attention_heads": 32}, ("head_dim", 128)),  # hidden // heads would be 160
     ("mistral-head-dim-null", "mistral-7b-v0.1", {"head_dim": None, "num_attention_heads": 16}, ("head_dim", 256)),  # hidden // heads
     ("llama-head-dim-null", "llama-3.2-3b", {"head_dim": None}, ("head_dim", 128)),  # hidden // heads = 3072 // 24
     # tie_word_embeddings
@@ -106,22 +77,22 @@ MODIFIED = [
     ("llama-tied-made-untied", "llama-3.2-1b", {"tie_word_embeddings": False}, ("tie_word_embeddings", False)),
     ("qwen2-tied-made-untied", "qwen2.5-0.5b", {"tie_word_embeddings": False}, ("tie_word_embeddings", False)),
     ("mistral-untied-made-tied", "mistral-7b-v0.3", {"tie_word_embeddings": True}, ("tie_word_embeddings", True)),
-    ("qwen3-tie-absent", "qwen3-0.6b", {"tie_word_embeddings": _ABSENT}, ("tie_word_embeddings", False)),  # default: untied
-    ("llama-tie-absent", "llama-3.2-1b", {"tie_word_embeddings": _ABSENT}, ("tie_word_embeddings", False)),
-    ("qwen2-tie-absent", "qwen2.5-0.5b", {"tie_word_embeddings": _ABSENT}, ("tie_word_embeddings", False)),
+    ("qwen3-tie-absent", "qwen3-0.6b", {"tie_word_embeddings": ABSENT}, ("tie_word_embeddings", False)),  # default: untied
+    ("llama-tie-absent", "llama-3.2-1b", {"tie_word_embeddings": ABSENT}, ("tie_word_embeddings", False)),
+    ("qwen2-tie-absent", "qwen2.5-0.5b", {"tie_word_embeddings": ABSENT}, ("tie_word_embeddings", False)),
     # biases
     ("llama-attention-bias", "llama-3.2-1b", {"attention_bias": True}, ("attention_bias", True)),
     ("llama-mlp-bias", "llama-3.2-1b", {"mlp_bias": True}, ("mlp_bias", True)),
     ("llama-both-biases-untied", "llama-3.1-8b", {"attention_bias": True, "mlp_bias": True}, ("mlp_bias", True)),
     ("qwen3-attention-bias", "qwen3-0.6b", {"attention_bias": True}, ("attention_bias", True)),
-    ("llama-biases-absent", "llama-3.2-1b", {"attention_bias": _ABSENT, "mlp_bias": _ABSENT}, ("mlp_bias", False)),
+    ("llama-biases-absent", "llama-3.2-1b", {"attention_bias": ABSENT, "mlp_bias": ABSENT}, ("mlp_bias", False)),
 ]
 
 
 @pytest.mark.parametrize("preset,changes,premise", [pytest.param(*case[1:], id=case[0]) for case in MODIFIED])
 def test_modified_config_params_match_transformers(preset, changes, premise):
     config = modified(preset, **changes)
-    model = oracle_model(config)
+    model = meta_model(config)
     attribute, resolved = premise
     assert getattr(model.config, attribute) == resolved, "the test's premise about transformers' default no longer holds"
     expected = sum(p.numel() for p in model.parameters())
@@ -133,6 +104,6 @@ def test_tying_changes_the_count_by_one_embedding_matrix():
     in transformers and in symform alike."""
     untied = modified("qwen3-0.6b", tie_word_embeddings=False)
     tied = modified("qwen3-0.6b", tie_word_embeddings=True)
-    oracle_diff = oracle_params(untied) - oracle_params(tied)
+    oracle_diff = meta_params(untied) - meta_params(tied)
     assert oracle_diff == untied["vocab_size"] * untied["hidden_size"]
     assert Model.from_config(untied).evaluate("params") - Model.from_config(tied).evaluate("params") == oracle_diff

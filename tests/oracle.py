@@ -1,0 +1,83 @@
+"""The oracles shared by the tests that compare symform with PyTorch and transformers.
+
+Everything here builds or runs transformers' own models; nothing calls symform,
+so expected values never come from the code under test.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import torch
+import transformers
+from torch.utils.flop_counter import FlopCounterMode
+
+from symform.data import formulas_dir
+from symform.families import presets
+
+ABSENT = object()  # in a change set: remove the field
+
+
+def preset_dict(name: str) -> dict:
+    """A preset's config.json as plain JSON (not through symform's loader)."""
+    return json.loads((formulas_dir() / "presets" / presets()[name].file).read_text(encoding="utf-8"))
+
+
+def changed(config: dict, changes: dict) -> dict:
+    """A copy of ``config`` with ``changes`` applied (ABSENT removes a field)."""
+    result = copy.deepcopy(config)
+    for field, value in changes.items():
+        if value is ABSENT:
+            result.pop(field, None)
+        else:
+            result[field] = value
+    return result
+
+
+def hf_config(config: dict):
+    return transformers.AutoConfig.for_model(**copy.deepcopy(config))
+
+
+def meta_model(config: dict):
+    """transformers' model for ``config`` on the meta device: shapes, no memory."""
+    with torch.device("meta"):
+        return transformers.AutoModelForCausalLM.from_config(hf_config(config))
+
+
+def meta_params(config: dict) -> int:
+    """``numel()`` summed over parameters(); a tied weight is yielded, and counted, once."""
+    return sum(p.numel() for p in meta_model(config).parameters())
+
+
+def build(config: dict, *, eager_experts: bool = False):
+    """A float32 CPU model with eager attention (the counter cannot see the CPU SDPA kernel) and,
+    for mixture-of-experts models, eager experts (nor the grouped-matmul expert kernel)."""
+    torch.manual_seed(0)
+    options = {"experts_implementation": "eager"} if eager_experts else {}
+    model = transformers.AutoModelForCausalLM.from_config(hf_config(config), attn_implementation="eager", dtype=torch.float32, **options)
+    assert model.config._attn_implementation == "eager"
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    return model.eval()
+
+
+def input_ids(config: dict, batch: int, seq: int):
+    generator = torch.Generator().manual_seed(batch * 1000 + seq)
+    return torch.randint(0, config["vocab_size"], (batch, seq), generator=generator)
+
+
+def count_forward(model, ids) -> FlopCounterMode:
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        model(input_ids=ids)
+    return counter
+
+
+def count_forward_backward(model, ids) -> FlopCounterMode:
+    model.zero_grad(set_to_none=True)
+    with FlopCounterMode(display=False) as counter:
+        model(input_ids=ids).logits.sum().backward()
+    return counter
+
+
+def global_counts(counter: FlopCounterMode) -> dict[str, int]:
+    return {str(op): n for op, n in counter.get_flop_counts()["Global"].items()}
