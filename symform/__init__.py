@@ -12,6 +12,7 @@ from .derive import Derivation, derive, leading_order
 from .errors import ConfigError, DeclarationError, EvaluationError, ExpressionError, SymformError
 from .families import presets, supported_model_types
 from .formula import Formula
+from .hardware import device_names, load_device
 from .model import Model, quantity_names
 from .vocabulary import default_vocabulary as vocabulary
 
@@ -27,8 +28,10 @@ __all__ = [
     "Model",
     "SymformError",
     "derive",
+    "device_names",
     "leading_order",
     "load",
+    "load_device",
     "presets",
     "quantity_names",
     "supported_model_types",

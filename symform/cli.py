@@ -15,6 +15,7 @@ from .derive import Derivation, derive
 from .errors import SymformError
 from .evaluate import Number
 from .families import presets, supported_model_types
+from .hardware import device_json, device_names, device_table, devices_table, load_device
 from .model import Model, quantity_names
 
 EXIT_BAD_INPUT = 2
@@ -88,6 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--tokens", type=_size, help="training tokens D")
 
     verbs.add_parser("models", help="list bundled presets and supported Hugging Face model types")
+    p = verbs.add_parser("hardware", help="accelerators and systems: the list, or one of them", description="accelerators and systems: the list, or one of them")
+    p.add_argument("name", nargs="?", help="a bundled device (symform hardware) or a path to a device file (.toml)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
 
 
@@ -111,6 +115,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> str:
     if args.verb == "models":
         return _models()
+    if args.verb == "hardware":
+        return _hardware(args)
     model = _load(args)
     if args.verb == "params":
         return _params(model, args)
@@ -246,6 +252,15 @@ def _human(value: Number) -> str:
         if abs(value) >= scale:
             return f"≈ {value / scale:.3f} {suffix}"
     return f"{value:g}"
+
+
+def _hardware(args: argparse.Namespace) -> str:
+    if args.name is None:
+        if args.json:
+            return json.dumps({"accelerators": device_names(kind="accelerator"), "systems": device_names(kind="system")})
+        return devices_table()
+    device = load_device(args.name)
+    return json.dumps(device_json(device)) if args.json else device_table(device)
 
 
 def _models() -> str:

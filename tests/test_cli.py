@@ -159,3 +159,15 @@ def test_argument_errors_also_exit_2_with_one_line():
 def test_the_console_script_runs_the_main_job():
     done = subprocess.run(["symform", "params", "qwen3-32b", "--json"], capture_output=True, text=True)
     assert done.returncode == 0 and json.loads(done.stdout)["total"] == 32_762_123_264
+
+
+def test_hardware_json_contract(capsys):
+    listing = run_json(capsys, "hardware")
+    assert "h100-sxm" in listing["accelerators"] and "gb200-nvl72" in listing["systems"]
+    device = run_json(capsys, "hardware", "h100-sxm")
+    assert {"name", "memory_bytes", "hbm_bytes_per_s", "dense_flops_per_s"} <= set(device)
+    # NVIDIA's H100 datasheet: 989.4 dense BF16 TFLOP/s (1,979 only with 2:4 sparsity), 3.35 TB/s
+    assert device["dense_flops_per_s"]["bf16"] == pytest.approx(989.4e12, rel=1e-3)
+    assert device["hbm_bytes_per_s"] == pytest.approx(3.35e12, rel=1e-3)
+    code, out, err = run(capsys, "hardware", "no-such-gpu")
+    assert code == 2 and out == "" and err.count("\n") == 1
