@@ -15,7 +15,8 @@ from .derive import Derivation, derive
 from .errors import SymformError
 from .evaluate import Number
 from .families import presets, supported_model_types
-from .hardware import device_json, device_names, device_table, devices_table, load_device
+from .hardware import device_names, load_device
+from .hardware_report import device_json, device_table, devices_table
 from .model import Model, quantity_names
 
 EXIT_BAD_INPUT = 2

@@ -9,17 +9,8 @@ from pathlib import Path
 import pytest
 
 from symform.errors import ConfigError
-from symform.hardware import (
-    DTYPES,
-    Device,
-    System,
-    device_json,
-    device_names,
-    device_table,
-    devices_table,
-    hardware_dir,
-    load_device,
-)
+from symform.hardware import DTYPES, Device, System, device_names, hardware_dir, load_device
+from symform.hardware_report import device_json, device_table, devices_table
 
 ACCELERATORS = {
     "v100-sxm2-16gb", "v100-sxm2-32gb",
