@@ -200,8 +200,10 @@ class Model:
             if root.arg(name).is_slot:
                 arguments[name] = value
             elif name in architecture:
-                values[self.vocabulary[name]] = _checked_size(self.name, name, value, self.vocabulary)
-                arguments[name] = self.vocabulary[name]
+                size = _checked_size(self.name, name, value, self.vocabulary)
+                # a count of zero (no dense layers, no local layers) removes that structure outright
+                arguments[name] = self.vocabulary[name] if size != 0 else size
+                values[self.vocabulary[name]] = size
             else:
                 if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                     raise ConfigError(f"{self.name}: argument {name!r} is {value!r}; it must be a non-negative integer")

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from symform import Model
 from symform.declarations import QUANTITIES
 from symform.model import quantity_names
+from symform.families import presets as symform_presets
 
 sizes = st.integers(min_value=1, max_value=4096)
 
@@ -186,3 +187,26 @@ def test_symbols_keep_their_domain():
     for symbol in model.expression("forward_flops").expr.free_symbols:
         assert symbol.is_positive and symbol.is_integer
     assert sympy.Symbol("d_model") not in model.expression("params").expr.free_symbols
+
+
+PRESETS = sorted(symform_presets())
+
+
+@settings(max_examples=60, deadline=None)
+@given(name=st.sampled_from(PRESETS), workload=workloads, mtp=st.booleans())
+def test_every_preset_agrees_with_itself_on_every_quantity(name, workload, mtp):
+    """Exact evaluation, compiled evaluation and the per-component sums agree for every bundled
+    architecture (mixtures of experts, latent attention, sliding windows, learned positions)."""
+    model = Model.load(name)
+    if mtp and "include_mtp" in model.library[model.spec.root].arg_names:
+        model = model.with_arguments(include_mtp=1)
+    values = model.bindings(**workload)
+    for quantity in quantity_names():
+        formula = model.expression(quantity)
+        exact = formula.evaluate(**{k: v for k, v in values.items() if k in formula.free})
+        names = formula.free
+        compiled = formula.compile(*names)(*(np.array([values[n]]) for n in names))
+        assert math.isclose(float(compiled[0]), float(exact), rel_tol=1e-9)
+        if quantity in QUANTITIES:
+            for depth in (1, 3, None):
+                assert sum(model.evaluate_breakdown(quantity, depth=depth, **workload).values()) == exact
