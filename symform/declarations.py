@@ -26,15 +26,6 @@ from .safe_expr import parse
 from .vocabulary import Vocabulary, default_vocabulary, make_symbol
 
 QUANTITIES = ("params", "active_params", "forward_flops", "backward_flops", "bytes_moved", "saved_activations", "kv_cache")
-QUANTITY_DOCS = {
-    "params": "trainable parameters",
-    "active_params": "parameters one token's forward pass uses (all of them in a dense model)",
-    "forward_flops": "forward-pass FLOPs",
-    "backward_flops": "backward-pass FLOPs (gradients of inputs and weights)",
-    "bytes_moved": "HBM bytes read and written in the forward pass, op by op, unfused",
-    "saved_activations": "activation bytes each op saves for the backward pass",
-    "kv_cache": "bytes of keys and values (or latents) an inference cache holds after the forward pass",
-}
 # What a primitive's quantity is when it does not declare it, in terms of the others.
 QUANTITY_DEFAULTS = {"active_params": "params", "backward_flops": "bwd_mult*forward_flops", "kv_cache": "0"}
 SLOT = "@"

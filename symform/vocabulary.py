@@ -73,10 +73,6 @@ class Vocabulary:
         return [self.entries[n].symbol for n in self.names(*kinds)]
 
     @property
-    def latex_names(self) -> dict[sympy.Symbol, str]:
-        return {e.symbol: e.latex for e in self.entries.values()}
-
-    @property
     def large(self) -> frozenset[sympy.Symbol]:
         return frozenset(e.symbol for e in self.entries.values() if e.spec.large)
 
