@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 from dataclasses import replace
 from functools import cache
 from pathlib import Path
@@ -70,7 +71,7 @@ class Model:
 
     @classmethod
     def load(cls, source: str | Path, **options: Any) -> "Model":
-        """A bundled preset by name, or a Hugging Face config.json by path."""
+        """A bundled preset by name, a Hugging Face config.json by path, or an architecture file (.toml)."""
         text = str(source)
         if text in presets():
             config, entry = preset_config(text)
@@ -115,6 +116,16 @@ class Model:
 
     def __repr__(self) -> str:
         return f"Model({self.name!r}, root={self.spec.root!r})"
+
+    def _repr_html_(self) -> str:
+        """In a notebook: parameters per top-level component, as numbers where the sizes are known and as formulas."""
+        rows = []
+        for path, formula in self.breakdown("params").items():
+            free = set(formula.free) - set(self.values)
+            value = f"{formula.evaluate(**{k: v for k, v in self.values.items() if k in formula.free}):,}" if not free else ""
+            rows.append(f"<tr><td>{html.escape(path)}</td><td style='text-align:right'>{value}</td><td>${html.escape(formula.latex())}$</td></tr>")
+        head = f"<b>{html.escape(self.name)}</b> ({html.escape(self.spec.root)}): parameters"
+        return f"{head}<table><tr><th>component</th><th>count</th><th>formula</th></tr>{''.join(rows)}</table>"
 
     # -- expressions ------------------------------------------------------------
 

@@ -56,3 +56,15 @@ def test_derivations_render_as_latex():
     assert latex.startswith("\\begin{aligned}") and latex.endswith("\\end{aligned}")
     assert "6 N D" in latex and "72 d^{2} n D" in latex
     assert model.expression("params")._repr_latex_().startswith("$")
+
+
+def test_models_render_in_notebooks():
+    page = symform.load("qwen3-0.6b")._repr_html_()
+    assert page.count("<tr>") == 1 + 4  # the header, then embed, layers, final_norm, lm_head
+    assert all(f"<td>{part}</td>" in page for part in ("embed", "layers", "final_norm", "lm_head"))
+    assert "$3 d_{ff} d n" in page
+    # an architecture file without sizes still renders its formulas
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parent.parent / "docs" / "examples" / "linear_attention.toml"
+    assert "<table>" in symform.load(example)._repr_html_()
