@@ -218,7 +218,7 @@ def _derivation(d: Derivation, args: argparse.Namespace) -> str:
             lines.append(f"    relative error at {d.model}: {step.relative_error:+.2%}")
     if d.in_terms_of_params is not None:
         lines.append(f"  = {d.in_terms_of_params}    with n_params = {d.params_leading}")
-    if d.missing and len(d.steps) > 1:
+    if d.missing and len(d.steps) > 1 and d.relative_error is None:
         workload = {"batch", "seq", "tokens"}
         flags = [f"--{m}" for m in d.missing if m in workload - {"tokens"}] + [f"--set {m}=..." for m in d.missing if m not in workload]
         if flags:
