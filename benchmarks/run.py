@@ -169,6 +169,20 @@ def arg_names(formula: symform.Formula) -> tuple[str, ...]:
     return tuple(n for n in MODEL_NAMES + WORKLOAD_NAMES if n in free or n in MODEL_NAMES)
 
 
+
+def min_target_result(name: str, ratio: float, target: float, agree: bool, measured: str, details: dict) -> dict:
+    """One benchmark's entry: a ratio that should be at least ``target``, met only if the values also agreed."""
+    return {
+        "name": name,
+        "ratio": ratio,
+        "target": target,
+        "target_kind": "min",
+        "met": bool(agree and ratio >= target),
+        "measured": measured,
+        "details": details,
+    }
+
+
 def bench_compiled_vs_numpy(quantity, formula, configs, repeats, quiet):
     names = arg_names(formula)
     hand, hand_factored = HAND[quantity]
@@ -212,15 +226,13 @@ def bench_compiled_vs_numpy(quantity, formula, configs, repeats, quiet):
     # separately, so its extra allocations do not disturb the comparison above
     times["symform_int64_inputs"] = time_int64_inputs(fn, arrays, max(3, repeats // 3))
     ratio = times["hand"] / times["symform"]
-    target = 0.5
-    return {
-        "name": f"compiled_vs_numpy/{quantity}",
-        "ratio": ratio,
-        "target": target,
-        "target_kind": "min",
-        "met": bool(agree and ratio >= target),
-        "measured": f"symform {fmt_time(times['symform'])} vs numpy {fmt_time(times['hand'])} ({n_configs:.0e} configs)",
-        "details": {
+    return min_target_result(
+        f"compiled_vs_numpy/{quantity}",
+        ratio,
+        0.5,
+        agree,
+        f"symform {fmt_time(times['symform'])} vs numpy {fmt_time(times['hand'])} ({n_configs:.0e} configs)",
+        {
             "configs": n_configs,
             "repeats": repeats,
             "arguments": list(names),
@@ -236,7 +248,7 @@ def bench_compiled_vs_numpy(quantity, formula, configs, repeats, quiet):
             "max_rel_diff_factored": rel_factored,
             "agree": agree,
         },
-    }, fn, names, times["symform"] / n_configs
+    ), fn, names, times["symform"] / n_configs
 
 
 def sample_values(configs: dict[str, np.ndarray], names: tuple[str, ...], k: int) -> list[dict[str, int]]:
@@ -263,15 +275,13 @@ def bench_subs(quantity, formula, configs, names, fn, per_config_compiled, k, qu
     agree = bool(rel <= AGREE_RTOL)
     log(f"check {quantity}: sympy subs vs compiled on {k} configs: max rel diff {rel:.2e} ({'ok' if agree else 'MISMATCH'})", quiet)
     ratio = per_config / per_config_compiled
-    target = 1000.0
-    return {
-        "name": f"compiled_vs_subs/{quantity}",
-        "ratio": ratio,
-        "target": target,
-        "target_kind": "min",
-        "met": bool(agree and ratio >= target),
-        "measured": f"subs {fmt_time(per_config)}/config vs compiled {fmt_time(per_config_compiled)}/config",
-        "details": {
+    return min_target_result(
+        f"compiled_vs_subs/{quantity}",
+        ratio,
+        1000.0,
+        agree,
+        f"subs {fmt_time(per_config)}/config vs compiled {fmt_time(per_config_compiled)}/config",
+        {
             "sample_configs": k,
             "subs_total_s": subs_total,
             "subs_per_config_s": per_config,
@@ -279,7 +289,7 @@ def bench_subs(quantity, formula, configs, names, fn, per_config_compiled, k, qu
             "max_rel_diff": rel,
             "agree": agree,
         },
-    }
+    )
 
 
 def bench_exact(quantity, formula, configs, names, per_config_compiled, k, quiet):

@@ -18,6 +18,17 @@ from symform.families import presets
 
 ABSENT = object()  # in a change set: remove the field
 
+# the sizes of the tiny models the FLOP oracles run on the CPU (families add their own fields)
+TINY = {
+    "hidden_size": 64,
+    "intermediate_size": 96,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 101,
+    "max_position_embeddings": 64,
+}
+
 
 def preset_dict(name: str) -> dict:
     """A preset's config.json as plain JSON (not through symform's loader)."""

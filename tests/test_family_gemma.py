@@ -34,21 +34,14 @@ from oracle import (  # noqa: E402
     meta_model,
     meta_params,
     preset_dict,
+    TINY,
 )
 
 from symform.model import Model  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 
-BASE = {
-    "hidden_size": 64,
-    "intermediate_size": 96,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "vocab_size": 101,
-    "max_position_embeddings": 64,
-}
+BASE = TINY
 
 FULL, SLIDING = "full_attention", "sliding_attention"
 

@@ -24,6 +24,7 @@ from oracle import (  # noqa: E402
     count_forward_backward,
     global_counts,
     input_ids,
+    TINY,
 )
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
@@ -31,15 +32,7 @@ from symform.model import Model  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 
-BASE = {
-    "hidden_size": 64,
-    "intermediate_size": 96,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "vocab_size": 101,
-    "max_position_embeddings": 64,
-}
+BASE = TINY
 
 # (id, config changes on BASE). Each family appears tied and untied, with GQA
 # and with MHA, and with a head_dim (24) other than hidden / heads (16).
