@@ -92,3 +92,16 @@ def count_forward_backward(model, ids) -> FlopCounterMode:
 
 def global_counts(counter: FlopCounterMode) -> dict[str, int]:
     return {str(op): n for op, n in counter.get_flop_counts()["Global"].items()}
+
+
+def top_level_counts(counter: FlopCounterMode) -> dict[str, int]:
+    """The counter's forward FLOPs of a decoder's top-level modules, named as symform's depth-1 breakdown."""
+    counts = counter.get_flop_counts()
+    (top,) = [name for name in counts if name != "Global" and "." not in name]
+    layers = sum(sum(ops.values()) for name, ops in counts.items() if name.startswith(f"{top}.model.layers.") and name.count(".") == 3)
+    return {
+        "embed": sum(counts.get(f"{top}.model.embed_tokens", {}).values()),
+        "layers": layers,
+        "final_norm": sum(counts.get(f"{top}.model.norm", {}).values()),
+        "lm_head": sum(counts[f"{top}.lm_head"].values()),
+    }

@@ -34,6 +34,7 @@ from oracle import (  # noqa: E402
     meta_model,
     meta_params,
     preset_dict,
+    top_level_counts,
     TINY,
 )
 
@@ -129,15 +130,7 @@ def test_forward_breakdown_matches_counter_modules(changes):
     model = build(config)
     batch, seq = 2, 7
     counter = count_forward(model, input_ids(config, batch, seq))
-    counts = counter.get_flop_counts()
-    (top,) = [name for name in counts if name != "Global" and "." not in name]
-    layers = sum(sum(ops.values()) for name, ops in counts.items() if name.startswith(f"{top}.model.layers.") and name.count(".") == 3)
-    expected = {
-        "embed": sum(counts.get(f"{top}.model.embed_tokens", {}).values()),
-        "layers": layers,
-        "final_norm": sum(counts.get(f"{top}.model.norm", {}).values()),
-        "lm_head": sum(counts[f"{top}.lm_head"].values()),
-    }
+    expected = top_level_counts(counter)
     assert sum(expected.values()) == counter.get_total_flops()
     got = eager(config).evaluate_breakdown("forward_flops", depth=1, batch=batch, seq=seq)
     if config["model_type"] == "gemma2":
