@@ -143,7 +143,8 @@ def _json_number(value: Number) -> int | float:
 
 
 def _conventions(model: Model) -> dict[str, int | float]:
-    return {s.name: _json_number(Fraction(int(v.p), int(v.q))) for s, v in model.conventions.items()}
+    kinds = model.vocabulary.names("convention", "dtype")
+    return {s.name: _json_number(Fraction(int(v.p), int(v.q))) for s, v in model.conventions.items() if s.name in kinds}
 
 
 def _params(model: Model, args: argparse.Namespace) -> str:

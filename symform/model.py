@@ -172,8 +172,16 @@ class Model:
         return {**self.values, **workload}
 
     def evaluate(self, quantity: str, **workload: object) -> Number:
-        """Exact value of a quantity at this model's sizes and the given workload (batch, seq, tokens)."""
-        return self.expression(quantity).evaluate(**self.bindings(**workload))
+        """Exact value of a quantity at this model's sizes and the given workload (batch, seq, tokens, past)."""
+        model, workload = self._with_settings(workload)
+        return model.expression(quantity).evaluate(**model.bindings(**workload))
+
+    def _with_settings(self, workload: dict[str, object]) -> tuple["Model", dict[str, object]]:
+        """Workload values that have defaults (past) are settings: they select the expression, not just a value."""
+        settings = {k: v for k, v in workload.items() if k in self._settable and k not in self.vocabulary.names("convention", "dtype")}
+        if not settings:
+            return self, workload
+        return self.with_conventions(**settings), {k: v for k, v in workload.items() if k not in settings}
 
     def compile(self, quantity: str, *names: str):
         """A vectorised float64 function of ``names``; the model's own sizes not named are bound."""
@@ -181,13 +189,19 @@ class Model:
         return self.expression(quantity).subs(**fixed).compile(*names)
 
     def evaluate_breakdown(self, quantity: str, *, depth: int | None = 1, **workload: object) -> dict[str, Number]:
-        values = self.bindings(**workload)
-        return {path: f.evaluate(**{k: v for k, v in values.items() if k in f.free}) for path, f in self.breakdown(quantity, depth=depth).items()}
+        model, workload = self._with_settings(workload)
+        values = model.bindings(**workload)
+        return {path: f.evaluate(**{k: v for k, v in values.items() if k in f.free}) for path, f in model.breakdown(quantity, depth=depth).items()}
 
     # -- internals ----------------------------------------------------------------
 
+    @property
+    def _settable(self) -> list[str]:
+        """Names with a default that a user may override: conventions, storage sizes, workload settings (past)."""
+        return [s.name for s in self.vocabulary.defaults()]
+
     def _conventions(self, overrides: Mapping[str, object]) -> dict[sympy.Symbol, sympy.Rational]:
-        settable = set(self.vocabulary.names("convention", "dtype"))
+        settable = set(self._settable)
         unknown = sorted(set(overrides) - settable)
         if unknown:
             raise EvaluationError(f"unknown convention {unknown[0]!r}; conventions: {', '.join(sorted(settable))}")
