@@ -37,3 +37,7 @@ __all__ = [
     "supported_model_types",
     "vocabulary",
 ]
+
+from . import collectives as collectives  # docs/parallelism.md
+from . import parallel_comm as parallel_comm
+from . import scaling as scaling
