@@ -41,3 +41,5 @@ __all__ = [
 from . import collectives as collectives  # docs/parallelism.md
 from . import parallel_comm as parallel_comm
 from . import scaling as scaling
+from . import flash_attention as flash_attention  # docs/roofline.md
+from . import roofline as roofline

@@ -18,6 +18,7 @@ from .families import presets, supported_model_types
 from .hardware import device_names, load_device
 from .hardware_report import device_json, device_table, devices_table
 from .model import Model, quantity_names
+from .roofline_report import roofline_arguments, roofline_command
 
 EXIT_BAD_INPUT = 2
 
@@ -89,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
         workload(p, required=False)
         p.add_argument("--tokens", type=_size, help="training tokens D")
 
+    p = model_command("roofline", "roofline of a training step, prefill or decode on one accelerator: FLOPs, bytes, bound, time bounds")
+    roofline_arguments(p)
+
     verbs.add_parser("models", help="list bundled presets and supported Hugging Face model types")
     p = verbs.add_parser("hardware", help="accelerators and systems: the list, or one of them", description="accelerators and systems: the list, or one of them")
     p.add_argument("name", nargs="?", help="a bundled device (symform hardware) or a path to a device file (.toml)")
@@ -119,6 +123,8 @@ def _run(args: argparse.Namespace) -> str:
     if args.verb == "hardware":
         return _hardware(args)
     model = _load(args)
+    if args.verb == "roofline":
+        return roofline_command(model, args)
     if args.verb == "params":
         return _params(model, args)
     if args.verb == "flops":

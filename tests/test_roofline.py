@@ -1,0 +1,309 @@
+"""Roofline: closed forms of single operations, whole phases of a model on a device, the CLI."""
+
+import json
+import sys
+
+import pytest
+import sympy
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import symform
+from symform.cli import main
+from symform.roofline import (
+    R,
+    Roofline,
+    b,
+    d,
+    decode_context_limit,
+    decode_crossover,
+    dot_product,
+    f,
+    limit_intensity,
+    matmul,
+    n,
+    roofline,
+    small_batch_intensity,
+    split_contraction_matmul,
+)
+
+H100_SXM_BF16 = 989.4e12  # Hopper whitepaper, dense
+H100_SXM_HBM = 3.35e12
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return symform.load("llama-3-8b")
+
+
+# --- single operations -----------------------------------------------------------------
+
+
+def test_dot_product_intensity_tends_to_one_half():
+    work = dot_product()
+    assert sympy.simplify(work.intensity - (2 * n - 1) / (4 * n + 2)) == 0
+    assert limit_intensity(work, n) == sympy.Rational(1, 2)
+    assert dot_product(1).intensity == sympy.Rational(1, 6)
+
+
+def test_matmul_intensity_is_bdf_over_the_sum_and_b_when_b_is_small():
+    work = matmul()
+    assert sympy.simplify(work.intensity - b * d * f / (b * d + d * f + b * f)) == 0
+    assert small_batch_intensity() == b
+    assert sympy.limit(sympy.limit(work.intensity, d, sympy.oo), f, sympy.oo) == b
+    assert abs(float(matmul(1, 8192, 8192).intensity) - 1) < 1e-3
+
+
+def test_split_contraction_over_two_gpus_gives_d_over_two():
+    assert split_contraction_matmul().intensity == d / 2
+
+
+def test_a_symbolic_roofline_keeps_max_and_sum():
+    flops, traffic, peak, bandwidth = sympy.symbols("F B P W", positive=True)
+    r = Roofline(flops, traffic, peak, bandwidth)
+    assert r.time_lower == sympy.Max(flops / peak, traffic / bandwidth)
+    assert sympy.simplify(r.time_upper - (flops / peak + traffic / bandwidth)) == 0
+    assert r.ridge == peak / bandwidth
+    with pytest.raises(symform.SymformError):
+        _ = r.bound
+
+
+@settings(max_examples=300)
+@given(
+    flops=st.integers(0, 10**20),
+    traffic=st.integers(1, 10**15),
+    peak=st.floats(1e9, 1e16),
+    bandwidth=st.floats(1e9, 1e14),
+)
+def test_lower_bound_at_most_upper_bound_at_most_twice_lower(
+    flops, traffic, peak, bandwidth
+):
+    r = Roofline(flops, traffic, peak, bandwidth)
+    assert r.time_lower <= r.time_upper <= 2 * r.time_lower * (1 + 1e-12)
+    assert (r.bound == "compute") == (float(r.intensity) * bandwidth > peak)
+
+
+# --- a model on a device -----------------------------------------------------------------
+
+
+def test_h100_ridge_from_the_datasheet(llama):
+    r = roofline(llama, "h100-sxm", phase="decode", batch=1, context=0)
+    assert r.total.ridge == pytest.approx(H100_SXM_BF16 / H100_SXM_HBM)
+
+
+def test_phases_agree_with_the_models_own_totals(llama):
+    prefill = roofline(llama, "h100-sxm", phase="prefill", batch=3, seq=512)
+    assert prefill.total.flops == llama.evaluate("forward_flops", batch=3, seq=512)
+    assert prefill.total.bytes == llama.evaluate("bytes_moved", batch=3, seq=512)
+    train = roofline(llama, "h100-sxm", phase="train", batch=3, seq=512)
+    assert train.total.flops == llama.evaluate(
+        "forward_flops", batch=3, seq=512
+    ) + llama.evaluate("backward_flops", batch=3, seq=512)
+    assert train.total.bytes == 3 * prefill.total.bytes
+    decode = roofline(llama, "h100-sxm", phase="decode", batch=5, context=300, depth=2)
+    assert decode.total.flops == llama.evaluate(
+        "forward_flops", batch=5, seq=1, past=300
+    )
+    assert decode.total.bytes == llama.evaluate("bytes_moved", batch=5, seq=1, past=300)
+    assert sum(c.flops for c in decode.components.values()) == decode.total.flops
+    assert sum(c.bytes for c in decode.components.values()) == decode.total.bytes
+
+
+def test_decode_at_batch_one_is_memory_bound_and_large_prefill_compute_bound(llama):
+    decode = roofline(llama, "h100-sxm", phase="decode", batch=1, context=1024)
+    prefill = roofline(llama, "h100-sxm", phase="prefill", batch=64, seq=1024)
+    assert decode.total.bound == "memory"
+    assert prefill.total.bound == "compute"
+    # one token per sequence reads every weight: about 1 FLOP per byte in bf16
+    assert 0.5 < float(decode.total.intensity) < 2
+
+
+def _decode_compute_bound(model, batch, context):
+    flops = model.evaluate("forward_flops", batch=batch, seq=1, past=context)
+    traffic = model.evaluate("bytes_moved", batch=batch, seq=1, past=context)
+    return flops > H100_SXM_BF16 / H100_SXM_HBM * traffic
+
+
+@pytest.mark.parametrize("context", [0, 16])
+def test_decode_crossover_batch_lies_where_the_bound_changes(llama, context):
+    found = decode_crossover(llama, "h100-sxm", context=context)
+    assert found.expression is not None and found.expression.free_symbols == {R}
+    assert (
+        1 < found.value < 64 * 1024
+    )  # between decode at batch 1 and a large prefill's tokens per step
+    assert not _decode_compute_bound(llama, found.first_compute_bound - 1, context)
+    assert _decode_compute_bound(llama, found.first_compute_bound, context)
+
+
+def test_long_context_decode_never_turns_compute_bound(llama):
+    limit = decode_context_limit(llama, "h100-sxm")
+    assert limit.value is not None and 1 < limit.value < 4096
+    beyond = decode_crossover(llama, "h100-sxm", context=int(limit.value) + 1)
+    assert beyond.value is None
+    assert beyond.limit_intensity < beyond.ridge
+    assert (
+        decode_crossover(llama, "h100-sxm", context=int(limit.value)).value is not None
+    )
+
+
+def test_a_system_is_refused_with_its_accelerator_named(llama):
+    with pytest.raises(symform.SymformError, match="h100-sxm"):
+        roofline(llama, "hgx-h100-8gpu", phase="decode", batch=1, context=0)
+
+
+def test_missing_or_misplaced_workload_is_refused(llama):
+    with pytest.raises(symform.SymformError, match="seq"):
+        roofline(llama, "h100-sxm", phase="prefill", batch=1)
+    with pytest.raises(symform.SymformError, match="context"):
+        roofline(llama, "h100-sxm", phase="decode", batch=1)
+    with pytest.raises(symform.SymformError, match="phase"):
+        roofline(llama, "h100-sxm", phase="inference", batch=1, seq=2)
+
+
+# --- the command line ---------------------------------------------------------------------
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_json_has_the_documented_keys(capsys):
+    code, out, err = run(
+        capsys,
+        "roofline",
+        "llama-3-8b",
+        "--gpu",
+        "h100-sxm",
+        "--phase",
+        "decode",
+        "--batch",
+        "1",
+        "--context",
+        "1024",
+        "--json",
+    )
+    assert code == 0, err
+    report = json.loads(out)
+    assert {
+        "flops",
+        "bytes",
+        "intensity",
+        "ridge",
+        "bound",
+        "time_lower_s",
+        "time_upper_s",
+        "components",
+    } <= set(report)
+    assert report["bound"] == "memory"
+    assert report["time_lower_s"] <= report["time_upper_s"]
+    assert set(report["components"]) >= {"embed", "layers", "lm_head"}
+    assert "crossover" in report
+
+
+def test_cli_prefill_table(capsys):
+    code, out, err = run(
+        capsys,
+        "roofline",
+        "llama-3-8b",
+        "--gpu",
+        "h100-sxm",
+        "--phase",
+        "prefill",
+        "--batch",
+        "64",
+        "--seq",
+        "1024",
+    )
+    assert code == 0, err
+    assert "compute-bound" in out and "ridge 295.3 FLOP/byte" in out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--gpu", "no-such-gpu", "--phase", "decode", "--batch", "1", "--context", "8"],
+        ["--gpu", "h100-sxm", "--phase", "inference", "--batch", "1", "--seq", "8"],
+        ["--gpu", "h100-sxm", "--phase", "prefill", "--batch", "1"],
+        ["--gpu", "h100-sxm", "--phase", "train", "--batch", "1"],
+        ["--gpu", "h100-sxm", "--phase", "decode", "--batch", "1"],
+        ["--gpu", "h100-sxm", "--phase", "decode", "--batch", "1", "--seq", "8"],
+        ["--gpu", "h100-sxm", "--phase", "prefill", "--batch", "0", "--seq", "8"],
+        [
+            "--gpu",
+            "h100-sxm",
+            "--phase",
+            "prefill",
+            "--batch",
+            "1",
+            "--seq",
+            "8",
+            "--dtype",
+            "fp4",
+        ],
+        [
+            "--gpu",
+            "h100-sxm",
+            "--phase",
+            "prefill",
+            "--batch",
+            "1",
+            "--seq",
+            "8",
+            "--plot",
+            "chart.pdf",
+        ],
+    ],
+)
+def test_cli_bad_input_exits_2_with_one_line(capsys, argv):
+    code, out, err = run(capsys, "roofline", "llama-3-8b", *argv)
+    assert code == 2
+    assert out == ""
+    assert err.count("\n") == 1 and err.startswith("symform: error:")
+
+
+def test_cli_plot_writes_png_and_svg(capsys, tmp_path):
+    pytest.importorskip("matplotlib")
+    for name in ("chart.png", "chart.svg"):
+        code, _, err = run(
+            capsys,
+            "roofline",
+            "llama-3-8b",
+            "--gpu",
+            "h100-sxm",
+            "--phase",
+            "prefill",
+            "--batch",
+            "8",
+            "--seq",
+            "512",
+            "--plot",
+            str(tmp_path / name),
+        )
+        assert code == 0, err
+    assert (tmp_path / "chart.png").read_bytes().startswith(b"\x89PNG")
+    assert b"<svg" in (tmp_path / "chart.svg").read_bytes()[:2000]
+
+
+def test_cli_plot_without_matplotlib_says_how_to_install(capsys, tmp_path, monkeypatch):
+    monkeypatch.setitem(
+        sys.modules, "matplotlib", None
+    )  # import matplotlib now raises ImportError
+    code, _, err = run(
+        capsys,
+        "roofline",
+        "llama-3-8b",
+        "--gpu",
+        "h100-sxm",
+        "--phase",
+        "prefill",
+        "--batch",
+        "1",
+        "--seq",
+        "8",
+        "--plot",
+        str(tmp_path / "c.png"),
+    )
+    assert code == 2
+    assert "pip install 'symform[plot]'" in err
