@@ -49,7 +49,8 @@ class ComponentGraph:
     def leaf_terms(self, quantity: str) -> dict[str, sympy.Expr]:
         """Each leaf's contribution to the whole model: multiplicity × own expression."""
         weight = self.multiplicities(quantity)
-        return {n: weight[n] * self.graph.nodes[n]["quantities"][quantity] for n in self.leaves()}
+        # a part repeated zero times for this quantity (the loss for params) is not part of its breakdown
+        return {n: weight[n] * self.graph.nodes[n]["quantities"][quantity] for n in self.leaves() if weight[n] != 0}
 
     def total(self, quantity: str) -> sympy.Expr:
         return sympy.expand(sympy.Add(*self.leaf_terms(quantity).values()))

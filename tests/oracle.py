@@ -99,9 +99,37 @@ def top_level_counts(counter: FlopCounterMode) -> dict[str, int]:
     counts = counter.get_flop_counts()
     (top,) = [name for name in counts if name != "Global" and "." not in name]
     layers = sum(sum(ops.values()) for name, ops in counts.items() if name.startswith(f"{top}.model.layers.") and name.count(".") == 3)
-    return {
+    modules = {
         "embed": sum(counts.get(f"{top}.model.embed_tokens", {}).values()),
         "layers": layers,
         "final_norm": sum(counts.get(f"{top}.model.norm", {}).values()),
         "lm_head": sum(counts[f"{top}.lm_head"].values()),
     }
+    # what the top module runs outside its children: the loss (no counted operator in it)
+    return {**modules, "loss": counter.get_total_flops() - sum(modules.values())}
+
+
+def build_for_training(config: dict, dtype=torch.bfloat16):
+    """A CPU model in training mode, every parameter in ``dtype``, eager attention."""
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(hf_config(config), attn_implementation="eager", dtype=dtype)
+    assert model.config._attn_implementation == "eager"
+    return model.train()
+
+
+def saved_for_backward(model, ids) -> int:
+    """Bytes of the distinct storages autograd keeps for backward in one training forward (loss included),
+    parameters left out: they are weights, not activations."""
+    parameters = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    kept: dict[int, int] = {}
+
+    def pack(tensor):
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in parameters:
+            kept[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        loss = model(input_ids=ids, labels=ids).loss
+    assert loss.requires_grad
+    return sum(kept.values())

@@ -60,8 +60,9 @@ def test_derivations_render_as_latex():
 
 def test_models_render_in_notebooks():
     page = symform.load("qwen3-0.6b")._repr_html_()
-    assert page.count("<tr>") == 1 + 4  # the header, then embed, layers, final_norm, lm_head
-    assert all(f"<td>{part}</td>" in page for part in ("embed", "layers", "final_norm", "lm_head"))
+    assert page.count("<tr>") == 1 + 3  # the header, then embed, layers, final_norm
+    assert all(f"<td>{part}</td>" in page for part in ("embed", "layers", "final_norm"))
+    assert "<td>lm_head</td>" not in page  # tied to the embedding: it owns no parameters
     assert "$3 d_{ff} d n" in page
     # an architecture file without sizes still renders its formulas
     from pathlib import Path
