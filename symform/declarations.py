@@ -10,7 +10,7 @@ swap one component for another without touching the declarations around it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from types import MappingProxyType
@@ -42,6 +42,7 @@ class PartDecl(BaseModel):
     pass_: bool = Field(False, alias="pass")  # the callee's unbound arguments take the caller's same-named ones
     replaces: list[str] = Field(default_factory=list)  # inherited parts this one stands in for, at the first one's place
     repeat: Scalar | dict[str, Scalar] = "1"
+    shard: str | None = None  # a parallel dimension whose ranks split this part's parameters among them ("expert")
     doc: str = ""
 
 
@@ -70,6 +71,9 @@ class ComponentDecl(BaseModel):
     bytes_moved: Scalar | None = None
     saved_activations: Scalar | None = None
     kv_cache: Scalar | None = None
+    # what the component keeps for backward instead of its parts' sum, in a named mode of running it:
+    # recomputed from its inputs ("selective", "full") or as one fused kernel ("flash")
+    saved_activations_when: dict[str, Scalar] = Field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,7 @@ class Part:
     repeat: Mapping[str, sympy.Expr]  # one multiplicity per quantity
     doc: str
     passes: bool = False  # arguments not bound in `with` take the caller's same-named arguments
+    shard: str | None = None
 
 
 @dataclass(frozen=True)
@@ -110,6 +115,7 @@ class Component:
     assumptions: Mapping[str, Mapping[str, sympy.Expr]]
     parts: tuple[Part, ...]
     quantities: Mapping[str, sympy.Expr]  # primitives only
+    saved_when: Mapping[str, sympy.Expr] = field(default_factory=dict)  # saved activations by mode of running
 
     @property
     def is_primitive(self) -> bool:
@@ -239,7 +245,7 @@ def _build_component(name: str, decl: ComponentDecl, vocabulary: Vocabulary, bas
         if part.use.startswith(SLOT) and part.use[1:] not in slots:
             raise DeclarationError(f"part {part.name!r} uses {part.use!r}, but there is no slot argument {part.use[1:]!r}")
         bindings = {k: _binding(v, names, slots) for k, v in part.with_.items()}
-        declared[part.name] = Part(part.name, part.use, MappingProxyType(bindings), _repeat(part.repeat, names), part.doc, part.pass_)
+        declared[part.name] = Part(part.name, part.use, MappingProxyType(bindings), _repeat(part.repeat, names), part.doc, part.pass_, part.shard)
     parts = _merge_parts(inherited, declared, {p.name: p.replaces for p in decl.parts})
 
     quantities = {q: getattr(decl, q) for q in QUANTITIES}
@@ -265,6 +271,7 @@ def _build_component(name: str, decl: ComponentDecl, vocabulary: Vocabulary, bas
         assumptions=MappingProxyType(assumptions),
         parts=tuple(parts),
         quantities=MappingProxyType(exprs),
+        saved_when=MappingProxyType({**(base.saved_when if base else {}), **{m: parse(v, names) for m, v in decl.saved_activations_when.items()}}),
     )
 
 

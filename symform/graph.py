@@ -39,11 +39,16 @@ class ComponentGraph:
     def leaves(self) -> list[str]:
         return [n for n in self.graph if self.graph.nodes[n]["component"].is_primitive]
 
-    def multiplicities(self, quantity: str) -> dict[str, sympy.Expr]:
+    def multiplicities(self, quantity: str, shards: Mapping[str, sympy.Expr] | None = None) -> dict[str, sympy.Expr]:
+        """Each node's repeat count from the root; a part sharded over a parallel dimension
+        (``shards[name]`` ranks) counts its share on one rank."""
+        shards = shards or {}
         weight = {"": sympy.Integer(1)}
         for node in nx.topological_sort(self.graph):
             for child in self.graph.successors(node):
-                weight[child] = weight[node] * self.graph.edges[node, child]["repeat"][quantity]
+                edge = self.graph.edges[node, child]
+                split = shards.get(edge["shard"], 1) if edge["shard"] else 1
+                weight[child] = weight[node] * edge["repeat"][quantity] / split
         return weight
 
     def leaf_terms(self, quantity: str) -> dict[str, sympy.Expr]:
@@ -139,6 +144,7 @@ def _instantiate(
     out.graph.add_node(path, component=component, args=args, quantities={})
     for req in component.requirements:
         out.requirements.append(BoundRequirement(path, component.name, req, req.relation.xreplace(local)))
+    out.graph.nodes[path]["saved_when"] = {m: e.xreplace(local) for m, e in component.saved_when.items()}
     if component.is_primitive:
         out.graph.nodes[path]["quantities"] = {q: e.xreplace(local) for q, e in component.quantities.items()}
         return
@@ -152,7 +158,7 @@ def _instantiate(
         if part.passes:
             given.update({a.name: args[a.name] for a in callee.args if a.name not in given and a.name in args})
         child_args = bind_arguments(library, callee, given, where=f"{child_path or 'model'}")
-        out.graph.add_edge(path, child_path, repeat=repeat)
+        out.graph.add_edge(path, child_path, repeat=repeat, shard=part.shard)
         _instantiate(library, callee, child_path, child_args, assume, out, stack + (component.name,))
 
 

@@ -32,6 +32,7 @@ class SymbolSpec(BaseModel):
     domain: Domain = "positive_integer"
     large: bool = False
     default: str | None = None
+    tensor_parallel: bool = False  # Megatron-style tensor parallelism splits this size among the ranks
 
 
 def make_symbol(name: str, domain: Domain) -> sympy.Symbol:
@@ -71,6 +72,10 @@ class Vocabulary:
 
     def symbols(self, *kinds: str) -> list[sympy.Symbol]:
         return [self.entries[n].symbol for n in self.names(*kinds)]
+
+    @property
+    def tensor_parallel(self) -> list[sympy.Symbol]:
+        return [e.symbol for e in self.entries.values() if e.spec.tensor_parallel]
 
     @property
     def large(self) -> frozenset[sympy.Symbol]:

@@ -1,0 +1,483 @@
+"""Memory on one device: training and inference budgets from the declared expressions.
+
+Every category is a sympy expression built from the model's own declarations:
+weights, gradients and optimizer states from ``params`` (per rank under the
+parallel layout), activations from what each component keeps for backward
+(``saved_activations``, or what it keeps instead when recomputed or fused), the
+KV cache from ``kv_cache``. Precision recipes, optimizers and weight formats
+are data (formulas/memory.toml). Nothing here knows an architecture by name.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from fractions import Fraction
+from functools import cache
+from typing import Callable, Mapping
+
+import sympy
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .data import formulas_dir, read_toml
+from .errors import DeclarationError, EvaluationError, describe_validation
+from .evaluate import Number, exact_value
+from .formula import Formula
+from .model import Model
+from .safe_expr import parse
+from .scaling import in_flight_microbatches
+
+RECOMPUTE = ("none", "selective", "full")
+SCHEDULES = ("1f1b", "interleaved", "gpipe", "naive")
+RULE_OF_THUMB = sympy.Rational(2, 5)  # inference activations ≈ 0.4 × parameter count in bytes (the notes, batch 1)
+
+
+# --- recipes (data) ----------------------------------------------------------------
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Precision(_Strict):
+    doc: str
+    source: str = ""
+    weights: int = Field(gt=0)
+    master: int = Field(ge=0)
+    grads: int = Field(gt=0)
+    state: int = Field(gt=0)
+    act: int = Field(gt=0)
+
+
+class Optimizer(_Strict):
+    doc: str
+    source: str = ""
+    states: int = Field(ge=0)
+    state_bytes: str | None = None
+
+
+class WeightFormat(_Strict):
+    doc: str
+    source: str = ""
+    bits: int = Field(gt=0)
+    group: int = Field(0, ge=0)
+    scale_bytes: int | str = 0
+    zero_bytes: int | str = 0
+    quantises: list[str] = Field(default_factory=list)  # primitives whose parameters take the format; [] = all
+    other_bits: int = 16
+
+
+class Recipes(_Strict):
+    precision: dict[str, Precision]
+    optimizer: dict[str, Optimizer]
+    weight_format: dict[str, WeightFormat]
+
+
+@cache
+def recipes() -> Recipes:
+    try:
+        return Recipes.model_validate(read_toml(formulas_dir() / "memory.toml"))
+    except ValidationError as e:
+        raise DeclarationError(f"memory.toml: {describe_validation(e)}") from None
+
+
+def _pick(table: Mapping[str, object], name: str, what: str):
+    if name not in table:
+        raise EvaluationError(f"unknown {what} {name!r}; choose one of {', '.join(table)}")
+    return table[name]
+
+
+def _rational(text: int | str) -> sympy.Rational:
+    return sympy.Rational(parse(str(text), {}))
+
+
+def bytes_per_weight(fmt: WeightFormat) -> sympy.Rational:
+    """Stored bytes per quantised weight: its bits plus its share of the group's scale and zero point."""
+    per_group = (_rational(fmt.scale_bytes) + _rational(fmt.zero_bytes)) / fmt.group if fmt.group else 0
+    return sympy.Rational(fmt.bits, 8) + per_group
+
+
+# --- layouts ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How the work is split: degrees of each kind of parallelism, ZeRO stage, pipeline schedule."""
+
+    data: int = 1
+    tensor: int = 1
+    pipeline: int = 1
+    expert: int = 1
+    context: int = 1
+    sequence: bool = False  # sequence parallelism alongside tensor parallelism (Korthikanti et al.)
+    zero: int = 0  # 1: optimizer states, 2: + gradients, 3: + weights sharded over the data-parallel ranks
+    distributed_optimizer: bool = False  # Megatron's: optimizer states sharded over data-parallel ranks (as ZeRO-1)
+    schedule: str = "1f1b"
+    microbatches: int | None = None  # per step and pipeline; default: as many as stages
+    chunks: int = 1  # model chunks per device in the interleaved schedule
+
+    def __post_init__(self) -> None:
+        for name in ("data", "tensor", "pipeline", "expert", "context", "chunks"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise EvaluationError(f"{name} parallel degree is {value!r}; give a whole number of 1 or more")
+        if self.zero not in (0, 1, 2, 3):
+            raise EvaluationError(f"ZeRO stage {self.zero!r} does not exist; choose 0, 1, 2 or 3")
+        if self.schedule not in SCHEDULES:
+            raise EvaluationError(f"unknown pipeline schedule {self.schedule!r}; choose one of {', '.join(SCHEDULES)}")
+        if self.microbatches is not None and (not isinstance(self.microbatches, int) or self.microbatches < 1):
+            raise EvaluationError(f"microbatches is {self.microbatches!r}; give a whole number of 1 or more")
+        if self.sequence and self.tensor == 1:
+            raise EvaluationError("sequence parallelism splits along the tensor-parallel ranks; give tensor > 1 or drop it")
+
+    @property
+    def devices(self) -> int:
+        return self.data * self.tensor * self.pipeline * self.context
+
+    @property
+    def optimizer_shards(self) -> int:
+        return self.data if (self.zero >= 1 or self.distributed_optimizer) else 1
+
+    @property
+    def in_flight(self) -> sympy.Expr:
+        """Micro-batches whose activations the first pipeline stage holds at its peak."""
+        if self.pipeline == 1:
+            return sympy.Integer(1)
+        microbatches = self.microbatches or self.pipeline
+        return sympy.nsimplify(in_flight_microbatches(self.schedule, self.pipeline, microbatches, self.chunks))
+
+
+# --- reports ----------------------------------------------------------------------------
+
+
+@dataclass
+class MemoryReport:
+    """Bytes on one device, per category, as expressions and numbers, with every assumption named."""
+
+    model: str
+    phase: str
+    expressions: dict[str, Formula]
+    values: dict[str, Number]
+    assumptions: dict[str, object]
+    activations_by_component: dict[str, Number] = field(default_factory=dict)
+
+    @property
+    def total(self) -> Number:
+        return sum(self.values.values())
+
+    def expression(self) -> Formula:
+        first = next(iter(self.expressions.values()))
+        return Formula(sympy.Add(*(f.expr for f in self.expressions.values())), first.vocabulary)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "model": self.model,
+            "phase": self.phase,
+            "total": _whole_bytes(self.total),
+            "components": {k: _whole_bytes(v) for k, v in self.values.items()},
+            "activations_by_component": {k: _whole_bytes(v) for k, v in self.activations_by_component.items()},
+            "assumptions": self.assumptions,
+        }
+
+
+def _whole_bytes(value: Number) -> int:
+    return math.ceil(Fraction(value))
+
+
+# --- parameters per device ------------------------------------------------------------
+
+
+def _tensor_split(model: Model, tensor: int) -> dict[sympy.Symbol, sympy.Expr]:
+    """Per-rank sizes under tensor parallelism: heads, inner widths and the vocabulary divide by the degree."""
+    if tensor == 1:
+        return {}
+    for symbol in model.vocabulary.tensor_parallel:
+        value = model.values.get(symbol.name)
+        if value is not None and value % tensor:
+            raise EvaluationError(f"{symbol.name}={value} does not divide among {tensor} tensor-parallel ranks; choose a degree dividing it")
+    return {s: s / tensor for s in model.vocabulary.tensor_parallel}
+
+
+def _param_terms(model: Model, layout: Layout) -> dict[str, sympy.Expr]:
+    """Each leaf's parameters on one rank: expert-sharded parts split over expert ranks, then the tensor split."""
+    graph = model.graph()
+    weight = graph.multiplicities("params", shards={"expert": sympy.Integer(layout.expert)})
+    split = _tensor_split(model, layout.tensor)
+    terms = {}
+    for leaf in graph.leaves():
+        if weight[leaf] != 0:
+            terms[leaf] = (weight[leaf] * graph.graph.nodes[leaf]["quantities"]["params"]).xreplace(split) / layout.pipeline
+    return terms
+
+
+def params_per_device(model: Model, layout: Layout = Layout()) -> sympy.Expr:
+    return sympy.expand(sympy.Add(*_param_terms(model, layout).values()))
+
+
+def weight_bytes_per_device(model: Model, fmt: WeightFormat, layout: Layout = Layout()) -> sympy.Expr:
+    """Stored weights: leaves of a quantised primitive at the format's bytes, the others at other_bits."""
+    graph = model.graph()
+    quantised, other = bytes_per_weight(fmt), sympy.Rational(fmt.other_bits, 8)
+    total = sympy.Integer(0)
+    for leaf, term in _param_terms(model, layout).items():
+        name = graph.graph.nodes[leaf]["component"].name
+        total += term * (quantised if not fmt.quantises or name in fmt.quantises else other)
+    return sympy.expand(total)
+
+
+# --- activations ------------------------------------------------------------------------
+
+
+def _modes(recompute: str, flash: bool) -> tuple[str, ...]:
+    if recompute not in RECOMPUTE:
+        raise EvaluationError(f"unknown recomputation {recompute!r}; choose one of {', '.join(RECOMPUTE)}")
+    return tuple(m for m in ((recompute if recompute != "none" else None), ("flash" if flash else None)) if m)
+
+
+def saved_activations(model: Model, *, recompute: str = "none", flash: bool = False) -> tuple[sympy.Expr, sympy.Expr, dict[str, sympy.Expr]]:
+    """What one forward keeps for backward, with recomputation and fused attention applied top-down.
+
+    Returns the kept bytes, the transient peak of recomputing one checkpointed
+    unit during backward (its full saved activations), and the kept bytes by
+    top-level component. Expressions use the model's conventions.
+    """
+    graph = model.graph().graph
+    modes = _modes(recompute, flash)
+    transients: list[sympy.Expr] = []
+
+    def full(node: str) -> sympy.Expr:
+        data = graph.nodes[node]
+        if data["component"].is_primitive:
+            return data["quantities"]["saved_activations"]
+        return sympy.Add(*(graph.edges[node, c]["repeat"]["saved_activations"] * full(c) for c in graph.successors(node)))
+
+    def kept(node: str) -> sympy.Expr:
+        data = graph.nodes[node]
+        for mode in modes:
+            if mode in data["saved_when"]:
+                if mode in RECOMPUTE:
+                    transients.append(full(node))
+                return data["saved_when"][mode]
+        if data["component"].is_primitive:
+            return data["quantities"]["saved_activations"]
+        return sympy.Add(*(graph.edges[node, c]["repeat"]["saved_activations"] * kept(c) for c in graph.successors(node)))
+
+    conventions = model.conventions
+    by_component = {c: sympy.expand((graph.edges["", c]["repeat"]["saved_activations"] * kept(c)).xreplace(conventions)) for c in graph.successors("")}
+    total = sympy.expand(sympy.Add(*by_component.values()))
+    distinct = {sympy.expand(t.xreplace(conventions)) for t in transients}
+    transient = sympy.Max(*distinct) if distinct else sympy.Integer(0)
+    return total, transient, {k: v for k, v in by_component.items() if v != 0}
+
+
+def _activations_per_device(expr: sympy.Expr, model: Model, layout: Layout) -> sympy.Expr:
+    """Tensor parallelism shards the head and inner-width activations (and with sequence parallelism
+    all of them); context parallelism splits the sequence; a pipeline stage holds its share of the
+    layers for each micro-batch in flight (stages balanced)."""
+    if layout.sequence:
+        expr = expr / layout.tensor
+    else:
+        expr = expr.xreplace(_tensor_split(model, layout.tensor))
+    return sympy.expand(expr / layout.context / layout.pipeline * layout.in_flight)
+
+
+# --- training -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Training:
+    precision: str = "mixed"
+    optimizer: str = "adamw"
+    recompute: str = "none"
+    flash: bool = False
+    layout: Layout = Layout()
+
+
+def training_expressions(model: Model, setup: Training = Training()) -> tuple[dict[str, sympy.Expr], dict[str, sympy.Expr], dict[str, object]]:
+    """Per-device bytes by category (expressions over sizes, batch and seq), the activations by
+    component, and the assumptions in force."""
+    precision = _pick(recipes().precision, setup.precision, "precision")
+    optimizer = _pick(recipes().optimizer, setup.optimizer, "optimizer")
+    layout = setup.layout
+    model = model.with_conventions(act_bytes=precision.act)
+    params = params_per_device(model, layout)
+    state_bytes = _rational(optimizer.state_bytes) if optimizer.state_bytes else sympy.Integer(precision.state)
+    shards = layout.optimizer_shards
+    kept, transient, by_component = saved_activations(model, recompute=setup.recompute, flash=setup.flash)
+    categories = {
+        "weights": params * precision.weights / (layout.data if layout.zero >= 3 else 1),
+        "master_weights": params * precision.master / shards,
+        "gradients": params * precision.grads / (layout.data if layout.zero >= 2 else 1),
+        "optimizer": params * optimizer.states * state_bytes / shards,
+        "activations": _activations_per_device(kept, model, layout),
+        "recompute_buffer": _activations_per_device(transient, model, Layout(tensor=layout.tensor, sequence=layout.sequence, context=layout.context)),
+    }
+    components = {k: _activations_per_device(v, model, layout) for k, v in by_component.items()}
+    assumptions = {
+        "precision": setup.precision,
+        "bytes_per_param": {"weights": precision.weights, "master": precision.master, "grads": precision.grads, "optimizer_state": _json(state_bytes)},
+        "optimizer": setup.optimizer,
+        "optimizer_states": optimizer.states,
+        "act_bytes": precision.act,
+        "recompute": setup.recompute,
+        "flash_attention": setup.flash,
+        "layout": asdict(layout),
+        "pipeline_in_flight_microbatches": _json(layout.in_flight),
+        "conventions": {s.name: _json(v) for s, v in model.conventions.items()},
+        "stages_balanced": layout.pipeline > 1,
+    }
+    return {k: sympy.expand(v) for k, v in categories.items()}, components, assumptions
+
+
+def training_memory(model: Model, *, batch: int, seq: int, setup: Training = Training()) -> MemoryReport:
+    """Bytes on one device for one training step of ``batch`` sequences (the micro-batch) of ``seq`` tokens."""
+    categories, components, assumptions = training_expressions(model, setup)
+    return _report(model, "train", categories, components, assumptions, batch=batch, seq=seq)
+
+
+# --- inference -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Inference:
+    weight_format: str = "bf16"
+    kv_bytes: Number = 2
+    kv_block: int = 1  # paged attention: the cache grows in blocks of this many tokens
+    act_bytes: int = 2
+    tensor: int = 1
+    flash: bool = True
+
+
+def inference_expressions(model: Model, setup: Inference = Inference()) -> tuple[dict[str, sympy.Expr], dict[str, object]]:
+    """Weights, KV cache for past + seq tokens, and activations two ways: the notes' rule of thumb
+    (0.4 bytes per parameter) and a computed peak (the largest op's inputs and outputs plus the
+    residual stream), with the total using the computed peak."""
+    fmt = _pick(recipes().weight_format, setup.weight_format, "weight format")
+    if isinstance(setup.kv_block, bool) or not isinstance(setup.kv_block, int) or setup.kv_block < 1:
+        raise EvaluationError(f"kv_block is {setup.kv_block!r}; give the paged cache's block size in tokens (1 for none)")
+    model = model.with_conventions(kv_bytes=setup.kv_bytes, kv_block=setup.kv_block, act_bytes=setup.act_bytes)
+    layout = Layout(tensor=setup.tensor)
+    split = _tensor_split(model, setup.tensor)
+    categories = {
+        "weights": weight_bytes_per_device(model, fmt, layout),
+        "kv_cache": sympy.expand(model.expression("kv_cache").expr.xreplace(split)),
+        "activations": _inference_peak(model, setup.flash).xreplace(split),
+    }
+    assumptions = {
+        "weight_format": setup.weight_format,
+        "bytes_per_weight": _json(bytes_per_weight(fmt)),
+        "quantised_components": fmt.quantises or "all",
+        "kv_bytes": _json(sympy.Rational(setup.kv_bytes)),
+        "kv_block_tokens": setup.kv_block,
+        "act_bytes": setup.act_bytes,
+        "tensor_parallel": setup.tensor,
+        "activations": "computed peak: the largest single op's activation inputs and outputs plus the residual stream",
+        "flash_attention": setup.flash,
+        "activations_rule_of_thumb_bytes": "0.4 × parameters (the notes' rule, batch 1)",
+    }
+    return categories, assumptions
+
+
+def inference_memory(model: Model, *, batch: int, seq: int, past: int = 0, setup: Inference = Inference()) -> MemoryReport:
+    """Bytes on one device serving ``batch`` sequences with ``past`` tokens cached and ``seq`` new ones."""
+    categories, assumptions = inference_expressions(model.with_conventions(past=past), setup)
+    report = _report(model, "infer", categories, {}, assumptions, batch=batch, seq=seq, past=past)
+    report.assumptions["activations_rule_of_thumb_bytes"] = _json(RULE_OF_THUMB * model.evaluate("params") / setup.tensor)
+    return report
+
+
+def _inference_peak(model: Model, flash: bool) -> sympy.Expr:
+    """The largest activation working set of any single op (its bytes moved without the weights), plus the
+    residual stream it leaves live. With flash, attention cores run fused and never hold their score matrix."""
+    graph = model.graph().graph
+    fused = [n for n, data in graph.nodes.items() if flash and "flash" in data["saved_when"]]
+    no_weights = {**model.conventions, model.vocabulary["weight_bytes"]: 0}
+    sizes: set[sympy.Expr] = set()
+    for node, data in graph.nodes.items():
+        if data["component"].is_primitive and not any(node.startswith(f"{f}/") for f in fused):
+            sizes.add(sympy.expand(data["quantities"]["bytes_moved"].xreplace(no_weights)))
+    sizes.discard(sympy.Integer(0))
+    v = model.vocabulary
+    residual = (v["act_bytes"] * v["batch"] * v["seq"] * v["d_model"]).xreplace(model.conventions)
+    return sympy.Max(*sizes) + residual
+
+
+# --- numbers ------------------------------------------------------------------------------------
+
+
+def _report(model: Model, phase: str, categories: dict[str, sympy.Expr], components: dict[str, sympy.Expr], assumptions: dict[str, object], **workload: int) -> MemoryReport:
+    values = {**model.values, **workload}
+    evaluate = _evaluator(values)
+    return MemoryReport(
+        model=model.name,
+        phase=phase,
+        expressions={k: Formula(v, model.vocabulary) for k, v in categories.items()},
+        values={k: evaluate(v) for k, v in categories.items()},
+        assumptions={**assumptions, "workload": dict(workload)},
+        activations_by_component={k: evaluate(v) for k, v in components.items()},
+    )
+
+
+def _evaluator(values: Mapping[str, object]) -> Callable[[sympy.Expr], Number]:
+    def evaluate(expr: sympy.Expr) -> Number:
+        bound = {s: sympy.Rational(values[s.name]) for s in expr.free_symbols if s.name in values}
+        return exact_value(expr, bound)
+
+    return evaluate
+
+
+def _json(value: object) -> int | float:
+    number = sympy.Rational(value)
+    return int(number) if number.is_Integer else float(number)
+
+
+# --- what fits ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fit:
+    """The largest value of one workload variable whose memory stays within a budget."""
+
+    variable: str
+    largest: int  # 0 when not even 1 fits
+    budget: Number
+    closed_form: Formula | None  # variable ≤ this, when sympy can solve total(variable) = budget
+
+
+def largest_fitting(total: Callable[[int], Number], budget: Number, *, limit: int = 1 << 40) -> int:
+    """The largest n ≥ 1 with total(n) ≤ budget (0 if none), for a total that grows with n: doubling, then bisection."""
+    if total(1) > budget:
+        return 0
+    low, high = 1, 2
+    while total(high) <= budget:
+        low, high = high, high * 2
+        if high > limit:
+            raise EvaluationError(f"more than {limit:,} fit in the budget; the memory does not grow with this variable")
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if total(middle) <= budget else (low, middle)
+    return low
+
+
+def solve_fit(expr: sympy.Expr, variable: str, budget: Number, values: Mapping[str, object], vocabulary) -> Fit:
+    """Largest integer value of ``variable`` with expr ≤ budget, every other symbol bound from ``values``."""
+    symbol = vocabulary[variable]
+    others = {s: sympy.Rational(values[s.name]) for s in expr.free_symbols if s != symbol and s.name in values}
+    bound = sympy.expand(expr.xreplace(others))
+    missing = sorted(s.name for s in bound.free_symbols if s != symbol)
+    if missing:
+        raise EvaluationError(f"cannot solve for {variable}: no value for {', '.join(missing)}")
+    largest = largest_fitting(lambda n: exact_value(bound, {symbol: sympy.Integer(n)}), budget)
+    return Fit(variable, largest, budget, _closed_form(bound, symbol, budget, vocabulary))
+
+
+def _closed_form(expr: sympy.Expr, symbol: sympy.Symbol, budget: Number, vocabulary) -> Formula | None:
+    """The root of expr = budget when expr is a polynomial of degree 1 or 2 in the variable."""
+    if expr.has(sympy.Min, sympy.Max, sympy.ceiling):
+        return None
+    poly = sympy.Poly(expr, symbol)
+    if poly.degree() not in (1, 2):
+        return None
+    real = sympy.Symbol(symbol.name, positive=True)  # the root is rarely a whole number: solve over the reals
+    roots = [r for r in sympy.solve(sympy.Eq(expr.xreplace({symbol: real}), sympy.Rational(budget)), real) if r.is_real]
+    return Formula(roots[0], vocabulary) if len(roots) == 1 else None
