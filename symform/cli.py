@@ -18,6 +18,7 @@ from .families import presets, supported_model_types
 from .hardware import device_names, load_device
 from .hardware_report import device_json, device_table, devices_table
 from .model import Model, quantity_names
+from .memory_report import fit_arguments, fit_command, memory_arguments, memory_command
 from .roofline_report import roofline_arguments, roofline_command
 
 EXIT_BAD_INPUT = 2
@@ -90,6 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
         workload(p, required=False)
         p.add_argument("--tokens", type=_size, help="training tokens D")
 
+    p = model_command("memory", "memory on one device for a training step or for serving: weights, gradients, optimizer, activations, KV cache")
+    memory_arguments(p)
+    p = model_command("fit", "the largest batch, sequence or cached context that fits a memory budget")
+    fit_arguments(p)
+
     p = model_command("roofline", "roofline of a training step, prefill or decode on one accelerator: FLOPs, bytes, bound, time bounds")
     roofline_arguments(p)
 
@@ -125,6 +131,10 @@ def _run(args: argparse.Namespace) -> str:
     model = _load(args)
     if args.verb == "roofline":
         return roofline_command(model, args)
+    if args.verb == "memory":
+        return memory_command(model, args)
+    if args.verb == "fit":
+        return fit_command(model, args)
     if args.verb == "params":
         return _params(model, args)
     if args.verb == "flops":

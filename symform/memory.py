@@ -245,25 +245,19 @@ def saved_activations(model: Model, *, recompute: str = "none", flash: bool = Fa
     modes = _modes(recompute, flash)
     transients: list[sympy.Expr] = []
 
-    def full(node: str) -> sympy.Expr:
-        data = graph.nodes[node]
-        if data["component"].is_primitive:
-            return data["quantities"]["saved_activations"]
-        return sympy.Add(*(graph.edges[node, c]["repeat"]["saved_activations"] * full(c) for c in graph.successors(node)))
-
-    def kept(node: str) -> sympy.Expr:
+    def kept(node: str, modes: tuple[str, ...]) -> sympy.Expr:
         data = graph.nodes[node]
         for mode in modes:
             if mode in data["saved_when"]:
-                if mode in RECOMPUTE:
-                    transients.append(full(node))
+                if mode in RECOMPUTE:  # backward rebuilds the unit's activations (fused kernels still fused)
+                    transients.append(kept(node, tuple(m for m in modes if m not in RECOMPUTE)))
                 return data["saved_when"][mode]
         if data["component"].is_primitive:
             return data["quantities"]["saved_activations"]
-        return sympy.Add(*(graph.edges[node, c]["repeat"]["saved_activations"] * kept(c) for c in graph.successors(node)))
+        return sympy.Add(*(graph.edges[node, c]["repeat"]["saved_activations"] * kept(c, modes) for c in graph.successors(node)))
 
     conventions = model.conventions
-    by_component = {c: sympy.expand((graph.edges["", c]["repeat"]["saved_activations"] * kept(c)).xreplace(conventions)) for c in graph.successors("")}
+    by_component = {c: sympy.expand((graph.edges["", c]["repeat"]["saved_activations"] * kept(c, modes)).xreplace(conventions)) for c in graph.successors("")}
     total = sympy.expand(sympy.Add(*by_component.values()))
     distinct = {sympy.expand(t.xreplace(conventions)) for t in transients}
     transient = sympy.Max(*distinct) if distinct else sympy.Integer(0)
@@ -348,20 +342,23 @@ class Inference:
     flash: bool = True
 
 
-def inference_expressions(model: Model, setup: Inference = Inference()) -> tuple[dict[str, sympy.Expr], dict[str, object]]:
+def inference_expressions(model: Model, setup: Inference = Inference(), *, keep: tuple[str, ...] = ()) -> tuple[dict[str, sympy.Expr], dict[str, object]]:
     """Weights, KV cache for past + seq tokens, and activations two ways: the notes' rule of thumb
     (0.4 bytes per parameter) and a computed peak (the largest op's inputs and outputs plus the
-    residual stream), with the total using the computed peak."""
+    residual stream), with the total using the computed peak. Settings named in ``keep`` (past)
+    stay symbols instead of taking their values."""
     fmt = _pick(recipes().weight_format, setup.weight_format, "weight format")
     if isinstance(setup.kv_block, bool) or not isinstance(setup.kv_block, int) or setup.kv_block < 1:
         raise EvaluationError(f"kv_block is {setup.kv_block!r}; give the paged cache's block size in tokens (1 for none)")
     model = model.with_conventions(kv_bytes=setup.kv_bytes, kv_block=setup.kv_block, act_bytes=setup.act_bytes)
     layout = Layout(tensor=setup.tensor)
     split = _tensor_split(model, setup.tensor)
+    conventions = {s: value for s, value in model.conventions.items() if s.name not in keep}
+    kv = model.expression("kv_cache", conventions=False).expr.xreplace(conventions)
     categories = {
         "weights": weight_bytes_per_device(model, fmt, layout),
-        "kv_cache": sympy.expand(model.expression("kv_cache").expr.xreplace(split)),
-        "activations": _inference_peak(model, setup.flash).xreplace(split),
+        "kv_cache": sympy.expand(kv.xreplace(split)),
+        "activations": _inference_peak(model, setup.flash, conventions).xreplace(split),
     }
     assumptions = {
         "weight_format": setup.weight_format,
@@ -386,19 +383,19 @@ def inference_memory(model: Model, *, batch: int, seq: int, past: int = 0, setup
     return report
 
 
-def _inference_peak(model: Model, flash: bool) -> sympy.Expr:
+def _inference_peak(model: Model, flash: bool, conventions: Mapping[sympy.Symbol, sympy.Expr]) -> sympy.Expr:
     """The largest activation working set of any single op (its bytes moved without the weights), plus the
     residual stream it leaves live. With flash, attention cores run fused and never hold their score matrix."""
     graph = model.graph().graph
     fused = [n for n, data in graph.nodes.items() if flash and "flash" in data["saved_when"]]
-    no_weights = {**model.conventions, model.vocabulary["weight_bytes"]: 0}
+    no_weights = {**conventions, model.vocabulary["weight_bytes"]: 0}
     sizes: set[sympy.Expr] = set()
     for node, data in graph.nodes.items():
         if data["component"].is_primitive and not any(node.startswith(f"{f}/") for f in fused):
             sizes.add(sympy.expand(data["quantities"]["bytes_moved"].xreplace(no_weights)))
     sizes.discard(sympy.Integer(0))
     v = model.vocabulary
-    residual = (v["act_bytes"] * v["batch"] * v["seq"] * v["d_model"]).xreplace(model.conventions)
+    residual = (v["act_bytes"] * v["batch"] * v["seq"] * v["d_model"]).xreplace(conventions)
     return sympy.Max(*sizes) + residual
 
 

@@ -1,0 +1,222 @@
+"""``symform memory`` and ``symform fit``: options, tables in GB and GiB, JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from fractions import Fraction
+
+from .errors import EvaluationError
+from .evaluate import Number
+from .hardware import load_device
+from .memory import (
+    RECOMPUTE,
+    SCHEDULES,
+    Inference,
+    Layout,
+    MemoryReport,
+    Training,
+    inference_expressions,
+    inference_memory,
+    recipes,
+    solve_fit,
+    training_expressions,
+    training_memory,
+)
+from .model import Model
+
+_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+KV_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "int4": Fraction(1, 2)}
+
+
+def memory_budget(text: str) -> int:
+    """80e9, 80GB, 80GiB, 1.5TB: a number of bytes, units decimal (GB) or binary (GiB)."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([KMGT]i?B|B)?\s*", text, re.IGNORECASE)
+    if not match:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a memory size; write 80e9, 80GB or 80GiB")
+    value = Fraction(match.group(1)) * _UNITS[(match.group(2) or "").upper()]
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: the budget must be positive")
+    return int(value)
+
+
+def _degree(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} must be 1 or more")
+    return value
+
+
+def _past(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} must be 0 or more")
+    return value
+
+
+def setup_arguments(p: argparse.ArgumentParser) -> None:
+    """The options both commands share: phase, precision, optimizer, layout, recomputation, formats."""
+    phase = p.add_mutually_exclusive_group(required=True)
+    phase.add_argument("--train", action="store_true", help="a training step")
+    phase.add_argument("--infer", action="store_true", help="serving: weights, KV cache, activations")
+    table = recipes()
+    train = p.add_argument_group("training")
+    train.add_argument("--precision", default="mixed", choices=list(table.precision), help="bytes per parameter of each copy (default mixed: bf16 weights and grads, fp32 master and states)")
+    train.add_argument("--optimizer", default="adamw", choices=list(table.optimizer))
+    train.add_argument("--zero", type=int, default=0, choices=(0, 1, 2, 3), help="ZeRO stage over the data-parallel ranks")
+    train.add_argument("--distributed-optimizer", action="store_true", help="Megatron's distributed optimizer (optimizer states sharded like ZeRO-1)")
+    train.add_argument("--recompute", default="none", choices=RECOMPUTE, help="activation recomputation: selective (attention cores) or full (whole layers)")
+    for name, help in (("dp", "data"), ("pp", "pipeline"), ("ep", "expert"), ("cp", "context")):
+        train.add_argument(f"--{name}", type=_degree, default=1, help=f"{help}-parallel degree")
+    train.add_argument("--sp", action="store_true", help="sequence parallelism alongside tensor parallelism")
+    train.add_argument("--schedule", default="1f1b", choices=SCHEDULES, help="pipeline schedule")
+    train.add_argument("--microbatches", type=_degree, help="micro-batches per step (default: as many as pipeline stages)")
+    train.add_argument("--chunks", type=_degree, default=1, help="model chunks per device (interleaved schedule)")
+    both = p.add_argument_group("both")
+    both.add_argument("--tp", type=_degree, default=1, help="tensor-parallel degree")
+    both.add_argument("--flash", action=argparse.BooleanOptionalAction, default=None, help="FlashAttention (default: off for training, on for inference)")
+    infer = p.add_argument_group("inference")
+    infer.add_argument("--past", type=_past, default=0, help="tokens already in the KV cache (the context when decoding)")
+    infer.add_argument("--weight-format", default="bf16", choices=list(table.weight_format))
+    infer.add_argument("--kv-dtype", default="bf16", choices=list(KV_DTYPES), help="KV cache element type")
+    infer.add_argument("--kv-block", type=_degree, default=1, help="paged KV cache block size in tokens (vLLM: 16)")
+
+
+def memory_arguments(p: argparse.ArgumentParser) -> None:
+    setup_arguments(p)
+    p.add_argument("--batch", type=_degree, required=True, help="sequences (per device: the micro-batch when training)")
+    p.add_argument("--seq", type=_degree, required=True, help="tokens per sequence (new tokens when serving)")
+    p.add_argument("--gpu", metavar="NAME", help="an accelerator whose memory to compare with (symform hardware)")
+
+
+def fit_arguments(p: argparse.ArgumentParser) -> None:
+    setup_arguments(p)
+    budget = p.add_mutually_exclusive_group(required=True)
+    budget.add_argument("--memory", type=memory_budget, metavar="BYTES", help="the budget: 80e9, 80GB or 80GiB")
+    budget.add_argument("--gpu", metavar="NAME", help="an accelerator whose memory is the budget")
+    p.add_argument("--solve", required=True, choices=("batch", "seq", "past"), help="the variable to maximise (past: the context a decode can hold)")
+    p.add_argument("--batch", type=_degree, help="sequences (required unless solved for)")
+    p.add_argument("--seq", type=_degree, help="tokens per sequence (required unless solved for; serving default 1)")
+
+
+def _layout(args: argparse.Namespace) -> Layout:
+    return Layout(
+        data=args.dp, tensor=args.tp, pipeline=args.pp, expert=args.ep, context=args.cp, sequence=args.sp,
+        zero=args.zero, distributed_optimizer=args.distributed_optimizer,
+        schedule=args.schedule, microbatches=args.microbatches, chunks=args.chunks,
+    )  # fmt: skip
+
+
+def _training(args: argparse.Namespace) -> Training:
+    return Training(precision=args.precision, optimizer=args.optimizer, recompute=args.recompute, flash=bool(args.flash), layout=_layout(args))
+
+
+def _inference(args: argparse.Namespace) -> Inference:
+    flash = True if args.flash is None else args.flash
+    return Inference(weight_format=args.weight_format, kv_bytes=KV_DTYPES[args.kv_dtype], kv_block=args.kv_block, tensor=args.tp, flash=flash)
+
+
+def _gpu_memory(name: str) -> tuple[str, int]:
+    device = load_device(name)
+    if getattr(device, "kind", None) != "accelerator":
+        raise EvaluationError(f"{name} is a system; give one of its accelerators (symform hardware {name} names it)")
+    return device.name or name, int(device.memory_bytes)
+
+
+def memory_command(model: Model, args: argparse.Namespace) -> str:
+    if args.train:
+        report = training_memory(model, batch=args.batch, seq=args.seq, setup=_training(args))
+    else:
+        report = inference_memory(model, batch=args.batch, seq=args.seq, past=args.past, setup=_inference(args))
+    device = _gpu_memory(args.gpu) if args.gpu else None
+    if args.json:
+        result = report.as_dict()
+        if device:
+            result["device"] = {"name": device[0], "memory_bytes": device[1], "fits": report.total <= device[1]}
+        return json.dumps(result)
+    return _memory_table(report, device)
+
+
+def _memory_table(report: MemoryReport, device: tuple[str, int] | None) -> str:
+    workload = ", ".join(f"{k} {v}" for k, v in report.assumptions["workload"].items())
+    title = f"{'training' if report.phase == 'train' else 'inference'} memory per device of {report.model} ({workload})"
+    rows = [(k, v) for k, v in report.values.items() if v] + [("total", report.total)]
+    width = max(len(k) for k, _ in rows)
+    lines = [title, f"{'category':<{width}}  {'bytes':>20}  {'GB (10^9)':>10}  {'GiB (2^30)':>10}"]
+    for name, value in rows:
+        lines.append(f"{name:<{width}}  {_ceil(value):>20,}  {float(value) / 1e9:>10.3f}  {float(value) / 2**30:>10.3f}")
+    if report.activations_by_component:
+        lines.append("activations by component: " + ", ".join(f"{k} {float(v) / 1e9:.3f} GB" for k, v in report.activations_by_component.items() if v))
+    if device:
+        name, capacity = device
+        verdict = "fits" if report.total <= capacity else "does NOT fit"
+        lines.append(f"{name}: {capacity / 2**30:.0f} GiB ({capacity / 1e9:.1f} GB); this {verdict} ({float(report.total) / capacity:.0%} of it)")
+    lines.append("assumptions: " + _assumptions_line(report.assumptions))
+    return "\n".join(lines)
+
+
+def _assumptions_line(assumptions: dict) -> str:
+    skip = {"conventions", "workload", "layout"}
+    items = [f"{k}={v}" for k, v in assumptions.items() if k not in skip]
+    layout = assumptions.get("layout")
+    if layout:
+        items.append("layout " + " ".join(f"{k}={v}" for k, v in layout.items() if v not in (1, False, 0, None) or k == "schedule"))
+    return "; ".join(items)
+
+
+def _ceil(value: Number) -> int:
+    return -(-Fraction(value).numerator // Fraction(value).denominator)
+
+
+def fit_command(model: Model, args: argparse.Namespace) -> str:
+    budget = args.memory if args.memory else _gpu_memory(args.gpu)[1]
+    fixed = {"batch": args.batch, "seq": args.seq if args.seq or args.train else 1}
+    fixed.pop(args.solve, None)
+    missing = [f"--{k}" for k, value in fixed.items() if value is None]
+    if missing:
+        raise EvaluationError(f"solving for {args.solve} needs {' and '.join(missing)}")
+    if args.train:
+        if args.solve == "past":
+            raise EvaluationError("past (the cached context) is a serving variable; solve for batch or seq with --train, or use --infer")
+        categories, _, _ = training_expressions(model, _training(args))
+        values = {**model.values, **fixed}
+    else:
+        categories, _ = inference_expressions(model, _inference(args), keep=("past",))
+        values = {**model.values, **fixed, **({"past": args.past} if args.solve != "past" else {})}
+    total = sum(categories.values())
+    fit = solve_fit(total, args.solve, budget, values, model.vocabulary)
+    report = None
+    if fit.largest:
+        at = {**fixed, args.solve: fit.largest}
+        report = (
+            training_memory(model, batch=at["batch"], seq=at["seq"], setup=_training(args))
+            if args.train
+            else inference_memory(model, batch=at["batch"], seq=at["seq"], past=at.get("past", args.past), setup=_inference(args))
+        )
+    if args.json:
+        return json.dumps(
+            {
+                "model": model.name,
+                "solve": args.solve,
+                "largest": fit.largest,
+                "budget_bytes": budget,
+                "closed_form": None if fit.closed_form is None else str(fit.closed_form),
+                "at_largest": None if report is None else report.as_dict(),
+            }
+        )
+    lines = [f"largest {args.solve} of {model.name} within {budget:,} bytes ({budget / 1e9:.2f} GB, {budget / 2**30:.2f} GiB): {fit.largest:,}"]
+    if fit.closed_form is not None:
+        lines.append(f"  closed form: {args.solve} ≤ {fit.closed_form}")
+    if report is not None:
+        lines.append(f"  at {args.solve} = {fit.largest:,}: {_ceil(report.total):,} bytes")
+    else:
+        lines.append(f"  not even {args.solve} = 1 fits; add devices, shard (--zero, --tp) or recompute")
+    return "\n".join(lines)
+

@@ -1,0 +1,81 @@
+"""symform memory and symform fit: the JSON contract, the human table's units, bad input."""
+
+import json
+
+import pytest
+
+from symform.cli import main
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def run_json(capsys, *argv):
+    code, out, err = run(capsys, *argv, "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_memory_json_contract_for_training(capsys):
+    report = run_json(capsys, "memory", "llama-3-8b", "--train", "--batch", "2", "--seq", "1024", "--zero", "1", "--dp", "8")
+    assert set(report) >= {"total", "components", "assumptions"}
+    assert set(report["components"]) >= {"weights", "gradients", "optimizer", "activations"}
+    assert report["total"] == sum(report["components"].values())
+    params = 8_030_261_248  # llama-3-8b's numel()
+    assert report["components"]["weights"] == 2 * params
+    assert report["components"]["optimizer"] == 8 * params // 8  # two fp32 states, sharded over 8 ranks
+    assert report["assumptions"]["layout"]["zero"] == 1
+    assert report["assumptions"]["workload"] == {"batch": 2, "seq": 1024}
+
+
+def test_memory_json_contract_for_serving(capsys):
+    report = run_json(capsys, "memory", "qwen3-8b", "--infer", "--batch", "4", "--seq", "1", "--past", "4095", "--kv-dtype", "fp8")
+    assert set(report["components"]) == {"weights", "kv_cache", "activations"}
+    assert report["components"]["kv_cache"] == 4 * 4096 * 36 * 2 * 8 * 128  # fp8: 1 byte per K and V value
+    assert report["assumptions"]["activations_rule_of_thumb_bytes"] > 0
+
+
+def test_memory_table_labels_its_units(capsys):
+    code, out, _ = run(capsys, "memory", "qwen3-0.6b", "--train", "--batch", "1", "--seq", "512", "--gpu", "a100-sxm-80gb")
+    assert code == 0
+    assert "GB (10^9)" in out and "GiB (2^30)" in out and "fits" in out
+
+
+def test_fit_solves_for_the_batch_and_reports_the_memory_there(capsys):
+    report = run_json(capsys, "fit", "qwen3-0.6b", "--train", "--precision", "bf16", "--memory", "80e9", "--solve", "batch", "--seq", "512")
+    largest = report["largest"]
+    assert report["at_largest"]["total"] <= 80 * 10**9
+    over = run_json(capsys, "memory", "qwen3-0.6b", "--train", "--precision", "bf16", "--batch", str(largest + 1), "--seq", "512")
+    assert over["total"] > 80 * 10**9
+    assert report["closed_form"] is not None
+
+
+def test_fit_the_longest_context_a_decode_batch_can_cache(capsys):
+    report = run_json(capsys, "fit", "llama-3-8b", "--infer", "--gpu", "h100-sxm", "--solve", "past", "--batch", "8")
+    budget = report["budget_bytes"]
+    assert budget == 80 * 2**30
+    at = report["at_largest"]
+    assert at["total"] <= budget and at["assumptions"]["workload"]["past"] == report["largest"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["memory", "llama-3-8b", "--batch", "1", "--seq", "8"],  # neither --train nor --infer
+        ["memory", "llama-3-8b", "--train", "--batch", "0", "--seq", "8"],
+        ["memory", "llama-3-8b", "--train", "--batch", "1", "--seq", "8", "--tp", "3"],
+        ["memory", "llama-3-8b", "--train", "--batch", "1", "--seq", "8", "--precision", "fp64"],
+        ["memory", "llama-3-8b", "--train", "--batch", "1", "--seq", "8", "--sp"],
+        ["memory", "llama-3-8b", "--infer", "--batch", "1", "--seq", "8", "--gpu", "hgx-h100-8gpu"],
+        ["fit", "llama-3-8b", "--train", "--memory", "eighty", "--solve", "batch", "--seq", "8"],
+        ["fit", "llama-3-8b", "--train", "--memory", "80GB", "--solve", "batch"],
+        ["fit", "llama-3-8b", "--train", "--memory", "80GB", "--solve", "past", "--batch", "1", "--seq", "8"],
+    ],
+)
+def test_bad_memory_input_is_one_line_and_exit_2(capsys, argv):
+    code, out, err = run(capsys, *argv)
+    assert code == 2
+    assert err.count("\n") == 1 and "Traceback" not in err
