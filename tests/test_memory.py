@@ -98,16 +98,19 @@ def test_the_notes_what_fits_table(name):
     assert int(fit.closed_form.expr) == expected  # linear in the batch: the closed form floors to the same
 
 
-def test_eager_accounting_explains_why_measured_batches_are_smaller():
-    """The notes measured 34, 28, 12, 2: what PyTorch keeps is more than the idealised count."""
-    for name, measured in {"qwen3-0.6b": 34, "qwen3-8b": 2}.items():
-        model = load(name)
-        setup = Training(precision="bf16")
-        exprs, _, _ = training_expressions(model, setup)
-        total = sum(exprs.values())
-        fit = solve_fit(total, "batch", 80 * 10**9, {**model.values, "seq": 512}, v)
-        assert fit.largest < NOTES_TABLE[name][-1]
-        assert abs(fit.largest - measured) <= measured  # within a factor of two of the measurement
+MEASURED = {"qwen3-0.6b": 34, "qwen3-1.7b": 28, "qwen3-4b": 12, "qwen3-8b": 2}  # the notes' measurements
+
+
+@pytest.mark.parametrize("name", MEASURED)
+def test_eager_accounting_explains_why_measured_batches_are_smaller(name):
+    """What PyTorch keeps (fp32 copies in norms, softmax and loss; SwiGLU's four d_ff-wide tensors;
+    the real GQA and head sizes) is more than the idealised count: symform's eager estimate lands
+    near the notes' measurements, far below their formula's answer."""
+    model = load(name)
+    exprs, _, _ = training_expressions(model, Training(precision="bf16"))
+    fit = solve_fit(sum(exprs.values()), "batch", 80 * 10**9, {**model.values, "seq": 512}, v)
+    assert fit.largest < NOTES_TABLE[name][-1]
+    assert abs(fit.largest - MEASURED[name]) <= MEASURED[name] / 3 + 1
 
 
 PSI, DEVICES, K = 7_500_000_000, 64, 12  # ZeRO §3.1 / Figure 1: 7.5B parameters, N_d = 64, mixed-precision Adam
