@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+from dataclasses import asdict
 from fractions import Fraction
 
 from .errors import EvaluationError
@@ -167,7 +168,9 @@ def _assumptions_line(assumptions: dict) -> str:
     items = [f"{k}={v}" for k, v in assumptions.items() if k not in skip]
     layout = assumptions.get("layout")
     if layout:
-        items.append("layout " + " ".join(f"{k}={v}" for k, v in layout.items() if v not in (1, False, 0, None) or k == "schedule"))
+        defaults = asdict(Layout())
+        changed = [f"{k}={v}" for k, v in layout.items() if v != defaults[k]]
+        items.append("layout " + (" ".join(changed) if changed else "one device"))
     return "; ".join(items)
 
 

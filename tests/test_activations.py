@@ -20,6 +20,7 @@ FAMILIES = {
     "qwen2-bias": {"model_type": "qwen2"},
     "qwen3-qk-norm": {"model_type": "qwen3", "head_dim": 24},
     "mistral-window": {"model_type": "mistral", "sliding_window": 5},
+    "phi3-fused": {"model_type": "phi3", "pad_token_id": 0},
 }
 DTYPES = {torch.bfloat16: 2, torch.float32: 4}
 
