@@ -176,6 +176,7 @@ class MemoryReport:
             "total": _whole_bytes(self.total),
             "components": {k: _whole_bytes(v) for k, v in self.values.items()},
             "activations_by_component": {k: _whole_bytes(v) for k, v in self.activations_by_component.items()},
+            "expressions": {k: str(f) for k, f in self.expressions.items()},
             "assumptions": self.assumptions,
         }
 
