@@ -43,3 +43,4 @@ from . import parallel_comm as parallel_comm
 from . import scaling as scaling
 from . import flash_attention as flash_attention  # docs/roofline.md
 from . import roofline as roofline
+from . import timing as timing  # docs/time.md

@@ -20,6 +20,7 @@ from .hardware_report import device_json, device_table, devices_table
 from .model import Model, quantity_names
 from .memory_report import fit_arguments, fit_command, memory_arguments, memory_command
 from .roofline_report import roofline_arguments, roofline_command
+from .timing_report import time_arguments, time_command
 
 EXIT_BAD_INPUT = 2
 
@@ -99,6 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = model_command("roofline", "roofline of a training step, prefill or decode on one accelerator: FLOPs, bytes, bound, time bounds")
     roofline_arguments(p)
 
+    p = model_command("time", "training step time, MFU and HFU on N devices, or serving TTFT, TPOT and tokens/s")
+    time_arguments(p)
+
     verbs.add_parser("models", help="list bundled presets and supported Hugging Face model types")
     p = verbs.add_parser("hardware", help="accelerators and systems: the list, or one of them", description="accelerators and systems: the list, or one of them")
     p.add_argument("name", nargs="?", help="a bundled device (symform hardware) or a path to a device file (.toml)")
@@ -131,6 +135,8 @@ def _run(args: argparse.Namespace) -> str:
     model = _load(args)
     if args.verb == "roofline":
         return roofline_command(model, args)
+    if args.verb == "time":
+        return time_command(model, args)
     if args.verb == "memory":
         return memory_command(model, args)
     if args.verb == "fit":

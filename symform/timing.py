@@ -1,0 +1,760 @@
+"""Time on real devices: training step bounds with MFU and HFU, inference TTFT, TPOT and tokens/s.
+
+Every result is built from pieces symform already has: FLOPs and HBM bytes from the
+model's declarations (``roofline.phase_work``), peaks and link bandwidths from the
+device files (``hardware``), collective costs from ``parallel_comm`` and
+``collectives``, pipeline bubbles from ``scaling``. Each time comes as two bounds:
+
+- lower: compute, memory traffic and communication fully overlapped, the step takes
+  as long as the slowest of them (max);
+- upper: nothing overlapped, they add up (sum).
+
+Peaks are the datasheets' dense figures with no efficiency factor, so the lower bound
+is what a perfect implementation could reach. Every result carries an ``assumptions``
+dict that names each choice made on the user's behalf. See docs/time.md.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from fractions import Fraction
+
+import numpy
+import sympy
+
+from . import parallel_comm, scaling
+from .collectives import collective, link_bandwidth, link_latency
+from .errors import ConfigError, EvaluationError
+from .evaluate import compile_expression, exact_value
+from .hardware import Device, Hardware, System, load_device
+from .memory import RECOMPUTE, Layout, params_per_device, recipes
+from .model import Model
+from .roofline import phase_work
+
+#: Accelerators sharing one scale-up fabric (NVLink domain) when an accelerator rather
+#: than a system is named: the 8-GPU HGX/DGX server.
+DEFAULT_NODE_SIZE = 8
+#: For each collective the faster of these algorithms is taken, as NCCL picks by size.
+ALGORITHMS = ("ring", "tree")
+
+Number = int | float | Fraction
+
+
+# --- the hardware: one accelerator, its node and its links --------------------------------
+
+
+@dataclass(frozen=True)
+class Placement:
+    """An accelerator, how many of them share a scale-up fabric, and where the link figures come from."""
+
+    hardware: Hardware
+    device: Device
+    node_size: int
+    node_source: str
+
+    @property
+    def name(self) -> str:
+        return self.hardware.name or self.hardware.title
+
+    def link(self, span: int) -> str:
+        """The link a group of consecutive ranks spanning ``span`` ranks runs over.
+
+        A group inside one node uses the scale-up fabric; one that leaves it runs the
+        whole collective at the scale-out bandwidth, since a ring moves at the pace of
+        its slowest hop.
+        """
+        return "scale_up" if span <= self.node_size else "scale_out"
+
+
+def placement(gpu: str | os.PathLike[str] | Hardware, node_size: int | None = None) -> Placement:
+    """An accelerator or a system by name, path or object; a system brings its NVLink domain and NICs."""
+    hardware = gpu if isinstance(gpu, (Device, System)) else load_device(gpu)
+    if isinstance(hardware, System):
+        domain = hardware.scale_up_domain.accelerators if hardware.scale_up_domain else hardware.accelerator_count
+        size, source = (domain, f"{hardware.name}'s scale-up domain")
+        device = hardware.device
+    else:
+        size, source = DEFAULT_NODE_SIZE, f"assumed: {DEFAULT_NODE_SIZE} accelerators per node (HGX/DGX server); name a system or give node_size"
+        device = hardware
+    if node_size is not None:
+        size, source = _whole("node_size", node_size), "given"
+    return Placement(hardware, device, size, source)
+
+
+# --- symbols and numbers --------------------------------------------------------------------
+
+
+def _whole(name: str, value: object, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise EvaluationError(f"{name} is {value!r}; give a whole number of {minimum} or more")
+    return value
+
+
+def _bind(model: Model, expr: sympy.Expr, **workload: int) -> Number:
+    """Exact value of an expression at the model's sizes and the workload."""
+    named = {**model.values, **workload}
+    return exact_value(expr, {s: sympy.Integer(named[s.name]) for s in expr.free_symbols if s.name in named})
+
+
+def _sizes(model: Model, expr: sympy.Expr) -> sympy.Expr:
+    """The expression with the model's sizes put in, the workload symbols left free."""
+    values = model.values
+    return sympy.expand(expr.xreplace({s: sympy.Integer(values[s.name]) for s in expr.free_symbols if s.name in values}))
+
+
+def _tensor_split(model: Model, tensor: int) -> dict[sympy.Symbol, sympy.Expr]:
+    """Per-rank sizes under Megatron tensor parallelism: heads, inner widths and the vocabulary divide by the degree."""
+    if tensor == 1:
+        return {}
+    for symbol in model.vocabulary.tensor_parallel:
+        value = model.values.get(symbol.name)
+        if value is not None and value % tensor:
+            raise EvaluationError(f"{symbol.name}={value} does not divide among {tensor} tensor-parallel ranks; choose a tensor degree dividing it")
+    return {s: s / tensor for s in model.vocabulary.tensor_parallel}
+
+
+def _value(model: Model, name: str, default: int) -> int:
+    return model.values.get(name, default)
+
+
+def _act_bytes(model: Model) -> int:
+    return int(model.conventions[model.vocabulary["act_bytes"]])
+
+
+# --- recomputation ---------------------------------------------------------------------------
+
+
+def recomputed_units(model: Model, recompute: str) -> list[str]:
+    """The components that ``recompute`` runs forward a second time in backward, by path.
+
+    They are the ones the declarations mark as recomputed under that mode (the
+    attention cores for selective, the decoder layers for full): the same choice
+    ``symform.memory`` makes for the activations they no longer keep.
+    """
+    if recompute not in RECOMPUTE:
+        raise EvaluationError(f"unknown recomputation {recompute!r}; choose one of {', '.join(RECOMPUTE)}")
+    graph = model.graph().graph
+    marked = [node for node, data in graph.nodes.items() if recompute in data["saved_when"]]
+    # only the outermost: a marked part inside a marked part is recomputed once, with it
+    return [n for n in marked if not any(n.startswith(f"{m}/") for m in marked)]
+
+
+def recompute_work(model: Model, recompute: str, *, flash: bool = False) -> tuple[sympy.Expr, sympy.Expr]:
+    """Extra forward FLOPs and HBM bytes of one step's recomputation, over batch and seq.
+
+    With FlashAttention, selective recomputation adds nothing: FlashAttention's backward
+    already recomputes the attention scores (counted in its own FLOPs) and keeps no
+    score matrix to drop.
+    """
+    units = recomputed_units(model, recompute)
+    if flash and recompute == "selective":
+        return sympy.Integer(0), sympy.Integer(0)
+    leaves = phase_work(model, "prefill", depth=None, flash=flash).components
+    inside = [w for path, w in leaves.items() if any(path == u or path.startswith(f"{u}/") for u in units)]
+    return sympy.expand(sympy.Add(*(w.flops for w in inside))), sympy.expand(sympy.Add(*(w.bytes for w in inside)))
+
+
+# --- communication ---------------------------------------------------------------------------
+
+
+def transfer_seconds(transfers: Iterable[parallel_comm.Transfer], place: Placement, link: str) -> float:
+    """Seconds of the transfers one after another over ``link``, each by the faster of ring and tree."""
+    alpha, beta = link_latency(link), 1 / _bandwidth(place, link)
+    total = 0.0
+    for transfer in transfers:
+        names = [a for a in ALGORITHMS if a in collective(transfer.collective).algorithms] or [None]
+        total += min(float(transfer.time(alpha=alpha, beta=beta, algorithm=a)) for a in names)
+    return total
+
+
+def _bandwidth(place: Placement, link: str) -> float:
+    return link_bandwidth(place.hardware, link)
+
+
+@dataclass(frozen=True)
+class Comm:
+    """One kind of parallelism's communication on one device for one step."""
+
+    seconds: float
+    bytes_per_rank: float
+    link: str
+    ranks: int
+
+
+def _comm(transfers: list[parallel_comm.Transfer], times: float, place: Placement, span: int, ranks: int) -> Comm:
+    link = place.link(span)
+    sent = float(parallel_comm.bytes_per_rank(transfers)) if transfers else 0.0
+    return Comm(times * transfer_seconds(transfers, place, link), times * sent, link, ranks)
+
+
+# --- results ----------------------------------------------------------------------------------
+
+
+def _json(value: object) -> object:
+    if isinstance(value, Fraction):
+        return int(value) if value.denominator == 1 else float(value)
+    if isinstance(value, sympy.Basic):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _json(v) for k, v in value.items()}
+    return value
+
+
+@dataclass(frozen=True)
+class TrainingTime:
+    """One training step on ``devices`` accelerators: per-device work, the time bounds, MFU, HFU and tokens/s.
+
+    Per-device figures are for one device over the whole step (all its micro-batches).
+    ``*_high`` efficiencies and throughputs use the lower time bound, ``*_low`` the upper.
+    """
+
+    model: str
+    gpu: str
+    dtype: str
+    devices: int
+    layout: dict[str, object]
+    global_batch: int
+    micro_batch: int
+    seq: int
+    microbatches: int
+    recompute: str
+    model_flops: Number  # forward + backward of the whole step (what MFU counts)
+    hardware_flops: Number  # model FLOPs + recomputation (+ FlashAttention's recomputed scores)
+    flops_per_device: Number
+    bytes_per_device: Number
+    peak_flops_per_s: float
+    hbm_bytes_per_s: float
+    t_math: float
+    t_mem: float
+    comm: dict[str, Comm]
+    bubble_ratio: float
+    time_lower: float
+    time_upper: float
+    expressions: dict[str, sympy.Expr] = field(default_factory=dict)
+    assumptions: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def tokens(self) -> int:
+        return self.global_batch * self.seq
+
+    @property
+    def t_comm(self) -> float:
+        return sum(c.seconds for c in self.comm.values())
+
+    def _utilisation(self, flops: Number, seconds: float) -> float:
+        return float(flops) / (seconds * self.devices * self.peak_flops_per_s)
+
+    @property
+    def mfu_high(self) -> float:
+        return self._utilisation(self.model_flops, self.time_lower)
+
+    @property
+    def mfu_low(self) -> float:
+        return self._utilisation(self.model_flops, self.time_upper)
+
+    @property
+    def hfu_high(self) -> float:
+        return self._utilisation(self.hardware_flops, self.time_lower)
+
+    @property
+    def hfu_low(self) -> float:
+        return self._utilisation(self.hardware_flops, self.time_upper)
+
+    @property
+    def tokens_per_s_high(self) -> float:
+        return self.tokens / self.time_lower
+
+    @property
+    def tokens_per_s_low(self) -> float:
+        return self.tokens / self.time_upper
+
+    def as_dict(self) -> dict[str, object]:
+        """Plain JSON: numbers, expressions as sympy strings, assumptions."""
+        return {
+            "model": self.model,
+            "gpu": self.gpu,
+            "dtype": self.dtype,
+            "devices": self.devices,
+            "layout": self.layout,
+            "global_batch": self.global_batch,
+            "micro_batch": self.micro_batch,
+            "seq": self.seq,
+            "microbatches": self.microbatches,
+            "recompute": self.recompute,
+            "model_flops": _json(self.model_flops),
+            "hardware_flops": _json(self.hardware_flops),
+            "flops_per_device": _json(self.flops_per_device),
+            "bytes_per_device": _json(self.bytes_per_device),
+            "t_math_s": self.t_math,
+            "t_mem_s": self.t_mem,
+            "t_comm_s": self.t_comm,
+            "comm": {k: asdict(c) for k, c in self.comm.items()},
+            "bubble_ratio": self.bubble_ratio,
+            "time_lower_s": self.time_lower,
+            "time_upper_s": self.time_upper,
+            "mfu": {"high": self.mfu_high, "low": self.mfu_low},
+            "hfu": {"high": self.hfu_high, "low": self.hfu_low},
+            "tokens_per_s": {"high": self.tokens_per_s_high, "low": self.tokens_per_s_low},
+            "expressions": {k: str(v) for k, v in self.expressions.items()},
+            "assumptions": _json(self.assumptions),
+        }
+
+
+# --- training ----------------------------------------------------------------------------------
+
+
+def _check_layout(layout: Layout, global_batch: int, micro_batch: int, seq: int) -> int:
+    """Micro-batches per step and pipeline: global batch / (micro-batch × data-parallel degree)."""
+    for name, value in (("global_batch", global_batch), ("micro_batch", micro_batch), ("seq", seq)):
+        _whole(name, value)
+    if layout.context != 1:
+        raise ConfigError("context parallelism is not modelled in time yet; use context=1")
+    if layout.data % layout.expert:
+        raise ConfigError(f"expert degree {layout.expert} must divide the data-parallel degree {layout.data}: experts are spread over data-parallel ranks")
+    per_step = micro_batch * layout.data
+    if global_batch % per_step:
+        raise EvaluationError(f"global batch {global_batch} is not a whole number of micro-batches of {micro_batch} on {layout.data} data-parallel ranks; give a multiple of {per_step}")
+    microbatches = global_batch // per_step
+    if layout.microbatches is not None and layout.microbatches != microbatches:
+        raise EvaluationError(f"layout.microbatches is {layout.microbatches} but global batch / (micro-batch × data) is {microbatches}; drop one of them")
+    return microbatches
+
+
+def training_time(
+    model: Model,
+    gpu: str | os.PathLike[str] | Hardware,
+    *,
+    global_batch: int,
+    micro_batch: int,
+    seq: int,
+    layout: Layout | None = None,
+    recompute: str = "none",
+    dtype: str = "bf16",
+    flash: bool = False,
+    precision: str = "mixed",
+    node_size: int | None = None,
+) -> TrainingTime:
+    """Bounds on one training step of ``global_batch`` sequences of ``seq`` tokens under ``layout``.
+
+    Devices = data × tensor × pipeline; experts are spread over the data-parallel
+    ranks (expert divides data). Each data-parallel rank runs global_batch /
+    (micro_batch × data) micro-batches per step.
+    """
+    layout = layout or Layout()
+    microbatches = _check_layout(layout, global_batch, micro_batch, seq)
+    place = placement(gpu, node_size)
+    peak, bandwidth = place.device.flops_per_s(dtype), place.device.hbm_bytes_per_s
+    split = _tensor_split(model, layout.tensor)
+    train = phase_work(model, "train", depth=None, flash=flash).total
+    extra_flops, extra_bytes = recompute_work(model, recompute, flash=flash)
+    per_device = _per_device(model, split, layout.pipeline)
+    m = scaling.MICROBATCHES
+    flops_expr = m * per_device(train.flops + extra_flops)
+    bytes_expr = m * per_device(train.bytes + extra_bytes)
+    workload = {"batch": micro_batch, "seq": seq}
+    flops = _bind(model, flops_expr.xreplace({m: microbatches}), **workload)
+    moved = _bind(model, bytes_expr.xreplace({m: microbatches}), **workload)
+    comm = _training_comm(model, place, layout, microbatches, micro_batch, seq, recompute, precision)
+    ratio = float(scaling.bubble_ratio(layout.schedule, layout.pipeline, microbatches, layout.chunks)) if layout.pipeline > 1 else 0.0
+    t_math, t_mem = float(flops) / peak, float(moved) / bandwidth
+    lower, upper = _step_bounds(t_math, t_mem, comm, ratio)
+    model_flops = model.evaluate("forward_flops", batch=global_batch, seq=seq) + model.evaluate("backward_flops", batch=global_batch, seq=seq)
+    hardware_flops = _bind(model, train.flops + extra_flops, batch=global_batch, seq=seq)
+    return TrainingTime(
+        model=model.name,
+        gpu=place.name,
+        dtype=dtype,
+        devices=layout.data * layout.tensor * layout.pipeline,
+        layout=asdict(layout) | {"microbatches": microbatches},
+        global_batch=global_batch,
+        micro_batch=micro_batch,
+        seq=seq,
+        microbatches=microbatches,
+        recompute=recompute,
+        model_flops=model_flops,
+        hardware_flops=hardware_flops,
+        flops_per_device=flops,
+        bytes_per_device=moved,
+        peak_flops_per_s=float(peak),
+        hbm_bytes_per_s=float(bandwidth),
+        t_math=t_math,
+        t_mem=t_mem,
+        comm=comm,
+        bubble_ratio=ratio,
+        time_lower=lower,
+        time_upper=upper,
+        expressions={
+            "flops_per_device": _sizes(model, flops_expr),
+            "bytes_per_device": _sizes(model, bytes_expr),
+            "recompute_flops": _sizes(model, extra_flops),
+            "bubble_ratio": sympy.sympify(scaling.bubble_ratio(layout.schedule)) if layout.pipeline > 1 else sympy.Integer(0),
+        },
+        assumptions=_training_assumptions(place, dtype, layout, recompute, flash, precision, comm),
+    )
+
+
+def _per_device(model: Model, split: Mapping[sympy.Symbol, sympy.Expr], pipeline: int):
+    """One micro-batch's share of a device: the tensor-parallel split, then 1/pipeline of the model (balanced stages)."""
+
+    def share(expr: sympy.Expr) -> sympy.Expr:
+        return sympy.expand(sympy.sympify(expr).xreplace(split) / pipeline)
+
+    return share
+
+
+def _step_bounds(t_math: float, t_mem: float, comm: Mapping[str, Comm], ratio: float) -> tuple[float, float]:
+    """Lower and upper bounds of the step, bubble included.
+
+    The pipeline's bubble stretches the micro-batch work (compute, memory traffic, and
+    the tensor, expert and pipeline communication inside it) by 1 + bubble ratio. The
+    data-parallel gradient exchange runs once per step: at best hidden under that
+    work, at worst after it.
+    """
+    inside = sum(c.seconds for k, c in comm.items() if k != "data")
+    step = comm["data"].seconds if "data" in comm else 0.0
+    lower = max(max(t_math, t_mem, inside) * (1 + ratio), step)
+    upper = (t_math + t_mem + inside) * (1 + ratio) + step
+    return lower, upper
+
+
+def _layers(model: Model) -> tuple[int, int]:
+    """Transformer layers, and of those the mixture-of-experts ones (0 without experts)."""
+    layers = _value(model, "n_layers", 1)
+    if "n_experts" not in model.values:
+        return layers, 0
+    return layers, layers - _value(model, "n_dense_layers", 0)
+
+
+def _training_comm(model: Model, place: Placement, layout: Layout, microbatches: int, micro_batch: int, seq: int, recompute: str, precision: str) -> dict[str, Comm]:
+    comm: dict[str, Comm] = {}
+    t, d, p, e = layout.tensor, layout.data, layout.pipeline, layout.expert
+    layers, moe_layers = _layers(model)
+    # full recomputation runs each layer's forward again, with its forward communication
+    again = 1 if recompute == "full" else 0
+    sizes = {"batch": micro_batch, "seq": seq, "d_model": model.values.get("d_model", 1), "bytes_per_element": _act_bytes(model)}
+    if t > 1:
+        comm["tensor"] = _tensor_comm(model, place, layout, microbatches, sizes, layers, again)
+    if e > 1 and moe_layers:
+        tokens = micro_batch * seq
+        layer = parallel_comm.expert_parallel_layer(tokens=tokens, top_k=model.values["top_k"], d_model=sizes["d_model"], bytes_per_element=sizes["bytes_per_element"], expert=e)
+        per_layer = layer + again * [x for x in layer if x.phase == "forward"]
+        comm["expert"] = _comm(per_layer, microbatches * moe_layers / p, place, t * e, e)
+    if p > 1:
+        boundary = parallel_comm.pipeline_boundary(**sizes)
+        comm["pipeline"] = _comm(boundary, microbatches * layout.chunks, place, t * d * p, p)
+    if d > 1:
+        comm["data"] = _data_comm(model, place, layout, precision)
+    return comm
+
+
+def _tensor_comm(model: Model, place: Placement, layout: Layout, microbatches: int, sizes: dict, layers: int, again: int) -> Comm:
+    """Megatron's per-layer all-reduces (or sequence parallelism's gathers and scatters), the vocabulary-parallel embedding and head."""
+    t, p = layout.tensor, layout.pipeline
+    kind = parallel_comm.sequence_parallel_layer if layout.sequence else parallel_comm.tensor_parallel_layer
+    layer = kind(**sizes, tensor=t)
+    layer = layer + again * [x for x in layer if x.phase == "forward"]
+    ends = parallel_comm.vocab_parallel_embedding(**sizes, tensor=t) + parallel_comm.vocab_parallel_output_head(**sizes, vocab=model.values.get("vocab", 1), tensor=t)
+    link = place.link(t)
+    seconds = transfer_seconds(layer, place, link) * layers + transfer_seconds(ends, place, link)
+    sent = float(parallel_comm.bytes_per_rank(layer)) * layers + float(parallel_comm.bytes_per_rank(ends))
+    # stages balanced: each holds 1/p of the layers and, spread the same way, of the ends
+    return Comm(seconds * microbatches / p, sent * microbatches / p, link, t)
+
+
+def _data_comm(model: Model, place: Placement, layout: Layout, precision: str) -> Comm:
+    """The gradient exchange of one step: dense gradients over all data-parallel ranks, expert gradients over data/expert ranks.
+
+    ZeRO-3 adds the parameter gathers; ZeRO-1/2 and the distributed optimizer send the
+    same bytes as an all-reduce (a reduce-scatter and an all-gather).
+    """
+    t, d, p, e = layout.tensor, layout.data, layout.pipeline, layout.expert
+    grads = recipes().precision[precision].grads if precision in recipes().precision else None
+    if grads is None:
+        raise EvaluationError(f"unknown precision {precision!r}; choose one of {', '.join(recipes().precision)}")
+    local = _bind(model, params_per_device(model, Layout(tensor=t, pipeline=p, expert=e)))
+    replicated = _bind(model, params_per_device(model, Layout(tensor=t, pipeline=p)))
+    expert = Fraction(replicated - local, e - 1) if e > 1 else 0  # routed-expert parameters on this rank
+    step = parallel_comm.zero3_step if layout.zero >= 3 else parallel_comm.data_parallel_step
+    groups = [(local - expert, d)] + ([(expert, d // e)] if expert and d // e > 1 else [])
+    link = place.link(t * d)
+    seconds = sent = 0.0
+    for params, ranks in groups:
+        if ranks > 1 and params:
+            transfers = step(params=params, bytes_per_element=grads, data=ranks)
+            seconds += transfer_seconds(transfers, place, link)
+            sent += float(parallel_comm.bytes_per_rank(transfers))
+    return Comm(seconds, sent, link, d)
+
+
+def _training_assumptions(place: Placement, dtype: str, layout: Layout, recompute: str, flash: bool, precision: str, comm: Mapping[str, Comm]) -> dict[str, object]:
+    return {
+        "peak": f"{place.device.name} dense {dtype} peak, no efficiency factor",
+        "hbm": f"{place.device.name} HBM bandwidth, no efficiency factor",
+        "overlap": "lower bound: compute, memory traffic and communication fully overlapped (max); upper bound: none overlapped (sum)",
+        "bytes": "HBM bytes as an unfused eager framework moves them; backward moves twice the forward's bytes; optimizer traffic not counted"
+        + ("; FlashAttention in the attention cores" if flash else ""),
+        "balance": "work, bytes and communication divide evenly: tensor-parallel sizes split exactly, pipeline stages hold equal shares (embedding and head included), routing is uniform over experts",
+        "expert_parallel": "experts spread over the data-parallel ranks (expert divides data); FLOPs and bytes per device unchanged under uniform routing; all-to-all of tokens × top_k per MoE layer",
+        "recompute": f"{recompute}: one extra forward of the recomputed parts ({'attention cores' if recompute == 'selective' else 'whole decoder layers' if recompute == 'full' else 'none'})"
+        + ("; with FlashAttention selective adds nothing beyond FlashAttention's own recomputation" if flash and recompute == "selective" else ""),
+        "pipeline": f"{layout.schedule} schedule, bubble = bubble_ratio × the micro-batch work" if layout.pipeline > 1 else "no pipeline",
+        "gradients": f"{precision} precision: {recipes().precision[precision].grads} bytes per gradient, exchanged once per step",
+        "rank_order": "tensor ranks innermost, then expert and data, then pipeline (Megatron-LM's order); a group uses scale_up while its span of consecutive ranks fits in one node, scale_out otherwise",
+        "node_size": place.node_size,
+        "node_size_source": place.node_source,
+        "links": {k: {"link": c.link, "bytes_per_s": _bandwidth(place, c.link), "latency_s": link_latency(c.link)} for k, c in comm.items()},
+        "collective_algorithm": "the faster of ring and tree for each collective where both are modelled (as NCCL picks by size)",
+        "latency": "symform.collectives.DEFAULT_LATENCY_S per message, by link",
+        "mfu": "model FLOPs = forward + backward of the step (no recomputation); HFU adds the recomputed FLOPs",
+    }
+
+
+# --- inference ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PhaseTime:
+    """One inference phase on one tensor-parallel group: per-device work and time bounds."""
+
+    phase: str
+    workload: dict[str, int]
+    flops: Number  # per device
+    bytes: Number  # per device
+    t_math: float
+    t_mem: float
+    t_comm: float
+    link: str | None
+
+    @property
+    def time_lower(self) -> float:
+        return max(self.t_math, self.t_mem, self.t_comm)
+
+    @property
+    def time_upper(self) -> float:
+        return self.t_math + self.t_mem + self.t_comm
+
+    @property
+    def bound(self) -> str:
+        """What sets the lower bound: compute, memory or communication."""
+        return max(("compute", self.t_math), ("memory", self.t_mem), ("communication", self.t_comm), key=lambda kv: kv[1])[0]
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "phase": self.phase,
+            "workload": self.workload,
+            "flops": _json(self.flops),
+            "bytes": _json(self.bytes),
+            "t_math_s": self.t_math,
+            "t_mem_s": self.t_mem,
+            "t_comm_s": self.t_comm,
+            "link": self.link,
+            "time_lower_s": self.time_lower,
+            "time_upper_s": self.time_upper,
+            "bound": self.bound,
+        }
+
+
+@dataclass(frozen=True)
+class InferenceTime:
+    """Serving ``batch`` sequences: a prompt of ``prompt`` tokens, then ``output`` tokens generated.
+
+    The first output token comes out of the prefill (TTFT); each later one is one
+    decode step after ``prompt + i`` cached tokens. TPOT is the mean over those steps.
+    """
+
+    model: str
+    gpu: str
+    dtype: str
+    tensor: int
+    batch: int
+    prompt: int
+    output: int
+    prefill: PhaseTime
+    first_decode: PhaseTime
+    last_decode: PhaseTime
+    decode_lower: float  # all output - 1 decode steps together
+    decode_upper: float
+    expressions: dict[str, sympy.Expr] = field(default_factory=dict)
+    assumptions: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def ttft_lower(self) -> float:
+        return self.prefill.time_lower
+
+    @property
+    def ttft_upper(self) -> float:
+        return self.prefill.time_upper
+
+    @property
+    def tpot_lower(self) -> float:
+        return self.decode_lower / (self.output - 1) if self.output > 1 else self.first_decode.time_lower
+
+    @property
+    def tpot_upper(self) -> float:
+        return self.decode_upper / (self.output - 1) if self.output > 1 else self.first_decode.time_upper
+
+    @property
+    def total_lower(self) -> float:
+        return self.ttft_lower + self.decode_lower
+
+    @property
+    def total_upper(self) -> float:
+        return self.ttft_upper + self.decode_upper
+
+    @property
+    def tokens_per_s_high(self) -> float:
+        """Output tokens of the whole batch per second of the request, prefill included (lower time bound)."""
+        return self.batch * self.output / self.total_lower
+
+    @property
+    def tokens_per_s_low(self) -> float:
+        return self.batch * self.output / self.total_upper
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "model": self.model,
+            "gpu": self.gpu,
+            "dtype": self.dtype,
+            "tensor": self.tensor,
+            "devices": self.tensor,
+            "batch": self.batch,
+            "prompt": self.prompt,
+            "output": self.output,
+            "ttft_s": {"lower": self.ttft_lower, "upper": self.ttft_upper},
+            "tpot_s": {"lower": self.tpot_lower, "upper": self.tpot_upper},
+            "total_s": {"lower": self.total_lower, "upper": self.total_upper},
+            "tokens_per_s": {"high": self.tokens_per_s_high, "low": self.tokens_per_s_low},
+            "prefill": self.prefill.as_dict(),
+            "first_decode": self.first_decode.as_dict(),
+            "last_decode": self.last_decode.as_dict(),
+            "expressions": {k: str(v) for k, v in self.expressions.items()},
+            "assumptions": _json(self.assumptions),
+        }
+
+
+def _inference_work(model: Model, phase: str, tensor: int, flash: bool) -> tuple[sympy.Expr, sympy.Expr]:
+    """Per-device FLOPs and bytes of a phase, over batch and seq (prefill) or batch and past (decode)."""
+    split = _tensor_split(model, tensor)
+    total = phase_work(model, phase, depth=1, flash=flash).total
+    return sympy.expand(total.flops.xreplace(split)), sympy.expand(total.bytes.xreplace(split))
+
+
+def _inference_comm(model: Model, place: Placement, tensor: int, batch: int, seq: int) -> tuple[float, str | None]:
+    """Forward tensor-parallel communication: two all-reduces per layer, the embedding's, and a gather of the last position's logits."""
+    if tensor == 1:
+        return 0.0, None
+    layers, _ = _layers(model)
+    sizes = {"batch": batch, "d_model": model.values.get("d_model", 1), "bytes_per_element": _act_bytes(model), "tensor": tensor}
+    layer = parallel_comm.tensor_parallel_layer(seq=seq, **sizes)
+    ends = parallel_comm.vocab_parallel_embedding(seq=seq, **sizes) + parallel_comm.vocab_parallel_output_head(seq=1, vocab=model.values.get("vocab", 1), fused_cross_entropy=False, **sizes)
+    forward = [x for x in [*ends] if x.phase == "forward"]
+    link = place.link(tensor)
+    return transfer_seconds([x for x in layer if x.phase == "forward"], place, link) * layers + transfer_seconds(forward, place, link), link
+
+
+def _phase_time(model: Model, place: Placement, phase: str, work: tuple[sympy.Expr, sympy.Expr], tensor: int, dtype: str, **workload: int) -> PhaseTime:
+    flops, moved = (_bind(model, w, **workload) for w in work)
+    seq = workload.get("seq", 1)
+    t_comm, link = _inference_comm(model, place, tensor, workload["batch"], seq)
+    return PhaseTime(phase, dict(workload), flops, moved, float(flops) / place.device.flops_per_s(dtype), float(moved) / place.device.hbm_bytes_per_s, t_comm, link)
+
+
+def prefill_time(model: Model, gpu: str | os.PathLike[str] | Hardware, *, batch: int, prompt: int, tensor: int = 1, dtype: str = "bf16", flash: bool = False, node_size: int | None = None) -> PhaseTime:
+    """Time to first token: the forward pass over ``batch`` prompts of ``prompt`` tokens on ``tensor`` devices."""
+    _whole("batch", batch), _whole("prompt", prompt), _whole("tensor", tensor)
+    place = placement(gpu, node_size)
+    return _phase_time(model, place, "prefill", _inference_work(model, "prefill", tensor, flash), tensor, dtype, batch=batch, seq=prompt)
+
+
+def decode_time(model: Model, gpu: str | os.PathLike[str] | Hardware, *, batch: int, context: int, tensor: int = 1, dtype: str = "bf16", node_size: int | None = None) -> PhaseTime:
+    """Time per output token: one new token for each of ``batch`` sequences after ``context`` cached tokens.
+
+    Attention is counted as eager kernels move it: one query row against the cache
+    materialises only b·h·context scores, while symform's FlashAttention IO model
+    reads K and V once per query head, which overcounts grouped-query caches.
+    """
+    _whole("batch", batch), _whole("context", context, 0), _whole("tensor", tensor)
+    place = placement(gpu, node_size)
+    return _phase_time(model, place, "decode", _inference_work(model, "decode", tensor, False), tensor, dtype, batch=batch, past=context)
+
+
+def inference_time(
+    model: Model,
+    gpu: str | os.PathLike[str] | Hardware,
+    *,
+    batch: int,
+    prompt: int,
+    output: int,
+    tensor: int = 1,
+    dtype: str = "bf16",
+    flash: bool = False,
+    node_size: int | None = None,
+) -> InferenceTime:
+    """TTFT, TPOT and tokens/s for ``batch`` requests of ``prompt`` tokens generating ``output`` tokens each."""
+    for name, value in (("batch", batch), ("prompt", prompt), ("output", output), ("tensor", tensor)):
+        _whole(name, value)
+    place = placement(gpu, node_size)
+    if tensor > place.node_size:
+        raise ConfigError(f"tensor degree {tensor} exceeds the {place.node_size} accelerators of one node; inference tensor parallelism stays within a node (give node_size or a system)")
+    prefill_work = _inference_work(model, "prefill", tensor, flash)
+    decode_work = _inference_work(model, "decode", tensor, False)
+    prefill = _phase_time(model, place, "prefill", prefill_work, tensor, dtype, batch=batch, seq=prompt)
+    first = _phase_time(model, place, "decode", decode_work, tensor, dtype, batch=batch, past=prompt)
+    last = _phase_time(model, place, "decode", decode_work, tensor, dtype, batch=batch, past=prompt + output - 2) if output > 1 else first
+    lower, upper = _decode_sum(model, place, decode_work, dtype, batch, prompt, output - 1, first.t_comm)
+    v = model.vocabulary
+    return InferenceTime(
+        model=model.name,
+        gpu=place.name,
+        dtype=dtype,
+        tensor=tensor,
+        batch=batch,
+        prompt=prompt,
+        output=output,
+        prefill=prefill,
+        first_decode=first,
+        last_decode=last,
+        decode_lower=lower,
+        decode_upper=upper,
+        expressions={
+            "prefill_flops_per_device": _sizes(model, prefill_work[0]),
+            "prefill_bytes_per_device": _sizes(model, prefill_work[1]),
+            "decode_flops_per_device": _sizes(model, decode_work[0]),
+            "decode_bytes_per_device": _sizes(model, decode_work[1]),
+            "batch": v["batch"],
+        },
+        assumptions=_inference_assumptions(place, dtype, tensor, flash, first.link),
+    )
+
+
+def _decode_sum(model: Model, place: Placement, work: tuple[sympy.Expr, sympy.Expr], dtype: str, batch: int, prompt: int, steps: int, t_comm: float) -> tuple[float, float]:
+    """Both bounds summed over ``steps`` decode steps after prompt, prompt + 1, … cached tokens (float64, vectorised)."""
+    if steps == 0:
+        return 0.0, 0.0
+    past = numpy.arange(prompt, prompt + steps, dtype=numpy.float64)
+    flops, moved = (_sizes(model, w).xreplace({model.vocabulary["batch"]: batch}) for w in work)
+    t_math = numpy.broadcast_to(compile_expression(flops, ("past",))(past), past.shape) / place.device.flops_per_s(dtype)
+    t_mem = numpy.broadcast_to(compile_expression(moved, ("past",))(past), past.shape) / place.device.hbm_bytes_per_s
+    lower = numpy.maximum(numpy.maximum(t_math, t_mem), t_comm).sum()
+    upper = (t_math + t_mem + t_comm).sum()
+    return float(lower), float(upper)
+
+
+def _inference_assumptions(place: Placement, dtype: str, tensor: int, flash: bool, link: str | None) -> dict[str, object]:
+    return {
+        "peak": f"{place.device.name} dense {dtype} peak, no efficiency factor",
+        "hbm": f"{place.device.name} HBM bandwidth, no efficiency factor",
+        "overlap": "lower bound: compute, memory traffic and communication fully overlapped (max); upper bound: none overlapped (sum)",
+        "bytes": "HBM bytes as an unfused eager framework moves them, weights read once per forward pass"
+        + ("; FlashAttention in the prefill's attention cores" if flash else "")
+        + "; decode attention always eager (FlashAttention's IO model reads K and V per query head, not per grouped KV head)",
+        "ttft": "the prefill's forward pass over the prompts (the first output token comes from it)",
+        "tpot": "mean over the output − 1 decode steps, step i after prompt + i cached tokens",
+        "tokens_per_s": "batch × output tokens / (TTFT + all decode steps)",
+        "tensor_parallel": f"{tensor} devices: Megatron split of heads, inner widths and vocabulary; two all-reduces per layer, the embedding's all-reduce and an all-gather of the last position's logits" if tensor > 1 else "none (one device)",
+        "link": None if link is None else {"link": link, "bytes_per_s": _bandwidth(place, link), "latency_s": link_latency(link)},
+        "collective_algorithm": "the faster of ring and tree for each collective",
+        "batching": "every sequence of the batch at the same step (static batching)",
+    }
