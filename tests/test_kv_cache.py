@@ -53,3 +53,27 @@ def test_latent_attention_caches_the_latent_and_the_rotary_key():
     assert model.evaluate("kv_cache", batch=1, seq=1) == (512 + 64) * layers
     # the paper's "(9/2)·d_h·l", equal to GQA with 2.25 groups; never 2·n_heads·d_head per token
     assert model.evaluate("kv_cache", batch=1, seq=1) == 9 * 128 * layers // 2
+
+
+
+MLA = {
+    "deepseek_v3": dict(
+        BASE, model_type="deepseek_v3", moe_intermediate_size=8, num_hidden_layers=3, num_key_value_heads=4,
+        q_lora_rank=16, kv_lora_rank=12, qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=6, n_routed_experts=8,
+        num_experts_per_tok=2, n_group=4, topk_group=2, n_shared_experts=1, first_k_dense_replace=1,
+    ),
+    "deepseek_v2": dict(
+        BASE, model_type="deepseek_v2", moe_intermediate_size=8, num_hidden_layers=3, q_lora_rank=None, kv_lora_rank=12,
+        qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=6, n_routed_experts=8, num_experts_per_tok=2,
+        n_shared_experts=2, first_k_dense_replace=1, topk_method="greedy",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", MLA)
+@pytest.mark.parametrize("batch, seq", [(2, 7), (1, 3)])
+def test_latent_attention_cache_equals_what_transformers_holds(case, batch, seq):
+    """transformers' DeepSeek cache, like inference engines', holds the latent and the rotary key per token."""
+    expected = cached_bytes(build(MLA[case], eager_experts=True), batch, seq)
+    model = Model.from_config(MLA[case]).with_conventions(kv_bytes=4)
+    assert model.evaluate("kv_cache", batch=batch, seq=seq) == expected == 4 * batch * seq * 3 * (12 + 4)
