@@ -434,9 +434,14 @@ def _flash_bytes(
     sram = sympy.floor(sympy.Integer(sram_bytes) / element_bytes)
     queries, keys = v["seq"], args["span"]
     per_head = flash_attention.flash_forward(queries, keys, width, sram)
+    loads = 1  # passes that load every K_j, V_j
     if phase == "train":
         per_head += flash_attention.flash_backward(queries, keys, width, sram)
-    return v["batch"] * args["n_heads"] * element_bytes * per_head
+        loads = 2
+    # grouped-query kernels (FlashAttention-2's GQA packing, FlashDecoding) load a key/value head
+    # once for all the query heads that share it
+    shared = (args["n_heads"] - args.get("n_kv_heads", args["n_heads"])) * loads * 2 * keys * width
+    return v["batch"] * element_bytes * (args["n_heads"] * per_head - shared)
 
 
 # --- numbers on a device -----------------------------------------------------------------
