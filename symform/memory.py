@@ -188,7 +188,7 @@ def _whole_bytes(value: Number) -> int:
 # --- parameters per device ------------------------------------------------------------
 
 
-def _tensor_split(model: Model, tensor: int) -> dict[sympy.Symbol, sympy.Expr]:
+def tensor_split(model: Model, tensor: int) -> dict[sympy.Symbol, sympy.Expr]:
     """Per-rank sizes under tensor parallelism: heads, inner widths and the vocabulary divide by the degree."""
     if tensor == 1:
         return {}
@@ -203,7 +203,7 @@ def _param_terms(model: Model, layout: Layout) -> dict[str, sympy.Expr]:
     """Each leaf's parameters on one rank: expert-sharded parts split over expert ranks, then the tensor split."""
     graph = model.graph()
     weight = graph.multiplicities("params", shards={"expert": sympy.Integer(layout.expert)})
-    split = _tensor_split(model, layout.tensor)
+    split = tensor_split(model, layout.tensor)
     terms = {}
     for leaf in graph.leaves():
         if weight[leaf] != 0:
@@ -272,7 +272,7 @@ def _activations_per_device(expr: sympy.Expr, model: Model, layout: Layout) -> s
     if layout.sequence:
         expr = expr / layout.tensor
     else:
-        expr = expr.xreplace(_tensor_split(model, layout.tensor))
+        expr = expr.xreplace(tensor_split(model, layout.tensor))
     return sympy.expand(expr / layout.context / layout.pipeline * layout.in_flight)
 
 
@@ -353,7 +353,7 @@ def inference_expressions(model: Model, setup: Inference = Inference(), *, keep:
         raise EvaluationError(f"kv_block is {setup.kv_block!r}; give the paged cache's block size in tokens (1 for none)")
     model = model.with_conventions(kv_bytes=setup.kv_bytes, kv_block=setup.kv_block, act_bytes=setup.act_bytes)
     layout = Layout(tensor=setup.tensor)
-    split = _tensor_split(model, setup.tensor)
+    split = tensor_split(model, setup.tensor)
     conventions = {s: value for s, value in model.conventions.items() if s.name not in keep}
     kv = model.expression("kv_cache", conventions=False).expr.xreplace(conventions)
     categories = {

@@ -29,7 +29,7 @@ from .collectives import collective, link_bandwidth, link_latency
 from .errors import ConfigError, EvaluationError
 from .evaluate import compile_expression, exact_value
 from .hardware import Device, Hardware, System, load_device
-from .memory import RECOMPUTE, Layout, params_per_device, recipes
+from .memory import RECOMPUTE, Layout, params_per_device, recipes, tensor_split
 from .model import Model
 from .roofline import phase_work
 
@@ -102,17 +102,6 @@ def _sizes(model: Model, expr: sympy.Expr) -> sympy.Expr:
     """The expression with the model's sizes put in, the workload symbols left free."""
     values = model.values
     return sympy.expand(expr.xreplace({s: sympy.Integer(values[s.name]) for s in expr.free_symbols if s.name in values}))
-
-
-def _tensor_split(model: Model, tensor: int) -> dict[sympy.Symbol, sympy.Expr]:
-    """Per-rank sizes under Megatron tensor parallelism: heads, inner widths and the vocabulary divide by the degree."""
-    if tensor == 1:
-        return {}
-    for symbol in model.vocabulary.tensor_parallel:
-        value = model.values.get(symbol.name)
-        if value is not None and value % tensor:
-            raise EvaluationError(f"{symbol.name}={value} does not divide among {tensor} tensor-parallel ranks; choose a tensor degree dividing it")
-    return {s: s / tensor for s in model.vocabulary.tensor_parallel}
 
 
 def _value(model: Model, name: str, default: int) -> int:
@@ -346,7 +335,7 @@ def training_time(
     microbatches = _check_layout(layout, global_batch, micro_batch, seq)
     place = placement(gpu, node_size)
     peak, bandwidth = place.device.flops_per_s(dtype), place.device.hbm_bytes_per_s
-    split = _tensor_split(model, layout.tensor)
+    split = tensor_split(model, layout.tensor)
     train = phase_work(model, "train", depth=None, flash=flash).total
     extra_flops, extra_bytes = recompute_work(model, recompute, flash=flash)
     per_device = _per_device(model, split, layout.pipeline)
@@ -636,7 +625,7 @@ class InferenceTime:
 
 def _inference_work(model: Model, phase: str, tensor: int, flash: bool) -> tuple[sympy.Expr, sympy.Expr]:
     """Per-device FLOPs and bytes of a phase, over batch and seq (prefill) or batch and past (decode)."""
-    split = _tensor_split(model, tensor)
+    split = tensor_split(model, tensor)
     total = phase_work(model, phase, depth=1, flash=flash).total
     return sympy.expand(total.flops.xreplace(split)), sympy.expand(total.bytes.xreplace(split))
 
