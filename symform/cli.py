@@ -11,14 +11,16 @@ import sys
 from fractions import Fraction
 from typing import Sequence
 
+from .cli_args import positive_int
 from .derive import Derivation, derive
 from .errors import SymformError
 from .evaluate import Number
 from .families import presets, supported_model_types
 from .hardware import device_names, load_device
 from .hardware_report import device_json, device_table, devices_table
-from .model import Model, quantity_names
 from .memory_report import fit_arguments, fit_command, memory_arguments, memory_command
+from .model import Model, quantity_names
+from .plots import plot_arguments, plot_command
 from .roofline_report import roofline_arguments, roofline_command
 from .timing_report import time_arguments, time_command
 
@@ -49,16 +51,6 @@ def _setting(text: str) -> tuple[str, Number | str]:
     return _assignment(text)
 
 
-def _size(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text} must be positive")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="symform", description="Symbolic cost formulas for transformer models.")
     verbs = parser.add_subparsers(dest="verb", required=True, parser_class=_Parser)
@@ -74,15 +66,15 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     def workload(p: argparse.ArgumentParser, *, required: bool) -> None:
-        p.add_argument("--batch", type=_size, required=required, help="sequences per step")
-        p.add_argument("--seq", type=_size, required=required, help="tokens per sequence")
+        p.add_argument("--batch", type=positive_int, required=required, help="sequences per step")
+        p.add_argument("--seq", type=positive_int, required=required, help="tokens per sequence")
 
     p = model_command("params", "parameter count: total and per component")
-    p.add_argument("--depth", type=_size, default=None, help="breakdown depth in path segments (default: all the way down for tables, 1 for JSON)")
+    p.add_argument("--depth", type=positive_int, default=None, help="breakdown depth in path segments (default: all the way down for tables, 1 for JSON)")
 
     p = model_command("flops", "forward, backward and training-step FLOPs for a batch")
     workload(p, required=True)
-    p.add_argument("--depth", type=_size, default=None, help="breakdown depth in path segments")
+    p.add_argument("--depth", type=positive_int, default=None, help="breakdown depth in path segments")
 
     for verb, help in (("derive", "closed form of a quantity: exact, under assumptions, leading order"), ("latex", "LaTeX of a quantity's expression or derivation")):
         p = model_command(verb, help, quantity=True)
@@ -90,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--leading", action="store_true", help="keep only the leading order in the large symbols")
         p.add_argument("--large", metavar="A,B", help="comma-separated symbols to treat as large (default: the vocabulary's widths)")
         workload(p, required=False)
-        p.add_argument("--tokens", type=_size, help="training tokens D")
+        p.add_argument("--tokens", type=positive_int, help="training tokens D")
 
     p = model_command("memory", "memory on one device for a training step or for serving: weights, gradients, optimizer, activations, KV cache")
     memory_arguments(p)
@@ -102,6 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = model_command("time", "training step time, MFU and HFU on N devices, or serving TTFT, TPOT and tokens/s")
     time_arguments(p)
+
+    p = verbs.add_parser("plot", help="charts as .png or .svg: parameter and FLOPs shares, training memory, roofline (pip install 'symform[plot]')")
+    plot_arguments(p)
 
     verbs.add_parser("models", help="list bundled presets and supported Hugging Face model types")
     p = verbs.add_parser("hardware", help="accelerators and systems: the list, or one of them", description="accelerators and systems: the list, or one of them")
@@ -132,6 +127,8 @@ def _run(args: argparse.Namespace) -> str:
         return _models()
     if args.verb == "hardware":
         return _hardware(args)
+    if args.verb == "plot":
+        return plot_command(args)
     model = _load(args)
     if args.verb == "roofline":
         return roofline_command(model, args)

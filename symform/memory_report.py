@@ -8,6 +8,7 @@ import re
 from dataclasses import asdict
 from fractions import Fraction
 
+from .cli_args import non_negative_int, positive_int
 from .errors import EvaluationError
 from .evaluate import Number
 from .hardware import load_device
@@ -42,26 +43,6 @@ def memory_budget(text: str) -> int:
     return int(value)
 
 
-def _degree(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} must be 1 or more")
-    return value
-
-
-def _past(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text} must be 0 or more")
-    return value
-
-
 def setup_arguments(p: argparse.ArgumentParser) -> None:
     """The options both commands share: phase, precision, optimizer, layout, recomputation, formats."""
     phase = p.add_mutually_exclusive_group(required=True)
@@ -75,25 +56,25 @@ def setup_arguments(p: argparse.ArgumentParser) -> None:
     train.add_argument("--distributed-optimizer", action="store_true", help="Megatron's distributed optimizer (optimizer states sharded like ZeRO-1)")
     train.add_argument("--recompute", default="none", choices=RECOMPUTE, help="activation recomputation: selective (attention cores) or full (whole layers)")
     for name, help in (("dp", "data"), ("pp", "pipeline"), ("ep", "expert"), ("cp", "context")):
-        train.add_argument(f"--{name}", type=_degree, default=1, help=f"{help}-parallel degree")
+        train.add_argument(f"--{name}", type=positive_int, default=1, help=f"{help}-parallel degree")
     train.add_argument("--sp", action="store_true", help="sequence parallelism alongside tensor parallelism")
     train.add_argument("--schedule", default="1f1b", choices=SCHEDULES, help="pipeline schedule")
-    train.add_argument("--microbatches", type=_degree, help="micro-batches per step (default: as many as pipeline stages)")
-    train.add_argument("--chunks", type=_degree, default=1, help="model chunks per device (interleaved schedule)")
+    train.add_argument("--microbatches", type=positive_int, help="micro-batches per step (default: as many as pipeline stages)")
+    train.add_argument("--chunks", type=positive_int, default=1, help="model chunks per device (interleaved schedule)")
     both = p.add_argument_group("both")
-    both.add_argument("--tp", type=_degree, default=1, help="tensor-parallel degree")
+    both.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel degree")
     both.add_argument("--flash", action=argparse.BooleanOptionalAction, default=None, help="FlashAttention (default: off for training, on for inference)")
     infer = p.add_argument_group("inference")
-    infer.add_argument("--past", type=_past, default=0, help="tokens already in the KV cache (the context when decoding)")
+    infer.add_argument("--past", type=non_negative_int, default=0, help="tokens already in the KV cache (the context when decoding)")
     infer.add_argument("--weight-format", default="bf16", choices=list(table.weight_format))
     infer.add_argument("--kv-dtype", default="bf16", choices=list(KV_DTYPES), help="KV cache element type")
-    infer.add_argument("--kv-block", type=_degree, default=1, help="paged KV cache block size in tokens (vLLM: 16)")
+    infer.add_argument("--kv-block", type=positive_int, default=1, help="paged KV cache block size in tokens (vLLM: 16)")
 
 
 def memory_arguments(p: argparse.ArgumentParser) -> None:
     setup_arguments(p)
-    p.add_argument("--batch", type=_degree, required=True, help="sequences (per device: the micro-batch when training)")
-    p.add_argument("--seq", type=_degree, required=True, help="tokens per sequence (new tokens when serving)")
+    p.add_argument("--batch", type=positive_int, required=True, help="sequences (per device: the micro-batch when training)")
+    p.add_argument("--seq", type=positive_int, required=True, help="tokens per sequence (new tokens when serving)")
     p.add_argument("--gpu", metavar="NAME", help="an accelerator whose memory to compare with (symform hardware)")
 
 
@@ -103,8 +84,8 @@ def fit_arguments(p: argparse.ArgumentParser) -> None:
     budget.add_argument("--memory", type=memory_budget, metavar="BYTES", help="the budget: 80e9, 80GB or 80GiB")
     budget.add_argument("--gpu", metavar="NAME", help="an accelerator whose memory is the budget")
     p.add_argument("--solve", required=True, choices=("batch", "seq", "past"), help="the variable to maximise (past: the context a decode can hold)")
-    p.add_argument("--batch", type=_degree, help="sequences (required unless solved for)")
-    p.add_argument("--seq", type=_degree, help="tokens per sequence (required unless solved for; serving default 1)")
+    p.add_argument("--batch", type=positive_int, help="sequences (required unless solved for)")
+    p.add_argument("--seq", type=positive_int, help="tokens per sequence (required unless solved for; serving default 1)")
 
 
 def _layout(args: argparse.Namespace) -> Layout:

@@ -6,6 +6,7 @@ import argparse
 import json
 
 from . import flash_attention
+from .cli_args import non_negative_int, positive_int
 from .errors import ConfigError
 from .model import Model
 from .roofline import (
@@ -32,26 +33,6 @@ DTYPE_BYTES = {
 STORAGE = ("weight_bytes", "act_bytes", "kv_bytes")
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text} must be positive")
-    return value
-
-
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text} must be 0 or more")
-    return value
-
-
 def roofline_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``symform roofline`` after MODEL (MODEL, --set, --convention and --json come from the CLI)."""
     p.add_argument(
@@ -66,10 +47,10 @@ def roofline_arguments(p: argparse.ArgumentParser) -> None:
         choices=PHASES,
         help="train: one forward+backward step; prefill: a forward pass over the prompts; decode: one new token per sequence",
     )
-    p.add_argument("--batch", required=True, type=_positive, help="sequences per step")
-    p.add_argument("--seq", type=_positive, help="tokens per sequence (train, prefill)")
+    p.add_argument("--batch", required=True, type=positive_int, help="sequences per step")
+    p.add_argument("--seq", type=positive_int, help="tokens per sequence (train, prefill)")
     p.add_argument(
-        "--context", type=_non_negative, help="tokens already in the KV cache (decode)"
+        "--context", type=non_negative_int, help="tokens already in the KV cache (decode)"
     )
     p.add_argument(
         "--dtype",
@@ -78,7 +59,7 @@ def roofline_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--depth",
-        type=_positive,
+        type=positive_int,
         default=1,
         help="component breakdown depth in path segments (default 1)",
     )
@@ -89,7 +70,7 @@ def roofline_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--sram-bytes",
-        type=_positive,
+        type=positive_int,
         default=flash_attention.DEFAULT_SRAM_BYTES,
         help=f"on-chip SRAM per block for --flash (default {flash_attention.DEFAULT_SRAM_BYTES})",
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from .cli_args import positive_int
 from .errors import ConfigError
 from .memory import RECOMPUTE, SCHEDULES, Layout
 from .model import Model
@@ -20,36 +21,26 @@ TRAIN_ONLY = ("global_batch", "micro_batch", "seq", "dp", "pp", "ep", "recompute
 INFER_ONLY = ("batch", "prompt", "output")
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text} must be positive")
-    return value
-
-
 def time_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``symform time`` after MODEL (MODEL, --set, --convention and --json come from the CLI)."""
     p.add_argument("--gpu", required=True, metavar="NAME", help="an accelerator or a system (symform hardware), or a device file (.toml)")
-    p.add_argument("--gpus", type=_positive, help="devices in all: data × tensor × pipeline (training) or tensor (inference)")
+    p.add_argument("--gpus", type=positive_int, help="devices in all: data × tensor × pipeline (training) or tensor (inference)")
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--train", action="store_true", help="one training step")
     mode.add_argument("--infer", action="store_true", help="one batch of requests: prefill, then decode")
-    p.add_argument("--global-batch", type=_positive, help="sequences per training step, over all data-parallel ranks")
-    p.add_argument("--micro-batch", type=_positive, help="sequences per micro-batch (default 1)")
-    p.add_argument("--seq", type=_positive, help="tokens per training sequence")
+    p.add_argument("--global-batch", type=positive_int, help="sequences per training step, over all data-parallel ranks")
+    p.add_argument("--micro-batch", type=positive_int, help="sequences per micro-batch (default 1)")
+    p.add_argument("--seq", type=positive_int, help="tokens per training sequence")
     for flag, what in (("dp", "data"), ("tp", "tensor"), ("pp", "pipeline"), ("ep", "expert")):
-        p.add_argument(f"--{flag}", type=_positive, help=f"{what}-parallel degree")
+        p.add_argument(f"--{flag}", type=positive_int, help=f"{what}-parallel degree")
     p.add_argument("--recompute", choices=RECOMPUTE, help="activation recomputation (default none)")
     p.add_argument("--schedule", choices=SCHEDULES, help="pipeline schedule (default 1f1b)")
-    p.add_argument("--batch", type=_positive, help="requests served together (inference)")
-    p.add_argument("--prompt", type=_positive, help="prompt tokens per request (inference)")
-    p.add_argument("--output", type=_positive, help="tokens generated per request (inference)")
+    p.add_argument("--batch", type=positive_int, help="requests served together (inference)")
+    p.add_argument("--prompt", type=positive_int, help="prompt tokens per request (inference)")
+    p.add_argument("--output", type=positive_int, help="tokens generated per request (inference)")
     p.add_argument("--dtype", default="bf16", help="peak rate used: bf16 (default), fp16, fp8, …")
     p.add_argument("--flash", action="store_true", help="FlashAttention's HBM traffic in the attention cores")
-    p.add_argument("--node-size", type=_positive, help="accelerators per scale-up domain (default: the system's, or 8 for an accelerator)")
+    p.add_argument("--node-size", type=positive_int, help="accelerators per scale-up domain (default: the system's, or 8 for an accelerator)")
 
 
 def time_command(model: Model, args: argparse.Namespace) -> str:
