@@ -44,3 +44,5 @@ from . import scaling as scaling
 from . import flash_attention as flash_attention  # docs/roofline.md
 from . import roofline as roofline
 from . import timing as timing  # docs/time.md
+from . import scaling_laws as scaling_laws  # compute-optimal N and D, training time and cost
+from .sweep import SweepResult, sweep  # symform.sweep is the function; the module is sys.modules["symform.sweep"]

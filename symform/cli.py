@@ -95,6 +95,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = model_command("time", "training step time, MFU and HFU on N devices, or serving TTFT, TPOT and tokens/s")
     time_arguments(p)
 
+    p = model_command("sweep", "quantities over a grid, zipped lists or random samples of sizes and workloads (table, --csv, --json)")
+    from .sweep import sweep_arguments  # the module by its path: symform.sweep names the function
+
+    sweep_arguments(p)
+
     p = verbs.add_parser("plot", help="charts as .png or .svg: parameter and FLOPs shares, training memory, roofline (pip install 'symform[plot]')")
     plot_arguments(p)
 
@@ -134,6 +139,10 @@ def _run(args: argparse.Namespace) -> str:
         return roofline_command(model, args)
     if args.verb == "time":
         return time_command(model, args)
+    if args.verb == "sweep":
+        from .sweep import sweep_command
+
+        return sweep_command(model, args)
     if args.verb == "memory":
         return memory_command(model, args)
     if args.verb == "fit":

@@ -1,0 +1,583 @@
+"""Sweeps: any quantity (or several, through one compiled function) over grids, zipped arrays and samples.
+
+>>> import symform
+>>> r = symform.sweep(symform.load("qwen3-8b"), ["params", "train_flops"],
+...                   grid={"d_model": [2048, 4096], "n_layers": [16, 32]},
+...                   fixed={"seq": 4096, "batch": 1, "tokens": 10**12}, inexact="allow")
+>>> r["params"].shape
+(4,)
+
+Points are the cartesian product of the axes: every ``grid`` name is one axis;
+the ``zip`` arrays together are one axis (their rows go together); a ``sample``
+is one more zipped axis of ``n`` seeded random rows. Names not swept keep the
+model's own sizes, the ``fixed`` values and the conventions in force.
+
+Numbers are float64 by default. Every quantity symform counts is a polynomial
+with rational coefficients in whole-number sizes, so ``q·m`` is an integer for
+``m`` the common denominator of its coefficients (1 for most): float64 holds it
+exactly while ``|q·m| < 2**53``. Past that, float64 keeps ~16 significant
+digits but not every digit: by default the sweep warns (``InexactFloatWarning``),
+``inexact="raise"`` raises ``InexactFloatError`` (an ``EvaluationError``) and
+``inexact="allow"`` is silent. ``exact=True`` gives Python ints (Fractions
+where a value is not whole) in object arrays, exactly; that is slower (a few µs
+a point), so for small sweeps.
+
+Large sweeps run in chunks of ``chunk`` points: memory is the result arrays plus
+one chunk's temporaries. ``progress=True`` shows a bar (tqdm if installed, else
+a plain line on stderr).
+
+The compiled function (:func:`compile_quantities`) is plain array arithmetic:
+it runs unchanged on numpy arrays, on dask arrays (lazily, chunk by chunk) and
+on anything else with numpy's operators.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import warnings
+from dataclasses import dataclass
+from fractions import Fraction
+from functools import lru_cache
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+import sympy
+
+from .errors import EvaluationError
+from .evaluate import check_value, exact_value
+from .model import Model, normalise_quantity
+
+FLOAT_EXACT = 2**53  # every integer of smaller magnitude is a float64
+DEFAULT_CHUNK = 1 << 18  # points per chunk: a few MB per input or output column
+MEMORY_PREFIX = "memory."
+
+
+class InexactFloatError(EvaluationError):
+    """A float64 sweep reached values float64 cannot hold to the last digit."""
+
+
+class InexactFloatWarning(UserWarning):
+    """A float64 sweep reached values float64 cannot hold to the last digit."""
+
+
+# --- expressions ---------------------------------------------------------------------------------
+
+
+def quantity_expression(model: Model, name: str, *, swept: Iterable[str] = (), training: Any = None) -> sympy.Expr:
+    """The expression of a quantity or a memory category (``memory.weights``, ``memory.total``).
+
+    Conventions stay symbolic where they are swept, so ``grid={"causal": [...]}`` works.
+    """
+    swept = set(swept)
+    if name.startswith(MEMORY_PREFIX):
+        return _memory_expression(model, name[len(MEMORY_PREFIX):], training)
+    expr = model.expression(name, conventions=False).expr
+    kept = {s: v for s, v in model.conventions.items() if s.name not in swept}
+    return sympy.expand(expr.xreplace(kept))
+
+
+def _memory_expression(model: Model, category: str, training: Any) -> sympy.Expr:
+    from .memory import Training, training_expressions  # memory imports model: keep the import cheap
+
+    categories, _, _ = training_expressions(model, training or Training())
+    if category == "total":
+        return sympy.expand(sum(categories.values(), sympy.Integer(0)))
+    if category not in categories:
+        raise EvaluationError(f"unknown memory category {category!r}; choose one of {', '.join(['total', *categories])} (as memory.NAME)")
+    return categories[category]
+
+
+def _quantity_name(name: str) -> str:
+    if name.startswith(MEMORY_PREFIX):
+        return name
+    return normalise_quantity(name)
+
+
+def _bind(model: Model, exprs: Sequence[sympy.Expr], swept: Sequence[str], fixed: Mapping[str, object]) -> list[sympy.Expr]:
+    """Substitute every value not swept: ``fixed`` first, then the model's own sizes."""
+    vocabulary = model.vocabulary
+    values = {**{k: v for k, v in model.values.items() if k not in swept}, **{k: v for k, v in fixed.items()}}
+    bound = {vocabulary[k]: check_value(k, v, vocabulary) for k, v in values.items() if k not in swept}
+    out = [sympy.expand(e.xreplace(bound)) for e in exprs]
+    missing = sorted({s.name for e in out for s in e.free_symbols} - set(swept))
+    if missing:
+        raise EvaluationError(f"no value for {', '.join(missing)}: give it in fixed= (e.g. fixed={{'{missing[0]}': ...}}) or sweep it")
+    return out
+
+
+def scale_to_integer(expr: sympy.Expr) -> int:
+    """The smallest m with m·expr an integer at whole-number inputs: the lcm of the coefficients' denominators."""
+    free = sorted(expr.free_symbols, key=lambda s: s.name)
+    if free and expr.is_polynomial(*free):
+        coefficients = sympy.Poly(expr, *free).coeffs()
+    else:  # not a polynomial: the rational numbers it contains are the best guide there is
+        coefficients = list(expr.atoms(sympy.Rational)) or [sympy.Integer(1)]
+    return int(sympy.ilcm(*[sympy.Rational(c).q for c in coefficients], 1))
+
+
+# --- compiling ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """One lambdified function for several quantities over the swept names, sharing subexpressions."""
+
+    quantities: tuple[str, ...]
+    names: tuple[str, ...]
+    expressions: tuple[sympy.Expr, ...]
+    function: Callable
+
+    def __call__(self, *arrays):
+        """A tuple of arrays, one per quantity, broadcast against the inputs; no conversion of the inputs."""
+        results = self.function(*arrays)
+        shaped = [a for a in arrays if _is_array(a)]
+        if not shaped:
+            return tuple(results)
+        shape = tuple(np.broadcast_shapes(*(tuple(a.shape) for a in shaped)))
+        return tuple(r if _is_array(r) and tuple(r.shape) == shape else r + _zeros_like(shaped) for r in results)
+
+
+def _is_array(x) -> bool:
+    return hasattr(x, "shape") and getattr(x, "ndim", 0) > 0
+
+
+def _zeros_like(arrays):
+    """Zeros of the inputs' broadcast shape and kind (numpy, dask, ...): a quantity free of every
+    swept name still comes back as a full array."""
+    zero = arrays[0] * 0
+    for a in arrays[1:]:
+        zero = zero + a * 0
+    return zero
+
+
+@lru_cache(maxsize=256)
+def _lambdified(exprs: tuple[sympy.Expr, ...], names: tuple[str, ...]) -> Callable:
+    symbols = {s.name: s for e in exprs for s in e.free_symbols}
+    args = [symbols.get(n, sympy.Symbol(n)) for n in names]
+    # a tuple of expressions: one function, common subexpressions computed once for all of them
+    return sympy.lambdify(args, exprs, modules="numpy", cse=True)
+
+
+def compile_quantities(model: Model, quantities: Sequence[str] | str, names: Sequence[str], *, fixed: Mapping[str, object] | None = None, training: Any = None) -> Compiled:
+    """One function of ``names`` returning every quantity, for numpy or dask arrays alike.
+
+    ``names`` are swept; everything else is bound from ``fixed``, the model's sizes and the conventions.
+    """
+    quantities = (quantities,) if isinstance(quantities, str) else tuple(quantities)
+    names = tuple(names)
+    _check_names(model, names)
+    keys = tuple(_quantity_name(q) for q in quantities)
+    exprs = [quantity_expression(model, q, swept=names, training=training) for q in keys]
+    bound = tuple(_bind(model, exprs, names, fixed or {}))
+    return Compiled(keys, names, bound, _lambdified(bound, names))
+
+
+def _check_names(model: Model, names: Sequence[str]) -> None:
+    known = set(model.vocabulary.names())
+    for n in names:
+        if n not in known:
+            raise EvaluationError(f"cannot sweep {n!r}: not a symbol symform knows (see symform.vocabulary().names())")
+    if len(set(names)) != len(names):
+        raise EvaluationError(f"a name is swept twice: {', '.join(names)}")
+
+
+# --- exact evaluation -----------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=256)
+def _exact_function(expr: sympy.Expr, names: tuple[str, ...]) -> tuple[Callable | None, int]:
+    """m·expr compiled for Python ints (exact at any size), and m; None where expr is no polynomial."""
+    scale = scale_to_integer(expr)
+    free = sorted(expr.free_symbols, key=lambda s: s.name)
+    if free and not expr.is_polynomial(*free):
+        return None, scale
+    symbols = {s.name: s for s in expr.free_symbols}
+    args = [symbols.get(n, sympy.Symbol(n)) for n in names]
+    integer = sympy.expand(expr * scale)  # whole coefficients: Python's int arithmetic is exact
+    return sympy.lambdify(args, integer, modules="math"), scale
+
+
+def _exact_values(expr: sympy.Expr, names: tuple[str, ...], columns: Sequence[list[int]]) -> list:
+    function, scale = _exact_function(expr, names)
+    if function is None:  # rare: fall back on sympy's exact evaluation, point by point
+        symbols = [sympy.Symbol(n, **_assumptions(expr, n)) for n in names]
+        return [exact_value(expr, dict(zip(symbols, map(sympy.Integer, row)))) for row in zip(*columns)]
+    out = []
+    for row in zip(*columns):
+        value = function(*row)
+        out.append(value // scale if value % scale == 0 else Fraction(value, scale))
+    return out
+
+
+def _assumptions(expr: sympy.Expr, name: str) -> dict:
+    for s in expr.free_symbols:
+        if s.name == name:
+            return s.assumptions0
+    return {}
+
+
+# --- the points -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Axis:
+    """Names that vary together, with their values as equal-length columns."""
+
+    names: tuple[str, ...]
+    columns: tuple[np.ndarray, ...]
+
+    def __len__(self) -> int:
+        return len(self.columns[0])
+
+
+def _column(name: str, values: object) -> np.ndarray:
+    array = np.asarray(values)
+    if array.dtype == object or array.dtype.kind in "iu":
+        return array
+    if array.dtype.kind == "f" and np.all(np.isfinite(array)):
+        return array
+    if array.dtype.kind == "b":
+        raise EvaluationError(f"{name}: give numbers, not booleans")
+    raise EvaluationError(f"{name}: values must be finite numbers, got dtype {array.dtype}")
+
+
+def _axes(grid, zipped, sample, n, seed) -> list[Axis]:
+    axes = [Axis((k,), (_column(k, v).ravel(),)) for k, v in (grid or {}).items()]
+    if zipped:
+        columns = {k: _column(k, v).ravel() for k, v in zipped.items()}
+        lengths = {len(c) for c in columns.values()}
+        if len(lengths) != 1:
+            raise EvaluationError(f"zip= arrays must have one length; got {', '.join(f'{k}: {len(c)}' for k, c in columns.items())}")
+        axes.append(Axis(tuple(columns), tuple(columns.values())))
+    if sample:
+        if n is None or n < 1:
+            raise EvaluationError("sample= needs n=, the number of random points (1 or more)")
+        rng = np.random.default_rng(seed)
+        axes.append(Axis(tuple(sample), tuple(_draw(rng, k, spec, n) for k, spec in sample.items())))
+    if any(len(a) == 0 for a in axes):
+        raise EvaluationError("a sweep axis is empty: give at least one value per name")
+    return axes
+
+
+def _draw(rng: np.random.Generator, name: str, spec: object, n: int) -> np.ndarray:
+    """(low, high): whole numbers uniform in [low, high]; a list: picks from it."""
+    if isinstance(spec, tuple) and len(spec) == 2:
+        low, high = spec
+        if not (isinstance(low, int) and isinstance(high, int)) or low > high:
+            raise EvaluationError(f"sample {name}={spec!r}: a range is (low, high) whole numbers with low <= high")
+        return rng.integers(low, high, n, endpoint=True, dtype=np.int64)
+    choices = _column(name, spec).ravel()
+    if len(choices) == 0:
+        raise EvaluationError(f"sample {name}: nothing to choose from")
+    return rng.choice(choices, n)
+
+
+def _validate(model: Model, axes: Sequence[Axis], exact: bool) -> None:
+    """Every value in each column within its symbol's domain; whole numbers below 2**53 for float64."""
+    vocabulary = model.vocabulary
+    for axis in axes:
+        for name, column in zip(axis.names, axis.columns):
+            domain = vocabulary.entry(name).spec.domain
+            if column.dtype == object:
+                for v in column:  # object columns: Python ints or Fractions, checked one by one
+                    check_value(name, v, vocabulary)
+                continue
+            if "integer" in domain and column.dtype.kind == "f" and not np.all(column == np.round(column)):
+                raise EvaluationError(f"{name} must be a whole number; some values are not")
+            low = column.min()
+            if (domain == "nonnegative_integer" and low < 0) or (domain != "nonnegative_integer" and low <= 0):
+                raise EvaluationError(f"{name} must be {'0 or more' if domain == 'nonnegative_integer' else 'positive'}, got {low}")
+            if not exact and np.abs(column).max() >= FLOAT_EXACT:
+                raise InexactFloatError(f"{name} reaches {np.abs(column).max():.3g} >= 2**53, which float64 cannot hold exactly; pass exact=True")
+
+
+def _point_columns(axes: Sequence[Axis], start: int, stop: int) -> dict[str, np.ndarray]:
+    """The inputs of points start..stop-1 (the last axis varies fastest)."""
+    shape = tuple(len(a) for a in axes)
+    index = np.unravel_index(np.arange(start, stop, dtype=np.int64), shape) if axes else ()
+    return {name: column[i] for axis, i in zip(axes, index) for name, column in zip(axis.names, axis.columns)}
+
+
+# --- the result -----------------------------------------------------------------------------------
+
+
+class SweepResult(dict):
+    """Column name → numpy array: the swept inputs first, then one array per quantity.
+
+    ``shape`` is the sweep's shape (one entry per axis); ``r.grid("params")``
+    reshapes a column to it. ``to_pandas()`` gives a DataFrame where pandas is installed.
+    """
+
+    def __init__(self, columns: Mapping[str, np.ndarray], *, inputs: Sequence[str], quantities: Sequence[str], shape: tuple[int, ...], fixed: Mapping[str, object]):
+        super().__init__(columns)
+        self.inputs = tuple(inputs)
+        self.quantities = tuple(quantities)
+        self.shape = shape
+        self.fixed = dict(fixed)
+
+    def grid(self, column: str) -> np.ndarray:
+        return self[column].reshape(self.shape)
+
+    def to_pandas(self):
+        try:
+            import pandas
+        except ImportError:
+            raise EvaluationError("to_pandas() needs pandas (pip install pandas); the result is already a dict of numpy arrays") from None
+        return pandas.DataFrame(dict(self))
+
+    @property
+    def points(self) -> int:
+        return math.prod(self.shape)
+
+    def rows(self) -> list[dict[str, object]]:
+        return [{k: _plain(self[k][i]) for k in self} for i in range(self.points)]
+
+
+def _plain(value: object) -> object:
+    """A JSON-friendly number: Python int where whole, float otherwise."""
+    if isinstance(value, Fraction):
+        return value.numerator if value.denominator == 1 else float(value)
+    if isinstance(value, (np.integer, int)):
+        return int(value)
+    value = float(value)
+    return int(value) if value.is_integer() and abs(value) < FLOAT_EXACT else value
+
+
+# --- the sweep ------------------------------------------------------------------------------------
+
+
+def sweep(
+    model: Model,
+    quantities: Sequence[str] | str,
+    *,
+    grid: Mapping[str, Sequence] | None = None,
+    zip: Mapping[str, Sequence] | None = None,
+    sample: Mapping[str, object] | None = None,
+    n: int | None = None,
+    seed: int = 0,
+    fixed: Mapping[str, object] | None = None,
+    exact: bool = False,
+    inexact: str = "warn",
+    chunk: int = DEFAULT_CHUNK,
+    progress: bool = False,
+    inputs: bool = True,
+    training: Any = None,
+) -> SweepResult:
+    """Evaluate quantities at every point of a sweep; a dict of numpy arrays (:class:`SweepResult`).
+
+    ``quantities``: names of :func:`symform.quantity_names` and memory categories
+    ``memory.weights`` … ``memory.total`` (a training step, ``training=`` a
+    ``symform.memory.Training``). ``grid``: name → values, each its own axis.
+    ``zip``: name → equal-length arrays, one axis. ``sample``: name → ``(low, high)``
+    (whole numbers, inclusive) or a list to pick from, ``n`` random rows from ``seed``.
+    ``inexact``: ``"warn"`` (default), ``"raise"`` or ``"allow"``, for float64 values
+    at or past 2**53 (see the module docstring). ``inputs=False`` leaves the swept
+    inputs out of the result (less memory for very large sweeps).
+    """
+    if inexact not in ("warn", "raise", "allow"):
+        raise EvaluationError(f"inexact={inexact!r}; choose 'warn', 'raise' or 'allow'")
+    if chunk < 1:
+        raise EvaluationError("chunk must be 1 or more points")
+    axes = _axes(grid, zip, sample, n, seed)
+    names = tuple(name for axis in axes for name in axis.names)
+    fixed = dict(fixed or {})
+    overlap = sorted(set(names) & set(fixed))
+    if overlap:
+        raise EvaluationError(f"{overlap[0]} is both swept and fixed; give it in one place")
+    compiled = compile_quantities(model, quantities, names, fixed=fixed, training=training)
+    _validate(model, axes, exact)
+    shape = tuple(len(a) for a in axes)
+    total = math.prod(shape)
+    run = _run_exact if exact else _run_float
+    columns = run(compiled, axes, total, chunk, progress, inputs, inexact)
+    return SweepResult(columns, inputs=names if inputs else (), quantities=compiled.quantities, shape=shape, fixed=fixed)
+
+
+def _allocate(compiled: Compiled, axes: Sequence[Axis], total: int, inputs: bool, dtype) -> dict[str, np.ndarray]:
+    columns = {}
+    if inputs:
+        for axis in axes:
+            for name, column in zip(axis.names, axis.columns):
+                columns[name] = np.empty(total, dtype=column.dtype)
+    for q in compiled.quantities:
+        columns[q] = np.empty(total, dtype=dtype)
+    return columns
+
+
+def _run_float(compiled: Compiled, axes, total, chunk, progress, inputs, inexact) -> dict[str, np.ndarray]:
+    columns = _allocate(compiled, axes, total, inputs, np.float64)
+    limits = {q: FLOAT_EXACT / scale_to_integer(e) for q, e in zip(compiled.quantities, compiled.expressions)}
+    worst = {q: 0.0 for q in compiled.quantities}
+    with _Progress(total, progress) as bar:
+        for start in range(0, total, chunk):
+            stop = min(start + chunk, total)
+            points = _point_columns(axes, start, stop)
+            arrays = [np.asarray(points[n], dtype=np.float64) for n in compiled.names]
+            for q, values in zip(compiled.quantities, compiled(*arrays) if arrays else compiled()):
+                values = np.broadcast_to(np.asarray(values, dtype=np.float64), (stop - start,))
+                columns[q][start:stop] = values
+                worst[q] = max(worst[q], float(np.max(np.abs(values))))
+            if inputs:
+                for name, values in points.items():
+                    columns[name][start:stop] = values
+            bar.update(stop - start)
+    _check_range(worst, limits, inexact)
+    return columns
+
+
+def _check_range(worst: Mapping[str, float], limits: Mapping[str, float], inexact: str) -> None:
+    """float64 holds integers exactly below 2**53; past that, say so (or raise) and name the way out."""
+    over = {q: v for q, v in worst.items() if not v < limits[q]}
+    if not over or inexact == "allow":
+        return
+    detail = ", ".join(f"{q} reaches {v:.3g}" for q, v in over.items())
+    message = (
+        f"{detail}, at or past 2**53 ≈ 9.0e15: float64 keeps about 16 significant digits there, not every digit; "
+        "pass exact=True for exact integers (object arrays; slower, for small sweeps) or inexact='allow' if 16 digits are enough"
+    )
+    if inexact == "raise":
+        raise InexactFloatError(message)
+    warnings.warn(message, InexactFloatWarning, stacklevel=4)
+
+
+def _run_exact(compiled: Compiled, axes, total, chunk, progress, inputs, inexact) -> dict[str, np.ndarray]:
+    columns = _allocate(compiled, axes, total, inputs, object)
+    with _Progress(total, progress) as bar:
+        for start in range(0, total, chunk):
+            stop = min(start + chunk, total)
+            points = _point_columns(axes, start, stop)
+            # Python ints (not int64 or float64) so that products never wrap or round
+            lists = [[_exact_number(v) for v in points[n].tolist()] for n in compiled.names]
+            for q, expr in zip(compiled.quantities, compiled.expressions):
+                values = _exact_values(expr, compiled.names, lists) if lists else [exact_value(expr, {})] * (stop - start)
+                columns[q][start:stop] = values
+            if inputs:
+                for name, values in points.items():
+                    columns[name][start:stop] = values
+            bar.update(stop - start)
+    return columns
+
+
+def _exact_number(v):
+    if isinstance(v, float):
+        return int(v) if v.is_integer() else Fraction(v)
+    return v
+
+
+# --- progress -------------------------------------------------------------------------------------
+
+
+class _Progress:
+    """tqdm where installed, else a line on stderr rewritten in place; nothing unless asked."""
+
+    def __init__(self, total: int, enabled: bool):
+        self.total, self.enabled, self.done, self.bar = total, enabled, 0, None
+
+    def __enter__(self):
+        if self.enabled:
+            try:
+                from tqdm import tqdm
+
+                self.bar = tqdm(total=self.total, unit="pt", unit_scale=True, desc="sweep", file=sys.stderr)
+            except ImportError:
+                self.bar = None
+        return self
+
+    def update(self, k: int) -> None:
+        self.done += k
+        if not self.enabled:
+            return
+        if self.bar is not None:
+            self.bar.update(k)
+        else:
+            print(f"\rsweep: {self.done:,}/{self.total:,} points ({self.done / self.total:.0%})", end="", file=sys.stderr, flush=True)
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.close()
+        elif self.enabled:
+            print(file=sys.stderr)
+        return False
+
+
+# --- command line ----------------------------------------------------------------------------------
+
+
+def sweep_arguments(p) -> None:
+    """``symform sweep MODEL QUANTITY... --grid NAME=a,b,c --zip NAME=a,b --sample NAME=LOW:HIGH --n N``."""
+    p.add_argument("quantities", nargs="+", metavar="QUANTITY", help="quantities (params, train-flops, ...) or memory categories (memory.total, memory.weights, ...)")
+    p.add_argument("--grid", action="append", default=[], metavar="NAME=A,B,C", help="one axis of the cartesian grid (repeat for more)")
+    p.add_argument("--zip", action="append", default=[], metavar="NAME=A,B,C", help="values that go together: every --zip list is one axis, equal lengths")
+    p.add_argument("--sample", action="append", default=[], metavar="NAME=LOW:HIGH", help="random whole numbers in [LOW, HIGH], --n points, --seed")
+    p.add_argument("--n", type=int, default=None, help="random points for --sample")
+    p.add_argument("--seed", type=int, default=0, help="seed for --sample (default 0)")
+    p.add_argument("--fix", action="append", default=[], metavar="NAME=VALUE", help="a workload value held fixed (seq, batch, tokens, ...)")
+    p.add_argument("--exact", action="store_true", help="exact integers (slower; for small sweeps)")
+    p.add_argument("--csv", action="store_true", help="print CSV instead of a table")
+    p.add_argument("--progress", action="store_true", help="show a progress bar on stderr")
+
+
+def _pairs(items: Sequence[str], flag: str) -> dict[str, str]:
+    out = {}
+    for text in items:
+        name, eq, values = text.partition("=")
+        if not eq or not name.strip() or not values.strip():
+            raise EvaluationError(f"{flag} {text!r}: write NAME=VALUES")
+        out[name.strip()] = values.strip()
+    return out
+
+
+def _numbers(name: str, text: str) -> list:
+    out = []
+    for part in text.split(","):
+        try:
+            number = Fraction(part.strip())
+        except (ValueError, ZeroDivisionError):
+            raise EvaluationError(f"{name}: {part!r} is not a number") from None
+        out.append(int(number) if number.denominator == 1 else number)
+    return out
+
+
+def _range(name: str, text: str) -> tuple[int, int]:
+    low, colon, high = text.partition(":")
+    try:
+        return int(low), int(high)
+    except ValueError:
+        raise EvaluationError(f"--sample {name}={text}: write LOW:HIGH whole numbers") from None
+
+
+def sweep_command(model: Model, args) -> str:
+    def numeric(values):  # Fractions (a convention such as causal=1/2) stay exact in object columns
+        return np.array(values, dtype=object) if any(isinstance(v, Fraction) for v in values) else values
+
+    grid = {k: numeric(_numbers(k, v)) for k, v in _pairs(args.grid, "--grid").items()}
+    zipped = {k: numeric(_numbers(k, v)) for k, v in _pairs(args.zip, "--zip").items()}
+    sample = {k: _range(k, v) for k, v in _pairs(args.sample, "--sample").items()}
+    fixed = {k: _numbers(k, v)[0] for k, v in _pairs(args.fix, "--fix").items()}
+    with warnings.catch_warnings(record=True) as caught:  # one plain line on stderr, not a warning's source line
+        warnings.simplefilter("always", InexactFloatWarning)
+        result = sweep(model, args.quantities, grid=grid, zip=zipped, sample=sample, n=args.n, seed=args.seed, fixed=fixed, exact=args.exact, progress=args.progress)
+    for w in caught:
+        print(f"symform: warning: {w.message} (--exact)", file=sys.stderr)
+    if args.json:
+        return json.dumps({"model": model.name, "fixed": {k: _plain(v) for k, v in fixed.items()}, "shape": list(result.shape), "columns": {k: [_plain(x) for x in v] for k, v in result.items()}})
+    if args.csv:
+        return render_csv(result)
+    return render_table(result)
+
+
+def render_csv(result: SweepResult) -> str:
+    lines = [",".join(result)]
+    lines += [",".join(str(v) for v in row.values()) for row in result.rows()]
+    return "\n".join(lines)
+
+
+def render_table(result: SweepResult) -> str:
+    header = list(result)
+    cells = [[f"{v:,}" if isinstance(v, int) else f"{v:.6g}" for v in row.values()] for row in result.rows()]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(header)]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(header, widths))]
+    lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in cells]
+    return "\n".join(lines)
