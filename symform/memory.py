@@ -28,6 +28,7 @@ from .safe_expr import parse
 from .scaling import in_flight_microbatches
 
 RECOMPUTE = ("none", "selective", "full")
+Degree = int | sympy.Expr
 SCHEDULES = ("1f1b", "interleaved", "gpipe", "naive")
 RULE_OF_THUMB = sympy.Rational(2, 5)  # inference activations ≈ 0.4 × parameter count in bytes (the notes, batch 1)
 
@@ -169,6 +170,16 @@ class MemoryReport:
         first = next(iter(self.expressions.values()))
         return Formula(sympy.Add(*(f.expr for f in self.expressions.values())), first.vocabulary)
 
+    def _repr_html_(self) -> str:
+        """In a notebook: the categories as a table (bytes, GB, GiB, share, expression)."""
+        from .notebook import memory_html  # display code stays out of the memory model
+
+        return memory_html(self)
+
+    def _repr_latex_(self) -> str:
+        """The total's expression over the sizes and the workload."""
+        return self.expression()._repr_latex_()
+
     def as_dict(self) -> dict[str, object]:
         return {
             "model": self.model,
@@ -188,31 +199,37 @@ def _whole_bytes(value: Number) -> int:
 # --- parameters per device ------------------------------------------------------------
 
 
-def tensor_split(model: Model, tensor: int) -> dict[sympy.Symbol, sympy.Expr]:
-    """Per-rank sizes under tensor parallelism: heads, inner widths and the vocabulary divide by the degree."""
+def tensor_split(model: Model, tensor: int | sympy.Expr) -> dict[sympy.Symbol, sympy.Expr]:
+    """Per-rank sizes under tensor parallelism: heads, inner widths and the vocabulary divide by the degree
+    (a number, checked to divide them, or a symbol)."""
     if tensor == 1:
         return {}
     for symbol in model.vocabulary.tensor_parallel:
         value = model.values.get(symbol.name)
-        if value is not None and value % tensor:
+        if value is not None and isinstance(tensor, int) and value % tensor:
             raise EvaluationError(f"{symbol.name}={value} does not divide among {tensor} tensor-parallel ranks; choose a degree dividing it")
     return {s: s / tensor for s in model.vocabulary.tensor_parallel}
 
 
-def _param_terms(model: Model, layout: Layout) -> dict[str, sympy.Expr]:
+def _param_terms(model: Model, tensor: Degree, pipeline: Degree, expert: Degree) -> dict[str, sympy.Expr]:
     """Each leaf's parameters on one rank: expert-sharded parts split over expert ranks, then the tensor split."""
     graph = model.graph()
-    weight = graph.multiplicities("params", shards={"expert": sympy.Integer(layout.expert)})
-    split = tensor_split(model, layout.tensor)
+    weight = graph.multiplicities("params", shards={"expert": sympy.sympify(expert)})
+    split = tensor_split(model, tensor)
     terms = {}
     for leaf in graph.leaves():
         if weight[leaf] != 0:
-            terms[leaf] = (weight[leaf] * graph.graph.nodes[leaf]["quantities"]["params"]).xreplace(split) / layout.pipeline
+            terms[leaf] = (weight[leaf] * graph.graph.nodes[leaf]["quantities"]["params"]).xreplace(split) / pipeline
     return terms
 
 
 def params_per_device(model: Model, layout: Layout = Layout()) -> sympy.Expr:
-    return sympy.expand(sympy.Add(*_param_terms(model, layout).values()))
+    return params_expression(model, layout.tensor, layout.pipeline, layout.expert)
+
+
+def params_expression(model: Model, tensor: Degree = 1, pipeline: Degree = 1, expert: Degree = 1) -> sympy.Expr:
+    """Parameters on one rank, the degrees given as numbers or as symbols (for vectorised layouts)."""
+    return sympy.expand(sympy.Add(*_param_terms(model, tensor, pipeline, expert).values()))
 
 
 def weight_bytes_per_device(model: Model, fmt: WeightFormat, layout: Layout = Layout()) -> sympy.Expr:
@@ -220,7 +237,7 @@ def weight_bytes_per_device(model: Model, fmt: WeightFormat, layout: Layout = La
     graph = model.graph()
     quantised, other = bytes_per_weight(fmt), sympy.Rational(fmt.other_bits, 8)
     total = sympy.Integer(0)
-    for leaf, term in _param_terms(model, layout).items():
+    for leaf, term in _param_terms(model, layout.tensor, layout.pipeline, layout.expert).items():
         name = graph.graph.nodes[leaf]["component"].name
         total += term * (quantised if not fmt.quantises or name in fmt.quantises else other)
     return sympy.expand(total)

@@ -19,13 +19,14 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
+from functools import cache
 from fractions import Fraction
 
 import numpy
 import sympy
 
 from . import parallel_comm, scaling
-from .collectives import collective, link_bandwidth, link_latency
+from .collectives import ALPHA, BETA, N, P, collective, cost_model, link_bandwidth, link_latency
 from .errors import ConfigError, EvaluationError
 from .evaluate import compile_expression, exact_value
 from .hardware import Device, Hardware, System, load_device
@@ -153,9 +154,21 @@ def transfer_seconds(transfers: Iterable[parallel_comm.Transfer], place: Placeme
     alpha, beta = link_latency(link), 1 / _bandwidth(place, link)
     total = 0.0
     for transfer in transfers:
-        names = [a for a in ALGORITHMS if a in collective(transfer.collective).algorithms] or [None]
-        total += min(float(transfer.time(alpha=alpha, beta=beta, algorithm=a)) for a in names)
+        names = [a for a in ALGORITHMS if a in collective(transfer.collective).algorithms] or [collective(transfer.collective).default]
+        ranks, nbytes = float(transfer.ranks), float(transfer.nbytes)
+        total += transfer.count * min(_seconds_function(transfer.collective, a)(ranks, nbytes, alpha, beta) for a in names)
     return total
+
+
+@cache
+def _seconds_function(name: str, algorithm: str):
+    """A collective's alpha–beta formula compiled to plain floats: the planner evaluates it thousands of times."""
+    model = cost_model(name, algorithm)
+    return sympy.lambdify((P, N, ALPHA, BETA), model.time, modules=[{"CeilLog2": _ceil_log2}, "math"])
+
+
+def _ceil_log2(ranks: float) -> int:
+    return (int(ranks) - 1).bit_length()
 
 
 def _bandwidth(place: Placement, link: str) -> float:
@@ -418,24 +431,44 @@ def _layers(model: Model) -> tuple[int, int]:
 
 def _training_comm(model: Model, place: Placement, layout: Layout, microbatches: int, micro_batch: int, seq: int, recompute: str, precision: str) -> dict[str, Comm]:
     comm: dict[str, Comm] = {}
-    t, d, p, e = layout.tensor, layout.data, layout.pipeline, layout.expert
-    layers, moe_layers = _layers(model)
+    if layout.tensor > 1:
+        comm["tensor"] = tensor_comm(model, place, layout, microbatches, micro_batch, seq, recompute)
+    expert = expert_comm(model, place, layout, microbatches, micro_batch, seq, recompute)
+    if expert is not None:
+        comm["expert"] = expert
+    if layout.pipeline > 1:
+        comm["pipeline"] = pipeline_comm(model, place, layout, microbatches, micro_batch, seq)
+    if layout.data > 1:
+        comm["data"] = data_comm(model, place, layout, precision)
+    return comm
+
+
+def _activation_sizes(model: Model, micro_batch: int, seq: int) -> dict[str, int]:
+    return {"batch": micro_batch, "seq": seq, "d_model": model.values.get("d_model", 1), "bytes_per_element": _act_bytes(model)}
+
+
+def tensor_comm(model: Model, place: Placement, layout: Layout, microbatches: int, micro_batch: int, seq: int, recompute: str) -> Comm:
     # full recomputation runs each layer's forward again, with its forward communication
     again = 1 if recompute == "full" else 0
-    sizes = {"batch": micro_batch, "seq": seq, "d_model": model.values.get("d_model", 1), "bytes_per_element": _act_bytes(model)}
-    if t > 1:
-        comm["tensor"] = _tensor_comm(model, place, layout, microbatches, sizes, layers, again)
-    if e > 1 and moe_layers:
-        tokens = micro_batch * seq
-        layer = parallel_comm.expert_parallel_layer(tokens=tokens, top_k=model.values["top_k"], d_model=sizes["d_model"], bytes_per_element=sizes["bytes_per_element"], expert=e)
-        per_layer = layer + again * [x for x in layer if x.phase == "forward"]
-        comm["expert"] = _comm(per_layer, microbatches * moe_layers / p, place, t * e, e)
-    if p > 1:
-        boundary = parallel_comm.pipeline_boundary(**sizes)
-        comm["pipeline"] = _comm(boundary, microbatches * layout.chunks, place, t * d * p, p)
-    if d > 1:
-        comm["data"] = _data_comm(model, place, layout, precision)
-    return comm
+    layers, _ = _layers(model)
+    return _tensor_comm(model, place, layout, microbatches, _activation_sizes(model, micro_batch, seq), layers, again)
+
+
+def expert_comm(model: Model, place: Placement, layout: Layout, microbatches: int, micro_batch: int, seq: int, recompute: str) -> Comm | None:
+    """All-to-all of the routed tokens in every mixture-of-experts layer (None without expert parallelism)."""
+    _, moe_layers = _layers(model)
+    if layout.expert == 1 or not moe_layers:
+        return None
+    again = 1 if recompute == "full" else 0
+    sizes = _activation_sizes(model, micro_batch, seq)
+    layer = parallel_comm.expert_parallel_layer(tokens=micro_batch * seq, top_k=model.values["top_k"], d_model=sizes["d_model"], bytes_per_element=sizes["bytes_per_element"], expert=layout.expert)
+    per_layer = layer + again * [x for x in layer if x.phase == "forward"]
+    return _comm(per_layer, microbatches * moe_layers / layout.pipeline, place, layout.tensor * layout.expert, layout.expert)
+
+
+def pipeline_comm(model: Model, place: Placement, layout: Layout, microbatches: int, micro_batch: int, seq: int) -> Comm:
+    boundary = parallel_comm.pipeline_boundary(**_activation_sizes(model, micro_batch, seq))
+    return _comm(boundary, microbatches * layout.chunks, place, layout.tensor * layout.data * layout.pipeline, layout.pipeline)
 
 
 def _tensor_comm(model: Model, place: Placement, layout: Layout, microbatches: int, sizes: dict, layers: int, again: int) -> Comm:
@@ -452,7 +485,7 @@ def _tensor_comm(model: Model, place: Placement, layout: Layout, microbatches: i
     return Comm(seconds * microbatches / p, sent * microbatches / p, link, t)
 
 
-def _data_comm(model: Model, place: Placement, layout: Layout, precision: str) -> Comm:
+def data_comm(model: Model, place: Placement, layout: Layout, precision: str, *, params: tuple[int, int] | None = None) -> Comm:
     """The gradient exchange of one step: dense gradients over all data-parallel ranks, expert gradients over data/expert ranks.
 
     ZeRO-3 adds the parameter gathers; ZeRO-1/2 and the distributed optimizer send the
@@ -462,8 +495,8 @@ def _data_comm(model: Model, place: Placement, layout: Layout, precision: str) -
     grads = recipes().precision[precision].grads if precision in recipes().precision else None
     if grads is None:
         raise EvaluationError(f"unknown precision {precision!r}; choose one of {', '.join(recipes().precision)}")
-    local = _bind(model, params_per_device(model, Layout(tensor=t, pipeline=p, expert=e)))
-    replicated = _bind(model, params_per_device(model, Layout(tensor=t, pipeline=p)))
+    # parameters on this rank, and what it would hold without expert parallelism (given when already known)
+    local, replicated = params or (_bind(model, params_per_device(model, Layout(tensor=t, pipeline=p, expert=e))), _bind(model, params_per_device(model, Layout(tensor=t, pipeline=p))))
     expert = Fraction(replicated - local, e - 1) if e > 1 else 0  # routed-expert parameters on this rank
     step = parallel_comm.zero3_step if layout.zero >= 3 else parallel_comm.data_parallel_step
     groups = [(local - expert, d)] + ([(expert, d // e)] if expert and d // e > 1 else [])

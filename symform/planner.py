@@ -1,0 +1,297 @@
+"""The parallel-layout planner: every (data, tensor, pipeline, expert) split of a device count,
+micro-batch, ZeRO stage and recomputation, screened at numpy speed, ranked by step time.
+
+Memory per device is the memory module's expression with the degrees as symbols, compiled
+once and evaluated over all candidates at once. Step time is the timing module's lower
+bound (full overlap): compute and HBM traffic compiled the same way, communication
+computed once per distinct group (a handful of tensor, pipeline, expert and data-parallel
+groups cover thousands of candidates) and gathered. The top layouts are then worked out
+again exactly by ``training_memory`` and ``training_time``, which report their breakdowns.
+"""
+
+from __future__ import annotations
+
+import os
+import time as clock
+from dataclasses import dataclass, field
+
+import numpy as np
+import sympy
+
+from .errors import EvaluationError
+from .evaluate import compile_expression
+from .hardware import Hardware
+from .memory import RECOMPUTE, Layout, MemoryReport, Training, params_expression, recipes, saved_activations, tensor_split, training_memory
+from .model import Model
+from .roofline import phase_work
+from .timing import TrainingTime, data_comm, expert_comm, pipeline_comm, placement, recompute_work, tensor_comm, training_time
+
+T, P, E, B = sympy.symbols("tensor pipeline expert micro_batch", positive=True)
+MICRO_BATCHES = (1, 2, 4, 8, 16, 32)
+
+
+def _divisors(n: int) -> list[int]:
+    return [k for k in range(1, n + 1) if n % k == 0]
+
+
+@dataclass
+class Candidates:
+    """One row per layout: numpy arrays of equal length."""
+
+    tensor: np.ndarray
+    pipeline: np.ndarray
+    data: np.ndarray
+    expert: np.ndarray
+    micro_batch: np.ndarray
+    zero: np.ndarray
+    recompute: np.ndarray  # index into RECOMPUTE
+
+    def __len__(self) -> int:
+        return len(self.tensor)
+
+    def take(self, mask: np.ndarray) -> "Candidates":
+        return Candidates(*(getattr(self, f)[mask] for f in self.__dataclass_fields__))
+
+    def layout(self, i: int, global_batch: int) -> tuple[Layout, int, str]:
+        """Row ``i`` as a Layout (with its micro-batches per step), its micro-batch size and recomputation."""
+        micro_batch, data = int(self.micro_batch[i]), int(self.data[i])
+        layout = Layout(
+            data=data, tensor=int(self.tensor[i]), pipeline=int(self.pipeline[i]), expert=int(self.expert[i]),
+            zero=int(self.zero[i]), microbatches=global_batch // (micro_batch * data),
+        )  # fmt: skip
+        return layout, micro_batch, RECOMPUTE[int(self.recompute[i])]
+
+
+def enumerate_layouts(model: Model, devices: int, global_batch: int, *, micro_batches=MICRO_BATCHES, zero_stages=(0, 1, 2, 3), recompute=RECOMPUTE) -> Candidates:
+    """Every layout whose degrees multiply to ``devices``, split the model evenly and the batch into whole micro-batches."""
+    sizes = model.values
+    tensor_ok = [t for t in _divisors(devices) if all(sizes.get(s.name, t) % t == 0 for s in model.vocabulary.tensor_parallel)]
+    rows = []
+    for t in tensor_ok:
+        for p in _divisors(devices // t):
+            if sizes.get("n_layers", p) % p:
+                continue  # stages hold whole, equal numbers of layers
+            d = devices // (t * p)
+            experts = [e for e in _divisors(d) if sizes.get("n_experts", 1) % e == 0] if "n_experts" in sizes else [1]
+            for e in experts:
+                for b in micro_batches:
+                    if global_batch % (b * d) == 0:
+                        rows.append((t, p, d, e, b))
+    if not rows:
+        raise EvaluationError(f"no layout of {devices} devices splits this model and a global batch of {global_batch} evenly; try another device count or batch")
+    base = np.array(rows, dtype=np.int64)
+    zeros = np.array(zero_stages, dtype=np.int64)
+    modes = np.array([RECOMPUTE.index(r) for r in recompute], dtype=np.int64)
+    grid = np.array(np.meshgrid(np.arange(len(base)), zeros, modes, indexing="ij")).reshape(3, -1)
+    picked = base[grid[0]]
+    return Candidates(picked[:, 0], picked[:, 1], picked[:, 2], picked[:, 3], picked[:, 4], grid[1], grid[2])
+
+
+# --- memory, vectorised --------------------------------------------------------------------------
+
+
+def _compiled(model: Model, expr: sympy.Expr, names: tuple[str, ...], fixed: dict[str, int]):
+    values = {**model.values, **fixed}
+    bound = sympy.expand(expr.xreplace({s: sympy.Integer(values[s.name]) for s in expr.free_symbols if s.name in values}))
+    return compile_expression(bound, names)
+
+
+def memory_per_device(model: Model, c: Candidates, *, seq: int, global_batch: int, precision: str, optimizer: str, flash: bool) -> np.ndarray:
+    """Bytes per device of every candidate, as ``training_memory`` counts them (1F1B, stages balanced)."""
+    recipe = recipes().precision[precision]
+    states = recipes().optimizer[optimizer]
+    model = model.with_conventions(act_bytes=recipe.act)
+    params = _compiled(model, params_expression(model, T, P, E), ("tensor", "pipeline", "expert"), {})(c.tensor, c.pipeline, c.expert)
+    state_bytes = float(sympy.Rational(sympy.sympify(states.state_bytes))) if states.state_bytes else recipe.state
+    d = c.data.astype(np.float64)
+    shards = np.where(c.zero >= 1, d, 1.0)
+    static = params * (recipe.weights / np.where(c.zero >= 3, d, 1.0) + recipe.master / shards + recipe.grads / np.where(c.zero >= 2, d, 1.0) + states.states * state_bytes / shards)
+    microbatches = global_batch / (c.micro_batch * c.data)
+    in_flight = np.minimum(c.pipeline, microbatches)
+    activations = np.zeros(len(c))
+    split = tensor_split(model, T)
+    for index, mode in enumerate(RECOMPUTE):
+        rows = c.recompute == index
+        if not rows.any():
+            continue
+        kept, transient, _ = saved_activations(model, recompute=mode, flash=flash)
+        names = ("batch", "tensor")
+        keep = _compiled(model, kept.xreplace(split), names, {"seq": seq})(c.micro_batch[rows], c.tensor[rows])
+        rebuilt = _compiled(model, transient.xreplace(split), names, {"seq": seq})(c.micro_batch[rows], c.tensor[rows])
+        activations[rows] = keep / c.pipeline[rows] * in_flight[rows] + rebuilt
+    return static + activations
+
+
+# --- time, vectorised --------------------------------------------------------------------------
+
+
+def _grouped(keys: np.ndarray, compute) -> np.ndarray:
+    """compute(row of keys) once per distinct row, gathered back to every candidate."""
+    code = np.zeros(len(keys), dtype=np.int64)
+    for column in keys.T:  # one integer per row (mixed radix over each column's distinct values): a fast 1-D unique
+        values, ranks = np.unique(column, return_inverse=True)
+        code = code * len(values) + ranks.reshape(-1)
+    _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+    values = np.array([compute(*(int(k) for k in keys[i])) for i in first], dtype=np.float64)
+    return values[inverse.reshape(-1)]
+
+
+def step_time_bounds(model: Model, c: Candidates, gpu, *, seq: int, global_batch: int, precision: str, flash: bool, dtype: str, node_size: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """The lower and upper bounds of ``training_time`` for every candidate (full overlap, none; 1F1B bubble)."""
+    place = placement(gpu, node_size)
+    peak, bandwidth = float(place.device.flops_per_s(dtype)), float(place.device.hbm_bytes_per_s)
+    microbatches = global_batch // (c.micro_batch * c.data)
+    train = phase_work(model, "train", depth=None, flash=flash).total
+    split = tensor_split(model, T)
+    t_math = np.zeros(len(c))
+    t_mem = np.zeros(len(c))
+    for index, mode in enumerate(RECOMPUTE):
+        rows = c.recompute == index
+        if not rows.any():
+            continue
+        extra_flops, extra_bytes = recompute_work(model, mode, flash=flash)
+        for target, work, rate in ((t_math, train.flops + extra_flops, peak), (t_mem, train.bytes + extra_bytes, bandwidth)):
+            per_batch = _compiled(model, sympy.sympify(work).xreplace(split), ("batch", "tensor"), {"seq": seq})
+            target[rows] = microbatches[rows] * per_batch(c.micro_batch[rows], c.tensor[rows]) / c.pipeline[rows] / rate
+
+    def layout(t, p, d, e, zero=0):
+        return Layout(data=d, tensor=t, pipeline=p, expert=e, zero=zero)
+
+    inside = np.zeros(len(c))
+    tp = c.tensor > 1
+    if tp.any():
+        keys = np.stack([c.tensor, c.pipeline, c.data, c.micro_batch, c.recompute], axis=1)[tp]
+        inside[tp] += _grouped(keys, lambda t, p, d, b, r: tensor_comm(model, place, layout(t, p, d, 1), global_batch // (b * d), b, seq, RECOMPUTE[r]).seconds)
+    ep = c.expert > 1
+    if ep.any():
+        keys = np.stack([c.tensor, c.pipeline, c.data, c.expert, c.micro_batch, c.recompute], axis=1)[ep]
+        inside[ep] += _grouped(keys, lambda t, p, d, e, b, r: _seconds(expert_comm(model, place, layout(t, p, d, e), global_batch // (b * d), b, seq, RECOMPUTE[r])))
+    pp = c.pipeline > 1
+    if pp.any():
+        keys = np.stack([c.tensor, c.pipeline, c.data, c.micro_batch], axis=1)[pp]
+        inside[pp] += _grouped(keys, lambda t, p, d, b: pipeline_comm(model, place, layout(t, p, d, 1), global_batch // (b * d), b, seq).seconds)
+    step = np.zeros(len(c))
+    dp = c.data > 1
+    if dp.any():
+        params = _compiled(model, params_expression(model, T, P, E), ("tensor", "pipeline", "expert"), {})
+
+        def data(t, p, d, e, z):
+            local, replicated = (int(round(float(params(t, p, x)))) for x in (e, 1))
+            return data_comm(model, place, layout(t, p, d, e, z), precision, params=(local, replicated)).seconds
+
+        keys = np.stack([c.tensor, c.pipeline, c.data, c.expert, c.zero], axis=1)[dp]
+        step[dp] = _grouped(keys, data)
+    bubble = np.where(c.pipeline > 1, (c.pipeline - 1) / microbatches, 0.0)
+    lower = np.maximum(np.maximum(np.maximum(t_math, t_mem), inside) * (1 + bubble), step)
+    upper = (t_math + t_mem + inside) * (1 + bubble) + step
+    return lower, upper
+
+
+def _seconds(comm) -> float:
+    return 0.0 if comm is None else comm.seconds
+
+
+# --- the plan ------------------------------------------------------------------------------------
+
+
+@dataclass
+class PlannedLayout:
+    layout: Layout
+    micro_batch: int
+    recompute: str
+    memory: MemoryReport
+    time: TrainingTime
+
+
+@dataclass
+class Plan:
+    model: str
+    gpu: str
+    devices: int
+    global_batch: int
+    seq: int
+    candidates: int
+    fitting: int
+    screen_seconds: float
+    best: list[PlannedLayout] = field(default_factory=list)
+    assumptions: dict[str, object] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "model": self.model,
+            "gpu": self.gpu,
+            "devices": self.devices,
+            "global_batch": self.global_batch,
+            "seq": self.seq,
+            "candidates": self.candidates,
+            "fitting": self.fitting,
+            "screen_seconds": self.screen_seconds,
+            "layouts": [
+                {
+                    "layout": {"data": p.layout.data, "tensor": p.layout.tensor, "pipeline": p.layout.pipeline, "expert": p.layout.expert, "zero": p.layout.zero},
+                    "micro_batch": p.micro_batch,
+                    "recompute": p.recompute,
+                    "memory": p.memory.as_dict(),
+                    "time": p.time.as_dict(),
+                }
+                for p in self.best
+            ],
+            "assumptions": self.assumptions,
+        }
+
+
+def plan(
+    model: Model,
+    gpu: str | os.PathLike[str] | Hardware,
+    *,
+    devices: int,
+    global_batch: int,
+    seq: int,
+    precision: str = "mixed",
+    optimizer: str = "adamw",
+    flash: bool = False,
+    dtype: str = "bf16",
+    top: int = 5,
+    node_size: int | None = None,
+    memory_bytes: int | None = None,
+) -> Plan:
+    """The fastest layouts that fit: screened over every candidate, the best ``top`` worked out exactly."""
+    for name, value in (("devices", devices), ("global_batch", global_batch), ("seq", seq), ("top", top)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise EvaluationError(f"{name} is {value!r}; give a whole number of 1 or more")
+    place = placement(gpu, node_size)
+    capacity = memory_bytes if memory_bytes is not None else int(place.device.memory_bytes)
+    started = clock.perf_counter()
+    c = enumerate_layouts(model, devices, global_batch)
+    memory = memory_per_device(model, c, seq=seq, global_batch=global_batch, precision=precision, optimizer=optimizer, flash=flash)
+    fits = memory <= capacity
+    fitting = c.take(fits)
+    lower, upper = step_time_bounds(model, fitting, gpu, seq=seq, global_batch=global_batch, precision=precision, flash=flash, dtype=dtype, node_size=node_size) if len(fitting) else (np.array([]), np.array([]))
+    order = np.lexsort((memory[fits], upper, lower))  # fastest first; then the better worst case, then less memory
+    screen = clock.perf_counter() - started
+    best = []
+    for i in order[:top]:
+        layout, micro_batch, recompute = fitting.layout(int(i), global_batch)
+        report = training_memory(model, batch=micro_batch, seq=seq, setup=Training(precision=precision, optimizer=optimizer, recompute=recompute, flash=flash, layout=layout))
+        timed = training_time(model, gpu, global_batch=global_batch, micro_batch=micro_batch, seq=seq, layout=layout, recompute=recompute, dtype=dtype, flash=flash, precision=precision, node_size=node_size)
+        best.append(PlannedLayout(layout, micro_batch, recompute, report, timed))
+    return Plan(
+        model=model.name,
+        gpu=place.name,
+        devices=devices,
+        global_batch=global_batch,
+        seq=seq,
+        candidates=len(c),
+        fitting=int(fits.sum()),
+        screen_seconds=screen,
+        best=best,
+        assumptions={
+            "memory_budget_bytes": capacity,
+            "ranking": "training_time's lower bound (full overlap), then its upper bound (no overlap), then less memory",
+            "schedule": "1F1B, stages holding equal numbers of layers",
+            "search": f"tensor degrees dividing every tensor-parallel size, pipeline degrees dividing n_layers, expert degrees dividing data and n_experts, micro-batches {MICRO_BATCHES} dividing the batch per rank, ZeRO 0-3, recomputation {', '.join(RECOMPUTE)}",
+            "precision": precision,
+            "optimizer": optimizer,
+            "flash_attention": flash,
+        },
+    )

@@ -1,0 +1,55 @@
+"""``symform plan``: the fastest parallel layouts that fit, as a table or JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from .cli_args import positive_int
+from .memory import recipes
+from .memory_report import memory_budget
+from .model import Model
+from .planner import Plan, plan
+
+
+def plan_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--gpu", required=True, metavar="NAME", help="an accelerator or a system (symform hardware)")
+    p.add_argument("--gpus", type=positive_int, required=True, help="devices in all")
+    p.add_argument("--global-batch", type=positive_int, required=True, help="sequences per training step")
+    p.add_argument("--seq", type=positive_int, required=True, help="tokens per sequence")
+    p.add_argument("--precision", default="mixed", choices=list(recipes().precision))
+    p.add_argument("--optimizer", default="adamw", choices=list(recipes().optimizer))
+    p.add_argument("--flash", action="store_true", help="FlashAttention in the attention cores")
+    p.add_argument("--memory", type=memory_budget, metavar="BYTES", help="memory per device (default: the device's)")
+    p.add_argument("--node-size", type=positive_int, help="devices per scale-up domain (default: the system's, or 8)")
+    p.add_argument("--top", type=positive_int, default=5, help="layouts to show (default 5)")
+
+
+def plan_command(model: Model, args: argparse.Namespace) -> str:
+    result = plan(
+        model, args.gpu, devices=args.gpus, global_batch=args.global_batch, seq=args.seq, precision=args.precision,
+        optimizer=args.optimizer, flash=args.flash, top=args.top, node_size=args.node_size, memory_bytes=args.memory,
+    )  # fmt: skip
+    return json.dumps(result.as_dict()) if args.json else _table(result)
+
+
+def _table(result: Plan) -> str:
+    lines = [
+        f"layouts of {result.model} on {result.devices} × {result.gpu}, global batch {result.global_batch} × seq {result.seq}",
+        f"{result.candidates:,} candidates screened in {result.screen_seconds * 1e3:.0f} ms, {result.fitting:,} fit in {result.assumptions['memory_budget_bytes'] / 2**30:.0f} GiB per device",
+    ]
+    if not result.best:
+        lines.append("none fits: add devices, lower the precision's bytes (--precision bf16) or shorten the sequence")
+        return "\n".join(lines)
+    lines.append(f"{'#':>2}  {'dp':>4} {'tp':>3} {'pp':>3} {'ep':>3}  {'zero':>4}  {'mb':>3}  {'recompute':<9}  {'memory GiB':>10}  {'step s (lower-upper)':>21}  {'MFU':>12}  {'tokens/s':>10}")
+    for rank, row in enumerate(result.best, 1):
+        layout, timed = row.layout, row.time
+        lines.append(
+            f"{rank:>2}  {layout.data:>4} {layout.tensor:>3} {layout.pipeline:>3} {layout.expert:>3}  {layout.zero:>4}  {row.micro_batch:>3}  {row.recompute:<9}  "
+            f"{float(row.memory.total) / 2**30:>10.2f}  {timed.time_lower:>9.3f} - {timed.time_upper:<9.3f}  {timed.mfu_high:>5.1%}-{timed.mfu_low:<5.1%}  {timed.tokens_per_s_high:>10,.0f}"
+        )
+    best = result.best[0]
+    lines.append("best layout, memory per device: " + ", ".join(f"{k} {float(v) / 2**30:.2f} GiB" for k, v in best.memory.values.items() if v))
+    lines.append("best layout, time: " + ", ".join([f"math {best.time.t_math:.3f} s", f"memory {best.time.t_mem:.3f} s"] + [f"{k} comm {c.seconds:.3f} s over {c.link}" for k, c in best.time.comm.items()]))
+    lines.append("ranked by the step time's lower bound (full overlap), then its upper bound; symform time and symform memory give each layout's details")
+    return "\n".join(lines)

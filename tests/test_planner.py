@@ -1,0 +1,101 @@
+"""The layout planner: its vectorised screen equals the exact memory and time of each layout,
+every layout it offers fits, and nothing faster that fits was left out."""
+
+import json
+
+import numpy as np
+import pytest
+
+from symform import EvaluationError, load
+from symform.cli import main
+from symform.memory import Training, training_memory
+from symform.planner import enumerate_layouts, memory_per_device, plan, step_time_bounds
+from symform.timing import training_time
+
+MODEL = "llama-3.1-8b"
+GLOBAL_BATCH, SEQ = 64, 2048
+
+
+@pytest.fixture(scope="module")
+def screened():
+    model = load(MODEL)
+    c = enumerate_layouts(model, 16, GLOBAL_BATCH)
+    memory = memory_per_device(model, c, seq=SEQ, global_batch=GLOBAL_BATCH, precision="mixed", optimizer="adamw", flash=True)
+    lower, upper = step_time_bounds(model, c, "h100-sxm", seq=SEQ, global_batch=GLOBAL_BATCH, precision="mixed", flash=True, dtype="bf16", node_size=None)
+    return model, c, memory, lower, upper
+
+
+def test_candidates_multiply_to_the_device_count_and_split_the_batch(screened):
+    _, c, _, _, _ = screened
+    assert np.all(c.data * c.tensor * c.pipeline == 16)
+    assert np.all(GLOBAL_BATCH % (c.micro_batch * c.data) == 0)
+    assert np.all(32 % c.pipeline == 0)  # whole layers per stage
+    assert len(c) > 100
+
+
+def test_screen_equals_the_exact_memory_and_time_of_each_layout(screened):
+    model, c, memory, lower, upper = screened
+    for i in np.random.default_rng(0).choice(len(c), 30, replace=False):  # a spread of layouts, every mode among them
+        layout, micro_batch, recompute = c.layout(int(i), GLOBAL_BATCH)
+        exact = training_memory(model, batch=micro_batch, seq=SEQ, setup=Training(recompute=recompute, flash=True, layout=layout))
+        assert memory[i] == pytest.approx(float(exact.total), rel=1e-12)
+        timed = training_time(model, "h100-sxm", global_batch=GLOBAL_BATCH, micro_batch=micro_batch, seq=SEQ, layout=layout, recompute=recompute, flash=True)
+        assert lower[i] == pytest.approx(timed.time_lower, rel=1e-9)
+        assert upper[i] == pytest.approx(timed.time_upper, rel=1e-9)
+
+
+def test_the_plan_offers_only_layouts_that_fit_and_none_faster_fits(screened):
+    model, c, memory, lower, _ = screened
+    result = plan(model, "h100-sxm", devices=16, global_batch=GLOBAL_BATCH, seq=SEQ, flash=True, top=3)
+    capacity = 80 * 2**30
+    assert result.candidates == len(c) and result.fitting == int((memory <= capacity).sum())
+    assert all(row.memory.total <= capacity for row in result.best)
+    fastest = lower[memory <= capacity].min()
+    assert result.best[0].time.time_lower == pytest.approx(fastest, rel=1e-9)
+    times = [row.time.time_lower for row in result.best]
+    assert times == sorted(times)
+
+
+def test_a_tight_budget_forces_sharding_and_recomputation():
+    model = load(MODEL)
+    result = plan(model, "h100-sxm", devices=8, global_batch=32, seq=4096, memory_bytes=24 * 2**30, top=1)
+    (best,) = result.best
+    assert best.memory.total <= 24 * 2**30
+    assert best.layout.zero >= 1 or best.layout.tensor > 1 or best.layout.pipeline > 1
+
+
+def test_mixture_of_experts_layouts_use_expert_parallelism():
+    model = load("qwen3-30b-a3b")
+    c = enumerate_layouts(model, 16, 64)
+    assert set(np.unique(c.expert)) >= {1, 2, 4, 8}
+    assert np.all(c.data % c.expert == 0)
+
+
+def test_plan_cli_json(capsys):
+    code = main(["plan", MODEL, "--gpu", "h100-sxm", "--gpus", "8", "--global-batch", "32", "--seq", "2048", "--top", "2", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    report = json.loads(out)
+    assert len(report["layouts"]) == 2
+    first = report["layouts"][0]
+    assert first["memory"]["total"] <= report["assumptions"]["memory_budget_bytes"]
+    assert set(first["layout"]) == {"data", "tensor", "pipeline", "expert", "zero"}
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["plan", MODEL, "--gpu", "h100-sxm", "--gpus", "0", "--global-batch", "8", "--seq", "8"],
+        ["plan", MODEL, "--gpu", "nope", "--gpus", "8", "--global-batch", "8", "--seq", "8"],
+        ["plan", MODEL, "--gpu", "h100-sxm", "--gpus", "7", "--global-batch", "3", "--seq", "8"],
+    ],
+)
+def test_bad_plan_input_is_one_line_and_exit_2(capsys, argv):
+    code = main(argv)
+    _, err = capsys.readouterr()
+    assert code == 2 and err.count("\n") == 1
+
+
+def test_no_even_layout_is_a_clear_error():
+    with pytest.raises(EvaluationError, match="no layout of 7 devices"):
+        plan(load(MODEL), "h100-sxm", devices=7, global_batch=3, seq=8)
