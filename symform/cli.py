@@ -20,6 +20,7 @@ from .hardware import device_names, load_device
 from .hardware_report import device_json, device_table, devices_table
 from .memory_report import fit_arguments, fit_command, memory_arguments, memory_command
 from .model import Model, quantity_names
+from .planner_report import plan_arguments, plan_command
 from .plots import plot_arguments, plot_command
 from .roofline_report import roofline_arguments, roofline_command
 from .timing_report import time_arguments, time_command
@@ -86,6 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = model_command("memory", "memory on one device for a training step or for serving: weights, gradients, optimizer, activations, KV cache")
     memory_arguments(p)
+    p = model_command("plan", "the fastest data/tensor/pipeline/expert layouts, micro-batches, ZeRO stages and recomputation that fit")
+    plan_arguments(p)
     p = model_command("fit", "the largest batch, sequence or cached context that fits a memory budget")
     fit_arguments(p)
 
@@ -147,6 +150,8 @@ def _run(args: argparse.Namespace) -> str:
         return memory_command(model, args)
     if args.verb == "fit":
         return fit_command(model, args)
+    if args.verb == "plan":
+        return plan_command(model, args)
     if args.verb == "params":
         return _params(model, args)
     if args.verb == "flops":
