@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 import sympy
@@ -26,7 +26,7 @@ class Formula:
     """
 
     expr: sympy.Expr
-    vocabulary: Vocabulary
+    vocabulary: Vocabulary = field(repr=False)  # the whole symbol table: thousands of characters in a repr
 
     def __str__(self) -> str:
         return str(self.expr)
