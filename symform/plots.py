@@ -258,8 +258,10 @@ def _memory_panel(axes, reports: list[MemoryReport], batches: list[int], capacit
 
 
 def _setup_line(setup: Training) -> str:
-    layout = setup.layout
-    changed = [f"{k} {v}" for k, v in vars(layout).items() if v != getattr(Layout(), k)]
+    """The recipe and layout in words, for the subtitle: what the bars assume."""
+    layout, default = setup.layout, Layout()
+    words = {"data": "{} data-parallel", "tensor": "{} tensor-parallel", "pipeline": "{} pipeline stages", "zero": "ZeRO-{}"}
+    changed = [words.get(k, k + " {}").format(v) for k, v in vars(layout).items() if v != getattr(default, k)]
     parts = [f"{setup.precision} precision", setup.optimizer, f"recompute {setup.recompute}", "FlashAttention" if setup.flash else "eager attention"]
     return ", ".join(parts + (changed or ["one device"]))
 
