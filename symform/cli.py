@@ -30,7 +30,7 @@ EXIT_BAD_INPUT = 2
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, exit 2, as for every other bad input
-        self.exit(EXIT_BAD_INPUT, f"symform: error: {message} (see symform {self.prog.split()[-1]} --help)\n")
+        self.exit(EXIT_BAD_INPUT, f"symform: error: {message} (see {self.prog} --help)\n")
 
 
 def _assignment(text: str) -> tuple[str, Number]:
