@@ -458,6 +458,13 @@ class Fit:
     budget: Number
     closed_form: Formula | None  # variable ≤ this, when sympy can solve total(variable) = budget
 
+    def _repr_latex_(self) -> str:
+        name = r"\mathrm{" + self.variable.replace("_", r"\_") + "}"
+        largest = rf"{name}_{{\max}} = {self.largest}"
+        if self.closed_form is None:
+            return f"${largest}$"
+        return rf"${largest},\quad {name} \le {self.closed_form.latex()}$"
+
 
 def largest_fitting(total: Callable[[int], Number], budget: Number, *, limit: int = 1 << 40) -> int:
     """The largest n ≥ 1 with total(n) ≤ budget (0 if none), for a total that grows with n: doubling, then bisection."""

@@ -28,6 +28,7 @@ import sympy
 from . import flash_attention
 from .errors import ConfigError, EvaluationError
 from .evaluate import exact_value
+from .formula import to_latex
 from .hardware import Device, System, load_device
 from .model import Model
 
@@ -185,6 +186,11 @@ class Work:
         return Roofline(
             self.flops, self.bytes, device.flops_per_s(dtype), device.hbm_bytes_per_s
         )
+
+    def _repr_latex_(self) -> str:
+        """In a notebook: FLOPs, bytes and their ratio, the arithmetic intensity."""
+        parts = (("F", self.flops), ("Q", self.bytes), ("I = F/Q", self.intensity))
+        return "$" + r",\quad ".join(f"{name} = {to_latex(sympy.sympify(value))}" for name, value in parts) + "$"
 
     def subs(self, values: Mapping[sympy.Symbol, object]) -> Work:
         return Work(

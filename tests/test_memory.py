@@ -231,3 +231,15 @@ def test_bad_setups_get_one_line_errors(setup, message):
     with pytest.raises(EvaluationError, match=message) as raised:
         training_memory(load("llama-3-8b"), batch=1, seq=8, setup=setup())
     assert "\n" not in str(raised.value)
+
+
+def test_fits_and_works_render_as_latex_in_notebooks():
+    from symform.roofline import matmul
+
+    model = Model.from_component("gpt2_lm", conventions=NOTES)
+    activations, _, _ = saved_activations(model)
+    total = 8 * sympy.Rational("0.6e9") + activations.xreplace(GPT_STYLE)
+    values = {"seq": 512, "n_layers": 28, "n_heads": 16, "d_model": 1024, "vocab": 151936}
+    latex = solve_fit(total, "batch", 80 * 10**9, values, v)._repr_latex_()
+    assert latex.startswith("$\\mathrm{batch}_{\\max} = 68") and "\\le" in latex
+    assert "\\frac{b d f}{b d + b f + d f}" in matmul()._repr_latex_()
