@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import math
 import os
 import platform
 import subprocess
@@ -368,6 +369,196 @@ def bench_cold_start(repeats, quiet):
     }
 
 
+# --------------------------------------------------------------------------- llm-analysis
+
+LLM_ANALYSIS_QUANTITIES = ("params", "forward_flops", "backward_flops")
+
+
+def llm_analysis_configs(configs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The benchmark's configurations, projected onto what llm-analysis can describe.
+
+    llm-analysis has no head width of its own (d_head = d_model / n_heads) and wants
+    d_ff a multiple of d_model: d_model becomes n_heads·d_head and d_ff the nearest
+    multiple of it; every other size is the same.
+    """
+    out = dict(configs)
+    out["d_model"] = configs["n_heads"] * configs["d_head"]
+    out["d_ff"] = out["d_model"] * np.maximum(1.0, np.round(configs["d_ff"] / out["d_model"]))
+    return out
+
+
+def llm_analysis_expected_gap(a: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """symform (qwen3 family) minus llm-analysis, term by term, as docs/llm-analysis.md derives.
+
+    params: the untied output head (d·V), the gated MLP's third matrix (n·d·d_ff) and
+    q/k-norm weights (2·n·d_head). forward FLOPs: llm-analysis counts the MLP as
+    16·T·d² per layer whatever d_ff is; a gated MLP does 6·T·d·d_ff.
+    """
+    d, n, v, ff, dh = a["d_model"], a["n_layers"], a["vocab"], a["d_ff"], a["d_head"]
+    tokens = a["batch"] * a["seq"]
+    forward = n * tokens * (6 * d * ff - 16 * d * d)
+    return {"params": d * v + n * d * ff + 2 * dh * n, "forward_flops": forward, "backward_flops": 2 * forward}
+
+
+def llm_analysis_values(a: dict[str, np.ndarray], k: int, gpu) -> tuple[dict[str, np.ndarray], float]:
+    """llm-analysis, one configuration at a time as it is used: a config, an analysis, three counts."""
+    from llm_analysis.analysis import LLMAnalysis
+    from llm_analysis.config import ModelConfig
+
+    rows = [{name: int(a[name][i]) for name in ("d_model", "n_layers", "vocab", "d_ff", "n_heads", "n_kv_heads", "batch", "seq")} for i in range(k)]
+    out = {q: np.empty(k) for q in LLM_ANALYSIS_QUANTITIES}
+    gc.disable()
+    try:
+        t0 = time.perf_counter()
+        for i, r in enumerate(rows):
+            config = ModelConfig(name="bench", num_layers=r["n_layers"], n_head=r["n_heads"], hidden_dim=r["d_model"], vocab_size=r["vocab"], num_key_value_heads=r["n_kv_heads"], ffn_embed_dim=r["d_ff"])
+            # flops_efficiency below 0.55: the default (1.0) logs a warning on every construction
+            analysis = LLMAnalysis(config, gpu, flops_efficiency=0.5)
+            out["params"][i] = analysis.get_num_params_total()
+            out["forward_flops"][i] = analysis.get_num_flops_fwd_total(r["batch"], r["seq"])
+            out["backward_flops"][i] = analysis.get_num_flops_bwd_total(r["batch"], r["seq"])
+        total = time.perf_counter() - t0
+    finally:
+        gc.enable()
+    return out, total / k
+
+
+def bench_llm_analysis(model, configs, k, repeats, quiet):
+    """symform's one compiled function for params, forward and backward FLOPs vs llm-analysis per configuration."""
+    try:
+        from llm_analysis.config import get_gpu_config_by_name
+    except ImportError as e:
+        log(f"llm-analysis: not importable here ({e}); pip install llm-analysis (see benchmarks/README.md)", quiet)
+        return {"name": "compiled_vs_llm_analysis", "ratio": None, "target": 100.0, "target_kind": "min", "met": None,
+                "measured": f"llm-analysis not importable: {e}", "details": {"error": str(e)}}
+    from symform.sweep import compile_quantities
+
+    a = llm_analysis_configs(configs)
+    names = ("d_model", "n_layers", "vocab", "d_ff", "n_heads", "n_kv_heads", "d_head", "batch", "seq")
+    fn = compile_quantities(model, LLM_ANALYSIS_QUANTITIES, names)
+    arrays = [a[n] for n in names]
+    n_configs = len(arrays[0])
+    fn(*arrays)  # warm
+    per_config_symform = best_of(lambda: fn(*arrays), repeats) / n_configs
+    theirs, per_config_theirs = llm_analysis_values(a, k, get_gpu_config_by_name("a100-sxm-40gb"))
+
+    ours = dict(zip(LLM_ANALYSIS_QUANTITIES, fn(*[x[:k] for x in arrays])))
+    gap = llm_analysis_expected_gap({n: x[:k] for n, x in a.items()})
+    comparison = {}
+    agree = True
+    for q in LLM_ANALYSIS_QUANTITIES:
+        explained = max_rel_diff(theirs[q] + gap[q], ours[q])  # llm-analysis + the listed differences = symform
+        comparison[q] = {
+            "median_symform_over_llm_analysis": float(np.median(ours[q] / theirs[q])),
+            "range_symform_over_llm_analysis": [float(np.min(ours[q] / theirs[q])), float(np.max(ours[q] / theirs[q]))],
+            "max_rel_diff_after_listed_differences": explained,
+        }
+        agree = agree and explained <= 1e-9  # llm-analysis divides d·kv/h in floating point
+        log(f"check {q}: llm-analysis + listed differences vs symform on {k} configs: max rel diff {explained:.2e}; "
+            f"symform/llm-analysis median {comparison[q]['median_symform_over_llm_analysis']:.3f}", quiet)
+    ratio = per_config_theirs / per_config_symform
+    return min_target_result(
+        "compiled_vs_llm_analysis",
+        ratio,
+        100.0,
+        agree,
+        f"llm-analysis {fmt_time(per_config_theirs)}/config vs compiled {fmt_time(per_config_symform)}/config (3 quantities)",
+        {
+            "quantities": list(LLM_ANALYSIS_QUANTITIES),
+            "llm_analysis_configs": k,
+            "symform_configs": n_configs,
+            "llm_analysis_per_config_s": per_config_theirs,
+            "symform_per_config_s": per_config_symform,
+            "comparison": comparison,
+            "agree_after_listed_differences": agree,
+            "llm_analysis_version": _version("llm-analysis"),
+        },
+    )
+
+
+def _version(dist: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return None
+
+
+# --------------------------------------------------------------------------- largest model, memory peak
+
+
+def largest_preset() -> str:
+    """DeepSeek-V3 where bundled, else the preset with the most parameters."""
+    names = list(symform.presets())
+    if "deepseek-v3" in names:
+        return "deepseek-v3"
+    return max(names, key=lambda n: symform.load(n).evaluate("params"))
+
+
+def bench_build_and_derive(repeats, quiet):
+    """Build the largest preset (graph and expressions) and derive leading-order params and train FLOPs, in ms."""
+    name = largest_preset()
+    quantities = ("params", "train_flops")
+
+    def build_and_derive():
+        model = symform.Model.load(name)  # a fresh Model: its graph and expressions are built again
+        return [symform.derive(model, q, assume="standard", leading=True) for q in quantities]
+
+    t0 = time.perf_counter()
+    first = build_and_derive()  # includes parsing the component declarations, cached for the process
+    first_s = time.perf_counter() - t0
+    warm_s = best_of(build_and_derive, repeats)
+    forms = {q: str(d.result) for q, d in zip(quantities, first)}
+    log(f"{name}: build + derive leading order of {', '.join(quantities)}: first {fmt_time(first_s)}, then {fmt_time(warm_s)}; {forms}", quiet)
+    return {
+        "name": f"build_and_derive/{name}",
+        "ratio": warm_s * 1e3,
+        "target": None,
+        "target_kind": None,
+        "met": None,
+        "measured": f"{fmt_time(warm_s)} per build + 2 derivations (first in the process {fmt_time(first_s)}); figure in ms",
+        "details": {"unit": "ms", "model": name, "first_ms": first_s * 1e3, "warm_ms": warm_s * 1e3, "repeats": repeats, "leading_forms": forms},
+    }
+
+
+def bench_sweep_memory(points, quiet):
+    """Peak traced memory of a chunked sweep over ``points`` grid points ÷ the bytes of the arrays it returns."""
+    import tracemalloc
+
+    # 100 × 100 × 100 × (points / 10**6) values: exactly ``points`` points, the last axis fastest
+    grid = {
+        "d_model": np.arange(1, 101) * 128,
+        "n_layers": np.arange(1, 101),
+        "vocab": 1000 + 1000 * np.arange(100),
+        "seq": 2 ** (7 + np.arange(points // 10**6) % 11),
+    }
+    total = math.prod(len(v) for v in grid.values())
+    model = symform.load(PRESET)
+    symform.sweep(model, ["params", "train_flops"], grid={k: v[:2] for k, v in grid.items()}, fixed={"batch": 1, "tokens": 10**12}, inexact="allow")  # compile outside the trace
+    gc.collect()
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    result = symform.sweep(model, ["params", "train_flops"], grid=grid, fixed={"batch": 1, "tokens": 10**12}, inexact="allow")
+    elapsed = time.perf_counter() - t0
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    result_bytes = sum(v.nbytes for v in result.values())
+    ratio = peak / result_bytes
+    from symform.sweep import DEFAULT_CHUNK
+
+    log(f"sweep memory: {total:,} points, result {result_bytes / 1e6:.0f} MB, peak {peak / 1e6:.0f} MB ({ratio:.3f}x), {fmt_time(elapsed)}", quiet)
+    return {
+        "name": "sweep_memory_peak",
+        "ratio": ratio,
+        "target": 1.25,
+        "target_kind": "max",
+        "met": bool(ratio <= 1.25),
+        "measured": f"peak {peak / 1e6:.0f} MB for {total:.0e} points returning {result_bytes / 1e6:.0f} MB (6 columns)",
+        "details": {"points": total, "peak_bytes": peak, "result_bytes": result_bytes, "chunk_points": DEFAULT_CHUNK, "seconds": elapsed, "columns": list(result)},
+    }
+
+
 # --------------------------------------------------------------------------- output
 
 
@@ -379,7 +570,8 @@ def print_table(results: list[dict]) -> None:
         else:
             target = f"{'>=' if r['target_kind'] == 'min' else '<='} {r['target']:g}"
             met = "yes" if r["met"] else "NO"
-        rows.append((r["name"], r["measured"], f"{r['ratio']:.3g}", target, met))
+        ratio = "-" if r["ratio"] is None else f"{r['ratio']:.3g}"
+        rows.append((r["name"], r["measured"], ratio, target, "-" if r["met"] is None else met))
     widths = [max(len(row[i]) for row in rows) for i in range(5)]
     print()
     for j, row in enumerate(rows):
@@ -400,6 +592,7 @@ def main(argv: list[str] | None = None) -> int:
     repeats = 10 if args.quick else 25
     sample = 40 if args.quick else 200
     cold_repeats = 3 if args.quick else 7
+    llm_sample = 500 if args.quick else 5000
 
     started = time.perf_counter()
     log(f"symform benchmarks: preset {PRESET}, {n_configs:,} configurations, seed {args.seed}{' (quick)' if args.quick else ''}", quiet)
@@ -417,7 +610,10 @@ def main(argv: list[str] | None = None) -> int:
         results.append(bench_subs(quantity, formula, configs, names, fn, per_config, sample, quiet))
     for quantity, (formula, fn, names, per_config) in per_quantity.items():
         results.append(bench_exact(quantity, formula, configs, names, per_config, sample, quiet))
+    results.append(bench_llm_analysis(model, configs, llm_sample, repeats, quiet))
     results.append(bench_cold_start(cold_repeats, quiet))
+    results.append(bench_build_and_derive(3 if args.quick else 7, quiet))
+    results.append(bench_sweep_memory(10**6 if args.quick else 10**7, quiet))
     elapsed = time.perf_counter() - started
 
     if args.json:
