@@ -431,7 +431,7 @@ def bench_llm_analysis(model, configs, k, repeats, quiet):
         log(f"llm-analysis: not importable here ({e}); pip install llm-analysis (see benchmarks/README.md)", quiet)
         return {"name": "compiled_vs_llm_analysis", "ratio": None, "target": 100.0, "target_kind": "min", "met": None,
                 "measured": f"llm-analysis not importable: {e}", "details": {"error": str(e)}}
-    from symform.sweep import compile_quantities
+    from symform.sweeps import compile_quantities
 
     a = llm_analysis_configs(configs)
     names = ("d_model", "n_layers", "vocab", "d_ff", "n_heads", "n_kv_heads", "d_head", "batch", "seq")
@@ -545,7 +545,7 @@ def bench_sweep_memory(points, quiet):
     tracemalloc.stop()
     result_bytes = sum(v.nbytes for v in result.values())
     ratio = peak / result_bytes
-    from symform.sweep import DEFAULT_CHUNK
+    from symform.sweeps import DEFAULT_CHUNK
 
     log(f"sweep memory: {total:,} points, result {result_bytes / 1e6:.0f} MB, peak {peak / 1e6:.0f} MB ({ratio:.3f}x), {fmt_time(elapsed)}", quiet)
     return {

@@ -35,14 +35,23 @@ __all__ = [
     "presets",
     "quantity_names",
     "supported_model_types",
+    "sweep",
     "vocabulary",
 ]
 
-from . import collectives as collectives  # docs/parallelism.md
-from . import parallel_comm as parallel_comm
-from . import scaling as scaling
-from . import flash_attention as flash_attention  # docs/roofline.md
-from . import roofline as roofline
-from . import timing as timing  # docs/time.md
-from . import scaling_laws as scaling_laws  # compute-optimal N and D, training time and cost
-from .sweep import SweepResult, sweep  # symform.sweep is the function; the module is sys.modules["symform.sweep"]
+# Modules for the other verbs load on first use (symform.memory, symform.timing, ...): a
+# command pays only for what it uses, and `import symform` stays close to `import sympy`.
+_MODULES = (
+    "collectives", "parallel_comm", "scaling", "flash_attention", "roofline", "timing", "scaling_laws",
+    "memory", "planner", "plots", "notebook", "sweeps",
+)  # fmt: skip
+
+
+def __getattr__(name: str):
+    import importlib
+
+    if name in _MODULES:
+        return importlib.import_module(f".{name}", __name__)
+    if name in ("sweep", "SweepResult"):  # symform.sweep(model, quantities, grid=...)
+        return getattr(importlib.import_module(".sweeps", __name__), name)
+    raise AttributeError(f"module 'symform' has no attribute {name!r}")

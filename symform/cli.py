@@ -99,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     time_arguments(p)
 
     p = model_command("sweep", "quantities over a grid, zipped lists or random samples of sizes and workloads (table, --csv, --json)")
-    from .sweep import sweep_arguments  # the module by its path: symform.sweep names the function
+    from .sweep_report import sweep_arguments
 
     sweep_arguments(p)
 
@@ -143,7 +143,7 @@ def _run(args: argparse.Namespace) -> str:
     if args.verb == "time":
         return time_command(model, args)
     if args.verb == "sweep":
-        from .sweep import sweep_command
+        from .sweep_report import sweep_command
 
         return sweep_command(model, args)
     if args.verb == "memory":

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
 from .cli_args import positive_int
 from .memory import recipes
 from .memory_report import memory_budget
 from .model import Model
-from .planner import Plan, plan
+
+if TYPE_CHECKING:  # the planner (and numpy) load when a plan is asked for, not with the CLI
+    from .planner import Plan
 
 
 def plan_arguments(p: argparse.ArgumentParser) -> None:
@@ -26,6 +29,8 @@ def plan_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def plan_command(model: Model, args: argparse.Namespace) -> str:
+    from .planner import plan
+
     result = plan(
         model, args.gpu, devices=args.gpus, global_batch=args.global_batch, seq=args.seq, precision=args.precision,
         optimizer=args.optimizer, flash=args.flash, top=args.top, node_size=args.node_size, memory_bytes=args.memory,

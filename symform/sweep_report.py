@@ -1,0 +1,97 @@
+"""``symform sweep``: options, table, CSV and JSON. The sweep module (and numpy) loads only when a sweep runs."""
+
+from __future__ import annotations
+
+import json
+import sys
+import warnings
+from fractions import Fraction
+from typing import TYPE_CHECKING, Sequence
+
+from .errors import EvaluationError
+from .model import Model
+
+if TYPE_CHECKING:
+    from .sweeps import SweepResult
+
+
+def sweep_arguments(p) -> None:
+    """``symform sweep MODEL QUANTITY... --grid NAME=a,b,c --zip NAME=a,b --sample NAME=LOW:HIGH --n N``."""
+    p.add_argument("quantities", nargs="+", metavar="QUANTITY", help="quantities (params, train-flops, ...) or memory categories (memory.total, memory.weights, ...)")
+    p.add_argument("--grid", action="append", default=[], metavar="NAME=A,B,C", help="one axis of the cartesian grid (repeat for more)")
+    p.add_argument("--zip", action="append", default=[], metavar="NAME=A,B,C", help="values that go together: every --zip list is one axis, equal lengths")
+    p.add_argument("--sample", action="append", default=[], metavar="NAME=LOW:HIGH", help="random whole numbers in [LOW, HIGH], --n points, --seed")
+    p.add_argument("--n", type=int, default=None, help="random points for --sample")
+    p.add_argument("--seed", type=int, default=0, help="seed for --sample (default 0)")
+    p.add_argument("--fix", action="append", default=[], metavar="NAME=VALUE", help="a workload value held fixed (seq, batch, tokens, ...)")
+    p.add_argument("--exact", action="store_true", help="exact integers (slower; for small sweeps)")
+    p.add_argument("--csv", action="store_true", help="print CSV instead of a table")
+    p.add_argument("--progress", action="store_true", help="show a progress bar on stderr")
+
+
+def _pairs(items: Sequence[str], flag: str) -> dict[str, str]:
+    out = {}
+    for text in items:
+        name, eq, values = text.partition("=")
+        if not eq or not name.strip() or not values.strip():
+            raise EvaluationError(f"{flag} {text!r}: write NAME=VALUES")
+        out[name.strip()] = values.strip()
+    return out
+
+
+def _numbers(name: str, text: str) -> list:
+    out = []
+    for part in text.split(","):
+        try:
+            number = Fraction(part.strip())
+        except (ValueError, ZeroDivisionError):
+            raise EvaluationError(f"{name}: {part!r} is not a number") from None
+        out.append(int(number) if number.denominator == 1 else number)
+    return out
+
+
+def _range(name: str, text: str) -> tuple[int, int]:
+    low, colon, high = text.partition(":")
+    try:
+        return int(low), int(high)
+    except ValueError:
+        raise EvaluationError(f"--sample {name}={text}: write LOW:HIGH whole numbers") from None
+
+
+def sweep_command(model: Model, args) -> str:
+    import numpy as np
+
+    from .sweeps import InexactFloatWarning, _plain, sweep
+
+    def numeric(values):  # Fractions (a convention such as causal=1/2) stay exact in object columns
+        return np.array(values, dtype=object) if any(isinstance(v, Fraction) for v in values) else values
+
+    grid = {k: numeric(_numbers(k, v)) for k, v in _pairs(args.grid, "--grid").items()}
+    zipped = {k: numeric(_numbers(k, v)) for k, v in _pairs(args.zip, "--zip").items()}
+    sample = {k: _range(k, v) for k, v in _pairs(args.sample, "--sample").items()}
+    fixed = {k: _numbers(k, v)[0] for k, v in _pairs(args.fix, "--fix").items()}
+    with warnings.catch_warnings(record=True) as caught:  # one plain line on stderr, not a warning's source line
+        warnings.simplefilter("always", InexactFloatWarning)
+        result = sweep(model, args.quantities, grid=grid, zip=zipped, sample=sample, n=args.n, seed=args.seed, fixed=fixed, exact=args.exact, progress=args.progress)
+    for w in caught:
+        print(f"symform: warning: {w.message} (--exact)", file=sys.stderr)
+    if args.json:
+        return json.dumps({"model": model.name, "fixed": {k: _plain(v) for k, v in fixed.items()}, "shape": list(result.shape), "columns": {k: [_plain(x) for x in v] for k, v in result.items()}})
+    if args.csv:
+        return render_csv(result)
+    return render_table(result)
+
+
+def render_csv(result: SweepResult) -> str:
+    lines = [",".join(result)]
+    lines += [",".join(str(v) for v in row.values()) for row in result.rows()]
+    return "\n".join(lines)
+
+
+def render_table(result: SweepResult) -> str:
+    header = list(result)
+    cells = [[f"{v:,}" if isinstance(v, int) else f"{v:.6g}" for v in row.values()] for row in result.rows()]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(header)]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(header, widths))]
+    lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in cells]
+    return "\n".join(lines)
