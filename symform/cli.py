@@ -18,6 +18,7 @@ from .evaluate import Number
 from .families import presets, supported_model_types
 from .hardware import device_names, load_device
 from .hardware_report import device_json, device_table, devices_table
+from .latex_report import latex_arguments, latex_command
 from .memory_report import fit_arguments, fit_command, memory_arguments, memory_command
 from .model import Model, quantity_names
 from .planner_report import plan_arguments, plan_command
@@ -84,6 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--large", metavar="A,B", help="comma-separated symbols to treat as large (default: the vocabulary's widths)")
         workload(p, required=False)
         p.add_argument("--tokens", type=positive_int, help="training tokens D")
+        if verb == "latex":
+            latex_arguments(p)
 
     p = model_command("memory", "memory on one device for a training step or for serving: weights, gradients, optimizer, activations, KV cache")
     memory_arguments(p)
@@ -105,6 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = verbs.add_parser("plot", help="charts as .png or .svg: parameter and FLOPs shares, training memory, roofline (pip install 'symform[plot]')")
     plot_arguments(p)
+
+    p = verbs.add_parser("docs", help="write the reference pages (a page per component and per family) from the declarations", description="write the reference pages (a page per component and per family) from the declarations")
+    p.add_argument("--out", default="docs/reference", help="directory to write (default docs/reference)")
 
     verbs.add_parser("models", help="list bundled presets and supported Hugging Face model types")
     p = verbs.add_parser("hardware", help="accelerators and systems: the list, or one of them", description="accelerators and systems: the list, or one of them")
@@ -137,6 +143,12 @@ def _run(args: argparse.Namespace) -> str:
         return _hardware(args)
     if args.verb == "plot":
         return plot_command(args)
+    if args.verb == "latex":
+        return latex_command(args, _load)
+    if args.verb == "docs":
+        from .docgen import docs_command
+
+        return docs_command(args)
     model = _load(args)
     if args.verb == "roofline":
         return roofline_command(model, args)

@@ -1,0 +1,376 @@
+"""LaTeX for papers: formulas, derivations, breakdown tables, a glossary, whole documents.
+
+Every formula printed here parses back with sympy's own LaTeX parser
+(``sympy.parsing.latex.parse_latex``) to the expression it came from, so what
+a reader pastes into a paper is what symform computed. Two habits of sympy's
+printer stop that round trip and are avoided here:
+
+- a bare ``d`` followed by a letter (``d n``) reads as a differential ``dn``,
+  so such a ``d`` is printed ``{d}`` (it looks the same on the page);
+- a letter before a parenthesis (``n \\left(…\\right)``) reads as a function
+  call, so a product with a parenthesised factor is written with ``\\cdot``;
+- a multi-letter name (``rows``) reads as a product of letters, so names
+  outside the vocabulary are printed ``\\mathit{rows}``.
+
+``parse_back`` is the inverse, for checking: it maps the letters back to
+symform's symbols through the vocabulary.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from fractions import Fraction
+from functools import cache
+from typing import Iterable, Mapping, Sequence
+
+import sympy
+from sympy.printing.latex import LatexPrinter
+
+from .declarations import QUANTITIES, Component, Library, default_library
+from .derive import Derivation, derive
+from .errors import EvaluationError
+from .evaluate import Number
+from .graph import build_graph
+from .model import Model, normalise_quantity
+from .vocabulary import Vocabulary, default_vocabulary
+
+# The letter each quantity conventionally goes by on the left of an equation.
+QUANTITY_LETTERS = {
+    "params": "N",
+    "active_params": "N_{\\mathrm{active}}",
+    "forward_flops": "C_{\\mathrm{fwd}}",
+    "backward_flops": "C_{\\mathrm{bwd}}",
+    "train_step_flops": "C_{\\mathrm{step}}",
+    "train_flops": "C",
+    "bytes_moved": "Q",
+    "saved_activations": "M_{\\mathrm{act}}",
+    "kv_cache": "M_{\\mathrm{KV}}",
+}
+
+# A bare d (not part of \delta, not d_{...}) that sympy's parser would read as a differential (dn, d\right).
+_DIFFERENTIAL = re.compile(r"(?<![A-Za-z\\])d(?=\s+[A-Za-z]|\s*\\[A-Za-z])")
+# A letter or number juxtaposed with a parenthesis: the parser reads n \left(…\right) as a function n(…).
+_CALL = re.compile(r"(?<=[\w}])\s+\\left\(")
+
+
+# --- formulas ----------------------------------------------------------------------------
+
+
+def symbol_latex(symbol: sympy.Symbol, vocabulary: Vocabulary | None = None) -> str:
+    """The conventional letter of a vocabulary symbol; other names in a form the parser reads as one symbol."""
+    vocabulary = vocabulary or default_vocabulary()
+    if symbol.name in vocabulary:
+        return vocabulary.by_symbol(symbol).latex
+    base, _, sub = symbol.name.partition("_")
+    if len(base) == 1 and (not sub or sub.isalnum()):
+        return f"{base}_{{{sub}}}" if sub else base  # d_in -> d_{in}, k -> k
+    return "\\mathit{" + "".join(w if i == 0 else w.capitalize() for i, w in enumerate(symbol.name.split("_"))) + "}"
+
+
+class _Printer(LatexPrinter):
+    """sympy's LaTeX printer with symform's letters."""
+
+    def __init__(self, vocabulary: Vocabulary):
+        super().__init__({"mul_symbol": None})
+        self._vocabulary = vocabulary
+
+    def _print_Symbol(self, expr: sympy.Symbol, style: str = "plain") -> str:
+        return symbol_latex(expr, self._vocabulary)
+
+
+def latex(expr: sympy.Basic, vocabulary: Vocabulary | None = None) -> str:
+    """LaTeX of an expression over symform's symbols that sympy's parser reads back to the same expression."""
+    text = _Printer(vocabulary or default_vocabulary()).doprint(sympy.sympify(expr))
+    return _DIFFERENTIAL.sub("{d}", _CALL.sub(r" \\cdot \\left(", text))
+
+
+def parse_back(text: str, symbols: Iterable[sympy.Symbol], vocabulary: Vocabulary | None = None) -> sympy.Expr:
+    """Parse LaTeX printed by :func:`latex` back to symform's symbols (needs antlr4-python3-runtime 4.11)."""
+    from sympy.parsing.latex import parse_latex
+
+    vocabulary = vocabulary or default_vocabulary()
+    letters: dict[str, sympy.Symbol] = {}
+    for symbol in symbols:
+        parsed = _parsed_letter(symbol_latex(symbol, vocabulary))
+        if parsed is None or letters.get(parsed, symbol) != symbol:
+            raise EvaluationError(f"the letter of {symbol.name!r} does not read back as one symbol of its own")
+        letters[parsed] = symbol
+    expr = parse_latex(_lexable(text))
+    for name, function in _FUNCTIONS.items():  # bottom-up, so nested \max(…\min(…)) both convert
+        expr = expr.replace(sympy.Function(name), function)
+    return expr.xreplace({sympy.Symbol(name): s for name, s in letters.items()})
+
+
+@cache
+def _parsed_letter(letter: str) -> str | None:
+    """The name sympy's parser gives a letter (d_{ff} reads as the symbol 'd_{f*f}'), None if not one symbol."""
+    from sympy.parsing.latex import parse_latex
+
+    parsed = parse_latex(_lexable(_DIFFERENTIAL.sub("{d}", letter)))
+    return parsed.name if isinstance(parsed, sympy.Symbol) else None
+
+
+# the parser reads \max and \min as undefined functions of those names
+_FUNCTIONS = {"max": sympy.Max, "min": sympy.Min}
+
+
+def _lexable(text: str) -> str:
+    """The parser lexes d followed by a letter as a differential even inside \\mathit{…} (\\mathit{width}
+    fails), so such a d is read as D there; symbol_latex never prints D inside \\mathit."""
+    return _MATHIT.sub(lambda m: "\\mathit{" + re.sub("d(?=[A-Za-z])", "D", m[1]) + "}", text)
+
+
+_MATHIT = re.compile(r"\\mathit\{([A-Za-z]+)\}")
+
+
+def equation(lhs: str, expr: sympy.Basic, vocabulary: Vocabulary | None = None) -> str:
+    return f"{lhs} = {latex(expr, vocabulary)}"
+
+
+def quantity_letter(quantity: str) -> str:
+    return QUANTITY_LETTERS.get(quantity, "\\mathrm{" + quantity.replace("_", "\\_") + "}")
+
+
+# --- one quantity of a model or a component ------------------------------------------------
+
+
+def component_expressions(component: str, *, library: Library | None = None, defaults: bool = True, conventions: bool = True) -> dict[str, sympy.Expr]:
+    """A component's declared quantities over its own arguments: required ones as symbols, the
+    others at their defaults (``defaults=False`` keeps every numeric argument a symbol),
+    conventions at their default values unless ``conventions=False``."""
+    library = library or default_library()
+    comp = library[component]
+    numeric = [a for a in comp.args if not a.is_slot and (a.default is None or not defaults)]
+    graph = build_graph(library, component, {a.name: a.symbol for a in numeric})
+    fixed = library.vocabulary.defaults() if conventions else {}
+    return {q: sympy.expand(graph.total(q).xreplace(fixed)) for q in QUANTITIES}
+
+
+def component_expression(component: str, quantity: str, **options: object) -> sympy.Expr:
+    if quantity not in QUANTITIES:
+        raise EvaluationError(f"a component declares {', '.join(QUANTITIES)}; {quantity!r} is a whole-model quantity")
+    return component_expressions(component, **options)[quantity]
+
+
+def quantity_latex(model: Model, quantity: str, *, assume: str | None = None, leading: bool = False, large: Sequence[str] | None = None) -> str:
+    """``N = ...``: a model's quantity, exact, under an assumption set, or its leading order."""
+    d = derive(model, quantity, assume=assume, leading=leading, large=large)
+    relation = "=" if len(d.steps) == 1 else "\\approx"
+    return f"{quantity_letter(d.quantity)} {relation} {latex(d.result.expr, model.vocabulary)}"
+
+
+# --- derivations ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Line:
+    """One line of an aligned derivation: relation, formula, and the reason in words."""
+
+    relation: str
+    expr: sympy.Expr
+    reason: str
+
+
+def assumption_substitutions(model: Model, assume: str) -> dict[sympy.Symbol, sympy.Expr]:
+    """What an assumption set puts in place of the model's sizes (d_ff = 8/3·d, ...), over the vocabulary."""
+    found: dict[sympy.Symbol, sympy.Expr] = {}
+    vocabulary = model.vocabulary
+    for node in model.graph().graph.nodes.values():
+        for name, value in node["component"].assumptions.get(assume, {}).items():
+            if name in vocabulary and value.free_symbols <= set(vocabulary.symbols()):
+                found.setdefault(vocabulary[name], value)
+    return dict(sorted(found.items(), key=lambda kv: kv[0].name))
+
+
+def derivation_lines(d: Derivation, model: Model) -> list[Line]:
+    """The steps of a derivation as lines: exact, grouped per layer, each assumption, leading order, in N and D."""
+    v = model.vocabulary
+    lines = [Line("=", d.steps[0].formula.expr, "\\text{exact}")]
+    per_layer = _per_layer(d.steps[0].formula.expr, v)
+    if per_layer is not None:
+        lines.append(Line("=", per_layer, "\\text{per layer}"))
+    for step in d.steps[1:]:
+        if step.label.startswith("assuming"):
+            subs = assumption_substitutions(model, d.assumptions)
+            reason = "\\text{with } " + ",\\ ".join(f"{latex(s, v)} = {latex(e, v)}" for s, e in subs.items()) if subs else step.latex_label
+            lines.append(Line("=", step.formula.expr, reason))
+            grouped = _per_layer(step.formula.expr, v)
+            if grouped is not None:
+                lines.append(Line("=", grouped, "\\text{per layer}"))
+        elif step.formula.expr != d.steps[d.steps.index(step) - 1].formula.expr:  # already leading order: no line
+            lines.append(Line("\\approx", step.formula.expr, step.latex_label + _error_note(step.relative_error, d.model)))
+    if d.in_terms_of_params is not None:
+        lines.append(Line("=", d.in_terms_of_params.expr, f"\\text{{with }} N \\approx {latex(d.params_leading.expr, v)}"))
+    return lines
+
+
+def _per_layer(expr: sympy.Expr, vocabulary: Vocabulary) -> sympy.Expr | None:
+    """The expression collected in the layer count, n·(…) + (…), when that says more than the sum."""
+    if "n_layers" not in vocabulary:
+        return None
+    n = vocabulary["n_layers"]
+    collected = sympy.collect(sympy.expand(expr), n, evaluate=False)
+    if set(collected) != {n, sympy.S.One} or len(sympy.Add.make_args(collected[n])) < 2:
+        return None
+    return n * sympy.factor_terms(collected[n]) + sympy.factor_terms(collected[sympy.S.One])
+
+
+def _error_note(error: float | None, model: str) -> str:
+    if error is None:
+        return ""
+    percent = f"{error * 100:+.1f}"
+    return f"\\quad ({percent}\\,\\% \\text{{ at {_text(model)}}})"
+
+
+def derivation_latex(d: Derivation, model: Model) -> str:
+    """An ``aligned`` block: the quantity's letter, then one line per step, each with its reason."""
+    lines = derivation_lines(d, model)
+    v = model.vocabulary
+    rows = [f"{quantity_letter(d.quantity) if i == 0 else ''} &{line.relation} {latex(line.expr, v)} && {line.reason}" for i, line in enumerate(lines)]
+    return "\\begin{aligned}\n" + " \\\\\n".join(rows) + "\n\\end{aligned}"
+
+
+def derivation(model: Model, quantity: str, *, assume: str | None = "standard", leading: bool = True, large: Sequence[str] | None = None, **workload: object) -> str:
+    """derive() as LaTeX: exact → after the named assumptions → leading order → in terms of N and D."""
+    if assume is not None and assume not in model.assumption_sets():
+        assume = None  # a model whose components declare no such set: the exact form and its leading order
+    return derivation_latex(derive(model, quantity, assume=assume, leading=leading, large=large, **workload), model)
+
+
+# --- numbers ---------------------------------------------------------------------------------
+
+PF_DAY = 10**15 * 86400  # FLOPs in one petaFLOP/s-day
+
+
+def human(value: Number, unit: str = "") -> str:
+    """A number as people quote it: 1.2B parameters, 3.4 PF-days, 80 GB (SI prefixes, 3 figures)."""
+    x = float(value)
+    if unit == "PF-days":
+        return f"{_figures(x / PF_DAY)} PF-days"
+    prefixes = ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")) if not unit else ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
+    for scale, prefix in prefixes:
+        if abs(x) >= scale:
+            return f"{_figures(x / scale)}{' ' if unit else ''}{prefix}{unit}"
+    return f"{_figures(x)}{' ' + unit if unit else ''}"
+
+
+def _figures(x: float) -> str:
+    return f"{x:.3g}" if abs(x) < 1000 else f"{x:,.0f}"
+
+
+# --- tables ------------------------------------------------------------------------------------
+
+
+def _text(s: str) -> str:
+    """Plain text made safe for LaTeX (pdflatex's default encoding)."""
+    out = []
+    for ch in s:
+        out.append(_TEXT_ESCAPES.get(ch, ch))
+    return "".join(out)
+
+
+_TEXT_ESCAPES = {
+    "\\": "\\textbackslash{}", "_": "\\_", "%": "\\%", "&": "\\&", "#": "\\#", "$": "\\$", "{": "\\{", "}": "\\}",
+    "^": "\\^{}", "~": "\\~{}", "·": "$\\cdot$", "×": "$\\times$", "→": "$\\to$", "≈": "$\\approx$",
+    "√": "$\\surd$", "ᵀ": "$^{T}$", "⊙": "$\\odot$", "§": "\\S{}", "≤": "$\\le$", "≥": "$\\ge$", "½": "$\\frac12$",
+}
+
+
+def _tabular(header: Sequence[str], rows: Sequence[Sequence[str]], total: Sequence[str] | None, align: str) -> str:
+    body = ["\\begin{tabular}{" + align + "}", "\\toprule", " & ".join(header) + " \\\\", "\\midrule"]
+    body += [" & ".join(r) + " \\\\" for r in rows]
+    if total is not None:
+        body += ["\\midrule", " & ".join(total) + " \\\\"]
+    body += ["\\bottomrule", "\\end{tabular}"]
+    return "\n".join(body)
+
+
+def _unit(quantity: str) -> str:
+    if "flops" in quantity:
+        return "FLOP"
+    if quantity in ("bytes_moved", "saved_activations", "kv_cache"):
+        return "B"
+    return ""
+
+
+def breakdown_table(models: Sequence[Model], quantity: str, *, depth: int = 1, formulas: bool | None = None, **workload: object) -> str:
+    """A booktabs table of a quantity per component, one column per model, numbers as people quote them.
+    With one model the per-component formulas come in a last column."""
+    quantity = normalise_quantity(quantity)
+    formulas = len(models) == 1 if formulas is None else formulas
+    values = [m.evaluate_breakdown(quantity, depth=depth, **workload) for m in models]
+    paths = list(dict.fromkeys(p for v in values for p in v))
+    unit = _unit(quantity)
+    rows = []
+    for path in paths:
+        cells = [human(v[path], unit) if path in v else "--" for v in values]
+        row = [f"\\texttt{{{_text(path)}}}", *cells]
+        if formulas:
+            row.append(f"${latex(models[0].breakdown(quantity, depth=depth)[path].expr, models[0].vocabulary)}$" if path in values[0] else "")
+        rows.append(row)
+    total = ["total", *[human(m.evaluate(quantity, **workload), unit) for m in models]] + ([""] if formulas else [])
+    header = ["component", *[_text(m.name) for m in models]] + (["formula"] if formulas else [])
+    return _tabular(header, rows, total, "l" + "r" * len(models) + ("l" if formulas else ""))
+
+
+def training_flops_table(models: Sequence[Model], *, tokens: int, seq: int, batch: int = 1) -> str:
+    """Training compute for ``tokens`` tokens per model, exact and as 6·N·D, in PF-days."""
+    rows = []
+    for m in models:
+        exact = m.evaluate("train_flops", tokens=tokens, seq=seq, batch=batch)
+        rule = 6 * m.evaluate("params") * tokens
+        rows.append([_text(m.name), human(m.evaluate("params")), human(exact, "PF-days"), human(rule, "PF-days"), f"{(float(rule) / float(exact) - 1) * 100:+.1f}\\,\\%"])
+    return _tabular(["model", "$N$", "$C$ exact", "$6ND$", "$6ND/C - 1$"], rows, None, "lrrrr")
+
+
+def memory_table(models: Sequence[Model], *, batch: int, seq: int) -> str:
+    """Training memory on one device by category (mixed precision, AdamW, no recompute), one column per model, in GB."""
+    from .memory import training_memory  # the memory model is optional here: only this table needs it
+
+    reports = [training_memory(m, batch=batch, seq=seq) for m in models]
+    categories = list(dict.fromkeys(c for r in reports for c in r.values))
+    rows = [[_text(c.replace("_", " ")), *[human(r.values.get(c, 0), "B") for r in reports]] for c in categories]
+    total = ["total", *[human(r.total, "B") for r in reports]]
+    return _tabular(["", *[_text(m.name) for m in models]], rows, total, "l" + "r" * len(models))
+
+
+# --- glossary and documents ------------------------------------------------------------------
+
+
+def glossary(vocabulary: Vocabulary | None = None, symbols: Iterable[sympy.Symbol] | None = None) -> str:
+    """A booktabs table of the symbols (all of them, or those given): letter, name, meaning."""
+    vocabulary = vocabulary or default_vocabulary()
+    names = vocabulary.names() if symbols is None else [n for n in vocabulary.names() if vocabulary[n] in set(symbols)]
+    rows = [[f"${vocabulary.entry(n).latex}$", f"\\texttt{{{_text(n)}}}", _text(vocabulary.entry(n).spec.description)] for n in names]
+    return _tabular(["symbol", "name", "meaning"], rows, None, "llp{0.62\\linewidth}")
+
+
+PREAMBLE = r"""\documentclass[11pt]{article}
+\usepackage[utf8]{inputenc}
+\usepackage[T1]{fontenc}
+\usepackage{amsmath,amssymb}
+\usepackage[margin=2cm]{geometry}
+\IfFileExists{booktabs.sty}{\usepackage{booktabs}}{% a minimal TeX without booktabs: plain rules
+  \newcommand{\toprule}{\hline}\newcommand{\midrule}{\hline}\newcommand{\bottomrule}{\hline}}
+"""
+
+
+def standalone(sections: Sequence[tuple[str, str]], *, title: str = "symform") -> str:
+    """A complete document from (heading, body) pairs; bodies are LaTeX (tables, or display math given as aligned blocks)."""
+    parts = [PREAMBLE, "\\title{" + _text(title) + "}", "\\date{}", "\\begin{document}", "\\maketitle"]
+    for heading, body in sections:
+        if heading:
+            parts.append("\\section*{" + _text(heading) + "}")
+        if body.lstrip().startswith("\\begin{aligned}"):
+            body = "\\[\n" + body + "\n\\]"
+        elif body.lstrip().startswith("\\begin{tabular}"):
+            body = "\\begin{center}\n\\small\n" + body + "\n\\end{center}"
+        parts.append(body)
+    parts.append("\\end{document}")
+    return "\n".join(parts) + "\n"
+
+
+def display(formula: str) -> str:
+    """A formula as display math in a document."""
+    return "\\[\n" + formula + "\n\\]"

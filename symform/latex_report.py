@@ -1,0 +1,89 @@
+"""``symform latex``: a quantity, a derivation, a breakdown table or a glossary as LaTeX, or a whole document."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Callable
+
+from . import latex as tex
+from .derive import derive
+from .errors import EvaluationError
+from .model import Model, normalise_quantity
+
+
+def latex_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--derivation", action="store_true", help="the whole derivation: exact, per layer, under the assumptions (--assume, default standard), leading order, in terms of N and D")
+    p.add_argument("--table", action="store_true", help="a booktabs table per component (params, forward-flops, ...), of training compute in PF-days (train-flops: give --tokens, --seq) or of training memory in GB (quantity memory: give --batch, --seq)")
+    p.add_argument("--and", dest="more", action="append", default=[], metavar="MODEL", help="another model for the table's columns (repeat for more)")
+    p.add_argument("--depth", type=int, default=1, help="table rows: component paths this many segments deep (default 1)")
+    p.add_argument("--glossary", action="store_true", help="a booktabs glossary of the symbols the quantity uses: letter, name, meaning")
+    p.add_argument("--component", action="store_true", help="MODEL names a declared component (gated_mlp, gqa_attention, ...): its quantity over its own arguments")
+    p.add_argument("--standalone", action="store_true", help="a complete .tex document (pdflatex) with the symbols' glossary")
+
+
+def latex_command(args: argparse.Namespace, load: Callable[[argparse.Namespace], Model]) -> str:
+    sections = _component_sections(args) if args.component else _model_sections(args, load)
+    if args.standalone:
+        return tex.standalone(sections, title=f"{args.quantity.replace('_', '-')} of {args.model}")
+    text = "\n\n".join(body for _, body in sections)
+    return json.dumps({"latex": text}) if args.json else text
+
+
+def _workload(args: argparse.Namespace) -> dict[str, int]:
+    return {k: getattr(args, k) for k in ("batch", "seq", "tokens") if getattr(args, k) is not None}
+
+
+def _model_sections(args: argparse.Namespace, load: Callable[[argparse.Namespace], Model]) -> list[tuple[str, str]]:
+    model = load(args)
+    if args.table:
+        models = [model, *(load(argparse.Namespace(**{**vars(args), "model": m})) for m in args.more)]
+        return [("", _table(models, args))]
+    quantity = normalise_quantity(args.quantity)
+    large = [s.strip() for s in args.large.split(",") if s.strip()] if args.large else None
+    if args.derivation:
+        body = tex.derivation(model, quantity, assume=args.assume or "standard", leading=True, large=large, **_workload(args))
+        used = derive(model, quantity).exact.expr.free_symbols | {model.vocabulary["n_params"]}
+    elif args.assume or args.leading:
+        d = derive(model, quantity, assume=args.assume, leading=args.leading, large=large, **_workload(args))
+        body, used = tex.derivation_latex(d, model), d.exact.expr.free_symbols
+    else:
+        expr = model.expression(quantity).expr
+        body, used = tex.latex(expr, model.vocabulary), expr.free_symbols
+        if args.standalone:
+            body = tex.display(f"{tex.quantity_letter(quantity)} = {body}")
+    if args.glossary:
+        return [("Symbols", tex.glossary(model.vocabulary, used))]
+    sections = [("", body)]
+    if args.standalone:
+        sections.append(("Symbols", tex.glossary(model.vocabulary, used)))
+    return sections
+
+
+def _table(models: list[Model], args: argparse.Namespace) -> str:
+    workload = _workload(args)
+    if args.quantity == "memory":
+        if args.batch is None or args.seq is None:
+            raise EvaluationError("a memory table needs --batch and --seq (one training micro-batch)")
+        return tex.memory_table(models, batch=args.batch, seq=args.seq)
+    quantity = normalise_quantity(args.quantity)
+    if quantity == "train_flops":
+        if args.tokens is None or args.seq is None:
+            raise EvaluationError("a training-compute table needs --tokens and --seq")
+        return tex.training_flops_table(models, tokens=args.tokens, seq=args.seq, batch=args.batch or 1)
+    return tex.breakdown_table(models, quantity, depth=args.depth, **workload)
+
+
+def _component_sections(args: argparse.Namespace) -> list[tuple[str, str]]:
+    quantity = normalise_quantity(args.quantity)
+    expressions = tex.component_expressions(args.model)
+    if quantity not in expressions:
+        raise EvaluationError(f"a component declares {', '.join(expressions)}; {args.quantity!r} is a whole-model quantity")
+    expr = expressions[quantity]
+    vocabulary = tex.default_vocabulary()
+    if args.glossary:
+        return [("Symbols", tex.glossary(vocabulary, expr.free_symbols))]
+    body = f"{tex.quantity_letter(quantity)} = {tex.latex(expr, vocabulary)}"
+    if args.standalone:
+        return [("", tex.display(body)), ("Symbols", tex.glossary(vocabulary, expr.free_symbols))]
+    return [("", body)]

@@ -1,0 +1,59 @@
+"""The reference pages in docs/reference are generated from the declarations and kept current."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import sympy
+
+import symform
+from symform import docgen
+from symform import latex as tex
+from symform.cli import main
+
+REFERENCE = Path(__file__).resolve().parent.parent / "docs" / "reference"
+
+
+@pytest.fixture(scope="module")
+def pages():
+    return docgen.pages()
+
+
+def test_committed_reference_pages_are_current(pages):
+    """Fails when a declaration changed and docs/reference was not regenerated (python -m symform.docgen)."""
+    committed = {p.relative_to(REFERENCE).as_posix(): p.read_text(encoding="utf-8") for p in REFERENCE.rglob("*.md")}
+    stale = sorted(rel for rel in pages.keys() | committed.keys() if pages.get(rel) != committed.get(rel))
+    assert stale == [], "regenerate with: python -m symform.docgen docs/reference"
+
+
+def test_a_page_per_component_and_family(pages):
+    library = symform.Model.load("qwen3-0.6b").library
+    assert {f"components/{n}.md" for n in library.components} <= pages.keys()
+    assert {f"families/{f}.md" for f in docgen.family_specs()} <= pages.keys()
+    gqa = pages["components/gqa_attention.md"]
+    assert "Ainslie et al. 2023" in gqa and "## Assumption sets" in gqa and "`n_heads % n_kv_heads == 0`" in gqa
+    assert "](linear.md)" in gqa  # parts link to the components they use
+
+
+def test_family_page_formulas_parse_back_to_the_model_s_expressions(pages):
+    page = pages["families/qwen3.md"]
+    model = docgen.family_model("qwen3", docgen.family_specs()["qwen3"])
+    blocks = dict(re.findall(r"\*\*[^*]+\*\* \(`(\w+)`\)\n\n\$\$\n[^=]+ = (.*)\n\$\$", page))
+    assert set(blocks) >= {"params", "forward_flops", "kv_cache", "train_flops"}
+    for quantity, text in blocks.items():
+        expr = model.expression(quantity).expr
+        assert sympy.expand(tex.parse_back(text, expr.free_symbols) - expr) == 0, quantity
+    assert "&= 6 N D" in page and r"\approx 12 d^{2} n" in page
+
+
+def test_docs_command_writes_the_pages(tmp_path, capsys, pages, monkeypatch):
+    monkeypatch.setattr(docgen, "pages", lambda: pages)  # generated once per module: it takes seconds
+    stale = tmp_path / "components" / "no_longer_declared.md"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("old")
+    assert main(["docs", "--out", str(tmp_path)]) == 0
+    assert f"wrote {len(pages)} pages" in capsys.readouterr().out
+    assert not stale.exists()
+    assert (tmp_path / "families" / "llama.md").read_text(encoding="utf-8") == pages["families/llama.md"]
