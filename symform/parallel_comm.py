@@ -38,6 +38,7 @@ from .collectives import (
     link_latency,
 )
 from .errors import ConfigError
+from .formula import to_latex
 from .hardware import Hardware
 
 Phase = Literal["forward", "backward", "step"]
@@ -63,6 +64,10 @@ class Transfer:
                 {P: self.ranks, N: self.nbytes}
             )
         )
+
+    def _repr_latex_(self) -> str:
+        """In a notebook: this transfer's seconds as a formula in alpha and beta."""
+        return f"$t = {to_latex(sympy.sympify(self.time()))}$"
 
     def time(
         self, *, alpha: Value = ALPHA, beta: Value = BETA, algorithm: str | None = None

@@ -144,6 +144,11 @@ class Roofline:
         """FLOP/s at the lower time bound: min(peak, bandwidth × intensity)."""
         return float(self.flops) / float(self.time_lower) if self.flops else 0.0
 
+    def _repr_latex_(self) -> str:
+        """In a notebook: FLOPs, bytes, intensity against the ridge, and the time bounds."""
+        parts = [("F", self.flops), ("Q", self.bytes), ("I", self.intensity), ("I^{*}", self.ridge), (r"T_{\min}", self.time_lower), (r"T_{\max}", self.time_upper)]
+        return "$" + r",\quad ".join(f"{name} = {_latex_value(value)}" for name, value in parts if value is not None) + "$"
+
     def as_dict(self) -> dict[str, object]:
         """Plain JSON numbers (intensity null for work that moves no bytes)."""
         intensity = self.intensity
@@ -158,6 +163,15 @@ class Roofline:
             "time_lower_s": float(self.time_lower),
             "time_upper_s": float(self.time_upper),
         }
+
+
+def _latex_value(value: Quantity) -> str:
+    """A formula as LaTeX; a number to four significant digits (1.502 \\times 10^{10})."""
+    expr = sympy.sympify(value)
+    if expr.free_symbols:
+        return to_latex(expr)
+    mantissa, _, exponent = f"{float(expr):.4g}".partition("e")
+    return mantissa if not exponent else rf"{mantissa} \times 10^{{{int(exponent)}}}"
 
 
 def _json_number(value: Quantity) -> int | float:
@@ -581,6 +595,13 @@ class Crossover:
         float | None
     )  # None when the intensity never crosses this ridge for a positive value
     limit_intensity: float  # the intensity as the variable → ∞
+
+    def _repr_latex_(self) -> str:
+        """In a notebook: the crossover in closed form (R the ridge) and on this device."""
+        name = r"\mathrm{" + self.variable + "}^{*}"
+        closed = f"{name} = {to_latex(self.expression)},\\quad " if self.expression is not None else ""
+        value = "\\infty" if self.value is None else f"{self.value:.1f}"
+        return f"${closed}{name}({self.ridge:.1f}) = {value}$"
 
     @property
     def first_compute_bound(self) -> int | None:

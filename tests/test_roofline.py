@@ -307,3 +307,16 @@ def test_cli_plot_without_matplotlib_says_how_to_install(capsys, tmp_path, monke
     )
     assert code == 2
     assert "pip install 'symform[plot]'" in err
+
+
+def test_rooflines_crossovers_and_transfers_render_as_latex():
+    from symform import parallel_comm
+    from symform.roofline import decode_crossover, roofline
+
+    model = symform.load("llama-3-8b")
+    total = roofline(model, "h100-sxm", phase="decode", batch=1, context=16).total._repr_latex_()
+    assert total.startswith("$F = ") and "I^{*} = 295.3" in total and "\\times 10^{10}" in total
+    crossover = decode_crossover(model, "h100-sxm", context=16)._repr_latex_()
+    assert "R" in crossover and f"= {decode_crossover(model, 'h100-sxm', context=16).value:.1f}$" in crossover
+    (first, *_) = parallel_comm.tensor_parallel_layer(batch=1, seq=4096, d_model=4096, bytes_per_element=2, tensor=8)
+    assert first._repr_latex_() == "$t = 28 \\alpha + 117440512 \\beta$"  # 2 runs × ring: 2·2·(8−1) α, 2·2·(7/8)·2²⁵ β
