@@ -136,6 +136,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def _sweep(model: Model, args: argparse.Namespace) -> str:
+    from .sweep_report import sweep_command  # numpy loads only for a sweep
+
+    return sweep_command(model, args)
+
+
 def _run(args: argparse.Namespace) -> str:
     if args.verb == "models":
         return _models()
@@ -150,24 +156,8 @@ def _run(args: argparse.Namespace) -> str:
 
         return docs_command(args)
     model = _load(args)
-    if args.verb == "roofline":
-        return roofline_command(model, args)
-    if args.verb == "time":
-        return time_command(model, args)
-    if args.verb == "sweep":
-        from .sweep_report import sweep_command
-
-        return sweep_command(model, args)
-    if args.verb == "memory":
-        return memory_command(model, args)
-    if args.verb == "fit":
-        return fit_command(model, args)
-    if args.verb == "plan":
-        return plan_command(model, args)
-    if args.verb == "params":
-        return _params(model, args)
-    if args.verb == "flops":
-        return _flops(model, args)
+    if args.verb in _MODEL_COMMANDS:
+        return _MODEL_COMMANDS[args.verb](model, args)
     workload = {k: getattr(args, k) for k in ("batch", "seq", "tokens") if getattr(args, k) is not None}
     large = [s.strip() for s in args.large.split(",") if s.strip()] if args.large else None
     derivation = derive(model, args.quantity, assume=args.assume, leading=args.leading, large=large, **workload)
@@ -316,6 +306,18 @@ def _models() -> str:
         lines.append(f"  {name:<18} {entry.hub}")
     lines.append("Hugging Face model types read from a config.json: " + ", ".join(supported_model_types()))
     return "\n".join(lines)
+
+
+_MODEL_COMMANDS = {
+    "params": _params,
+    "flops": _flops,
+    "memory": memory_command,
+    "fit": fit_command,
+    "plan": plan_command,
+    "roofline": roofline_command,
+    "time": time_command,
+    "sweep": _sweep,
+}
 
 
 if __name__ == "__main__":

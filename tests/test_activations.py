@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from oracle import TINY, build_for_training, input_ids, saved_for_backward
+
 from symform import Model
 
 FAMILIES = {

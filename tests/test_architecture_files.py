@@ -4,18 +4,12 @@ from pathlib import Path
 
 import pytest
 import sympy
+from checks import run
 
 import symform
-from symform.cli import main
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "docs" / "examples"
 SIZES = ["--set", "d_model=2048", "--set", "n_layers=24", "--set", "vocab=50304", "--set", "d_ff=5632"]
-
-
-def run(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.mark.parametrize("example, heads", [("linear_attention.toml", 16), ("differential_attention.toml", 8)])

@@ -6,22 +6,10 @@ import subprocess
 import sys
 
 import pytest
+from checks import run, run_json
 
-from symform.cli import main
 from symform.data import formulas_dir
 from symform.families import presets, supported_model_types
-
-
-def run(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def run_json(capsys, *argv):
-    code, out, err = run(capsys, *argv, "--json")
-    assert code == 0, err
-    return json.loads(out)
 
 
 def test_params_json_matches_the_qwen3_32b_checkpoint(capsys):

@@ -9,6 +9,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 import sympy
+from checks import one_line_error
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -16,7 +17,7 @@ import symform
 from symform import collectives as coll
 from symform import parallel_comm as pc
 from symform._numeric import CeilLog2
-from symform.errors import ConfigError, EvaluationError, SymformError
+from symform.errors import ConfigError, EvaluationError
 
 p, n, alpha, beta = coll.P, coll.N, coll.ALPHA, coll.BETA
 
@@ -259,15 +260,6 @@ def test_system_links_come_from_its_accelerator_and_nics():
     assert coll.link_bandwidth("hgx-h100-8gpu", "scale_up") == 450e9
     assert coll.link_bandwidth("dgx-b200", "scale_out") == pytest.approx(8 * 50e9 / 8)
     assert coll.link_bandwidth(symform.load_device("dgx-b200"), "pcie") == 64e9
-
-
-def one_line_error(error_type, call, *words):
-    with pytest.raises(error_type) as caught:
-        call()
-    message = str(caught.value)
-    assert isinstance(caught.value, SymformError) and "\n" not in message
-    for word in words:
-        assert word in message, message
 
 
 def test_bad_input_names_the_problem_and_the_fix():

@@ -25,6 +25,7 @@ transformers = pytest.importorskip("transformers")
 
 from oracle import (  # noqa: E402
     ABSENT,
+    TINY,
     build,
     changed,
     count_forward,
@@ -35,7 +36,6 @@ from oracle import (  # noqa: E402
     meta_params,
     preset_dict,
     top_level_counts,
-    TINY,
 )
 
 from symform.model import Model  # noqa: E402

@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 
 from symform.errors import ConfigError
-from symform.hardware import DTYPES, Device, System, device_names, hardware_dir, load_device
+from symform.hardware import (
+    DTYPES,
+    Device,
+    System,
+    device_names,
+    hardware_dir,
+    load_device,
+)
 from symform.hardware_report import device_json, device_table, devices_table
 
 ACCELERATORS = {

@@ -11,10 +11,10 @@ from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 import sympy
+from checks import run
 
 import symform
 from symform import latex as tex
-from symform.cli import main
 from symform.declarations import default_library
 
 pytest.importorskip("antlr4", reason="sympy's LaTeX parser needs antlr4-python3-runtime==4.11 (the test extra)")
@@ -136,12 +136,6 @@ def test_glossary_lists_letters_names_and_meanings():
     for name in v.names():
         assert f"${v.entry(name).latex}$ & \\texttt{{{name.replace('_', chr(92) + '_')}}}" in table
     assert "·" not in table and r"6$\cdot$N$\cdot$D" in table  # safe for pdflatex
-
-
-def run(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_cli_latex(capsys, qwen):

@@ -1,22 +1,8 @@
 """symform memory and symform fit: the JSON contract, the human table's units, bad input."""
 
-import json
 
 import pytest
-
-from symform.cli import main
-
-
-def run(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def run_json(capsys, *argv):
-    code, out, err = run(capsys, *argv, "--json")
-    assert code == 0, err
-    return json.loads(out)
+from checks import run, run_json
 
 
 def test_memory_json_contract_for_training(capsys):

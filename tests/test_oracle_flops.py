@@ -12,20 +12,20 @@ Every expected value comes from the counter, never from symform's formulas.
 
 from __future__ import annotations
 
-import sympy
 import pytest
+import sympy
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from oracle import (  # noqa: E402
+    TINY,
     build,
     count_forward,
     count_forward_backward,
     global_counts,
     input_ids,
     top_level_counts,
-    TINY,
 )
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from symform import Model
 from symform.declarations import QUANTITIES
-from symform.model import quantity_names
 from symform.families import presets as symform_presets
+from symform.model import quantity_names
 
 sizes = st.integers(min_value=1, max_value=4096)
 

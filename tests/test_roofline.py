@@ -5,11 +5,11 @@ import sys
 
 import pytest
 import sympy
+from checks import run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import symform
-from symform.cli import main
 from symform.roofline import (
     R,
     Roofline,
@@ -161,12 +161,6 @@ def test_missing_or_misplaced_workload_is_refused(llama):
 
 
 # --- the command line ---------------------------------------------------------------------
-
-
-def run(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_cli_json_has_the_documented_keys(capsys):

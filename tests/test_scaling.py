@@ -6,11 +6,12 @@ from fractions import Fraction
 
 import pytest
 import sympy
+from checks import one_line_error
 from hypothesis import given
 from hypothesis import strategies as st
 
 from symform import scaling
-from symform.errors import ConfigError, EvaluationError, SymformError
+from symform.errors import ConfigError, EvaluationError
 
 S, N, T_S = scaling.SERIAL_FRACTION, scaling.WORKERS, scaling.SERIAL_TIME
 K, M, v = scaling.STAGES, scaling.MICROBATCHES, scaling.CHUNKS
@@ -171,15 +172,6 @@ def test_in_flight_as_formulas():
 
 
 # --- bad input ---------------------------------------------------------------------------------
-
-
-def one_line_error(error_type, call, *words):
-    with pytest.raises(error_type) as caught:
-        call()
-    message = str(caught.value)
-    assert isinstance(caught.value, SymformError) and "\n" not in message
-    for word in words:
-        assert word in message, message
 
 
 def test_bad_input_names_the_problem_and_the_fix():

@@ -11,7 +11,18 @@ from hypothesis import strategies as st
 
 import symform
 from symform import scaling_laws as sl
-from symform.scaling_laws import ALPHA, BETA, BESIROGLU_2024, HOFFMANN_2022, C, LossFit, N, compute_optimal, optimum, training_run
+from symform.scaling_laws import (
+    ALPHA,
+    BESIROGLU_2024,
+    BETA,
+    HOFFMANN_2022,
+    C,
+    LossFit,
+    N,
+    compute_optimal,
+    optimum,
+    training_run,
+)
 
 FITS = [HOFFMANN_2022, BESIROGLU_2024]
 

@@ -14,7 +14,13 @@ from hypothesis import strategies as st
 
 import symform
 from symform.cli import main
-from symform.sweeps import InexactFloatError, InexactFloatWarning, compile_quantities, scale_to_integer, sweep
+from symform.sweeps import (
+    InexactFloatError,
+    InexactFloatWarning,
+    compile_quantities,
+    scale_to_integer,
+    sweep,
+)
 
 MODEL = symform.load("qwen3-0.6b")
 WORKLOAD = {"seq": 2048, "batch": 4, "tokens": 10**9}
