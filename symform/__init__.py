@@ -12,7 +12,6 @@ from .derive import Derivation, derive, leading_order
 from .errors import ConfigError, DeclarationError, EvaluationError, ExpressionError, SymformError
 from .families import presets, supported_model_types
 from .formula import Formula
-from .hardware import device_names, load_device
 from .model import Model, quantity_names
 from .vocabulary import default_vocabulary as vocabulary
 
@@ -52,6 +51,8 @@ def __getattr__(name: str):
 
     if name in _MODULES:
         return importlib.import_module(f".{name}", __name__)
+    if name in ("device_names", "load_device"):
+        return getattr(importlib.import_module(".hardware", __name__), name)
     if name in ("sweep", "SweepResult"):  # symform.sweep(model, quantities, grid=...)
         return getattr(importlib.import_module(".sweeps", __name__), name)
     raise AttributeError(f"module 'symform' has no attribute {name!r}")

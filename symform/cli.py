@@ -6,6 +6,7 @@ Bad input ends with one line on stderr and exit status 2.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 from fractions import Fraction
@@ -16,17 +17,24 @@ from .derive import Derivation, derive
 from .errors import SymformError
 from .evaluate import Number
 from .families import presets, supported_model_types
-from .hardware import device_names, load_device
-from .hardware_report import device_json, device_table, devices_table
-from .latex_report import latex_arguments, latex_command
-from .memory_report import fit_arguments, fit_command, memory_arguments, memory_command
 from .model import Model, quantity_names
-from .planner_report import plan_arguments, plan_command
-from .plots import plot_arguments, plot_command
-from .roofline_report import roofline_arguments, roofline_command
-from .timing_report import time_arguments, time_command
 
 EXIT_BAD_INPUT = 2
+
+# Verbs whose options and work live in their own module, imported only when the verb is used:
+# verb -> (module, its arguments function, its command function, help)
+_MODULE_VERBS = {
+    "memory": ("memory_report", "memory_arguments", "memory_command", "memory on one device for a training step or for serving: weights, gradients, optimizer, activations, KV cache"),
+    "plan": ("planner_report", "plan_arguments", "plan_command", "the fastest data/tensor/pipeline/expert layouts, micro-batches, ZeRO stages and recomputation that fit"),
+    "fit": ("memory_report", "fit_arguments", "fit_command", "the largest batch, sequence or cached context that fits a memory budget"),
+    "roofline": ("roofline_report", "roofline_arguments", "roofline_command", "roofline of a training step, prefill or decode on one accelerator: FLOPs, bytes, bound, time bounds"),
+    "time": ("timing_report", "time_arguments", "time_command", "training step time, MFU and HFU on N devices, or serving TTFT, TPOT and tokens/s"),
+    "sweep": ("sweep_report", "sweep_arguments", "sweep_command", "quantities over a grid, zipped lists or random samples of sizes and workloads (table, --csv, --json)"),
+}
+
+
+def _from(module: str, name: str):
+    return getattr(importlib.import_module(f".{module}", __package__), name)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -53,9 +61,13 @@ def _setting(text: str) -> tuple[str, Number | str]:
     return _assignment(text)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line; with ``verb``, the other verbs' options are left out (and their modules unloaded)."""
     parser = _Parser(prog="symform", description="Symbolic cost formulas for transformer models.")
     verbs = parser.add_subparsers(dest="verb", required=True, parser_class=_Parser)
+
+    def wanted(name: str) -> bool:
+        return verb is None or verb == name
 
     def model_command(name: str, help: str, *, quantity: bool = False) -> argparse.ArgumentParser:
         p = verbs.add_parser(name, help=help, description=help)
@@ -78,36 +90,24 @@ def build_parser() -> argparse.ArgumentParser:
     workload(p, required=True)
     p.add_argument("--depth", type=positive_int, default=None, help="breakdown depth in path segments")
 
-    for verb, help in (("derive", "closed form of a quantity: exact, under assumptions, leading order"), ("latex", "LaTeX of a quantity's expression or derivation")):
-        p = model_command(verb, help, quantity=True)
+    for name, help in (("derive", "closed form of a quantity: exact, under assumptions, leading order"), ("latex", "LaTeX of a quantity's expression or derivation")):
+        p = model_command(name, help, quantity=True)
         p.add_argument("--assume", metavar="NAME", help="assumption set declared by the components (e.g. standard)")
         p.add_argument("--leading", action="store_true", help="keep only the leading order in the large symbols")
         p.add_argument("--large", metavar="A,B", help="comma-separated symbols to treat as large (default: the vocabulary's widths)")
         workload(p, required=False)
         p.add_argument("--tokens", type=positive_int, help="training tokens D")
-        if verb == "latex":
-            latex_arguments(p)
+        if name == "latex" and wanted("latex"):
+            _from("latex_report", "latex_arguments")(p)
 
-    p = model_command("memory", "memory on one device for a training step or for serving: weights, gradients, optimizer, activations, KV cache")
-    memory_arguments(p)
-    p = model_command("plan", "the fastest data/tensor/pipeline/expert layouts, micro-batches, ZeRO stages and recomputation that fit")
-    plan_arguments(p)
-    p = model_command("fit", "the largest batch, sequence or cached context that fits a memory budget")
-    fit_arguments(p)
-
-    p = model_command("roofline", "roofline of a training step, prefill or decode on one accelerator: FLOPs, bytes, bound, time bounds")
-    roofline_arguments(p)
-
-    p = model_command("time", "training step time, MFU and HFU on N devices, or serving TTFT, TPOT and tokens/s")
-    time_arguments(p)
-
-    p = model_command("sweep", "quantities over a grid, zipped lists or random samples of sizes and workloads (table, --csv, --json)")
-    from .sweep_report import sweep_arguments
-
-    sweep_arguments(p)
+    for name, (module, arguments, _, help) in _MODULE_VERBS.items():
+        p = model_command(name, help)
+        if wanted(name):
+            _from(module, arguments)(p)
 
     p = verbs.add_parser("plot", help="charts as .png or .svg: parameter and FLOPs shares, training memory, roofline (pip install 'symform[plot]')")
-    plot_arguments(p)
+    if wanted("plot"):
+        _from("plots", "plot_arguments")(p)
 
     p = verbs.add_parser("docs", help="write the reference pages (a page per component and per family) from the declarations", description="write the reference pages (a page per component and per family) from the declarations")
     p.add_argument("--out", default="docs/reference", help="directory to write (default docs/reference)")
@@ -120,8 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser(argv[0] if argv and not argv[0].startswith("-") else None).parse_args(argv)
     except SystemExit as e:  # --help, or a usage error already reported on one line
         return int(e.code or 0)
     try:
@@ -136,28 +137,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _sweep(model: Model, args: argparse.Namespace) -> str:
-    from .sweep_report import sweep_command  # numpy loads only for a sweep
-
-    return sweep_command(model, args)
-
-
 def _run(args: argparse.Namespace) -> str:
     if args.verb == "models":
         return _models()
     if args.verb == "hardware":
         return _hardware(args)
     if args.verb == "plot":
-        return plot_command(args)
+        return _from("plots", "plot_command")(args)
     if args.verb == "latex":
-        return latex_command(args, _load)
+        return _from("latex_report", "latex_command")(args, _load)
     if args.verb == "docs":
         from .docgen import docs_command
 
         return docs_command(args)
     model = _load(args)
-    if args.verb in _MODEL_COMMANDS:
-        return _MODEL_COMMANDS[args.verb](model, args)
+    if args.verb in _MODULE_VERBS:
+        module, _, command, _ = _MODULE_VERBS[args.verb]
+        return _from(module, command)(model, args)
+    if args.verb == "params":
+        return _params(model, args)
+    if args.verb == "flops":
+        return _flops(model, args)
     workload = {k: getattr(args, k) for k in ("batch", "seq", "tokens") if getattr(args, k) is not None}
     large = [s.strip() for s in args.large.split(",") if s.strip()] if args.large else None
     derivation = derive(model, args.quantity, assume=args.assume, leading=args.leading, large=large, **workload)
@@ -292,6 +292,9 @@ def _human(value: Number) -> str:
 
 
 def _hardware(args: argparse.Namespace) -> str:
+    from .hardware import device_names, load_device
+    from .hardware_report import device_json, device_table, devices_table
+
     if args.name is None:
         if args.json:
             return json.dumps({"accelerators": device_names(kind="accelerator"), "systems": device_names(kind="system")})
@@ -306,18 +309,6 @@ def _models() -> str:
         lines.append(f"  {name:<18} {entry.hub}")
     lines.append("Hugging Face model types read from a config.json: " + ", ".join(supported_model_types()))
     return "\n".join(lines)
-
-
-_MODEL_COMMANDS = {
-    "params": _params,
-    "flops": _flops,
-    "memory": memory_command,
-    "fit": fit_command,
-    "plan": plan_command,
-    "roofline": roofline_command,
-    "time": time_command,
-    "sweep": _sweep,
-}
 
 
 if __name__ == "__main__":
