@@ -282,6 +282,25 @@ def saved_activations(model: Model, *, recompute: str = "none", flash: bool = Fa
     return total, transient, {k: v for k, v in by_component.items() if v != 0}
 
 
+def optimizer_state_bytes(precision: Precision, optimizer: Optimizer) -> sympy.Rational:
+    """Bytes of each optimizer state value: the optimizer's own (8-bit states) or the precision's."""
+    return _rational(optimizer.state_bytes) if optimizer.state_bytes else sympy.Integer(precision.state)
+
+
+def static_bytes(params, precision: Precision, optimizer: Optimizer, *, weight_shards=1, gradient_shards=1, optimizer_shards=1) -> dict[str, object]:
+    """Weights, master weights, gradients and optimizer states of ``params`` parameters, each divided over
+    the ranks that shard it (ZeRO); numbers, sympy expressions or numpy arrays alike."""
+    state_bytes = optimizer_state_bytes(precision, optimizer)
+    if hasattr(params, "dtype"):
+        state_bytes = float(state_bytes)  # numpy arrays take plain floats
+    return {
+        "weights": params * precision.weights / weight_shards,
+        "master_weights": params * precision.master / optimizer_shards,
+        "gradients": params * precision.grads / gradient_shards,
+        "optimizer": params * optimizer.states * state_bytes / optimizer_shards,
+    }
+
+
 def _activations_per_device(expr: sympy.Expr, model: Model, layout: Layout) -> sympy.Expr:
     """Tensor parallelism shards the head and inner-width activations (and with sequence parallelism
     all of them); context parallelism splits the sequence; a pipeline stage holds its share of the
@@ -312,15 +331,11 @@ def training_expressions(model: Model, setup: Training = Training()) -> tuple[di
     optimizer = _pick(recipes().optimizer, setup.optimizer, "optimizer")
     layout = setup.layout
     model = model.with_conventions(act_bytes=precision.act)
-    params = params_per_device(model, layout)
-    state_bytes = _rational(optimizer.state_bytes) if optimizer.state_bytes else sympy.Integer(precision.state)
-    shards = layout.optimizer_shards
+    state_bytes = optimizer_state_bytes(precision, optimizer)
     kept, transient, by_component = saved_activations(model, recompute=setup.recompute, flash=setup.flash)
+    shards = {"optimizer_shards": layout.optimizer_shards, "gradient_shards": layout.data if layout.zero >= 2 else 1, "weight_shards": layout.data if layout.zero >= 3 else 1}
     categories = {
-        "weights": params * precision.weights / (layout.data if layout.zero >= 3 else 1),
-        "master_weights": params * precision.master / shards,
-        "gradients": params * precision.grads / (layout.data if layout.zero >= 2 else 1),
-        "optimizer": params * optimizer.states * state_bytes / shards,
+        **static_bytes(params_per_device(model, layout), precision, optimizer, **shards),
         "activations": _activations_per_device(kept, model, layout),
         "recompute_buffer": _activations_per_device(transient, model, Layout(tensor=layout.tensor, sequence=layout.sequence, context=layout.context)),
     }

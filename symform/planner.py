@@ -18,13 +18,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import sympy
 
+from . import scaling
 from .errors import EvaluationError
 from .evaluate import compile_expression
 from .hardware import Hardware
-from .memory import RECOMPUTE, Layout, MemoryReport, Training, params_expression, recipes, saved_activations, tensor_split, training_memory
+from .memory import RECOMPUTE, Layout, MemoryReport, Training, params_expression, recipes, saved_activations, static_bytes, tensor_split, training_memory
 from .model import Model
 from .roofline import phase_work
-from .timing import TrainingTime, data_comm, expert_comm, pipeline_comm, placement, recompute_work, tensor_comm, training_time
+from .timing import TrainingTime, data_comm, expert_comm, pipeline_comm, placement, recompute_work, step_bounds, tensor_comm, training_time
 
 T, P, E, B = sympy.symbols("tensor pipeline expert micro_batch", positive=True)
 MICRO_BATCHES = (1, 2, 4, 8, 16, 32)
@@ -102,10 +103,9 @@ def memory_per_device(model: Model, c: Candidates, *, seq: int, global_batch: in
     states = recipes().optimizer[optimizer]
     model = model.with_conventions(act_bytes=recipe.act)
     params = _compiled(model, params_expression(model, T, P, E), ("tensor", "pipeline", "expert"), {})(c.tensor, c.pipeline, c.expert)
-    state_bytes = float(sympy.Rational(sympy.sympify(states.state_bytes))) if states.state_bytes else recipe.state
     d = c.data.astype(np.float64)
-    shards = np.where(c.zero >= 1, d, 1.0)
-    static = params * (recipe.weights / np.where(c.zero >= 3, d, 1.0) + recipe.master / shards + recipe.grads / np.where(c.zero >= 2, d, 1.0) + states.states * state_bytes / shards)
+    shards = {"optimizer_shards": np.where(c.zero >= 1, d, 1.0), "gradient_shards": np.where(c.zero >= 2, d, 1.0), "weight_shards": np.where(c.zero >= 3, d, 1.0)}
+    static = sum(static_bytes(params, recipe, states, **shards).values())
     microbatches = global_batch / (c.micro_batch * c.data)
     in_flight = np.minimum(c.pipeline, microbatches)
     activations = np.zeros(len(c))
@@ -181,10 +181,9 @@ def step_time_bounds(model: Model, c: Candidates, gpu, *, seq: int, global_batch
 
         keys = np.stack([c.tensor, c.pipeline, c.data, c.expert, c.zero], axis=1)[dp]
         step[dp] = _grouped(keys, data)
-    bubble = np.where(c.pipeline > 1, (c.pipeline - 1) / microbatches, 0.0)
-    lower = np.maximum(np.maximum(np.maximum(t_math, t_mem), inside) * (1 + bubble), step)
-    upper = (t_math + t_mem + inside) * (1 + bubble) + step
-    return lower, upper
+    ratio = compile_expression(sympy.sympify(scaling.bubble_ratio("1f1b")), (scaling.STAGES.name, scaling.MICROBATCHES.name))
+    bubble = np.where(c.pipeline > 1, ratio(c.pipeline, microbatches), 0.0)
+    return step_bounds(t_math, t_mem, inside, step, bubble)
 
 
 def _seconds(comm) -> float:

@@ -416,7 +416,14 @@ def _step_bounds(t_math: float, t_mem: float, comm: Mapping[str, Comm], ratio: f
     """
     inside = sum(c.seconds for k, c in comm.items() if k != "data")
     step = comm["data"].seconds if "data" in comm else 0.0
-    lower = max(max(t_math, t_mem, inside) * (1 + ratio), step)
+    lower, upper = step_bounds(t_math, t_mem, inside, step, ratio)
+    return float(lower), float(upper)
+
+
+def step_bounds(t_math, t_mem, inside, step, ratio):
+    """The step's lower (full overlap) and upper (none) bounds from its parts, for numbers or numpy arrays:
+    ``inside`` the communication within the micro-batch work, ``step`` the once-per-step exchange."""
+    lower = numpy.maximum(numpy.maximum(numpy.maximum(t_math, t_mem), inside) * (1 + ratio), step)
     upper = (t_math + t_mem + inside) * (1 + ratio) + step
     return lower, upper
 
