@@ -292,6 +292,36 @@ def _validate(model: Model, axes: Sequence[Axis], exact: bool) -> None:
                 raise InexactFloatError(f"{name} reaches {np.abs(column).max():.3g} >= 2**53, which float64 cannot hold exactly; pass exact=True")
 
 
+REQUIREMENT_POINTS = 10**7  # a requirement over more combinations of its swept sizes is checked on the model's own sizes only
+
+
+def _check_requirements(model: Model, axes: Sequence[Axis], fixed: Mapping[str, object]) -> None:
+    """Every point must satisfy the components' requirements (heads that divide, top_k ≤ n_experts):
+    each is checked over the combinations of the axes it depends on, not the whole sweep."""
+    known = {**model.values, **fixed}
+    for bound in model.graph().requirements:
+        relation = bound.relation.xreplace({s: sympy.Integer(known[s.name]) for s in bound.relation.free_symbols if s.name in known and not _swept(axes, s.name)})
+        if relation in (sympy.true, sympy.false) or not relation.free_symbols:
+            if relation == sympy.false:
+                raise EvaluationError(f"{bound.requirement.text} does not hold at the fixed sizes: {bound.requirement.why}")
+            continue
+        involved = [a for a in axes if any(s.name in a.names for s in relation.free_symbols)]
+        if any(s.name not in known and not _swept(axes, s.name) for s in relation.free_symbols) or math.prod(len(a) for a in involved) > REQUIREMENT_POINTS:
+            continue
+        grids = np.meshgrid(*(np.arange(len(a)) for a in involved), indexing="ij")
+        values = {name: column[g.ravel()] for a, g in zip(involved, grids) for name, column in zip(a.names, a.columns)}
+        symbols = sorted(relation.free_symbols, key=lambda s: s.name)
+        holds = np.broadcast_to(sympy.lambdify(symbols, relation, modules="numpy")(*(values[s.name] for s in symbols)), grids[0].ravel().shape)
+        if not holds.all():
+            first = int(np.argmin(holds))
+            at = ", ".join(f"{s.name}={values[s.name][first]}" for s in symbols)
+            raise EvaluationError(f"{bound.requirement.text} does not hold at {at}: {bound.requirement.why}")
+
+
+def _swept(axes: Sequence[Axis], name: str) -> bool:
+    return any(name in a.names for a in axes)
+
+
 def _point_columns(axes: Sequence[Axis], start: int, stop: int) -> dict[str, np.ndarray]:
     """The inputs of points start..stop-1 (the last axis varies fastest)."""
     shape = tuple(len(a) for a in axes)
@@ -387,6 +417,7 @@ def sweep(
         raise EvaluationError(f"{overlap[0]} is both swept and fixed; give it in one place")
     compiled = compile_quantities(model, quantities, names, fixed=fixed, training=training)
     _validate(model, axes, exact)
+    _check_requirements(model, axes, fixed)
     shape = tuple(len(a) for a in axes)
     total = math.prod(shape)
     run = _run_exact if exact else _run_float

@@ -208,3 +208,13 @@ def test_cli_sweep_json_and_csv(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "n_layers,params" and lines[2] == f"4,{_expected(MODEL, 'params', {'n_layers': 4})}"
     assert main(["sweep", "qwen3-0.6b", "params", "--grid", "n_layers=0"]) == 2
+
+
+def test_points_that_break_a_requirement_are_refused():
+    model = symform.load("llama-3-8b")
+    with pytest.raises(symform.EvaluationError, match="n_heads % n_kv_heads == 0 does not hold at n_kv_heads=3"):
+        sweep(model, "params", grid={"n_kv_heads": [1, 2, 3, 4]})
+    with pytest.raises(symform.EvaluationError, match="n_heads=40, n_kv_heads=6"):
+        sweep(model, "params", zip={"n_heads": [32, 40], "n_kv_heads": [8, 6]})
+    fine = sweep(model, "params", zip={"n_heads": [32, 40], "n_kv_heads": [8, 10]})
+    assert len(fine["params"]) == 2
