@@ -91,7 +91,7 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--depth", type=positive_int, default=None, help="breakdown depth in path segments")
 
     for name, help in (("derive", "closed form of a quantity: exact, under assumptions, leading order"), ("latex", "LaTeX of a quantity's expression or derivation")):
-        p = model_command(name, help, quantity=True)
+        p = model_command(name, help, quantity=wanted(name))
         p.add_argument("--assume", metavar="NAME", help="assumption set declared by the components (e.g. standard)")
         p.add_argument("--leading", action="store_true", help="keep only the leading order in the large symbols")
         p.add_argument("--large", metavar="A,B", help="comma-separated symbols to treat as large (default: the vocabulary's widths)")

@@ -84,17 +84,23 @@ class ModelSpec:
 
 
 @cache
+def _family_file(path: Path) -> Family:
+    try:
+        return Family(path.stem, FamilySpec.model_validate(read_toml(path)))
+    except ValidationError as e:
+        raise DeclarationError(f"{path.name}: {describe_validation(e)}") from None
+
+
+@cache
 def families() -> Mapping[str, Family]:
     found: dict[str, Family] = {}
     for path in sorted((formulas_dir() / "families").glob("*.toml")):
-        try:
-            spec = FamilySpec.model_validate(read_toml(path))
-        except ValidationError as e:
-            raise DeclarationError(f"{path.name}: {describe_validation(e)}") from None
+        family = _family_file(path)
+        spec = family.spec
         for model_type in spec.model_types:
             if model_type in found:
                 raise DeclarationError(f"{path.name}: model_type {model_type!r} is already read by {found[model_type].name}")
-            found[model_type] = Family(path.stem, spec)
+            found[model_type] = family
     return MappingProxyType(found)
 
 
@@ -106,6 +112,11 @@ def family_for(config: Mapping[str, Any], origin: str) -> Family:
     model_type = config.get("model_type")
     if model_type is None:
         raise ConfigError(f"{origin}: no 'model_type' field; a Hugging Face config.json names its family there")
+    if isinstance(model_type, str) and model_type.isidentifier():
+        # the family file named after the model type, when it reads that type: one file instead of all of them
+        path = formulas_dir() / "families" / f"{model_type}.toml"
+        if path.is_file() and model_type in _family_file(path).spec.model_types:
+            return _family_file(path)
     if not isinstance(model_type, str) or model_type not in families():
         raise ConfigError(
             f"{origin}: model_type {model_type!r} is not supported; supported: {', '.join(supported_model_types())}"
