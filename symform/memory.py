@@ -383,7 +383,7 @@ def inference_expressions(model: Model, setup: Inference = Inference(), *, keep:
     fmt = _pick(recipes().weight_format, setup.weight_format, "weight format")
     if isinstance(setup.kv_block, bool) or not isinstance(setup.kv_block, int) or setup.kv_block < 1:
         raise EvaluationError(f"kv_block is {setup.kv_block!r}; give the paged cache's block size in tokens (1 for none)")
-    model = model.with_conventions(kv_bytes=setup.kv_bytes, kv_block=setup.kv_block, act_bytes=setup.act_bytes)
+    model = model.with_conventions(kv_bytes=setup.kv_bytes, kv_block=setup.kv_block, act_bytes=setup.act_bytes, training=0)
     layout = Layout(tensor=setup.tensor)
     split = tensor_split(model, setup.tensor)
     conventions = {s: value for s, value in model.conventions.items() if s.name not in keep}
@@ -420,10 +420,13 @@ def _inference_peak(model: Model, flash: bool, conventions: Mapping[sympy.Symbol
     """The largest activation working set of any single op (its bytes moved without the weights), plus the
     residual stream it leaves live. With flash, attention cores run fused and never hold their score matrix."""
     graph = model.graph().graph
+    runs = model.graph().multiplicities("bytes_moved")  # parts that do not run here (the loss, dropout) are repeated 0 times
     fused = [n for n, data in graph.nodes.items() if flash and "flash" in data["saved_when"]]
     no_weights = {**conventions, model.vocabulary["weight_bytes"]: 0}
     sizes: set[sympy.Expr] = set()
     for node, data in graph.nodes.items():
+        if runs[node].xreplace(conventions) == 0:
+            continue
         if data["component"].is_primitive and not any(node.startswith(f"{f}/") for f in fused):
             sizes.add(sympy.expand(data["quantities"]["bytes_moved"].xreplace(no_weights)))
     sizes.discard(sympy.Integer(0))

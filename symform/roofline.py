@@ -314,6 +314,8 @@ def phase_work(
       FlashAttention's (symform.flash_attention), with SRAM of ``sram_bytes``.
     """
     _check_phase(phase)
+    if phase != "train":
+        model = model.with_conventions(training=0)  # inference runs no loss
     keep = ("past",) if phase == "decode" else ()
     for name in keep:
         _symbol(model, name)

@@ -243,3 +243,14 @@ def test_fits_and_works_render_as_latex_in_notebooks():
     latex = solve_fit(total, "batch", 80 * 10**9, values, v)._repr_latex_()
     assert latex.startswith("$\\mathrm{batch}_{\\max} = 68") and "\\le" in latex
     assert "\\frac{b d f}{b d + b f + d f}" in matmul()._repr_latex_()
+
+
+def test_serving_activations_are_the_largest_op_and_no_loss_runs():
+    """At inference no loss runs (training = 0): with FlashAttention the largest single op of a long
+    prefill is the output head, its b·s·d input and b·s·V logits, beside the b·s·d residual stream."""
+    model = load("llama-3-8b")
+    batch, seq, width, vocab = 1, 32768, 4096, 128256
+    report = inference_memory(model, batch=batch, seq=seq)
+    assert report.values["activations"] == 2 * batch * seq * (width + vocab) + 2 * batch * seq * width
+    training = training_memory(model, batch=batch, seq=seq)
+    assert training.activations_by_component["loss"] > 0
