@@ -431,7 +431,7 @@ def bench_llm_analysis(model, configs, k, repeats, quiet):
         log(f"llm-analysis: not importable here ({e}); pip install llm-analysis (see benchmarks/README.md)", quiet)
         return {"name": "compiled_vs_llm_analysis", "ratio": None, "target": 100.0, "target_kind": "min", "met": None,
                 "measured": f"llm-analysis not importable: {e}", "details": {"error": str(e)}}
-    from symform.sweeps import compile_quantities
+    from symform.analysis.sweeps import compile_quantities
 
     a = llm_analysis_configs(configs)
     names = ("d_model", "n_layers", "vocab", "d_ff", "n_heads", "n_kv_heads", "d_head", "batch", "seq")
@@ -545,7 +545,7 @@ def bench_sweep_memory(points, quiet):
     tracemalloc.stop()
     result_bytes = sum(v.nbytes for v in result.values())
     ratio = peak / result_bytes
-    from symform.sweeps import DEFAULT_CHUNK
+    from symform.analysis.sweeps import DEFAULT_CHUNK
 
     log(f"sweep memory: {total:,} points, result {result_bytes / 1e6:.0f} MB, peak {peak / 1e6:.0f} MB ({ratio:.3f}x), {fmt_time(elapsed)}", quiet)
     return {
@@ -562,9 +562,9 @@ def bench_sweep_memory(points, quiet):
 def bench_planner(candidates, exact_sample, quiet):
     """The planner's vectorised screen over ``candidates`` layouts against the exact per-layout path
     (training_memory + training_time), per layout; the screen's own seconds must stay under 1."""
-    from symform.memory import Training, training_memory
-    from symform.planner import Candidates, enumerate_layouts, memory_per_device, step_time_bounds
-    from symform.timing import training_time
+    from symform.analysis.memory import Training, training_memory
+    from symform.analysis.planner import Candidates, enumerate_layouts, memory_per_device, step_time_bounds
+    from symform.analysis.timing import training_time
 
     model = symform.load("llama-3.1-70b")
     options = {"seq": 4096, "global_batch": 4096}

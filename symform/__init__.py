@@ -8,12 +8,18 @@
 12*d_model**2*n_layers
 """
 
-from .derive import Derivation, derive, leading_order
-from .errors import ConfigError, DeclarationError, EvaluationError, ExpressionError, SymformError
-from .families import presets, supported_model_types
-from .formula import Formula
-from .model import Model, quantity_names
-from .vocabulary import default_vocabulary as vocabulary
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+
+from .engine.derive import Derivation, derive, leading_order
+from .engine.errors import ConfigError, DeclarationError, EvaluationError, ExpressionError, SymformError
+from .engine.families import presets, supported_model_types
+from .engine.formula import Formula
+from .engine.model import Model, quantity_names
+from .engine.vocabulary import default_vocabulary as vocabulary
 
 load = Model.load
 
@@ -38,21 +44,57 @@ __all__ = [
     "vocabulary",
 ]
 
-# Modules for the other verbs load on first use (symform.memory, symform.timing, ...): a
-# command pays only for what it uses, and `import symform` stays close to `import sympy`.
-_MODULES = (
-    "collectives", "parallel_comm", "scaling", "flash_attention", "roofline", "timing", "scaling_laws",
-    "memory", "planner", "plots", "notebook", "sweeps",
-)  # fmt: skip
+# Every module sits on one of three floors (docs/architecture.md): the engine, the
+# analyses built on it, and the interfaces that present them. The flat names that
+# users import (`symform.memory`, `from symform.hardware import ...`) stay valid: they
+# name the same module objects, loaded on first use, so a command pays only for what it
+# uses and `import symform` stays close to `import sympy`.
+_FLOORS = ("engine", "analysis", "interface")
+
+
+def _floor_of(module: str) -> str | None:
+    """The floor whose package holds ``module`` (module names are unique across floors: a test checks)."""
+    if not module.isidentifier():
+        return None
+    for floor in _FLOORS:
+        if importlib.util.find_spec(f"{__name__}.{floor}.{module}") is not None:
+            return floor
+    return None
+
+
+class _FlatNames(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Resolves ``symform.<module>`` to ``symform.<floor>.<module>``: one module object under both names."""
+
+    def __init__(self) -> None:
+        self.own_specs: dict[str, importlib.machinery.ModuleSpec] = {}
+
+    def find_spec(self, fullname, path=None, target=None):
+        package, _, module = fullname.partition(".")
+        if package != __name__ or "." in module or module in globals() or _floor_of(module) is None:
+            return None  # `symform.derive` stays the function: its module is symform.engine.derive
+        return importlib.util.spec_from_loader(fullname, self)
+
+    def create_module(self, spec):
+        module = spec.name.partition(".")[2]
+        real = importlib.import_module(f".{_floor_of(module)}.{module}", __name__)
+        self.own_specs[real.__name__] = real.__spec__
+        return real
+
+    def exec_module(self, module):
+        # Already executed under its floor's name. The import system stamped the flat name's
+        # spec and loader on it: give back its own (reload and tracebacks use them).
+        module.__spec__ = self.own_specs[module.__name__]
+        module.__loader__ = module.__spec__.loader
+
+
+sys.meta_path.append(_FlatNames())
 
 
 def __getattr__(name: str):
-    import importlib
-
-    if name in _MODULES:
+    if not name.startswith("__") and _floor_of(name) is not None:
         return importlib.import_module(f".{name}", __name__)
     if name in ("device_names", "load_device"):
-        return getattr(importlib.import_module(".hardware", __name__), name)
+        return getattr(importlib.import_module(".analysis.hardware", __name__), name)
     if name in ("sweep", "SweepResult"):  # symform.sweep(model, quantities, grid=...)
-        return getattr(importlib.import_module(".sweeps", __name__), name)
+        return getattr(importlib.import_module(".analysis.sweeps", __name__), name)
     raise AttributeError(f"module 'symform' has no attribute {name!r}")

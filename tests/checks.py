@@ -7,7 +7,7 @@ import json
 import pytest
 
 from symform import SymformError
-from symform.cli import main
+from symform.interface.cli import main
 
 
 def run(capsys, *argv):

@@ -13,8 +13,8 @@ import torch
 import transformers
 from torch.utils.flop_counter import FlopCounterMode
 
-from symform.data import formulas_dir
-from symform.families import presets
+from symform.engine.data import formulas_dir
+from symform.engine.families import presets
 
 ABSENT = object()  # in a change set: remove the field
 

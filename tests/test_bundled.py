@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 import symform
-from symform.data import bundled_files, data_root
-from symform.declarations import check_library, default_library
-from symform.families import families, presets
+from symform.engine.data import bundled_files, data_root
+from symform.engine.declarations import check_library, default_library
+from symform.engine.families import families, presets
 
 REPO = Path(__file__).resolve().parent.parent
 

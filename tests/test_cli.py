@@ -8,8 +8,8 @@ import sys
 import pytest
 from checks import run, run_json
 
-from symform.data import formulas_dir
-from symform.families import presets, supported_model_types
+from symform.engine.data import formulas_dir
+from symform.engine.families import presets, supported_model_types
 
 
 def test_params_json_matches_the_qwen3_32b_checkpoint(capsys):

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 import symform
 from symform import collectives as coll
 from symform import parallel_comm as pc
-from symform._numeric import CeilLog2
-from symform.errors import ConfigError, EvaluationError
+from symform.engine._numeric import CeilLog2
+from symform.engine.errors import ConfigError, EvaluationError
 
 p, n, alpha, beta = coll.P, coll.N, coll.ALPHA, coll.BETA
 

@@ -11,7 +11,7 @@ import sympy
 import symform
 from symform import docgen
 from symform import latex as tex
-from symform.cli import main
+from symform.interface.cli import main
 
 REFERENCE = Path(__file__).resolve().parent.parent / "docs" / "reference"
 
@@ -22,10 +22,10 @@ def pages():
 
 
 def test_committed_reference_pages_are_current(pages):
-    """Fails when a declaration changed and docs/reference was not regenerated (python -m symform.docgen)."""
+    """Fails when a declaration changed and docs/reference was not regenerated (python -m symform.interface.docgen)."""
     committed = {p.relative_to(REFERENCE).as_posix(): p.read_text(encoding="utf-8") for p in REFERENCE.rglob("*.md")}
     stale = sorted(rel for rel in pages.keys() | committed.keys() if pages.get(rel) != committed.get(rel))
-    assert stale == [], "regenerate with: python -m symform.docgen docs/reference"
+    assert stale == [], "regenerate with: python -m symform.interface.docgen docs/reference"
 
 
 def test_a_page_per_component_and_family(pages):

@@ -30,8 +30,8 @@ from oracle import (  # noqa: E402
     meta_params,
 )
 
-from symform.errors import ConfigError  # noqa: E402
-from symform.model import Model  # noqa: E402
+from symform.engine.errors import ConfigError  # noqa: E402
+from symform.engine.model import Model  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 

@@ -7,8 +7,8 @@ from hypothesis import strategies as st
 
 import symform
 from symform import flash_attention as fa
-from symform.flash_attention import M, N, d
-from symform.roofline import phase_work, roofline
+from symform.analysis.flash_attention import M, N, d
+from symform.analysis.roofline import phase_work, roofline
 
 GPT2_MEDIUM = {
     "n": 1024,

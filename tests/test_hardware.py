@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from symform.errors import ConfigError
-from symform.hardware import (
+from symform.engine.errors import ConfigError
+from symform.analysis.hardware import (
     DTYPES,
     Device,
     System,
@@ -17,7 +17,7 @@ from symform.hardware import (
     hardware_dir,
     load_device,
 )
-from symform.hardware_report import device_json, device_table, devices_table
+from symform.interface.hardware_report import device_json, device_table, devices_table
 
 ACCELERATORS = {
     "v100-sxm2-16gb", "v100-sxm2-32gb",

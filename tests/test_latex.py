@@ -15,7 +15,7 @@ from checks import run
 
 import symform
 from symform import latex as tex
-from symform.declarations import default_library
+from symform.engine.declarations import default_library
 
 pytest.importorskip("antlr4", reason="sympy's LaTeX parser needs antlr4-python3-runtime==4.11 (the test extra)")
 

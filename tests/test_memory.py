@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from symform import EvaluationError, Model, load, vocabulary
-from symform.memory import (
+from symform.analysis.memory import (
     Inference,
     Layout,
     Training,
@@ -234,7 +234,7 @@ def test_bad_setups_get_one_line_errors(setup, message):
 
 
 def test_fits_and_works_render_as_latex_in_notebooks():
-    from symform.roofline import matmul
+    from symform.analysis.roofline import matmul
 
     model = Model.from_component("gpt2_lm", conventions=NOTES)
     activations, _, _ = saved_activations(model)

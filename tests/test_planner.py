@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from symform import EvaluationError, load
-from symform.cli import main
-from symform.memory import Training, training_memory
-from symform.planner import enumerate_layouts, memory_per_device, plan, step_time_bounds
-from symform.timing import training_time
+from symform.interface.cli import main
+from symform.analysis.memory import Training, training_memory
+from symform.analysis.planner import enumerate_layouts, memory_per_device, plan, step_time_bounds
+from symform.analysis.timing import training_time
 
 MODEL = "llama-3.1-8b"
 GLOBAL_BATCH, SEQ = 64, 2048

@@ -7,10 +7,10 @@ import pytest
 
 import symform
 from symform import plots
-from symform.cli import main
-from symform.errors import EvaluationError, SymformError
-from symform.memory import Layout, Training, training_memory
-from symform.roofline_chart import PlotDependencyError
+from symform.interface.cli import main
+from symform.engine.errors import EvaluationError, SymformError
+from symform.analysis.memory import Layout, Training, training_memory
+from symform.interface.roofline_chart import PlotDependencyError
 
 QWEN3 = ["qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b", "qwen3-14b", "qwen3-32b"]
 

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import symform
-from symform.roofline import (
+from symform.analysis.roofline import (
     R,
     Roofline,
     b,
@@ -307,7 +307,7 @@ def test_cli_plot_without_matplotlib_says_how_to_install(capsys, tmp_path, monke
 
 def test_rooflines_crossovers_and_transfers_render_as_latex():
     from symform import parallel_comm
-    from symform.roofline import decode_crossover, roofline
+    from symform.analysis.roofline import decode_crossover, roofline
 
     model = symform.load("llama-3-8b")
     total = roofline(model, "h100-sxm", phase="decode", batch=1, context=16).total._repr_latex_()

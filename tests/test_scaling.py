@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from symform import scaling
-from symform.errors import ConfigError, EvaluationError
+from symform.engine.errors import ConfigError, EvaluationError
 
 S, N, T_S = scaling.SERIAL_FRACTION, scaling.WORKERS, scaling.SERIAL_TIME
 K, M, v = scaling.STAGES, scaling.MICROBATCHES, scaling.CHUNKS

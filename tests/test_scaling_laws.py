@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import symform
 from symform import scaling_laws as sl
-from symform.scaling_laws import (
+from symform.analysis.scaling_laws import (
     ALPHA,
     BESIROGLU_2024,
     BETA,

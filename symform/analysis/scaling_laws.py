@@ -34,7 +34,7 @@ from functools import cache
 
 import sympy
 
-from .errors import EvaluationError
+from ..engine.errors import EvaluationError
 from .hardware import Device, load_device
 
 FLOPS_PER_PARAM_TOKEN = 6  # forward 2·N·D plus backward 4·N·D

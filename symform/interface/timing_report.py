@@ -7,12 +7,12 @@ import json
 from typing import TYPE_CHECKING
 
 from .cli_args import positive_int
-from .errors import ConfigError
-from .memory import RECOMPUTE, SCHEDULES, Layout
-from .model import Model
+from ..engine.errors import ConfigError
+from ..analysis.memory import RECOMPUTE, SCHEDULES, Layout
+from ..engine.model import Model
 
 if TYPE_CHECKING:  # the timing module (and numpy) load when a time is asked for, not with the CLI
-    from .timing import InferenceTime, PhaseTime, TrainingTime
+    from ..analysis.timing import InferenceTime, PhaseTime, TrainingTime
 
 TRAIN_ONLY = ("global_batch", "micro_batch", "seq", "dp", "pp", "ep", "recompute", "schedule")
 INFER_ONLY = ("batch", "prompt", "output")
@@ -79,7 +79,7 @@ def _train(model: Model, args: argparse.Namespace) -> TrainingTime:
     _require(args, ("global_batch", "seq"), "--train")
     dp, tp, pp = _degrees(args)
     layout = Layout(data=dp, tensor=tp, pipeline=pp, expert=args.ep or 1, schedule=args.schedule or "1f1b")
-    from .timing import training_time
+    from ..analysis.timing import training_time
 
     return training_time(
         model, args.gpu, global_batch=args.global_batch, micro_batch=args.micro_batch or 1, seq=args.seq,
@@ -93,7 +93,7 @@ def _infer(model: Model, args: argparse.Namespace) -> InferenceTime:
     tp = args.tp or args.gpus or 1
     if args.gpus is not None and args.gpus != tp:
         raise ConfigError(f"inference runs on one tensor-parallel group: --gpus {args.gpus} must equal --tp {tp}")
-    from .timing import inference_time
+    from ..analysis.timing import inference_time
 
     return inference_time(
         model, args.gpu, batch=args.batch, prompt=args.prompt, output=args.output, tensor=tp,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .hardware import DTYPES, LINKS, Device, Hardware, Link, Source, System, device_names, load_device
+from ..analysis.hardware import DTYPES, LINKS, Device, Hardware, Link, Source, System, device_names, load_device
 
 def _source_json(source: Source) -> dict[str, Any]:
     return {"title": source.title, "url": source.url, "date": source.date}

@@ -1,6 +1,6 @@
 """Rich display in Jupyter: breakdown tables and memory reports as HTML, expressions as LaTeX.
 
-``Formula``, ``Derivation`` and ``MemoryReport`` render themselves; a breakdown
+``Model``, ``Formula``, ``Derivation`` and ``MemoryReport`` render themselves; a breakdown
 is a plain dict, so :func:`breakdown` wraps one for display without changing
 what ``Model.breakdown`` and ``Model.evaluate_breakdown`` return::
 
@@ -15,9 +15,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
-from .evaluate import Number
-from .formula import Formula
-from .model import Model
+from ..engine import html_table
+from ..engine.evaluate import Number
+from ..engine.formula import Formula
+from ..engine.model import Model
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ class Breakdown(Mapping[str, Formula]):
             rows.append(_row("total", total, total, "", bold=True))
         workload = ", ".join(f"{k} {v:,}" if isinstance(v, int) else f"{k} {v}" for k, v in self.workload.items())
         head = f"<b>{html.escape(self.model)}</b>: {html.escape(self.quantity.replace('_', ' '))}" + (f" ({html.escape(workload)})" if workload else "")
-        return f"{head}<table><tr><th>component</th><th>value</th><th>share</th><th>formula</th></tr>{''.join(rows)}</table>"
+        return html_table.table(head, ("component", "value", "share", "formula"), rows)
 
     def _nonzero(self) -> list[tuple[str, Formula]]:
         """Rows worth showing: element-wise ops and parameter-free parts are zero under the default conventions."""
@@ -80,44 +81,10 @@ def breakdown(model: Model, quantity: str, *, depth: int | None = 1, **workload:
 
 
 def _row(path: str, value: Number | None, total: Number | None, latex: str, *, bold: bool = False) -> str:
-    number = "" if value is None else _number(value)
+    number = "" if value is None else html_table.count(value)
     share = f"{float(Fraction(value) / Fraction(total)):.2%}" if value is not None and total else ""
-    formula = f"${html.escape(latex)}$" if latex else ""  # MathJax typesets $…$ inside HTML tables
-    return _tr([html.escape(path), number, share, formula], right=(1, 2), bold=bold)
-
-
-def _tr(cells: list[str], *, right: tuple[int, ...], bold: bool = False) -> str:
-    """One table row; numbers right-aligned so that digits line up."""
-    out = []
-    for i, cell in enumerate(cells):
-        style = " style='text-align:right'" if i in right else ""
-        out.append(f"<td{style}>{f'<b>{cell}</b>' if bold else cell}</td>")
-    return "<tr>" + "".join(out) + "</tr>"
-
-
-def _number(value: Number) -> str:
-    if isinstance(value, int) or (isinstance(value, Fraction) and value.denominator == 1):
-        return f"{int(value):,}"
-    return f"{float(value):,.6g}"
+    return html_table.row([html.escape(path), number, share, html_table.formula_cell(latex)], right=(1, 2), bold=bold)
 
 
 def _latex_text(text: str) -> str:
     return text.replace("\\", "\\textbackslash{}").replace("_", "\\_").replace("&", "\\&").replace("%", "\\%").replace("#", "\\#")
-
-
-def memory_html(report) -> str:
-    """A MemoryReport as a table: each category in bytes, GB and GiB, its share, and its expression."""
-    total = report.total
-    rows = []
-    for name, value in [*report.values.items(), ("total", total)]:
-        formula = report.expressions[name].latex() if name in report.expressions else report.expression().latex()
-        share = f"{float(Fraction(value) / Fraction(total)):.1%}" if total else ""
-        gb = float(value) / 1e9
-        gib = float(value) / 2**30
-        cells = [html.escape(name.replace("_", " ")), _number(value), f"{gb:,.3f}", f"{gib:,.3f}", share, f"${html.escape(formula)}$"]
-        rows.append(_tr(cells, right=(1, 2, 3, 4), bold=name == "total"))
-    workload = ", ".join(f"{k} {v:,}" for k, v in report.assumptions.get("workload", {}).items())
-    phase = "training" if report.phase == "train" else "inference"
-    head = f"<b>{html.escape(report.model)}</b>: {phase} memory per device ({html.escape(workload)})"
-    columns = "".join(f"<th>{c}</th>" for c in ("category", "bytes", "GB", "GiB", "share", "expression"))
-    return f"{head}<table><tr>{columns}</tr>{''.join(rows)}</table>"

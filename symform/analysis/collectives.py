@@ -29,11 +29,11 @@ from types import MappingProxyType
 
 import sympy
 
-from ._numeric import CeilLog2, Value, checked, settled
-from .errors import ConfigError, EvaluationError
-from .formula import to_latex
+from ..engine._numeric import CeilLog2, Value, checked, settled
+from ..engine.errors import ConfigError, EvaluationError
+from ..engine.formula import to_latex
 from .hardware import LINKS, Device, Hardware, System, load_device
-from .vocabulary import make_symbol
+from ..engine.vocabulary import make_symbol
 
 P = make_symbol("p", "positive_integer")
 """Ranks taking part in the collective (the symbol p)."""

@@ -7,12 +7,12 @@ import json
 from typing import TYPE_CHECKING
 
 from .cli_args import positive_int
-from .memory import recipes
+from ..analysis.memory import recipes
 from .memory_report import memory_budget
-from .model import Model
+from ..engine.model import Model
 
 if TYPE_CHECKING:  # the planner (and numpy) load when a plan is asked for, not with the CLI
-    from .planner import Plan
+    from ..analysis.planner import Plan
 
 
 def plan_arguments(p: argparse.ArgumentParser) -> None:
@@ -29,7 +29,7 @@ def plan_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def plan_command(model: Model, args: argparse.Namespace) -> str:
-    from .planner import plan
+    from ..analysis.planner import plan
 
     result = plan(
         model, args.gpu, devices=args.gpus, global_batch=args.global_batch, seq=args.seq, precision=args.precision,

@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 
-from . import flash_attention
+from ..analysis import flash_attention
 from .cli_args import non_negative_int, positive_int
-from .errors import ConfigError
-from .model import Model
-from .roofline import (
+from ..engine.errors import ConfigError
+from ..engine.model import Model
+from ..analysis.roofline import (
     PHASES,
     Crossover,
     PhaseRoofline,

@@ -8,11 +8,11 @@ import warnings
 from fractions import Fraction
 from typing import TYPE_CHECKING, Sequence
 
-from .errors import EvaluationError
-from .model import Model
+from ..engine.errors import EvaluationError
+from ..engine.model import Model
 
 if TYPE_CHECKING:
-    from .sweeps import SweepResult
+    from ..analysis.sweeps import SweepResult
 
 
 def sweep_arguments(p) -> None:
@@ -61,7 +61,7 @@ def _range(name: str, text: str) -> tuple[int, int]:
 def sweep_command(model: Model, args) -> str:
     import numpy as np
 
-    from .sweeps import InexactFloatWarning, _plain, sweep
+    from ..analysis.sweeps import InexactFloatWarning, _plain, sweep
 
     def numeric(values):  # Fractions (a convention such as causal=1/2) stay exact in object columns
         return np.array(values, dtype=object) if any(isinstance(v, Fraction) for v in values) else values

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import sympy
 
-from ._numeric import Value, checked, settled
-from .errors import ConfigError, EvaluationError
-from .vocabulary import make_symbol
+from ..engine._numeric import Value, checked, settled
+from ..engine.errors import ConfigError, EvaluationError
+from ..engine.vocabulary import make_symbol
 
 SERIAL_FRACTION = make_symbol("S", "positive_rational")
 """S: the fraction of the serial run time that cannot be parallelised."""

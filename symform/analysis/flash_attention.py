@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import sympy
 
-from .errors import EvaluationError
+from ..engine.errors import EvaluationError
 
 # The paper's own letters, for the closed forms in docs and tests.
 N = sympy.Symbol("N", positive=True, integer=True)

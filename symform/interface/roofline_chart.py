@@ -6,8 +6,8 @@ import math
 from collections.abc import Mapping
 from pathlib import Path
 
-from .errors import SymformError
-from .roofline import PhaseRoofline, Roofline
+from ..engine.errors import SymformError
+from ..analysis.roofline import PhaseRoofline, Roofline
 
 FORMATS = (".png", ".svg")
 

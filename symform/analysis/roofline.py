@@ -26,11 +26,11 @@ from fractions import Fraction
 import sympy
 
 from . import flash_attention
-from .errors import ConfigError, EvaluationError
-from .evaluate import exact_value
-from .formula import to_latex
+from ..engine.errors import ConfigError, EvaluationError
+from ..engine.evaluate import exact_value
+from ..engine.formula import to_latex
 from .hardware import Device, System, load_device
-from .model import Model
+from ..engine.model import Model
 
 PHASES = ("train", "prefill", "decode")
 BOUNDS = ("compute", "memory")

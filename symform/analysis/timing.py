@@ -27,11 +27,11 @@ import sympy
 
 from . import parallel_comm, scaling
 from .collectives import ALPHA, BETA, N, P, collective, cost_model, link_bandwidth, link_latency
-from .errors import ConfigError, EvaluationError
-from .evaluate import compile_expression, exact_value
+from ..engine.errors import ConfigError, EvaluationError
+from ..engine.evaluate import compile_expression, exact_value
 from .hardware import Device, Hardware, System, load_device
 from .memory import RECOMPUTE, Layout, params_per_device, recipes, tensor_split
-from .model import Model
+from ..engine.model import Model
 from .roofline import phase_work
 
 #: Accelerators sharing one scale-up fabric (NVLink domain) when an accelerator rather

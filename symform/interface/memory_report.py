@@ -9,10 +9,10 @@ from dataclasses import asdict
 from fractions import Fraction
 
 from .cli_args import non_negative_int, positive_int
-from .errors import EvaluationError
-from .evaluate import Number
-from .hardware import load_device
-from .memory import (
+from ..engine.errors import EvaluationError
+from ..engine.evaluate import Number
+from ..analysis.hardware import load_device
+from ..analysis.memory import (
     RECOMPUTE,
     SCHEDULES,
     Inference,
@@ -26,7 +26,7 @@ from .memory import (
     training_expressions,
     training_memory,
 )
-from .model import Model
+from ..engine.model import Model
 
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
 KV_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "int4": Fraction(1, 2)}

@@ -10,6 +10,7 @@ are data (formulas/memory.toml). Nothing here knows an architecture by name.
 
 from __future__ import annotations
 
+import html
 import math
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
@@ -19,12 +20,13 @@ from typing import Callable, Mapping
 import sympy
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .data import formulas_dir, read_toml
-from .errors import DeclarationError, EvaluationError, describe_validation
-from .evaluate import Number, exact_value
-from .formula import Formula
-from .model import Model
-from .safe_expr import parse
+from ..engine import html_table
+from ..engine.data import formulas_dir, read_toml
+from ..engine.errors import DeclarationError, EvaluationError, describe_validation
+from ..engine.evaluate import Number, exact_value
+from ..engine.formula import Formula
+from ..engine.model import Model
+from ..engine.safe_expr import parse
 from .scaling import in_flight_microbatches
 
 RECOMPUTE = ("none", "selective", "full")
@@ -172,9 +174,18 @@ class MemoryReport:
 
     def _repr_html_(self) -> str:
         """In a notebook: the categories as a table (bytes, GB, GiB, share, expression)."""
-        from .notebook import memory_html  # display code stays out of the memory model
-
-        return memory_html(self)
+        total = self.total
+        rows = []
+        for name, value in [*self.values.items(), ("total", total)]:
+            formula = self.expressions[name] if name in self.expressions else self.expression()
+            share = f"{float(Fraction(value) / Fraction(total)):.1%}" if total else ""
+            gb, gib = float(value) / 1e9, float(value) / 2**30
+            cells = [html.escape(name.replace("_", " ")), html_table.count(value), f"{gb:,.3f}", f"{gib:,.3f}", share, html_table.formula_cell(formula.latex())]
+            rows.append(html_table.row(cells, right=(1, 2, 3, 4), bold=name == "total"))
+        workload = ", ".join(f"{k} {v:,}" for k, v in self.assumptions.get("workload", {}).items())
+        phase = "training" if self.phase == "train" else "inference"
+        head = f"<b>{html.escape(self.model)}</b>: {phase} memory per device ({html.escape(workload)})"
+        return html_table.table(head, ("category", "bytes", "GB", "GiB", "share", "expression"), rows)
 
     def _repr_latex_(self) -> str:
         """The total's expression over the sizes and the workload."""

@@ -23,7 +23,7 @@ def data_root() -> Path:
     packaged = Path(str(resources.files("symform"))) / "_data"
     if (packaged / "formulas").is_dir():
         return packaged
-    checkout = Path(__file__).resolve().parent.parent
+    checkout = Path(__file__).resolve().parents[2]  # symform/engine/data.py
     if (checkout / "pyproject.toml").is_file() and (checkout / "formulas").is_dir():
         return checkout
     raise DeclarationError("symform's bundled formulas are missing: reinstall symform (pip install --force-reinstall symform)")

@@ -13,11 +13,11 @@ from fractions import Fraction
 from typing import Sequence
 
 from .cli_args import positive_int
-from .derive import Derivation, derive
-from .errors import SymformError
-from .evaluate import Number
-from .families import presets, supported_model_types
-from .model import Model, quantity_names
+from ..engine.derive import Derivation, derive
+from ..engine.errors import SymformError
+from ..engine.evaluate import Number
+from ..engine.families import presets, supported_model_types
+from ..engine.model import Model, quantity_names
 
 EXIT_BAD_INPUT = 2
 
@@ -292,7 +292,7 @@ def _human(value: Number) -> str:
 
 
 def _hardware(args: argparse.Namespace) -> str:
-    from .hardware import device_names, load_device
+    from ..analysis.hardware import device_names, load_device
     from .hardware_report import device_json, device_table, devices_table
 
     if args.name is None:

@@ -1,6 +1,6 @@
 """Reference pages from the declarations: one per component, one per Hugging Face family.
 
-``python -m symform.docgen [OUT]`` or ``symform docs --out OUT`` writes them
+``python -m symform.interface.docgen [OUT]`` or ``symform docs --out OUT`` writes them
 (default ``docs/reference``). Every page is made from ``formulas/`` alone: a
 component's doc, source, arguments, requirements, assumption sets and parts,
 each quantity in LaTeX, and a derivation where the component declares an
@@ -20,13 +20,13 @@ from typing import Iterable
 import sympy
 
 from . import latex as tex
-from .data import read_toml
-from .declarations import QUANTITIES, Component, component_files, default_library
-from .derive import derive
-from .errors import ConfigError, SymformError
-from .families import FamilySpec, ModelSpec, _choose, families, preset_config, presets
-from .model import Model
-from .safe_expr import parse
+from ..engine.data import read_toml
+from ..engine.declarations import QUANTITIES, Component, component_files, default_library
+from ..engine.derive import derive
+from ..engine.errors import ConfigError, SymformError
+from ..engine.families import FamilySpec, ModelSpec, _choose, families, preset_config, presets
+from ..engine.model import Model
+from ..engine.safe_expr import parse
 
 QUANTITY_NAMES = {
     "params": "parameters",
@@ -313,7 +313,7 @@ def _json(value: object) -> str:
 
 
 def main(argv: Iterable[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m symform.docgen", description="write symform's reference pages from the declarations")
+    parser = argparse.ArgumentParser(prog="python -m symform.interface.docgen", description="write symform's reference pages from the declarations")
     parser.add_argument("out", nargs="?", default="docs/reference")
     print(docs_command(parser.parse_args(list(argv) if argv is not None else None)))
     return 0

@@ -26,7 +26,7 @@ from typing import Literal
 
 import sympy
 
-from ._numeric import Value, checked, settled
+from ..engine._numeric import Value, checked, settled
 from .collectives import (
     ALPHA,
     BETA,
@@ -37,8 +37,8 @@ from .collectives import (
     link_bandwidth,
     link_latency,
 )
-from .errors import ConfigError
-from .formula import to_latex
+from ..engine.errors import ConfigError
+from ..engine.formula import to_latex
 from .hardware import Hardware
 
 Phase = Literal["forward", "backward", "step"]

@@ -44,9 +44,9 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 import sympy
 
-from .errors import EvaluationError
-from .evaluate import check_value, exact_value
-from .model import Model, normalise_quantity
+from ..engine.errors import EvaluationError
+from ..engine.evaluate import check_value, exact_value
+from ..engine.model import Model, normalise_quantity
 
 FLOAT_EXACT = 2**53  # every integer of smaller magnitude is a float64
 DEFAULT_CHUNK = 1 << 18  # points per chunk: a few MB per input or output column

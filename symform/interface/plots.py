@@ -23,11 +23,11 @@ from fractions import Fraction
 from pathlib import Path
 
 from .cli_args import positive_int as _positive
-from .errors import EvaluationError
-from .evaluate import Number
-from .memory import RECOMPUTE, Layout, MemoryReport, Training, recipes, training_memory
+from ..engine.errors import EvaluationError
+from ..engine.evaluate import Number
+from ..analysis.memory import RECOMPUTE, Layout, MemoryReport, Training, recipes, training_memory
 from .memory_report import _gpu_memory
-from .model import Model
+from ..engine.model import Model
 from .roofline_chart import _pyplot, check_chart_path
 
 # --- grouping breakdown paths ------------------------------------------------------------
@@ -125,7 +125,7 @@ def memory_grid(model: Model | str, batches: Iterable[int], seqs: Iterable[int],
 
 def device_memory(gpu: str) -> tuple[str, int]:
     """An accelerator's title and memory in bytes, from the hardware data."""
-    from .hardware import load_device
+    from ..analysis.hardware import load_device
 
     name, capacity = _gpu_memory(gpu)  # refuses systems, as symform memory does
     return load_device(gpu).title or name, capacity
@@ -276,7 +276,7 @@ def save(figure, path: str | Path) -> Path:
 
 def roofline_plot(model: Model | str, gpu: str, path: str | Path, *, phase: str, batch: int, seq: int | None = None, context: int | None = None, **options) -> Path:
     """The roofline chart of ``symform roofline --plot``: the phase, its components and the device's roof."""
-    from .roofline import roofline
+    from ..analysis.roofline import roofline
     from .roofline_chart import roofline_chart
 
     check_chart_path(path)

@@ -19,11 +19,11 @@ import numpy as np
 import sympy
 
 from . import scaling
-from .errors import EvaluationError
-from .evaluate import compile_expression
+from ..engine.errors import EvaluationError
+from ..engine.evaluate import compile_expression
 from .hardware import Hardware
 from .memory import RECOMPUTE, Layout, MemoryReport, Training, params_expression, recipes, saved_activations, static_bytes, tensor_split, training_memory
-from .model import Model
+from ..engine.model import Model
 from .roofline import phase_work
 from .timing import TrainingTime, data_comm, expert_comm, pipeline_comm, placement, recompute_work, step_bounds, tensor_comm, training_time
 

@@ -39,8 +39,8 @@ from pydantic import (
     model_validator,
 )
 
-from .data import data_root, read_toml
-from .errors import ConfigError, describe_validation
+from ..engine.data import data_root, read_toml
+from ..engine.errors import ConfigError, describe_validation
 
 DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4")
 LINKS = ("scale_up", "pcie", "scale_out")

@@ -27,13 +27,13 @@ from typing import Iterable, Mapping, Sequence
 import sympy
 from sympy.printing.latex import LatexPrinter
 
-from .declarations import QUANTITIES, Component, Library, default_library
-from .derive import Derivation, derive
-from .errors import EvaluationError
-from .evaluate import Number
-from .graph import build_graph
-from .model import Model, normalise_quantity
-from .vocabulary import Vocabulary, default_vocabulary
+from ..engine.declarations import QUANTITIES, Component, Library, default_library
+from ..engine.derive import Derivation, derive
+from ..engine.errors import EvaluationError
+from ..engine.evaluate import Number
+from ..engine.graph import build_graph
+from ..engine.model import Model, normalise_quantity
+from ..engine.vocabulary import Vocabulary, default_vocabulary
 
 # The letter each quantity conventionally goes by on the left of an equation.
 QUANTITY_LETTERS = {
@@ -326,7 +326,7 @@ def training_flops_table(models: Sequence[Model], *, tokens: int, seq: int, batc
 
 def memory_table(models: Sequence[Model], *, batch: int, seq: int) -> str:
     """Training memory on one device by category (mixed precision, AdamW, no recompute), one column per model, in GB."""
-    from .memory import training_memory  # the memory model is optional here: only this table needs it
+    from ..analysis.memory import training_memory  # the memory model is optional here: only this table needs it
 
     reports = [training_memory(m, batch=batch, seq=seq) for m in models]
     categories = list(dict.fromkeys(c for r in reports for c in r.values))

@@ -12,6 +12,7 @@ from typing import Any, Mapping
 import sympy
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from . import html_table
 from .data import formulas_dir, read_toml
 from .declarations import QUANTITIES, Library, default_library
 from .errors import ConfigError, DeclarationError, EvaluationError, SymformError, describe_validation
@@ -122,10 +123,10 @@ class Model:
         rows = []
         for path, formula in self.breakdown("params").items():
             free = set(formula.free) - set(self.values)
-            value = f"{formula.evaluate(**{k: v for k, v in self.values.items() if k in formula.free}):,}" if not free else ""
-            rows.append(f"<tr><td>{html.escape(path)}</td><td style='text-align:right'>{value}</td><td>${html.escape(formula.latex())}$</td></tr>")
+            value = html_table.count(formula.evaluate(**{k: v for k, v in self.values.items() if k in formula.free})) if not free else ""
+            rows.append(html_table.row([html.escape(path), value, html_table.formula_cell(formula.latex())], right=(1,)))
         head = f"<b>{html.escape(self.name)}</b> ({html.escape(self.spec.root)}): parameters"
-        return f"{head}<table><tr><th>component</th><th>count</th><th>formula</th></tr>{''.join(rows)}</table>"
+        return html_table.table(head, ("component", "count", "formula"), rows)
 
     # -- expressions ------------------------------------------------------------
 

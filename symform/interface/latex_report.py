@@ -7,9 +7,9 @@ import json
 from typing import Callable
 
 from . import latex as tex
-from .derive import derive
-from .errors import EvaluationError
-from .model import Model, normalise_quantity
+from ..engine.derive import derive
+from ..engine.errors import EvaluationError
+from ..engine.model import Model, normalise_quantity
 
 
 def latex_arguments(p: argparse.ArgumentParser) -> None:
