@@ -39,6 +39,7 @@ from pydantic import (
     model_validator,
 )
 
+from ..engine.budget import DEVICES
 from ..engine.data import data_root, read_toml
 from ..engine.errors import ConfigError, describe_validation
 
@@ -74,19 +75,23 @@ def _clip(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+_SMALLEST, _LARGEST = 1e-9, 1e30
+
+
 def _number(value: Any) -> int | float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"a number in SI base units is needed (e.g. 3.35e12), not {_what(value)}")  # noqa: TRY004 (pydantic reports ValueError)
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"a positive finite number is needed, not {value!r}")
+    # a bound either side, so that no ratio of two figures overflows or divides by (nearly) zero
+    if isinstance(value, int) and value.bit_length() > 128 or not _SMALLEST <= value <= _LARGEST:
+        raise ValueError(f"a positive number between {_SMALLEST:g} and {_LARGEST:g} is needed, not {_clip(repr(value))}")
     return value
 
 
 def _count(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"a whole number is needed, not {_what(value)}")  # noqa: TRY004
-    if value <= 0:
-        raise ValueError(f"a positive whole number is needed, not {value}")
+    if not 0 < value <= DEVICES:
+        raise ValueError(f"a whole number from 1 to {DEVICES} is needed, not {_clip(repr(value))}")
     return value
 
 

@@ -13,7 +13,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError, DeclarationError
+from .budget import check_nesting, read_bounded
+from .errors import BudgetError, ConfigError, DeclarationError
 
 _DATA_DIRS = ("formulas", "hardware")
 
@@ -46,14 +47,30 @@ def bundled_files() -> list[Path]:
 
 
 def read_toml(path: Path) -> dict[str, Any]:
+    """A TOML file as a dict: at most FILE_BYTES, nested at most NESTING_DEPTH, every failure one line."""
+    text = read_text(path, "a TOML file")
+    check_nesting(text, path)
     try:
-        with open(path, "rb") as f:
-            return tomllib.load(f)
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: not valid TOML ({e}); fix the syntax") from None
+    except RecursionError:
+        raise BudgetError(f"{path}: nested too deep to read; flatten the file") from None
+    except ValueError as e:  # an integer past Python's digit limit
+        raise ConfigError(f"{path}: {e}; fix the file") from None
+
+
+def read_text(path: Path, what: str) -> str:
+    """A UTF-8 text file, read with a bound on its size; filesystem errors as one line."""
+    try:
+        data = read_bounded(path, what)
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such file; check the path") from None
     except IsADirectoryError:
-        raise ConfigError(f"{path}: is a directory; give a .toml file") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{path}: not valid TOML ({e}); fix the syntax") from None
+        raise ConfigError(f"{path}: is a directory; give {what}") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read ({e.strerror or e.__class__.__name__}); give a readable file") from None
+    try:
+        return data.decode("utf-8")
     except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not UTF-8 text; give a TOML file") from None
+        raise ConfigError(f"{path}: not UTF-8 text; give {what}") from None

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .data import formulas_dir, read_toml
 from .errors import DeclarationError, SymformError, describe_validation
-from .safe_expr import parse
+from .safe_expr import is_identifier, parse
 from .vocabulary import Vocabulary, default_vocabulary, make_symbol
 
 QUANTITIES = ("params", "active_params", "forward_flops", "backward_flops", "bytes_moved", "saved_activations", "kv_cache")
@@ -164,7 +164,7 @@ def _split_arg(text: str) -> tuple[str, str | None]:
 
 def validate_declaration(name: str, raw: Any) -> ComponentDecl:
     where = f"component {name!r}"
-    if not name.isidentifier():
+    if not is_identifier(name):
         raise DeclarationError(f"{where}: names must be identifiers (letters, digits, _)")
     if not isinstance(raw, Mapping):
         raise DeclarationError(f"{where} must be a table of a component's fields")
@@ -188,7 +188,7 @@ def _build_args(decl: ComponentDecl, context: Mapping[str, sympy.Basic], vocabul
     declared: list[tuple[str, str | None]] = []
     for text in decl.args:
         arg_name, default = _split_arg(text)
-        if not arg_name.isidentifier():
+        if not is_identifier(arg_name):
             raise DeclarationError(f"argument {text!r} is not 'name' or 'name = default'")
         if arg_name in context:
             raise DeclarationError(f"argument {arg_name!r} shadows the vocabulary's {arg_name!r}; rename it")
@@ -240,7 +240,7 @@ def _build_component(name: str, decl: ComponentDecl, vocabulary: Vocabulary, bas
     for part in decl.parts:
         if part.name in declared:
             raise DeclarationError(f"part {part.name!r} is declared twice")
-        if "/" in part.name or not part.name.isidentifier():
+        if "/" in part.name or not is_identifier(part.name):
             raise DeclarationError(f"part name {part.name!r} must be an identifier")
         if part.use.startswith(SLOT) and part.use[1:] not in slots:
             raise DeclarationError(f"part {part.name!r} uses {part.use!r}, but there is no slot argument {part.use[1:]!r}")

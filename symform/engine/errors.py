@@ -26,3 +26,7 @@ def describe_validation(error) -> str:
     first = error.errors()[0]
     where = ".".join(str(p) for p in first["loc"])
     return f"{where}: {first['msg']}" if where else first["msg"]
+
+
+class BudgetError(SymformError):
+    """A request would cost more work or memory than symform allows (symform.engine.budget names each limit)."""

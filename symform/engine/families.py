@@ -20,9 +20,10 @@ from typing import Any, Literal, Mapping
 import sympy
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .data import formulas_dir, read_toml
+from .budget import LAYERS, check_count, check_nesting, check_number
+from .data import formulas_dir, read_text, read_toml
 from .errors import ConfigError, DeclarationError, describe_validation
-from .safe_expr import parse
+from .safe_expr import is_identifier, parse
 
 
 class FieldSpec(BaseModel):
@@ -112,7 +113,7 @@ def family_for(config: Mapping[str, Any], origin: str) -> Family:
     model_type = config.get("model_type")
     if model_type is None:
         raise ConfigError(f"{origin}: no 'model_type' field; a Hugging Face config.json names its family there")
-    if isinstance(model_type, str) and model_type.isidentifier():
+    if isinstance(model_type, str) and is_identifier(model_type):
         # the family file named after the model type, when it reads that type: one file instead of all of them
         path = formulas_dir() / "families" / f"{model_type}.toml"
         if path.is_file() and model_type in _family_file(path).spec.model_types:
@@ -188,7 +189,14 @@ def count_layers(name: str, spec: CountSpec, fields: Mapping[str, Any], origin: 
     names = {k: v for k, v in fields.items() if v is not None and not _is_text_list(v)}
     if {k for k, v in fields.items() if v is None} & set(re.findall(r"[A-Za-z_]\w*", spec.when)):
         return sympy.Integer(0)  # a condition on a null field holds for no layer
-    return sympy.Integer(sum(1 for i in range(total) if parse(spec.when, {**names, "i": sympy.Integer(i)}, relation=True).doit() == sympy.true))
+    if "i" not in re.findall(r"[A-Za-z_]\w*", spec.when):  # the same for every layer: decided once
+        return sympy.Integer(total if _holds(spec.when, names) else 0)
+    check_count(total, LAYERS, f"{origin}: {spec.over} (layers counted one by one for {name})", "LAYERS", f"give a config of at most {LAYERS:,} layers")
+    return sympy.Integer(sum(1 for i in range(total) if _holds(spec.when, {**names, "i": sympy.Integer(i)})))
+
+
+def _holds(condition: str, names: Mapping[str, Any]) -> bool:
+    return parse(condition, names, relation=True).doit() == sympy.true
 
 
 def _is_text_list(value: Any) -> bool:
@@ -218,6 +226,7 @@ def _check_type(field: str, raw: Any, spec: FieldSpec, origin: str) -> Any:
         if not isinstance(raw, list) or not all(isinstance(v, str) for v in raw):
             raise problem
         return tuple(raw)
+    check_number(raw, f"{origin}: field {field!r}")
     if isinstance(raw, sympy.Basic):
         ok = raw.is_Integer and raw >= spec.minimum
     else:
@@ -229,20 +238,27 @@ def _check_type(field: str, raw: Any, spec: FieldSpec, origin: str) -> Any:
 
 def load_config_file(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file; give a preset name (symform models) or a path to a config.json") from None
-    except IsADirectoryError:
-        candidate = path / "config.json"
-        if candidate.is_file():
-            return load_config_file(candidate)
-        raise ConfigError(f"{path}: is a directory without a config.json; give the config file itself") from None
-    except (UnicodeDecodeError, PermissionError, OSError) as e:
-        raise ConfigError(f"{path}: cannot read ({e.__class__.__name__}); give a readable UTF-8 JSON file") from None
+        if path.is_dir():
+            candidate = path / "config.json"
+            if candidate.is_file():
+                return load_config_file(candidate)
+            raise ConfigError(f"{path}: is a directory without a config.json; give the config file itself")
+        if not path.exists():
+            raise ConfigError(f"{path}: no such file; give a preset name (symform models) or a path to a config.json")
+    except OSError as e:  # a name too long, a loop of links: the path itself is unusable
+        raise ConfigError(f"{path}: cannot read ({e.strerror or e.__class__.__name__}); give a readable UTF-8 JSON file") from None
+    text = read_text(path, "a UTF-8 JSON file")
+    check_nesting(text, path)
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as e:
         raise ConfigError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}); fix the file") from None
+    except ValueError as e:  # NaN and Infinity, or an integer past Python's digit limit
+        raise ConfigError(f"{path}: {e}; fix the file") from None
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON (sizes are finite numbers)")
 
 
 class PresetEntry(BaseModel):

@@ -16,9 +16,8 @@ import networkx as nx
 import sympy
 
 from .declarations import QUANTITIES, SLOT, Component, Library, Requirement
-from .errors import DeclarationError
-
-MAX_DEPTH = 32
+from .budget import GRAPH_DEPTH, GRAPH_NODES, expand
+from .errors import BudgetError, DeclarationError
 
 Binding = sympy.Expr | str  # an expression, or a component name for a slot
 
@@ -58,7 +57,7 @@ class ComponentGraph:
         return {n: weight[n] * self.graph.nodes[n]["quantities"][quantity] for n in self.leaves() if weight[n] != 0}
 
     def total(self, quantity: str) -> sympy.Expr:
-        return sympy.expand(sympy.Add(*self.leaf_terms(quantity).values()))
+        return expand(sympy.Add(*self.leaf_terms(quantity).values()), f"the model's {quantity}")
 
     def breakdown(self, quantity: str, depth: int | None = None) -> dict[str, sympy.Expr]:
         """Sums by path prefix of at most ``depth`` segments (all the way down when None)."""
@@ -66,7 +65,7 @@ class ComponentGraph:
         for path, term in self.leaf_terms(quantity).items():
             key = path if depth is None else "/".join(path.split("/")[:depth])
             groups.setdefault(key, []).append(term)
-        return {k: sympy.expand(sympy.Add(*v)) for k, v in groups.items()}
+        return {k: expand(sympy.Add(*v), f"{k or 'the model'}'s {quantity}") for k, v in groups.items()}
 
 
 def build_graph(
@@ -133,9 +132,18 @@ def _instantiate(
     out: ComponentGraph,
     stack: tuple[str, ...],
 ) -> None:
-    if component.name in stack or len(stack) > MAX_DEPTH:
-        chain = " -> ".join(stack + (component.name,))
+    if component.name in stack:
+        chain = " -> ".join(stack[stack.index(component.name) :] + (component.name,))
         raise DeclarationError(f"components use each other in a cycle ({chain}); a component cannot contain itself")
+    if len(stack) >= GRAPH_DEPTH:
+        raise BudgetError(
+            f"components nest over {GRAPH_DEPTH} levels deep at {path}, past symform's budget (symform.engine.budget.GRAPH_DEPTH); flatten the declarations"
+        )
+    if out.graph.number_of_nodes() >= GRAPH_NODES:
+        raise BudgetError(
+            f"the model has over {GRAPH_NODES:,} component instances, past symform's budget (symform.engine.budget.GRAPH_NODES); "
+            "repeat a part (repeat = \"n\") instead of declaring many copies"
+        )
     local = {component.arg(name).symbol: value for name, value in args.items() if not component.arg(name).is_slot}
     if assume and assume in component.assumptions:
         replaced = {component.arg(k).symbol: v.xreplace(local) for k, v in component.assumptions[assume].items()}
@@ -149,7 +157,7 @@ def _instantiate(
         out.graph.nodes[path]["quantities"] = {q: e.xreplace(local) for q, e in component.quantities.items()}
         return
     for part in component.parts:
-        repeat = {q: sympy.expand(part.repeat[q].xreplace(local)) for q in QUANTITIES}
+        repeat = {q: expand(part.repeat[q].xreplace(local), f"the repeat of {part.name}") for q in QUANTITIES}
         if all(r == 0 for r in repeat.values()):
             continue
         child_path = f"{path}/{part.name}" if path else part.name

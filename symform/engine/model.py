@@ -16,6 +16,7 @@ from . import html_table
 from .data import formulas_dir, read_toml
 from .declarations import QUANTITIES, Library, default_library
 from .errors import ConfigError, DeclarationError, EvaluationError, SymformError, describe_validation
+from .budget import quoted
 from .evaluate import Number, check_value
 from .families import ModelSpec, load_config_file, preset_config, presets, spec_from_config
 from .formula import Formula
@@ -45,9 +46,11 @@ def quantity_names() -> list[str]:
 
 
 def normalise_quantity(name: str) -> str:
+    if not isinstance(name, str):
+        raise EvaluationError(f"a quantity is named by a string such as 'params', not {type(name).__name__}")
     key = name.replace("-", "_")
     if key not in quantity_names():
-        raise EvaluationError(f"unknown quantity {name!r}; choose one of {', '.join(q.replace('_', '-') for q in quantity_names())}")
+        raise EvaluationError(f"unknown quantity {quoted(name)}; choose one of {', '.join(q.replace('_', '-') for q in quantity_names())}")
     return key
 
 

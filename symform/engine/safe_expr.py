@@ -16,6 +16,7 @@ from typing import Callable, Mapping
 
 import sympy
 
+from .budget import check_constant, check_expansion, power_digits, quoted, CONSTANT_DIGITS
 from .errors import ExpressionError
 
 MAX_LENGTH = 2000
@@ -65,6 +66,10 @@ def parse(text: object, names: Mapping[str, sympy.Basic], *, relation: bool = Fa
         raise ExpressionError("empty expression; write a number or a formula such as 'd_model*d_ff'")
     if len(source) > MAX_LENGTH:
         raise ExpressionError(f"expression of {len(source)} characters is too long (limit {MAX_LENGTH})")
+    if not source.isascii():
+        # Python folds full-width and other compatibility letters to ASCII (ｄ_model is d_model): refuse them
+        odd = next(c for c in source if not c.isascii())
+        raise ExpressionError(f"non-ASCII character {odd!r} (U+{ord(odd):04X}) in {quoted(source)}; write names and operators in ASCII")
     try:
         tree = ast.parse(source, mode="eval")
     except SyntaxError as e:
@@ -75,7 +80,15 @@ def parse(text: object, names: Mapping[str, sympy.Basic], *, relation: bool = Fa
     if relation != _is_condition(body):
         want = "a comparison such as 'n_heads % n_kv_heads == 0'" if relation else "an arithmetic expression, not a comparison"
         raise ExpressionError(f"{source!r}: expected {want}")
-    return _Converter(source, names).visit(body)
+    result = _Converter(source, names).visit(body)
+    if not relation:
+        check_expansion(result, f"expression {quoted(source)}")
+    return result
+
+
+def is_identifier(name: object) -> bool:
+    """An ASCII identifier: what names of symbols, components, arguments and parts must be."""
+    return isinstance(name, str) and name.isascii() and name.isidentifier()
 
 
 def _is_condition(node: ast.AST) -> bool:
@@ -118,10 +131,16 @@ class _Converter:
             raise ExpressionError(f"{node.id!r} is a list; use it only as 'i in {node.id}' in {self.source!r}")
         return value
 
+    def operand(self, node: ast.AST) -> sympy.Expr:
+        """A number-valued part of arithmetic: a comparison there (1 + (a > b)) is refused."""
+        if _is_condition(node):
+            raise ExpressionError(f"a comparison cannot be a number in {quoted(self.source)}; comparisons go in requirements, not in arithmetic")
+        return self.visit(node)
+
     def visit_UnaryOp(self, node: ast.UnaryOp) -> sympy.Expr:
         if isinstance(node.op, ast.Not):
             return sympy.Not(self.condition(node.operand))
-        operand = self.visit(node.operand)
+        operand = self.operand(node.operand)
         if isinstance(node.op, ast.USub):
             return -operand
         if isinstance(node.op, ast.UAdd):
@@ -129,16 +148,21 @@ class _Converter:
         raise self.refuse(f"the operator {type(node.op).__name__}")
 
     def visit_BinOp(self, node: ast.BinOp) -> sympy.Expr:
-        left, right = self.visit(node.left), self.visit(node.right)
+        left, right = self.operand(node.left), self.operand(node.right)
         if isinstance(node.op, ast.Pow):
-            return self.power(left, right)
+            return self.folded(self.power(left, right))
         try:
             combine = _BINARY[type(node.op)]
         except KeyError:
             raise self.refuse(f"the operator {type(node.op).__name__}") from None
         if isinstance(node.op, (ast.Div, ast.FloorDiv, ast.Mod)) and right == 0:
             raise ExpressionError(f"division by zero in {self.source!r}")
-        return combine(left, right)
+        return self.folded(combine(left, right))
+
+    def folded(self, value: sympy.Expr) -> sympy.Expr:
+        if value.is_Number:
+            check_constant(value, self.source)
+        return value
 
     def power(self, base: sympy.Expr, exponent: sympy.Expr) -> sympy.Expr:
         if not exponent.is_Number:
@@ -147,6 +171,8 @@ class _Converter:
             raise ExpressionError(f"exponent {exponent} is too large in {self.source!r} (limit {MAX_EXPONENT})")
         if base == 0 and exponent < 0:
             raise ExpressionError(f"division by zero in {self.source!r}")
+        if power_digits(base, exponent) > CONSTANT_DIGITS:
+            raise ExpressionError(f"{base}**{exponent} in {quoted(self.source)} has over {CONSTANT_DIGITS} digits, past symform's budget (symform.engine.budget.CONSTANT_DIGITS); write smaller numbers")
         return base**exponent
 
     def visit_Call(self, node: ast.Call) -> sympy.Expr:
@@ -161,7 +187,7 @@ class _Converter:
         if (arity is not None and len(node.args) != arity) or not node.args:
             want = f"{arity}" if arity is not None else "at least 1"
             raise ExpressionError(f"{node.func.id}() takes {want} argument(s), got {len(node.args)} in {self.source!r}")
-        return function(*(self.visit(a) for a in node.args))
+        return self.folded(function(*(self.operand(a) for a in node.args)))
 
     def condition(self, node: ast.AST) -> sympy.Basic:
         if not _is_condition(node):
@@ -181,7 +207,7 @@ class _Converter:
         make = _COMPARE.get(type(op))
         if make is None:
             raise self.refuse(f"the comparison {type(op).__name__}")
-        return make(self.visit(node.left), self.visit(right), evaluate=False)
+        return make(self.operand(node.left), self.operand(right), evaluate=False)
 
     def membership(self, left: ast.AST, right: ast.AST, *, negate: bool) -> sympy.Basic:
         if not isinstance(right, ast.Name):

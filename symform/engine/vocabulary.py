@@ -8,10 +8,13 @@ from types import MappingProxyType
 from typing import Literal, Mapping
 
 import sympy
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
 from .data import formulas_dir, read_toml
+from .budget import number_from_text
 from .errors import DeclarationError, describe_validation
+from .latex_fragment import latex_problem
+from .safe_expr import is_identifier
 
 Kind = Literal["architecture", "workload", "convention", "dtype", "derived"]
 Domain = Literal["positive_integer", "nonnegative_integer", "positive_rational"]
@@ -33,6 +36,24 @@ class SymbolSpec(BaseModel):
     large: bool = False
     default: str | None = None
     tensor_parallel: bool = False  # Megatron-style tensor parallelism splits this size among the ranks
+
+    @field_validator("latex")
+    @classmethod
+    def _safe_latex(cls, text: str) -> str:
+        problem = latex_problem(text)
+        if problem:
+            raise ValueError(f"latex {text[:40]!r} is refused: {problem}")
+        return text
+
+    @model_validator(mode="after")
+    def _default_in_domain(self) -> "SymbolSpec":
+        if self.default is not None:
+            value = number_from_text(self.default, "default")  # ValueError names the problem
+            if "integer" in self.domain and value.denominator != 1:
+                raise ValueError(f"default {self.default!r} must be a whole number ({self.domain})")
+            if value < 0 or (value == 0 and self.domain != "nonnegative_integer"):
+                raise ValueError(f"default {self.default!r} is outside the domain {self.domain}")
+        return self
 
 
 def make_symbol(name: str, domain: Domain) -> sympy.Symbol:
@@ -83,7 +104,7 @@ class Vocabulary:
 
     def defaults(self) -> dict[sympy.Symbol, sympy.Expr]:
         """Default values of conventions and storage sizes, as exact sympy numbers."""
-        return {e.symbol: sympy.Rational(e.spec.default) for e in self.entries.values() if e.spec.default is not None}
+        return {e.symbol: sympy.Rational(number_from_text(e.spec.default, e.name)) for e in self.entries.values() if e.spec.default is not None}
 
     def by_symbol(self, symbol: sympy.Symbol) -> Entry:
         return self.entries[symbol.name]
@@ -92,7 +113,7 @@ class Vocabulary:
 def vocabulary_from_table(table: Mapping[str, object]) -> Vocabulary:
     entries = {}
     for name, raw in table.items():
-        if not name.isidentifier():
+        if not is_identifier(name):
             raise DeclarationError(f"symbol name {name!r} is not an identifier; use letters, digits and _")
         try:
             spec = SymbolSpec.model_validate(raw)

@@ -12,7 +12,9 @@ import sys
 from fractions import Fraction
 from typing import Sequence
 
-from .cli_args import positive_int
+from .cli_args import exact_number, positive_int
+from ..engine.budget import quoted
+from ..engine.safe_expr import is_identifier
 from ..engine.derive import Derivation, derive
 from ..engine.errors import SymformError
 from ..engine.evaluate import Number
@@ -45,18 +47,14 @@ class _Parser(argparse.ArgumentParser):
 def _assignment(text: str) -> tuple[str, Number]:
     name, eq, value = text.partition("=")
     if not eq or not name.strip():
-        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=VALUE")
-    try:
-        number = Fraction(value.strip())
-    except (ValueError, ZeroDivisionError):
-        raise argparse.ArgumentTypeError(f"{text!r}: {value!r} is not a number (write 4096, 0.5 or 1/2)") from None
-    return name.strip(), int(number) if number.denominator == 1 else number
+        raise argparse.ArgumentTypeError(f"{quoted(text)} is not NAME=VALUE")
+    return name.strip(), exact_number(value)
 
 
 def _setting(text: str) -> tuple[str, Number | str]:
     """NAME=NUMBER for a size or option, NAME=COMPONENT for a slot (e.g. attention=mla_attention_absorbed)."""
     name, eq, value = text.partition("=")
-    if eq and value.strip().removeprefix("@").isidentifier():
+    if eq and is_identifier(value.strip().removeprefix("@")):
         return name.strip(), value.strip().removeprefix("@")
     return _assignment(text)
 

@@ -1,26 +1,43 @@
-"""Argument types the commands share: whole numbers with a lower bound, refused in one line."""
+"""Argument types the commands share: exact numbers and whole numbers with a lower bound, refused in one line.
+
+Every number typed on a command line goes through ``exact_number``: its digits
+and exponent are checked against symform's number budget before any arithmetic,
+so ``1e100000000`` is refused at once instead of being computed.
+"""
 
 from __future__ import annotations
 
 import argparse
+from fractions import Fraction
+
+from ..engine.budget import number_from_text, quoted
+
+
+def exact_number(text: str) -> int | Fraction:
+    """4096, 0.5, 1.5e12 or 1/2: an int when whole, else a Fraction."""
+    try:
+        value = number_from_text(text, "number")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("number: ")) from None
+    return int(value) if value.denominator == 1 else value
 
 
 def _whole(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    value = exact_number(text)
+    if not isinstance(value, int):
+        raise argparse.ArgumentTypeError(f"{quoted(text)} is not a whole number")
+    return value
 
 
 def positive_int(text: str) -> int:
     value = _whole(text)
     if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text} must be positive")
+        raise argparse.ArgumentTypeError(f"{quoted(text)} must be positive")
     return value
 
 
 def non_negative_int(text: str) -> int:
     value = _whole(text)
     if value < 0:
-        raise argparse.ArgumentTypeError(f"{text} must be 0 or more")
+        raise argparse.ArgumentTypeError(f"{quoted(text)} must be 0 or more")
     return value

@@ -9,6 +9,7 @@ from dataclasses import asdict
 from fractions import Fraction
 
 from .cli_args import non_negative_int, positive_int
+from ..engine.budget import number_from_text, quoted
 from ..engine.errors import EvaluationError
 from ..engine.evaluate import Number
 from ..analysis.hardware import load_device
@@ -36,10 +37,13 @@ def memory_budget(text: str) -> int:
     """80e9, 80GB, 80GiB, 1.5TB: a number of bytes, units decimal (GB) or binary (GiB)."""
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([KMGT]i?B|B)?\s*", text, re.IGNORECASE)
     if not match:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a memory size; write 80e9, 80GB or 80GiB")
-    value = Fraction(match.group(1)) * _UNITS[(match.group(2) or "").upper()]
+        raise argparse.ArgumentTypeError(f"{quoted(text)} is not a memory size; write 80e9, 80GB or 80GiB")
+    try:
+        value = number_from_text(match.group(1), "memory") * _UNITS[(match.group(2) or "").upper()]
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
     if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: the budget must be positive")
+        raise argparse.ArgumentTypeError(f"{quoted(text)}: the budget must be positive")
     return int(value)
 
 

@@ -8,6 +8,8 @@ import warnings
 from fractions import Fraction
 from typing import TYPE_CHECKING, Sequence
 
+from .cli_args import non_negative_int, positive_int
+from ..engine.budget import number_from_text, quoted
 from ..engine.errors import EvaluationError
 from ..engine.model import Model
 
@@ -21,8 +23,8 @@ def sweep_arguments(p) -> None:
     p.add_argument("--grid", action="append", default=[], metavar="NAME=A,B,C", help="one axis of the cartesian grid (repeat for more)")
     p.add_argument("--zip", action="append", default=[], metavar="NAME=A,B,C", help="values that go together: every --zip list is one axis, equal lengths")
     p.add_argument("--sample", action="append", default=[], metavar="NAME=LOW:HIGH", help="random whole numbers in [LOW, HIGH], --n points, --seed")
-    p.add_argument("--n", type=int, default=None, help="random points for --sample")
-    p.add_argument("--seed", type=int, default=0, help="seed for --sample (default 0)")
+    p.add_argument("--n", type=positive_int, default=None, help="random points for --sample")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="seed for --sample (default 0)")
     p.add_argument("--fix", action="append", default=[], metavar="NAME=VALUE", help="a workload value held fixed (seq, batch, tokens, ...)")
     p.add_argument("--exact", action="store_true", help="exact integers (slower; for small sweeps)")
     p.add_argument("--csv", action="store_true", help="print CSV instead of a table")
@@ -43,9 +45,9 @@ def _numbers(name: str, text: str) -> list:
     out = []
     for part in text.split(","):
         try:
-            number = Fraction(part.strip())
-        except (ValueError, ZeroDivisionError):
-            raise EvaluationError(f"{name}: {part!r} is not a number") from None
+            number = number_from_text(part, name)
+        except ValueError as e:
+            raise EvaluationError(str(e)) from None
         out.append(int(number) if number.denominator == 1 else number)
     return out
 
@@ -53,9 +55,12 @@ def _numbers(name: str, text: str) -> list:
 def _range(name: str, text: str) -> tuple[int, int]:
     low, colon, high = text.partition(":")
     try:
-        return int(low), int(high)
+        bounds = number_from_text(low, name), number_from_text(high, name)
     except ValueError:
-        raise EvaluationError(f"--sample {name}={text}: write LOW:HIGH whole numbers") from None
+        bounds = ()
+    if not colon or len(bounds) != 2 or any(b.denominator != 1 for b in bounds):
+        raise EvaluationError(f"--sample {name}={quoted(text)}: write LOW:HIGH whole numbers")
+    return int(bounds[0]), int(bounds[1])
 
 
 def sweep_command(model: Model, args) -> str:
