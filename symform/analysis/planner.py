@@ -11,6 +11,7 @@ again exactly by ``training_memory`` and ``training_time``, which report their b
 
 from __future__ import annotations
 
+import math
 import os
 import time as clock
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ import numpy as np
 import sympy
 
 from . import scaling
+from ..engine.budget import DEVICES, check_count, quoted
 from ..engine.errors import EvaluationError
 from ..engine.evaluate import compile_expression
 from .hardware import Hardware
@@ -32,7 +34,9 @@ MICRO_BATCHES = (1, 2, 4, 8, 16, 32)
 
 
 def _divisors(n: int) -> list[int]:
-    return [k for k in range(1, n + 1) if n % k == 0]
+    """Divisors of n in increasing order, in O(sqrt n) steps (n is within the DEVICES budget)."""
+    small = [k for k in range(1, math.isqrt(n) + 1) if n % k == 0]
+    return small + [n // k for k in reversed(small) if k * k != n]
 
 
 @dataclass
@@ -257,7 +261,8 @@ def plan(
     """The fastest layouts that fit: screened over every candidate, the best ``top`` worked out exactly."""
     for name, value in (("devices", devices), ("global_batch", global_batch), ("seq", seq), ("top", top)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise EvaluationError(f"{name} is {value!r}; give a whole number of 1 or more")
+            raise EvaluationError(f"{name} is {quoted(value)}; give a whole number of 1 or more")
+    check_count(devices, DEVICES, "devices", "DEVICES", f"plan for at most {DEVICES:,} devices")
     place = placement(gpu, node_size)
     capacity = memory_bytes if memory_bytes is not None else int(place.device.memory_bytes)
     started = clock.perf_counter()

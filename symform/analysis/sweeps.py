@@ -44,6 +44,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 import sympy
 
+from ..engine.budget import ARRAY_ELEMENTS, check_count, quoted
 from ..engine.errors import EvaluationError
 from ..engine.evaluate import check_value, exact_value
 from ..engine.model import Model, normalise_quantity
@@ -250,9 +251,14 @@ def _axes(grid, zipped, sample, n, seed) -> list[Axis]:
         if len(lengths) != 1:
             raise EvaluationError(f"zip= arrays must have one length; got {', '.join(f'{k}: {len(c)}' for k, c in columns.items())}")
         axes.append(Axis(tuple(columns), tuple(columns.values())))
+    points = math.prod(len(a) for a in axes)
+    check_count(points, ARRAY_ELEMENTS, "points in the grid", "ARRAY_ELEMENTS", "sweep fewer values per axis, or sample points (--sample with --n)")
     if sample:
-        if n is None or n < 1:
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise EvaluationError("sample= needs n=, the number of random points (1 or more)")
+        check_count(points * n, ARRAY_ELEMENTS, "points in the sweep", "ARRAY_ELEMENTS", "ask for fewer random points (--n)")
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise EvaluationError(f"seed={quoted(seed)}: a seed is a whole number of 0 or more")
         rng = np.random.default_rng(seed)
         axes.append(Axis(tuple(sample), tuple(_draw(rng, k, spec, n) for k, spec in sample.items())))
     if any(len(a) == 0 for a in axes):
@@ -265,7 +271,9 @@ def _draw(rng: np.random.Generator, name: str, spec: object, n: int) -> np.ndarr
     if isinstance(spec, tuple) and len(spec) == 2:
         low, high = spec
         if not (isinstance(low, int) and isinstance(high, int)) or low > high:
-            raise EvaluationError(f"sample {name}={spec!r}: a range is (low, high) whole numbers with low <= high")
+            raise EvaluationError(f"sample {name}={quoted(spec)}: a range is (low, high) whole numbers with low <= high")
+        if not -(2**53) < low <= high < 2**53:
+            raise EvaluationError(f"sample {name}={quoted(spec)}: sampled values must lie within ±2^53 (float64's whole numbers)")
         return rng.integers(low, high, n, endpoint=True, dtype=np.int64)
     choices = _column(name, spec).ravel()
     if len(choices) == 0:

@@ -27,6 +27,7 @@ import sympy
 
 from . import parallel_comm, scaling
 from .collectives import ALPHA, BETA, N, P, collective, cost_model, link_bandwidth, link_latency
+from ..engine.budget import ARRAY_ELEMENTS, check_count
 from ..engine.errors import ConfigError, EvaluationError
 from ..engine.evaluate import compile_expression, exact_value
 from .hardware import Device, Hardware, System, load_device
@@ -724,6 +725,7 @@ def inference_time(
     """TTFT, TPOT and tokens/s for ``batch`` requests of ``prompt`` tokens generating ``output`` tokens each."""
     for name, value in (("batch", batch), ("prompt", prompt), ("output", output), ("tensor", tensor)):
         _whole(name, value)
+    check_count(output, ARRAY_ELEMENTS, "output tokens (one decode step each)", "ARRAY_ELEMENTS", f"time at most {ARRAY_ELEMENTS:,} output tokens")
     place = placement(gpu, node_size)
     if tensor > place.node_size:
         raise ConfigError(f"tensor degree {tensor} exceeds the {place.node_size} accelerators of one node; inference tensor parallelism stays within a node (give node_size or a system)")

@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 import networkx as nx
 import sympy
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
 from .data import formulas_dir, read_toml
 from .errors import DeclarationError, SymformError, describe_validation
@@ -30,7 +30,7 @@ QUANTITIES = ("params", "active_params", "forward_flops", "backward_flops", "byt
 QUANTITY_DEFAULTS = {"active_params": "params", "backward_flops": "bwd_mult*forward_flops", "kv_cache": "0"}
 SLOT = "@"
 
-Scalar = str | int
+Scalar = StrictStr | StrictInt  # true is no count: booleans are refused, not read as 1
 
 
 class PartDecl(BaseModel):
@@ -58,6 +58,8 @@ class ComponentDecl(BaseModel):
 
     doc: str
     extends: str | None = None  # a composite this one varies: its args, parts, requirements and assumptions, then these
+    kind: str | None = None  # what it is (attention, mlp, norm, ...): a slot takes only components of its default's kind
+    switches: list[str] = Field(default_factory=list)  # arguments that are 0 or 1 (a bias, a norm present or not)
     remove: list[str] = Field(default_factory=list)  # parts of the extended composite to leave out
     args: list[str] = Field(default_factory=list)
     source: str = ""
@@ -116,6 +118,8 @@ class Component:
     parts: tuple[Part, ...]
     quantities: Mapping[str, sympy.Expr]  # primitives only
     saved_when: Mapping[str, sympy.Expr] = field(default_factory=dict)  # saved activations by mode of running
+    kind: str | None = None
+    switches: frozenset[str] = frozenset()
 
     @property
     def is_primitive(self) -> bool:
@@ -272,7 +276,17 @@ def _build_component(name: str, decl: ComponentDecl, vocabulary: Vocabulary, bas
         parts=tuple(parts),
         quantities=MappingProxyType(exprs),
         saved_when=MappingProxyType({**(base.saved_when if base else {}), **{m: parse(v, names) for m, v in decl.saved_activations_when.items()}}),
+        kind=decl.kind if decl.kind is not None else base.kind if base else None,
+        switches=_switches(decl, args, base),
     )
+
+
+def _switches(decl: ComponentDecl, args: list[Arg], base: Component | None) -> frozenset[str]:
+    numeric = {a.name for a in args if not a.is_slot}
+    unknown = sorted(set(decl.switches) - numeric)
+    if unknown:
+        raise DeclarationError(f"switch {unknown[0]!r} is not one of its numeric arguments")
+    return frozenset(decl.switches) | (base.switches if base else frozenset())
 
 
 def _merge_parts(inherited: list[Part], declared: dict[str, Part], replaces: Mapping[str, list[str]]) -> list[Part]:
@@ -307,8 +321,16 @@ def _repeat(value: Scalar | Mapping[str, Scalar], names: Mapping[str, sympy.Basi
     unknown = sorted(set(value) - set(QUANTITIES) - {"default"})
     if unknown:
         raise DeclarationError(f"repeat names {unknown[0]!r}; use 'default' or one of {', '.join(QUANTITIES)}")
-    default = parse(value.get("default", "1"), names)
-    return MappingProxyType({q: parse(value[q], names) if q in value else default for q in QUANTITIES})
+    default = _count(value.get("default", "1"), names)
+    return MappingProxyType({q: _count(value[q], names) if q in value else default for q in QUANTITIES})
+
+
+def _count(text: Scalar, names: Mapping[str, sympy.Basic]) -> sympy.Expr:
+    """A repeat: an expression whose value, where it is a number already, is a whole number of 0 or more."""
+    count = parse(text, names)
+    if count.is_Number and (not count.is_Integer or count < 0):
+        raise DeclarationError(f"repeat = {text!r}: a part repeats a whole number of times, 0 or more")
+    return count
 
 
 def check_library(library: Library, only: Mapping[str, Component] | None = None) -> None:

@@ -98,12 +98,37 @@ def bind_arguments(library: Library, component: Component, given: dict[str, Bind
         if arg.is_slot:
             if not isinstance(value, str):
                 raise DeclarationError(f"{where}: argument {arg.name!r} of {component.name} takes a component name")
-            library[value.removeprefix(SLOT)]
             value = value.removeprefix(SLOT)
+            _check_kind(library, component, arg.name, arg.default, library[value], where)
         elif isinstance(value, str):
             raise DeclarationError(f"{where}: argument {arg.name!r} of {component.name} takes an expression, not the component {value!r}")
         args[arg.name] = value
     return _resolve_defaults(component, args, given, where)
+
+
+def _check_kind(library: Library, component: Component, slot: str, default: str | None, chosen: Component, where: str) -> None:
+    """A slot holds a component of its default's kind: an MLP cannot stand where attention goes."""
+    if default is None or default == chosen.name:
+        return
+    expected = library[default].kind
+    if chosen.kind != expected:
+        raise DeclarationError(
+            f"{where}: slot {slot!r} of {component.name} takes a component of kind {expected or 'none'} (like {default}); "
+            f"{chosen.name} is of kind {chosen.kind or 'none'}"
+        )
+
+
+def _check_switches(component: Component, args: Mapping[str, Binding], path: str) -> None:
+    for name in component.switches:
+        value = args.get(name)
+        if isinstance(value, sympy.Basic) and value.is_Number and value not in (0, 1):
+            raise DeclarationError(f"{path or 'model'} ({component.name}): {name} is {value}, but it is a switch: give 0 or 1")
+
+
+def _check_repeat(part_name: str, repeat: Mapping[str, sympy.Expr], path: str) -> None:
+    for count in repeat.values():
+        if count.is_Number and (not count.is_Integer or count < 0):
+            raise DeclarationError(f"{path or 'model'}: part {part_name!r} repeats {count} times at these sizes; a repeat is a whole number of 0 or more")
 
 
 def _resolve_defaults(component: Component, args: dict[str, Binding], given: Mapping[str, Binding], where: str) -> dict[str, Binding]:
@@ -149,6 +174,7 @@ def _instantiate(
         replaced = {component.arg(k).symbol: v.xreplace(local) for k, v in component.assumptions[assume].items()}
         local.update(replaced)
     args = {**args, **{s.name: v for s, v in local.items()}}
+    _check_switches(component, args, path)
     out.graph.add_node(path, component=component, args=args, quantities={})
     for req in component.requirements:
         out.requirements.append(BoundRequirement(path, component.name, req, req.relation.xreplace(local)))
@@ -158,6 +184,7 @@ def _instantiate(
         return
     for part in component.parts:
         repeat = {q: expand(part.repeat[q].xreplace(local), f"the repeat of {part.name}") for q in QUANTITIES}
+        _check_repeat(part.name, repeat, path)
         if all(r == 0 for r in repeat.values()):
             continue
         child_path = f"{path}/{part.name}" if path else part.name

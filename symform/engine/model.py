@@ -81,7 +81,11 @@ class Model:
             config, entry = preset_config(text)
             return cls(spec_from_config(config, name=text, origin=f"preset {text}"), **options)
         path = Path(text)
-        if not path.exists() and path.suffix == "":
+        try:
+            exists = path.exists()
+        except OSError as e:  # a name too long for the filesystem
+            raise ConfigError(f"{quoted(text)}: cannot read ({e.strerror or e.__class__.__name__}); give a preset name or a shorter path") from None
+        if not exists and path.suffix == "":
             raise ConfigError(f"{text!r} is neither a bundled preset nor a file; presets: {', '.join(presets())}")
         if path.suffix == ".toml":
             spec, library = load_declaration_file(path)
@@ -178,7 +182,9 @@ class Model:
     def evaluate(self, quantity: str, **workload: object) -> Number:
         """Exact value of a quantity at this model's sizes and the given workload (batch, seq, tokens, past)."""
         model, workload = self._with_settings(workload)
-        return model.expression(quantity).evaluate(**model.bindings(**workload))
+        value = model.expression(quantity).evaluate(**model.bindings(**workload))
+        _check_count(self.name, quantity, "", value)
+        return value
 
     def _with_settings(self, workload: dict[str, object]) -> tuple["Model", dict[str, object]]:
         """Workload values that have defaults (past) are settings: they select the expression, not just a value."""
@@ -195,7 +201,10 @@ class Model:
     def evaluate_breakdown(self, quantity: str, *, depth: int | None = 1, **workload: object) -> dict[str, Number]:
         model, workload = self._with_settings(workload)
         values = model.bindings(**workload)
-        return {path: f.evaluate(**{k: v for k, v in values.items() if k in f.free}) for path, f in model.breakdown(quantity, depth=depth).items()}
+        parts = {path: f.evaluate(**{k: v for k, v in values.items() if k in f.free}) for path, f in model.breakdown(quantity, depth=depth).items()}
+        for path, value in parts.items():
+            _check_count(self.name, quantity, path, value)
+        return parts
 
     # -- internals ----------------------------------------------------------------
 
@@ -240,6 +249,12 @@ class Model:
         return values, arguments
 
     def _check_requirements(self) -> None:
+        graph = self.graph()
+        for path in graph.leaves():  # a negative part hides in a positive total: check each where sizes decide it
+            for quantity, expr in graph.graph.nodes[path]["quantities"].items():
+                value = expr.xreplace(self._values)
+                if value.is_Number and value < 0:
+                    raise ConfigError(f"{self.name}: {quantity} of {path or 'the root'} ({graph.graph.nodes[path]['component'].name}) is {value}, below zero; a count cannot be negative: check its declaration")
         for bound in self.graph().requirements:
             holds = bound.relation.xreplace(self._values)
             if holds.free_symbols:
@@ -249,6 +264,19 @@ class Model:
                 raise ConfigError(
                     f"{self.name}: {bound.requirement.text} does not hold ({got}) in {bound.path or bound.component}: {bound.requirement.why}"
                 )
+
+
+WHOLE_QUANTITIES = ("params", "active_params")  # tensors hold whole numbers of elements, whatever the conventions
+
+
+def _check_count(model: str, quantity: str, path: str, value: Number) -> None:
+    """Every quantity counts something (parameters, FLOPs, bytes): a negative value is a wrong declaration, never an answer."""
+    if value < 0:
+        where = f" in {path}" if path else ""
+        raise EvaluationError(f"{model}: {quantity}{where} is {value}, below zero; a count cannot be negative: check the declaration's signs and sizes")
+    if quantity in WHOLE_QUANTITIES and not isinstance(value, int):
+        where = f" in {path}" if path else ""
+        raise EvaluationError(f"{model}: {quantity}{where} is {value}, not a whole number; parameters come in whole numbers: check the declaration's divisions")
 
 
 def _checked_size(model: str, name: str, value: object, vocabulary) -> sympy.Integer:

@@ -185,11 +185,11 @@ def _params(model: Model, args: argparse.Namespace) -> str:
     active = model.evaluate("active_params")
     if args.json:
         parts = model.evaluate_breakdown("params", depth=args.depth or 1)
-        return json.dumps({"model": model.name, "total": total, "active": active, "components": parts, "values": model.values})
+        return json.dumps({"model": model.name, "total": _json_number(total), "active": _json_number(active), "components": {k: _json_number(v) for k, v in parts.items()}, "values": model.values})
     parts = model.evaluate_breakdown("params", depth=args.depth)
     table = _table(f"parameters of {model.name}", parts, total, unit="")
     if active != total:
-        table += f"\nactive per token {active:,}  ({_human(active)}; see docs/conventions.md)"
+        table += f"\nactive per token {_count_text(active)}  ({_human(active)}; see docs/conventions.md)"
     return table
 
 
@@ -263,6 +263,8 @@ def _derivation(d: Derivation, args: argparse.Namespace) -> str:
 def _number(value: Number) -> str:
     value = float(value) if not isinstance(value, int) else value
     for scale, suffix in ((1e15, "P"), (1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale * 1e6 and scale == 1e15:
+            return f"{value:>26,}  ({float(value):.3e})" if isinstance(value, int) else f"{value:.6g}"
         if abs(value) >= scale:
             return f"{value:>26,}  ({value / scale:.2f} {suffix})" if isinstance(value, int) else f"{value:.6g}"
     return f"{value:>26,}"
@@ -275,14 +277,21 @@ def _table(title: str, parts: dict[str, Number], total: Number, *, unit: str) ->
         if value == 0:
             continue  # element-wise ops and parameter-free parts, under the conventions in force
         share = float(value) / float(total) if total else 0.0
-        lines.append(f"{path:<{width}}  {float(value) if not isinstance(value, int) else value:>26,}  {share:>7.2%}")
-    lines.append(f"{'total':<{width}}  {total:>26,}  {1:>7.2%}" + (f"  {unit}" if unit else ""))
+        lines.append(f"{path:<{width}}  {_count_text(value):>26}  {share:>7.2%}")
+    lines.append(f"{'total':<{width}}  {_count_text(total):>26}  {1:>7.2%}" + (f"  {unit}" if unit else ""))
     lines.append(f"{'':<{width}}  {_human(total):>26}")
     return "\n".join(lines)
 
 
+def _count_text(value: Number) -> str:
+    """A whole count with thousands separators; a fraction (a convention such as causal=1/2) to 6 significant digits."""
+    return f"{value:,}" if isinstance(value, int) else f"{float(value):,.6g}"
+
+
 def _human(value: Number) -> str:
     value = float(value)
+    if abs(value) >= 1e21:
+        return f"≈ {value:.3e}"
     for scale, suffix in ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
         if abs(value) >= scale:
             return f"≈ {value / scale:.3f} {suffix}"
