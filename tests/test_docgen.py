@@ -13,6 +13,8 @@ from symform import docgen
 from symform import latex as tex
 from symform.interface.cli import main
 
+from checks import run
+
 REFERENCE = Path(__file__).resolve().parent.parent / "docs" / "reference"
 
 
@@ -52,8 +54,42 @@ def test_docs_command_writes_the_pages(tmp_path, capsys, pages, monkeypatch):
     monkeypatch.setattr(docgen, "pages", lambda: pages)  # generated once per module: it takes seconds
     stale = tmp_path / "components" / "no_longer_declared.md"
     stale.parent.mkdir(parents=True)
-    stale.write_text("old")
+    stale.write_text(docgen.HEADER + "# a page of a component no longer declared")
+    notes = tmp_path / "components" / "my_notes.md"
+    notes.write_text("written by hand")
     assert main(["docs", "--out", str(tmp_path)]) == 0
     assert f"wrote {len(pages)} pages" in capsys.readouterr().out
     assert not stale.exists()
+    assert notes.read_text() == "written by hand"  # not symform's: left alone
     assert (tmp_path / "families" / "llama.md").read_text(encoding="utf-8") == pages["families/llama.md"]
+    assert set((tmp_path / docgen.MANIFEST).read_text().split()) == set(pages)
+
+
+def test_docs_refuses_to_overwrite_a_file_it_did_not_write(tmp_path, capsys, pages, monkeypatch):
+    monkeypatch.setattr(docgen, "pages", lambda: pages)
+    readme = tmp_path / "README.md"
+    readme.write_text("my project")
+    code, out, err = run(capsys, "docs", "--out", str(tmp_path))
+    assert code == 2 and err.count("\n") == 1 and "README.md exists and was not written by symform docs" in err
+    assert readme.read_text() == "my project" and not (tmp_path / "components").exists()
+
+
+def test_docs_removes_only_what_its_manifest_lists(tmp_path, capsys, pages, monkeypatch):
+    monkeypatch.setattr(docgen, "pages", lambda: pages)
+    assert main(["docs", "--out", str(tmp_path)]) == 0
+    elsewhere = tmp_path / "keep.md"
+    elsewhere.write_text("mine")
+    (tmp_path / docgen.MANIFEST).write_text("../keep.md\nkeep.md\ncomponents/gone.md\n")  # a tampered manifest
+    gone = tmp_path / "components" / "gone.md"
+    gone.write_text("listed: symform wrote it")
+    assert main(["docs", "--out", str(tmp_path)]) == 0
+    capsys.readouterr()
+    assert elsewhere.read_text() == "mine" and not gone.exists()
+
+
+def test_docs_into_a_file_is_one_line(tmp_path, capsys, pages, monkeypatch):
+    monkeypatch.setattr(docgen, "pages", lambda: pages)
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    code, out, err = run(capsys, "docs", "--out", str(blocker / "reference"))
+    assert code == 2 and err.count("\n") == 1 and "cannot write" in err

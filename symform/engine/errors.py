@@ -30,3 +30,7 @@ def describe_validation(error) -> str:
 
 class BudgetError(SymformError):
     """A request would cost more work or memory than symform allows (symform.engine.budget names each limit)."""
+
+
+class OutputError(SymformError):
+    """A file symform was asked to write cannot be written there."""

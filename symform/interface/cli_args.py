@@ -23,7 +23,12 @@ def exact_number(text: str) -> int | Fraction:
 
 
 def _whole(text: str) -> int:
-    value = exact_number(text)
+    try:
+        value = exact_number(text)
+    except argparse.ArgumentTypeError as e:
+        if "budget" in str(e):
+            raise
+        raise argparse.ArgumentTypeError(f"{quoted(text)} is not a whole number") from None
     if not isinstance(value, int):
         raise argparse.ArgumentTypeError(f"{quoted(text)} is not a whole number")
     return value

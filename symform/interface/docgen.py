@@ -23,7 +23,8 @@ from . import latex as tex
 from ..engine.data import read_toml
 from ..engine.declarations import QUANTITIES, Component, component_files, default_library
 from ..engine.derive import derive
-from ..engine.errors import ConfigError, SymformError
+from ..engine.errors import ConfigError, OutputError, SymformError
+from .output import writing
 from ..engine.families import FamilySpec, ModelSpec, _choose, families, preset_config, presets
 from ..engine.model import Model
 from ..engine.safe_expr import parse
@@ -267,20 +268,50 @@ def pages() -> dict[str, str]:
     return out
 
 
+MANIFEST = ".symform-docs"  # the pages the last run wrote, one relative path a line
+
+
 def write(out: Path) -> list[Path]:
-    """Write every page under ``out``, removing pages of components or families no longer declared."""
+    """Write every page under ``out``, removing pages it wrote before for components or families no
+    longer declared. It replaces only files it generated (listed in its manifest, or carrying its
+    header) and refuses to write over any other file."""
     texts = pages()
-    for sub in ("components", "families"):
-        for old in (out / sub).glob("*.md") if (out / sub).is_dir() else ():
-            if f"{sub}/{old.name}" not in texts:
-                old.unlink()
-    written = []
-    for rel, text in texts.items():
-        path = out / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-        written.append(path)
+    with writing(out, directory=True):
+        ours = _generated(out)
+        foreign = sorted(rel for rel in texts if (out / rel).exists() and rel not in ours)
+        if foreign:
+            raise OutputError(f"{out / foreign[0]} exists and was not written by symform docs; move it away or give another --out")
+        for rel in sorted(ours - set(texts)):
+            (out / rel).unlink(missing_ok=True)
+        written = []
+        for rel, text in texts.items():
+            path = out / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            written.append(path)
+        (out / MANIFEST).write_text("".join(f"{rel}\n" for rel in texts), encoding="utf-8")
     return written
+
+
+def _generated(out: Path) -> set[str]:
+    """Relative paths of the pages under ``out`` that symform docs wrote: its manifest's, and any page of its layout that starts with its header."""
+    manifest = out / MANIFEST
+    listed = set(manifest.read_text(encoding="utf-8").split()) if manifest.is_file() else set()
+    candidates = [out / "README.md", *(p for sub in ("components", "families") if (out / sub).is_dir() for p in (out / sub).glob("*.md"))]
+    marked = {p.relative_to(out).as_posix() for p in candidates if p.is_file() and _starts_with_header(p)}
+    safe = {rel for rel in listed if _is_page_path(rel)}
+    return safe | marked
+
+
+def _is_page_path(rel: str) -> bool:
+    """A manifest line names README.md or a page one folder down: never a path outside ``out``."""
+    parts = rel.split("/")
+    return rel == "README.md" or (len(parts) == 2 and parts[0] in ("components", "families") and parts[1].endswith(".md") and ".." not in parts)
+
+
+def _starts_with_header(path: Path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(len(HEADER.encode())) == HEADER.encode()
 
 
 def docs_command(args: argparse.Namespace) -> str:

@@ -28,6 +28,7 @@ from ..engine.evaluate import Number
 from ..analysis.memory import RECOMPUTE, Layout, MemoryReport, Training, recipes, training_memory
 from .memory_report import _gpu_memory
 from ..engine.model import Model
+from .output import writing
 from .roofline_chart import _pyplot, check_chart_path
 
 # --- grouping breakdown paths ------------------------------------------------------------
@@ -268,9 +269,9 @@ def _setup_line(setup: Training) -> str:
 
 def save(figure, path: str | Path) -> Path:
     """Write a figure as PNG or SVG, by the path's suffix."""
-    target = check_chart_path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(target)
+    with writing(check_chart_path(path)) as target:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        figure.savefig(target)
     return target
 
 

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ..engine.errors import SymformError
+from .output import writing
 from ..analysis.roofline import PhaseRoofline, Roofline
 
 FORMATS = (".png", ".svg")
@@ -113,9 +114,12 @@ def chart(
     axes.grid(True, which="both", linestyle=":", linewidth=0.5)
     axes.legend(loc="lower right", fontsize=8)
     figure.tight_layout()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(target)
-    plt.close(figure)
+    try:
+        with writing(target):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            figure.savefig(target)
+    finally:
+        plt.close(figure)
     return target
 
 
