@@ -142,7 +142,10 @@ class Model:
             if assume is not None and assume not in self.assumption_sets():
                 known = ", ".join(self.assumption_sets()) or "none"
                 raise EvaluationError(f"unknown assumption set {assume!r}; this model's components declare: {known}")
-            self._graphs[assume] = build_graph(self.library, self.spec.root, self._arguments, assume=assume)
+            try:
+                self._graphs[assume] = build_graph(self.library, self.spec.root, self._arguments, assume=assume)
+            except ZeroDivisionError:  # a part binds a divisor to 0 (sympy folds Mod(x, 0) as it substitutes)
+                raise DeclarationError(f"{self.name}: a part's arguments make a divisor zero; give sizes and bindings that keep every divisor positive") from None
         return self._graphs[assume]
 
     def assumption_sets(self) -> list[str]:
@@ -252,11 +255,16 @@ class Model:
         graph = self.graph()
         for path in graph.leaves():  # a negative part hides in a positive total: check each where sizes decide it
             for quantity, expr in graph.graph.nodes[path]["quantities"].items():
-                value = expr.xreplace(self._values)
+                value = _substituted(expr, self._values, f"{self.name}: {quantity} of {path or 'the root'}")
                 if value.is_Number and value < 0:
                     raise ConfigError(f"{self.name}: {quantity} of {path or 'the root'} ({graph.graph.nodes[path]['component'].name}) is {value}, below zero; a count cannot be negative: check its declaration")
+        for parent, child, edge in graph.graph.edges(data=True):
+            for count in edge["repeat"].values():
+                count = _substituted(count, self._values, f"{self.name}: the repeat of {child}")
+                if count.is_Number and (not count.is_Integer or count < 0):
+                    raise ConfigError(f"{self.name}: {child} repeats {count} times at these sizes; a repeat is a whole number of 0 or more")
         for bound in self.graph().requirements:
-            holds = bound.relation.xreplace(self._values)
+            holds = _substituted(bound.relation, self._values, f"{self.name}: {bound.requirement.text} in {bound.path or bound.component}")
             if holds.free_symbols:
                 continue  # stays symbolic: checked when the user binds values
             if holds != sympy.true:
@@ -264,6 +272,13 @@ class Model:
                 raise ConfigError(
                     f"{self.name}: {bound.requirement.text} does not hold ({got}) in {bound.path or bound.component}: {bound.requirement.why}"
                 )
+
+
+def _substituted(expr: sympy.Basic, values: Mapping[sympy.Symbol, sympy.Expr], where: str) -> sympy.Basic:
+    try:
+        return expr.xreplace(values)
+    except ZeroDivisionError:
+        raise ConfigError(f"{where}: division by zero at these sizes; give sizes that keep every divisor positive") from None
 
 
 WHOLE_QUANTITIES = ("params", "active_params")  # tensors hold whole numbers of elements, whatever the conventions
