@@ -83,7 +83,7 @@ def _number(value: Any) -> int | float:
         raise ValueError(f"a number in SI base units is needed (e.g. 3.35e12), not {_what(value)}")  # noqa: TRY004 (pydantic reports ValueError)
     # a bound either side, so that no ratio of two figures overflows or divides by (nearly) zero
     if isinstance(value, int) and value.bit_length() > 128 or not _SMALLEST <= value <= _LARGEST:
-        raise ValueError(f"a positive number between {_SMALLEST:g} and {_LARGEST:g} is needed, not {_clip(repr(value))}")
+        raise ValueError(f"a positive finite number is needed, from {_SMALLEST:g} to {_LARGEST:g}, not {_clip(repr(value))}")
     return value
 
 

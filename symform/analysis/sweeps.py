@@ -453,8 +453,12 @@ def _run_float(compiled: Compiled, axes, total, chunk, progress, inputs, inexact
             stop = min(start + chunk, total)
             points = _point_columns(axes, start, stop)
             arrays = [np.asarray(points[n], dtype=np.float64) for n in compiled.names]
-            for q, values in zip(compiled.quantities, compiled(*arrays) if arrays else compiled()):
+            with np.errstate(all="ignore"):  # a value past float64's range is refused below, not warned about
+                results = compiled(*arrays) if arrays else compiled()
+            for q, values in zip(compiled.quantities, results):
                 values = np.broadcast_to(np.asarray(values, dtype=np.float64), (stop - start,))
+                if not np.all(np.isfinite(values)):
+                    raise EvaluationError(f"{q} is past float64's range (or undefined) at some points; sweep with exact=True (--exact) or smaller sizes")
                 columns[q][start:stop] = values
                 worst[q] = max(worst[q], float(np.max(np.abs(values))))
             if inputs:

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Annotated, Any, Mapping
 
 import networkx as nx
 import sympy
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError
 
 from .data import formulas_dir, read_toml
 from .errors import DeclarationError, SymformError, describe_validation
@@ -30,7 +30,16 @@ QUANTITIES = ("params", "active_params", "forward_flops", "backward_flops", "byt
 QUANTITY_DEFAULTS = {"active_params": "params", "backward_flops": "bwd_mult*forward_flops", "kv_cache": "0"}
 SLOT = "@"
 
-Scalar = StrictStr | StrictInt  # true is no count: booleans are refused, not read as 1
+
+
+def _scalar(value: Any) -> str | int:
+    """An expression string or a whole number; true is no count, so booleans are refused rather than read as 1."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise ValueError(f"an expression (a string such as 'd_model*d_ff') or a whole number is needed, not {str(value)[:40]!r}")
+    return value
+
+
+Scalar = Annotated[str | int, PlainValidator(_scalar)]
 
 
 class PartDecl(BaseModel):

@@ -93,7 +93,10 @@ def compile_expression(expr: sympy.Expr, names: Sequence[str]) -> Callable:
         import numpy as np
 
         inputs = [np.asarray(a, dtype=np.float64) for a in arrays]
-        result = np.asarray(function(*inputs), dtype=np.float64)
+        with np.errstate(all="ignore"):  # refused below in one line, not warned about on stderr
+            result = np.asarray(function(*inputs), dtype=np.float64)
+        if not np.all(np.isfinite(result)) and all(np.all(np.isfinite(a)) for a in inputs):
+            raise EvaluationError("a value is past float64's range (about 1.8e308) or undefined (a division by zero); use exact evaluation or smaller sizes")
         return np.broadcast_to(result, np.broadcast_shapes(result.shape, *(a.shape for a in inputs)))
 
     return evaluate

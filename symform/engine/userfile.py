@@ -29,7 +29,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .data import read_toml
-from .declarations import Library, default_library, parse_components
+from .declarations import Library, Scalar, default_library, parse_components
 from .errors import ConfigError, DeclarationError, describe_validation
 from .families import ModelSpec
 from .vocabulary import Vocabulary, vocabulary_from_table
@@ -41,7 +41,7 @@ class ModelDecl(BaseModel):
     root: str
     name: str | None = None
     doc: str = ""
-    arguments: dict[str, int | str] = Field(default_factory=dict)
+    arguments: dict[str, Scalar] = Field(default_factory=dict)
 
 
 class DeclarationFile(BaseModel):
