@@ -16,7 +16,7 @@ from typing import Any
 
 import sympy
 
-from .errors import BudgetError
+from .errors import BudgetError, FileBudgetError
 
 # digits of a number given in text (command line, config, data file): numerator and denominator each
 NUMBER_DIGITS = 40
@@ -215,7 +215,7 @@ def read_bounded(path, what: str) -> bytes:
     with open(path, "rb") as f:
         data = f.read(FILE_BYTES + 1)
     if len(data) > FILE_BYTES:
-        raise BudgetError(f"{path}: {what} is over {FILE_BYTES // 2**20} MiB, past symform's file budget (symform.engine.budget.FILE_BYTES); give the file itself, not a device or an archive")
+        raise FileBudgetError(f"{path}: {what} is over {FILE_BYTES // 2**20} MiB, past symform's file budget (symform.engine.budget.FILE_BYTES); give the file itself, not a device or an archive")
     return data
 
 
@@ -231,4 +231,4 @@ def check_nesting(text: str, path: object) -> None:
         if depth > deepest:
             deepest = depth
             if deepest > NESTING_DEPTH:
-                raise BudgetError(f"{path}: brackets nest over {NESTING_DEPTH} deep, past symform's budget (symform.engine.budget.NESTING_DEPTH); flatten the file")
+                raise FileBudgetError(f"{path}: nested too deeply: brackets nest over {NESTING_DEPTH} deep, past symform's budget (symform.engine.budget.NESTING_DEPTH); flatten the file")

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .budget import check_nesting, read_bounded
-from .errors import BudgetError, ConfigError, DeclarationError
+from .errors import ConfigError, DeclarationError, FileBudgetError
 
 _DATA_DIRS = ("formulas", "hardware")
 
@@ -55,7 +55,7 @@ def read_toml(path: Path) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: not valid TOML ({e}); fix the syntax") from None
     except RecursionError:
-        raise BudgetError(f"{path}: nested too deep to read; flatten the file") from None
+        raise FileBudgetError(f"{path}: nested too deep to read; flatten the file") from None
     except ValueError as e:  # an integer past Python's digit limit
         raise ConfigError(f"{path}: {e}; fix the file") from None
 

@@ -34,3 +34,7 @@ class BudgetError(SymformError):
 
 class OutputError(SymformError):
     """A file symform was asked to write cannot be written there."""
+
+
+class FileBudgetError(BudgetError, ConfigError):
+    """A file too large or nested too deep to read: a budget, and a bad configuration file."""
