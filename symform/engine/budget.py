@@ -87,32 +87,31 @@ def number_from_text(text: str, what: str) -> Fraction:
     return -value if sign == "-" else value
 
 
+_NUMBER_FIX = f"past symform's number budget (symform.engine.budget.NUMBER_DIGITS); give a number below 10^{NUMBER_DIGITS}"
+
+
 def _check_digits(digits: int, text: str, what: str) -> None:
     if digits > NUMBER_DIGITS:
-        raise ValueError(
-            f"{what}: {quoted(text)} has over {NUMBER_DIGITS} digits, past symform's number budget "
-            f"(symform.engine.budget.NUMBER_DIGITS); give a number below 10^{NUMBER_DIGITS}"
-        )
+        raise ValueError(f"{what}: {quoted(text)} has over {NUMBER_DIGITS} digits, {_NUMBER_FIX}")
 
 
 def check_number(value: Any, what: str) -> None:
     """An int or Fraction from a data file or an API call: within NUMBER_DIGITS, refused before any arithmetic."""
-    for part in _parts(value):
-        if _digits(part) > NUMBER_DIGITS:
-            raise BudgetError(
-                f"{what} has over {NUMBER_DIGITS} digits, past symform's number budget "
-                f"(symform.engine.budget.NUMBER_DIGITS); give a number below 10^{NUMBER_DIGITS}"
-            )
+    _check_parts(value, NUMBER_DIGITS, f"{what} has over {NUMBER_DIGITS} digits, {_NUMBER_FIX}")
 
 
 def check_result(value: Any, what: str) -> None:
     """An exact result within RESULT_DIGITS: it prints, converts to float and fits in JSON."""
-    for part in _parts(value):
-        if _digits(part) > RESULT_DIGITS:
-            raise BudgetError(
-                f"{what} has over {RESULT_DIGITS} digits, past symform's result budget "
-                f"(symform.engine.budget.RESULT_DIGITS); give smaller sizes or a declaration of lower degree"
-            )
+    _check_parts(
+        value, RESULT_DIGITS,
+        f"{what} has over {RESULT_DIGITS} digits, past symform's result budget (symform.engine.budget.RESULT_DIGITS); "
+        "give smaller sizes or a declaration of lower degree",
+    )  # fmt: skip
+
+
+def _check_parts(value: Any, limit: int, message: str) -> None:
+    if any(_digits(part) > limit for part in _parts(value)):
+        raise BudgetError(message)
 
 
 def check_constant(value: sympy.Expr, source: str) -> None:
