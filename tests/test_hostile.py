@@ -244,7 +244,7 @@ def test_device_figures_that_would_divide_by_zero(tmp_path):
     device = tmp_path / "tiny.toml"
     device.write_text(
         'kind = "accelerator"\ntitle = "t"\nvendor = "v"\nmemory_bytes = 80e9\nhbm_bytes_per_s = 1e-300\n'
-        'dense_flops_per_s = { bf16 = 1e15 }\nsource = { title = "s", date = 2024 }\n'
+        'dense_flops_per_s = { bf16 = 1e15 }\nsource = { title = "s", date = "2024-01" }\n'
     )
     assert "hbm_bytes_per_s" in error_of("roofline", PRESET, "--gpu", str(device), "--phase", "decode", "--batch", "1", "--context", "128")
 
@@ -358,6 +358,42 @@ def test_generated_configs_count_or_refuse(tmp_path, base, changes):
         assert isinstance(result["total"], int) and result["total"] >= 0
 
 
+def device_file(path: Path, memory: str, bandwidth: str, flops: str) -> str:
+    path.write_text(
+        f'kind = "accelerator"\ntitle = "t"\nvendor = "v"\nmemory_bytes = {memory}\nhbm_bytes_per_s = {bandwidth}\n'
+        f'dense_flops_per_s = {{ bf16 = {flops} }}\nsource = {{ title = "s", date = "2024-01" }}\n'
+    )
+    return str(path)
+
+
+def device_commands(device: str) -> list[list[str]]:
+    return [
+        ["roofline", PRESET, "--gpu", device, "--phase", "decode", "--batch", "1", "--context", "128", "--json"],
+        ["time", PRESET, "--gpu", device, "--infer", "--batch", "1", "--prompt", "16", "--output", "4", "--json"],
+    ]
+
+
+def command_line(verb: str, first: str, second: str) -> list[str]:
+    return {
+        "flops": ["flops", PRESET, "--batch", first, "--seq", second],
+        "memory": ["memory", PRESET, "--train", "--batch", first, "--seq", second],
+        "fit": ["fit", PRESET, "--infer", "--solve", "batch", "--seq", first, "--memory", second],
+        "plan": ["plan", PRESET, "--gpu", "h100-sxm", "--gpus", first, "--global-batch", second, "--seq", "128"],
+        "sweep": ["sweep", PRESET, "params", "--sample", f"d_model={first}:{second}", "--n", "3", "--seed", first],
+        "time": ["time", PRESET, "--gpu", "h100-sxm", "--infer", "--batch", "1", "--prompt", first, "--output", second],
+    }[verb] + ["--json"]
+
+
+VERBS = ("flops", "memory", "fit", "plan", "sweep", "time")
+
+
+def test_the_fuzzed_commands_run_on_sound_input(tmp_path):
+    """The generated cases below vary these commands: on sound values each of them runs (exit 0)."""
+    device = device_file(tmp_path / "device.toml", "80e9", "3e12", "1e15")
+    for argv in device_commands(device) + [command_line(verb, "8", "80000000000" if verb == "fit" else "8") for verb in VERBS]:
+        assert check_outcome(*argv).code == 0, argv
+
+
 _DEVICE_NUMBERS = st.one_of(st.integers(-5, 10**40), st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([0, 1e-300, 5e-324, 1e308]))
 
 
@@ -367,34 +403,18 @@ def test_generated_device_files_time_or_refuse(tmp_path, memory, bandwidth, flop
     def toml_number(x):
         return "nan" if x != x else ("inf" if x == float("inf") else "-inf" if x == float("-inf") else repr(x))
 
-    device = tmp_path / "device.toml"
-    device.write_text(
-        f'kind = "accelerator"\ntitle = "t"\nvendor = "v"\nmemory_bytes = {toml_number(memory)}\nhbm_bytes_per_s = {toml_number(bandwidth)}\n'
-        f'dense_flops_per_s = {{ bf16 = {toml_number(flops)} }}\nsource = {{ title = "s", date = 2024 }}\n'
-    )
-    check_outcome("roofline", PRESET, "--gpu", str(device), "--phase", "decode", "--batch", "1", "--context", "128", "--json")
-    check_outcome("time", PRESET, "--gpu", str(device), "--infer", "--batch", "1", "--prompt", "16", "--output", "4", "--json")
+    device = device_file(tmp_path / "device.toml", toml_number(memory), toml_number(bandwidth), toml_number(flops))
+    for argv in device_commands(device):
+        check_outcome(*argv)
 
 
 _COUNTS = st.one_of(st.integers(-3, 10**13).map(str), _NUMBER_TEXT)
 
 
 @FUZZ
-@given(
-    verb=st.sampled_from(["flops", "memory", "fit", "plan", "sweep", "time"]),
-    first=_COUNTS,
-    second=_COUNTS,
-)
+@given(verb=st.sampled_from(VERBS), first=_COUNTS, second=_COUNTS)
 def test_generated_command_lines_finish_or_refuse(verb, first, second):
-    argv = {
-        "flops": ["flops", PRESET, "--batch", first, "--seq", second],
-        "memory": ["memory", PRESET, "--train", "--batch", first, "--seq", second],
-        "fit": ["fit", PRESET, "--infer", "--solve", "batch", "--seq", first, "--memory", second],
-        "plan": ["plan", PRESET, "--gpu", "h100-sxm", "--gpus", first, "--global-batch", second, "--seq", "128"],
-        "sweep": ["sweep", PRESET, "params", "--sample", f"d_model={first}:{second}", "--n", "3", "--seed", first],
-        "time": ["time", PRESET, "--gpu", "h100-sxm", "--infer", "--batch", "1", "--prompt", first, "--output", second],
-    }[verb]
-    check_outcome(*argv, "--json")
+    check_outcome(*command_line(verb, first, second))
 
 
 @settings(max_examples=200, deadline=None)
