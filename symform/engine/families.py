@@ -244,6 +244,8 @@ def load_config_file(path: Path) -> dict[str, Any]:
                 return load_config_file(candidate)
             raise ConfigError(f"{path}: is a directory without a config.json; give the config file itself")
         if not path.exists():
+            if path.is_symlink():
+                raise ConfigError(f"{path}: a link that leads nowhere (a loop of links or a missing target); give the config file itself")
             raise ConfigError(f"{path}: no such file; give a preset name (symform models) or a path to a config.json")
     except OSError as e:  # a name too long, a loop of links: the path itself is unusable
         raise ConfigError(f"{path}: cannot read ({e.strerror or e.__class__.__name__}); give a readable UTF-8 JSON file") from None
