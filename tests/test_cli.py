@@ -162,3 +162,23 @@ def test_hardware_json_contract(capsys):
     assert device["hbm_bytes_per_s"] == pytest.approx(3.35e12, rel=1e-3)
     code, out, err = run(capsys, "hardware", "no-such-gpu")
     assert code == 2 and out == "" and err.count("\n") == 1
+
+
+def test_version_is_the_projects(capsys):
+    import tomllib
+
+    declared = tomllib.loads((formulas_dir().parent / "pyproject.toml").read_text())["project"]["version"]
+    code, out, err = run(capsys, "--version")
+    assert (code, out.strip(), err) == (0, f"symform {declared}", "")
+    import symform
+
+    assert symform.__version__ == declared
+
+
+def test_models_json_lists_every_preset_and_model_type(capsys):
+    report = run_json(capsys, "models")
+    assert list(report["presets"]) == list(presets())
+    assert report["model_types"] == list(supported_model_types())
+    for name, entry in report["presets"].items():
+        assert entry["hub"] == presets()[name].hub
+        assert entry["model_type"] == preset_json(name)["model_type"] in report["model_types"]

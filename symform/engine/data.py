@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import tomllib
 from functools import cache
-from importlib import resources
+from importlib import metadata, resources
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,23 @@ def data_root() -> Path:
     if (checkout / "pyproject.toml").is_file() and (checkout / "formulas").is_dir():
         return checkout
     raise DeclarationError("symform's bundled formulas are missing: reinstall symform (pip install --force-reinstall symform)")
+
+
+@cache
+def version() -> str:
+    """symform's version: a checkout's ``pyproject.toml`` when running from one, else the installed metadata."""
+    checkout = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    if checkout.is_file():  # the code running is this checkout's, whatever version pip recorded elsewhere
+        try:
+            project = tomllib.loads(checkout.read_text(encoding="utf-8")).get("project", {})
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            project = {}
+        if project.get("name") == "symform" and isinstance(project.get("version"), str):
+            return project["version"]
+    try:
+        return metadata.version("symform")
+    except metadata.PackageNotFoundError:
+        return "unknown (neither installed nor a checkout)"
 
 
 def formulas_dir() -> Path:

@@ -16,7 +16,8 @@ from .cli_args import positive_int
 from ..engine.derive import Derivation, derive
 from ..engine.errors import SymformError
 from ..engine.evaluate import Number
-from ..engine.families import presets, supported_model_types
+from ..engine.data import version
+from ..engine.families import preset_config, presets, supported_model_types
 from ..engine.model import Model, quantity_names
 
 EXIT_BAD_INPUT = 2
@@ -64,6 +65,7 @@ def _setting(text: str) -> tuple[str, Number | str]:
 def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     """The whole command line; with ``verb``, the other verbs' options are left out (and their modules unloaded)."""
     parser = _Parser(prog="symform", description="Symbolic cost formulas for transformer models.")
+    parser.add_argument("--version", action="version", version=f"symform {version()}")
     verbs = parser.add_subparsers(dest="verb", required=True, parser_class=_Parser)
 
     def wanted(name: str) -> bool:
@@ -112,7 +114,8 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     p = verbs.add_parser("docs", help="write the reference pages (a page per component and per family) from the declarations", description="write the reference pages (a page per component and per family) from the declarations")
     p.add_argument("--out", default="docs/reference", help="directory to write (default docs/reference)")
 
-    verbs.add_parser("models", help="list bundled presets and supported Hugging Face model types")
+    p = verbs.add_parser("models", help="list bundled presets and supported Hugging Face model types", description="list bundled presets and supported Hugging Face model types")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
     p = verbs.add_parser("hardware", help="accelerators and systems: the list, or one of them", description="accelerators and systems: the list, or one of them")
     p.add_argument("name", nargs="?", help="a bundled device (symform hardware) or a path to a device file (.toml)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -139,7 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> str:
     if args.verb == "models":
-        return _models()
+        return _models(args)
     if args.verb == "hardware":
         return _hardware(args)
     if args.verb == "plot":
@@ -303,7 +306,14 @@ def _hardware(args: argparse.Namespace) -> str:
     return json.dumps(device_json(device)) if args.json else device_table(device)
 
 
-def _models() -> str:
+def _models(args: argparse.Namespace) -> str:
+    if args.json:
+        return json.dumps(
+            {
+                "presets": {name: {"hub": e.hub, "source": e.source, "model_type": preset_config(name)[0]["model_type"]} for name, e in presets().items()},
+                "model_types": list(supported_model_types()),
+            }
+        )
     lines = ["bundled presets (symform params NAME):"]
     for name, entry in presets().items():
         lines.append(f"  {name:<18} {entry.hub}")

@@ -1,0 +1,162 @@
+"""Every ```python, ```sh and ```console block in the README and the guides runs as written.
+
+Python blocks run with ``exec`` in a fresh namespace; shell lines that start
+with ``symform`` (``$ symform`` in console blocks) run through the CLI's
+``main`` in-process and must exit 0. Both run in a temporary folder that
+sees the checkout's ``docs/``, ``formulas/`` and ``hardware/`` (paths as from a
+clone), with the document's ```toml blocks that name their file on their first
+line (``# my-gpu.toml``) written there; files a command writes (``--out``,
+``--plot``, ``> file``) land in that folder. A block that cannot run here
+(it installs packages, needs a TeX installation) says so in the Markdown with
+``<!-- not run: reason -->`` on the line before it; nothing is skipped silently.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from checks import run
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+LANGUAGES = ("python", "sh", "console")
+NOT_RUN = re.compile(r"<!--\s*not run:\s*(\S.*?)\s*-->")
+OUTPUT_OPTIONS = ("--out", "--plot")
+
+
+@dataclass(frozen=True)
+class Block:
+    document: Path
+    line: int  # 1-based line of the opening fence
+    language: str
+    text: str
+    not_run: str | None  # the reason given in the Markdown, or None
+
+    @property
+    def name(self) -> str:
+        return f"{self.document.relative_to(ROOT)}:{self.line}"
+
+
+def code_blocks(document: Path) -> list[Block]:
+    """The fenced blocks of ``document`` in one of LANGUAGES, each with the not-run marker above it, if any."""
+    lines = document.read_text(encoding="utf-8").splitlines()
+    blocks, i = [], 0
+    while i < len(lines):
+        fence = re.match(r"^(```+)\s*([\w-]*)", lines[i])
+        if not fence:
+            i += 1
+            continue
+        end = next((j for j in range(i + 1, len(lines)) if lines[j].startswith(fence.group(1)) and not lines[j].strip("`").strip()), len(lines))
+        previous = next((lines[j] for j in range(i - 1, -1, -1) if lines[j].strip()), "")
+        marker = NOT_RUN.search(previous)
+        if fence.group(2) in LANGUAGES:
+            blocks.append(Block(document, i + 1, fence.group(2), "\n".join(lines[i + 1 : end]), marker.group(1) if marker else None))
+        i = end + 1
+    return blocks
+
+
+BLOCKS = [b for d in DOCUMENTS for b in code_blocks(d)]
+
+
+def shell_commands(block: Block) -> list[str]:
+    """The command lines of a sh or console block, continuation lines joined; console output lines dropped."""
+    commands, pending = [], ""
+    for raw in block.text.splitlines():
+        line = raw
+        if block.language == "console":
+            if not (line.startswith("$ ") or pending):
+                continue
+            line = line.removeprefix("$ ")
+        line = pending + line.strip()
+        if line.endswith("\\"):
+            pending = line[:-1] + " "
+            continue
+        pending = ""
+        if line:
+            commands.append(line)
+    return commands
+
+
+def argv_of(command: str, out_dir: Path) -> list[str]:
+    """A ``symform ...`` line as argv for ``main``: comments dropped, written files redirected to ``out_dir``."""
+    words = shlex.split(command, comments=True)
+    assert words and words[0] == "symform", f"not a symform command (mark the block <!-- not run: reason -->): {command}"
+    argv, i = [], 1
+    while i < len(words):
+        word = words[i]
+        if word == ">":  # the command's output to a file: main's stdout is captured anyway
+            i += 2
+            continue
+        if word in OUTPUT_OPTIONS and i + 1 < len(words):
+            argv += [word, str(out_dir / Path(words[i + 1]).name)]
+            i += 2
+            continue
+        argv.append(word)
+        i += 1
+    return argv
+
+
+def test_the_documents_have_blocks_to_run():
+    assert len([b for b in BLOCKS if b.not_run is None]) >= 20
+    assert {b.document.name for b in BLOCKS} >= {"README.md", "plots.md", "sizing.md"}
+
+
+def test_every_not_run_marker_gives_a_reason():
+    for document in DOCUMENTS:
+        for line in document.read_text(encoding="utf-8").splitlines():
+            if "not run" in line and line.lstrip().startswith("<!--"):
+                assert NOT_RUN.search(line), f"{document.name}: {line!r} gives no reason"
+
+
+def named_files(document: Path) -> dict[str, str]:
+    """The document's ```toml blocks whose first line is a comment naming the file: name -> text."""
+    lines = document.read_text(encoding="utf-8").splitlines()
+    files = {}
+    for i, line in enumerate(lines[:-1]):
+        named = re.match(r"^#\s*([\w.-]+\.toml)\s*$", lines[i + 1])
+        if line.startswith("```toml") and named:
+            end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
+            files[named.group(1)] = "\n".join(lines[i + 1 : end]) + "\n"
+    return files
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    """A folder to run a block in: the checkout's data as from a clone, nothing written into the checkout."""
+    def enter(block: Block) -> Path:
+        for data in ("docs", "formulas", "hardware"):
+            (tmp_path / data).symlink_to(ROOT / data)
+        for name, text in named_files(block.document).items():
+            (tmp_path / name).write_text(text, encoding="utf-8")
+        monkeypatch.chdir(tmp_path)
+        return tmp_path
+
+    return enter
+
+
+@pytest.mark.parametrize("block", [b for b in BLOCKS if b.language == "python"], ids=lambda b: b.name)
+def test_python_block_runs(block, workdir):
+    if block.not_run:
+        pytest.skip(f"marked in the Markdown: {block.not_run}")
+    workdir(block)
+    code = compile(block.text, block.name, "exec")
+    exec(code, {"__name__": "__readme__"})
+
+
+@pytest.mark.parametrize("block", [b for b in BLOCKS if b.language in ("sh", "console")], ids=lambda b: b.name)
+def test_shell_block_runs(block, workdir, capsys):
+    if block.not_run:
+        pytest.skip(f"marked in the Markdown: {block.not_run}")
+    out_dir = workdir(block) / "out"
+    out_dir.mkdir()
+    commands = shell_commands(block)
+    assert commands, f"{block.name}: no command"
+    for command in commands:
+        code, out, err = run(capsys, *argv_of(command, out_dir))
+        assert code == 0, f"{block.name}: {command}\n{err}"
+        assert "Traceback" not in err
