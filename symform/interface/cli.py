@@ -107,7 +107,7 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
         if wanted(name):
             _from(module, arguments)(p)
 
-    p = verbs.add_parser("plot", help="charts as .png or .svg: parameter and FLOPs shares, training memory, roofline (pip install 'symform[plot]')")
+    p = verbs.add_parser("plot", help="charts as .png or .svg: parameter and FLOPs shares, training memory, roofline (needs matplotlib: pip install matplotlib)")
     if wanted("plot"):
         _from("plots", "plot_arguments")(p)
 
