@@ -242,6 +242,8 @@ def _derivation(d: Derivation, args: argparse.Namespace) -> str:
                 "relative_error": d.relative_error,
                 "in_terms_of_params": None if d.in_terms_of_params is None else str(d.in_terms_of_params),
                 "params_leading": None if d.params_leading is None else str(d.params_leading),
+                "params": d.params_value,
+                "relative_error_with_real_params": d.relative_error_with_real_params,
                 "missing": list(d.missing),
                 "steps": [
                     {"label": s.label, "expression": str(s.formula), "latex": s.formula.latex(), "value": s.value, "relative_error": s.relative_error}
@@ -253,10 +255,14 @@ def _derivation(d: Derivation, args: argparse.Namespace) -> str:
     for step in d.steps:
         lines.append(f"  {step.label}:")
         lines.append(f"    {step.formula}")
-        if step.relative_error is not None and step is not d.steps[0]:
+        if step.relative_error is not None and step is not d.steps[0] and not (step is d.steps[-1] and d.in_terms_of_params is not None):
             lines.append(f"    relative error at {d.model}: {step.relative_error:+.2%}")
     if d.in_terms_of_params is not None:
         lines.append(f"  = {d.in_terms_of_params}    with n_params = {d.params_leading}")
+        if d.relative_error is not None:
+            lines.append(f"    relative error at {d.model} with n_params ≈ {d.params_leading}: {d.relative_error:+.2%}")
+        if d.relative_error_with_real_params is not None:
+            lines.append(f"    relative error at {d.model} with the real n_params = {d.params_value:,}: {d.relative_error_with_real_params:+.2%}")
     if d.missing and len(d.steps) > 1 and d.relative_error is None:
         workload = {"batch", "seq", "tokens"}
         flags = [f"--{m}" for m in d.missing if m in workload - {"tokens"}] + [f"--set {m}=..." for m in d.missing if m not in workload]
