@@ -130,9 +130,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(e.code or 0)
     try:
         output = _run(args)
-    except SymformError as e:
+    except SymformError as e:  # one line: notes gathered on the way are moot
         print(f"symform: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    for note in getattr(args, "notes", []):
+        print(f"symform: note: {note}", file=sys.stderr)
     try:
         print(output)
     except BrokenPipeError:
@@ -171,7 +173,27 @@ def _run(args: argparse.Namespace) -> str:
 
 def _load(args: argparse.Namespace) -> Model:
     model = Model.load(args.model, conventions=dict(args.conventions))
-    return model.with_arguments(**dict(args.sizes)) if args.sizes else model
+    if not args.sizes:
+        return model
+    settings = dict(args.sizes)
+    changed = model.with_arguments(**settings)
+    note = kept_sizes_note(model, settings)
+    if note:
+        args.notes = [*getattr(args, "notes", []), note]  # printed once the command has succeeded
+    return changed
+
+
+def kept_sizes_note(model: Model, settings: dict[str, object]) -> str | None:
+    """Sizes are independent: --set d_model=12288 leaves d_ff, n_heads, d_head ... at the model's values. Say so."""
+    changed = [name for name in settings if name in model.values]
+    kept = {name: value for name, value in model.values.items() if name not in settings}
+    if not changed or not kept:
+        return None
+    return (
+        f"--set {', '.join(changed)} changes {'that size' if len(changed) == 1 else 'those sizes'} alone; "
+        f"{', '.join(f'{k}={v:,}' for k, v in kept.items())} keep {model.name}'s values (--set them too to change them)"
+    )
+
 
 
 def _json_number(value: Number) -> int | float:
