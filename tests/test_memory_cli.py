@@ -65,3 +65,39 @@ def test_bad_memory_input_is_one_line_and_exit_2(capsys, argv):
     code, out, err = run(capsys, *argv)
     assert code == 2
     assert err.count("\n") == 1 and "Traceback" not in err
+
+
+SERVING = ["memory", "llama-3-8b", "--infer", "--batch", "2", "--seq", "1", "--past", "1023"]
+KV_PER_BYTE = 2 * 1024 * 32 * 2 * 8 * 128  # batch 2 × 1024 tokens × 32 layers × K and V × 8 heads × 128: values cached
+
+
+def test_an_explicit_kv_bytes_convention_is_not_overridden(capsys):
+    assert run_json(capsys, *SERVING)["components"]["kv_cache"] == 2 * KV_PER_BYTE  # bf16 by default
+    for extra in (["--convention", "kv_bytes=1"], ["--kv-dtype", "fp8"], ["--convention", "kv_bytes=1", "--kv-dtype", "int8"]):
+        report = run_json(capsys, *SERVING, *extra)
+        assert report["components"]["kv_cache"] == KV_PER_BYTE and report["assumptions"]["kv_bytes"] == 1, extra
+    code, _, err = run(capsys, *SERVING, "--convention", "kv_bytes=1", "--kv-dtype", "bf16")
+    assert code == 2 and err.count("\n") == 1 and "--kv-dtype" in err and "--convention kv_bytes=1" in err
+    code, _, err = run(capsys, *SERVING, "--convention", "kv_block=16", "--kv-block", "8")
+    assert code == 2 and err.count("\n") == 1 and "kv_block" in err
+    report = run_json(capsys, *SERVING, "--convention", "kv_block=16")
+    assert report["assumptions"]["kv_block_tokens"] == 16 and report["components"]["kv_cache"] == 2 * KV_PER_BYTE  # 1024 = 64 blocks
+
+
+def test_any_bit_width_for_the_kv_cache_and_the_weights(capsys):
+    from fractions import Fraction
+
+    from symform import load
+    from symform.analysis.memory import Inference, inference_memory
+
+    six = run_json(capsys, *SERVING, "--kv-dtype", "6bit", "--weight-format", "6bit")
+    assert six["components"]["kv_cache"] == KV_PER_BYTE * 6 // 8  # exact: 3/4 of a byte per value
+    assert six["assumptions"]["kv_bytes"] == 0.75 and six["assumptions"]["bytes_per_weight"] == 0.75
+    params = 8_030_261_248  # llama-3-8b's numel()
+    unquantised = (2 * 32 + 1) * 4096 + 128256 * 4096  # norms and the embedding stay in bf16
+    assert six["components"]["weights"] == 2 * unquantised + (params - unquantised) * 6 // 8
+    api = inference_memory(load("llama-3-8b").with_conventions(kv_bytes=Fraction(3, 4)), batch=2, seq=1, past=1023, setup=Inference())
+    assert api.values["kv_cache"] == KV_PER_BYTE * Fraction(3, 4)  # the model's convention is kept by a default setup
+    for bad in (["--kv-dtype", "0bit"], ["--kv-dtype", "6 bits"], ["--weight-format", "bf17"]):
+        code, _, err = run(capsys, *SERVING, *bad)
+        assert code == 2 and err.count("\n") == 1 and "bit width such as 6bit" in err, bad

@@ -19,6 +19,7 @@ from ..analysis.memory import (
     Layout,
     MemoryReport,
     Training,
+    bit_width,
     inference_expressions,
     inference_memory,
     recipes,
@@ -30,6 +31,22 @@ from ..engine.model import Model
 
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
 KV_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "int4": Fraction(1, 2)}
+
+
+def kv_dtype(text: str) -> Fraction:
+    """Bytes per cached K or V value: a named type, or any bit width (6bit: 3/4 of a byte, exactly)."""
+    if text in KV_DTYPES:
+        return Fraction(KV_DTYPES[text])
+    bits = bit_width(text)
+    if bits is None:
+        raise argparse.ArgumentTypeError(f"{text!r}: give one of {', '.join(KV_DTYPES)} or a bit width such as 6bit")
+    return Fraction(bits, 8)
+
+
+def weight_format_name(text: str) -> str:
+    if text in recipes().weight_format or bit_width(text) is not None:
+        return text
+    raise argparse.ArgumentTypeError(f"{text!r}: give one of {', '.join(recipes().weight_format)} or a bit width such as 6bit")
 
 
 def memory_budget(text: str) -> int:
@@ -66,9 +83,9 @@ def setup_arguments(p: argparse.ArgumentParser) -> None:
     both.add_argument("--flash", action=argparse.BooleanOptionalAction, default=None, help="FlashAttention (default: off for training, on for inference)")
     infer = p.add_argument_group("inference")
     infer.add_argument("--past", type=non_negative_int, default=0, help="tokens already in the KV cache (the context when decoding)")
-    infer.add_argument("--weight-format", default="bf16", choices=list(table.weight_format))
-    infer.add_argument("--kv-dtype", default="bf16", choices=list(KV_DTYPES), help="KV cache element type")
-    infer.add_argument("--kv-block", type=positive_int, default=1, help="paged KV cache block size in tokens (vLLM: 16)")
+    infer.add_argument("--weight-format", type=weight_format_name, default="bf16", metavar="FORMAT", help=f"stored weights: {', '.join(table.weight_format)}, or any bit width of the linear layers' weights (6bit)")
+    infer.add_argument("--kv-dtype", type=kv_dtype, metavar="TYPE", help=f"KV cache element type: {', '.join(KV_DTYPES)} or any bit width (6bit); default: the kv_bytes convention, 2 bytes (bf16)")
+    infer.add_argument("--kv-block", type=positive_int, help="paged KV cache block size in tokens (vLLM: 16); default: the kv_block convention, 1")
 
 
 def memory_arguments(p: argparse.ArgumentParser) -> None:
@@ -102,7 +119,12 @@ def _training(args: argparse.Namespace) -> Training:
 
 def _inference(args: argparse.Namespace) -> Inference:
     flash = True if args.flash is None else args.flash
-    return Inference(weight_format=args.weight_format, kv_bytes=KV_DTYPES[args.kv_dtype], kv_block=args.kv_block, tensor=args.tp, flash=flash)
+    conventions = dict(args.conventions)
+    for option, name, value in (("--kv-dtype", "kv_bytes", args.kv_dtype), ("--kv-block", "kv_block", args.kv_block)):
+        if value is not None and name in conventions and Fraction(conventions[name]) != value:
+            raise EvaluationError(f"{option} gives {name}={value} but --convention {name}={conventions[name]}; give one of them")
+    # None: the model's conventions decide (an explicit --convention kv_bytes=..., else the default)
+    return Inference(weight_format=args.weight_format, kv_bytes=args.kv_dtype, kv_block=args.kv_block, tensor=args.tp, flash=flash)
 
 
 def _gpu_memory(name: str) -> tuple[str, int]:
