@@ -101,3 +101,35 @@ def test_any_bit_width_for_the_kv_cache_and_the_weights(capsys):
     for bad in (["--kv-dtype", "0bit"], ["--kv-dtype", "6 bits"], ["--weight-format", "bf17"]):
         code, _, err = run(capsys, *SERVING, *bad)
         assert code == 2 and err.count("\n") == 1 and "bit width such as 6bit" in err, bad
+
+
+def test_fit_past_reports_the_memory_limit_and_the_models_own_context(capsys):
+    argv = ["fit", "llama-3.1-8b", "--infer", "--gpu", "h100-sxm", "--solve", "past", "--batch", "1"]
+    report = run_json(capsys, *argv)
+    # config.json of meta-llama/Llama-3.1-8B: max_position_embeddings 131072, rope_scaling llama3 ×8 over 8192
+    assert report["context_limit"] == {"tokens": 131072, "field": "max_position_embeddings", "rope_scaling": {"type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192}}
+    assert report["largest"] > 131072  # 80 GiB holds far more cache than the model reads
+    assert report["largest_within_context"] == 131072 - 1  # past + the one new token
+    code, out, _ = run(capsys, *argv)
+    assert code == 0 and f"{report['largest']:,}" in out
+    assert "the model's own context: 131,072 tokens (max_position_embeddings; RoPE scaling llama3, factor 8 over 8,192)" in out
+    assert "past ≤ 131,071 with seq 1" in out and "largest usable 131,071" in out
+
+
+def test_fit_seq_where_memory_is_the_tighter_limit(capsys):
+    report = run_json(capsys, "fit", "qwen3-8b", "--train", "--memory", "40GB", "--solve", "seq", "--batch", "1", "--zero", "3", "--dp", "8", "--flash", "--recompute", "full")
+    assert report["context_limit"]["tokens"] == 40960 and report["context_limit"]["rope_scaling"] is None
+    assert report["largest_within_context"] == report["largest"] < 40960
+
+
+def test_every_preset_states_its_context_as_its_config_does():
+    import json
+
+    from symform import load, presets
+    from symform.engine.data import formulas_dir
+
+    for name, entry in presets().items():
+        config = json.loads((formulas_dir() / "presets" / entry.file).read_text())
+        stated = config.get("max_position_embeddings", config.get("n_positions"))
+        assert load(name).context_limit.tokens == stated, name
+    assert load("docs/examples/linear_attention.toml").context_limit is None  # a declaration states no context

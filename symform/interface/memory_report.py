@@ -206,6 +206,7 @@ def fit_command(model: Model, args: argparse.Namespace) -> str:
             if args.train
             else inference_memory(model, batch=at["batch"], seq=at["seq"], past=at.get("past", args.past), setup=_inference(args))
         )
+    context = _context_bound(model, args.solve, fixed, args.past if args.infer else 0)
     if args.json:
         return json.dumps(
             {
@@ -215,6 +216,8 @@ def fit_command(model: Model, args: argparse.Namespace) -> str:
                 "budget_bytes": budget,
                 "closed_form": None if fit.closed_form is None else str(fit.closed_form),
                 "at_largest": None if report is None else report.as_dict(),
+                "context_limit": None if model.context_limit is None else model.context_limit.as_dict(),
+                "largest_within_context": None if context is None else max(0, min(fit.largest, context)),
             }
         )
     lines = [f"largest {args.solve} of {model.name} within {budget:,} bytes ({budget / 1e9:.2f} GB, {budget / 2**30:.2f} GiB): {fit.largest:,}"]
@@ -224,5 +227,25 @@ def fit_command(model: Model, args: argparse.Namespace) -> str:
         lines.append(f"  at {args.solve} = {fit.largest:,}: {_ceil(report.total):,} bytes")
     else:
         lines.append(f"  not even {args.solve} = 1 fits; add devices, shard (--zero, --tp) or recompute")
+    if context is not None:
+        lines.append(_context_line(model, args.solve, context, fit.largest, fixed, args.past if args.infer else 0))
     return "\n".join(lines)
+
+
+def _context_bound(model: Model, solve: str, fixed: dict[str, int], past: int) -> int | None:
+    """The largest ``solve`` the model's own context allows (past + seq tokens at most), or None where that does not bound it."""
+    if model.context_limit is None or solve not in ("past", "seq"):
+        return None
+    others = fixed.get("seq", 0) if solve == "past" else past
+    return model.context_limit.tokens - others
+
+
+def _context_line(model: Model, solve: str, bound: int, largest: int, fixed: dict[str, int], past: int) -> str:
+    limit = model.context_limit
+    given = f" with seq {fixed['seq']:,}" if solve == "past" else (f" with past {past:,}" if past else "")
+    head = f"  the model's own context: {limit.describe()}"
+    if bound < 1:
+        return f"{head}: nothing is left for {solve}{given}"
+    verdict = "the memory holds more than the model reads" if largest > bound else "memory is the tighter limit"
+    return f"{head}, so {solve} ≤ {bound:,}{given}: {verdict}; largest usable {min(largest, bound):,}"
 
