@@ -13,6 +13,7 @@ line (``# my-gpu.toml``) written there; files a command writes (``--out``,
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from dataclasses import dataclass
@@ -160,3 +161,20 @@ def test_shell_block_runs(block, workdir, capsys):
         code, out, err = run(capsys, *argv_of(command, out_dir))
         assert code == 0, f"{block.name}: {command}\n{err}"
         assert "Traceback" not in err
+
+
+def test_the_readme_memory_chart_shows_bars_that_fit_and_bars_that_do_not(capsys):
+    """The README's chart is worth drawing: its setup fits some micro-batches on the device and not others."""
+    block = next(b for b in BLOCKS if b.document.name == "README.md" and "symform plot memory" in b.text)
+    command = next(c for c in shell_commands(block) if c.startswith("symform plot memory"))
+    argv = argv_of(command, Path("unused"))
+    words = argv[3:]  # plot memory MODEL --option value ... --switch
+    options = {w: (words[i + 1] if i + 1 < len(words) and not words[i + 1].startswith("--") else None) for i, w in enumerate(words) if w.startswith("--")}
+    setup = [w for k, v in options.items() if k not in ("--batch", "--seq", "--out") for w in (k, v) if w is not None]
+    verdicts = set()
+    for batch in options["--batch"].split(","):
+        for seq in options["--seq"].split(","):
+            code, out, err = run(capsys, "memory", argv[2], "--train", "--batch", batch, "--seq", seq, *setup, "--json")
+            assert code == 0, err
+            verdicts.add(json.loads(out)["device"]["fits"])
+    assert verdicts == {True, False}
