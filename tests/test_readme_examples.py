@@ -2,7 +2,10 @@
 
 Python blocks run with ``exec`` in a fresh namespace; shell lines that start
 with ``symform`` (``$ symform`` in console blocks) run through the CLI's
-``main`` in-process and must exit 0. Both run in a temporary folder that
+``main`` in-process and must exit 0. The output a console block shows under a
+command is an excerpt of what the command prints now: its lines appear in the
+output in that order (a line ``...`` stands for lines left out, ``…`` inside a
+line for text that varies from run to run, such as a time). Both run in a temporary folder that
 sees the checkout's ``docs/``, ``formulas/`` and ``hardware/`` (paths as from a
 clone), with the document's ```toml blocks that name their file on their first
 line (``# my-gpu.toml``) written there; files a command writes (``--out``,
@@ -102,6 +105,33 @@ def argv_of(command: str, out_dir: Path) -> list[str]:
     return argv
 
 
+def console_sessions(block: Block) -> list[tuple[str, list[str]]]:
+    """(command, the output lines shown under it) for each ``$ `` line of a console block."""
+    sessions: list[tuple[str, list[str]]] = []
+    for line in block.text.splitlines():
+        if line.startswith("$ "):
+            sessions.append((line[2:], []))
+        elif sessions:
+            sessions[-1][1].append(line)
+    return sessions
+
+
+def missing_lines(shown: list[str], printed: str) -> list[str]:
+    """The shown lines that do not appear, in order, among the printed ones (``…`` matches any text)."""
+    lines = [line.rstrip() for line in printed.splitlines()]
+    missing, at = [], 0
+    for line in shown:
+        if line.strip() in ("", "...", "…"):
+            continue
+        pattern = re.compile(".*".join(re.escape(part) for part in line.rstrip().split("…")) + r"\Z")
+        found = next((i for i in range(at, len(lines)) if pattern.match(lines[i])), None)
+        if found is None:
+            missing.append(line)
+        else:
+            at = found + 1
+    return missing
+
+
 def test_the_documents_have_blocks_to_run():
     assert len([b for b in BLOCKS if b.not_run is None]) >= 20
     assert {b.document.name for b in BLOCKS} >= {"README.md", "plots.md", "sizing.md"}
@@ -149,7 +179,7 @@ def test_python_block_runs(block, workdir):
     exec(code, {"__name__": "__readme__"})
 
 
-@pytest.mark.parametrize("block", [b for b in BLOCKS if b.language in ("sh", "console")], ids=lambda b: b.name)
+@pytest.mark.parametrize("block", [b for b in BLOCKS if b.language == "sh"], ids=lambda b: b.name)
 def test_shell_block_runs(block, workdir, capsys):
     if block.not_run:
         pytest.skip(f"marked in the Markdown: {block.not_run}")
@@ -161,6 +191,27 @@ def test_shell_block_runs(block, workdir, capsys):
         code, out, err = run(capsys, *argv_of(command, out_dir))
         assert code == 0, f"{block.name}: {command}\n{err}"
         assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("block", [b for b in BLOCKS if b.language == "console"], ids=lambda b: b.name)
+def test_console_block_shows_what_the_command_prints(block, workdir, capsys):
+    if block.not_run:
+        pytest.skip(f"marked in the Markdown: {block.not_run}")
+    out_dir = workdir(block) / "out"
+    out_dir.mkdir()
+    for command, shown in console_sessions(block):
+        code, out, err = run(capsys, *argv_of(command, out_dir))
+        assert code == 0, f"{block.name}: {command}\n{err}"
+        missing = missing_lines(shown, out)
+        assert not missing, f"{block.name}: {command} no longer prints (in this order):\n" + "\n".join(missing)
+
+
+def test_console_excerpts_are_checked_line_by_line():
+    printed = "a header\n1,320 candidates screened in 612 ms\nrow 1\nrow 2\nfooter"
+    assert missing_lines(["a header", "1,320 candidates screened in … ms", "...", "footer"], printed) == []
+    assert missing_lines(["row 2", "row 1"], printed) == ["row 1"]  # order counts
+    assert missing_lines(["1,320 candidates screened in 546 ms"], printed) == ["1,320 candidates screened in 546 ms"]
+    assert missing_lines(["row"], printed) == ["row"]  # whole lines, not prefixes
 
 
 def test_the_readme_memory_chart_shows_bars_that_fit_and_bars_that_do_not(capsys):
