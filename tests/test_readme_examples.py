@@ -179,29 +179,31 @@ def test_python_block_runs(block, workdir):
     exec(code, {"__name__": "__readme__"})
 
 
-@pytest.mark.parametrize("block", [b for b in BLOCKS if b.language == "sh"], ids=lambda b: b.name)
-def test_shell_block_runs(block, workdir, capsys):
+def run_commands(block: Block, workdir, capsys, commands: list[str]) -> list[str]:
+    """Each command's stdout; every command must exit 0 (a block marked not run is skipped, with its reason)."""
     if block.not_run:
         pytest.skip(f"marked in the Markdown: {block.not_run}")
+    assert commands, f"{block.name}: no command"
     out_dir = workdir(block) / "out"
     out_dir.mkdir()
-    commands = shell_commands(block)
-    assert commands, f"{block.name}: no command"
+    outputs = []
     for command in commands:
         code, out, err = run(capsys, *argv_of(command, out_dir))
-        assert code == 0, f"{block.name}: {command}\n{err}"
-        assert "Traceback" not in err
+        assert code == 0 and "Traceback" not in err, f"{block.name}: {command}\n{err}"
+        outputs.append(out)
+    return outputs
+
+
+@pytest.mark.parametrize("block", [b for b in BLOCKS if b.language == "sh"], ids=lambda b: b.name)
+def test_shell_block_runs(block, workdir, capsys):
+    run_commands(block, workdir, capsys, shell_commands(block))
 
 
 @pytest.mark.parametrize("block", [b for b in BLOCKS if b.language == "console"], ids=lambda b: b.name)
 def test_console_block_shows_what_the_command_prints(block, workdir, capsys):
-    if block.not_run:
-        pytest.skip(f"marked in the Markdown: {block.not_run}")
-    out_dir = workdir(block) / "out"
-    out_dir.mkdir()
-    for command, shown in console_sessions(block):
-        code, out, err = run(capsys, *argv_of(command, out_dir))
-        assert code == 0, f"{block.name}: {command}\n{err}"
+    sessions = console_sessions(block)
+    outputs = run_commands(block, workdir, capsys, [command for command, _ in sessions])
+    for (command, shown), out in zip(sessions, outputs):
         missing = missing_lines(shown, out)
         assert not missing, f"{block.name}: {command} no longer prints (in this order):\n" + "\n".join(missing)
 
