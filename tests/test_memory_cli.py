@@ -133,3 +133,12 @@ def test_every_preset_states_its_context_as_its_config_does():
         stated = config.get("max_position_embeddings", config.get("n_positions"))
         assert load(name).context_limit.tokens == stated, name
     assert load("docs/examples/linear_attention.toml").context_limit is None  # a declaration states no context
+
+
+def test_memory_says_when_a_sequence_exceeds_the_models_context(capsys):
+    code, out, _ = run(capsys, "memory", "gpt2", "--infer", "--batch", "1", "--seq", "1", "--past", "1024")
+    assert code == 0 and "note: 1,025 tokens per sequence exceed the model's own context, 1,024 tokens (n_positions)" in out
+    report = run_json(capsys, "memory", "gpt2", "--infer", "--batch", "1", "--seq", "1", "--past", "1023")
+    assert report["context_limit"] == {"tokens": 1024, "field": "n_positions", "rope_scaling": None, "exceeded": False}
+    code, out, _ = run(capsys, "memory", "gpt2", "--train", "--batch", "1", "--seq", "1024")
+    assert code == 0 and "exceed" not in out

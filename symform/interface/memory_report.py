@@ -140,12 +140,19 @@ def memory_command(model: Model, args: argparse.Namespace) -> str:
     else:
         report = inference_memory(model, batch=args.batch, seq=args.seq, past=args.past, setup=_inference(args))
     device = _gpu_memory(args.gpu) if args.gpu else None
+    tokens = args.seq + (0 if args.train else args.past)
+    limit = model.context_limit
     if args.json:
         result = report.as_dict()
         if device:
             result["device"] = {"name": device[0], "memory_bytes": device[1], "fits": report.total <= device[1]}
+        if limit is not None:
+            result["context_limit"] = {**limit.as_dict(), "exceeded": tokens > limit.tokens}
         return json.dumps(result)
-    return _memory_table(report, device)
+    table = _memory_table(report, device)
+    if limit is not None and tokens > limit.tokens:
+        table += f"\nnote: {tokens:,} tokens per sequence exceed the model's own context, {limit.describe()}"
+    return table
 
 
 def _memory_table(report: MemoryReport, device: tuple[str, int] | None) -> str:
