@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import tomllib
 from functools import cache
-from importlib import metadata, resources
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,8 @@ def version() -> str:
             project = {}
         if project.get("name") == "symform" and isinstance(project.get("version"), str):
             return project["version"]
+    from importlib import metadata  # only here: importing it costs more than the rest of start-up needs
+
     try:
         return metadata.version("symform")
     except metadata.PackageNotFoundError:
