@@ -91,6 +91,10 @@ sys.meta_path.append(_FlatNames())
 
 
 def __getattr__(name: str):
+    if name == "__version__":  # read on first use: a checkout's pyproject.toml or the installed metadata
+        from .engine.data import version
+
+        return version()
     if not name.startswith("__") and _floor_of(name) is not None:
         return importlib.import_module(f".{name}", __name__)
     if name in ("device_names", "load_device"):

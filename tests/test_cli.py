@@ -162,3 +162,38 @@ def test_hardware_json_contract(capsys):
     assert device["hbm_bytes_per_s"] == pytest.approx(3.35e12, rel=1e-3)
     code, out, err = run(capsys, "hardware", "no-such-gpu")
     assert code == 2 and out == "" and err.count("\n") == 1
+
+
+def test_version_is_the_projects(capsys):
+    import tomllib
+
+    declared = tomllib.loads((formulas_dir().parent / "pyproject.toml").read_text())["project"]["version"]
+    code, out, err = run(capsys, "--version")
+    assert (code, out.strip(), err) == (0, f"symform {declared}", "")
+    import symform
+
+    assert symform.__version__ == declared
+
+
+def test_models_json_lists_every_preset_and_model_type(capsys):
+    report = run_json(capsys, "models")
+    assert list(report["presets"]) == list(presets())
+    assert report["model_types"] == list(supported_model_types())
+    for name, entry in report["presets"].items():
+        assert entry["hub"] == presets()[name].hub
+        assert entry["model_type"] == preset_json(name)["model_type"] in report["model_types"]
+
+
+def test_set_on_a_preset_says_which_sizes_keep_the_configs_values(capsys):
+    config = preset_json("qwen3-8b")
+    code, out, err = run(capsys, "params", "qwen3-8b", "--set", "d_model=12288", "--json")
+    assert code == 0 and json.loads(out)["values"]["d_ff"] == config["intermediate_size"]
+    assert err.count("\n") == 1 and err.startswith("symform: note: --set d_model changes that size alone;")
+    kept = {"d_ff": "intermediate_size", "n_heads": "num_attention_heads", "n_kv_heads": "num_key_value_heads", "d_head": "head_dim", "n_layers": "num_hidden_layers"}
+    for name, field in kept.items():
+        assert f"{name}={config[field]:,}" in err
+    assert "d_model=" not in err
+    code, _, err = run(capsys, "params", "qwen3-8b", "--set", "attention=gqa_attention")
+    assert code == 0 and err == ""  # a slot, not a size: nothing kept by surprise
+    code, _, err = run(capsys, "params", "qwen3-8b", "--set", "n_kv_heads=3")
+    assert code == 2 and err.count("\n") == 1 and "note" not in err  # bad input: the one line of the error only

@@ -69,3 +69,22 @@ def test_models_render_in_notebooks():
 
     example = Path(__file__).resolve().parent.parent / "docs" / "examples" / "linear_attention.toml"
     assert "<table>" in symform.load(example)._repr_html_()
+
+
+def test_six_n_d_error_is_shown_with_the_leading_and_with_the_real_parameter_count(capsys):
+    from checks import run, run_json
+
+    argv = ["derive", "train-flops", "qwen3-32b", "--assume", "standard", "--leading", "--seq", "4096", "--tokens", "10000000000"]
+    real_n = 65_524_246_528 // 2  # the published checkpoint's bytes of bf16, halved
+    model = symform.load("qwen3-32b")
+    exact = model.evaluate("train_flops", seq=4096, tokens=10**10, batch=1)
+    leading_n = 12 * model.values["d_model"] ** 2 * model.values["n_layers"]
+    report = run_json(capsys, *argv)
+    assert report["params"] == real_n
+    assert abs(report["relative_error_with_real_params"] - (6 * real_n * 10**10 / exact - 1)) < 1e-12  # about -9.7 %
+    assert abs(report["relative_error"] - (6 * leading_n * 10**10 / exact - 1)) < 1e-12  # about -44.5 %
+    code, out, _ = run(capsys, *argv)
+    assert code == 0
+    assert f"with n_params ≈ 12*d_model**2*n_layers: {report['relative_error']:+.2%}" in out
+    assert f"with the real n_params = {real_n:,}: {report['relative_error_with_real_params']:+.2%}" in out
+    assert out.count(f"{report['relative_error']:+.2%}") == 1  # said once, with its label

@@ -123,6 +123,23 @@ def test_breakdown_table_is_booktabs_with_one_column_per_model(qwen):
     assert tex.parse_back(formula, expr.free_symbols) == expr
 
 
+def test_breakdown_table_leaves_out_parts_that_are_zero_in_every_column(qwen):
+    parts = qwen.evaluate_breakdown("params", depth=2)
+    assert parts["layers/attn_dropout"] == 0 and parts["layers/attn_residual"] == 0  # in the API: every part
+    table = tex.breakdown_table([qwen, symform.load("llama-3-8b")], "params", depth=2)
+    assert "dropout" not in table and "residual" not in table
+    assert table.count(r"\texttt{") == len([p for p, v in parts.items() if v])
+
+
+def test_standalone_table_has_a_title_with_every_model_and_a_glossary(capsys, qwen):
+    code, out, _ = run(capsys, "latex", "params", "qwen3-0.6b", "--table", "--and", "qwen3-8b", "--and", "llama-3-8b", "--standalone")
+    assert code == 0 and r"\title{params of qwen3-0.6b, qwen3-8b, llama-3-8b}" in out
+    glossary = out.split(r"\section*{Symbols}")[1]
+    for symbol in ("d_model", "n_layers", "vocab", "d_ff", "n_kv_heads"):
+        assert rf"\texttt{{{symbol.replace('_', chr(92) + '_')}}}" in glossary
+    assert r"\texttt{seq}" not in glossary  # the symbols the numbers depend on, not the whole vocabulary
+
+
 def test_compute_and_memory_tables(qwen):
     compute = tex.training_flops_table([qwen], tokens=10**12, seq=4096)
     assert "PF-days" in compute and r"$6ND$" in compute

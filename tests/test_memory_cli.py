@@ -65,3 +65,80 @@ def test_bad_memory_input_is_one_line_and_exit_2(capsys, argv):
     code, out, err = run(capsys, *argv)
     assert code == 2
     assert err.count("\n") == 1 and "Traceback" not in err
+
+
+SERVING = ["memory", "llama-3-8b", "--infer", "--batch", "2", "--seq", "1", "--past", "1023"]
+KV_PER_BYTE = 2 * 1024 * 32 * 2 * 8 * 128  # batch 2 × 1024 tokens × 32 layers × K and V × 8 heads × 128: values cached
+
+
+def test_an_explicit_kv_bytes_convention_is_not_overridden(capsys):
+    assert run_json(capsys, *SERVING)["components"]["kv_cache"] == 2 * KV_PER_BYTE  # bf16 by default
+    for extra in (["--convention", "kv_bytes=1"], ["--kv-dtype", "fp8"], ["--convention", "kv_bytes=1", "--kv-dtype", "int8"]):
+        report = run_json(capsys, *SERVING, *extra)
+        assert report["components"]["kv_cache"] == KV_PER_BYTE and report["assumptions"]["kv_bytes"] == 1, extra
+    code, _, err = run(capsys, *SERVING, "--convention", "kv_bytes=1", "--kv-dtype", "bf16")
+    assert code == 2 and err.count("\n") == 1 and "--kv-dtype" in err and "--convention kv_bytes=1" in err
+    code, _, err = run(capsys, *SERVING, "--convention", "kv_block=16", "--kv-block", "8")
+    assert code == 2 and err.count("\n") == 1 and "kv_block" in err
+    report = run_json(capsys, *SERVING, "--convention", "kv_block=16")
+    assert report["assumptions"]["kv_block_tokens"] == 16 and report["components"]["kv_cache"] == 2 * KV_PER_BYTE  # 1024 = 64 blocks
+
+
+def test_any_bit_width_for_the_kv_cache_and_the_weights(capsys):
+    from fractions import Fraction
+
+    from symform import load
+    from symform.analysis.memory import Inference, inference_memory
+
+    six = run_json(capsys, *SERVING, "--kv-dtype", "6bit", "--weight-format", "6bit")
+    assert six["components"]["kv_cache"] == KV_PER_BYTE * 6 // 8  # exact: 3/4 of a byte per value
+    assert six["assumptions"]["kv_bytes"] == 0.75 and six["assumptions"]["bytes_per_weight"] == 0.75
+    params = 8_030_261_248  # llama-3-8b's numel()
+    unquantised = (2 * 32 + 1) * 4096 + 128256 * 4096  # norms and the embedding stay in bf16
+    assert six["components"]["weights"] == 2 * unquantised + (params - unquantised) * 6 // 8
+    api = inference_memory(load("llama-3-8b").with_conventions(kv_bytes=Fraction(3, 4)), batch=2, seq=1, past=1023, setup=Inference())
+    assert api.values["kv_cache"] == KV_PER_BYTE * Fraction(3, 4)  # the model's convention is kept by a default setup
+    for bad in (["--kv-dtype", "0bit"], ["--kv-dtype", "6 bits"], ["--weight-format", "bf17"]):
+        code, _, err = run(capsys, *SERVING, *bad)
+        assert code == 2 and err.count("\n") == 1 and "bit width such as 6bit" in err, bad
+
+
+def test_fit_past_reports_the_memory_limit_and_the_models_own_context(capsys):
+    argv = ["fit", "llama-3.1-8b", "--infer", "--gpu", "h100-sxm", "--solve", "past", "--batch", "1"]
+    report = run_json(capsys, *argv)
+    # config.json of meta-llama/Llama-3.1-8B: max_position_embeddings 131072, rope_scaling llama3 ×8 over 8192
+    assert report["context_limit"] == {"tokens": 131072, "field": "max_position_embeddings", "rope_scaling": {"type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192}}
+    assert report["largest"] > 131072  # 80 GiB holds far more cache than the model reads
+    assert report["largest_within_context"] == 131072 - 1  # past + the one new token
+    code, out, _ = run(capsys, *argv)
+    assert code == 0 and f"{report['largest']:,}" in out
+    assert "the model's own context: 131,072 tokens (max_position_embeddings; RoPE scaling llama3, factor 8 over 8,192)" in out
+    assert "past ≤ 131,071 with seq 1" in out and "largest usable 131,071" in out
+
+
+def test_fit_seq_where_memory_is_the_tighter_limit(capsys):
+    report = run_json(capsys, "fit", "qwen3-8b", "--train", "--memory", "40GB", "--solve", "seq", "--batch", "1", "--zero", "3", "--dp", "8", "--flash", "--recompute", "full")
+    assert report["context_limit"]["tokens"] == 40960 and report["context_limit"]["rope_scaling"] is None
+    assert report["largest_within_context"] == report["largest"] < 40960
+
+
+def test_every_preset_states_its_context_as_its_config_does():
+    import json
+
+    from symform import load, presets
+    from symform.engine.data import formulas_dir
+
+    for name, entry in presets().items():
+        config = json.loads((formulas_dir() / "presets" / entry.file).read_text())
+        stated = config.get("max_position_embeddings", config.get("n_positions"))
+        assert load(name).context_limit.tokens == stated, name
+    assert load("docs/examples/linear_attention.toml").context_limit is None  # a declaration states no context
+
+
+def test_memory_says_when_a_sequence_exceeds_the_models_context(capsys):
+    code, out, _ = run(capsys, "memory", "gpt2", "--infer", "--batch", "1", "--seq", "1", "--past", "1024")
+    assert code == 0 and "note: 1,025 tokens per sequence exceed the model's own context, 1,024 tokens (n_positions)" in out
+    report = run_json(capsys, "memory", "gpt2", "--infer", "--batch", "1", "--seq", "1", "--past", "1023")
+    assert report["context_limit"] == {"tokens": 1024, "field": "n_positions", "rope_scaling": None, "exceeded": False}
+    code, out, _ = run(capsys, "memory", "gpt2", "--train", "--batch", "1", "--seq", "1024")
+    assert code == 0 and "exceed" not in out

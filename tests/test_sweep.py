@@ -218,3 +218,22 @@ def test_points_that_break_a_requirement_are_refused():
         sweep(model, "params", zip={"n_heads": [32, 40], "n_kv_heads": [8, 6]})
     fine = sweep(model, "params", zip={"n_heads": [32, 40], "n_kv_heads": [8, 10]})
     assert len(fine["params"]) == 2
+
+
+def test_cli_notes_float64_rounding_only_where_digits_are_printed(capsys):
+    readme = ["sweep", "qwen3-8b", "params", "train-flops", "--grid", "n_layers=24,36", "--grid", "d_model=2048,4096", "--fix", "seq=4096", "--fix", "tokens=1e12", "--fix", "batch=1"]
+    assert main(readme) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and "5.26563e+22" in out  # the table shows 6 significant digits: float64 holds 16
+    assert main([*readme, "--csv"]) == 0
+    out, err = capsys.readouterr()
+    assert err.count("\n") == 1 and "train_flops reaches 5.27e+22" in err and "params" not in err  # CSV prints all 17
+    assert main(["sweep", "qwen3-8b", "params", "--grid", "n_layers=24,36", "--csv"]) == 0
+    assert capsys.readouterr().err == ""  # nothing near 2**53
+
+
+def test_the_note_names_the_real_limit_for_fractional_values():
+    third = symform.load("qwen3-0.6b").with_conventions(causal=Fraction(1, 3))
+    assert sweep(third, "forward_flops", zip={"batch": [1], "seq": [2]}, inexact="raise")  # far below: silent
+    with pytest.raises(InexactFloatError, match=r"a multiple of 1/3: exact below 2\*\*53/3"):
+        sweep(third, "forward_flops", zip={"batch": [2**10], "seq": [2**20]}, inexact="raise")

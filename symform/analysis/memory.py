@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from functools import cache
@@ -378,12 +379,48 @@ def training_memory(model: Model, *, batch: int, seq: int, setup: Training = Tra
 
 @dataclass(frozen=True)
 class Inference:
+    """A serving setup. ``weight_format``: a name in ``formulas/memory.toml`` or ``"<N>bit"`` (N bits per
+    linear weight, no group scales). ``kv_bytes``, ``kv_block``, ``act_bytes``: None keeps the model's
+    convention (2, 1 and 2 bytes by default, or what ``with_conventions`` set); any positive number, such
+    as ``Fraction(6, 8)`` for a 6-bit cache, replaces it."""
+
     weight_format: str = "bf16"
-    kv_bytes: Number = 2
-    kv_block: int = 1  # paged attention: the cache grows in blocks of this many tokens
-    act_bytes: int = 2
+    kv_bytes: Number | None = None
+    kv_block: int | None = None  # paged attention: the cache grows in blocks of this many tokens
+    act_bytes: Number | None = None
     tensor: int = 1
     flash: bool = True
+
+
+BIT_WIDTH = re.compile(r"([1-9][0-9]?)bit")  # "6bit": any whole bit width up to 99
+
+
+def bit_width(name: str) -> int | None:
+    """The N of ``"<N>bit"``, or None for any other name."""
+    match = BIT_WIDTH.fullmatch(name)
+    return int(match.group(1)) if match else None
+
+
+def weight_format(name: str) -> WeightFormat:
+    """A named format of ``formulas/memory.toml``, or ``"<N>bit"``: N bits per linear weight, no group scales."""
+    bits = bit_width(name)
+    if bits is not None and name not in recipes().weight_format:
+        return WeightFormat(doc=f"{bits}-bit weights of the linear layers, no group scales", bits=bits, quantises=["linear"])
+    if name not in recipes().weight_format:
+        raise EvaluationError(f"unknown weight format {name!r}; choose one of {', '.join(recipes().weight_format)} or a bit width such as 6bit")
+    return recipes().weight_format[name]
+
+
+def _inference_conventions(setup: Inference) -> dict[str, object]:
+    """The setup's storage sizes where it gives them; the model's conventions elsewhere."""
+    given = {"kv_bytes": setup.kv_bytes, "kv_block": setup.kv_block, "act_bytes": setup.act_bytes}
+    if setup.kv_block is not None and (isinstance(setup.kv_block, bool) or not isinstance(setup.kv_block, int) or setup.kv_block < 1):
+        raise EvaluationError(f"kv_block is {setup.kv_block!r}; give the paged cache's block size in tokens (1 for none)")
+    return {name: value for name, value in given.items() if value is not None}
+
+
+def _convention(model: Model, name: str) -> sympy.Rational:
+    return next(v for s, v in model.conventions.items() if s.name == name)
 
 
 def inference_expressions(model: Model, setup: Inference = Inference(), *, keep: tuple[str, ...] = ()) -> tuple[dict[str, sympy.Expr], dict[str, object]]:
@@ -391,10 +428,8 @@ def inference_expressions(model: Model, setup: Inference = Inference(), *, keep:
     (0.4 bytes per parameter) and a computed peak (the largest op's inputs and outputs plus the
     residual stream), with the total using the computed peak. Settings named in ``keep`` (past)
     stay symbols instead of taking their values."""
-    fmt = _pick(recipes().weight_format, setup.weight_format, "weight format")
-    if isinstance(setup.kv_block, bool) or not isinstance(setup.kv_block, int) or setup.kv_block < 1:
-        raise EvaluationError(f"kv_block is {setup.kv_block!r}; give the paged cache's block size in tokens (1 for none)")
-    model = model.with_conventions(kv_bytes=setup.kv_bytes, kv_block=setup.kv_block, act_bytes=setup.act_bytes, training=0)
+    fmt = weight_format(setup.weight_format)
+    model = model.with_conventions(**_inference_conventions(setup), training=0)
     layout = Layout(tensor=setup.tensor)
     split = tensor_split(model, setup.tensor)
     conventions = {s: value for s, value in model.conventions.items() if s.name not in keep}
@@ -408,9 +443,9 @@ def inference_expressions(model: Model, setup: Inference = Inference(), *, keep:
         "weight_format": setup.weight_format,
         "bytes_per_weight": _json(bytes_per_weight(fmt)),
         "quantised_components": fmt.quantises or "all",
-        "kv_bytes": _json(sympy.Rational(setup.kv_bytes)),
-        "kv_block_tokens": setup.kv_block,
-        "act_bytes": setup.act_bytes,
+        "kv_bytes": _json(_convention(model, "kv_bytes")),
+        "kv_block_tokens": _json(_convention(model, "kv_block")),
+        "act_bytes": _json(_convention(model, "act_bytes")),
         "tensor_parallel": setup.tensor,
         "activations": "computed peak: the largest single op's activation inputs and outputs plus the residual stream",
         "flash_attention": setup.flash,

@@ -446,7 +446,7 @@ def _allocate(compiled: Compiled, axes: Sequence[Axis], total: int, inputs: bool
 
 def _run_float(compiled: Compiled, axes, total, chunk, progress, inputs, inexact) -> dict[str, np.ndarray]:
     columns = _allocate(compiled, axes, total, inputs, np.float64)
-    limits = {q: FLOAT_EXACT / scale_to_integer(e) for q, e in zip(compiled.quantities, compiled.expressions)}
+    scales = {q: scale_to_integer(e) for q, e in zip(compiled.quantities, compiled.expressions)}
     worst = {q: 0.0 for q in compiled.quantities}
     with _Progress(total, progress) as bar:
         for start in range(0, total, chunk):
@@ -465,16 +465,21 @@ def _run_float(compiled: Compiled, axes, total, chunk, progress, inputs, inexact
                 for name, values in points.items():
                     columns[name][start:stop] = values
             bar.update(stop - start)
-    _check_range(worst, limits, inexact)
+    _check_range(worst, scales, inexact)
     return columns
 
 
-def _check_range(worst: Mapping[str, float], limits: Mapping[str, float], inexact: str) -> None:
-    """float64 holds integers exactly below 2**53; past that, say so (or raise) and name the way out."""
-    over = {q: v for q, v in worst.items() if not v < limits[q]}
+def _check_range(worst: Mapping[str, float], scales: Mapping[str, int], inexact: str) -> None:
+    """float64 holds integers exactly below 2**53 (multiples of 1/m below 2**53/m); past that, say so (or raise) and name the way out."""
+    over = {q: v for q, v in worst.items() if not v < FLOAT_EXACT / scales[q]}
     if not over or inexact == "allow":
         return
-    detail = ", ".join(f"{q} reaches {v:.3g}" for q, v in over.items())
+
+    def reach(q: str, v: float) -> str:
+        m = scales[q]
+        return f"{q} reaches {v:.3g}" + (f" (a multiple of 1/{m}: exact below 2**53/{m} ≈ {FLOAT_EXACT / m:.2g})" if m != 1 else "")
+
+    detail = ", ".join(reach(q, v) for q, v in over.items())
     message = (
         f"{detail}, at or past 2**53 ≈ 9.0e15: float64 keeps about 16 significant digits there, not every digit; "
         "pass exact=True for exact integers (object arrays; slower, for small sweeps) or inexact='allow' if 16 digits are enough"

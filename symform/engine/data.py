@@ -30,6 +30,25 @@ def data_root() -> Path:
     raise DeclarationError("symform's bundled formulas are missing: reinstall symform (pip install --force-reinstall symform)")
 
 
+@cache
+def version() -> str:
+    """symform's version: a checkout's ``pyproject.toml`` when running from one, else the installed metadata."""
+    checkout = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    if checkout.is_file():  # the code running is this checkout's, whatever version pip recorded elsewhere
+        try:
+            project = tomllib.loads(checkout.read_text(encoding="utf-8")).get("project", {})
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            project = {}
+        if project.get("name") == "symform" and isinstance(project.get("version"), str):
+            return project["version"]
+    from importlib import metadata  # only here: importing it costs more than the rest of start-up needs
+
+    try:
+        return metadata.version("symform")
+    except metadata.PackageNotFoundError:
+        return "unknown (neither installed nor a checkout)"
+
+
 def formulas_dir() -> Path:
     return data_root() / "formulas"
 

@@ -52,6 +52,10 @@ class Derivation:
     params_leading: Formula | None  # N, when the result is a multiple of it
     in_terms_of_params: Formula | None  # the result written with N (6·N·D)
     missing: tuple[str, ...]  # workload symbols without a value, so errors could not be computed
+    # The result in terms of N (6·N·D) with N the model's exact parameter count, against the exact quantity:
+    # the error of the rule itself, where the last step's error also counts N's own leading-order error.
+    params_value: int | None = None
+    relative_error_with_real_params: float | None = None
 
     @property
     def exact(self) -> Formula:
@@ -109,13 +113,17 @@ def derive(
     missing = tuple(sorted(s.name for s in exact_at.free_symbols))
     steps = tuple(Step(label, tex, Formula(e, vocabulary), *_value_and_error(e, exact_at, values)) for label, tex, e in chain)
 
-    in_terms = params_formula = None
+    in_terms = params_formula = params_value = real_error = None
     if leading and quantity != "params":
         params_leading = leading_order(model.expression("params", assume=assume).expr, large_symbols)
         ratio = sympy.cancel(steps[-1].formula.expr / params_leading)
         if ratio.free_symbols <= set(vocabulary.symbols("workload", "convention", "dtype")):
             in_terms = Formula(ratio * vocabulary["n_params"], vocabulary)
             params_formula = Formula(params_leading, vocabulary)
+            real_params = model.expression("params").expr.xreplace(values)
+            if not real_params.free_symbols:
+                params_value = int(real_params)
+                _, real_error = _value_and_error(ratio * real_params, exact_at, values)
     return Derivation(
         quantity=quantity,
         model=model.name,
@@ -126,6 +134,8 @@ def derive(
         params_leading=params_formula,
         in_terms_of_params=in_terms,
         missing=missing,
+        params_value=params_value,
+        relative_error_with_real_params=real_error,
     )
 
 

@@ -54,6 +54,15 @@ class ChoiceSpec(BaseModel):
     cases: dict[str, str]
 
 
+class ContextSpec(BaseModel):
+    """Where a config states the longest sequence the model reads (past + new tokens)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    field: str  # a declared int field: max_position_embeddings, n_positions
+    rope_scaling: str | None = None  # the config key of its RoPE scaling (a JSON object), reported with the limit
+
+
 class FamilySpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -65,6 +74,30 @@ class FamilySpec(BaseModel):
     counts: dict[str, CountSpec] = Field(default_factory=dict)
     bind: dict[str, str]
     choose: dict[str, ChoiceSpec] = Field(default_factory=dict)
+    context: ContextSpec | None = None
+
+
+@dataclass(frozen=True)
+class ContextLimit:
+    """The model's own context: the most tokens (cached and new) its positions cover, as its config states."""
+
+    tokens: int
+    field: str
+    rope_scaling: Mapping[str, object] | None = None  # type, factor, original_max_position_embeddings where stated
+
+    def describe(self) -> str:
+        text = f"{self.tokens:,} tokens ({self.field}"
+        if self.rope_scaling:
+            rope = self.rope_scaling
+            text += f"; RoPE scaling {rope.get('type', 'unnamed')}"
+            if "factor" in rope:
+                text += f", factor {rope['factor']:g}"
+            if "original_max_position_embeddings" in rope:
+                text += f" over {rope['original_max_position_embeddings']:,}"
+        return text + ")"
+
+    def as_dict(self) -> dict[str, object]:
+        return {"tokens": self.tokens, "field": self.field, "rope_scaling": None if self.rope_scaling is None else dict(self.rope_scaling)}
 
 
 @dataclass(frozen=True)
@@ -82,6 +115,7 @@ class ModelSpec:
     arguments: Mapping[str, int | str]  # numbers, or component names for slots
     family: str | None = None
     source: str | None = None
+    context: ContextLimit | None = None  # from the config; None for architecture files and bare components
 
 
 @cache
@@ -145,7 +179,30 @@ def spec_from_config(config: Any, *, name: str, origin: str) -> ModelSpec:
         arguments[arg] = int(value)
     for slot, choice in family.spec.choose.items():
         arguments[slot] = _choose(choice, fields[choice.field], family.spec.fields[choice.field].type == "bool", origin)
-    return ModelSpec(name=name, root=family.spec.root, arguments=MappingProxyType(arguments), family=family.name, source=origin)
+    context = _context_limit(family.spec.context, fields, config, origin)
+    return ModelSpec(name=name, root=family.spec.root, arguments=MappingProxyType(arguments), family=family.name, source=origin, context=context)
+
+
+def _context_limit(spec: ContextSpec | None, fields: Mapping[str, Any], config: Mapping[str, Any], origin: str) -> ContextLimit | None:
+    if spec is None:
+        return None
+    if spec.field not in fields:
+        raise DeclarationError(f"context field {spec.field!r} is not among the family's fields; declare it under [fields]")
+    rope = config.get(spec.rope_scaling) if spec.rope_scaling else None
+    if rope is not None and not isinstance(rope, Mapping):
+        raise ConfigError(f"{origin}: field {spec.rope_scaling!r} is {rope!r}; it must be a JSON object or null")
+    summary = None
+    if rope:
+        kind = rope.get("rope_type", rope.get("type"))
+        factor = rope.get("factor")
+        original = rope.get("original_max_position_embeddings", config.get("original_max_position_embeddings"))
+        summary = {"type": kind if isinstance(kind, str) else None}
+        if isinstance(factor, (int, float)) and not isinstance(factor, bool):
+            summary["factor"] = factor
+        if isinstance(original, int) and not isinstance(original, bool) and original > 0:
+            summary["original_max_position_embeddings"] = original
+        summary = MappingProxyType({k: v for k, v in summary.items() if v is not None})
+    return ContextLimit(tokens=int(fields[spec.field]), field=spec.field, rope_scaling=summary)
 
 
 def _choose(choice: ChoiceSpec, value: Any, is_bool: bool, origin: str) -> str:

@@ -18,7 +18,7 @@ from .declarations import QUANTITIES, Library, default_library
 from .errors import ConfigError, DeclarationError, EvaluationError, SymformError, describe_validation
 from .budget import quoted
 from .evaluate import Number, check_value
-from .families import ModelSpec, load_config_file, preset_config, presets, spec_from_config
+from .families import ContextLimit, ModelSpec, load_config_file, preset_config, presets, spec_from_config
 from .formula import Formula
 from .graph import ComponentGraph, build_graph
 from .safe_expr import parse
@@ -116,6 +116,12 @@ class Model:
     @property
     def name(self) -> str:
         return self.spec.name
+
+    @property
+    def context_limit(self) -> ContextLimit | None:
+        """The most tokens (cached and new) the model reads, as its config states it (a ``ContextLimit``:
+        ``tokens``, the config ``field``, its RoPE scaling); None for architecture files and bare components."""
+        return self.spec.context
 
     @property
     def values(self) -> dict[str, int]:

@@ -18,7 +18,8 @@ from ..engine.safe_expr import is_identifier
 from ..engine.derive import Derivation, derive
 from ..engine.errors import SymformError
 from ..engine.evaluate import Number
-from ..engine.families import presets, supported_model_types
+from ..engine.data import version
+from ..engine.families import preset_config, presets, supported_model_types
 from ..engine.model import Model, quantity_names
 
 EXIT_BAD_INPUT = 2
@@ -62,6 +63,7 @@ def _setting(text: str) -> tuple[str, Number | str]:
 def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     """The whole command line; with ``verb``, the other verbs' options are left out (and their modules unloaded)."""
     parser = _Parser(prog="symform", description="Symbolic cost formulas for transformer models.")
+    parser.add_argument("--version", action="version", version=f"symform {version()}")
     verbs = parser.add_subparsers(dest="verb", required=True, parser_class=_Parser)
 
     def wanted(name: str) -> bool:
@@ -103,14 +105,15 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
         if wanted(name):
             _from(module, arguments)(p)
 
-    p = verbs.add_parser("plot", help="charts as .png or .svg: parameter and FLOPs shares, training memory, roofline (pip install 'symform[plot]')")
+    p = verbs.add_parser("plot", help="charts as .png or .svg: parameter and FLOPs shares, training memory, roofline (needs matplotlib: pip install matplotlib)")
     if wanted("plot"):
         _from("plots", "plot_arguments")(p)
 
     p = verbs.add_parser("docs", help="write the reference pages (a page per component and per family) from the declarations", description="write the reference pages (a page per component and per family) from the declarations")
     p.add_argument("--out", default="docs/reference", help="directory to write (default docs/reference)")
 
-    verbs.add_parser("models", help="list bundled presets and supported Hugging Face model types")
+    p = verbs.add_parser("models", help="list bundled presets and supported Hugging Face model types", description="list bundled presets and supported Hugging Face model types")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
     p = verbs.add_parser("hardware", help="accelerators and systems: the list, or one of them", description="accelerators and systems: the list, or one of them")
     p.add_argument("name", nargs="?", help="a bundled device (symform hardware) or a path to a device file (.toml)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -125,9 +128,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(e.code or 0)
     try:
         output = _run(args)
-    except SymformError as e:
+    except SymformError as e:  # one line: notes gathered on the way are moot
         print(f"symform: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    for note in getattr(args, "notes", []):
+        print(f"symform: note: {note}", file=sys.stderr)
     try:
         print(output)
     except BrokenPipeError:
@@ -137,7 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> str:
     if args.verb == "models":
-        return _models()
+        return _models(args)
     if args.verb == "hardware":
         return _hardware(args)
     if args.verb == "plot":
@@ -166,7 +171,27 @@ def _run(args: argparse.Namespace) -> str:
 
 def _load(args: argparse.Namespace) -> Model:
     model = Model.load(args.model, conventions=dict(args.conventions))
-    return model.with_arguments(**dict(args.sizes)) if args.sizes else model
+    if not args.sizes:
+        return model
+    settings = dict(args.sizes)
+    changed = model.with_arguments(**settings)
+    note = kept_sizes_note(model, settings)
+    if note:
+        args.notes = [*getattr(args, "notes", []), note]  # printed once the command has succeeded
+    return changed
+
+
+def kept_sizes_note(model: Model, settings: dict[str, object]) -> str | None:
+    """Sizes are independent: --set d_model=12288 leaves d_ff, n_heads, d_head ... at the model's values. Say so."""
+    changed = [name for name in settings if name in model.values]
+    kept = {name: value for name, value in model.values.items() if name not in settings}
+    if not changed or not kept:
+        return None
+    return (
+        f"--set {', '.join(changed)} changes {'that size' if len(changed) == 1 else 'those sizes'} alone; "
+        f"{', '.join(f'{k}={v:,}' for k, v in kept.items())} keep {model.name}'s values (--set them too to change them)"
+    )
+
 
 
 def _json_number(value: Number) -> int | float:
@@ -237,6 +262,8 @@ def _derivation(d: Derivation, args: argparse.Namespace) -> str:
                 "relative_error": d.relative_error,
                 "in_terms_of_params": None if d.in_terms_of_params is None else str(d.in_terms_of_params),
                 "params_leading": None if d.params_leading is None else str(d.params_leading),
+                "params": d.params_value,
+                "relative_error_with_real_params": d.relative_error_with_real_params,
                 "missing": list(d.missing),
                 "steps": [
                     {"label": s.label, "expression": str(s.formula), "latex": s.formula.latex(), "value": s.value, "relative_error": s.relative_error}
@@ -248,10 +275,14 @@ def _derivation(d: Derivation, args: argparse.Namespace) -> str:
     for step in d.steps:
         lines.append(f"  {step.label}:")
         lines.append(f"    {step.formula}")
-        if step.relative_error is not None and step is not d.steps[0]:
+        if step.relative_error is not None and step is not d.steps[0] and not (step is d.steps[-1] and d.in_terms_of_params is not None):
             lines.append(f"    relative error at {d.model}: {step.relative_error:+.2%}")
     if d.in_terms_of_params is not None:
         lines.append(f"  = {d.in_terms_of_params}    with n_params = {d.params_leading}")
+        if d.relative_error is not None:
+            lines.append(f"    relative error at {d.model} with n_params ≈ {d.params_leading}: {d.relative_error:+.2%}")
+        if d.relative_error_with_real_params is not None:
+            lines.append(f"    relative error at {d.model} with the real n_params = {d.params_value:,}: {d.relative_error_with_real_params:+.2%}")
     if d.missing and len(d.steps) > 1 and d.relative_error is None:
         workload = {"batch", "seq", "tokens"}
         flags = [f"--{m}" for m in d.missing if m in workload - {"tokens"}] + [f"--set {m}=..." for m in d.missing if m not in workload]
@@ -310,7 +341,14 @@ def _hardware(args: argparse.Namespace) -> str:
     return json.dumps(device_json(device)) if args.json else device_table(device)
 
 
-def _models() -> str:
+def _models(args: argparse.Namespace) -> str:
+    if args.json:
+        return json.dumps(
+            {
+                "presets": {name: {"hub": e.hub, "source": e.source, "model_type": preset_config(name)[0]["model_type"]} for name, e in presets().items()},
+                "model_types": list(supported_model_types()),
+            }
+        )
     lines = ["bundled presets (symform params NAME):"]
     for name, entry in presets().items():
         lines.append(f"  {name:<18} {entry.hub}")

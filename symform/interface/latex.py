@@ -300,7 +300,8 @@ def breakdown_table(models: Sequence[Model], quantity: str, *, depth: int = 1, f
     quantity = normalise_quantity(quantity)
     formulas = len(models) == 1 if formulas is None else formulas
     values = [m.evaluate_breakdown(quantity, depth=depth, **workload) for m in models]
-    paths = list(dict.fromkeys(p for v in values for p in v))
+    # a part that is zero in every column (dropout, a residual add, under the conventions in force) says nothing
+    paths = [p for p in dict.fromkeys(p for v in values for p in v) if any(v.get(p, 0) != 0 for v in values)]
     unit = _unit(quantity)
     rows = []
     for path in paths:

@@ -25,7 +25,8 @@ def latex_arguments(p: argparse.ArgumentParser) -> None:
 def latex_command(args: argparse.Namespace, load: Callable[[argparse.Namespace], Model]) -> str:
     sections = _component_sections(args) if args.component else _model_sections(args, load)
     if args.standalone:
-        return tex.standalone(sections, title=f"{args.quantity.replace('_', '-')} of {args.model}")
+        models = [args.model, *args.more] if args.table else [args.model]
+        return tex.standalone(sections, title=f"{args.quantity.replace('_', '-')} of {', '.join(models)}")
     text = "\n\n".join(body for _, body in sections)
     return json.dumps({"latex": text}) if args.json else text
 
@@ -38,7 +39,10 @@ def _model_sections(args: argparse.Namespace, load: Callable[[argparse.Namespace
     model = load(args)
     if args.table:
         models = [model, *(load(argparse.Namespace(**{**vars(args), "model": m})) for m in args.more)]
-        return [("", _table(models, args))]
+        sections = [("", _table(models, args))]
+        if args.standalone:
+            sections.append(("Symbols", tex.glossary(model.vocabulary, _table_symbols(models, args.quantity))))
+        return sections
     quantity = normalise_quantity(args.quantity)
     large = [s.strip() for s in args.large.split(",") if s.strip()] if args.large else None
     if args.derivation:
@@ -58,6 +62,12 @@ def _model_sections(args: argparse.Namespace, load: Callable[[argparse.Namespace
     if args.standalone:
         sections.append(("Symbols", tex.glossary(model.vocabulary, used)))
     return sections
+
+
+def _table_symbols(models: list[Model], quantity: str) -> set:
+    """The symbols behind a table's numbers, over all its models (a memory table: parameters and saved activations)."""
+    quantities = ["params", "saved_activations"] if quantity == "memory" else [normalise_quantity(quantity)]
+    return {s for m in models for q in quantities for s in m.expression(q).expr.free_symbols}
 
 
 def _table(models: list[Model], args: argparse.Namespace) -> str:

@@ -20,6 +20,7 @@ from ..analysis.memory import (
     Layout,
     MemoryReport,
     Training,
+    bit_width,
     inference_expressions,
     inference_memory,
     recipes,
@@ -31,6 +32,22 @@ from ..engine.model import Model
 
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
 KV_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "int4": Fraction(1, 2)}
+
+
+def kv_dtype(text: str) -> Fraction:
+    """Bytes per cached K or V value: a named type, or any bit width (6bit: 3/4 of a byte, exactly)."""
+    if text in KV_DTYPES:
+        return Fraction(KV_DTYPES[text])
+    bits = bit_width(text)
+    if bits is None:
+        raise argparse.ArgumentTypeError(f"{text!r}: give one of {', '.join(KV_DTYPES)} or a bit width such as 6bit")
+    return Fraction(bits, 8)
+
+
+def weight_format_name(text: str) -> str:
+    if text in recipes().weight_format or bit_width(text) is not None:
+        return text
+    raise argparse.ArgumentTypeError(f"{text!r}: give one of {', '.join(recipes().weight_format)} or a bit width such as 6bit")
 
 
 def memory_budget(text: str) -> int:
@@ -70,9 +87,9 @@ def setup_arguments(p: argparse.ArgumentParser) -> None:
     both.add_argument("--flash", action=argparse.BooleanOptionalAction, default=None, help="FlashAttention (default: off for training, on for inference)")
     infer = p.add_argument_group("inference")
     infer.add_argument("--past", type=non_negative_int, default=0, help="tokens already in the KV cache (the context when decoding)")
-    infer.add_argument("--weight-format", default="bf16", choices=list(table.weight_format))
-    infer.add_argument("--kv-dtype", default="bf16", choices=list(KV_DTYPES), help="KV cache element type")
-    infer.add_argument("--kv-block", type=positive_int, default=1, help="paged KV cache block size in tokens (vLLM: 16)")
+    infer.add_argument("--weight-format", type=weight_format_name, default="bf16", metavar="FORMAT", help=f"stored weights: {', '.join(table.weight_format)}, or any bit width of the linear layers' weights (6bit)")
+    infer.add_argument("--kv-dtype", type=kv_dtype, metavar="TYPE", help=f"KV cache element type: {', '.join(KV_DTYPES)} or any bit width (6bit); default: the kv_bytes convention, 2 bytes (bf16)")
+    infer.add_argument("--kv-block", type=positive_int, help="paged KV cache block size in tokens (vLLM: 16); default: the kv_block convention, 1")
 
 
 def memory_arguments(p: argparse.ArgumentParser) -> None:
@@ -106,7 +123,12 @@ def _training(args: argparse.Namespace) -> Training:
 
 def _inference(args: argparse.Namespace) -> Inference:
     flash = True if args.flash is None else args.flash
-    return Inference(weight_format=args.weight_format, kv_bytes=KV_DTYPES[args.kv_dtype], kv_block=args.kv_block, tensor=args.tp, flash=flash)
+    conventions = dict(args.conventions)
+    for option, name, value in (("--kv-dtype", "kv_bytes", args.kv_dtype), ("--kv-block", "kv_block", args.kv_block)):
+        if value is not None and name in conventions and Fraction(conventions[name]) != value:
+            raise EvaluationError(f"{option} gives {name}={value} but --convention {name}={conventions[name]}; give one of them")
+    # None: the model's conventions decide (an explicit --convention kv_bytes=..., else the default)
+    return Inference(weight_format=args.weight_format, kv_bytes=args.kv_dtype, kv_block=args.kv_block, tensor=args.tp, flash=flash)
 
 
 def _gpu_memory(name: str) -> tuple[str, int]:
@@ -122,12 +144,19 @@ def memory_command(model: Model, args: argparse.Namespace) -> str:
     else:
         report = inference_memory(model, batch=args.batch, seq=args.seq, past=args.past, setup=_inference(args))
     device = _gpu_memory(args.gpu) if args.gpu else None
+    tokens = args.seq + (0 if args.train else args.past)
+    limit = model.context_limit
     if args.json:
         result = report.as_dict()
         if device:
             result["device"] = {"name": device[0], "memory_bytes": device[1], "fits": report.total <= device[1]}
+        if limit is not None:
+            result["context_limit"] = {**limit.as_dict(), "exceeded": tokens > limit.tokens}
         return json.dumps(result)
-    return _memory_table(report, device)
+    table = _memory_table(report, device)
+    if limit is not None and tokens > limit.tokens:
+        table += f"\nnote: {tokens:,} tokens per sequence exceed the model's own context, {limit.describe()}"
+    return table
 
 
 def _memory_table(report: MemoryReport, device: tuple[str, int] | None) -> str:
@@ -188,6 +217,7 @@ def fit_command(model: Model, args: argparse.Namespace) -> str:
             if args.train
             else inference_memory(model, batch=at["batch"], seq=at["seq"], past=at.get("past", args.past), setup=_inference(args))
         )
+    context = _context_bound(model, args.solve, fixed, args.past if args.infer else 0)
     if args.json:
         return json.dumps(
             {
@@ -197,6 +227,8 @@ def fit_command(model: Model, args: argparse.Namespace) -> str:
                 "budget_bytes": budget,
                 "closed_form": None if fit.closed_form is None else str(fit.closed_form),
                 "at_largest": None if report is None else report.as_dict(),
+                "context_limit": None if model.context_limit is None else model.context_limit.as_dict(),
+                "largest_within_context": None if context is None else max(0, min(fit.largest, context)),
             }
         )
     lines = [f"largest {args.solve} of {model.name} within {budget:,} bytes ({budget / 1e9:.2f} GB, {budget / 2**30:.2f} GiB): {fit.largest:,}"]
@@ -206,5 +238,25 @@ def fit_command(model: Model, args: argparse.Namespace) -> str:
         lines.append(f"  at {args.solve} = {fit.largest:,}: {_ceil(report.total):,} bytes")
     else:
         lines.append(f"  not even {args.solve} = 1 fits; add devices, shard (--zero, --tp) or recompute")
+    if context is not None:
+        lines.append(_context_line(model, args.solve, context, fit.largest, fixed, args.past if args.infer else 0))
     return "\n".join(lines)
+
+
+def _context_bound(model: Model, solve: str, fixed: dict[str, int], past: int) -> int | None:
+    """The largest ``solve`` the model's own context allows (past + seq tokens at most), or None where that does not bound it."""
+    if model.context_limit is None or solve not in ("past", "seq"):
+        return None
+    others = fixed.get("seq", 0) if solve == "past" else past
+    return model.context_limit.tokens - others
+
+
+def _context_line(model: Model, solve: str, bound: int, largest: int, fixed: dict[str, int], past: int) -> str:
+    limit = model.context_limit
+    given = f" with seq {fixed['seq']:,}" if solve == "past" else (f" with past {past:,}" if past else "")
+    head = f"  the model's own context: {limit.describe()}"
+    if bound < 1:
+        return f"{head}: nothing is left for {solve}{given}"
+    verdict = "the memory holds more than the model reads" if largest > bound else "memory is the tighter limit"
+    return f"{head}, so {solve} ≤ {bound:,}{given}: {verdict}; largest usable {min(largest, bound):,}"
 

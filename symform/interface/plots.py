@@ -2,7 +2,7 @@
 
 Every number comes from the same expressions ``symform params``, ``flops`` and
 ``memory`` print. matplotlib is the optional ``plot`` extra
-(``pip install 'symform[plot]'``) and is imported only when a figure is drawn;
+(``pip install matplotlib``) and is imported only when a figure is drawn;
 the share and memory tables below need nothing beyond symform.
 
 Python::

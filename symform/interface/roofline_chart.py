@@ -13,6 +13,10 @@ from ..analysis.roofline import PhaseRoofline, Roofline
 FORMATS = (".png", ".svg")
 
 
+# What the `plot` extra installs, named so that the advice works from a clone and from a package index alike
+INSTALL_HINT = "pip install matplotlib"
+
+
 class PlotDependencyError(SymformError):
     """Charts need matplotlib, which symform does not install by default."""
 
@@ -21,9 +25,7 @@ def _pyplot():
     try:
         import matplotlib
     except ImportError:
-        raise PlotDependencyError(
-            "charts need matplotlib: pip install 'symform[plot]'"
-        ) from None
+        raise PlotDependencyError(f"charts need matplotlib: {INSTALL_HINT}") from None
     matplotlib.use("Agg")  # files only: no display needed
     import matplotlib.pyplot as plt
 

@@ -77,7 +77,7 @@ def roofline_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--plot",
         metavar="FILE",
-        help="also draw the roofline chart to FILE (.png or .svg; needs pip install 'symform[plot]')",
+        help="also draw the roofline chart to FILE (.png or .svg; needs matplotlib: pip install matplotlib)",
     )
 
 

@@ -75,9 +75,12 @@ def sweep_command(model: Model, args) -> str:
     zipped = {k: numeric(_numbers(k, v)) for k, v in _pairs(args.zip, "--zip").items()}
     sample = {k: _range(k, v) for k, v in _pairs(args.sample, "--sample").items()}
     fixed = {k: _numbers(k, v)[0] for k, v in _pairs(args.fix, "--fix").items()}
+    # The table prints values past 2**53 to 6 significant digits, so float64's 16 are enough there: the note is
+    # for CSV and JSON, which print every digit float64 has.
+    inexact = "warn" if args.csv or args.json else "allow"
     with warnings.catch_warnings(record=True) as caught:  # one plain line on stderr, not a warning's source line
         warnings.simplefilter("always", InexactFloatWarning)
-        result = sweep(model, args.quantities, grid=grid, zip=zipped, sample=sample, n=args.n, seed=args.seed, fixed=fixed, exact=args.exact, progress=args.progress)
+        result = sweep(model, args.quantities, grid=grid, zip=zipped, sample=sample, n=args.n, seed=args.seed, fixed=fixed, exact=args.exact, inexact=inexact, progress=args.progress)
     for w in caught:  # float64 keeps 16 significant digits: worth a note on stderr, not a failure
         print(f"symform: note: {w.message}", file=sys.stderr)
     if args.json:
