@@ -81,6 +81,39 @@ class ModelSpec:
     arguments: Mapping[str, int | str]  # numbers, or component names for slots
     family: str | None = None
     source: str | None = None
+    checkpoint: "Checkpoint | None" = None
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """What a checkpoint says about how its weights are stored, beside the shapes in its config."""
+
+    quantization: Mapping[str, Any] | None = None  # config.json's quantization_config
+    quant_file: Mapping[str, Any] | None = None  # hf_quant_config.json (NVIDIA ModelOpt)
+    total_size: int | None = None  # model.safetensors.index.json's metadata.total_size, in bytes
+    shards: int | None = None  # files the index maps tensors to
+    dtypes: Mapping[str, int] | None = None  # tensors per dtype, where the safetensors headers were read
+
+    @property
+    def quantised(self) -> bool:
+        return bool(self.quantization or self.quant_file)
+
+
+def checkpoint_facts(config: Mapping[str, Any], *, quant_file: Mapping[str, Any] | None = None, index: Mapping[str, Any] | None = None, total_size: int | None = None) -> Checkpoint:
+    """The checkpoint facts of a config and, where present, its hf_quant_config.json and safetensors index."""
+    quantization = config.get("quantization_config")
+    shards = None
+    if isinstance(index, Mapping):
+        size = (index.get("metadata") or {}).get("total_size") if isinstance(index.get("metadata"), Mapping) else None
+        total_size = int(size) if isinstance(size, (int, float)) and not isinstance(size, bool) else total_size
+        weight_map = index.get("weight_map")
+        shards = len(set(weight_map.values())) if isinstance(weight_map, Mapping) else None
+    return Checkpoint(
+        quantization=quantization if isinstance(quantization, Mapping) else None,
+        quant_file=quant_file if isinstance(quant_file, Mapping) else None,
+        total_size=total_size,
+        shards=shards,
+    )
 
 
 @cache
@@ -144,7 +177,7 @@ def spec_from_config(config: Any, *, name: str, origin: str) -> ModelSpec:
         arguments[arg] = int(value)
     for slot, choice in family.spec.choose.items():
         arguments[slot] = _choose(choice, fields[choice.field], family.spec.fields[choice.field].type == "bool", origin)
-    return ModelSpec(name=name, root=family.spec.root, arguments=MappingProxyType(arguments), family=family.name, source=origin)
+    return ModelSpec(name=name, root=family.spec.root, arguments=MappingProxyType(arguments), family=family.name, source=origin, checkpoint=checkpoint_facts(config))
 
 
 def _choose(choice: ChoiceSpec, value: Any, is_bool: bool, origin: str) -> str:
@@ -260,6 +293,17 @@ def presets() -> Mapping[str, PresetEntry]:
         return MappingProxyType({name: PresetEntry.model_validate(raw) for name, raw in index.items()})
     except ValidationError as e:
         raise DeclarationError(f"presets/index.toml: {describe_validation(e)}") from None
+
+
+def find_preset(text: str) -> str | None:
+    """The preset a name or Hub id names: exactly, or ignoring case (``Qwen3-8B``, ``qwen/qwen3-8b``)."""
+    if text in presets():
+        return text
+    lowered = text.lower()
+    for name, entry in presets().items():
+        if lowered in (name.lower(), entry.hub.lower()):
+            return name
+    return None
 
 
 def preset_config(name: str) -> tuple[dict[str, Any], PresetEntry]:

@@ -73,7 +73,8 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
         p = verbs.add_parser(name, help=help, description=help)
         if quantity:
             p.add_argument("quantity", help=f"one of {', '.join(q.replace('_', '-') for q in quantity_names())}")
-        p.add_argument("model", help="a bundled preset (symform models), a path to a Hugging Face config.json, or an architecture file (.toml)")
+        p.add_argument("model", help="a bundled preset (symform models), a Hugging Face Hub id (Qwen/Qwen3-8B), a path to a config.json, or an architecture file (.toml)")
+        p.add_argument("--revision", metavar="REV", help="with a Hub id: the branch, tag or commit to read (default main)")
         p.add_argument("--set", dest="sizes", action="append", type=_setting, default=[], metavar="NAME=VALUE", help="change one of the model's arguments: a size (--set n_layers=32), an option (--set include_mtp=1) or a slot's component (--set attention=mla_attention_absorbed)")
         p.add_argument("--convention", dest="conventions", action="append", type=_assignment, default=[], metavar="NAME=VALUE", help="counting convention or storage size, e.g. --convention causal=1/2")
         p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -167,7 +168,7 @@ def _run(args: argparse.Namespace) -> str:
 
 
 def _load(args: argparse.Namespace) -> Model:
-    model = Model.load(args.model, conventions=dict(args.conventions))
+    model = Model.load(args.model, revision=getattr(args, "revision", None), conventions=dict(args.conventions))
     return model.with_arguments(**dict(args.sizes)) if args.sizes else model
 
 

@@ -66,7 +66,7 @@ def setup_arguments(p: argparse.ArgumentParser) -> None:
     both.add_argument("--flash", action=argparse.BooleanOptionalAction, default=None, help="FlashAttention (default: off for training, on for inference)")
     infer = p.add_argument_group("inference")
     infer.add_argument("--past", type=non_negative_int, default=0, help="tokens already in the KV cache (the context when decoding)")
-    infer.add_argument("--weight-format", default="bf16", choices=list(table.weight_format))
+    infer.add_argument("--weight-format", default=None, choices=list(table.weight_format), help="how the weights are stored (default: as the checkpoint says, from its quantization_config or hf_quant_config.json; bf16 when it names none)")
     infer.add_argument("--kv-dtype", default="bf16", choices=list(KV_DTYPES), help="KV cache element type")
     infer.add_argument("--kv-block", type=positive_int, default=1, help="paged KV cache block size in tokens (vLLM: 16)")
 
