@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 
 from ..analysis import flash_attention
 from .cli_args import non_negative_int, positive_int
 from ..engine.errors import ConfigError
 from ..engine.model import Model
+from ..analysis.memory import recipes, weight_format_for
+from ..analysis.quantization import StoredFormat, weight_bytes_by_leaf
 from ..analysis.roofline import (
     PHASES,
     Crossover,
@@ -54,8 +57,14 @@ def roofline_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--dtype",
-        default="bf16",
-        help="peak rate and storage width: bf16 (default), fp16, fp8, tf32, fp32, …",
+        default=None,
+        help="peak rate and storage width: bf16, fp16, fp8, tf32, fp32, … (default: the rate the checkpoint's weight format runs at where the device has it, else bf16)",
+    )
+    p.add_argument(
+        "--weight-format",
+        default=None,
+        choices=list(recipes().weight_format),
+        help="how the weights are stored and read (default: as the checkpoint says; else --dtype's width)",
     )
     p.add_argument(
         "--depth",
@@ -84,9 +93,16 @@ def roofline_arguments(p: argparse.ArgumentParser) -> None:
 def roofline_command(model: Model, args: argparse.Namespace) -> str:
     _check_workload(args)
     gpu = accelerator(args.gpu)
+    stored = _stored_weights(model, args)
+    widths = args.dtype or "bf16"  # a rate taken from the checkpoint leaves activations and the cache in bf16
+    if args.dtype is None:
+        rate = stored.format.flops_dtype if stored is not None else None
+        args.dtype = rate if rate in gpu.dense_flops_per_s else "bf16"
     gpu.flops_per_s(args.dtype)  # an unknown dtype fails here, before any algebra
-    model = _in_dtype(model, args.dtype, given=dict(args.conventions))
+    model = _in_dtype(model, widths, given=dict(args.conventions))
     options = {"dtype": args.dtype, "flash": args.flash, "sram_bytes": args.sram_bytes}
+    if stored is not None:
+        options["weight_bytes"] = weight_bytes_by_leaf(model, stored.format, stored.keep)
     result = roofline(
         model,
         gpu,
@@ -97,6 +113,8 @@ def roofline_command(model: Model, args: argparse.Namespace) -> str:
         depth=args.depth,
         **options,
     )
+    if stored is not None:
+        result = replace(result, notes=(*result.notes, f"weights read as stored: {stored.read}; matrix products at the {args.dtype} rate"))
     found = (
         decode_crossover(model, gpu, context=args.context, **options)
         if args.phase == "decode"
@@ -111,6 +129,15 @@ def roofline_command(model: Model, args: argparse.Namespace) -> str:
     if args.json:
         return json.dumps(roofline_json(result, found))
     return roofline_table(result, found)
+
+
+def _stored_weights(model: Model, args: argparse.Namespace) -> StoredFormat | None:
+    """The weights' stored format when the checkpoint or --weight-format names one (and --convention weight_bytes does not override)."""
+    if "weight_bytes" in dict(args.conventions):
+        return None
+    if args.weight_format is None and not (model.spec.checkpoint and model.spec.checkpoint.quantised):
+        return None
+    return weight_format_for(model, args.weight_format)
 
 
 def _check_workload(args: argparse.Namespace) -> None:
