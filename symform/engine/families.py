@@ -82,6 +82,7 @@ class ModelSpec:
     family: str | None = None
     source: str | None = None
     checkpoint: "Checkpoint | None" = None
+    config: Mapping[str, Any] | None = None  # the Hugging Face config it was read from (or a declaration's [model.transformers])
 
 
 @dataclass(frozen=True)
@@ -177,7 +178,7 @@ def spec_from_config(config: Any, *, name: str, origin: str) -> ModelSpec:
         arguments[arg] = int(value)
     for slot, choice in family.spec.choose.items():
         arguments[slot] = _choose(choice, fields[choice.field], family.spec.fields[choice.field].type == "bool", origin)
-    return ModelSpec(name=name, root=family.spec.root, arguments=MappingProxyType(arguments), family=family.name, source=origin, checkpoint=checkpoint_facts(config))
+    return ModelSpec(name=name, root=family.spec.root, arguments=MappingProxyType(arguments), family=family.name, source=origin, checkpoint=checkpoint_facts(config), config=MappingProxyType(dict(config)))
 
 
 def _choose(choice: ChoiceSpec, value: Any, is_bool: bool, origin: str) -> str:

@@ -29,6 +29,7 @@ _MODULE_VERBS = {
     "fit": ("memory_report", "fit_arguments", "fit_command", "the largest batch, sequence or cached context that fits a memory budget"),
     "roofline": ("roofline_report", "roofline_arguments", "roofline_command", "roofline of a training step, prefill or decode on one accelerator: FLOPs, bytes, bound, time bounds"),
     "time": ("timing_report", "time_arguments", "time_command", "training step time, MFU and HFU on N devices, or serving TTFT, TPOT and tokens/s"),
+    "check": ("check_report", "check_arguments", "check_command", "compare a model's declaration with a tiny instance of the real PyTorch module: parameters per module, FLOPs, KV cache, saved activations (pip install 'symform[oracle]')"),
     "sweep": ("sweep_report", "sweep_arguments", "sweep_command", "quantities over a grid, zipped lists or random samples of sizes and workloads (table, --csv, --json)"),
 }
 
