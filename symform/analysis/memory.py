@@ -28,7 +28,7 @@ from ..engine.evaluate import Number, exact_value
 from ..engine.formula import Formula
 from ..engine.model import Model
 from ..engine.safe_expr import parse
-from .quantization import StoredFormat, WeightFormat, _rational, bytes_per_weight, checkpoint_format, stored_bytes
+from .quantization import StoredFormat, WeightFormat, _rational, bytes_per_weight, checkpoint_format, stored_bytes, weight_bytes_by_leaf
 from .scaling import in_flight_microbatches
 
 RECOMPUTE = ("none", "selective", "full")
@@ -246,6 +246,25 @@ def weight_format_for(model: Model, name: str | None) -> StoredFormat:
             return found
         name = "bf16"
     return StoredFormat(name, _pick(formats, name, "weight format"), read=f"weight format {name} (given)" if name != "bf16" else "bf16 (the checkpoint names no quantisation)")
+
+
+def stored_weights(model: Model, name: str | None, *, conventions: Mapping[str, object] = {}) -> tuple[StoredFormat | None, dict[str, sympy.Expr] | None]:
+    """For rooflines and times: the weights' stored format and bytes per parameter by leaf, when the checkpoint or
+    the user (``name``) names a format and no ``weight_bytes`` convention overrides it; else (None, None)."""
+    if "weight_bytes" in conventions:
+        return None, None
+    if name is None and not (model.spec.checkpoint and model.spec.checkpoint.quantised):
+        return None, None
+    stored = weight_format_for(model, name)
+    return stored, weight_bytes_by_leaf(model, stored.format, stored.keep)
+
+
+def matmul_rate(stored: StoredFormat | None, rates: Mapping[str, object], given: str | None) -> str:
+    """The dtype whose peak the matrix products run at: the user's, else the stored format's where the device has it, else bf16."""
+    if given is not None:
+        return given
+    rate = stored.format.flops_dtype if stored is not None else None
+    return rate if rate in rates else "bf16"
 
 
 # --- activations ------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from typing import Any, Mapping
 from ..engine.data import formulas_dir, read_toml
 from ..engine.errors import ConfigError, SymformError
 from ..engine.model import Model
+from .quantization import aliases
 
 BATCH, SEQ = 2, 8  # two sequences: transformers' loss pads a single sequence's labels by one token
 PER_LAYER_LISTS = ("layer_types", "mlp_only_layers")
@@ -67,8 +68,8 @@ class CheckReport:
 
 @cache
 def _tables() -> tuple[dict[str, Any], dict[str, list[str]], list[str]]:
-    checkpoints = read_toml(formulas_dir() / "checkpoints.toml")
-    return read_toml(formulas_dir() / "check.toml")["tiny"], checkpoints["roles"], checkpoints["skip"]
+    names = aliases()
+    return read_toml(formulas_dir() / "check.toml")["tiny"], names.roles, names.skip
 
 
 def _oracle():

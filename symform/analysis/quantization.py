@@ -51,6 +51,7 @@ class Aliases(BaseModel):
 
     module_aliases: dict[str, str]  # a checkpoint's module name → symform's path segment
     skip: list[str]  # name segments that say nothing about which component (model, layers, indices)
+    roles: dict[str, list[str]]  # symform check: the part of a model a module's name or path belongs to
 
 
 @cache

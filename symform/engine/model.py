@@ -88,7 +88,7 @@ class Model:
         if not path.exists() and path.suffix == "":
             near = hub.close_names(text, [*presets(), *(e.hub for e in presets().values())])
             hint = f"did you mean {' or '.join(near)}? " if near else ""
-            raise ConfigError(f"{text!r} is neither a bundled preset, a Hub id (org/name) nor a file; {hint}symform models lists the presets")
+            raise ConfigError(f"{text!r} is neither a bundled preset nor a file, nor a Hub id (org/name); {hint}symform models lists the presets")
         if path.suffix == ".toml":
             spec, library = load_declaration_file(path)
             return cls(spec, library=library, **options)

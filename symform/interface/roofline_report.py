@@ -10,8 +10,7 @@ from ..analysis import flash_attention
 from .cli_args import non_negative_int, positive_int
 from ..engine.errors import ConfigError
 from ..engine.model import Model
-from ..analysis.memory import recipes, weight_format_for
-from ..analysis.quantization import StoredFormat, weight_bytes_by_leaf
+from ..analysis.memory import matmul_rate, recipes, stored_weights
 from ..analysis.roofline import (
     PHASES,
     Crossover,
@@ -93,16 +92,14 @@ def roofline_arguments(p: argparse.ArgumentParser) -> None:
 def roofline_command(model: Model, args: argparse.Namespace) -> str:
     _check_workload(args)
     gpu = accelerator(args.gpu)
-    stored = _stored_weights(model, args)
+    stored, weight_bytes = stored_weights(model, args.weight_format, conventions=dict(args.conventions))
     widths = args.dtype or "bf16"  # a rate taken from the checkpoint leaves activations and the cache in bf16
-    if args.dtype is None:
-        rate = stored.format.flops_dtype if stored is not None else None
-        args.dtype = rate if rate in gpu.dense_flops_per_s else "bf16"
+    args.dtype = matmul_rate(stored, gpu.dense_flops_per_s, args.dtype)
     gpu.flops_per_s(args.dtype)  # an unknown dtype fails here, before any algebra
     model = _in_dtype(model, widths, given=dict(args.conventions))
     options = {"dtype": args.dtype, "flash": args.flash, "sram_bytes": args.sram_bytes}
-    if stored is not None:
-        options["weight_bytes"] = weight_bytes_by_leaf(model, stored.format, stored.keep)
+    if weight_bytes is not None:
+        options["weight_bytes"] = weight_bytes
     result = roofline(
         model,
         gpu,
@@ -129,15 +126,6 @@ def roofline_command(model: Model, args: argparse.Namespace) -> str:
     if args.json:
         return json.dumps(roofline_json(result, found))
     return roofline_table(result, found)
-
-
-def _stored_weights(model: Model, args: argparse.Namespace) -> StoredFormat | None:
-    """The weights' stored format when the checkpoint or --weight-format names one (and --convention weight_bytes does not override)."""
-    if "weight_bytes" in dict(args.conventions):
-        return None
-    if args.weight_format is None and not (model.spec.checkpoint and model.spec.checkpoint.quantised):
-        return None
-    return weight_format_for(model, args.weight_format)
 
 
 def _check_workload(args: argparse.Namespace) -> None:
