@@ -152,3 +152,18 @@ def test_every_preset_id_is_unique_ignoring_case():
     ids = [e.hub.lower() for e in presets().values()] + [n.lower() for n in presets()]
     assert len(ids) == len(set(ids))
     assert (formulas_dir() / "checkpoints.toml").is_file()
+
+
+def test_gpt_oss_by_id_serves_from_mxfp4_weights(cache):
+    from symform.engine.families import supported_model_types
+
+    if "gpt_oss" not in supported_model_types():
+        pytest.skip("the gpt_oss family is not bundled in this checkout")
+    config = (DATA / "gpt-oss-20b.config.json").read_bytes()
+    index = json.dumps({"metadata": {"total_size": 13761264768}, "weight_map": {}}).encode()  # index id 31112482743
+    hub_cache(cache, "openai/gpt-oss-20b-copy", {"config.json": config, "model.safetensors.index.json": index}, absent=("hf_quant_config.json",))
+    done = symform(cache, "memory", "openai/gpt-oss-20b-copy", "--infer", "--batch", "1", "--seq", "1", "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["assumptions"]["weight_format"] == "mxfp4"
+    assert report["components"]["weights"] == 13761264768 == report["assumptions"]["checkpoint_size"]["total_size"]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from checks import one_line_error
+from checks import one_line_error, run_json
 from symform import ConfigError
 from symform.analysis.memory import Layout, checkpoint_size, recipes, weight_bytes_per_device, weight_format_for
 from symform.analysis.quantization import checkpoint_format, kept, module_segments
@@ -134,3 +134,49 @@ def test_an_explicit_weight_format_overrides_the_checkpoint():
 def test_configs_symform_cannot_read_say_so_in_one_line(config, words):
     facts = checkpoint_facts({"quantization_config": config})
     one_line_error(ConfigError, lambda: checkpoint_format(facts, recipes().weight_format), *words)
+
+
+GPT_OSS_TOTAL_SIZE = {
+    # model.safetensors.index.json metadata.total_size: gpt-oss-20b quoted verbatim in index id 31112482743
+    # (and 66618953322); gpt-oss-120b's tensor bytes in index id 59724567210
+    "gpt-oss-20b": 13761264768,
+    "gpt-oss-120b": 65248815744,
+}
+
+
+@pytest.mark.parametrize("name", sorted(GPT_OSS_TOTAL_SIZE))
+def test_gpt_oss_mxfp4_weights_equal_the_published_size_to_the_byte(name):
+    from symform.engine.families import supported_model_types
+
+    if "gpt_oss" not in supported_model_types():
+        pytest.skip("the gpt_oss family is not bundled in this checkout")
+    config = json.loads((DATA / "gpt-oss-20b.config.json").read_text())
+    if name == "gpt-oss-120b":  # the same fields but for 36 layers and 128 experts
+        config = {**config, "num_hidden_layers": 36, "num_local_experts": 128, "layer_types": ["sliding_attention", "full_attention"] * 18}
+    model = Model.from_config(config, name=name)
+    model = with_checkpoint(model, quantization=config["quantization_config"], total_size=GPT_OSS_TOTAL_SIZE[name])
+    stored = weight_format_for(model, None)
+    assert stored.name == "mxfp4"
+    size = checkpoint_size(model, stored)
+    assert size.weight_bytes == GPT_OSS_TOTAL_SIZE[name] and size.difference == 0
+
+
+@pytest.mark.parametrize("fmt", ["mxfp4", "nvfp4"])
+def test_mxfp4_and_nvfp4_are_formats_users_choose(capsys, fmt):
+    report = run_json(capsys, "memory", "qwen3-8b", "--infer", "--batch", "1", "--seq", "1", "--weight-format", fmt)
+    assert report["assumptions"]["weight_format"] == fmt
+    assert report["components"]["weights"] == weights(Model.load("qwen3-8b"), fmt)
+
+
+def test_roofline_and_time_read_the_checkpoint_weights_at_their_rate(capsys):
+    path = str(DATA / "qwen3-32b-fp8.config.json")
+    workload = ("--gpu", "h100-sxm", "--phase", "decode", "--batch", "1", "--context", "1000")
+    fp8 = run_json(capsys, "roofline", path, *workload)
+    bf16 = run_json(capsys, "roofline", path, *workload, "--weight-format", "bf16")
+    assert fp8["dtype"] == "fp8" and bf16["dtype"] == "bf16"
+    assert any("128×128" in note for note in fp8["notes"])
+    model = with_checkpoint(Model.from_config(FP8_CONFIG), quantization=FP8_CONFIG["quantization_config"])
+    # decode reads every stored matrix once; the embedding and norms stay bf16 in both: the gap is what fp8 saves
+    assert bf16["bytes"] - fp8["bytes"] == weights(model, "bf16") - weights(model)
+    served = run_json(capsys, "time", path, "--infer", "--gpu", "h100-sxm", "--batch", "1", "--prompt", "100", "--output", "10")
+    assert served["dtype"] == "fp8" and "128×128" in served["assumptions"]["weights"]
