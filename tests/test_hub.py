@@ -10,10 +10,13 @@ test fails if anything reaches for the network.
 from __future__ import annotations
 
 import hashlib
+import http.server
 import json
 import os
+import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -32,10 +35,19 @@ QWEN3_32B_FP8_TOTAL_SIZE = 2 * 1558406144 + 31205621760
 
 _NO_NETWORK = (
     "import socket, sys\n"
-    "def refuse(*args, **kwargs):\n"
-    "    raise OSError('network access during a test')\n"
-    "socket.socket.connect = refuse\n"
-    "socket.create_connection = refuse\n"
+    "connect, create = socket.socket.connect, socket.create_connection\n"
+    "def local(address):\n"
+    "    return isinstance(address, tuple) and address[0] in ('127.0.0.1', 'localhost')\n"
+    "def guarded_connect(self, address):\n"
+    "    if not local(address):\n"
+    "        raise OSError('network access during a test')\n"
+    "    return connect(self, address)\n"
+    "def guarded_create(address, *args, **kwargs):\n"
+    "    if not local(address):\n"
+    "        raise OSError('network access during a test')\n"
+    "    return create(address, *args, **kwargs)\n"
+    "socket.socket.connect = guarded_connect\n"
+    "socket.create_connection = guarded_create\n"
     "{body}\n"
 )
 
@@ -167,3 +179,57 @@ def test_gpt_oss_by_id_serves_from_mxfp4_weights(cache):
     report = json.loads(done.stdout)
     assert report["assumptions"]["weight_format"] == "mxfp4"
     assert report["components"]["weights"] == 13761264768 == report["assumptions"]["checkpoint_size"]["total_size"]
+
+
+class _Hub(http.server.BaseHTTPRequestHandler):
+    """A stand-in Hub on the loopback interface answering as huggingface.co does for gated and unknown repositories."""
+
+    def do_HEAD(self):
+        self._refuse()
+
+    def do_GET(self):
+        self._refuse()
+
+    def _refuse(self):
+        gated = "/Gated/" in self.path
+        self.send_response(403 if gated else 404)
+        self.send_header("X-Error-Code", "GatedRepo" if gated else "RepoNotFound")
+        self.send_header("X-Error-Message", "Access to this repository is restricted" if gated else "Repository not found")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def local_hub():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hub)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize(
+    "repo, words",
+    [
+        ("Gated/Model", ("gated", "HF_TOKEN", "https://huggingface.co/Gated/Model")),
+        ("Nobody/Nothing", ("no such model", "HF_TOKEN")),
+    ],
+)
+def test_gated_and_unknown_repositories_are_one_line(cache, local_hub, repo, words):
+    done = symform(cache, "params", repo, env={"HF_HUB_OFFLINE": "0", "HF_ENDPOINT": local_hub})
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    for word in words:
+        assert word in done.stderr, done.stderr
+
+
+def test_no_network_is_one_line(cache):
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    done = symform(cache, "params", "Org/Unreachable", env={"HF_HUB_OFFLINE": "0", "HF_ENDPOINT": f"http://127.0.0.1:{port}"})
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "cannot be reached" in done.stderr or "cannot fetch" in done.stderr

@@ -79,8 +79,11 @@ def fetch(repo_id: str, *, revision: str | None = None) -> HubFiles:
 def _import_hub():
     try:
         import huggingface_hub
+        from huggingface_hub.utils import logging as hub_logging
     except ImportError:
         raise HubError("reading a model by its Hub id needs huggingface_hub: pip install huggingface_hub (or give a path to a config.json)") from None
+    # its retry warnings would come before symform's one-line answer; failures are reported as that line
+    hub_logging.set_verbosity_error()
     return huggingface_hub
 
 
