@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from checks import one_line_error, run_json
+from checks import one_line_error, run, run_json
 from symform import ConfigError
 from symform.analysis.memory import Layout, checkpoint_size, recipes, weight_bytes_per_device, weight_format_for
 from symform.analysis.quantization import checkpoint_format, kept, module_segments
@@ -180,3 +180,27 @@ def test_roofline_and_time_read_the_checkpoint_weights_at_their_rate(capsys):
     assert bf16["bytes"] - fp8["bytes"] == weights(model, "bf16") - weights(model)
     served = run_json(capsys, "time", path, "--infer", "--gpu", "h100-sxm", "--batch", "1", "--prompt", "100", "--output", "10")
     assert served["dtype"] == "fp8" and "128×128" in served["assumptions"]["weights"]
+
+
+@pytest.mark.oracle
+def test_a_saved_checkpoint_is_measured_from_its_safetensors_headers(tmp_path, capsys):
+    """transformers' own save_pretrained of a tiny Qwen3 in bf16: symform reads the headers (never the weights)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    config = {"model_type": "qwen3", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 101, "max_position_embeddings": 64, "tie_word_embeddings": False}
+    torch.manual_seed(0)
+    module = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**config), dtype=torch.bfloat16)
+    module.save_pretrained(tmp_path)
+    stored = sum(p.numel() * p.element_size() for p in module.state_dict().values())
+    report = run_json(capsys, "memory", str(tmp_path / "config.json"), "--infer", "--batch", "1", "--seq", "1")
+    size = report["assumptions"]["checkpoint_size"]
+    assert size["total_size"] == size["symform_weight_bytes"] == report["components"]["weights"] == stored
+    assert size["dtypes"] == {"BF16": {"tensors": len(module.state_dict()), "bytes": stored}}
+
+
+def test_a_broken_safetensors_file_beside_a_config_is_one_line(tmp_path, capsys):
+    (tmp_path / "config.json").write_text((DATA / "qwen3-32b-fp8.config.json").read_text())
+    (tmp_path / "model.safetensors").write_bytes((10**12).to_bytes(8, "little") + b"{}")
+    code, out, err = run(capsys, "params", str(tmp_path / "config.json"))
+    assert code == 2 and out == "" and err.count("\n") == 1 and "not a safetensors file" in err

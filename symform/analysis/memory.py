@@ -455,13 +455,15 @@ class CheckpointSize:
     weight_bytes: int
     explained: dict[str, int]  # each named cause and its bytes; they sum to the difference when it is fully explained
     unexplained: int
+    dtypes: Mapping[str, Mapping[str, int]] | None = None  # tensors and bytes per dtype, from the safetensors headers
 
     @property
     def difference(self) -> int:
         return self.total_size - self.weight_bytes
 
     def as_dict(self) -> dict[str, object]:
-        return {"total_size": self.total_size, "symform_weight_bytes": self.weight_bytes, "difference": self.difference, "explained": self.explained, "unexplained": self.unexplained}
+        found = {"total_size": self.total_size, "symform_weight_bytes": self.weight_bytes, "difference": self.difference, "explained": self.explained, "unexplained": self.unexplained}
+        return {**found, "dtypes": {k: dict(v) for k, v in self.dtypes.items()}} if self.dtypes else found
 
 
 def checkpoint_size(model: Model, stored: StoredFormat) -> CheckpointSize | None:
@@ -482,7 +484,7 @@ def checkpoint_size(model: Model, stored: StoredFormat) -> CheckpointSize | None
                 break
         if explained:
             break
-    return CheckpointSize(checkpoint.total_size, int(ours), {k: int(v) for k, v in explained.items()}, int(gap - sum(explained.values())))
+    return CheckpointSize(checkpoint.total_size, int(ours), {k: int(v) for k, v in explained.items()}, int(gap - sum(explained.values())), checkpoint.dtypes)
 
 
 def _size_causes(model: Model, stored: StoredFormat, evaluate) -> dict[str, Number]:

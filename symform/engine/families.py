@@ -93,14 +93,14 @@ class Checkpoint:
     quant_file: Mapping[str, Any] | None = None  # hf_quant_config.json (NVIDIA ModelOpt)
     total_size: int | None = None  # model.safetensors.index.json's metadata.total_size, in bytes
     shards: int | None = None  # files the index maps tensors to
-    dtypes: Mapping[str, int] | None = None  # tensors per dtype, where the safetensors headers were read
+    dtypes: Mapping[str, Mapping[str, int]] | None = None  # tensors and bytes per dtype, where the safetensors headers were read
 
     @property
     def quantised(self) -> bool:
         return bool(self.quantization or self.quant_file)
 
 
-def checkpoint_facts(config: Mapping[str, Any], *, quant_file: Mapping[str, Any] | None = None, index: Mapping[str, Any] | None = None, total_size: int | None = None) -> Checkpoint:
+def checkpoint_facts(config: Mapping[str, Any], *, quant_file: Mapping[str, Any] | None = None, index: Mapping[str, Any] | None = None, total_size: int | None = None, dtypes: Mapping[str, Mapping[str, int]] | None = None) -> Checkpoint:
     """The checkpoint facts of a config and, where present, its hf_quant_config.json and safetensors index."""
     quantization = config.get("quantization_config")
     shards = None
@@ -112,8 +112,9 @@ def checkpoint_facts(config: Mapping[str, Any], *, quant_file: Mapping[str, Any]
     return Checkpoint(
         quantization=quantization if isinstance(quantization, Mapping) else None,
         quant_file=quant_file if isinstance(quant_file, Mapping) else None,
-        total_size=total_size,
+        total_size=total_size if total_size is not None or not dtypes else sum(d["bytes"] for d in dtypes.values()),
         shards=shards,
+        dtypes=dtypes,
     )
 
 

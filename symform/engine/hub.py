@@ -43,6 +43,7 @@ class HubFiles:
     quant_config: dict[str, Any] | None = None
     index: dict[str, Any] | None = None
     commit: str | None = None
+    folder: Path | None = None  # the cached snapshot: its *.safetensors, where downloaded, give dtypes from their headers
 
     @property
     def origin(self) -> str:
@@ -73,6 +74,7 @@ def fetch(repo_id: str, *, revision: str | None = None) -> HubFiles:
         quant_config=_read_json(found[QUANT_CONFIG], repo_id, QUANT_CONFIG) if found[QUANT_CONFIG] else None,
         index=_read_json(found[INDEX], repo_id, INDEX) if found[INDEX] else None,
         commit=_snapshot_commit(config_path),
+        folder=config_path.parent,
     )
 
 
@@ -118,6 +120,45 @@ def _cached_or_download(hub, repo_id: str, filename: str, revision: str | None, 
     except (errors.HfHubHTTPError, OSError, ValueError) as e:
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise HubError(f"{repo_id}: cannot fetch {filename} ({reason}); check the network, HF_TOKEN, or give a path to a config.json") from None
+
+
+MAX_HEADER = 100 * 2**20  # a safetensors header longer than this is not one
+
+
+def safetensors_dtypes(folder: Path) -> dict[str, dict[str, int]] | None:
+    """Tensors and bytes per dtype of the *.safetensors files in ``folder``, read from their headers only
+    (eight bytes of length, then JSON); None when the folder has none."""
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        return None
+    found: dict[str, dict[str, int]] = {}
+    for path in files:
+        for name, entry in _header(path).items():
+            if name == "__metadata__":
+                continue
+            try:
+                start, end = entry["data_offsets"]
+                dtype = str(entry["dtype"])
+            except (KeyError, TypeError, ValueError):
+                raise ConfigError(f"{path}: tensor {name!r} has no dtype and data_offsets in its header; the file is not safetensors") from None
+            counts = found.setdefault(dtype, {"tensors": 0, "bytes": 0})
+            counts["tensors"] += 1
+            counts["bytes"] += int(end) - int(start)
+    return found
+
+
+def _header(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as f:
+            size = int.from_bytes(f.read(8), "little")
+            if not 0 < size <= MAX_HEADER:
+                raise ConfigError(f"{path}: not a safetensors file (header length {size}); remove it or fix the download")
+            header = json.loads(f.read(size))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ConfigError(f"{path}: unreadable safetensors header ({type(e).__name__}); remove it or fix the download") from None
+    if not isinstance(header, dict):
+        raise ConfigError(f"{path}: a safetensors header must be a JSON object")
+    return header
 
 
 def _read_json(path: Path, repo_id: str, filename: str) -> dict[str, Any]:

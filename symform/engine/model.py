@@ -82,7 +82,8 @@ class Model:
         path = Path(text)
         if not path.exists() and hub.looks_like_repo_id(text):
             files = hub.fetch(text, revision=revision)
-            checkpoint = checkpoint_facts(files.config, quant_file=files.quant_config, index=files.index)
+            dtypes = hub.safetensors_dtypes(files.folder) if files.folder else None  # the weights, where the cache has them
+            checkpoint = checkpoint_facts(files.config, quant_file=files.quant_config, index=files.index, dtypes=dtypes)
             spec = spec_from_config(files.config, name=text, origin=files.origin)
             return cls(replace(spec, checkpoint=checkpoint), **options)
         if not path.exists() and path.suffix == "":
@@ -267,13 +268,13 @@ def _preset_spec(name: str) -> ModelSpec:
 
 
 def _local_checkpoint(config: Mapping[str, Any], path: Path) -> Checkpoint:
-    """A config.json's checkpoint facts, with the hf_quant_config.json and safetensors index beside it."""
+    """A config.json's checkpoint facts, with the hf_quant_config.json, safetensors index and weights' headers beside it."""
     folder = path if path.is_dir() else path.parent
     extra = {}
     for key, filename in (("quant_file", hub.QUANT_CONFIG), ("index", hub.INDEX)):
         if (folder / filename).is_file():
             extra[key] = load_config_file(folder / filename)
-    return checkpoint_facts(config, **extra)
+    return checkpoint_facts(config, dtypes=hub.safetensors_dtypes(folder), **extra)
 
 
 def _checked_size(model: str, name: str, value: object, vocabulary) -> sympy.Integer:

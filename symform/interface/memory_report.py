@@ -140,12 +140,30 @@ def _memory_table(report: MemoryReport, device: tuple[str, int] | None) -> str:
         name, capacity = device
         verdict = "fits" if report.total <= capacity else "does NOT fit"
         lines.append(f"{name}: {capacity / 2**30:.0f} GiB ({capacity / 1e9:.1f} GB); this {verdict} ({float(report.total) / capacity:.0%} of it)")
+    size = report.assumptions.get("checkpoint_size")
+    if size:
+        lines.append(_checkpoint_line(size))
     lines.append("assumptions: " + _assumptions_line(report.assumptions))
     return "\n".join(lines)
 
 
+def _checkpoint_line(size: dict) -> str:
+    """The checkpoint's own size beside symform's weights, and what makes the difference."""
+    line = f"checkpoint total_size {size['total_size']:,} bytes; symform's weights {size['symform_weight_bytes']:,}"
+    if size["difference"] == 0:
+        line += ": equal"
+    else:
+        causes = [f"{name} ({value:+,})" for name, value in size["explained"].items()]
+        if size["unexplained"]:
+            causes.append(f"not explained ({size['unexplained']:+,}: buffers or tensors symform does not model)")
+        line += f"; difference {size['difference']:+,}: " + ", ".join(causes)
+    if size.get("dtypes"):
+        line += "; stored " + ", ".join(f"{d} {v['tensors']} tensors {v['bytes']:,} bytes" for d, v in size["dtypes"].items())
+    return line
+
+
 def _assumptions_line(assumptions: dict) -> str:
-    skip = {"conventions", "workload", "layout"}
+    skip = {"conventions", "workload", "layout", "checkpoint_size"}
     items = [f"{k}={v}" for k, v in assumptions.items() if k not in skip]
     layout = assumptions.get("layout")
     if layout:
