@@ -233,3 +233,10 @@ def test_no_network_is_one_line(cache):
     done = symform(cache, "params", "Org/Unreachable", env={"HF_HUB_OFFLINE": "0", "HF_ENDPOINT": f"http://127.0.0.1:{port}"})
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "cannot be reached" in done.stderr or "cannot fetch" in done.stderr
+
+
+def test_a_repository_whose_config_names_no_architecture_is_one_line(cache):
+    # a non-transformers repository: a config.json without model_type or architectures
+    hub_cache(cache, "Org/Adapter", {"config.json": json.dumps({"r": 8, "lora_alpha": 16}).encode()}, absent=("hf_quant_config.json", "model.safetensors.index.json"))
+    done = symform(cache, "params", "Org/Adapter")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "model_type" in done.stderr, done.stderr
