@@ -27,7 +27,6 @@ from ..engine.errors import DeclarationError, EvaluationError, describe_validati
 from ..engine.evaluate import Number, exact_value
 from ..engine.formula import Formula
 from ..engine.model import Model
-from ..engine.safe_expr import parse
 from .quantization import StoredFormat, WeightFormat, _rational, bytes_per_weight, checkpoint_format, stored_bytes, weight_bytes_by_leaf
 from .scaling import in_flight_microbatches
 
