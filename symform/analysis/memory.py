@@ -11,6 +11,7 @@ are data (formulas/memory.toml). Nothing here knows an architecture by name.
 from __future__ import annotations
 
 import html
+import itertools
 import math
 import re
 from dataclasses import asdict, dataclass, field
@@ -27,7 +28,7 @@ from ..engine.errors import DeclarationError, EvaluationError, describe_validati
 from ..engine.evaluate import Number, exact_value
 from ..engine.formula import Formula
 from ..engine.model import Model
-from ..engine.safe_expr import parse
+from .quantization import StoredFormat, WeightFormat, _rational, bytes_per_weight, checkpoint_format, stored_bytes, weight_bytes_by_leaf
 from .scaling import in_flight_microbatches
 
 RECOMPUTE = ("none", "selective", "full")
@@ -60,17 +61,6 @@ class Optimizer(_Strict):
     state_bytes: str | None = None
 
 
-class WeightFormat(_Strict):
-    doc: str
-    source: str = ""
-    bits: int = Field(gt=0)
-    group: int = Field(0, ge=0)
-    scale_bytes: int | str = 0
-    zero_bytes: int | str = 0
-    quantises: list[str] = Field(default_factory=list)  # primitives whose parameters take the format; [] = all
-    other_bits: int = 16
-
-
 class Recipes(_Strict):
     precision: dict[str, Precision]
     optimizer: dict[str, Optimizer]
@@ -89,16 +79,6 @@ def _pick(table: Mapping[str, object], name: str, what: str):
     if name not in table:
         raise EvaluationError(f"unknown {what} {name!r}; choose one of {', '.join(table)}")
     return table[name]
-
-
-def _rational(text: int | str) -> sympy.Rational:
-    return sympy.Rational(parse(str(text), {}))
-
-
-def bytes_per_weight(fmt: WeightFormat) -> sympy.Rational:
-    """Stored bytes per quantised weight: its bits plus its share of the group's scale and zero point."""
-    per_group = (_rational(fmt.scale_bytes) + _rational(fmt.zero_bytes)) / fmt.group if fmt.group else 0
-    return sympy.Rational(fmt.bits, 8) + per_group
 
 
 # --- layouts ---------------------------------------------------------------------------
@@ -244,15 +224,47 @@ def params_expression(model: Model, tensor: Degree = 1, pipeline: Degree = 1, ex
     return sympy.expand(sympy.Add(*_param_terms(model, tensor, pipeline, expert).values()))
 
 
-def weight_bytes_per_device(model: Model, fmt: WeightFormat, layout: Layout = Layout()) -> sympy.Expr:
-    """Stored weights: leaves of a quantised primitive at the format's bytes, the others at other_bits."""
+def weight_bytes_per_device(model: Model, fmt: WeightFormat, layout: Layout = Layout(), keep: tuple[str, ...] = ()) -> sympy.Expr:
+    """Stored weights: leaves the format covers at its stored bytes (scales included), the others and the
+    modules in ``keep`` (a checkpoint's unquantised modules) at other_bits."""
     graph = model.graph()
-    quantised, other = bytes_per_weight(fmt), sympy.Rational(fmt.other_bits, 8)
+    weight = graph.multiplicities("params", shards={"expert": sympy.sympify(layout.expert)})
+    split = tensor_split(model, layout.tensor)
     total = sympy.Integer(0)
-    for leaf, term in _param_terms(model, layout.tensor, layout.pipeline, layout.expert).items():
-        name = graph.graph.nodes[leaf]["component"].name
-        total += term * (quantised if not fmt.quantises or name in fmt.quantises else other)
+    for leaf in graph.leaves():
+        if weight[leaf] != 0:
+            total += weight[leaf] * stored_bytes(fmt, graph.graph.nodes[leaf], leaf, keep).xreplace(split) / layout.pipeline
     return sympy.expand(total)
+
+
+def weight_format_for(model: Model, name: str | None) -> StoredFormat:
+    """The weight format a user named, or (name None) the one the model's checkpoint stores, bf16 when unquantised."""
+    formats = recipes().weight_format
+    if name is None:
+        found = checkpoint_format(model.spec.checkpoint, formats)
+        if found is not None:
+            return found
+        name = "bf16"
+    return StoredFormat(name, weight_format(name), read=f"weight format {name} (given)" if name != "bf16" else "bf16 (the checkpoint names no quantisation)")
+
+
+def stored_weights(model: Model, name: str | None, *, conventions: Mapping[str, object] = {}) -> tuple[StoredFormat | None, dict[str, sympy.Expr] | None]:
+    """For rooflines and times: the weights' stored format and bytes per parameter by leaf, when the checkpoint or
+    the user (``name``) names a format and no ``weight_bytes`` convention overrides it; else (None, None)."""
+    if "weight_bytes" in conventions:
+        return None, None
+    if name is None and not (model.spec.checkpoint and model.spec.checkpoint.quantised):
+        return None, None
+    stored = weight_format_for(model, name)
+    return stored, weight_bytes_by_leaf(model, stored.format, stored.keep)
+
+
+def matmul_rate(stored: StoredFormat | None, rates: Mapping[str, object], given: str | None) -> str:
+    """The dtype whose peak the matrix products run at: the user's, else the stored format's where the device has it, else bf16."""
+    if given is not None:
+        return given
+    rate = stored.format.flops_dtype if stored is not None else None
+    return rate if rate in rates else "bf16"
 
 
 # --- activations ------------------------------------------------------------------------
@@ -379,12 +391,12 @@ def training_memory(model: Model, *, batch: int, seq: int, setup: Training = Tra
 
 @dataclass(frozen=True)
 class Inference:
-    """A serving setup. ``weight_format``: a name in ``formulas/memory.toml`` or ``"<N>bit"`` (N bits per
+    """A serving setup. ``weight_format``: None for the checkpoint's own format, a name in ``formulas/memory.toml`` or ``"<N>bit"`` (N bits per
     linear weight, no group scales). ``kv_bytes``, ``kv_block``, ``act_bytes``: None keeps the model's
     convention (2, 1 and 2 bytes by default, or what ``with_conventions`` set); any positive number, such
     as ``Fraction(6, 8)`` for a 6-bit cache, replaces it."""
 
-    weight_format: str = "bf16"
+    weight_format: str | None = None  # None: as the checkpoint stores them (bf16 when it names no quantisation)
     kv_bytes: Number | None = None
     kv_block: int | None = None  # paged attention: the cache grows in blocks of this many tokens
     act_bytes: Number | None = None
@@ -428,21 +440,25 @@ def inference_expressions(model: Model, setup: Inference = Inference(), *, keep:
     (0.4 bytes per parameter) and a computed peak (the largest op's inputs and outputs plus the
     residual stream), with the total using the computed peak. Settings named in ``keep`` (past)
     stay symbols instead of taking their values."""
-    fmt = weight_format(setup.weight_format)
+    stored = weight_format_for(model, setup.weight_format)
+    fmt = stored.format
     model = model.with_conventions(**_inference_conventions(setup), training=0)
     layout = Layout(tensor=setup.tensor)
     split = tensor_split(model, setup.tensor)
     conventions = {s: value for s, value in model.conventions.items() if s.name not in keep}
     kv = model.expression("kv_cache", conventions=False).expr.xreplace(conventions)
     categories = {
-        "weights": weight_bytes_per_device(model, fmt, layout),
+        "weights": weight_bytes_per_device(model, fmt, layout, stored.keep),
         "kv_cache": sympy.expand(kv.xreplace(split)),
         "activations": _inference_peak(model, setup.flash, conventions).xreplace(split),
     }
     assumptions = {
-        "weight_format": setup.weight_format,
+        "weight_format": stored.name,
+        "weight_format_read": stored.read,
         "bytes_per_weight": _json(bytes_per_weight(fmt)),
         "quantised_components": fmt.quantises or "all",
+        **({"kept_unquantised": list(stored.keep)} if stored.keep else {}),
+        **({"weight_notes": list(stored.notes)} if stored.notes else {}),
         "kv_bytes": _json(_convention(model, "kv_bytes")),
         "kv_block_tokens": _json(_convention(model, "kv_block")),
         "act_bytes": _json(_convention(model, "act_bytes")),
@@ -459,7 +475,77 @@ def inference_memory(model: Model, *, batch: int, seq: int, past: int = 0, setup
     categories, assumptions = inference_expressions(model.with_conventions(past=past), setup)
     report = _report(model, "infer", categories, {}, assumptions, batch=batch, seq=seq, past=past)
     report.assumptions["activations_rule_of_thumb_bytes"] = _json(RULE_OF_THUMB * model.evaluate("params") / setup.tensor)
+    size = checkpoint_size(model, weight_format_for(model, setup.weight_format))
+    if size is not None:
+        report.assumptions["checkpoint_size"] = size.as_dict()
     return report
+
+
+@dataclass(frozen=True)
+class CheckpointSize:
+    """The checkpoint's own size (its safetensors index's total_size) beside symform's weight bytes, the gap explained."""
+
+    total_size: int
+    weight_bytes: int
+    explained: dict[str, int]  # each named cause and its bytes; they sum to the difference when it is fully explained
+    unexplained: int
+    dtypes: Mapping[str, Mapping[str, int]] | None = None  # tensors and bytes per dtype, from the safetensors headers
+
+    @property
+    def difference(self) -> int:
+        return self.total_size - self.weight_bytes
+
+    def as_dict(self) -> dict[str, object]:
+        found = {"total_size": self.total_size, "symform_weight_bytes": self.weight_bytes, "difference": self.difference, "explained": self.explained, "unexplained": self.unexplained}
+        return {**found, "dtypes": {k: dict(v) for k, v in self.dtypes.items()}} if self.dtypes else found
+
+
+def checkpoint_size(model: Model, stored: StoredFormat) -> CheckpointSize | None:
+    """Compare the weights' bytes (one device, as stored) with the checkpoint's total_size, naming each known cause
+    of a difference: tensors the checkpoint stores that the model does not count, or stores at another width."""
+    checkpoint = model.spec.checkpoint
+    if checkpoint is None or checkpoint.total_size is None:
+        return None
+    evaluate = _evaluator(model.values)
+    ours = evaluate(weight_bytes_per_device(model, stored.format, Layout(), stored.keep))
+    candidates = _size_causes(model, stored, evaluate)
+    gap = checkpoint.total_size - ours
+    explained: dict[str, int] = {}
+    for count in range(1, len(candidates) + 1):  # the smallest set of causes that accounts for every byte
+        for combo in itertools.combinations(candidates.items(), count):
+            if sum(v for _, v in combo) == gap:
+                explained = dict(combo)
+                break
+        if explained:
+            break
+    return CheckpointSize(checkpoint.total_size, int(ours), {k: int(v) for k, v in explained.items()}, int(gap - sum(explained.values())), checkpoint.dtypes)
+
+
+def _size_causes(model: Model, stored: StoredFormat, evaluate) -> dict[str, Number]:
+    causes: dict[str, Number] = {}
+    graph = model.graph()
+    weight = graph.multiplicities("params")
+    other = sympy.Rational(stored.format.other_bits, 8)
+    for leaf in graph.leaves():  # a tied output head: one parameter, but some checkpoints store both copies
+        node = graph.graph.nodes[leaf]
+        if weight[leaf] == 0 and node["quantities"]["params"] != 0 and graph.multiplicities("forward_flops")[leaf] != 0:
+            causes[f"{leaf}: the tied weight stored a second time"] = evaluate(other * node["quantities"]["params"])
+    fmt = stored.format
+    if fmt.stored and "scale_bytes" in fmt.stored and _rational(fmt.scale_bytes) != 2:
+        bf16 = fmt.model_copy(update={"scale_bytes": 2})
+        ours = weight_bytes_per_device(model, fmt, Layout(), stored.keep)
+        causes["block scales stored in bf16, not float32"] = evaluate(weight_bytes_per_device(model, bf16, Layout(), stored.keep) - ours)
+    values = model.values
+    if "n_layers" in values and "d_head" in values:
+        causes["float32 rotary inv_freq buffers saved with each layer"] = values["n_layers"] * values["d_head"] // 2 * 4
+    root = model.library[model.spec.root]
+    for arg in root.args:  # an optional part the checkpoint carries but the model leaves out (DeepSeek's MTP layers)
+        if arg.name.startswith("include_") and model.spec.arguments.get(arg.name, arg.default) in (0, "0"):
+            more = model.with_arguments(**{arg.name: 1})
+            causes[f"{arg.name.removeprefix('include_')} weights, stored but left out (--set {arg.name}=1 counts them)"] = evaluate(
+                weight_bytes_per_device(more, fmt, Layout(), stored.keep)
+            ) - evaluate(weight_bytes_per_device(model, fmt, Layout(), stored.keep))
+    return {k: v for k, v in causes.items() if v}
 
 
 def _inference_peak(model: Model, flash: bool, conventions: Mapping[sympy.Symbol, sympy.Expr]) -> sympy.Expr:

@@ -303,6 +303,7 @@ def phase_work(
     depth: int | None = 1,
     flash: bool = False,
     sram_bytes: int = flash_attention.DEFAULT_SRAM_BYTES,
+    weight_bytes: Mapping[str, sympy.Expr] | None = None,
 ) -> PhaseWork:
     """FLOPs and HBM bytes of one phase, per component, as expressions in batch, seq (and past when decoding).
 
@@ -312,6 +313,8 @@ def phase_work(
     - ``decode``: one new token per sequence (seq = 1) after ``past`` cached ones.
     - ``flash``: each attention core's eager traffic is replaced by
       FlashAttention's (symform.flash_attention), with SRAM of ``sram_bytes``.
+    - ``weight_bytes``: bytes per parameter by leaf path, as a checkpoint stores
+      them (symform.quantization.weight_bytes_by_leaf); else the convention's.
     """
     _check_phase(phase)
     if phase != "train":
@@ -320,7 +323,7 @@ def phase_work(
     for name in keep:
         _symbol(model, name)
     flops = _leaves(model, "forward_flops", keep)
-    traffic = _leaves(model, "bytes_moved", keep)
+    traffic = _leaves(model, "bytes_moved", keep, weight_bytes)
     notes = [
         f"bytes moved as an unfused eager framework moves them ({'FlashAttention in the attention cores' if flash else 'attention scores materialised'})"
     ]
@@ -372,11 +375,14 @@ def _conventions(model: Model, keep: tuple[str, ...]) -> dict[sympy.Symbol, symp
 
 
 def _leaves(
-    model: Model, quantity: str, keep: tuple[str, ...]
+    model: Model, quantity: str, keep: tuple[str, ...], weight_bytes: Mapping[str, sympy.Expr] | None = None
 ) -> dict[str, sympy.Expr]:
     replace = _conventions(model, keep)
     parts = model.breakdown(quantity, depth=None, conventions=False)
-    return {path: sympy.expand(f.expr.xreplace(replace)) for path, f in parts.items()}
+    if weight_bytes is None:
+        return {path: sympy.expand(f.expr.xreplace(replace)) for path, f in parts.items()}
+    symbol = model.vocabulary["weight_bytes"]  # each leaf's weights read at their stored width
+    return {path: sympy.expand(f.expr.xreplace({symbol: weight_bytes.get(path, replace[symbol])}).xreplace(replace)) for path, f in parts.items()}
 
 
 def _group(
@@ -546,11 +552,12 @@ def roofline(
     depth: int | None = 1,
     flash: bool = False,
     sram_bytes: int = flash_attention.DEFAULT_SRAM_BYTES,
+    weight_bytes: Mapping[str, sympy.Expr] | None = None,
 ) -> PhaseRoofline:
     """A phase of ``model`` on ``device``: FLOPs, bytes, intensity, bound and time bounds, whole and per component."""
     gpu = accelerator(device)
     workload = workload_values(phase, batch=batch, seq=seq, context=context)
-    work = phase_work(model, phase, depth=depth, flash=flash, sram_bytes=sram_bytes)
+    work = phase_work(model, phase, depth=depth, flash=flash, sram_bytes=sram_bytes, weight_bytes=weight_bytes)
     values = _values(model, workload)
     peak, bandwidth = gpu.flops_per_s(dtype), gpu.hbm_bytes_per_s
 
@@ -669,11 +676,12 @@ def decode_crossover(
     dtype: str = "bf16",
     flash: bool = False,
     sram_bytes: int = flash_attention.DEFAULT_SRAM_BYTES,
+    weight_bytes: Mapping[str, sympy.Expr] | None = None,
 ) -> Crossover:
     """The batch at which decoding one token after ``context`` cached tokens turns compute-bound on ``device``."""
     gpu = accelerator(device)
     total = phase_work(
-        model, "decode", depth=1, flash=flash, sram_bytes=sram_bytes
+        model, "decode", depth=1, flash=flash, sram_bytes=sram_bytes, weight_bytes=weight_bytes
     ).total
     return crossover(
         total.subs(_values(model, {"past": context})),

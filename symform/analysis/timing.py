@@ -664,10 +664,11 @@ class InferenceTime:
         }
 
 
-def _inference_work(model: Model, phase: str, tensor: int, flash: bool) -> tuple[sympy.Expr, sympy.Expr]:
-    """Per-device FLOPs and bytes of a phase, over batch and seq (prefill) or batch and past (decode)."""
+def _inference_work(model: Model, phase: str, tensor: int, flash: bool, weight_bytes: Mapping[str, sympy.Expr] | None = None) -> tuple[sympy.Expr, sympy.Expr]:
+    """Per-device FLOPs and bytes of a phase, over batch and seq (prefill) or batch and past (decode);
+    ``weight_bytes``: bytes per parameter by leaf, as a checkpoint stores them."""
     split = tensor_split(model, tensor)
-    total = phase_work(model, phase, depth=1, flash=flash).total
+    total = phase_work(model, phase, depth=1, flash=flash, weight_bytes=weight_bytes).total
     return sympy.expand(total.flops.xreplace(split)), sympy.expand(total.bytes.xreplace(split))
 
 
@@ -721,6 +722,7 @@ def inference_time(
     dtype: str = "bf16",
     flash: bool = False,
     node_size: int | None = None,
+    weight_bytes: Mapping[str, sympy.Expr] | None = None,
 ) -> InferenceTime:
     """TTFT, TPOT and tokens/s for ``batch`` requests of ``prompt`` tokens generating ``output`` tokens each."""
     for name, value in (("batch", batch), ("prompt", prompt), ("output", output), ("tensor", tensor)):
@@ -729,8 +731,8 @@ def inference_time(
     place = placement(gpu, node_size)
     if tensor > place.node_size:
         raise ConfigError(f"tensor degree {tensor} exceeds the {place.node_size} accelerators of one node; inference tensor parallelism stays within a node (give node_size or a system)")
-    prefill_work = _inference_work(model, "prefill", tensor, flash)
-    decode_work = _inference_work(model, "decode", tensor, False)
+    prefill_work = _inference_work(model, "prefill", tensor, flash, weight_bytes)
+    decode_work = _inference_work(model, "decode", tensor, False, weight_bytes)
     prefill = _phase_time(model, place, "prefill", prefill_work, tensor, dtype, batch=batch, seq=prompt)
     first = _phase_time(model, place, "decode", decode_work, tensor, dtype, batch=batch, past=prompt)
     last = _phase_time(model, place, "decode", decode_work, tensor, dtype, batch=batch, past=prompt + output - 2) if output > 1 else first

@@ -116,6 +116,41 @@ class ModelSpec:
     family: str | None = None
     source: str | None = None
     context: ContextLimit | None = None  # from the config; None for architecture files and bare components
+    checkpoint: "Checkpoint | None" = None
+    config: Mapping[str, Any] | None = None  # the Hugging Face config it was read from (or a declaration's [model.transformers])
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """What a checkpoint says about how its weights are stored, beside the shapes in its config."""
+
+    quantization: Mapping[str, Any] | None = None  # config.json's quantization_config
+    quant_file: Mapping[str, Any] | None = None  # hf_quant_config.json (NVIDIA ModelOpt)
+    total_size: int | None = None  # model.safetensors.index.json's metadata.total_size, in bytes
+    shards: int | None = None  # files the index maps tensors to
+    dtypes: Mapping[str, Mapping[str, int]] | None = None  # tensors and bytes per dtype, where the safetensors headers were read
+
+    @property
+    def quantised(self) -> bool:
+        return bool(self.quantization or self.quant_file)
+
+
+def checkpoint_facts(config: Mapping[str, Any], *, quant_file: Mapping[str, Any] | None = None, index: Mapping[str, Any] | None = None, total_size: int | None = None, dtypes: Mapping[str, Mapping[str, int]] | None = None) -> Checkpoint:
+    """The checkpoint facts of a config and, where present, its hf_quant_config.json and safetensors index."""
+    quantization = config.get("quantization_config")
+    shards = None
+    if isinstance(index, Mapping):
+        size = (index.get("metadata") or {}).get("total_size") if isinstance(index.get("metadata"), Mapping) else None
+        total_size = int(size) if isinstance(size, (int, float)) and not isinstance(size, bool) else total_size
+        weight_map = index.get("weight_map")
+        shards = len(set(weight_map.values())) if isinstance(weight_map, Mapping) else None
+    return Checkpoint(
+        quantization=quantization if isinstance(quantization, Mapping) else None,
+        quant_file=quant_file if isinstance(quant_file, Mapping) else None,
+        total_size=total_size if total_size is not None or not dtypes else sum(d["bytes"] for d in dtypes.values()),
+        shards=shards,
+        dtypes=dtypes,
+    )
 
 
 @cache
@@ -180,7 +215,7 @@ def spec_from_config(config: Any, *, name: str, origin: str) -> ModelSpec:
     for slot, choice in family.spec.choose.items():
         arguments[slot] = _choose(choice, fields[choice.field], family.spec.fields[choice.field].type == "bool", origin)
     context = _context_limit(family.spec.context, fields, config, origin)
-    return ModelSpec(name=name, root=family.spec.root, arguments=MappingProxyType(arguments), family=family.name, source=origin, context=context)
+    return ModelSpec(name=name, root=family.spec.root, arguments=MappingProxyType(arguments), family=family.name, source=origin, context=context, checkpoint=checkpoint_facts(config), config=MappingProxyType(dict(config)))
 
 
 def _context_limit(spec: ContextSpec | None, fields: Mapping[str, Any], config: Mapping[str, Any], origin: str) -> ContextLimit | None:
@@ -335,6 +370,17 @@ def presets() -> Mapping[str, PresetEntry]:
         return MappingProxyType({name: PresetEntry.model_validate(raw) for name, raw in index.items()})
     except ValidationError as e:
         raise DeclarationError(f"presets/index.toml: {describe_validation(e)}") from None
+
+
+def find_preset(text: str) -> str | None:
+    """The preset a name or Hub id names: exactly, or ignoring case (``Qwen3-8B``, ``qwen/qwen3-8b``)."""
+    if text in presets():
+        return text
+    lowered = text.lower()
+    for name, entry in presets().items():
+        if lowered in (name.lower(), entry.hub.lower()):
+            return name
+    return None
 
 
 def preset_config(name: str) -> tuple[dict[str, Any], PresetEntry]:

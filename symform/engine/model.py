@@ -18,7 +18,8 @@ from .declarations import QUANTITIES, Library, default_library
 from .errors import ConfigError, DeclarationError, EvaluationError, SymformError, describe_validation
 from .budget import quoted
 from .evaluate import Number, check_value
-from .families import ContextLimit, ModelSpec, load_config_file, preset_config, presets, spec_from_config
+from . import hub
+from .families import Checkpoint, ContextLimit, ModelSpec, checkpoint_facts, find_preset, load_config_file, preset_config, presets, spec_from_config
 from .formula import Formula
 from .graph import ComponentGraph, build_graph
 from .safe_expr import parse
@@ -74,24 +75,35 @@ class Model:
     # -- construction ---------------------------------------------------------
 
     @classmethod
-    def load(cls, source: str | Path, **options: Any) -> "Model":
-        """A bundled preset by name, a Hugging Face config.json by path, or an architecture file (.toml)."""
+    def load(cls, source: str | Path, *, revision: str | None = None, **options: Any) -> "Model":
+        """A bundled preset by name or Hub id, a Hugging Face config.json by path, an architecture file
+        (.toml), or any model by its Hub id (``Qwen/Qwen3-8B``; ``revision`` a branch, tag or commit)."""
         text = str(source)
-        if text in presets():
-            config, entry = preset_config(text)
-            return cls(spec_from_config(config, name=text, origin=f"preset {text}"), **options)
+        preset = find_preset(text) if revision is None else None
+        if preset is not None:
+            return cls(_preset_spec(preset), **options)
         path = Path(text)
         try:
             exists = path.exists()
         except OSError as e:  # a name too long for the filesystem
             raise ConfigError(f"{quoted(text)}: cannot read ({e.strerror or e.__class__.__name__}); give a preset name or a shorter path") from None
+        if not exists and hub.looks_like_repo_id(text):
+            files = hub.fetch(text, revision=revision)
+            dtypes = hub.safetensors_dtypes(files.folder) if files.folder else None  # the weights, where the cache has them
+            checkpoint = checkpoint_facts(files.config, quant_file=files.quant_config, index=files.index, dtypes=dtypes)
+            spec = spec_from_config(files.config, name=text, origin=files.origin)
+            return cls(replace(spec, checkpoint=checkpoint), **options)
         if not exists and path.suffix == "":
-            raise ConfigError(f"{text!r} is neither a bundled preset nor a file; presets: {', '.join(presets())}")
+            near = hub.close_names(text, [*presets(), *(e.hub for e in presets().values())])
+            hint = f"did you mean {' or '.join(near)}? " if near else ""
+            raise ConfigError(f"{quoted(text)} is neither a bundled preset nor a file, nor a Hub id (org/name); {hint}symform models lists the presets")
         if path.suffix == ".toml":
             spec, library = load_declaration_file(path)
             return cls(spec, library=library, **options)
         name = path.parent.name if path.name == "config.json" else path.stem
-        return cls(spec_from_config(load_config_file(path), name=name or text, origin=str(path)), **options)
+        config = load_config_file(path)
+        spec = spec_from_config(config, name=name or text, origin=str(path))
+        return cls(replace(spec, checkpoint=_local_checkpoint(config, path)), **options)
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], *, name: str = "model", **options: Any) -> "Model":
@@ -298,6 +310,23 @@ def _check_count(model: str, quantity: str, path: str, value: Number) -> None:
     if quantity in WHOLE_QUANTITIES and not isinstance(value, int):
         where = f" in {path}" if path else ""
         raise EvaluationError(f"{model}: {quantity}{where} is {value}, not a whole number; parameters come in whole numbers: check the declaration's divisions")
+
+
+def _preset_spec(name: str) -> ModelSpec:
+    config, entry = preset_config(name)
+    spec = spec_from_config(config, name=name, origin=f"preset {name}")
+    total = (entry.model_extra or {}).get("checkpoint_total_size_bytes")
+    return replace(spec, checkpoint=checkpoint_facts(config, total_size=total))
+
+
+def _local_checkpoint(config: Mapping[str, Any], path: Path) -> Checkpoint:
+    """A config.json's checkpoint facts, with the hf_quant_config.json, safetensors index and weights' headers beside it."""
+    folder = path if path.is_dir() else path.parent
+    extra = {}
+    for key, filename in (("quant_file", hub.QUANT_CONFIG), ("index", hub.INDEX)):
+        if (folder / filename).is_file():
+            extra[key] = load_config_file(folder / filename)
+    return checkpoint_facts(config, dtypes=hub.safetensors_dtypes(folder), **extra)
 
 
 def _checked_size(model: str, name: str, value: object, vocabulary) -> sympy.Integer:

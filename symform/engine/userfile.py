@@ -42,6 +42,7 @@ class ModelDecl(BaseModel):
     name: str | None = None
     doc: str = ""
     arguments: dict[str, Scalar] = Field(default_factory=dict)
+    transformers: dict[str, Any] | None = None  # the config.json of the transformers model this declares, for symform check
 
 
 class DeclarationFile(BaseModel):
@@ -66,7 +67,7 @@ def load_declaration_file(path: Path) -> tuple[ModelSpec, Library]:
         library[decl.model.root]
     except DeclarationError as e:
         raise ConfigError(f"{path}: {e}") from None
-    spec = ModelSpec(name=decl.model.name or path.stem, root=decl.model.root, arguments=MappingProxyType(decl.model.arguments), source=str(path))
+    spec = ModelSpec(name=decl.model.name or path.stem, root=decl.model.root, arguments=MappingProxyType(decl.model.arguments), source=str(path), config=decl.model.transformers)
     return spec, library
 
 

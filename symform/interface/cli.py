@@ -32,6 +32,7 @@ _MODULE_VERBS = {
     "fit": ("memory_report", "fit_arguments", "fit_command", "the largest batch, sequence or cached context that fits a memory budget"),
     "roofline": ("roofline_report", "roofline_arguments", "roofline_command", "roofline of a training step, prefill or decode on one accelerator: FLOPs, bytes, bound, time bounds"),
     "time": ("timing_report", "time_arguments", "time_command", "training step time, MFU and HFU on N devices, or serving TTFT, TPOT and tokens/s"),
+    "check": ("check_report", "check_arguments", "check_command", "compare a model's declaration with a tiny instance of the real PyTorch module: parameters per module, FLOPs, KV cache, saved activations (pip install 'symform[oracle]')"),
     "sweep": ("sweep_report", "sweep_arguments", "sweep_command", "quantities over a grid, zipped lists or random samples of sizes and workloads (table, --csv, --json)"),
 }
 
@@ -73,7 +74,8 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
         p = verbs.add_parser(name, help=help, description=help)
         if quantity:
             p.add_argument("quantity", help=f"one of {', '.join(q.replace('_', '-') for q in quantity_names())}")
-        p.add_argument("model", help="a bundled preset (symform models), a path to a Hugging Face config.json, or an architecture file (.toml)")
+        p.add_argument("model", help="a bundled preset (symform models), a Hugging Face Hub id (Qwen/Qwen3-8B), a path to a config.json, or an architecture file (.toml)")
+        p.add_argument("--revision", metavar="REV", help="with a Hub id: the branch, tag or commit to read (default main)")
         p.add_argument("--set", dest="sizes", action="append", type=_setting, default=[], metavar="NAME=VALUE", help="change one of the model's arguments: a size (--set n_layers=32), an option (--set include_mtp=1) or a slot's component (--set attention=mla_attention_absorbed)")
         p.add_argument("--convention", dest="conventions", action="append", type=_assignment, default=[], metavar="NAME=VALUE", help="counting convention or storage size, e.g. --convention causal=1/2")
         p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -170,7 +172,7 @@ def _run(args: argparse.Namespace) -> str:
 
 
 def _load(args: argparse.Namespace) -> Model:
-    model = Model.load(args.model, conventions=dict(args.conventions))
+    model = Model.load(args.model, revision=getattr(args, "revision", None), conventions=dict(args.conventions))
     if not args.sizes:
         return model
     settings = dict(args.sizes)

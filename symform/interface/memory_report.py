@@ -87,7 +87,7 @@ def setup_arguments(p: argparse.ArgumentParser) -> None:
     both.add_argument("--flash", action=argparse.BooleanOptionalAction, default=None, help="FlashAttention (default: off for training, on for inference)")
     infer = p.add_argument_group("inference")
     infer.add_argument("--past", type=non_negative_int, default=0, help="tokens already in the KV cache (the context when decoding)")
-    infer.add_argument("--weight-format", type=weight_format_name, default="bf16", metavar="FORMAT", help=f"stored weights: {', '.join(table.weight_format)}, or any bit width of the linear layers' weights (6bit)")
+    infer.add_argument("--weight-format", type=weight_format_name, default=None, metavar="FORMAT", help=f"stored weights: {', '.join(table.weight_format)}, or any bit width of the linear layers' weights (6bit); default: as the checkpoint says (its quantization_config or hf_quant_config.json), bf16 when it names none")
     infer.add_argument("--kv-dtype", type=kv_dtype, metavar="TYPE", help=f"KV cache element type: {', '.join(KV_DTYPES)} or any bit width (6bit); default: the kv_bytes convention, 2 bytes (bf16)")
     infer.add_argument("--kv-block", type=positive_int, help="paged KV cache block size in tokens (vLLM: 16); default: the kv_block convention, 1")
 
@@ -173,12 +173,30 @@ def _memory_table(report: MemoryReport, device: tuple[str, int] | None) -> str:
         name, capacity = device
         verdict = "fits" if report.total <= capacity else "does NOT fit"
         lines.append(f"{name}: {capacity / 2**30:.0f} GiB ({capacity / 1e9:.1f} GB); this {verdict} ({float(report.total) / capacity:.0%} of it)")
+    size = report.assumptions.get("checkpoint_size")
+    if size:
+        lines.append(_checkpoint_line(size))
     lines.append("assumptions: " + _assumptions_line(report.assumptions))
     return "\n".join(lines)
 
 
+def _checkpoint_line(size: dict) -> str:
+    """The checkpoint's own size beside symform's weights, and what makes the difference."""
+    line = f"checkpoint total_size {size['total_size']:,} bytes; symform's weights {size['symform_weight_bytes']:,}"
+    if size["difference"] == 0:
+        line += ": equal"
+    else:
+        causes = [f"{name} ({value:+,})" for name, value in size["explained"].items()]
+        if size["unexplained"]:
+            causes.append(f"not explained ({size['unexplained']:+,}: buffers or tensors symform does not model)")
+        line += f"; difference {size['difference']:+,}: " + ", ".join(causes)
+    if size.get("dtypes"):
+        line += "; stored " + ", ".join(f"{d} {v['tensors']} tensors {v['bytes']:,} bytes" for d, v in size["dtypes"].items())
+    return line
+
+
 def _assumptions_line(assumptions: dict) -> str:
-    skip = {"conventions", "workload", "layout"}
+    skip = {"conventions", "workload", "layout", "checkpoint_size"}
     items = [f"{k}={v}" for k, v in assumptions.items() if k not in skip]
     layout = assumptions.get("layout")
     if layout:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 
 from ..analysis import flash_attention
 from .cli_args import non_negative_int, positive_int
 from ..engine.errors import ConfigError
 from ..engine.model import Model
+from ..analysis.memory import matmul_rate, recipes, stored_weights
 from ..analysis.roofline import (
     PHASES,
     Crossover,
@@ -54,8 +56,14 @@ def roofline_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--dtype",
-        default="bf16",
-        help="peak rate and storage width: bf16 (default), fp16, fp8, tf32, fp32, …",
+        default=None,
+        help="peak rate and storage width: bf16, fp16, fp8, tf32, fp32, … (default: the rate the checkpoint's weight format runs at where the device has it, else bf16)",
+    )
+    p.add_argument(
+        "--weight-format",
+        default=None,
+        choices=list(recipes().weight_format),
+        help="how the weights are stored and read (default: as the checkpoint says; else --dtype's width)",
     )
     p.add_argument(
         "--depth",
@@ -84,9 +92,14 @@ def roofline_arguments(p: argparse.ArgumentParser) -> None:
 def roofline_command(model: Model, args: argparse.Namespace) -> str:
     _check_workload(args)
     gpu = accelerator(args.gpu)
+    stored, weight_bytes = stored_weights(model, args.weight_format, conventions=dict(args.conventions))
+    widths = args.dtype or "bf16"  # a rate taken from the checkpoint leaves activations and the cache in bf16
+    args.dtype = matmul_rate(stored, gpu.dense_flops_per_s, args.dtype)
     gpu.flops_per_s(args.dtype)  # an unknown dtype fails here, before any algebra
-    model = _in_dtype(model, args.dtype, given=dict(args.conventions))
+    model = _in_dtype(model, widths, given=dict(args.conventions))
     options = {"dtype": args.dtype, "flash": args.flash, "sram_bytes": args.sram_bytes}
+    if weight_bytes is not None:
+        options["weight_bytes"] = weight_bytes
     result = roofline(
         model,
         gpu,
@@ -97,6 +110,8 @@ def roofline_command(model: Model, args: argparse.Namespace) -> str:
         depth=args.depth,
         **options,
     )
+    if stored is not None:
+        result = replace(result, notes=(*result.notes, f"weights read as stored: {stored.read}; matrix products at the {args.dtype} rate"))
     found = (
         decode_crossover(model, gpu, context=args.context, **options)
         if args.phase == "decode"

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from .cli_args import positive_int
 from ..engine.errors import ConfigError
-from ..analysis.memory import RECOMPUTE, SCHEDULES, Layout
+from ..analysis.memory import RECOMPUTE, SCHEDULES, Layout, matmul_rate, recipes, stored_weights
 from ..engine.model import Model
 
 if TYPE_CHECKING:  # the timing module (and numpy) load when a time is asked for, not with the CLI
@@ -35,7 +35,8 @@ def time_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=positive_int, help="requests served together (inference)")
     p.add_argument("--prompt", type=positive_int, help="prompt tokens per request (inference)")
     p.add_argument("--output", type=positive_int, help="tokens generated per request (inference)")
-    p.add_argument("--dtype", default="bf16", help="peak rate used: bf16 (default), fp16, fp8, …")
+    p.add_argument("--dtype", default=None, help="peak rate used: bf16, fp16, fp8, … (default: serving at the rate of the checkpoint's weight format where the device has one, else bf16)")
+    p.add_argument("--weight-format", default=None, choices=list(recipes().weight_format), help="serving: how the weights are stored and read (default: as the checkpoint says)")
     p.add_argument("--flash", action="store_true", help="FlashAttention's HBM traffic in the attention cores")
     p.add_argument("--node-size", type=positive_int, help="accelerators per scale-up domain (default: the system's, or 8 for an accelerator)")
 
@@ -75,7 +76,7 @@ def _degrees(args: argparse.Namespace) -> tuple[int, int, int]:
 
 
 def _train(model: Model, args: argparse.Namespace) -> TrainingTime:
-    _refuse(args, INFER_ONLY, "--train")
+    _refuse(args, (*INFER_ONLY, "weight_format"), "--train")
     _require(args, ("global_batch", "seq"), "--train")
     dp, tp, pp = _degrees(args)
     layout = Layout(data=dp, tensor=tp, pipeline=pp, expert=args.ep or 1, schedule=args.schedule or "1f1b")
@@ -83,7 +84,7 @@ def _train(model: Model, args: argparse.Namespace) -> TrainingTime:
 
     return training_time(
         model, args.gpu, global_batch=args.global_batch, micro_batch=args.micro_batch or 1, seq=args.seq,
-        layout=layout, recompute=args.recompute or "none", dtype=args.dtype, flash=args.flash, node_size=args.node_size,
+        layout=layout, recompute=args.recompute or "none", dtype=args.dtype or "bf16", flash=args.flash, node_size=args.node_size,
     )
 
 
@@ -93,12 +94,17 @@ def _infer(model: Model, args: argparse.Namespace) -> InferenceTime:
     tp = args.tp or args.gpus or 1
     if args.gpus is not None and args.gpus != tp:
         raise ConfigError(f"inference runs on one tensor-parallel group: --gpus {args.gpus} must equal --tp {tp}")
-    from ..analysis.timing import inference_time
+    from ..analysis.timing import inference_time, placement
 
-    return inference_time(
+    stored, weight_bytes = stored_weights(model, args.weight_format, conventions=dict(args.conventions))
+    dtype = matmul_rate(stored, placement(args.gpu, args.node_size).device.dense_flops_per_s, args.dtype)
+    result = inference_time(
         model, args.gpu, batch=args.batch, prompt=args.prompt, output=args.output, tensor=tp,
-        dtype=args.dtype, flash=args.flash, node_size=args.node_size,
+        dtype=dtype, flash=args.flash, node_size=args.node_size, weight_bytes=weight_bytes,
     )
+    if stored is not None:
+        result.assumptions["weights"] = f"read as stored: {stored.read}"
+    return result
 
 
 # --- tables -----------------------------------------------------------------------------------

@@ -1,0 +1,76 @@
+"""``symform check``: declarations against a tiny instance of the real PyTorch module."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from checks import one_line_error, run
+from symform import ConfigError, Model
+from symform.engine.families import presets
+
+DATA = Path(__file__).parent / "data" / "check"
+ROOT = Path(__file__).resolve().parents[1]
+
+# one preset of each bundled family
+FAMILIES = {}
+for _name in presets():
+    FAMILIES.setdefault(Model.load(_name).spec.family, _name)
+
+# Families whose saved activations symform counts as transformers' eager modules keep them, to the byte
+# (tests/test_activations.py); for the others check reports the gap rather than hiding it.
+SAVED_EXACT = {"llama", "mistral", "qwen2", "qwen3", "phi3"}
+
+
+@pytest.fixture(scope="module")
+def check():
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from symform.analysis.oracle_check import check
+
+    return check
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_every_family_agrees_with_its_real_module(check, family):
+    report = check(Model.load(FAMILIES[family]))
+    rows = {(r.quantity, r.part): r for r in report.rows}
+    assert rows[("params", "total")].pytorch > 0 and rows[("forward_flops", "total")].pytorch > 0
+    for row in report.rows:
+        if row.quantity != "saved_activations" or family in SAVED_EXACT:
+            assert row.agrees, (family, row)
+
+
+@pytest.mark.oracle
+def test_a_wrong_ffn_is_found_in_the_mlp_and_nowhere_else(check, capsys):
+    report = check(Model.load(DATA / "wrong_ffn.toml"))
+    wrong_parts = {(r.quantity, r.part) for r in report.differences if r.part != "total"}
+    assert wrong_parts == {("params", "mlp"), ("forward_flops", "mlp")}
+    rows = {(r.quantity, r.part): r for r in report.rows}
+    assert rows[("params", "mlp")].pytorch - rows[("params", "mlp")].symform == 2 * 64 * 96  # one missing 64×96 projection per layer
+    code, out, err = run(capsys, "check", str(DATA / "wrong_ffn.toml"))
+    assert code == 0 and "look first at mlp" in out
+
+
+@pytest.mark.oracle
+def test_the_same_declaration_done_right_agrees(check):
+    assert check(Model.load(DATA / "right_ffn.toml")).differences == []
+
+
+def test_a_declaration_without_its_transformers_config_is_one_line(tmp_path, check):
+    text = (DATA / "right_ffn.toml").read_text()
+    path = tmp_path / "no_config.toml"
+    path.write_text(text[: text.index("[model.transformers]")])
+    one_line_error(ConfigError, lambda: check(Model.load(path)), "[model.transformers]")
+
+
+def test_without_the_oracle_extra_check_names_it():
+    code = "import sys\nsys.modules['torch'] = None\nfrom symform.interface.cli import main\nsys.exit(main(sys.argv[1:]))"
+    done = subprocess.run([sys.executable, "-c", code, "check", "qwen3-0.6b"], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    assert done.returncode == 2 and done.stdout == ""
+    assert "pip install 'symform[oracle]'" in done.stderr and done.stderr.count("\n") == 1
