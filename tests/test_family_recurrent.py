@@ -1,10 +1,10 @@
-"""Recurrent-state mixers (Gated DeltaNet) and the hybrid stacks built from them (Qwen3-Next):
+"""Recurrent-state mixers (Gated DeltaNet, Mamba-2) and the hybrid stacks built from them (Qwen3-Next, Nemotron-H):
 parameters, FLOPs, cache and state bytes against transformers' own models (torch fallback
 paths, float32, eager attention and experts), and the leading order of a Gated DeltaNet layer.
 
 What PyTorch's FLOP counter gets wrong here, and how each test corrects for it:
 
-- it has no formula for ``linalg_solve_triangular``: the chunked scan's two unit-triangular
+- it has no formula for ``linalg_solve_triangular``: Gated DeltaNet's chunked scan's two unit-triangular
   solves per chunk (chunk·(chunk - 1)/2 multiply-adds per right-hand column, d_k + d_v columns)
   count nothing forward, and nothing for the transposed solve their backward runs. symform
   counts them; the tests take them out, computed here from the shapes.
@@ -45,11 +45,21 @@ QWEN3_NEXT_DENSE = dict(
     linear_key_head_dim=16, linear_value_head_dim=8, linear_conv_kernel_dim=3, num_experts=0, tie_word_embeddings=True,
     layer_types=["linear_attention", "full_attention", "linear_attention"],
 )  # fmt: skip
-CONFIGS = {"qwen3_next-moe": QWEN3_NEXT, "qwen3_next-dense": QWEN3_NEXT_DENSE}
+# Mamba-2, attention and MLP blocks in the order of the pattern; two groups of B and C; 16-token chunks
+NEMOTRON_H = dict(
+    TINY, model_type="nemotron_h", hybrid_override_pattern="M*M-M", num_hidden_layers=5, head_dim=16, mamba_num_heads=4,
+    mamba_head_dim=8, ssm_state_size=6, n_groups=2, chunk_size=16, conv_kernel=4,
+)  # fmt: skip
+NEMOTRON_H_NO_BIAS = dict(NEMOTRON_H, hybrid_override_pattern="-MM*", num_hidden_layers=4, use_conv_bias=False, n_groups=1, conv_kernel=3)
+CONFIGS = {"qwen3_next-moe": QWEN3_NEXT, "qwen3_next-dense": QWEN3_NEXT_DENSE, "nemotron_h": NEMOTRON_H, "nemotron_h-no-conv-bias": NEMOTRON_H_NO_BIAS}
 
 
 def mixer_shapes(config: dict) -> dict[str, int]:
-    """The Gated DeltaNet sizes, read from the config as transformers reads them."""
+    """The recurrent mixers' sizes, read from the config as transformers reads them."""
+    if config["model_type"] == "nemotron_h":
+        width = config["mamba_num_heads"] * config["mamba_head_dim"]
+        channels = width + 2 * config.get("n_groups", 8) * config["ssm_state_size"]
+        return dict(layers=config["hybrid_override_pattern"].count("M"), heads=0, dk=0, dv=0, channels=channels, kernel=config["conv_kernel"])
     kinds = config.get("layer_types") or [
         "full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(config["num_hidden_layers"])
     ]

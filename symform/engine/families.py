@@ -28,7 +28,7 @@ from .safe_expr import parse
 class FieldSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    type: Literal["int", "bool", "int_list", "str_list"]
+    type: Literal["int", "bool", "int_list", "str_list", "pattern"]  # pattern: a string, one character per layer
     default: str | bool | list | None = None  # used when the field is absent; None: required
     if_null: str | bool | list | None = None  # used when the field is null; None: null is refused
     minimum: int = 1  # smallest integer allowed (0 for counts such as first_k_dense_replace)
@@ -240,6 +240,7 @@ def _kind(spec: FieldSpec) -> str:
         "bool": "boolean (true or false)",
         "int_list": "list of integers",
         "str_list": "list of strings",
+        "pattern": "string with one character per layer",
     }[spec.type]
 
 
@@ -253,6 +254,10 @@ def _check_type(field: str, raw: Any, spec: FieldSpec, origin: str) -> Any:
         if not isinstance(raw, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in raw):
             raise problem
         return tuple(sympy.Integer(v) for v in raw)
+    if spec.type == "pattern":  # Nemotron-H's hybrid_override_pattern: the list of its characters
+        if not isinstance(raw, str) or not raw:
+            raise problem
+        return tuple(raw)
     if spec.type == "str_list":
         if not isinstance(raw, list) or not all(isinstance(v, str) for v in raw):
             raise problem
