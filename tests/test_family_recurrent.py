@@ -51,7 +51,31 @@ NEMOTRON_H = dict(
     mamba_head_dim=8, ssm_state_size=6, n_groups=2, chunk_size=16, conv_kernel=4,
 )  # fmt: skip
 NEMOTRON_H_NO_BIAS = dict(NEMOTRON_H, hybrid_override_pattern="-MM*", num_hidden_layers=4, use_conv_bias=False, n_groups=1, conv_kernel=3)
-CONFIGS = {"qwen3_next-moe": QWEN3_NEXT, "qwen3_next-dense": QWEN3_NEXT_DENSE, "nemotron_h": NEMOTRON_H, "nemotron_h-no-conv-bias": NEMOTRON_H_NO_BIAS}
+# Qwen3.5: the same mixers read from text_config, four input projections instead of two; 1 linear : 1 full
+QWEN3_5 = dict(
+    model_type="qwen3_5",
+    text_config=dict(
+        TINY, head_dim=16, linear_num_value_heads=4, linear_num_key_heads=2, linear_key_head_dim=8,
+        linear_value_head_dim=12, linear_conv_kernel_dim=4, layer_types=["linear_attention", "full_attention"],
+    ),
+)  # fmt: skip
+QWEN3_5_MOE = dict(
+    model_type="qwen3_5_moe",
+    text_config=dict(
+        TINY, num_hidden_layers=4, head_dim=16, linear_num_value_heads=2, linear_num_key_heads=2, linear_key_head_dim=8,
+        linear_value_head_dim=8, linear_conv_kernel_dim=2, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=8,
+        shared_expert_intermediate_size=16, tie_word_embeddings=True,
+    ),
+)  # fmt: skip
+CONFIGS = {
+    "qwen3_next-moe": QWEN3_NEXT, "qwen3_next-dense": QWEN3_NEXT_DENSE, "qwen3_5": QWEN3_5, "qwen3_5_moe": QWEN3_5_MOE,
+    "nemotron_h": NEMOTRON_H, "nemotron_h-no-conv-bias": NEMOTRON_H_NO_BIAS,
+}  # fmt: skip
+
+
+def text(config: dict) -> dict:
+    """The language model's fields: the text_config of a vision-language config, else the config itself."""
+    return config.get("text_config", config)
 
 
 def mixer_shapes(config: dict) -> dict[str, int]:
@@ -60,6 +84,7 @@ def mixer_shapes(config: dict) -> dict[str, int]:
         width = config["mamba_num_heads"] * config["mamba_head_dim"]
         channels = width + 2 * config.get("n_groups", 8) * config["ssm_state_size"]
         return dict(layers=config["hybrid_override_pattern"].count("M"), heads=0, dk=0, dv=0, channels=channels, kernel=config["conv_kernel"])
+    config = text(config)
     kinds = config.get("layer_types") or [
         "full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(config["num_hidden_layers"])
     ]
@@ -84,7 +109,7 @@ def conv_forward(config: dict, batch: int, seq: int) -> int:
 @pytest.mark.parametrize("batch, seq", [(2, 70), (1, 5), (1, 64), (2, 130)])
 def test_forward_flops_equal_the_counter_but_for_the_triangular_solves(case, batch, seq):
     config = CONFIGS[case]
-    counted = count_forward(build(config, eager_experts=True), input_ids(config, batch, seq)).get_total_flops()
+    counted = count_forward(build(config, eager_experts=True), input_ids(text(config), batch, seq)).get_total_flops()
     model = Model.from_config(config).with_conventions(training=0)
     assert model.evaluate("forward_flops", batch=batch, seq=seq) - uncounted_solves(config, batch, seq) == counted
 
@@ -94,7 +119,7 @@ def test_forward_flops_equal_the_counter_but_for_the_triangular_solves(case, bat
 def test_forward_and_backward_flops_equal_the_counter_once_its_mistakes_are_named(case, batch, seq):
     config = CONFIGS[case]
     model = build(config, eager_experts=True).train()
-    counted = count_forward_backward(model, input_ids(config, batch, seq)).get_total_flops()
+    counted = count_forward_backward(model, input_ids(text(config), batch, seq)).get_total_flops()
     channels = mixer_shapes(config)["channels"]
     # backward: one more transposed solve per solve; the depthwise weight gradient counted channels times
     expected = counted + 2 * uncounted_solves(config, batch, seq) - (channels - 1) * conv_forward(config, batch, seq)
@@ -104,7 +129,7 @@ def test_forward_and_backward_flops_equal_the_counter_once_its_mistakes_are_name
 
 def cache_after(model, config: dict, batch: int, seq: int):
     with torch.no_grad():
-        return model(input_ids=input_ids(config, batch, seq), use_cache=True).past_key_values
+        return model(input_ids=input_ids(text(config), batch, seq), use_cache=True).past_key_values
 
 
 def tensors_bytes(tensors) -> int:
@@ -135,7 +160,7 @@ def test_a_decode_step_takes_the_recurrent_update(case, batch, past):
     model = build(config, eager_experts=True)
     cache = cache_after(model, config, batch, past)
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
-        model(input_ids=input_ids(config, batch, 1), cache=cache, use_cache=True)
+        model(input_ids=input_ids(text(config), batch, 1), cache=cache, use_cache=True)
     symbolic = Model.from_config(config).with_conventions(training=0, decoding=1)
     assert symbolic.evaluate("forward_flops", batch=batch, seq=1, past=past) == counter.get_total_flops()
 
