@@ -8,7 +8,7 @@ Gated DeltaNet (conv window 4 over 2·16·128 + 32·128 channels in bf16, 32 fp3
 from __future__ import annotations
 
 import pytest
-from checks import run, run_json
+from checks import one_line_error, run, run_json
 
 import symform
 from symform.analysis.roofline import phase_work
@@ -66,3 +66,19 @@ def test_roofline_decode_reads_the_state_once_and_writes_it_once(capsys, phases)
     (delta,) = [w for path, w in work["decode"].items() if path.endswith("mixer/delta_state")]
     moved = delta.bytes.subs({model.vocabulary[k]: v for k, v in {**model.values, "batch": 8, "past": 4096}.items()})
     assert moved == 2 * 8 * 36 * 32 * 128 * 128 * 4  # 36 layers, read and written once, fp32
+
+
+def test_stacks_symform_cannot_read_yet_are_refused_in_one_line():
+    """Nemotron-H MoE blocks (E), unknown pattern characters and Qwen3-Next stacks that mix dense and
+    expert layers: a one-line ConfigError naming the cause, never a silently wrong count."""
+    import json
+
+    from symform.engine.data import formulas_dir
+
+    nemotron = json.loads((formulas_dir() / "presets" / "nemotron-h-8b.json").read_text())
+    moe = {**nemotron, "hybrid_override_pattern": nemotron["hybrid_override_pattern"][:-1] + "E"}
+    unknown = {**nemotron, "hybrid_override_pattern": nemotron["hybrid_override_pattern"][:-1] + "X"}
+    qwen = json.loads((formulas_dir() / "presets" / "qwen3-next-80b-a3b.json").read_text())
+    mixed = {**qwen, "mlp_only_layers": [0, 1]}
+    for config, words in ((moe, "mixture-of-experts"), (unknown, "another character"), (mixed, "mlp_only_layers")):
+        one_line_error(symform.ConfigError, lambda c=config: symform.Model.from_config(c), words)
