@@ -171,6 +171,8 @@ def spec_from_config(config: Any, *, name: str, origin: str) -> ModelSpec:
 
 def _choose(choice: ChoiceSpec, value: Any, is_bool: bool, origin: str) -> str:
     """The component for a field's value: cases keyed "true"/"false", "null", a number, or "default"."""
+    if isinstance(value, tuple) and value and all(isinstance(v, str) for v in value):
+        value = value[0]  # a list of names chooses by its first: `architectures` names the checkpoint's class first
     key = "null" if value is None else str(bool(value)).lower() if is_bool else str(value)
     if key in choice.cases:
         return choice.cases[key]
