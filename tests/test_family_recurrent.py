@@ -59,16 +59,8 @@ QWEN3_5 = dict(
         linear_value_head_dim=12, linear_conv_kernel_dim=4, layer_types=["linear_attention", "full_attention"],
     ),
 )  # fmt: skip
-QWEN3_5_MOE = dict(
-    model_type="qwen3_5_moe",
-    text_config=dict(
-        TINY, num_hidden_layers=4, head_dim=16, linear_num_value_heads=2, linear_num_key_heads=2, linear_key_head_dim=8,
-        linear_value_head_dim=8, linear_conv_kernel_dim=2, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=8,
-        shared_expert_intermediate_size=16, tie_word_embeddings=True,
-    ),
-)  # fmt: skip
 CONFIGS = {
-    "qwen3_next-moe": QWEN3_NEXT, "qwen3_next-dense": QWEN3_NEXT_DENSE, "qwen3_5": QWEN3_5, "qwen3_5_moe": QWEN3_5_MOE,
+    "qwen3_next-moe": QWEN3_NEXT, "qwen3_next-dense": QWEN3_NEXT_DENSE, "qwen3_5": QWEN3_5,
     "nemotron_h": NEMOTRON_H, "nemotron_h-no-conv-bias": NEMOTRON_H_NO_BIAS,
 }  # fmt: skip
 
