@@ -77,6 +77,14 @@ def input_ids(config: dict, batch: int, seq: int):
     return torch.randint(0, config["vocab_size"], (batch, seq), generator=generator)
 
 
+def cached_bytes(model, batch: int, seq: int) -> int:
+    """Bytes of every tensor the model's cache holds after one forward of batch x seq tokens (vocabulary 101);
+    0-dimensional tensors are bookkeeping (a sliding layer's window), not cached tokens."""
+    with torch.no_grad():
+        cache = model(input_ids=input_ids(model.config.to_dict() | {"vocab_size": 101}, batch, seq), use_cache=True).past_key_values
+    return sum(t.numel() * t.element_size() for layer in cache.layers for t in vars(layer).values() if isinstance(t, torch.Tensor) and t.dim() > 0)
+
+
 def count_forward(model, ids) -> FlopCounterMode:
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
         model(input_ids=ids)

@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from oracle import build, input_ids  # noqa: E402
+from oracle import build, cached_bytes  # noqa: E402
 
 import symform  # noqa: E402
 from symform.engine.model import Model  # noqa: E402
@@ -28,12 +28,6 @@ CONFIGS = {
         BASE, model_type="gemma3_text", num_hidden_layers=7, num_key_value_heads=2, head_dim=16, sliding_window=3
     ),
 }
-
-
-def cached_bytes(model, batch: int, seq: int) -> int:
-    with torch.no_grad():
-        cache = model(input_ids=input_ids(model.config.to_dict() | {"vocab_size": 101}, batch, seq), use_cache=True).past_key_values
-    return sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
 
 
 @pytest.mark.parametrize("case", list(CONFIGS))

@@ -52,7 +52,7 @@ def assert_every_path_agrees(model: Model, workload: dict) -> None:
         exact = formula.evaluate(**{k: v for k, v in values.items() if k in formula.free})
         names = formula.free
         compiled = formula.compile(*names)(*(np.array([values[n]]) for n in names))
-        assert math.isclose(float(compiled[0]), float(exact), rel_tol=1e-9)
+        assert math.isclose(float(np.ravel(compiled)[0]), float(exact), rel_tol=1e-9)  # a constant (a model without recurrent state) compiles to a 0-d array
         if quantity in QUANTITIES:
             for depth in (1, 2, 3, None):
                 assert sum(model.evaluate_breakdown(quantity, depth=depth, **workload).values()) == exact

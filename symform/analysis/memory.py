@@ -4,7 +4,7 @@ Every category is a sympy expression built from the model's own declarations:
 weights, gradients and optimizer states from ``params`` (per rank under the
 parallel layout), activations from what each component keeps for backward
 (``saved_activations``, or what it keeps instead when recomputed or fused), the
-KV cache from ``kv_cache``. Precision recipes, optimizers and weight formats
+KV cache from ``kv_cache`` and the recurrent mixers' state from ``recurrent_state``. Precision recipes, optimizers and weight formats
 are data (formulas/memory.toml). Nothing here knows an architecture by name.
 """
 
@@ -452,6 +452,9 @@ def inference_expressions(model: Model, setup: Inference = Inference(), *, keep:
         "kv_cache": sympy.expand(kv.xreplace(split)),
         "activations": _inference_peak(model, setup.flash, conventions).xreplace(split),
     }
+    state = model.expression("recurrent_state", conventions=False).expr.xreplace(conventions)
+    if state != 0:  # recurrent mixers: a state per sequence that does not grow with past, beside the KV cache
+        categories = {**dict(list(categories.items())[:2]), "recurrent_state": sympy.expand(state.xreplace(split)), "activations": categories["activations"]}
     assumptions = {
         "weight_format": stored.name,
         "weight_format_read": stored.read,
@@ -461,6 +464,7 @@ def inference_expressions(model: Model, setup: Inference = Inference(), *, keep:
         **({"weight_notes": list(stored.notes)} if stored.notes else {}),
         "kv_bytes": _json(_convention(model, "kv_bytes")),
         "kv_block_tokens": _json(_convention(model, "kv_block")),
+        **({"state_bytes": _json(model.conventions[model.vocabulary["state_bytes"]])} if state != 0 else {}),
         "act_bytes": _json(_convention(model, "act_bytes")),
         "tensor_parallel": setup.tensor,
         "activations": "computed peak: the largest single op's activation inputs and outputs plus the residual stream",

@@ -319,6 +319,8 @@ def phase_work(
     _check_phase(phase)
     if phase != "train":
         model = model.with_conventions(training=0)  # inference runs no loss
+    if phase == "decode":
+        model = model.with_conventions(decoding=1)  # recurrent mixers take their one-step update from the cached state
     keep = ("past",) if phase == "decode" else ()
     for name in keep:
         _symbol(model, name)

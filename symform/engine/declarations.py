@@ -25,9 +25,9 @@ from .errors import DeclarationError, SymformError, describe_validation
 from .safe_expr import is_identifier, parse
 from .vocabulary import Vocabulary, default_vocabulary, make_symbol
 
-QUANTITIES = ("params", "active_params", "forward_flops", "backward_flops", "bytes_moved", "saved_activations", "kv_cache")
+QUANTITIES = ("params", "active_params", "forward_flops", "backward_flops", "bytes_moved", "saved_activations", "kv_cache", "recurrent_state")
 # What a primitive's quantity is when it does not declare it, in terms of the others.
-QUANTITY_DEFAULTS = {"active_params": "params", "backward_flops": "bwd_mult*forward_flops", "kv_cache": "0"}
+QUANTITY_DEFAULTS = {"active_params": "params", "backward_flops": "bwd_mult*forward_flops", "kv_cache": "0", "recurrent_state": "0"}
 SLOT = "@"
 
 
@@ -82,6 +82,7 @@ class ComponentDecl(BaseModel):
     bytes_moved: Scalar | None = None
     saved_activations: Scalar | None = None
     kv_cache: Scalar | None = None
+    recurrent_state: Scalar | None = None  # what a recurrent mixer carries from one forward to the next, whatever the context
     # what the component keeps for backward instead of its parts' sum, in a named mode of running it:
     # recomputed from its inputs ("selective", "full") or as one fused kernel ("flash")
     saved_activations_when: dict[str, Scalar] = Field(default_factory=dict)

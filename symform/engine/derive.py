@@ -22,14 +22,24 @@ from .model import Model, normalise_quantity
 
 def leading_order(expr: sympy.Expr, large: Iterable[sympy.Symbol]) -> sympy.Expr:
     """The terms of highest total degree in the ``large`` symbols (each scaled by λ, top power of λ kept)."""
+    large = frozenset(large)
     scale = sympy.Dummy("lambda", positive=True)
-    scaled = sympy.expand(expr.xreplace({s: scale * s for s in large}))
+    scaled = sympy.expand(_without_rounding(expr, large).xreplace({s: scale * s for s in large}))
     terms: dict[sympy.Expr, list[sympy.Expr]] = {}
     for term in sympy.Add.make_args(scaled):
         _, power = term.as_coeff_exponent(scale)
         terms.setdefault(power, []).append(term)
     top = max(terms, key=lambda p: sympy.N(p))
     return sympy.expand(sympy.Add(*terms[top]).xreplace({scale: 1}))
+
+
+def _without_rounding(expr: sympy.Expr, large: frozenset[sympy.Symbol]) -> sympy.Expr:
+    """ceil(x) and floor(x) differ from x by less than 1, so to leading order in a large symbol inside x they are
+    x (a chunked scan's ceil(seq/chunk) chunks are seq/chunk of them)."""
+    return expr.replace(
+        lambda e: isinstance(e, (sympy.ceiling, sympy.floor)) and bool(e.free_symbols & large),
+        lambda e: e.args[0],
+    )
 
 
 @dataclass(frozen=True)

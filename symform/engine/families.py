@@ -27,13 +27,17 @@ from .safe_expr import is_identifier, parse
 
 
 class FieldSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    type: Literal["int", "bool", "int_list", "str_list"]
+    type: Literal["int", "bool", "int_list", "str_list", "pattern"]  # pattern: a string, one character per layer
     default: str | bool | list | None = None  # used when the field is absent; None: required
     if_null: str | bool | list | None = None  # used when the field is null; None: null is refused
     minimum: int = 1  # smallest integer allowed (0 for counts such as first_k_dense_replace)
     nullable: bool = False  # null is meaningful (DeepSeek's q_lora_rank, a sliding window): kept as None
+    # where the value lives: a sub-config ("text_config", "vision_config"; dotted for deeper ones, "" for the
+    # top level) instead of the family's `fields_in`, and under which key (another field may already use the name)
+    in_: str | None = Field(None, alias="in")
+    key: str | None = None
 
 
 class CountSpec(BaseModel):
@@ -70,6 +74,9 @@ class FamilySpec(BaseModel):
     root: str
     source: str
     transformers_class: str
+    # the sub-config the fields live in by default ("text_config" for a vision-language class); "" is the top level.
+    # A sub-config that is absent or null reads as empty: transformers builds it from its class defaults.
+    fields_in: str = ""
     fields: dict[str, FieldSpec]
     counts: dict[str, CountSpec] = Field(default_factory=dict)
     bind: dict[str, str]
@@ -188,6 +195,9 @@ def family_for(config: Mapping[str, Any], origin: str) -> Family:
         if path.is_file() and model_type in _family_file(path).spec.model_types:
             return _family_file(path)
     if not isinstance(model_type, str) or model_type not in families():
+        by_class = family_for_architectures(config.get("architectures"))
+        if by_class is not None:
+            return by_class
         raise ConfigError(
             f"{origin}: model_type {model_type!r} is not supported; supported: {', '.join(supported_model_types())}"
             " (or declare the architecture yourself: see docs/declaring-architectures.md)"
@@ -195,11 +205,23 @@ def family_for(config: Mapping[str, Any], origin: str) -> Family:
     return families()[model_type]
 
 
+def family_for_architectures(architectures: Any) -> Family | None:
+    """The family whose transformers class the config's `architectures` names, for a model type symform does
+    not know that reuses a known class (Kimi K2: model_type kimi_k2, DeepseekV3ForCausalLM)."""
+    if not isinstance(architectures, list):
+        return None
+    by_class = {family.spec.transformers_class: family for family in families().values()}
+    for name in architectures:
+        if isinstance(name, str) and name in by_class:
+            return by_class[name]
+    return None
+
+
 def spec_from_config(config: Any, *, name: str, origin: str) -> ModelSpec:
     if not isinstance(config, Mapping):
         raise ConfigError(f"{origin}: a config must be a JSON object, got {type(config).__name__}")
     family = family_for(config, origin)
-    fields = read_fields(family.spec.fields, config, origin)
+    fields = read_fields(family.spec.fields, config, origin, fields_in=family.spec.fields_in)
     for count_name, count in family.spec.counts.items():
         fields[count_name] = count_layers(count_name, count, fields, origin)
     numbers = {k: v for k, v in fields.items() if v is not None and not _is_text_list(v)}
@@ -242,6 +264,8 @@ def _context_limit(spec: ContextSpec | None, fields: Mapping[str, Any], config: 
 
 def _choose(choice: ChoiceSpec, value: Any, is_bool: bool, origin: str) -> str:
     """The component for a field's value: cases keyed "true"/"false", "null", a number, or "default"."""
+    if isinstance(value, tuple) and value and all(isinstance(v, str) for v in value):
+        value = value[0]  # a list of names chooses by its first: `architectures` names the checkpoint's class first
     key = "null" if value is None else str(bool(value)).lower() if is_bool else str(value)
     if key in choice.cases:
         return choice.cases[key]
@@ -250,23 +274,40 @@ def _choose(choice: ChoiceSpec, value: Any, is_bool: bool, origin: str) -> str:
     raise ConfigError(f"{origin}: field {choice.field!r} is {value!r}; expected one of {', '.join(choice.cases)}")
 
 
-def read_fields(specs: Mapping[str, FieldSpec], config: Mapping[str, Any], origin: str) -> dict[str, Any]:
+def read_fields(specs: Mapping[str, FieldSpec], config: Mapping[str, Any], origin: str, *, fields_in: str = "") -> dict[str, Any]:
     """Read and type-check each field, applying transformers' defaults in declaration order."""
     values: dict[str, Any] = {}
     for field, spec in specs.items():
-        if field in config and config[field] is not None:
-            raw = config[field]
-        elif spec.nullable and (field in config or spec.default is None):
+        where = fields_in if spec.in_ is None else spec.in_
+        section = sub_config(config, where, origin)
+        key = spec.key or field
+        name = f"{where}.{key}" if where else key
+        if key in section and section[key] is not None:
+            raw = section[key]
+        elif spec.nullable and (key in section or spec.default is None):
             values[field] = None  # null, or absent with no default: the config class's None
             continue
         else:
-            fallback = spec.if_null if field in config else spec.default
+            fallback = spec.if_null if key in section else spec.default
             if fallback is None:
-                state = "is null" if field in config else "is missing"
-                raise ConfigError(f"{origin}: field {field!r} {state}; it must be a {_kind(spec)}")
+                state = "is null" if key in section else "is missing"
+                raise ConfigError(f"{origin}: field {name!r} {state}; it must be a {_kind(spec)}")
             raw = fallback if isinstance(fallback, (bool, list)) else parse(fallback, {k: v for k, v in values.items() if not _is_text_list(v)})
-        values[field] = _check_type(field, raw, spec, origin)
+        values[field] = _check_type(name, raw, spec, origin)
     return values
+
+
+def sub_config(config: Mapping[str, Any], path: str, origin: str) -> Mapping[str, Any]:
+    """The nested config at a dotted path; an absent or null one reads as empty (the sub-config class's defaults)."""
+    section = config
+    for step in path.split(".") if path else ():
+        inner = section.get(step)
+        if inner is None:
+            return {}
+        if not isinstance(inner, Mapping):
+            raise ConfigError(f"{origin}: field {step!r} is {inner!r}; it must be a JSON object (a nested config)")
+        section = inner
+    return section
 
 
 def count_layers(name: str, spec: CountSpec, fields: Mapping[str, Any], origin: str) -> sympy.Integer:
@@ -301,6 +342,7 @@ def _kind(spec: FieldSpec) -> str:
         "bool": "boolean (true or false)",
         "int_list": "list of integers",
         "str_list": "list of strings",
+        "pattern": "string with one character per layer",
     }[spec.type]
 
 
@@ -314,6 +356,10 @@ def _check_type(field: str, raw: Any, spec: FieldSpec, origin: str) -> Any:
         if not isinstance(raw, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in raw):
             raise problem
         return tuple(sympy.Integer(v) for v in raw)
+    if spec.type == "pattern":  # Nemotron-H's hybrid_override_pattern: the list of its characters
+        if not isinstance(raw, str) or not raw:
+            raise problem
+        return tuple(raw)
     if spec.type == "str_list":
         if not isinstance(raw, list) or not all(isinstance(v, str) for v in raw):
             raise problem

@@ -107,13 +107,14 @@ def bind_arguments(library: Library, component: Component, given: dict[str, Bind
 
 
 def _check_kind(library: Library, component: Component, slot: str, default: str | None, chosen: Component, where: str) -> None:
-    """A slot holds a component of its default's kind: an MLP cannot stand where attention goes."""
+    """A slot holds a component of its default's kind: an MLP cannot stand where attention goes. A default
+    that declares no kind makes a general slot (a residual block's mixer: Mamba-2, attention or an MLP)."""
     if default is None or default == chosen.name:
         return
     expected = library[default].kind
-    if chosen.kind != expected:
+    if expected is not None and chosen.kind != expected:
         raise DeclarationError(
-            f"{where}: slot {slot!r} of {component.name} takes a component of kind {expected or 'none'} (like {default}); "
+            f"{where}: slot {slot!r} of {component.name} takes a component of kind {expected} (like {default}); "
             f"{chosen.name} is of kind {chosen.kind or 'none'}"
         )
 

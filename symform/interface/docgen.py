@@ -37,6 +37,7 @@ QUANTITY_NAMES = {
     "bytes_moved": "bytes moved (HBM traffic)",
     "saved_activations": "activation bytes saved for backward",
     "kv_cache": "KV cache bytes",
+    "recurrent_state": "recurrent state bytes",
     "train_flops": "training FLOPs for D tokens",
 }
 

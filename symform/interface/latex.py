@@ -46,6 +46,7 @@ QUANTITY_LETTERS = {
     "bytes_moved": "Q",
     "saved_activations": "M_{\\mathrm{act}}",
     "kv_cache": "M_{\\mathrm{KV}}",
+    "recurrent_state": "M_{\\mathrm{state}}",
 }
 
 # A bare d (not part of \delta, not d_{...}) that sympy's parser would read as a differential (dn, d\right).
@@ -289,7 +290,7 @@ def _tabular(header: Sequence[str], rows: Sequence[Sequence[str]], total: Sequen
 def _unit(quantity: str) -> str:
     if "flops" in quantity:
         return "FLOP"
-    if quantity in ("bytes_moved", "saved_activations", "kv_cache"):
+    if quantity in ("bytes_moved", "saved_activations", "kv_cache", "recurrent_state"):
         return "B"
     return ""
 

@@ -1,0 +1,90 @@
+"""Oracle: the families of 2025-26 (gpt-oss, ...) against transformers' own models.
+
+Parameters: the published configs built on the meta device, numel() of the
+whole class. FLOPs: tiny instances (float32, eager attention, eager experts,
+the published pattern of layer types kept) counted by FlopCounterMode, whose
+sliding-window layers multiply the full seq x seq score map and mask it, so
+symform runs with windowed = 0. The counter counts only matrix products
+(mm, addmm, bmm); symform's element-wise work is off by default
+(count_elementwise = 0). Cache: the bytes of every tensor transformers' cache
+holds after a forward, at a sequence shorter and one longer than any window.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from oracle import build, cached_bytes, count_forward, count_forward_backward, global_counts, input_ids, meta_params, preset_dict  # noqa: E402
+
+from symform.engine.model import Model  # noqa: E402
+
+pytestmark = pytest.mark.oracle
+
+SLIDING, FULL = "sliding_attention", "full_attention"
+BASE = dict(vocab_size=101, hidden_size=32, intermediate_size=48, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+
+# (family, preset): the published configs whose parameters must match to the digit
+PRESETS = [("gpt_oss", "gpt-oss-20b"), ("gpt_oss", "gpt-oss-120b")]
+
+# tiny instances, each keeping its family's pattern of layer types; windows below and above the test sequences
+TINY = {
+    "gpt_oss, alternating sliding/full, window 4": dict(
+        BASE, model_type="gpt_oss", num_hidden_layers=4, head_dim=16, num_local_experts=4, num_experts_per_tok=2,
+        sliding_window=4, layer_types=[SLIDING, FULL, SLIDING, FULL],
+    ),
+    "gpt_oss, layer_types absent, MQA, no attention bias": dict(
+        BASE, model_type="gpt_oss", num_hidden_layers=3, head_dim=8, num_key_value_heads=1, num_local_experts=3,
+        num_experts_per_tok=3, sliding_window=6, attention_bias=False,
+    ),
+}  # fmt: skip
+
+SHAPES = [(2, 7), (1, 3), (1, 1)]  # seq above and below every tiny window, and one token
+CACHE_SEQS = (3, 9)  # shorter and longer than every tiny window
+
+
+def eager(config: dict) -> Model:
+    return Model.from_config(config, name="tiny").with_conventions(windowed=0)
+
+
+@pytest.mark.parametrize("family, preset", PRESETS)
+def test_published_parameters_equal_numel(family, preset):
+    config = preset_dict(preset)
+    assert Model.from_config(config).spec.family == family
+    assert Model.from_config(config).evaluate("params") == meta_params(config)
+
+
+@pytest.mark.parametrize("case", list(TINY))
+def test_tiny_parameters_equal_numel(case):
+    config = TINY[case]
+    assert Model.from_config(config).evaluate("params") == sum(p.numel() for p in build(config, eager_experts=True).parameters())
+
+
+@pytest.mark.parametrize("case", list(TINY))
+def test_forward_flops_equal_the_counter(case):
+    config = TINY[case]
+    model, sym = build(config, eager_experts=True), eager(config)
+    for batch, seq in SHAPES:
+        counter = count_forward(model, input_ids(config, batch, seq))
+        assert set(global_counts(counter)) <= {"aten.mm", "aten.addmm", "aten.bmm"}
+        assert sym.evaluate("forward_flops", batch=batch, seq=seq) == counter.get_total_flops(), (batch, seq, global_counts(counter))
+
+
+@pytest.mark.parametrize("case", list(TINY))
+def test_forward_and_backward_flops_equal_the_counter(case):
+    """The counter's backward is two matrix products per forward one, as symform's bwd_mult = 2."""
+    config = TINY[case]
+    model, sym = build(config, eager_experts=True), eager(config)
+    batch, seq = 2, 7
+    both = count_forward_backward(model, input_ids(config, batch, seq)).get_total_flops()
+    assert sym.evaluate("train_step_flops", batch=batch, seq=seq) == both
+
+
+@pytest.mark.parametrize("case", list(TINY))
+@pytest.mark.parametrize("seq", CACHE_SEQS)
+def test_cache_bytes_equal_the_tensors_transformers_keeps(case, seq):
+    config = TINY[case]
+    expected = cached_bytes(build(config, eager_experts=True), 2, seq)
+    assert Model.from_config(config).with_conventions(kv_bytes=4).evaluate("kv_cache", batch=2, seq=seq) == expected
