@@ -64,6 +64,10 @@ class FamilySpec(BaseModel):
     counts: dict[str, CountSpec] = Field(default_factory=dict)
     bind: dict[str, str]
     choose: dict[str, ChoiceSpec] = Field(default_factory=dict)
+    # the assumption sets (declared by the components, first declared wins) under which derive's leading order
+    # is within 20 % of every preset (tests/test_structure.py checks it); "" where no simple form is: the
+    # leading order stays in the family's own sizes
+    assume: str = ""
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,7 @@ class ModelSpec:
     arguments: Mapping[str, int | str]  # numbers, or component names for slots
     family: str | None = None
     source: str | None = None
+    assume: str = ""  # the family's default assumption sets for derivations ("" for none)
 
 
 @cache
@@ -144,7 +149,7 @@ def spec_from_config(config: Any, *, name: str, origin: str) -> ModelSpec:
         arguments[arg] = int(value)
     for slot, choice in family.spec.choose.items():
         arguments[slot] = _choose(choice, fields[choice.field], family.spec.fields[choice.field].type == "bool", origin)
-    return ModelSpec(name=name, root=family.spec.root, arguments=MappingProxyType(arguments), family=family.name, source=origin)
+    return ModelSpec(name=name, root=family.spec.root, arguments=MappingProxyType(arguments), family=family.name, source=origin, assume=family.spec.assume)
 
 
 def _choose(choice: ChoiceSpec, value: Any, is_bool: bool, origin: str) -> str:

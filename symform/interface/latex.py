@@ -6,7 +6,7 @@ a reader pastes into a paper is what symform computed. Two habits of sympy's
 printer stop that round trip and are avoided here:
 
 - a bare ``d`` followed by a letter (``d n``) reads as a differential ``dn``,
-  so such a ``d`` is printed ``{d}`` (it looks the same on the page);
+  so such a ``d`` is followed by a thin space, ``d\\,n`` (typeset as a product should be);
 - a letter before a parenthesis (``n \\left(…\\right)``) reads as a function
   call, so a product with a parenthesised factor is written with ``\\cdot``;
 - a multi-letter name (``rows``) reads as a product of letters, so names
@@ -49,7 +49,7 @@ QUANTITY_LETTERS = {
 }
 
 # A bare d (not part of \delta, not d_{...}) that sympy's parser would read as a differential (dn, d\right).
-_DIFFERENTIAL = re.compile(r"(?<![A-Za-z\\])d(?=\s+[A-Za-z]|\s*\\[A-Za-z])")
+_DIFFERENTIAL = re.compile(r"(?<![A-Za-z\\])d(\s*)(?=(?<=\s)[A-Za-z]|\\[A-Za-z])")
 # A letter or number juxtaposed with a parenthesis: the parser reads n \left(…\right) as a function n(…).
 _CALL = re.compile(r"(?<=[\w}])\s+\\left\(")
 
@@ -82,7 +82,17 @@ class _Printer(LatexPrinter):
 def latex(expr: sympy.Basic, vocabulary: Vocabulary | None = None) -> str:
     """LaTeX of an expression over symform's symbols that sympy's parser reads back to the same expression."""
     text = _Printer(vocabulary or default_vocabulary()).doprint(sympy.sympify(expr))
-    return _DIFFERENTIAL.sub("{d}", _CALL.sub(r" \\cdot \\left(", text))
+    return _thin_d(_CALL.sub(r" \\cdot \\left(", text))
+
+
+def _thin_d(text: str) -> str:
+    """``d\\,n`` for d·n; before a command the space stays (``d\\, \\cdot``)."""
+
+    def thin(m: re.Match) -> str:
+        command = m.string.startswith("\\", m.end())
+        return "d\\," + (m[1] if command else "")
+
+    return _DIFFERENTIAL.sub(thin, text)
 
 
 def parse_back(text: str, symbols: Iterable[sympy.Symbol], vocabulary: Vocabulary | None = None) -> sympy.Expr:
@@ -107,7 +117,7 @@ def _parsed_letter(letter: str) -> str | None:
     """The name sympy's parser gives a letter (d_{ff} reads as the symbol 'd_{f*f}'), None if not one symbol."""
     from sympy.parsing.latex import parse_latex
 
-    parsed = parse_latex(_lexable(_DIFFERENTIAL.sub("{d}", letter)))
+    parsed = parse_latex(_lexable(_thin_d(letter)))
     return parsed.name if isinstance(parsed, sympy.Symbol) else None
 
 
@@ -176,8 +186,8 @@ def assumption_substitutions(model: Model, assume: str) -> dict[sympy.Symbol, sy
     """What an assumption set puts in place of the model's sizes (d_ff = 8/3·d, ...), over the vocabulary."""
     found: dict[sympy.Symbol, sympy.Expr] = {}
     vocabulary = model.vocabulary
-    for node in model.graph().graph.nodes.values():
-        for name, value in node["component"].assumptions.get(assume, {}).items():
+    for node in model.graph(assume=assume).graph.nodes.values():
+        for name, value in node["assumed"].items():
             if name in vocabulary and value.free_symbols <= set(vocabulary.symbols()):
                 found.setdefault(vocabulary[name], value)
     return dict(sorted(found.items(), key=lambda kv: kv[0].name))
