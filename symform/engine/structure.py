@@ -13,8 +13,9 @@ part is a block. Encoding artefacts go: a part made optional by ``min(count,
 so ``Min(1, n_shared_experts)`` is 1 at any model that has that symbol.
 
 The leading order of a structure keeps, in every block, the terms of the
-highest degree in the large symbols, the vocabulary counting as one (an
-embedding is a V×d matrix); blocks with none are left out.
+highest degree in the large symbols, the vocabulary and the sequence counting
+as ones (an embedding is a V×d matrix; attention's s²·d stands next to the
+projections' s·d²); blocks with none are left out.
 """
 
 from __future__ import annotations
@@ -74,12 +75,26 @@ def structure(model: Model, quantity: str, *, assume: str | None = None, leading
     quantity = normalise_quantity(quantity)
     graph = model.graph(assume=assume)
     finish = _finisher(model)
-    blocks = [b for b in (_block(graph, model, node, quantity, finish, with_parts=True) for node in _block_nodes(graph)) if b.expr != 0]
+    found = (_block(graph, model, node, quantity, finish, with_parts=True) for node in _block_nodes(graph))
+    blocks = merged([b for b in found if b.expr != 0 and not _none_here(b.repeat, model)])
     vocabulary = model.vocabulary
-    large_symbols = [vocabulary[n] for n in large] if large is not None else sorted(vocabulary.large | {vocabulary["vocab"]}, key=lambda s: s.name)
+    large_symbols = [vocabulary[n] for n in large] if large is not None else block_large(model)
     if leading:
-        blocks = _leading_blocks(blocks, large_symbols)
+        blocks = leading_blocks(blocks, large_symbols)
     return Structure(quantity, model.name, assume, leading, tuple(s.name for s in large_symbols), tuple(blocks))
+
+
+def block_large(model: Model) -> list[sympy.Symbol]:
+    """The widths, the vocabulary (an embedding is a V×d matrix) and the sequence (attention's s² next to
+    the projections' s·d²): what a block form keeps at leading order."""
+    v = model.vocabulary
+    return sorted(v.large | {v["vocab"], v["seq"]}, key=lambda s: s.name)
+
+
+def _none_here(repeat: sympy.Expr, model: Model) -> bool:
+    """A layer kind this model has none of (global layers when every layer is local): not one of its blocks."""
+    values = {model.vocabulary[k]: v for k, v in model.values.items()}
+    return repeat.free_symbols <= set(values) and repeat.xreplace(values) == 0
 
 
 # --- which nodes are blocks ----------------------------------------------------------------
@@ -184,7 +199,22 @@ def _degree_terms(expr: sympy.Expr, large: list[sympy.Symbol]) -> dict[sympy.Exp
     return out
 
 
-def _leading_blocks(blocks: list[Block], large: list[sympy.Symbol]) -> list[Block]:
+def merged(blocks: list[Block]) -> list[Block]:
+    """Blocks whose one instance is the same expression (local and global layers' parameters) as one block
+    with the repeats added: n·(…) rather than n_local·(…) + (n − n_local)·(…)."""
+    out: list[Block] = []
+    for block in blocks:
+        same = next((i for i, b in enumerate(out) if b.expr == block.expr and block.expr.free_symbols), None)
+        if same is None:
+            out.append(block)
+        else:
+            first = out[same]
+            out[same] = replace(first, name=f"{first.name}, {block.name}", repeat=sympy.factor(first.repeat + block.repeat))
+    return out
+
+
+def leading_blocks(blocks: list[Block], large: list[sympy.Symbol]) -> list[Block]:
+    """Every block's terms of the highest degree in ``large`` over all blocks; blocks with none left out."""
     degrees = [p for b in blocks for p in _degree_terms(b.expr, large) if b.expr != 0]
     if not degrees:
         return blocks
@@ -193,7 +223,7 @@ def _leading_blocks(blocks: list[Block], large: list[sympy.Symbol]) -> list[Bloc
     def keep(b: Block) -> Block:
         return replace(b, expr=_degree_terms(b.expr, large).get(top, sympy.S.Zero), parts=tuple(p for p in map(keep, b.parts) if p.expr != 0))
 
-    return [k for k in map(keep, blocks) if k.expr != 0]
+    return merged([k for k in map(keep, blocks) if k.expr != 0])
 
 
 # --- in terms of N_active ------------------------------------------------------------------------
@@ -237,8 +267,9 @@ def active_form(model: Model, quantity: str, *, assume: str | None = None, large
     if not by_degree:
         return None
     linear = _leading_of(sympy.Add(*by_degree.values()), widths)
-    active = _leading_of(without_flags(model.expression("active_params", assume=assume).expr, model.values), widths)
-    multiple = _common_ratio(linear, active, set(v.symbols("workload", "convention", "dtype")))
+    active = structure(model, "active_params", assume=assume, leading=True, large=[s.name for s in widths]).expr
+    values = {v[k]: x for k, x in model.values.items()}
+    multiple = _common_ratio(linear, sympy.expand(active), set(v.symbols("workload", "convention", "dtype")), values)
     if multiple is None:
         return None
     return ActiveForm(quantity, multiple, active, sympy.expand(linear - multiple * active), attention)
@@ -249,14 +280,32 @@ def _leading_of(expr: sympy.Expr, large: list[sympy.Symbol]) -> sympy.Expr:
     return terms[max(terms, key=lambda p: sympy.N(p))] if terms else sympy.S.Zero
 
 
-def _common_ratio(expr: sympy.Expr, base: sympy.Expr, workload: set[sympy.Symbol]) -> sympy.Expr | None:
-    """The workload-only factor that turns most of ``base``'s terms into ``expr``'s (2·b·s for forward FLOPs)."""
+def _common_ratio(expr: sympy.Expr, base: sympy.Expr, workload: set[sympy.Symbol], values: Mapping[sympy.Symbol, object]) -> sympy.Expr | None:
+    """The workload-only factor that turns ``base``'s terms into ``expr``'s (2·b·s for forward FLOPs), chosen
+    by the largest share of ``base`` at the model's sizes it holds for (the layers, not the embedding)."""
     own = {term.as_independent(*workload, as_Add=False)[0].as_coeff_Mul()[1]: term for term in sympy.Add.make_args(expr)}
-    votes: dict[sympy.Expr, int] = {}
+    votes: dict[sympy.Expr, float] = {}
     for term in sympy.Add.make_args(base):
         key = term.as_coeff_Mul()[1]
         if key in own:
             ratio = sympy.cancel(own[key] / term)
             if ratio.free_symbols <= workload:
-                votes[ratio] = votes.get(ratio, 0) + 1
+                size = term.xreplace(values)
+                votes[ratio] = votes.get(ratio, 0.0) + (abs(float(size)) if not size.free_symbols else 1.0)
     return max(votes, key=votes.get) if votes else None
+
+
+def default_assumptions(model: Model) -> str | None:
+    """The family's declared default sets, where this model's components declare them; None for none."""
+    names = [a.strip() for a in model.spec.assume.split(",") if a.strip()]
+    return ",".join(names) if names and all(a in model.assumption_sets() for a in names) else None
+
+
+def error_at(model: Model, quantity: str, expr: sympy.Expr, **workload: object) -> float | None:
+    """``expr`` against the exact quantity at the model's sizes and the workload; None while symbols remain."""
+    values = {model.vocabulary[k]: sympy.nsimplify(v) for k, v in {**model.values, **workload}.items()}
+    at = expr.xreplace(values)
+    exact = model.expression(quantity).expr.xreplace(values)
+    if at.free_symbols or exact.free_symbols or exact == 0:
+        return None
+    return float(sympy.Rational(at) / sympy.Rational(exact) - 1)

@@ -360,6 +360,7 @@ PREAMBLE = r"""\documentclass[11pt]{article}
 \usepackage[utf8]{inputenc}
 \usepackage[T1]{fontenc}
 \usepackage{amsmath,amssymb}
+\usepackage{graphicx}
 \usepackage[margin=2cm]{geometry}
 \IfFileExists{booktabs.sty}{\usepackage{booktabs}}{% a minimal TeX without booktabs: plain rules
   \newcommand{\toprule}{\hline}\newcommand{\midrule}{\hline}\newcommand{\bottomrule}{\hline}}
@@ -384,3 +385,37 @@ def standalone(sections: Sequence[tuple[str, str]], *, title: str = "symform") -
 def display(formula: str) -> str:
     """A formula as display math in a document."""
     return "\\[\n" + formula + "\n\\]"
+
+
+# --- block forms ----------------------------------------------------------------------------------
+
+
+def repeat_latex(repeat: sympy.Expr, vocabulary: Vocabulary) -> str:
+    """A block's repeat, positive terms first (n - n_dense), parenthesised when a sum."""
+    terms = sorted(sympy.Add.make_args(repeat), key=lambda t: t.could_extract_minus_sign())
+    text = latex(terms[0], vocabulary) + "".join(f" - {latex(-t, vocabulary)}" if t.could_extract_minus_sign() else f" + {latex(t, vocabulary)}" for t in terms[1:])
+    return f"\\left({text}\\right)" if len(terms) > 1 else text
+
+
+def block_latex(block, vocabulary: Vocabulary) -> str:
+    """``repeat · (one instance)``, the instance with its common factors pulled out."""
+    inner = latex(sympy.factor_terms(block.expr), vocabulary)
+    if block.repeat == 1:
+        return inner
+    if len(sympy.Add.make_args(block.repeat)) == 1:  # n·(…): sympy orders the factors as a reader writes them
+        return latex(block.repeat * sympy.factor_terms(block.expr), vocabulary)
+    wrapped = inner if len(sympy.Add.make_args(sympy.factor_terms(block.expr))) == 1 else f"\\left({inner}\\right)"
+    return f"{repeat_latex(block.repeat, vocabulary)} \\cdot {wrapped}"
+
+
+def structure_latex(st, model: Model, active=None) -> str:
+    """An ``aligned`` block, one line per block (its name on the right); then, when given, the N_active form."""
+    v = model.vocabulary
+    relation = "\\approx" if st.leading else "="
+    rows = []
+    for i, block in enumerate(st.blocks):
+        lhs = f"{quantity_letter(st.quantity)} &{relation} " if i == 0 else " &+ "
+        rows.append(f"{lhs}{block_latex(block, v)} && \\text{{{_text(block.name)}}}")
+    if active is not None:
+        rows.append(f" &\\approx {latex(active.with_symbol(v['n_active_params']), v)} && \\text{{in terms of }} N_{{\\mathrm{{active}}}}")
+    return "\\begin{aligned}\n" + " \\\\\n".join(rows) + "\n\\end{aligned}"
