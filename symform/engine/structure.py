@@ -59,13 +59,15 @@ class Structure:
 
 
 def without_flags(expr: sympy.Expr, values: Mapping[str, int]) -> sympy.Expr:
-    """``Min(1, c)`` → 1 for a count c the model has (≥ 1): how an optional part is encoded, not a formula."""
+    """``Min(1, c)`` → 1 for a count c the model has: how an optional part is encoded, not a formula. A count
+    bound to 0 is no symbol any more (the model removes the part), so a count left a symbol, with a value or
+    without one, is taken as present: the form is that of the models that have the part."""
 
     def is_flag(e: sympy.Basic) -> bool:
         if not isinstance(e, sympy.Min) or len(e.args) != 2 or sympy.S.One not in e.args:
             return False
         other = next(a for a in e.args if a != 1)
-        return isinstance(other, sympy.Symbol) and values.get(other.name, 0) >= 1
+        return isinstance(other, sympy.Symbol) and values.get(other.name, 1) >= 1
 
     return expr.replace(is_flag, lambda e: sympy.S.One)
 
@@ -259,10 +261,8 @@ def active_form(model: Model, quantity: str, *, assume: str | None = None, large
     widths = [v[n] for n in large] if large is not None else sorted(v.large | {v["vocab"]}, key=lambda s: s.name)
     exact = without_flags(model.expression(quantity, assume=assume).expr, model.values)
     seq = v["seq"]
-    by_degree: dict[int, sympy.Expr] = {}
-    for term in sympy.Add.make_args(sympy.expand(exact)):
-        by_degree[sympy.degree(term, seq)] = by_degree.get(sympy.degree(term, seq), sympy.S.Zero) + term
-    top = max(by_degree)
+    by_degree = _degree_terms(exact, [seq])  # a windowed span, Min(seq, window), counts as degree 0 in seq
+    top = max(by_degree, key=lambda p: sympy.N(p))
     attention = _leading_of(by_degree.pop(top), widths) if len(by_degree) else sympy.S.Zero
     if not by_degree:
         return None
