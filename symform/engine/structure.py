@@ -147,7 +147,7 @@ def _combined(graph, node: str, quantity: str, weights: Mapping[str, sympy.Expr]
 def _block(graph, model: Model, node: str, quantity: str, finish, *, with_parts: bool, parent: str | None = None) -> Block:
     g = graph.graph
     if parent is None:
-        weights = graph_weights(graph, node)
+        weights = _weights(graph, node)
         name = node
     else:
         weights = {q: g.edges[parent, node]["repeat"][q] for q in QUANTITIES}
@@ -163,7 +163,7 @@ def _block(graph, model: Model, node: str, quantity: str, finish, *, with_parts:
     return Block(name, repeat, inner, parts)
 
 
-def graph_weights(graph, node: str) -> dict[str, sympy.Expr]:
+def _weights(graph, node: str) -> dict[str, sympy.Expr]:
     return {q: graph.multiplicities(q)[node] for q in QUANTITIES}
 
 

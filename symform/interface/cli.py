@@ -234,14 +234,14 @@ def _flops(model: Model, args: argparse.Namespace) -> str:
     return table + "\n" + "\n".join(summary)
 
 
-def _derivation(d: Derivation, args: argparse.Namespace, model: Model, workload: dict[str, object]) -> str:
+def _derivation(d: Derivation, args: argparse.Namespace, model: Model, given: dict[str, object]) -> str:
     from .structure_report import block_forms, structure_json, structure_text
 
-    st, active, note = block_forms(model, d.quantity, assume=args.assume, leading=args.leading, workload=workload)
+    st, active, note = block_forms(model, d.quantity, assume=args.assume, leading=args.leading, workload=given)
     if args.json:
         return json.dumps(
             {
-                "structure": structure_json(model, st, active, note, workload),
+                "structure": structure_json(model, st, active, note, given),
                 "model": d.model,
                 "quantity": d.quantity,
                 "assumptions": d.assumptions,
@@ -272,7 +272,7 @@ def _derivation(d: Derivation, args: argparse.Namespace, model: Model, workload:
         flags = [f"--{m}" for m in d.missing if m in workload - {"tokens"}] + [f"--set {m}=..." for m in d.missing if m not in workload]
         if flags:
             lines.append(f"  (give {', '.join(flags)} to see the relative error at {d.model})")
-    return "\n".join(lines + structure_text(model, st, active, note, workload))
+    return "\n".join(lines + structure_text(model, st, active, note, given))
 
 
 def _number(value: Number) -> str:
