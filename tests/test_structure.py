@@ -183,3 +183,17 @@ def test_appendix_bad_input_is_one_line(capsys):
     assert code == 2 and err.count("\n") == 1 and "no-such-model" in err
     code, _, err = run(capsys, "latex", "--formulas")
     assert code == 2 and err.count("\n") == 1
+
+
+def test_inference_bytes_are_weights_plus_kv_and_derive_as_2n_plus_kv(capsys):
+    """Serving holds B_w·N of weights and the KV cache: the memory report's two parts, and to leading order
+    2·N + (d_c + d_h^R)·l·B_kv·b·s for DeepSeek-V3 under DeepSeek-V2's ranks (4.5·d_h·l elements per token)."""
+    memory = run_json(capsys, "memory", "deepseek-v3", "--infer", "--batch", "2", "--seq", "100")
+    m = model("deepseek-v3")
+    assert m.evaluate("inference_bytes", batch=2, seq=100) == memory["components"]["weights"] + memory["components"]["kv_cache"]
+    form = active_form(m, "inference_bytes", assume="standard")
+    b, s, n, d_nope = (m.vocabulary[x] for x in ("batch", "seq", "n_layers", "d_nope"))
+    assert form.base == "params" and form.multiple == 2 and form.difference == 0
+    assert sympy.expand(form.attention - 2 * sympy.Rational(9, 2) * d_nope * n * b * s) == 0
+    flops = active_form(m, "forward_flops", assume="standard")
+    assert flops.base == "active_params"

@@ -241,13 +241,18 @@ class ActiveForm:
 
     quantity: str
     multiple: sympy.Expr
-    active: sympy.Expr  # N_active to leading order
+    active: sympy.Expr  # N_active (or N, see base) to leading order
     difference: sympy.Expr
     attention: sympy.Expr
+    base: str = "active_params"  # params where the quantity holds every parameter (weights in memory)
 
     @property
     def expr(self) -> sympy.Expr:
         return self.multiple * self.active + self.difference + self.attention
+
+    @property
+    def symbol_name(self) -> str:
+        return "n_active_params" if self.base == "active_params" else "n_params"
 
     def with_symbol(self, n_active: sympy.Symbol) -> sympy.Expr:
         return self.multiple * n_active + self.difference + self.attention
@@ -267,12 +272,14 @@ def active_form(model: Model, quantity: str, *, assume: str | None = None, large
     if not by_degree:
         return None
     linear = _leading_of(sympy.Add(*by_degree.values()), widths)
-    active = structure(model, "active_params", assume=assume, leading=True, large=[s.name for s in widths]).expr
     values = {v[k]: x for k, x in model.values.items()}
-    multiple = _common_ratio(linear, sympy.expand(active), set(v.symbols("workload", "convention", "dtype")), values)
-    if multiple is None:
-        return None
-    return ActiveForm(quantity, multiple, active, sympy.expand(linear - multiple * active), attention)
+    forms = []
+    for base in ("active_params", "params"):  # FLOPs follow the active parameters, stored bytes all of them
+        active = structure(model, base, assume=assume, leading=True, large=[s.name for s in widths]).expr
+        multiple = _common_ratio(linear, sympy.expand(active), set(v.symbols("workload", "convention", "dtype")), values)
+        if multiple is not None:
+            forms.append(ActiveForm(quantity, multiple, active, sympy.expand(linear - multiple * active), attention, base))
+    return min(forms, key=lambda f: len(sympy.Add.make_args(f.difference)) if f.difference != 0 else 0) if forms else None
 
 
 def _leading_of(expr: sympy.Expr, large: list[sympy.Symbol]) -> sympy.Expr:

@@ -417,5 +417,6 @@ def structure_latex(st, model: Model, active=None) -> str:
         lhs = f"{quantity_letter(st.quantity)} &{relation} " if i == 0 else " &+ "
         rows.append(f"{lhs}{block_latex(block, v)} && \\text{{{_text(block.name)}}}")
     if active is not None:
-        rows.append(f" &\\approx {latex(active.with_symbol(v['n_active_params']), v)} && \\text{{in terms of }} N_{{\\mathrm{{active}}}}")
+        letter = v.entry(active.symbol_name).latex
+        rows.append(f" &\\approx {latex(active.with_symbol(v[active.symbol_name]), v)} && \\text{{in terms of }} {letter}")
     return "\\begin{aligned}\n" + " \\\\\n".join(rows) + "\n\\end{aligned}"

@@ -63,7 +63,7 @@ def _model_sections(args: argparse.Namespace, load: Callable[[argparse.Namespace
         from .structure_report import block_forms
 
         st, active, _ = block_forms(model, quantity, assume=args.assume, leading=args.leading, workload=_workload(args))
-        body, used = tex.structure_latex(st, model, active), st.expr.free_symbols | {model.vocabulary["n_active_params"]}
+        body, used = tex.structure_latex(st, model, active), st.expr.free_symbols | ({model.vocabulary[active.symbol_name]} if active else set())
     elif args.derivation:
         body = tex.derivation(model, quantity, assume=args.assume or "standard", leading=True, large=large, **_workload(args))
         used = derive(model, quantity).exact.expr.free_symbols | {model.vocabulary["n_params"]}

@@ -47,10 +47,10 @@ def structure_text(model: Model, st: Structure, active: ActiveForm | None, note:
     lines += [f"    {name:<{width}}{expr}" for name, expr in rows]
     lines.append("    " + _error_line(model, st.quantity, st.expr, workload))
     if active is not None:
-        n_active = model.vocabulary["n_active_params"]
-        lines.append(f"  in terms of N_active, {note}:")
-        lines.append(f"    = {active.with_symbol(n_active)}")
-        lines.append(f"    with n_active_params ≈ {active.active}")
+        letter = "N_active" if active.base == "active_params" else "N"
+        lines.append(f"  in terms of {letter}, {note}:")
+        lines.append(f"    = {active.with_symbol(model.vocabulary[active.symbol_name])}")
+        lines.append(f"    with {active.symbol_name} ≈ {active.active}")
         lines.append("    " + _error_line(model, st.quantity, active.expr, workload))
     return lines
 
@@ -79,10 +79,10 @@ def structure_json(model: Model, st: Structure, active: ActiveForm | None, note:
         "relative_error": error_at(model, st.quantity, st.expr, **workload),
     }
     if active is not None:
-        out["in_terms_of_active_params"] = {
-            "expression": str(active.with_symbol(model.vocabulary["n_active_params"])),
+        out["in_terms_of_" + active.base] = {
+            "expression": str(active.with_symbol(model.vocabulary[active.symbol_name])),
             "multiple": str(active.multiple),
-            "n_active_params": str(active.active),
+            active.symbol_name: str(active.active),
             "difference": str(active.difference),
             "attention": str(active.attention),
             "relative_error": error_at(model, st.quantity, active.expr, **workload),
