@@ -45,7 +45,7 @@ def test_every_declared_quantity_of_every_component_parses_back():
 
 def test_letters_are_the_vocabulary_s_and_read_back_uniquely():
     v = symform.vocabulary()
-    assert tex.latex(v["d_ff"] * v["d_model"] * v["n_layers"]) == "d_{ff} {d} n"  # {d}: not the differential dn
+    assert tex.latex(v["d_ff"] * v["d_model"] * v["n_layers"]) == r"d_{ff} d\,n"  # d\,n: not the differential dn
     assert tex.latex(12 * v["d_model"] ** 2 * v["n_layers"]) == "12 d^{2} n"
     everything = sympy.Add(*v.symbols())
     assert round_trips(everything) and round_trips(sympy.Mul(*v.symbols()))
@@ -165,7 +165,7 @@ def test_cli_latex(capsys, qwen):
     code, out, _ = run(capsys, "latex", "memory", "qwen3-32b", "--table", "--batch", "1", "--seq", "2048")
     assert code == 0 and "GB" in out
     code, out, _ = run(capsys, "latex", "forward-flops", "gated_mlp", "--component")
-    assert code == 0 and out.strip() == r"C_{\mathrm{fwd}} = 6 b d_{ff} {d} s"
+    assert code == 0 and out.strip() == r"C_{\mathrm{fwd}} = 6 b d_{ff} d\,s"
     code, out, _ = run(capsys, "latex", "params", "qwen3-32b", "--glossary")
     assert code == 0 and r"$h_{kv}$" in out and "$s$" not in out  # only the symbols the formula uses
 

@@ -18,6 +18,7 @@ from .errors import EvaluationError
 from .evaluate import check_value
 from .formula import Formula, to_latex
 from .model import Model, normalise_quantity
+from .structure import without_flags
 
 
 def leading_order(expr: sympy.Expr, large: Iterable[sympy.Symbol]) -> sympy.Expr:
@@ -108,10 +109,11 @@ def derive(
     large_symbols = [vocabulary[n] for n in large] if large is not None else sorted(vocabulary.large, key=lambda s: s.name)
     values = {vocabulary[k]: v for k, v in _checked_values(model, workload).items()}
 
-    exact = model.expression(quantity).expr
+    # Min(1, n_shared_experts) says how an optional part is encoded; at a model that has the part it is 1
+    exact = without_flags(model.expression(quantity).expr, model.values)
     chain = [("exact", "\\text{exact}", exact)]
     if assume is not None:
-        chain.append((f"assuming {assume}", f"\\text{{assuming {assume}}}", model.expression(quantity, assume=assume).expr))
+        chain.append((f"assuming {assume}", f"\\text{{assuming {assume}}}", without_flags(model.expression(quantity, assume=assume).expr, model.values)))
     if leading:
         present = chain[-1][2].free_symbols
         large_symbols = [s for s in large_symbols if s in present] or large_symbols
@@ -125,7 +127,7 @@ def derive(
 
     in_terms = params_formula = params_value = real_error = None
     if leading and quantity != "params":
-        params_leading = leading_order(model.expression("params", assume=assume).expr, large_symbols)
+        params_leading = leading_order(without_flags(model.expression("params", assume=assume).expr, model.values), large_symbols)
         ratio = sympy.cancel(steps[-1].formula.expr / params_leading)
         if ratio.free_symbols <= set(vocabulary.symbols("workload", "convention", "dtype")):
             in_terms = Formula(ratio * vocabulary["n_params"], vocabulary)

@@ -81,6 +81,10 @@ class FamilySpec(BaseModel):
     counts: dict[str, CountSpec] = Field(default_factory=dict)
     bind: dict[str, str]
     choose: dict[str, ChoiceSpec] = Field(default_factory=dict)
+    # the assumption sets (declared by the components, first declared wins) under which derive's leading order
+    # is within 20 % of every preset (tests/test_structure.py checks it); "" where no simple form is: the
+    # leading order stays in the family's own sizes
+    assume: str = ""
     context: ContextSpec | None = None
 
 
@@ -123,6 +127,7 @@ class ModelSpec:
     family: str | None = None
     source: str | None = None
     context: ContextLimit | None = None  # from the config; None for architecture files and bare components
+    assume: str = ""  # the family's default assumption sets for derivations ("" for none)
     checkpoint: "Checkpoint | None" = None
     config: Mapping[str, Any] | None = None  # the Hugging Face config it was read from (or a declaration's [model.transformers])
 
@@ -237,7 +242,7 @@ def spec_from_config(config: Any, *, name: str, origin: str) -> ModelSpec:
     for slot, choice in family.spec.choose.items():
         arguments[slot] = _choose(choice, fields[choice.field], family.spec.fields[choice.field].type == "bool", origin)
     context = _context_limit(family.spec.context, fields, config, origin)
-    return ModelSpec(name=name, root=family.spec.root, arguments=MappingProxyType(arguments), family=family.name, source=origin, context=context, checkpoint=checkpoint_facts(config), config=MappingProxyType(dict(config)))
+    return ModelSpec(name=name, root=family.spec.root, arguments=MappingProxyType(arguments), family=family.name, source=origin, context=context, assume=family.spec.assume, checkpoint=checkpoint_facts(config), config=MappingProxyType(dict(config)))
 
 
 def _context_limit(spec: ContextSpec | None, fields: Mapping[str, Any], config: Mapping[str, Any], origin: str) -> ContextLimit | None:

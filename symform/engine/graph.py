@@ -171,12 +171,11 @@ def _instantiate(
             "repeat a part (repeat = \"n\") instead of declaring many copies"
         )
     local = {component.arg(name).symbol: value for name, value in args.items() if not component.arg(name).is_slot}
-    if assume and assume in component.assumptions:
-        replaced = {component.arg(k).symbol: v.xreplace(local) for k, v in component.assumptions[assume].items()}
-        local.update(replaced)
+    assumed = assumed_sizes(component, local, assume)
+    local.update({component.arg(k).symbol: v for k, v in assumed.items()})
     args = {**args, **{s.name: v for s, v in local.items()}}
     _check_switches(component, args, path)
-    out.graph.add_node(path, component=component, args=args, quantities={})
+    out.graph.add_node(path, component=component, args=args, quantities={}, assumed=assumed)
     for req in component.requirements:
         out.requirements.append(BoundRequirement(path, component.name, req, req.relation.xreplace(local)))
     out.graph.nodes[path]["saved_when"] = {m: e.xreplace(local) for m, e in component.saved_when.items()}
@@ -196,6 +195,20 @@ def _instantiate(
         child_args = bind_arguments(library, callee, given, where=f"{child_path or 'model'}")
         out.graph.add_edge(path, child_path, repeat=repeat, shard=part.shard)
         _instantiate(library, callee, child_path, child_args, assume, out, stack + (component.name,))
+
+
+def assumption_names(assume: str | None) -> list[str]:
+    """``"grouped,standard"``: several sets, the first one a component declares applying to it."""
+    return [a.strip() for a in (assume or "").split(",") if a.strip()]
+
+
+def assumed_sizes(component: Component, local: Mapping[sympy.Symbol, Binding], assume: str | None) -> dict[str, sympy.Expr]:
+    """What the first named set this component declares puts in place of its sizes. An assumption is about a
+    model's size (d_ff = 8/3·d_model), so it applies only where the argument is that size itself: an expert
+    whose d_ff is bound to d_ff_expert keeps its own width."""
+    chosen = next((component.assumptions[a] for a in assumption_names(assume) if a in component.assumptions), {})
+    applies = {k: v for k, v in chosen.items() if getattr(local.get(component.arg(k).symbol), "name", None) == k}
+    return {k: v.xreplace(local) for k, v in applies.items()}
 
 
 def _resolve(use: str, args: Mapping[str, Binding]) -> str:

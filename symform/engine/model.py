@@ -21,7 +21,7 @@ from .evaluate import Number, check_value
 from . import hub
 from .families import Checkpoint, ContextLimit, ModelSpec, checkpoint_facts, find_preset, load_config_file, preset_config, presets, spec_from_config
 from .formula import Formula
-from .graph import ComponentGraph, build_graph
+from .graph import ComponentGraph, assumption_names, build_graph
 from .safe_expr import parse
 from .userfile import load_declaration_file
 
@@ -157,9 +157,10 @@ class Model:
 
     def graph(self, *, assume: str | None = None) -> ComponentGraph:
         if assume not in self._graphs:
-            if assume is not None and assume not in self.assumption_sets():
+            unknown = [a for a in assumption_names(assume) if a not in self.assumption_sets()]
+            if assume is not None and (unknown or not assumption_names(assume)):
                 known = ", ".join(self.assumption_sets()) or "none"
-                raise EvaluationError(f"unknown assumption set {assume!r}; this model's components declare: {known}")
+                raise EvaluationError(f"unknown assumption set {(unknown or [assume])[0]!r}; this model's components declare: {known}")
             try:
                 self._graphs[assume] = build_graph(self.library, self.spec.root, self._arguments, assume=assume)
             except ZeroDivisionError:  # a part binds a divisor to 0 (sympy folds Mod(x, 0) as it substitutes)

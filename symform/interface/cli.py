@@ -94,7 +94,7 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
 
     for name, help in (("derive", "closed form of a quantity: exact, under assumptions, leading order"), ("latex", "LaTeX of a quantity's expression or derivation")):
         p = model_command(name, help, quantity=wanted(name))
-        p.add_argument("--assume", metavar="NAME", help="assumption set declared by the components (e.g. standard)")
+        p.add_argument("--assume", metavar="NAME", help="assumption sets declared by the components, comma-separated, the first a component declares applying to it (standard; grouped,standard); none for no assumptions; the blocks use the family's default when not given")
         p.add_argument("--leading", action="store_true", help="keep only the leading order in the large symbols")
         p.add_argument("--large", metavar="A,B", help="comma-separated symbols to treat as large (default: the vocabulary's widths)")
         workload(p, required=False)
@@ -124,12 +124,20 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["latex"] and "--formulas" in argv:  # models one after another, no quantity: its own parser
+        return _print_or_fail(lambda: _from("latex_report", "appendix_command")(argv[1:]))
     try:
         args = build_parser(argv[0] if argv and not argv[0].startswith("-") else None).parse_args(argv)
     except SystemExit as e:  # --help, or a usage error already reported on one line
         return int(e.code or 0)
+    return _print_or_fail(lambda: _run(args), args)
+
+
+def _print_or_fail(produce, args: argparse.Namespace | None = None) -> int:
     try:
-        output = _run(args)
+        output = produce()
+    except SystemExit as e:  # a usage error, already reported on one line
+        return int(e.code or 0)
     except SymformError as e:  # one line: notes gathered on the way are moot
         print(f"symform: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -165,10 +173,11 @@ def _run(args: argparse.Namespace) -> str:
         return _flops(model, args)
     workload = {k: getattr(args, k) for k in ("batch", "seq", "tokens") if getattr(args, k) is not None}
     large = [s.strip() for s in args.large.split(",") if s.strip()] if args.large else None
-    derivation = derive(model, args.quantity, assume=args.assume, leading=args.leading, large=large, **workload)
+    chain_assume = None if args.assume == "none" else args.assume
+    derivation = derive(model, args.quantity, assume=chain_assume, leading=args.leading, large=large, **workload)
     if args.verb == "latex":
-        return derivation.latex() if (args.assume or args.leading) else derivation.exact.latex()
-    return _derivation(derivation, args)
+        return derivation.latex() if (chain_assume or args.leading) else derivation.exact.latex()
+    return _derivation(derivation, args, model, workload)
 
 
 def _load(args: argparse.Namespace) -> Model:
@@ -250,10 +259,14 @@ def _flops(model: Model, args: argparse.Namespace) -> str:
     return table + "\n" + "\n".join(summary)
 
 
-def _derivation(d: Derivation, args: argparse.Namespace) -> str:
+def _derivation(d: Derivation, args: argparse.Namespace, model: Model, given: dict[str, object]) -> str:
+    from .structure_report import block_forms, structure_json, structure_text
+
+    st, active, note = block_forms(model, d.quantity, assume=args.assume, leading=args.leading, workload=given)
     if args.json:
         return json.dumps(
             {
+                "structure": structure_json(model, st, active, note, given),
                 "model": d.model,
                 "quantity": d.quantity,
                 "assumptions": d.assumptions,
@@ -290,7 +303,7 @@ def _derivation(d: Derivation, args: argparse.Namespace) -> str:
         flags = [f"--{m}" for m in d.missing if m in workload - {"tokens"}] + [f"--set {m}=..." for m in d.missing if m not in workload]
         if flags:
             lines.append(f"  (give {', '.join(flags)} to see the relative error at {d.model})")
-    return "\n".join(lines)
+    return "\n".join(lines + structure_text(model, st, active, note, given))
 
 
 def _number(value: Number) -> str:

@@ -76,7 +76,21 @@ def family_page(name: str, spec: FamilySpec) -> str:
         lines += ["## Derivations", "", "Under the `standard` assumption set, to leading order in the widths:", ""]
         for q in ("params", "train_flops"):
             lines += ["$$", tex.derivation(model, q, assume="standard", leading=True), "$$", ""]
+    lines += _block_forms(model, spec)
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _block_forms(model: Model, spec: FamilySpec) -> list[str]:
+    """Parameters and forward FLOPs by block, to leading order, under the family's default assumption sets."""
+    from ..engine.structure import active_form, structure
+
+    sets = [a.strip() for a in spec.assume.split(",") if a.strip()]
+    assume = ",".join(sets) if sets and all(a in model.assumption_sets() for a in sets) else None
+    why = f"under the family's default assumption sets `{assume}`" if assume else "in the family's own sizes (no simple form: across its presets they are no fixed multiples of d_model)"
+    rows = ["## Block form", "", f"Each layer kind a repeat times one layer, to leading order, {why}; tests/test_structure.py checks these within 20 % of every preset:", ""]
+    for q in ("params", "forward_flops"):
+        rows += ["$$", tex.structure_latex(structure(model, q, assume=assume, leading=True), model, active_form(model, q, assume=assume)), "$$", ""]
+    return rows
 
 
 def index_page(components: dict[str, str], family_specs: dict[str, FamilySpec]) -> str:

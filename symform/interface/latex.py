@@ -6,7 +6,7 @@ a reader pastes into a paper is what symform computed. Two habits of sympy's
 printer stop that round trip and are avoided here:
 
 - a bare ``d`` followed by a letter (``d n``) reads as a differential ``dn``,
-  so such a ``d`` is printed ``{d}`` (it looks the same on the page);
+  so such a ``d`` is followed by a thin space, ``d\\,n`` (typeset as a product should be);
 - a letter before a parenthesis (``n \\left(…\\right)``) reads as a function
   call, so a product with a parenthesised factor is written with ``\\cdot``;
 - a multi-letter name (``rows``) reads as a product of letters, so names
@@ -50,7 +50,7 @@ QUANTITY_LETTERS = {
 }
 
 # A bare d (not part of \delta, not d_{...}) that sympy's parser would read as a differential (dn, d\right).
-_DIFFERENTIAL = re.compile(r"(?<![A-Za-z\\])d(?=\s+[A-Za-z]|\s*\\[A-Za-z])")
+_DIFFERENTIAL = re.compile(r"(?<![A-Za-z\\])d(\s*)(?=(?<=\s)[A-Za-z]|\\[A-Za-z])")
 # A letter or number juxtaposed with a parenthesis: the parser reads n \left(…\right) as a function n(…).
 _CALL = re.compile(r"(?<=[\w}])\s+\\left\(")
 
@@ -83,7 +83,17 @@ class _Printer(LatexPrinter):
 def latex(expr: sympy.Basic, vocabulary: Vocabulary | None = None) -> str:
     """LaTeX of an expression over symform's symbols that sympy's parser reads back to the same expression."""
     text = _Printer(vocabulary or default_vocabulary()).doprint(sympy.sympify(expr))
-    return _DIFFERENTIAL.sub("{d}", _CALL.sub(r" \\cdot \\left(", text))
+    return _thin_d(_CALL.sub(r" \\cdot \\left(", text))
+
+
+def _thin_d(text: str) -> str:
+    """``d\\,n`` for d·n; before a command the space stays (``d\\, \\cdot``)."""
+
+    def thin(m: re.Match) -> str:
+        command = m.string.startswith("\\", m.end())
+        return "d\\," + (m[1] if command else "")
+
+    return _DIFFERENTIAL.sub(thin, text)
 
 
 def parse_back(text: str, symbols: Iterable[sympy.Symbol], vocabulary: Vocabulary | None = None) -> sympy.Expr:
@@ -108,7 +118,7 @@ def _parsed_letter(letter: str) -> str | None:
     """The name sympy's parser gives a letter (d_{ff} reads as the symbol 'd_{f*f}'), None if not one symbol."""
     from sympy.parsing.latex import parse_latex
 
-    parsed = parse_latex(_lexable(_DIFFERENTIAL.sub("{d}", letter)))
+    parsed = parse_latex(_lexable(_thin_d(letter)))
     return parsed.name if isinstance(parsed, sympy.Symbol) else None
 
 
@@ -177,8 +187,8 @@ def assumption_substitutions(model: Model, assume: str) -> dict[sympy.Symbol, sy
     """What an assumption set puts in place of the model's sizes (d_ff = 8/3·d, ...), over the vocabulary."""
     found: dict[sympy.Symbol, sympy.Expr] = {}
     vocabulary = model.vocabulary
-    for node in model.graph().graph.nodes.values():
-        for name, value in node["component"].assumptions.get(assume, {}).items():
+    for node in model.graph(assume=assume).graph.nodes.values():
+        for name, value in node["assumed"].items():
             if name in vocabulary and value.free_symbols <= set(vocabulary.symbols()):
                 found.setdefault(vocabulary[name], value)
     return dict(sorted(found.items(), key=lambda kv: kv[0].name))
@@ -352,6 +362,7 @@ PREAMBLE = r"""\documentclass[11pt]{article}
 \usepackage[utf8]{inputenc}
 \usepackage[T1]{fontenc}
 \usepackage{amsmath,amssymb}
+\usepackage{graphicx}
 \usepackage[margin=2cm]{geometry}
 \IfFileExists{booktabs.sty}{\usepackage{booktabs}}{% a minimal TeX without booktabs: plain rules
   \newcommand{\toprule}{\hline}\newcommand{\midrule}{\hline}\newcommand{\bottomrule}{\hline}}
@@ -376,3 +387,38 @@ def standalone(sections: Sequence[tuple[str, str]], *, title: str = "symform") -
 def display(formula: str) -> str:
     """A formula as display math in a document."""
     return "\\[\n" + formula + "\n\\]"
+
+
+# --- block forms ----------------------------------------------------------------------------------
+
+
+def repeat_latex(repeat: sympy.Expr, vocabulary: Vocabulary) -> str:
+    """A block's repeat, positive terms first (n - n_dense), parenthesised when a sum."""
+    terms = sorted(sympy.Add.make_args(repeat), key=lambda t: t.could_extract_minus_sign())
+    text = latex(terms[0], vocabulary) + "".join(f" - {latex(-t, vocabulary)}" if t.could_extract_minus_sign() else f" + {latex(t, vocabulary)}" for t in terms[1:])
+    return f"\\left({text}\\right)" if len(terms) > 1 else text
+
+
+def block_latex(block, vocabulary: Vocabulary) -> str:
+    """``repeat · (one instance)``, the instance with its common factors pulled out."""
+    inner = latex(sympy.factor_terms(block.expr), vocabulary)
+    if block.repeat == 1:
+        return inner
+    if len(sympy.Add.make_args(block.repeat)) == 1:  # n·(…): sympy orders the factors as a reader writes them
+        return latex(block.repeat * sympy.factor_terms(block.expr), vocabulary)
+    wrapped = inner if len(sympy.Add.make_args(sympy.factor_terms(block.expr))) == 1 else f"\\left({inner}\\right)"
+    return f"{repeat_latex(block.repeat, vocabulary)} \\cdot {wrapped}"
+
+
+def structure_latex(st, model: Model, active=None) -> str:
+    """An ``aligned`` block, one line per block (its name on the right); then, when given, the N_active form."""
+    v = model.vocabulary
+    relation = "\\approx" if st.leading else "="
+    rows = []
+    for i, block in enumerate(st.blocks):
+        lhs = f"{quantity_letter(st.quantity)} &{relation} " if i == 0 else " &+ "
+        rows.append(f"{lhs}{block_latex(block, v)} && \\text{{{_text(block.name)}}}")
+    if active is not None:
+        letter = v.entry(active.symbol_name).latex
+        rows.append(f" &\\approx {latex(active.with_symbol(v[active.symbol_name]), v)} && \\text{{in terms of }} {letter}")
+    return "\\begin{aligned}\n" + " \\\\\n".join(rows) + "\n\\end{aligned}"

@@ -20,6 +20,24 @@ def latex_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--glossary", action="store_true", help="a booktabs glossary of the symbols the quantity uses: letter, name, meaning")
     p.add_argument("--component", action="store_true", help="MODEL names a declared component (gated_mlp, gqa_attention, ...): its quantity over its own arguments")
     p.add_argument("--standalone", action="store_true", help="a complete .tex document (pdflatex) with the symbols' glossary")
+    p.add_argument("--blocks", action="store_true", help="the quantity by block (each layer kind a repeat times one layer), one line per block; with --leading to leading order; the family's default assumptions unless --assume")
+    p.add_argument("--formulas", action="store_true", help="symform latex --formulas MODEL [MODEL ...] [--seq S]: an appendix table of N, N_active, forward FLOPs and KV bytes per token, formula and number, with a glossary")
+
+
+def appendix_command(argv: list[str]) -> str:
+    """``symform latex --formulas MODEL...``: models given one after another, no quantity."""
+    from .appendix import appendix
+    from .cli import _Parser
+    from .cli_args import positive_int
+
+    p = _Parser(prog="symform latex --formulas", description="an appendix table of N, N_active, forward FLOPs and KV bytes per token")
+    p.add_argument("models", nargs="+", metavar="MODEL")
+    p.add_argument("--seq", type=positive_int, default=4096, help="sequence length the forward FLOPs per token average over (default 4096)")
+    p.add_argument("--standalone", action="store_true", help="a complete .tex document (pdflatex)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    args = p.parse_args([a for a in argv if a != "--formulas"])
+    text = appendix([Model.load(m) for m in args.models], seq=args.seq, standalone=args.standalone)
+    return json.dumps({"latex": text}) if args.json else text
 
 
 def latex_command(args: argparse.Namespace, load: Callable[[argparse.Namespace], Model]) -> str:
@@ -45,7 +63,12 @@ def _model_sections(args: argparse.Namespace, load: Callable[[argparse.Namespace
         return sections
     quantity = normalise_quantity(args.quantity)
     large = [s.strip() for s in args.large.split(",") if s.strip()] if args.large else None
-    if args.derivation:
+    if args.blocks:
+        from .structure_report import block_forms
+
+        st, active, _ = block_forms(model, quantity, assume=args.assume, leading=args.leading, workload=_workload(args))
+        body, used = tex.structure_latex(st, model, active), st.expr.free_symbols | ({model.vocabulary[active.symbol_name]} if active else set())
+    elif args.derivation:
         body = tex.derivation(model, quantity, assume=args.assume or "standard", leading=True, large=large, **_workload(args))
         used = derive(model, quantity).exact.expr.free_symbols | {model.vocabulary["n_params"]}
     elif args.assume or args.leading:

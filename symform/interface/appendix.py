@@ -1,0 +1,93 @@
+"""``symform latex --formulas MODEL...``: a paper's appendix table, one row per model.
+
+Columns: N, N_active, forward FLOPs per token and KV-cache (or state) bytes per
+token, each as the family's block formula to leading order (under the family's
+default assumptions) and as the exact number ``symform params``, ``flops`` and
+``memory --infer`` print; a glossary of every symbol the formulas use follows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+import sympy
+
+from ..engine.evaluate import Number
+from ..engine.model import Model
+from ..engine.structure import Block, block_large, default_assumptions, leading_blocks, structure
+from . import latex as tex
+
+COLUMNS = (
+    ("params", "$N$", "parameters"),
+    ("active_params", "$N_{\\mathrm{active}}$", "active parameters per token"),
+    ("forward_flops", "$C_{\\mathrm{fwd}}/s$", "forward FLOPs per token, averaged over a sequence of s tokens"),
+    ("kv_cache", "$M_{\\mathrm{KV}}$", "KV-cache (or state) bytes per cached token"),
+)
+
+
+@dataclass(frozen=True)
+class Cell:
+    blocks: tuple[Block, ...]  # per token, leading order
+    value: Number  # exact, per token
+
+    @property
+    def formula(self) -> sympy.Expr:
+        return sympy.Add(*(b.total for b in self.blocks))
+
+
+def per_token_workload(quantity: str, seq: int) -> dict[str, int]:
+    """What each column is evaluated at: forward FLOPs over one sequence of ``seq`` tokens, the cache of one token."""
+    return {"forward_flops": {"batch": 1, "seq": seq}, "kv_cache": {"batch": 1, "seq": 1}}.get(quantity, {})
+
+
+def cell(model: Model, quantity: str, seq: int) -> Cell:
+    """The column's value for one token, exact, and its block formula per token to leading order."""
+    v = model.vocabulary
+    workload = per_token_workload(quantity, seq)
+    value = model.evaluate(quantity, **workload)
+    per_token = {"forward_flops": {v["batch"]: 1}, "kv_cache": {v["batch"]: 1, v["seq"]: 1, v["past"]: 0}}.get(quantity, {})
+    divide = v["seq"] if quantity == "forward_flops" else 1
+    exact = structure(model, quantity, assume=default_assumptions(model)).blocks
+    blocks = [replace(b, expr=sympy.expand(b.expr.xreplace(per_token) / divide), parts=()) for b in exact]
+    large = [s for s in block_large(model) if quantity == "forward_flops" or s != v["seq"]]
+    return Cell(tuple(leading_blocks(blocks, large)), value / seq if quantity == "forward_flops" else value)
+
+
+def cell_latex(c: Cell, model: Model) -> str:
+    return " + ".join(tex.block_latex(b, model.vocabulary) for b in c.blocks)
+
+
+def appendix_table(models: Sequence[Model], *, seq: int) -> tuple[str, set[sympy.Symbol]]:
+    """The booktabs table (formula over number in each cell) and the symbols its formulas use."""
+    used: set[sympy.Symbol] = set()
+    rows = []
+    for m in models:
+        cells = [cell(m, q, seq) for q, _, _ in COLUMNS]
+        used |= {s for c in cells for s in c.formula.free_symbols}
+        unit = {"forward_flops": "FLOP", "kv_cache": "B"}
+        rows.append([tex._text(m.name), *(f"${cell_latex(c, m)}$" for c in cells)])
+        rows.append(["", *(_number(c.value, unit.get(q, "")) for c, (q, _, _) in zip(cells, COLUMNS))])
+    header = ["model", *(h for _, h, _ in COLUMNS)]
+    table = tex._tabular(header, rows, None, "l" + "l" * len(COLUMNS))
+    return table, used
+
+
+def _number(value: Number, unit: str) -> str:
+    exact = f"{int(value):,}".replace(",", "\\,") if float(value).is_integer() else f"{float(value):,.1f}".replace(",", "\\,")
+    return f"{exact}{(' ' + unit) if unit else ''}"
+
+
+def appendix(models: Sequence[Model], *, seq: int, standalone: bool = False) -> str:
+    table, used = appendix_table(models, seq=seq)
+    vocabulary = models[0].vocabulary
+    note = (
+        f"Each cell: the formula to leading order in the widths, the vocabulary and the sequence, under each family's "
+        f"default assumptions, and below it the exact count (forward FLOPs per token over a sequence of {seq} tokens, "
+        f"batch 1; KV bytes per cached token at the default storage sizes)."
+    )
+    body = "\\begin{table}[t]\n\\centering\n\\small\n\\resizebox{\\linewidth}{!}{%\n" + table + "}\n\\caption{" + tex._text(note) + "}\n\\end{table}"
+    glossary = tex.glossary(vocabulary, used)
+    if standalone:
+        return tex.standalone([("", body), ("Symbols", glossary)], title="Model costs")
+    return body + "\n\n" + glossary

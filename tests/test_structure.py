@@ -1,0 +1,199 @@
+"""Block forms: each layer kind a repeat times one layer, no encoding artefacts, a default assumption set per
+family within 20 % of every preset, the N_active form, and the appendix table."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from functools import cache
+
+import pytest
+import sympy
+
+from checks import run, run_json
+from symform import Model
+from symform.engine.families import families, presets
+from symform.engine.structure import active_form, default_assumptions, error_at, structure, without_flags
+from symform.interface import latex as tex
+from symform.interface.appendix import COLUMNS, cell
+
+
+@cache
+def model(name: str) -> Model:
+    return Model.load(name)
+
+
+def one_preset_per_family() -> list[str]:
+    seen: dict[str, str] = {}
+    for name in presets():
+        seen.setdefault(model(name).spec.family, name)
+    return list(seen.values())
+
+
+def at(m: Model, expr: sympy.Expr, **workload) -> sympy.Expr:
+    return expr.xreplace({m.vocabulary[k]: v for k, v in {**m.values, **workload}.items()})
+
+
+def test_moe_layers_are_one_block_times_n_minus_n_dense():
+    m = model("deepseek-v3")
+    blocks = {b.name: b for b in structure(m, "params").blocks}
+    v = m.vocabulary
+    assert sympy.expand(blocks["layers/moe"].repeat - (v["n_layers"] - v["n_dense_layers"])) == 0
+    assert blocks["layers/dense"].repeat == v["n_dense_layers"]
+    mlp = {p.name: p.expr for p in blocks["layers/moe"].parts}["mlp"]
+    d, de, e, es = v["d_model"], v["d_ff_expert"], v["n_experts"], v["n_shared_experts"]
+    assert sympy.expand(mlp - (3 * d * de * (e + es) + d * e)) == 0  # experts, shared experts (no Min(1, e_s)), router
+
+
+@pytest.mark.parametrize("name", one_preset_per_family())
+@pytest.mark.parametrize("quantity", ["params", "forward_flops", "kv_cache"])
+def test_blocks_add_up_to_the_exact_expression_with_positive_terms(name, quantity):
+    m = model(name)
+    st = structure(m, quantity)
+    exact = without_flags(m.expression(quantity).expr, m.values)
+    assert sympy.expand(at(m, sympy.expand(st.expr - exact))) == 0  # blocks this model has none of are left out
+    for block in st.blocks:
+        assert at(m, block.repeat) > 0, block.name
+        assert all(t.as_coeff_Mul()[0] > 0 for t in sympy.Add.make_args(sympy.expand(block.expr))), block.name
+        flags = [e for e in block.expr.atoms(sympy.Min, sympy.Max) if sympy.S.One in e.args and e.args[1 - e.args.index(sympy.S.One)].is_Symbol]
+        assert not flags, (block.name, flags)
+
+
+def test_min_flags_only_go_where_the_part_is_present():
+    v = model("deepseek-v3").vocabulary
+    flag = sympy.Min(1, v["n_shared_experts"])
+    assert without_flags(flag, {"n_shared_experts": 2}) == 1
+    assert without_flags(flag, {}) == 1  # a symbol: the form of the models that have shared experts
+    assert without_flags(flag, {"n_shared_experts": 0}) == flag  # kept where it would be wrong
+
+
+def _family_members(family: str) -> list[str]:
+    return [n for n in presets() if model(n).spec.family == family]
+
+
+@pytest.mark.parametrize("family", sorted({f.name for f in families().values()}))
+def test_each_family_s_default_assumptions_are_within_20_percent_at_every_preset(family):
+    """The appendix columns to leading order under the family's default sets (or none, where it declares no
+    simple form) against the exact counts at every bundled preset of the family."""
+    for name in _family_members(family):
+        m = model(name)
+        for quantity, _, _ in COLUMNS:
+            c = cell(m, quantity, 4096)
+            got = at(m, c.formula, seq=4096)
+            error = float(got) / float(c.value) - 1
+            assert abs(error) <= 0.20, (name, quantity, default_assumptions(m), f"{error:+.1%}")
+
+
+def test_experts_keep_their_width_under_the_dense_assumptions():
+    m = model("deepseek-v3")
+    v = m.vocabulary
+    expr = m.expression("params", assume="standard").expr
+    assert v["d_ff_expert"] in expr.free_symbols and v["kv_lora_rank"] not in expr.free_symbols
+    assert abs(error_at(m, "params", structure(m, "params", assume="standard", leading=True).expr)) < 0.01
+
+
+def test_assumption_sets_compose_first_declared_wins():
+    m = model("llama-3.1-8b")
+    v = m.vocabulary
+    grouped = m.expression("params", assume="grouped,standard").expr.free_symbols
+    assert v["n_kv_heads"] in grouped and v["d_head"] not in grouped  # the attention declares grouped: it applies
+    assert v["d_ff"] not in grouped  # the gated MLP declares no grouped set: its standard one applies
+    standard = m.expression("params", assume="standard").expr.free_symbols
+    assert v["n_kv_heads"] not in standard
+    mixtral = model("mixtral-8x7b")
+    assert error_at(mixtral, "kv_cache", mixtral.expression("kv_cache", assume="grouped,standard").expr, batch=1, seq=1) == 0
+
+
+def test_forward_flops_per_token_are_two_n_active_plus_attention():
+    m = model("qwen3-8b")
+    v = m.vocabulary
+    form = active_form(m, "forward_flops", assume="standard")
+    b, s, d, n, vocab = v["batch"], v["seq"], v["d_model"], v["n_layers"], v["vocab"]
+    assert form.multiple == 2 * b * s
+    assert sympy.expand(form.attention - 4 * b * s**2 * d * n) == 0  # 2·(QKᵀ + AV) per token and layer: 4·n·s·d
+    assert sympy.expand(form.difference + 2 * b * s * d * vocab) == 0  # untied: embedding lookups cost no FLOPs
+    assert abs(error_at(m, "forward_flops", active_form(m, "forward_flops").expr, batch=1, seq=4096)) < 0.001
+
+
+def test_derive_prints_blocks_and_their_error(capsys):
+    code, out, _ = run(capsys, "derive", "params", "deepseek-v3", "--leading")
+    assert code == 0
+    section = out[out.index("by block"):]
+    assert "layers/moe × (n_layers - n_dense_layers)" in section and "Min(" not in section
+    assert re.search(r"relative error at deepseek-v3: [+-]0\.\d\d%", section)
+    code, out, _ = run(capsys, "derive", "params", "gemma-2-9b", "--leading")
+    assert "no simple form" in out
+
+
+def test_derive_json_is_a_tree_of_named_blocks(capsys):
+    report = run_json(capsys, "derive", "forward-flops", "deepseek-v3", "--leading", "--batch", "1", "--seq", "4096")
+    tree = report["structure"]
+    names = [b["name"] for b in tree["blocks"]]
+    assert "layers/dense" in names and "layers/moe" in names
+    moe = tree["blocks"][names.index("layers/moe")]
+    assert sympy.sympify(moe["repeat"]) == sympy.sympify("n_layers - n_dense_layers")
+    assert {"attn", "mlp"} <= {p["name"] for p in moe["parts"]}
+    assert abs(tree["relative_error"]) < 0.2 and abs(tree["in_terms_of_active_params"]["relative_error"]) < 0.2
+
+
+def test_block_latex_is_one_aligned_line_per_block_without_braced_d(capsys):
+    code, out, _ = run(capsys, "latex", "params", "deepseek-v3", "--blocks", "--leading")
+    assert code == 0 and out.startswith("\\begin{aligned}")
+    lines = out.strip().splitlines()[1:-1]
+    assert any("\\left(n - n_{\\mathrm{dense}}\\right) \\cdot" in line for line in lines)
+    assert "{d}" not in out and "Min" not in out
+
+
+def test_block_latex_reads_back():
+    pytest.importorskip("antlr4")
+    m = model("mixtral-8x7b")
+    for block in structure(m, "params", assume="grouped,standard").blocks:
+        text = tex.block_latex(block, m.vocabulary)
+        assert sympy.expand(tex.parse_back(text, block.total.free_symbols, m.vocabulary) - block.total) == 0
+
+
+APPENDIX = ["qwen3-32b", "deepseek-v3", "mixtral-8x7b", "gemma-2-9b"]
+
+
+def test_appendix_numbers_are_the_cli_s(capsys):
+    code, out, _ = run(capsys, "latex", "--formulas", *APPENDIX, "--seq", "4096")
+    assert code == 0 and "\\toprule" in out and "Symbols" not in out and "\\texttt{vocab}" in out
+    numbers = [row for row in out.splitlines() if row.startswith(" & ")]
+    for name, row in zip(APPENDIX, numbers):
+        cells = [int(re.sub(r"\D", "", c)) for c in row.strip(" \\").split("&")[1:]]
+        params = run_json(capsys, "params", name)
+        flops = run_json(capsys, "flops", name, "--batch", "1", "--seq", "4096")
+        memory = run_json(capsys, "memory", name, "--infer", "--batch", "1", "--seq", "1")
+        assert cells == [params["total"], params["active"], flops["forward"] // 4096, memory["components"]["kv_cache"]], name
+        assert flops["forward"] % 4096 == 0
+
+
+@pytest.mark.skipif(shutil.which("pdflatex") is None, reason="no LaTeX engine (apt-get install texlive-latex-base texlive-latex-recommended)")
+def test_appendix_compiles_with_pdflatex(capsys, tmp_path):
+    code, out, _ = run(capsys, "latex", "--formulas", *APPENDIX, "--standalone")
+    assert code == 0
+    (tmp_path / "appendix.tex").write_text(out, encoding="utf-8")
+    result = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "appendix.tex"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout[-3000:]
+
+
+def test_appendix_bad_input_is_one_line(capsys):
+    code, _, err = run(capsys, "latex", "--formulas", "no-such-model")
+    assert code == 2 and err.count("\n") == 1 and "no-such-model" in err
+    code, _, err = run(capsys, "latex", "--formulas")
+    assert code == 2 and err.count("\n") == 1
+
+
+def test_inference_bytes_are_weights_plus_kv_and_derive_as_2n_plus_kv(capsys):
+    """Serving holds B_w·N of weights and the KV cache: the memory report's two parts, and to leading order
+    2·N + (d_c + d_h^R)·l·B_kv·b·s for DeepSeek-V3 under DeepSeek-V2's ranks (4.5·d_h·l elements per token)."""
+    memory = run_json(capsys, "memory", "deepseek-v3", "--infer", "--batch", "2", "--seq", "100")
+    m = model("deepseek-v3")
+    assert m.evaluate("inference_bytes", batch=2, seq=100) == memory["components"]["weights"] + memory["components"]["kv_cache"]
+    form = active_form(m, "inference_bytes", assume="standard")
+    b, s, n, d_nope = (m.vocabulary[x] for x in ("batch", "seq", "n_layers", "d_nope"))
+    assert form.base == "params" and form.multiple == 2 and form.difference == 0
+    assert sympy.expand(form.attention - 2 * sympy.Rational(9, 2) * d_nope * n * b * s) == 0
+    flops = active_form(m, "forward_flops", assume="standard")
+    assert flops.base == "active_params"
