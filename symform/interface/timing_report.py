@@ -7,6 +7,16 @@ import json
 from typing import TYPE_CHECKING
 
 from .cli_args import positive_int
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive finite number")
+    return value
 from ..engine.errors import ConfigError
 from ..analysis.memory import RECOMPUTE, SCHEDULES, Layout
 from ..engine.model import Model
@@ -14,7 +24,7 @@ from ..engine.model import Model
 if TYPE_CHECKING:  # the timing module (and numpy) load when a time is asked for, not with the CLI
     from ..analysis.timing import InferenceTime, PhaseTime, TrainingTime
 
-TRAIN_ONLY = ("global_batch", "micro_batch", "seq", "dp", "pp", "ep", "recompute", "schedule")
+TRAIN_ONLY = ("global_batch", "micro_batch", "seq", "dp", "pp", "ep", "recompute", "schedule", "measured_step", "measured_tokens_per_s", "tokens")
 INFER_ONLY = ("batch", "prompt", "output")
 
 
@@ -38,14 +48,87 @@ def time_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="bf16", help="peak rate used: bf16 (default), fp16, fp8, …")
     p.add_argument("--flash", action="store_true", help="FlashAttention's HBM traffic in the attention cores")
     p.add_argument("--node-size", type=positive_int, help="accelerators per scale-up domain (default: the system's, or 8 for an accelerator)")
+    p.add_argument("--attention", choices=("sdpa", "eager"), default="sdpa", help="attention kernels of the estimate: sdpa (FlashAttention, the default) or eager")
+    p.add_argument("--measured-step", type=positive_float, metavar="SECONDS", help="a measured training step: MFU and HFU by the PaLM, Megatron and exact definitions")
+    p.add_argument("--measured-tokens-per-s", type=positive_float, metavar="TOKENS", help="a measured training throughput (tokens/s of the whole run), as --measured-step")
+    p.add_argument("--tokens", type=positive_float, metavar="N", help="tokens of a whole training run (e.g. 15e12): its duration in days and GPU-hours")
 
 
 def time_command(model: Model, args: argparse.Namespace) -> str:
+    from ..analysis import estimate, utilisation
+
     if args.train:
         result = _train(model, args)
-        return json.dumps(result.as_dict()) if args.json else training_table(result)
+        found = _estimate(lambda: estimate.training_estimate(model, args.gpu, global_batch=args.global_batch, micro_batch=args.micro_batch or 1, seq=args.seq, layout=_layout(args), recompute=args.recompute or "none", dtype=args.dtype, attention=args.attention, node_size=args.node_size))
+        measured = utilisation.measured(model, result, step_s=args.measured_step, tokens_per_s=args.measured_tokens_per_s) if (args.measured_step or args.measured_tokens_per_s) else None
+        run = utilisation.duration(model, result, found, args.tokens, measured) if args.tokens else None
+        if args.json:
+            data = result.as_dict() | {"attention": args.attention}
+            if isinstance(found, estimate.TrainingEstimate):
+                data |= {"estimate_s": found.step.as_dict(), "estimate": found.as_dict()}
+            else:
+                data["estimate_missing"] = found
+            if measured:
+                data["measured"] = measured
+            if run:
+                data["run"] = run
+            return json.dumps(data)
+        return training_table(result) + _training_extra(found, measured, run)
     result = _infer(model, args)
-    return json.dumps(result.as_dict()) if args.json else inference_table(result)
+    tp = args.tp or args.gpus or 1
+    found = _estimate(lambda: estimate.serving_estimate(model, args.gpu, batch=args.batch, prompt=args.prompt, output=args.output, tensor=tp, dtype=args.dtype, attention=args.attention, node_size=args.node_size))
+    if args.json:
+        data = result.as_dict() | {"attention": args.attention}
+        if isinstance(found, estimate.ServingEstimate):
+            for key, band in (("ttft_s", found.ttft), ("tpot_s", found.tpot), ("total_s", found.total)):
+                data[key] |= band.as_dict()
+            data["tokens_per_s"] |= found.tokens_per_s.as_dict()
+            data["estimate"] = found.as_dict()
+        else:
+            data["estimate_missing"] = found
+        return json.dumps(data)
+    return inference_table(result) + _serving_extra(found)
+
+
+def _estimate(make):
+    """The estimate, or the one-line reason there is none (a device without efficiency data keeps its bounds)."""
+    try:
+        return make()
+    except ConfigError as e:
+        if "no efficiency data" in str(e):
+            return str(e)
+        raise
+
+
+def _layout(args: argparse.Namespace) -> Layout:
+    dp, tp, pp = _degrees(args)
+    return Layout(data=dp, tensor=tp, pipeline=pp, expert=args.ep or 1, schedule=args.schedule or "1f1b")
+
+
+def _training_extra(found, measured, run) -> str:
+    if isinstance(found, str):
+        lines = [f"estimate       none: {found}"]
+    else:
+        e = found.step
+        lines = [
+            f"estimate       {_s(e.estimate)} (band {_s(e.low)} to {_s(e.high)}), attention {found.attention}: compute {_s(found.compute_s)}, exposed comm {_s(sum(found.exposed_comm_s.values()))}, bubble {_s(found.bubble_s)}, optimizer {_s(found.optimizer_s)}",
+            f"at estimate    MFU {found.mfu():.1%}  HFU {found.hfu():.1%}  tokens/s {found.tokens_per_s:,.0f}",
+        ]
+    if measured:
+        lines.append("measured       " + "  ".join(f"{k} {v:.1%}" for k, v in measured.items() if k.startswith(("mfu", "hfu"))))
+    if run:
+        lines.append(f"whole run      {run['tokens']:.3g} tokens: {run['days']:.1f} days, {run['gpu_hours']:,.0f} GPU-hours ({run['from']}); Narayanan Eq. 4: {run['eq4_days']:.1f} days")
+    return "\n" + "\n".join(lines)
+
+
+def _serving_extra(found) -> str:
+    if isinstance(found, str):
+        return f"\nestimate               none: {found}"
+    return "\n" + "\n".join([
+        f"{'estimate TTFT':<22} {_s(found.ttft.estimate)} (band {_s(found.ttft.low)} to {_s(found.ttft.high)}), attention {found.attention}, fused kernels",
+        f"{'estimate TPOT':<22} {_s(found.tpot.estimate)} (band {_s(found.tpot.low)} to {_s(found.tpot.high)})",
+        f"{'estimate tokens/s':<22} {found.tokens_per_s.estimate:,.1f}",
+    ])
 
 
 def _refuse(args: argparse.Namespace, names: tuple[str, ...], mode: str) -> None:
@@ -76,6 +159,8 @@ def _degrees(args: argparse.Namespace) -> tuple[int, int, int]:
 
 def _train(model: Model, args: argparse.Namespace) -> TrainingTime:
     _refuse(args, INFER_ONLY, "--train")
+    if args.measured_step and args.measured_tokens_per_s:
+        raise ConfigError("give --measured-step or --measured-tokens-per-s, not both")
     _require(args, ("global_batch", "seq"), "--train")
     dp, tp, pp = _degrees(args)
     layout = Layout(data=dp, tensor=tp, pipeline=pp, expert=args.ep or 1, schedule=args.schedule or "1f1b")

@@ -1,0 +1,156 @@
+"""Point estimates, the published runs they are validated on, docs/validation.md, measured MFU and run duration.
+
+Expected values come from the sources' own numbers (hardware/measured/*.toml) and the
+efficiency files, never from symform.analysis.estimate itself; nothing times this machine.
+"""
+
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+
+import symform
+from symform.analysis import calibration, estimate
+from symform.analysis.memory import Layout
+from symform.interface.cli import main
+from symform.interface.validation_report import markdown
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def cases():
+    return calibration.validate()
+
+
+def test_docs_validation_matches_what_the_code_predicts(cases):
+    assert (ROOT / "docs" / "validation.md").read_text(encoding="utf-8") == markdown(cases), "regenerate: symform validate --markdown > docs/validation.md"
+
+
+def test_every_narayanan_row_within_ten_percent(cases):
+    rows = [c for c in cases if c.run.source == "narayanan2021"]
+    assert len(rows) == 10
+    assert max(abs(c.error) for c in rows) <= 0.10
+
+
+def test_held_out_training_median_within_ten_percent(cases):
+    held = [abs(c.error) for c in cases if c.run.kind == "training" and c.run.split == "check"]
+    assert len(held) >= 10
+    assert sorted(held)[len(held) // 2] <= 0.10
+
+
+def test_enough_measured_runs_with_sources():
+    runs = calibration.runs()
+    assert sum(r.kind == "training" and r.source != "narayanan2021" for r in runs) >= 10
+    assert sum(r.kind == "serving" for r in runs) >= 10
+    for stem, source in calibration.sources().items():
+        assert source["url"].startswith("https://") and source["counts_flops"], stem
+
+
+def test_mpt_configs_have_the_parameter_count_the_table_lists():
+    """llm-foundry's NumParams column, checked against symform's exact count of the gpt2-family config."""
+    for run in calibration.runs():
+        if "params" in run.setup:
+            assert calibration.run_model(run).evaluate("params") == run.setup["params"], run.name
+
+
+def test_narayanan_eq3_reproduces_the_table_aggregate():
+    """Table 1's 1T row: 163 TFLOP/s per GPU on 3072 GPUs is 502 PFLOP/s aggregate; Eq. 3 gives the step's FLOPs."""
+    run = next(r for r in calibration.runs() if r.name == "gpt-1008b")
+    model = calibration.run_model(run)
+    assert run.measured[1] * run.setup["gpus"] / 1e3 == pytest.approx(502, rel=0.01)
+    # 1T parameters: Eq. 3 / (96·B·s) ≈ l·h² (1 + …) and 12·l·h² ≈ parameters
+    assert 12 * 128 * 25600**2 == pytest.approx(1008e9, rel=0.01)
+    assert calibration.narayanan_flops(model, 3072, 2048) > 72 * 3072 * 2048 * 128 * 25600**2
+
+
+def test_efficiency_files_name_a_source_for_every_factor():
+    for path in (ROOT / "hardware" / "efficiency").glob("*.toml"):
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        if data["kind"] == "efficiency":
+            for section in ("gemm", "attention", "memory"):
+                assert data[section]["source"], (path.name, section)
+            for name, link in data["links"].items():
+                assert link["source"], (path.name, name)
+
+
+def test_band_contains_the_estimate_and_comm_slows_it():
+    model = symform.load("llama-3.2-1b")
+    one = estimate.training_estimate(model, "h100-sxm", global_batch=8, micro_batch=1, seq=1024)
+    assert one.step.low < one.step.estimate < one.step.high
+    tp = estimate.training_estimate(model, "h100-sxm", global_batch=8, micro_batch=1, seq=1024, layout=Layout(tensor=2))
+    assert tp.exposed_comm_s["tensor"] > 0
+    # two devices each doing half the GEMMs, plus exposed all-reduces: slower than half, faster than one
+    assert one.compute_s / 2 < tp.step.estimate < one.step.estimate
+
+
+def test_eager_attention_is_slower_than_sdpa_in_prefill():
+    model = symform.load("llama-3.2-1b")
+    sdpa = estimate.serving_estimate(model, "h100-sxm", batch=1, prompt=8192, output=2)
+    eager = estimate.serving_estimate(model, "h100-sxm", batch=1, prompt=8192, output=2, attention="eager")
+    assert eager.ttft.estimate > sdpa.ttft.estimate
+
+
+def test_decode_reads_the_weights_at_the_sustained_bandwidth():
+    """Batch-1 decode at a short context: about the weight bytes over the device's sustained HBM rate."""
+    model = symform.load("llama-2-7b")
+    found = estimate.serving_estimate(model, "a100-sxm-80gb", batch=1, prompt=1, output=2)
+    eff = tomllib.loads((ROOT / "hardware" / "efficiency" / "a100-sxm-80gb.toml").read_text())
+    hbm = tomllib.loads((ROOT / "hardware" / "a100-sxm-80gb.toml").read_text())["hbm_bytes_per_s"]
+    weights = 2 * model.evaluate("params")
+    read = weights / (hbm * eff["memory"]["fraction"])
+    # the weights' read, plus the small-GEMM roll-off, which acts as a fixed cost per tiny GEMM (the attention's)
+    assert read < found.tpot.estimate < 1.1 * read
+
+
+def _run(capsys, *argv):
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_cli_measured_step_mfu_by_each_definition(capsys):
+    code, out, _ = _run(capsys, "time", "llama-3.2-1b", "--gpu", "h100-sxm", "--gpus", "8", "--train", "--global-batch", "64", "--seq", "2048", "--measured-step", "2.0", "--tokens", "1e12", "--json")
+    assert code == 0
+    data = json.loads(out)
+    model = symform.load("llama-3.2-1b")
+    peak = tomllib.loads((ROOT / "hardware" / "h100-sxm.toml").read_text())["dense_flops_per_s"]["bf16"]
+    exact = model.evaluate("forward_flops", batch=64, seq=2048) + model.evaluate("backward_flops", batch=64, seq=2048)
+    assert data["measured"]["mfu_exact"] == pytest.approx(exact / (2.0 * 8 * peak))
+    palm = (6 * model.evaluate("params") + 12 * 16 * 32 * 64 * 2048) * 64 * 2048
+    assert data["measured"]["mfu_palm"] == pytest.approx(palm / (2.0 * 8 * peak))
+    # a run of 1e12 tokens at 64 × 2048 tokens per 2 s step
+    assert data["run"]["days"] == pytest.approx(1e12 / (64 * 2048) * 2.0 / 86400)
+    assert data["run"]["gpu_hours"] == pytest.approx(1e12 / (64 * 2048) * 2.0 * 8 / 3600)
+    assert data["estimate_s"]["low"] < data["estimate_s"]["estimate"] < data["estimate_s"]["high"]
+    assert data["attention"] == "sdpa"
+
+
+def test_cli_serving_json_carries_estimates_beside_bounds(capsys):
+    code, out, _ = _run(capsys, "time", "llama-3.2-1b", "--gpu", "h100-sxm", "--infer", "--batch", "2", "--prompt", "512", "--output", "16", "--json")
+    assert code == 0
+    data = json.loads(out)
+    for key in ("ttft_s", "tpot_s"):
+        assert {"lower", "upper", "estimate", "low", "high"} <= set(data[key])
+        assert data[key]["estimate"] >= data[key]["lower"]
+
+
+def test_cli_device_without_efficiency_data_keeps_its_bounds(capsys):
+    code, out, _ = _run(capsys, "time", "llama-3.2-1b", "--gpu", "mi300x", "--infer", "--batch", "1", "--prompt", "64", "--output", "4", "--json")
+    assert code == 0
+    assert "no efficiency data" in json.loads(out)["estimate_missing"]
+
+
+@pytest.mark.parametrize("argv, phrase", [
+    (["--measured-step", "-1"], "not a positive"),
+    (["--measured-step", "2", "--measured-tokens-per-s", "5"], "not both"),
+])
+def test_cli_bad_measurements_are_refused(capsys, argv, phrase):
+    code, _, err = _run(capsys, "time", "llama-3.2-1b", "--gpu", "h100-sxm", "--train", "--global-batch", "8", "--seq", "512", *argv)
+    assert code == 2 and phrase in err and len(err.strip().splitlines()) == 1
+
+
+def test_cli_validate_summary(capsys):
+    code, out, _ = _run(capsys, "validate")
+    assert code == 0 and "training" in out and "serving" in out
