@@ -141,6 +141,8 @@ def _efficiency(gpu: str, factors: Mapping[str, Any]) -> estimate.Efficiency:
     mine = {k.split(":", 1)[1]: v for k, v in factors.items() if k.startswith(f"{eff.device}:")}
     if "gemm.sustained" in mine:
         eff = replace(eff, gemm_sustained=mine["gemm.sustained"])
+    if "gemm.half_flops" in mine:
+        eff = replace(eff, half_flops=mine["gemm.half_flops"])
     if "links.scale_up.latency_s" in mine:
         links = dict(eff.links)
         links["scale_up"] = replace(links["scale_up"], latency_s=mine["links.scale_up.latency_s"])
@@ -212,6 +214,9 @@ def summarise(cases: list[Case]) -> list[Summary]:
 FITTED: tuple[tuple[str, Callable[[Run], bool], tuple[float, float]], ...] = (
     ("a100-sxm-80gb:gemm.sustained", lambda r: r.setup["gpu"] == "a100-sxm-80gb", (0.4, 1.0)),
     ("h100-sxm:gemm.sustained", lambda r: r.setup["gpu"] == "h100-sxm", (0.3, 1.0)),
+    # a GEMM of half_flops runs at half the sustained rate: up to 10 GFLOP (a few µs of work)
+    ("a100-sxm-80gb:gemm.half_flops", lambda r: r.setup["gpu"] == "a100-sxm-80gb", (0.0, 1e10)),
+    ("h100-sxm:gemm.half_flops", lambda r: r.setup["gpu"] == "h100-sxm", (0.0, 1e10)),
     ("rules:fusion.training.fraction", lambda r: r.kind == "training", (0.0, 1.0)),
     ("a100-sxm-80gb:links.scale_up.latency_s", lambda r: r.kind == "serving" and r.setup.get("tensor", 1) > 1, (0.5e-6, 20e-6)),
 )
@@ -226,19 +231,16 @@ def fit_factors(rounds: int = 2, steps: int = 24) -> dict[str, float]:
     fit_runs = [r for r in runs() if r.split == "fit"]
     factors: dict[str, float] = {}
     for _ in range(rounds):
-        for name, informs, (low, high) in FITTED:
+        for name, informs, (floor, ceiling) in FITTED:
             chosen = [r for r in fit_runs if informs(r)]
-            for _ in range(3):  # narrow the grid around the best point
+            low, high = floor, ceiling
+            for _ in range(3):  # narrow the grid around the best point, never leaving the range
                 grid = [low + (high - low) * i / steps for i in range(steps + 1)]
                 best = min(grid, key=lambda x: _loss(factors | {name: x}, chosen))
                 width = (high - low) / steps
-                low, high = max(best - width, FITTED_RANGE_FLOOR), best + width
+                low, high = max(best - width, floor), min(best + width, ceiling)
             factors[name] = best
-            low, high = next(rng for n, _, rng in FITTED if n == name)
     return factors
-
-
-FITTED_RANGE_FLOOR = 0.0
 
 
 def band(cases: list[Case], kind: str) -> float:
