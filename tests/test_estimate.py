@@ -154,3 +154,18 @@ def test_cli_bad_measurements_are_refused(capsys, argv, phrase):
 def test_cli_validate_summary(capsys):
     code, out, _ = _run(capsys, "validate")
     assert code == 0 and "training" in out and "serving" in out
+
+
+def test_fp8_drives_both_the_rate_and_the_weight_bytes():
+    """--dtype fp8: the decode step reads 1-byte weights (the bytes drop by the weights' half) at the fp8 peak."""
+    from symform.analysis.timing import decode_time
+
+    model = symform.load("llama-3-8b")
+    bf16 = decode_time(model, "h100-sxm", batch=1, context=0)
+    fp8 = decode_time(model, "h100-sxm", batch=1, context=0, dtype="fp8")
+    d = model.values["d_model"]
+    # every weight read once at half the width; of the embedding table only the looked-up row
+    weights = model.evaluate("params") - model.values["vocab"] * d + d
+    assert bf16.bytes - fp8.bytes == weights
+    fp8_peak = tomllib.loads((ROOT / "hardware" / "h100-sxm.toml").read_text())["dense_flops_per_s"]["fp8"]
+    assert fp8.flops == bf16.flops and fp8.t_math == pytest.approx(fp8.flops / fp8_peak)

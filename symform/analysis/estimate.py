@@ -405,6 +405,7 @@ def training_estimate(
         recompute=recompute, dtype=dtype, flash=attention == "sdpa", precision=precision, node_size=node_size,
     )
     place = timing.placement(gpu, node_size)
+    model = timing.at_dtype(model, dtype)
     eff = _efficiency_for(place, efficiency_data)
     peak, hbm = _device_rates(place, dtype)
     if work is None:
@@ -522,6 +523,7 @@ def serving_estimate(
     for name, value in (("batch", batch), ("prompt", prompt), ("output", output), ("tensor", tensor)):
         timing._whole(name, value)
     place = timing.placement(gpu, node_size)
+    model = timing.at_dtype(model, dtype)
     eff = _efficiency_for(place, efficiency_data)
     peak, hbm = _device_rates(place, dtype)
     fusion, head = _fusion(convention), _head_size(model)

@@ -109,6 +109,26 @@ def _value(model: Model, name: str, default: int) -> int:
     return model.values.get(name, default)
 
 
+#: Bytes per weight when the matmuls run at a narrower dtype than the model's weights:
+#: one setting drives both the peak rate and the bytes the weights are read at.
+DTYPE_WEIGHT_BYTES = {"fp8": Fraction(1), "int8": Fraction(1), "fp4": Fraction(1, 2), "nvfp4": Fraction(1, 2)}
+
+
+def at_dtype(model: Model, dtype: str) -> Model:
+    """The model with its weights read at ``dtype``'s width where that is narrower than its own (fp8: 1 byte)."""
+    width = DTYPE_WEIGHT_BYTES.get(dtype)
+    current = model.conventions.get(model.vocabulary["weight_bytes"]) if "weight_bytes" in model.vocabulary.names("convention", "dtype") else None
+    if width is None or current is None or Fraction(int(current.p), int(current.q)) <= width:
+        return model
+    return model.with_conventions(weight_bytes=width)
+
+
+def dtype_assumption(dtype: str) -> str:
+    if dtype in DTYPE_WEIGHT_BYTES:
+        return f"{dtype} drives both the peak rate and the weights' bytes ({DTYPE_WEIGHT_BYTES[dtype]} per weight, where narrower than the model's); activations and the KV cache keep their widths"
+    return f"{dtype} sets the peak rate; weights at the model's weight_bytes"
+
+
 def _act_bytes(model: Model) -> int:
     return int(model.conventions[model.vocabulary["act_bytes"]])
 
@@ -349,6 +369,7 @@ def training_time(
     layout = layout or Layout()
     microbatches = _check_layout(layout, global_batch, micro_batch, seq)
     place = placement(gpu, node_size)
+    model = at_dtype(model, dtype)
     peak, bandwidth = place.device.flops_per_s(dtype), place.device.hbm_bytes_per_s
     split = tensor_split(model, layout.tensor)
     train = phase_work(model, "train", depth=None, flash=flash).total
@@ -522,6 +543,7 @@ def data_comm(model: Model, place: Placement, layout: Layout, precision: str, *,
 def _training_assumptions(place: Placement, dtype: str, layout: Layout, recompute: str, flash: bool, precision: str, comm: Mapping[str, Comm]) -> dict[str, object]:
     return {
         "peak": f"{place.device.name} dense {dtype} peak, no efficiency factor",
+        "dtype": dtype_assumption(dtype),
         "hbm": f"{place.device.name} HBM bandwidth, no efficiency factor",
         "overlap": "lower bound: compute, memory traffic and communication fully overlapped (max); upper bound: none overlapped (sum)",
         "bytes": "HBM bytes as an unfused eager framework moves them; backward moves twice the forward's bytes; optimizer traffic not counted"
@@ -697,6 +719,7 @@ def prefill_time(model: Model, gpu: str | os.PathLike[str] | Hardware, *, batch:
     """Time to first token: the forward pass over ``batch`` prompts of ``prompt`` tokens on ``tensor`` devices."""
     _whole("batch", batch), _whole("prompt", prompt), _whole("tensor", tensor)
     place = placement(gpu, node_size)
+    model = at_dtype(model, dtype)
     return _phase_time(model, place, "prefill", _inference_work(model, "prefill", tensor, flash), tensor, dtype, batch=batch, seq=prompt)
 
 
@@ -709,6 +732,7 @@ def decode_time(model: Model, gpu: str | os.PathLike[str] | Hardware, *, batch: 
     """
     _whole("batch", batch), _whole("context", context, 0), _whole("tensor", tensor)
     place = placement(gpu, node_size)
+    model = at_dtype(model, dtype)
     return _phase_time(model, place, "decode", _inference_work(model, "decode", tensor, False), tensor, dtype, batch=batch, past=context)
 
 
@@ -728,6 +752,7 @@ def inference_time(
     for name, value in (("batch", batch), ("prompt", prompt), ("output", output), ("tensor", tensor)):
         _whole(name, value)
     place = placement(gpu, node_size)
+    model = at_dtype(model, dtype)
     if tensor > place.node_size:
         raise ConfigError(f"tensor degree {tensor} exceeds the {place.node_size} accelerators of one node; inference tensor parallelism stays within a node (give node_size or a system)")
     prefill_work = _inference_work(model, "prefill", tensor, flash)
@@ -777,6 +802,7 @@ def _decode_sum(model: Model, place: Placement, work: tuple[sympy.Expr, sympy.Ex
 def _inference_assumptions(place: Placement, dtype: str, tensor: int, flash: bool, link: str | None) -> dict[str, object]:
     return {
         "peak": f"{place.device.name} dense {dtype} peak, no efficiency factor",
+        "dtype": dtype_assumption(dtype),
         "hbm": f"{place.device.name} HBM bandwidth, no efficiency factor",
         "overlap": "lower bound: compute, memory traffic and communication fully overlapped (max); upper bound: none overlapped (sum)",
         "bytes": "HBM bytes as an unfused eager framework moves them, weights read once per forward pass"

@@ -45,7 +45,7 @@ def time_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=positive_int, help="requests served together (inference)")
     p.add_argument("--prompt", type=positive_int, help="prompt tokens per request (inference)")
     p.add_argument("--output", type=positive_int, help="tokens generated per request (inference)")
-    p.add_argument("--dtype", default="bf16", help="peak rate used: bf16 (default), fp16, fp8, …")
+    p.add_argument("--dtype", default="bf16", help="matmul dtype: bf16 (default), fp16, fp8, …; sets the peak rate, and fp8/int8/fp4 also the bytes of each weight read")
     p.add_argument("--flash", action="store_true", help="FlashAttention's HBM traffic in the attention cores")
     p.add_argument("--node-size", type=positive_int, help="accelerators per scale-up domain (default: the system's, or 8 for an accelerator)")
     p.add_argument("--attention", choices=("sdpa", "eager"), default="sdpa", help="attention kernels of the estimate: sdpa (FlashAttention, the default) or eager")
