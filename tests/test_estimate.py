@@ -169,3 +169,37 @@ def test_fp8_drives_both_the_rate_and_the_weight_bytes():
     assert bf16.bytes - fp8.bytes == weights
     fp8_peak = tomllib.loads((ROOT / "hardware" / "h100-sxm.toml").read_text())["dense_flops_per_s"]["fp8"]
     assert fp8.flops == bf16.flops and fp8.t_math == pytest.approx(fp8.flops / fp8_peak)
+
+
+# --- mixture of experts: distinct experts touched per decode step ------------------------------
+
+
+def test_expected_distinct_experts_uniform_and_skewed():
+    from fractions import Fraction
+
+    from symform.analysis.routing import expected_experts
+
+    assert expected_experts(8, 2, 1) == 2  # one token: exactly its top_k
+    assert expected_experts(8, 2, 8) == 8 * (1 - Fraction(3, 4) ** 8)
+    assert 7.99 < float(expected_experts(8, 2, 64)) <= 8
+    assert float(expected_experts(8, 2, 8, skew=1.0)) < float(expected_experts(8, 2, 8))
+
+
+def test_mixtral_decode_reads_every_touched_expert():
+    """Batch 8 on Mixtral touches 8·(1 − (3/4)^8) ≈ 7.2 experts per layer, not top_k = 2.
+
+    Per-token traffic comes from bytes_moved (which counts top_k experts' weights for any
+    batch, so its weight terms cancel between batch 8 and batch 1).
+    """
+    from fractions import Fraction
+
+    from symform.analysis.timing import decode_time
+
+    model = symform.load("mixtral-8x7b")
+    v = model.values
+    one, eight = (decode_time(model, "h100-sxm", batch=b, context=0).bytes for b in (1, 8))
+    inference = model.with_conventions(training=0)
+    per_token = inference.evaluate("bytes_moved", batch=8, seq=1) - inference.evaluate("bytes_moved", batch=1, seq=1)
+    expert_bytes = 3 * v["d_model"] * v["d_ff_expert"] * 2 * v["n_layers"]  # gate, up, down at 2 bytes
+    distinct = 8 * (1 - Fraction(3, 4) ** 8)
+    assert eight - one == per_token + (distinct - 2) * expert_bytes

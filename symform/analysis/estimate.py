@@ -219,12 +219,13 @@ def kernels(
     pipeline: int = 1,
     attention: str = "sdpa",
     recompute: str = "none",
+    expert_skew: float = 0,
 ) -> list[Kernel]:
     """The leaves of one micro-batch (train, prefill) or one step (decode) on one device, as kernels."""
     if attention not in ATTENTION:
         raise EvaluationError(f"unknown attention implementation {attention!r}; choose one of {', '.join(ATTENTION)}")
     flash = attention == "sdpa" and phase != "decode"
-    leaves = phase_work(model, phase, depth=None, flash=flash).components
+    leaves = phase_work(model, phase, depth=None, flash=flash, expert_skew=expert_skew).components
     extra = _recomputed(model, recompute, flash) if phase == "train" else {}
     split = tensor_split(model, tensor)
     layers_here = Fraction(model.values.get("n_layers", 1), pipeline)
@@ -300,11 +301,11 @@ def _efficiency_for(place: timing.Placement, given: Efficiency | str | os.PathLi
     return efficiency(place.device.name or place.name)
 
 
-def serving_kernels(model: Model, *, batch: int, prompt: int, output: int, tensor: int = 1, attention: str = "sdpa") -> tuple[list[Kernel], list[Kernel]]:
+def serving_kernels(model: Model, *, batch: int, prompt: int, output: int, tensor: int = 1, attention: str = "sdpa", expert_skew: float = 0) -> tuple[list[Kernel], list[Kernel]]:
     """The prefill's kernels, and one decode step's at the mean cache length of the output − 1 steps."""
     prefill = kernels(model, "prefill", workload={"batch": batch, "seq": prompt}, tensor=tensor, attention=attention)
     past = Fraction(2 * prompt + max(output - 2, 0), 2)
-    return prefill, kernels(model, "decode", workload={"batch": batch, "past": past}, tensor=tensor, attention=attention)
+    return prefill, kernels(model, "decode", workload={"batch": batch, "past": past}, tensor=tensor, attention=attention, expert_skew=expert_skew)
 
 
 def _fusion(convention: str | tuple[float, frozenset[str]]) -> tuple[float, frozenset[str]]:
@@ -514,6 +515,7 @@ def serving_estimate(
     efficiency_data: Efficiency | str | None = None,
     convention: str = "fused",
     work: tuple[list[Kernel], list[Kernel]] | None = None,
+    expert_skew: float = 0,
 ) -> ServingEstimate:
     """TTFT, TPOT and tokens/s of ``batch`` requests (static batching), each kernel at its sustained rate.
 
@@ -527,7 +529,7 @@ def serving_estimate(
     eff = _efficiency_for(place, efficiency_data)
     peak, hbm = _device_rates(place, dtype)
     fusion, head = _fusion(convention), _head_size(model)
-    prefill, decode = work or serving_kernels(model, batch=batch, prompt=prompt, output=output, tensor=tensor, attention=attention)
+    prefill, decode = work or serving_kernels(model, batch=batch, prompt=prompt, output=output, tensor=tensor, attention=attention, expert_skew=expert_skew)
     comm_prefill = comm_decode = 0.0
     if tensor > 1:
         link = place.link(tensor)

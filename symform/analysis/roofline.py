@@ -25,7 +25,7 @@ from fractions import Fraction
 
 import sympy
 
-from . import flash_attention
+from . import flash_attention, routing
 from ..engine.errors import ConfigError, EvaluationError
 from ..engine.evaluate import exact_value
 from ..engine.formula import to_latex
@@ -303,6 +303,7 @@ def phase_work(
     depth: int | None = 1,
     flash: bool = False,
     sram_bytes: int = flash_attention.DEFAULT_SRAM_BYTES,
+    expert_skew: float = 0,
 ) -> PhaseWork:
     """FLOPs and HBM bytes of one phase, per component, as expressions in batch, seq (and past when decoding).
 
@@ -312,6 +313,9 @@ def phase_work(
     - ``decode``: one new token per sequence (seq = 1) after ``past`` cached ones.
     - ``flash``: each attention core's eager traffic is replaced by
       FlashAttention's (symform.flash_attention), with SRAM of ``sram_bytes``.
+    - mixture of experts, decode: the step reads the weights of every expert any of
+      its ``batch`` tokens is routed to, the expected number under uniform routing
+      (``expert_skew``: a Zipf exponent for skewed routing; symform.routing).
     """
     _check_phase(phase)
     if phase != "train":
@@ -342,6 +346,9 @@ def phase_work(
         notes.append(
             "decode: one new token per sequence after `past` cached tokens (seq = 1, past = context)"
         )
+        touched = _touched_experts(model, traffic, expert_skew)
+        if touched:
+            notes.append(touched)
     seq_one = {_symbol(model, "seq"): sympy.Integer(1)} if phase == "decode" else {}
     zero = sympy.Integer(0)
     leaves = {
@@ -349,6 +356,22 @@ def phase_work(
     }
     components = _group(leaves, depth, seq_one)
     return PhaseWork(phase, components, tuple(notes))
+
+
+def _touched_experts(model: Model, traffic: dict, skew: float) -> str | None:
+    """Count the routed experts' weights for the experts a decode step touches, not top_k (in place)."""
+    if "top_k" not in model.values or "n_experts" not in model.values:
+        return None
+    v = model.vocabulary
+    tokens = v["batch"]  # one new token per sequence
+    if skew:
+        distinct = routing.expected_experts(model.values["n_experts"], model.values["top_k"], tokens, skew)
+    else:
+        distinct = routing.expected_experts(v["n_experts"], v["top_k"], tokens)
+    for path, expr in traffic.items():
+        traffic[path] = routing.touched_weight_bytes(expr, v["top_k"], v["batch"], distinct)
+    how = f"Zipf-skewed routing, exponent {skew}" if skew else "uniform routing (assumed)"
+    return f"mixture of experts: a decode step reads the weights of the expected distinct experts its batch touches, {how}: n_experts·(1 − (1 − top_k/n_experts)^batch) when uniform"
 
 
 def _check_phase(phase: str) -> None:

@@ -687,10 +687,10 @@ class InferenceTime:
         }
 
 
-def _inference_work(model: Model, phase: str, tensor: int, flash: bool) -> tuple[sympy.Expr, sympy.Expr]:
+def _inference_work(model: Model, phase: str, tensor: int, flash: bool, expert_skew: float = 0) -> tuple[sympy.Expr, sympy.Expr]:
     """Per-device FLOPs and bytes of a phase, over batch and seq (prefill) or batch and past (decode)."""
     split = tensor_split(model, tensor)
-    total = phase_work(model, phase, depth=1, flash=flash).total
+    total = phase_work(model, phase, depth=1, flash=flash, expert_skew=expert_skew).total
     return sympy.expand(total.flops.xreplace(split)), sympy.expand(total.bytes.xreplace(split))
 
 
@@ -723,7 +723,7 @@ def prefill_time(model: Model, gpu: str | os.PathLike[str] | Hardware, *, batch:
     return _phase_time(model, place, "prefill", _inference_work(model, "prefill", tensor, flash), tensor, dtype, batch=batch, seq=prompt)
 
 
-def decode_time(model: Model, gpu: str | os.PathLike[str] | Hardware, *, batch: int, context: int, tensor: int = 1, dtype: str = "bf16", node_size: int | None = None) -> PhaseTime:
+def decode_time(model: Model, gpu: str | os.PathLike[str] | Hardware, *, batch: int, context: int, tensor: int = 1, dtype: str = "bf16", node_size: int | None = None, expert_skew: float = 0) -> PhaseTime:
     """Time per output token: one new token for each of ``batch`` sequences after ``context`` cached tokens.
 
     Attention is counted as eager kernels move it: one query row against the cache
@@ -733,7 +733,7 @@ def decode_time(model: Model, gpu: str | os.PathLike[str] | Hardware, *, batch: 
     _whole("batch", batch), _whole("context", context, 0), _whole("tensor", tensor)
     place = placement(gpu, node_size)
     model = at_dtype(model, dtype)
-    return _phase_time(model, place, "decode", _inference_work(model, "decode", tensor, False), tensor, dtype, batch=batch, past=context)
+    return _phase_time(model, place, "decode", _inference_work(model, "decode", tensor, False, expert_skew), tensor, dtype, batch=batch, past=context)
 
 
 def inference_time(
@@ -747,6 +747,7 @@ def inference_time(
     dtype: str = "bf16",
     flash: bool = False,
     node_size: int | None = None,
+    expert_skew: float = 0,
 ) -> InferenceTime:
     """TTFT, TPOT and tokens/s for ``batch`` requests of ``prompt`` tokens generating ``output`` tokens each."""
     for name, value in (("batch", batch), ("prompt", prompt), ("output", output), ("tensor", tensor)):
@@ -756,7 +757,7 @@ def inference_time(
     if tensor > place.node_size:
         raise ConfigError(f"tensor degree {tensor} exceeds the {place.node_size} accelerators of one node; inference tensor parallelism stays within a node (give node_size or a system)")
     prefill_work = _inference_work(model, "prefill", tensor, flash)
-    decode_work = _inference_work(model, "decode", tensor, False)
+    decode_work = _inference_work(model, "decode", tensor, False, expert_skew)
     prefill = _phase_time(model, place, "prefill", prefill_work, tensor, dtype, batch=batch, seq=prompt)
     first = _phase_time(model, place, "decode", decode_work, tensor, dtype, batch=batch, past=prompt)
     last = _phase_time(model, place, "decode", decode_work, tensor, dtype, batch=batch, past=prompt + output - 2) if output > 1 else first
@@ -815,4 +816,5 @@ def _inference_assumptions(place: Placement, dtype: str, tensor: int, flash: boo
         "link": None if link is None else {"link": link, "bytes_per_s": _bandwidth(place, link), "latency_s": link_latency(link)},
         "collective_algorithm": "the faster of ring and tree for each collective",
         "batching": "every sequence of the batch at the same step (static batching)",
+        "experts": "mixture of experts: a decode step reads the weights of every expert its batch touches, the expected number of distinct experts under uniform routing, n·(1 − (1 − k/n)^batch) (a Zipf skew with expert_skew); prefill and training read top_k experts' weights",
     }

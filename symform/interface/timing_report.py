@@ -48,6 +48,7 @@ def time_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="bf16", help="matmul dtype: bf16 (default), fp16, fp8, …; sets the peak rate, and fp8/int8/fp4 also the bytes of each weight read")
     p.add_argument("--flash", action="store_true", help="FlashAttention's HBM traffic in the attention cores")
     p.add_argument("--node-size", type=positive_int, help="accelerators per scale-up domain (default: the system's, or 8 for an accelerator)")
+    p.add_argument("--expert-skew", type=float, default=0.0, metavar="S", help="mixture of experts, decode: Zipf exponent of the routing (default 0: uniform), which sets how many distinct experts a step reads")
     p.add_argument("--attention", choices=("sdpa", "eager"), default="sdpa", help="attention kernels of the estimate: sdpa (FlashAttention, the default) or eager")
     p.add_argument("--measured-step", type=positive_float, metavar="SECONDS", help="a measured training step: MFU and HFU by the PaLM, Megatron and exact definitions")
     p.add_argument("--measured-tokens-per-s", type=positive_float, metavar="TOKENS", help="a measured training throughput (tokens/s of the whole run), as --measured-step")
@@ -76,7 +77,7 @@ def time_command(model: Model, args: argparse.Namespace) -> str:
         return training_table(result) + _training_extra(found, measured, run)
     result = _infer(model, args)
     tp = args.tp or args.gpus or 1
-    found = _estimate(lambda: estimate.serving_estimate(model, args.gpu, batch=args.batch, prompt=args.prompt, output=args.output, tensor=tp, dtype=args.dtype, attention=args.attention, node_size=args.node_size))
+    found = _estimate(lambda: estimate.serving_estimate(model, args.gpu, batch=args.batch, prompt=args.prompt, output=args.output, tensor=tp, dtype=args.dtype, attention=args.attention, node_size=args.node_size, expert_skew=args.expert_skew))
     if args.json:
         data = result.as_dict() | {"attention": args.attention}
         if isinstance(found, estimate.ServingEstimate):
@@ -182,7 +183,7 @@ def _infer(model: Model, args: argparse.Namespace) -> InferenceTime:
 
     return inference_time(
         model, args.gpu, batch=args.batch, prompt=args.prompt, output=args.output, tensor=tp,
-        dtype=args.dtype, flash=args.flash, node_size=args.node_size,
+        dtype=args.dtype, flash=args.flash, node_size=args.node_size, expert_skew=args.expert_skew,
     )
 
 
