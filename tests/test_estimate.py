@@ -203,3 +203,24 @@ def test_mixtral_decode_reads_every_touched_expert():
     expert_bytes = 3 * v["d_model"] * v["d_ff_expert"] * 2 * v["n_layers"]  # gate, up, down at 2 bytes
     distinct = 8 * (1 - Fraction(3, 4) ** 8)
     assert eight - one == per_token + (distinct - 2) * expert_bytes
+
+
+# --- time --train checks the layout's memory ------------------------------------------------------
+
+
+def test_time_train_reports_memory_fit_as_memory_counts_it(capsys):
+    from symform.analysis.memory import Layout as L, Training, training_memory
+
+    argv = ["time", "llama-3.2-1b", "--gpu", "h100-sxm", "--gpus", "8", "--train", "--global-batch", "16", "--seq", "2048", "--zero", "3", "--json"]
+    code, out, _ = _run(capsys, *argv)
+    assert code == 0
+    memory = json.loads(out)["memory"]
+    expected = training_memory(symform.load("llama-3.2-1b"), batch=1, seq=2048, setup=Training(flash=True, layout=L(data=8, zero=3)))
+    assert memory["bytes_per_device"] == int(expected.total) and memory["fits"]
+
+
+def test_time_fit_only_refuses_a_layout_that_does_not_fit(capsys):
+    code, _, err = _run(capsys, "time", "llama-3.1-70b", "--gpu", "h100-sxm", "--gpus", "8", "--train", "--global-batch", "8", "--seq", "4096", "--fit-only")
+    assert code == 2 and "GB per device" in err and len(err.strip().splitlines()) == 1
+    code, out, _ = _run(capsys, "time", "llama-3.1-70b", "--gpu", "h100-sxm", "--gpus", "8", "--train", "--global-batch", "8", "--seq", "4096")
+    assert code == 0 and "DOES NOT FIT" in out

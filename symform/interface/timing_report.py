@@ -24,7 +24,7 @@ from ..engine.model import Model
 if TYPE_CHECKING:  # the timing module (and numpy) load when a time is asked for, not with the CLI
     from ..analysis.timing import InferenceTime, PhaseTime, TrainingTime
 
-TRAIN_ONLY = ("global_batch", "micro_batch", "seq", "dp", "pp", "ep", "recompute", "schedule", "measured_step", "measured_tokens_per_s", "tokens")
+TRAIN_ONLY = ("global_batch", "micro_batch", "seq", "dp", "pp", "ep", "recompute", "schedule", "zero", "measured_step", "measured_tokens_per_s", "tokens")
 INFER_ONLY = ("batch", "prompt", "output")
 
 
@@ -41,6 +41,8 @@ def time_arguments(p: argparse.ArgumentParser) -> None:
     for flag, what in (("dp", "data"), ("tp", "tensor"), ("pp", "pipeline"), ("ep", "expert")):
         p.add_argument(f"--{flag}", type=positive_int, help=f"{what}-parallel degree")
     p.add_argument("--recompute", choices=RECOMPUTE, help="activation recomputation (default none)")
+    p.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="ZeRO stage / FSDP sharding over the data-parallel ranks (3 = FSDP full shard; default 0)")
+    p.add_argument("--fit-only", action="store_true", help="refuse a training layout whose memory does not fit one device")
     p.add_argument("--schedule", choices=SCHEDULES, help="pipeline schedule (default 1f1b)")
     p.add_argument("--batch", type=positive_int, help="requests served together (inference)")
     p.add_argument("--prompt", type=positive_int, help="prompt tokens per request (inference)")
@@ -61,10 +63,11 @@ def time_command(model: Model, args: argparse.Namespace) -> str:
     if args.train:
         result = _train(model, args)
         found = _estimate(lambda: estimate.training_estimate(model, args.gpu, global_batch=args.global_batch, micro_batch=args.micro_batch or 1, seq=args.seq, layout=_layout(args), recompute=args.recompute or "none", dtype=args.dtype, attention=args.attention, node_size=args.node_size))
+        memory = _memory_fit(model, args, result)
         measured = utilisation.measured(model, result, step_s=args.measured_step, tokens_per_s=args.measured_tokens_per_s) if (args.measured_step or args.measured_tokens_per_s) else None
         run = utilisation.duration(model, result, found, args.tokens, measured) if args.tokens else None
         if args.json:
-            data = result.as_dict() | {"attention": args.attention}
+            data = result.as_dict() | {"attention": args.attention, "memory": memory}
             if isinstance(found, estimate.TrainingEstimate):
                 data |= {"estimate_s": found.step.as_dict(), "estimate": found.as_dict()}
             else:
@@ -74,7 +77,7 @@ def time_command(model: Model, args: argparse.Namespace) -> str:
             if run:
                 data["run"] = run
             return json.dumps(data)
-        return training_table(result) + _training_extra(found, measured, run)
+        return training_table(result) + _memory_line(memory) + _training_extra(found, measured, run)
     result = _infer(model, args)
     tp = args.tp or args.gpus or 1
     found = _estimate(lambda: estimate.serving_estimate(model, args.gpu, batch=args.batch, prompt=args.prompt, output=args.output, tensor=tp, dtype=args.dtype, attention=args.attention, node_size=args.node_size, expert_skew=args.expert_skew))
@@ -103,7 +106,28 @@ def _estimate(make):
 
 def _layout(args: argparse.Namespace) -> Layout:
     dp, tp, pp = _degrees(args)
-    return Layout(data=dp, tensor=tp, pipeline=pp, expert=args.ep or 1, schedule=args.schedule or "1f1b")
+    return Layout(data=dp, tensor=tp, pipeline=pp, expert=args.ep or 1, schedule=args.schedule or "1f1b", zero=args.zero or 0)
+
+
+def _memory_fit(model: Model, args: argparse.Namespace, result: TrainingTime) -> dict[str, object]:
+    """The layout's training memory on one device (symform.memory, as `symform memory --train` counts it) against the device's."""
+    from ..analysis.hardware import load_device
+    from ..analysis.memory import Training, training_memory
+    from ..analysis.timing import placement
+
+    place = placement(args.gpu, args.node_size)
+    flash = args.flash or args.attention == "sdpa"
+    report = training_memory(model, batch=args.micro_batch or 1, seq=args.seq, setup=Training(recompute=args.recompute or "none", flash=flash, layout=_layout(args)))
+    need, have = int(report.total), int(place.device.memory_bytes)
+    fit = {"bytes_per_device": need, "capacity_bytes": have, "fits": need <= have, "attention": "flash" if flash else "eager"}
+    if args.fit_only and not fit["fits"]:
+        raise ConfigError(f"this layout needs {need / 1e9:.1f} GB per device, more than the {have / 1e9:.1f} GB of {place.device.name}; raise --tp or --pp, add --recompute or --zero, lower --micro-batch, or drop --fit-only")
+    return fit
+
+
+def _memory_line(memory: dict[str, object]) -> str:
+    verdict = "fits" if memory["fits"] else "DOES NOT FIT (--fit-only refuses it)"
+    return f"\nmemory/device  {memory['bytes_per_device'] / 1e9:.1f} GB of {memory['capacity_bytes'] / 1e9:.1f} GB: {verdict} (symform memory --train, {memory['attention']} attention)"
 
 
 def _training_extra(found, measured, run) -> str:
@@ -163,18 +187,18 @@ def _train(model: Model, args: argparse.Namespace) -> TrainingTime:
     if args.measured_step and args.measured_tokens_per_s:
         raise ConfigError("give --measured-step or --measured-tokens-per-s, not both")
     _require(args, ("global_batch", "seq"), "--train")
-    dp, tp, pp = _degrees(args)
-    layout = Layout(data=dp, tensor=tp, pipeline=pp, expert=args.ep or 1, schedule=args.schedule or "1f1b")
     from ..analysis.timing import training_time
 
     return training_time(
         model, args.gpu, global_batch=args.global_batch, micro_batch=args.micro_batch or 1, seq=args.seq,
-        layout=layout, recompute=args.recompute or "none", dtype=args.dtype, flash=args.flash, node_size=args.node_size,
+        layout=_layout(args), recompute=args.recompute or "none", dtype=args.dtype, flash=args.flash, node_size=args.node_size,
     )
 
 
 def _infer(model: Model, args: argparse.Namespace) -> InferenceTime:
     _refuse(args, TRAIN_ONLY, "--infer")
+    if args.fit_only:
+        raise ConfigError("--fit-only does not apply to --infer; drop it")
     _require(args, INFER_ONLY, "--infer")
     tp = args.tp or args.gpus or 1
     if args.gpus is not None and args.gpus != tp:
