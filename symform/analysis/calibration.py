@@ -216,7 +216,6 @@ FITTED: tuple[tuple[str, Callable[[Run], bool], tuple[float, float]], ...] = (
     ("h100-sxm:gemm.sustained", lambda r: r.setup["gpu"] == "h100-sxm", (0.3, 1.0)),
     # a GEMM of half_flops runs at half the sustained rate: up to 10 GFLOP (a few µs of work)
     ("a100-sxm-80gb:gemm.half_flops", lambda r: r.setup["gpu"] == "a100-sxm-80gb", (0.0, 1e10)),
-    ("h100-sxm:gemm.half_flops", lambda r: r.setup["gpu"] == "h100-sxm", (0.0, 1e10)),
     ("rules:fusion.training.fraction", lambda r: r.kind == "training", (0.0, 1.0)),
     ("a100-sxm-80gb:links.scale_up.latency_s", lambda r: r.kind == "serving" and r.setup.get("tensor", 1) > 1, (0.5e-6, 20e-6)),
 )

@@ -48,10 +48,10 @@ def time_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompt", type=positive_int, help="prompt tokens per request (inference)")
     p.add_argument("--output", type=positive_int, help="tokens generated per request (inference)")
     p.add_argument("--dtype", default="bf16", help="matmul dtype: bf16 (default), fp16, fp8, …; sets the peak rate, and fp8/int8/fp4 also the bytes of each weight read")
-    p.add_argument("--flash", action="store_true", help="FlashAttention's HBM traffic in the attention cores")
+    p.add_argument("--flash", action="store_true", help="FlashAttention in the attention cores (the default; kept for older command lines)")
     p.add_argument("--node-size", type=positive_int, help="accelerators per scale-up domain (default: the system's, or 8 for an accelerator)")
     p.add_argument("--expert-skew", type=float, default=0.0, metavar="S", help="mixture of experts, decode: Zipf exponent of the routing (default 0: uniform), which sets how many distinct experts a step reads")
-    p.add_argument("--attention", choices=("sdpa", "eager"), default="sdpa", help="attention kernels of the estimate: sdpa (FlashAttention, the default) or eager")
+    p.add_argument("--attention", choices=("sdpa", "eager"), default="sdpa", help="attention kernels: sdpa (FlashAttention, the default, as transformers and serving engines run) or eager (scores materialised), for the bounds, the estimate and the memory check")
     p.add_argument("--measured-step", type=positive_float, metavar="SECONDS", help="a measured training step: MFU and HFU by the PaLM, Megatron and exact definitions")
     p.add_argument("--measured-tokens-per-s", type=positive_float, metavar="TOKENS", help="a measured training throughput (tokens/s of the whole run), as --measured-step")
     p.add_argument("--tokens", type=positive_float, metavar="N", help="tokens of a whole training run (e.g. 15e12): its duration in days and GPU-hours")
@@ -77,7 +77,7 @@ def time_command(model: Model, args: argparse.Namespace) -> str:
             if run:
                 data["run"] = run
             return json.dumps(data)
-        return training_table(result) + _memory_line(memory) + _training_extra(found, measured, run)
+        return _with_attention(training_table(result), args) + _memory_line(memory) + _training_extra(found, measured, run)
     result = _infer(model, args)
     tp = args.tp or args.gpus or 1
     found = _estimate(lambda: estimate.serving_estimate(model, args.gpu, batch=args.batch, prompt=args.prompt, output=args.output, tensor=tp, dtype=args.dtype, attention=args.attention, node_size=args.node_size, expert_skew=args.expert_skew))
@@ -91,7 +91,7 @@ def time_command(model: Model, args: argparse.Namespace) -> str:
         else:
             data["estimate_missing"] = found
         return json.dumps(data)
-    return inference_table(result) + _serving_extra(found)
+    return _with_attention(inference_table(result), args) + _serving_extra(found)
 
 
 def _estimate(make):
@@ -109,6 +109,19 @@ def _layout(args: argparse.Namespace) -> Layout:
     return Layout(data=dp, tensor=tp, pipeline=pp, expert=args.ep or 1, schedule=args.schedule or "1f1b", zero=args.zero or 0)
 
 
+def _with_attention(table: str, args: argparse.Namespace) -> str:
+    first, _, rest = table.partition("\n")
+    which = "sdpa: FlashAttention kernels in the attention cores (decode: eager accounting)" if args.attention == "sdpa" else "eager: scores materialised"
+    return f"{first}\nattention      {which}; --attention {'eager' if args.attention == 'sdpa' else 'sdpa'} for the other\n{rest}"
+
+
+def _flash(args: argparse.Namespace) -> bool:
+    """FlashAttention (SDPA) unless --attention eager: the bounds, the estimate and the memory check agree."""
+    if args.flash and args.attention == "eager":
+        raise ConfigError("--flash and --attention eager contradict each other; drop one")
+    return args.attention == "sdpa"
+
+
 def _memory_fit(model: Model, args: argparse.Namespace, result: TrainingTime) -> dict[str, object]:
     """The layout's training memory on one device (symform.memory, as `symform memory --train` counts it) against the device's."""
     from ..analysis.hardware import load_device
@@ -116,7 +129,7 @@ def _memory_fit(model: Model, args: argparse.Namespace, result: TrainingTime) ->
     from ..analysis.timing import placement
 
     place = placement(args.gpu, args.node_size)
-    flash = args.flash or args.attention == "sdpa"
+    flash = _flash(args)
     report = training_memory(model, batch=args.micro_batch or 1, seq=args.seq, setup=Training(recompute=args.recompute or "none", flash=flash, layout=_layout(args)))
     need, have = int(report.total), int(place.device.memory_bytes)
     fit = {"bytes_per_device": need, "capacity_bytes": have, "fits": need <= have, "attention": "flash" if flash else "eager"}
@@ -191,7 +204,7 @@ def _train(model: Model, args: argparse.Namespace) -> TrainingTime:
 
     return training_time(
         model, args.gpu, global_batch=args.global_batch, micro_batch=args.micro_batch or 1, seq=args.seq,
-        layout=_layout(args), recompute=args.recompute or "none", dtype=args.dtype, flash=args.flash, node_size=args.node_size,
+        layout=_layout(args), recompute=args.recompute or "none", dtype=args.dtype, flash=_flash(args), node_size=args.node_size,
     )
 
 
@@ -207,7 +220,7 @@ def _infer(model: Model, args: argparse.Namespace) -> InferenceTime:
 
     return inference_time(
         model, args.gpu, batch=args.batch, prompt=args.prompt, output=args.output, tensor=tp,
-        dtype=args.dtype, flash=args.flash, node_size=args.node_size, expert_skew=args.expert_skew,
+        dtype=args.dtype, flash=_flash(args), node_size=args.node_size, expert_skew=args.expert_skew,
     )
 
 

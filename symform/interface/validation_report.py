@@ -98,12 +98,12 @@ MISSES = """## The misses, explained
   takes the faster of ring and tree (log₂ p hops each way) at one fitted latency per hop,
   which cannot fit 2, 4 and 8 GPUs at once. The 70B runs, where the weight read dominates,
   are within 7 %.
-- **MPT 13B on 8 H100 (+21 %), MPT 30B and 7B at 8k on A100 (−14 %, −16 %)**: one sustained
+- **MPT 13B on 8 H100 (+22 %), MPT 30B and 7B at 8k on A100 (−14 %, −16 %)**: one sustained
   GEMM fraction per device cannot follow the run-to-run spread of the llm-foundry tables
   (neighbouring rows of the same model differ by 10 % and more, e.g. 13B on 8 H100 reaches
   39.8 % MFU at 2,048 tokens without recomputation and 41.6 % at 4,096 with it); the H100
-  rows ran torch 2.0-era FlashAttention-2 kernels far below Hopper's peak, which the H100
-  GEMM roll-off (fitted at the top of its range) absorbs only on average.
+  rows ran torch 2.0-era FlashAttention-2 kernels far below Hopper's peak, which one
+  sustained fraction absorbs only on average.
 - **Narayanan et al. at 530B and 1T (about −5 %)**: the estimate assumes the 1F1B schedule
   and micro-batch 1 (Table 1 gives neither); the paper used the interleaved schedule, whose
   smaller bubble the estimate does not credit.
