@@ -9,12 +9,15 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import symform
 from symform.analysis import calibration, estimate
 from symform.analysis.memory import Layout
-from symform.interface.cli import main
 from symform.interface.validation_report import markdown
+
+from checks import one_line_error, run as _run
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -104,12 +107,6 @@ def test_decode_reads_the_weights_at_the_sustained_bandwidth():
     assert read < found.tpot.estimate < 1.1 * read
 
 
-def _run(capsys, *argv):
-    code = main(list(argv))
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
 def test_cli_measured_step_mfu_by_each_definition(capsys):
     code, out, _ = _run(capsys, "time", "llama-3.2-1b", "--gpu", "h100-sxm", "--gpus", "8", "--train", "--global-batch", "64", "--seq", "2048", "--measured-step", "2.0", "--tokens", "1e12", "--json")
     assert code == 0
@@ -177,8 +174,10 @@ def test_fp8_drives_both_the_rate_and_the_weight_bytes():
 def test_expected_distinct_experts_uniform_and_skewed():
     from fractions import Fraction
 
+    from symform import EvaluationError
     from symform.analysis.routing import expected_experts
 
+    one_line_error(EvaluationError, lambda: expected_experts(8, 2, 8, skew=-1), "skew", "Zipf")
     assert expected_experts(8, 2, 1) == 2  # one token: exactly its top_k
     assert expected_experts(8, 2, 8) == 8 * (1 - Fraction(3, 4) ** 8)
     assert 7.99 < float(expected_experts(8, 2, 64)) <= 8
@@ -224,3 +223,28 @@ def test_time_fit_only_refuses_a_layout_that_does_not_fit(capsys):
     assert code == 2 and "GB per device" in err and len(err.strip().splitlines()) == 1
     code, out, _ = _run(capsys, "time", "llama-3.1-70b", "--gpu", "h100-sxm", "--gpus", "8", "--train", "--global-batch", "8", "--seq", "4096")
     assert code == 0 and "DOES NOT FIT" in out
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(tensor=st.sampled_from([1, 2, 4]), pipeline=st.sampled_from([1, 2]), micro=st.sampled_from([1, 2]), seq=st.sampled_from([256, 1024, 2048]), recompute=st.sampled_from(["none", "selective", "full"]))
+def test_no_kernel_beats_the_datasheet(tensor, pipeline, micro, seq, recompute):
+    """Every sustained fraction is at most 1: the estimate's compute never undercuts FLOPs / peak, and the step never
+    undercuts the bounds' compute time stretched by the bubble."""
+    model = _small()
+    layout = Layout(data=2, tensor=tensor, pipeline=pipeline)
+    found = estimate.training_estimate(model, "h100-sxm", global_batch=8 * micro, micro_batch=micro, seq=seq, layout=layout, recompute=recompute)
+    from symform.analysis.timing import training_time
+
+    bounds = training_time(model, "h100-sxm", global_batch=8 * micro, micro_batch=micro, seq=seq, layout=layout, recompute=recompute, flash=True)
+    assert found.compute_s >= bounds.t_math * (1 - 1e-12)
+    assert found.step.estimate >= bounds.t_math * (1 + bounds.bubble_ratio) * (1 - 1e-12)
+    assert found.step.low < found.step.estimate < found.step.high
+
+
+_SMALL = {}
+
+
+def _small():
+    if "m" not in _SMALL:
+        _SMALL["m"] = symform.load("llama-3.2-1b")
+    return _SMALL["m"]
