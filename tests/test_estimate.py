@@ -248,3 +248,32 @@ def _small():
     if "m" not in _SMALL:
         _SMALL["m"] = symform.load("llama-3.2-1b")
     return _SMALL["m"]
+
+
+# --- context parallelism in time ---------------------------------------------------------------------
+
+
+def test_context_parallelism_splits_the_tokens_and_passes_keys_and_values_around_the_ring():
+    from symform.analysis.timing import training_time
+
+    model = _small()
+    v = model.values
+    one = training_time(model, "h100-sxm", global_batch=2, micro_batch=1, seq=4096, flash=True)
+    cp = training_time(model, "h100-sxm", global_batch=2, micro_batch=1, seq=4096, layout=Layout(context=4), flash=True)
+    assert cp.devices == 4
+    assert cp.flops_per_device * 4 == one.flops_per_device  # every FLOP grows with the tokens
+    assert cp.model_flops == one.model_flops
+    # ring attention: 3 forward and 6 backward... per hop a key and a value chunk of s/4 tokens, in every layer and micro-batch
+    chunk = 2 * 1 * (4096 // 4) * v["n_kv_heads"] * v["d_head"] * 2
+    assert cp.comm["context"].bytes_per_rank == pytest.approx(2 * v["n_layers"] * (3 + 6) * chunk)
+    assert cp.comm["data"].ranks == 4  # gradients reduce over the context ranks
+    found = estimate.training_estimate(model, "h100-sxm", global_batch=2, micro_batch=1, seq=4096, layout=Layout(context=4))
+    alone = estimate.training_estimate(model, "h100-sxm", global_batch=2, micro_batch=1, seq=4096)
+    assert alone.compute_s / 4 < found.compute_s < alone.compute_s
+
+
+def test_context_parallel_degree_must_split_the_sequence():
+    from symform import ConfigError
+    from symform.analysis.timing import training_time
+
+    one_line_error(ConfigError, lambda: training_time(_small(), "h100-sxm", global_batch=2, micro_batch=1, seq=1000, layout=Layout(context=3)), "1000", "3")

@@ -220,6 +220,7 @@ def kernels(
     attention: str = "sdpa",
     recompute: str = "none",
     expert_skew: float = 0,
+    context: int = 1,
 ) -> list[Kernel]:
     """The leaves of one micro-batch (train, prefill) or one step (decode) on one device, as kernels."""
     if attention not in ATTENTION:
@@ -229,15 +230,14 @@ def kernels(
     extra = _recomputed(model, recompute, flash) if phase == "train" else {}
     split = tensor_split(model, tensor)
     layers_here = Fraction(model.values.get("n_layers", 1), pipeline)
-    rows = workload["batch"] * workload.get("seq", 1)
+    rows = workload["batch"] * workload.get("seq", 1) / context
+    batch = model.vocabulary["batch"]
     passes = 3 if phase == "train" else 1  # forward, gradient of the input, gradient of the weights
     found = []
     for path, work in leaves.items():
-        flops = _per_device(model, work.flops, split, pipeline, workload)
-        moved = _per_device(model, work.bytes, split, pipeline, workload)
-        if path in extra:
-            flops += _per_device(model, extra[path].flops, split, pipeline, workload)
-            moved += _per_device(model, extra[path].bytes, split, pipeline, workload)
+        both = [(work.flops, work.bytes)] + ([(extra[path].flops, extra[path].bytes)] if path in extra else [])
+        flops = sum(_per_device(model, timing.context_share(sympy.sympify(f), batch, context), split, pipeline, workload) for f, _ in both)
+        moved = sum(_per_device(model, timing.context_share(sympy.sympify(b), batch, context), split, pipeline, workload) for _, b in both)
         if not flops and not moved:
             continue
         kind = "attention" if flash and (path.endswith("/core") or "/core/" in path) else "gemm" if flops else "elementwise"
@@ -410,12 +410,13 @@ def training_estimate(
     eff = _efficiency_for(place, efficiency_data)
     peak, hbm = _device_rates(place, dtype)
     if work is None:
-        work = kernels(model, "train", workload={"batch": micro_batch, "seq": seq}, tensor=layout.tensor, pipeline=layout.pipeline, attention=attention, recompute=recompute)
+        work = kernels(model, "train", workload={"batch": micro_batch, "seq": seq}, tensor=layout.tensor, pipeline=layout.pipeline, attention=attention, recompute=recompute, context=layout.context)
     fusion, head = _fusion(convention), _head_size(model)
-    micro = sum(kernel_seconds(k, peak, hbm, eff, fusion, head) for k in work)
-    compute = micro * bounds.microbatches
+    seconds = [kernel_seconds(k, peak, hbm, eff, fusion, head) for k in work]
+    compute = sum(seconds) * bounds.microbatches
+    attention_s = sum(t for t, k in zip(seconds, work) if k.kind == "attention") * bounds.microbatches
     comm = {kind: c.seconds / eff.link(c.link).bus_efficiency for kind, c in bounds.comm.items()}
-    exposed = _exposed(comm, compute, layout)
+    exposed = _exposed(comm, compute, layout, attention_s)
     inside = sum(v for k, v in exposed.items() if k != "data")
     bubble = bounds.bubble_ratio * (compute + inside)
     params = float(timing._bind(model, params_per_device(model, layout)))
@@ -439,10 +440,10 @@ def training_estimate(
     )
 
 
-def _exposed(comm: Mapping[str, float], compute: float, layout: Layout) -> dict[str, float]:
+def _exposed(comm: Mapping[str, float], compute: float, layout: Layout, attention_s: float = 0.0) -> dict[str, float]:
     """Each kind of communication's part on the critical path, by the overlap rules."""
     overlap = rules().overlap
-    windows = {"none": 0.0, "backward": compute * 2 / 3, "step": compute}
+    windows = {"none": 0.0, "backward": compute * 2 / 3, "step": compute, "attention": attention_s}
     exposed = {}
     for kind, seconds in comm.items():
         rule = overlap["sharded" if kind == "data" and layout.zero >= 3 else kind]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import cache
 from fractions import Fraction
 
@@ -333,8 +333,8 @@ def _check_layout(layout: Layout, global_batch: int, micro_batch: int, seq: int)
     """Micro-batches per step and pipeline: global batch / (micro-batch × data-parallel degree)."""
     for name, value in (("global_batch", global_batch), ("micro_batch", micro_batch), ("seq", seq)):
         _whole(name, value)
-    if layout.context != 1:
-        raise ConfigError("context parallelism is not modelled in time yet; use context=1")
+    if seq % layout.context:
+        raise ConfigError(f"sequence {seq} does not split into {layout.context} context-parallel chunks; give a multiple of {layout.context}")
     if layout.data % layout.expert:
         raise ConfigError(f"expert degree {layout.expert} must divide the data-parallel degree {layout.data}: experts are spread over data-parallel ranks")
     per_step = micro_batch * layout.data
@@ -362,7 +362,8 @@ def training_time(
 ) -> TrainingTime:
     """Bounds on one training step of ``global_batch`` sequences of ``seq`` tokens under ``layout``.
 
-    Devices = data × tensor × pipeline; experts are spread over the data-parallel
+    Devices = data × tensor × pipeline × context (context ranks split every sequence,
+    with ring attention's key/value passes); experts are spread over the data-parallel
     ranks (expert divides data). Each data-parallel rank runs global_batch /
     (micro_batch × data) micro-batches per step.
     """
@@ -374,14 +375,14 @@ def training_time(
     split = tensor_split(model, layout.tensor)
     train = phase_work(model, "train", depth=None, flash=flash).total
     extra_flops, extra_bytes = recompute_work(model, recompute, flash=flash)
-    per_device = _per_device(model, split, layout.pipeline)
+    per_device = _per_device(model, split, layout.pipeline, layout.context)
     m = scaling.MICROBATCHES
     flops_expr = m * per_device(train.flops + extra_flops)
     bytes_expr = m * per_device(train.bytes + extra_bytes)
     workload = {"batch": micro_batch, "seq": seq}
     flops = _bind(model, flops_expr.xreplace({m: microbatches}), **workload)
     moved = _bind(model, bytes_expr.xreplace({m: microbatches}), **workload)
-    comm = _training_comm(model, place, layout, microbatches, micro_batch, seq, recompute, precision)
+    comm = _training_comm(model, place, layout, microbatches, micro_batch, seq // layout.context, recompute, precision)
     ratio = float(scaling.bubble_ratio(layout.schedule, layout.pipeline, microbatches, layout.chunks)) if layout.pipeline > 1 else 0.0
     t_math, t_mem = float(flops) / peak, float(moved) / bandwidth
     lower, upper = _step_bounds(t_math, t_mem, comm, ratio)
@@ -391,7 +392,7 @@ def training_time(
         model=model.name,
         gpu=place.name,
         dtype=dtype,
-        devices=layout.data * layout.tensor * layout.pipeline,
+        devices=layout.data * layout.tensor * layout.pipeline * layout.context,
         layout=asdict(layout) | {"microbatches": microbatches},
         global_batch=global_batch,
         micro_batch=micro_batch,
@@ -420,13 +421,23 @@ def training_time(
     )
 
 
-def _per_device(model: Model, split: Mapping[sympy.Symbol, sympy.Expr], pipeline: int):
-    """One micro-batch's share of a device: the tensor-parallel split, then 1/pipeline of the model (balanced stages)."""
+def _per_device(model: Model, split: Mapping[sympy.Symbol, sympy.Expr], pipeline: int, context: int = 1):
+    """One micro-batch's share of a device: the tensor-parallel split, 1/pipeline of the model (balanced stages),
+    and 1/context of its tokens (context parallelism: the work that grows with the batch divides, the weights' reads do not)."""
+    batch = model.vocabulary["batch"]
 
     def share(expr: sympy.Expr) -> sympy.Expr:
-        return sympy.expand(sympy.sympify(expr).xreplace(split) / pipeline)
+        expr = sympy.expand(sympy.sympify(expr).xreplace(split) / pipeline)
+        return context_share(expr, batch, context)
 
     return share
+
+
+def context_share(expr: sympy.Expr, batch: sympy.Symbol, context: int) -> sympy.Expr:
+    """A context rank's share: the terms that grow with the batch (per token) over ``context``; the rest whole."""
+    if context == 1:
+        return expr
+    return sympy.Add(*(t / context if batch in t.free_symbols else t for t in sympy.Add.make_args(sympy.expand(expr))))
 
 
 def _step_bounds(t_math: float, t_mem: float, comm: Mapping[str, Comm], ratio: float) -> tuple[float, float]:
@@ -466,11 +477,25 @@ def _training_comm(model: Model, place: Placement, layout: Layout, microbatches:
     expert = expert_comm(model, place, layout, microbatches, micro_batch, seq, recompute)
     if expert is not None:
         comm["expert"] = expert
+    if layout.context > 1:
+        comm["context"] = context_comm(model, place, layout, microbatches, micro_batch, seq * layout.context, recompute)
     if layout.pipeline > 1:
         comm["pipeline"] = pipeline_comm(model, place, layout, microbatches, micro_batch, seq)
-    if layout.data > 1:
-        comm["data"] = data_comm(model, place, layout, precision)
+    if layout.data * layout.context > 1:
+        # gradients reduce over the data and context ranks together (Megatron-LM's data-parallel group with context parallelism)
+        comm["data"] = data_comm(model, place, replace(layout, data=layout.data * layout.context, context=1), precision)
     return comm
+
+
+def context_comm(model: Model, place: Placement, layout: Layout, microbatches: int, micro_batch: int, seq: int, recompute: str) -> Comm:
+    """Ring attention's key/value passes in every layer (context ranks sit next to the tensor ranks)."""
+    v = model.values
+    kv_width = v.get("n_kv_heads", v.get("n_heads", 1)) * v.get("d_head", v.get("d_model", 1) // max(v.get("n_heads", 1), 1))
+    layer = parallel_comm.context_parallel_layer(batch=micro_batch, seq=seq, kv_width=kv_width, bytes_per_element=_act_bytes(model), context=layout.context)
+    again = 1 if recompute == "full" else 0
+    layer = layer + again * [x for x in layer if x.phase == "forward"]
+    layers, _ = _layers(model)
+    return _comm(layer, microbatches * layers / layout.pipeline, place, layout.tensor * layout.context, layout.context)
 
 
 def _activation_sizes(model: Model, micro_batch: int, seq: int) -> dict[str, int]:
@@ -498,7 +523,7 @@ def expert_comm(model: Model, place: Placement, layout: Layout, microbatches: in
 
 def pipeline_comm(model: Model, place: Placement, layout: Layout, microbatches: int, micro_batch: int, seq: int) -> Comm:
     boundary = parallel_comm.pipeline_boundary(**_activation_sizes(model, micro_batch, seq))
-    return _comm(boundary, microbatches * layout.chunks, place, layout.tensor * layout.data * layout.pipeline, layout.pipeline)
+    return _comm(boundary, microbatches * layout.chunks, place, layout.tensor * layout.context * layout.data * layout.pipeline, layout.pipeline)
 
 
 def _tensor_comm(model: Model, place: Placement, layout: Layout, microbatches: int, sizes: dict, layers: int, again: int) -> Comm:
@@ -554,7 +579,7 @@ def _training_assumptions(place: Placement, dtype: str, layout: Layout, recomput
         + ("; with FlashAttention selective adds nothing beyond FlashAttention's own recomputation" if flash and recompute == "selective" else ""),
         "pipeline": f"{layout.schedule} schedule, bubble = bubble_ratio × the micro-batch work" if layout.pipeline > 1 else "no pipeline",
         "gradients": f"{precision} precision: {recipes().precision[precision].grads} bytes per gradient, exchanged once per step",
-        "rank_order": "tensor ranks innermost, then expert and data, then pipeline (Megatron-LM's order); a group uses scale_up while its span of consecutive ranks fits in one node, scale_out otherwise",
+        "rank_order": "tensor ranks innermost, then context, expert and data, then pipeline (Megatron-LM's order); a group uses scale_up while its span of consecutive ranks fits in one node, scale_out otherwise",
         "node_size": place.node_size,
         "node_size_source": place.node_source,
         "links": {k: {"link": c.link, "bytes_per_s": _bandwidth(place, c.link), "latency_s": link_latency(c.link)} for k, c in comm.items()},

@@ -24,7 +24,7 @@ from ..engine.model import Model
 if TYPE_CHECKING:  # the timing module (and numpy) load when a time is asked for, not with the CLI
     from ..analysis.timing import InferenceTime, PhaseTime, TrainingTime
 
-TRAIN_ONLY = ("global_batch", "micro_batch", "seq", "dp", "pp", "ep", "recompute", "schedule", "zero", "measured_step", "measured_tokens_per_s", "tokens")
+TRAIN_ONLY = ("global_batch", "micro_batch", "seq", "dp", "pp", "ep", "cp", "recompute", "schedule", "zero", "measured_step", "measured_tokens_per_s", "tokens")
 INFER_ONLY = ("batch", "prompt", "output")
 
 
@@ -38,7 +38,7 @@ def time_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--global-batch", type=positive_int, help="sequences per training step, over all data-parallel ranks")
     p.add_argument("--micro-batch", type=positive_int, help="sequences per micro-batch (default 1)")
     p.add_argument("--seq", type=positive_int, help="tokens per training sequence")
-    for flag, what in (("dp", "data"), ("tp", "tensor"), ("pp", "pipeline"), ("ep", "expert")):
+    for flag, what in (("dp", "data"), ("tp", "tensor"), ("pp", "pipeline"), ("ep", "expert"), ("cp", "context")):
         p.add_argument(f"--{flag}", type=positive_int, help=f"{what}-parallel degree")
     p.add_argument("--recompute", choices=RECOMPUTE, help="activation recomputation (default none)")
     p.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="ZeRO stage / FSDP sharding over the data-parallel ranks (3 = FSDP full shard; default 0)")
@@ -106,7 +106,7 @@ def _estimate(make):
 
 def _layout(args: argparse.Namespace) -> Layout:
     dp, tp, pp = _degrees(args)
-    return Layout(data=dp, tensor=tp, pipeline=pp, expert=args.ep or 1, schedule=args.schedule or "1f1b", zero=args.zero or 0)
+    return Layout(data=dp, tensor=tp, pipeline=pp, expert=args.ep or 1, context=args.cp or 1, schedule=args.schedule or "1f1b", zero=args.zero or 0)
 
 
 def _with_attention(table: str, args: argparse.Namespace) -> str:
@@ -183,15 +183,15 @@ def _require(args: argparse.Namespace, names: tuple[str, ...], mode: str) -> Non
 
 
 def _degrees(args: argparse.Namespace) -> tuple[int, int, int]:
-    """data, tensor, pipeline: --dp defaults to what --gpus leaves after tensor × pipeline."""
-    tp, pp = args.tp or 1, args.pp or 1
+    """data, tensor, pipeline: --dp defaults to what --gpus leaves after tensor × pipeline × context."""
+    tp, pp, cp = args.tp or 1, args.pp or 1, getattr(args, "cp", None) or 1
     dp = args.dp
     if dp is None:
-        if args.gpus is not None and args.gpus % (tp * pp):
-            raise ConfigError(f"--gpus {args.gpus} is not a multiple of tensor × pipeline = {tp * pp}; change --gpus, --tp or --pp")
-        dp = args.gpus // (tp * pp) if args.gpus else 1
-    if args.gpus is not None and dp * tp * pp != args.gpus:
-        raise ConfigError(f"--dp × --tp × --pp = {dp * tp * pp} but --gpus is {args.gpus}; make them agree")
+        if args.gpus is not None and args.gpus % (tp * pp * cp):
+            raise ConfigError(f"--gpus {args.gpus} is not a multiple of tensor × pipeline × context = {tp * pp * cp}; change --gpus, --tp, --pp or --cp")
+        dp = args.gpus // (tp * pp * cp) if args.gpus else 1
+    if args.gpus is not None and dp * tp * pp * cp != args.gpus:
+        raise ConfigError(f"--dp × --tp × --pp × --cp = {dp * tp * pp * cp} but --gpus is {args.gpus}; make them agree")
     return dp, tp, pp
 
 
@@ -242,7 +242,7 @@ def _sci(value: object) -> str:
 def training_table(r: TrainingTime) -> str:
     lay = r.layout
     lines = [
-        f"training step of {r.model} on {r.devices} × {r.gpu} ({r.dtype}): data {lay['data']} × tensor {lay['tensor']} × pipeline {lay['pipeline']}, expert {lay['expert']}",
+        f"training step of {r.model} on {r.devices} × {r.gpu} ({r.dtype}): data {lay['data']} × tensor {lay['tensor']} × pipeline {lay['pipeline']}" + (f" × context {lay['context']}" if lay["context"] > 1 else "") + f", expert {lay['expert']}",
         f"global batch {r.global_batch} × seq {r.seq} = {r.tokens:,} tokens; micro-batch {r.micro_batch}, {r.microbatches} per step; recompute {r.recompute}",
         f"per device     FLOPs {_sci(r.flops_per_device)}   HBM bytes {_sci(r.bytes_per_device)}",
         f"compute        {_s(r.t_math)}",
