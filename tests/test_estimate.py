@@ -277,3 +277,12 @@ def test_context_parallel_degree_must_split_the_sequence():
     from symform.analysis.timing import training_time
 
     one_line_error(ConfigError, lambda: training_time(_small(), "h100-sxm", global_batch=2, micro_batch=1, seq=1000, layout=Layout(context=3)), "1000", "3")
+
+
+def test_plan_lists_no_layout_beaten_on_both_time_and_memory():
+    from symform.analysis.planner import plan
+
+    found = plan(_small(), "h100-sxm", devices=8, global_batch=32, seq=2048, top=8)
+    rows = [(p.time.time_lower, p.memory.total) for p in found.best]
+    for i, (t, m) in enumerate(rows):
+        assert not any(t2 <= t and m2 <= m for t2, m2 in rows[:i]), rows
