@@ -29,7 +29,7 @@ from . import parallel_comm, scaling
 from .collectives import ALPHA, BETA, N, P, collective, cost_model, link_bandwidth, link_latency
 from ..engine.errors import ConfigError, EvaluationError
 from ..engine.evaluate import compile_expression, exact_value
-from .hardware import Device, Hardware, System, load_device
+from .hardware import DTYPE_BYTES, Device, Hardware, System, load_device
 from .memory import RECOMPUTE, Layout, params_per_device, recipes, tensor_split
 from ..engine.model import Model
 from .roofline import phase_work
@@ -109,14 +109,9 @@ def _value(model: Model, name: str, default: int) -> int:
     return model.values.get(name, default)
 
 
-#: Bytes per weight when the matmuls run at a narrower dtype than the model's weights:
-#: one setting drives both the peak rate and the bytes the weights are read at.
-DTYPE_WEIGHT_BYTES = {"fp8": Fraction(1), "int8": Fraction(1), "fp4": Fraction(1, 2), "nvfp4": Fraction(1, 2)}
-
-
 def at_dtype(model: Model, dtype: str) -> Model:
     """The model with its weights read at ``dtype``'s width where that is narrower than its own (fp8: 1 byte)."""
-    width = DTYPE_WEIGHT_BYTES.get(dtype)
+    width = DTYPE_BYTES.get(dtype)
     current = model.conventions.get(model.vocabulary["weight_bytes"]) if "weight_bytes" in model.vocabulary.names("convention", "dtype") else None
     if width is None or current is None or Fraction(int(current.p), int(current.q)) <= width:
         return model
@@ -124,8 +119,8 @@ def at_dtype(model: Model, dtype: str) -> Model:
 
 
 def dtype_assumption(dtype: str) -> str:
-    if dtype in DTYPE_WEIGHT_BYTES:
-        return f"{dtype} drives both the peak rate and the weights' bytes ({DTYPE_WEIGHT_BYTES[dtype]} per weight, where narrower than the model's); activations and the KV cache keep their widths"
+    if dtype in DTYPE_BYTES:
+        return f"{dtype} drives both the peak rate and the weights' bytes ({DTYPE_BYTES[dtype]} per weight, where narrower than the model's); activations and the KV cache keep their widths"
     return f"{dtype} sets the peak rate; weights at the model's weight_bytes"
 
 

@@ -6,6 +6,7 @@ import argparse
 import json
 
 from ..analysis import flash_attention
+from ..analysis.hardware import DTYPE_BYTES
 from .cli_args import non_negative_int, positive_int
 from ..engine.errors import ConfigError
 from ..engine.model import Model
@@ -19,17 +20,8 @@ from ..analysis.roofline import (
     roofline,
 )
 
-#: Storage width of one element per dtype: --dtype sets the bytes of weights,
-#: activations and KV cache to it unless --convention names them.
-DTYPE_BYTES = {
-    "fp64": 8,
-    "fp32": 4,
-    "tf32": 4,
-    "bf16": 2,
-    "fp16": 2,
-    "fp8": 1,
-    "int8": 1,
-}
+#: --dtype sets the bytes of weights, activations and KV cache to its width
+#: (symform.hardware.DTYPE_BYTES) unless --convention names them.
 STORAGE = ("weight_bytes", "act_bytes", "kv_bytes")
 
 
