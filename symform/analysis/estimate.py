@@ -225,7 +225,7 @@ def kernels(
     """The leaves of one micro-batch (train, prefill) or one step (decode) on one device, as kernels."""
     if attention not in ATTENTION:
         raise EvaluationError(f"unknown attention implementation {attention!r}; choose one of {', '.join(ATTENTION)}")
-    flash = attention == "sdpa" and phase != "decode"
+    flash = attention == "sdpa"
     leaves = phase_work(model, phase, depth=None, flash=flash, expert_skew=expert_skew).components
     extra = _recomputed(model, recompute, flash) if phase == "train" else {}
     split = tensor_split(model, tensor)

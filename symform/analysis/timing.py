@@ -743,17 +743,17 @@ def prefill_time(model: Model, gpu: str | os.PathLike[str] | Hardware, *, batch:
     return _phase_time(model, place, "prefill", _inference_work(model, "prefill", tensor, flash), tensor, dtype, batch=batch, seq=prompt)
 
 
-def decode_time(model: Model, gpu: str | os.PathLike[str] | Hardware, *, batch: int, context: int, tensor: int = 1, dtype: str = "bf16", node_size: int | None = None, expert_skew: float = 0) -> PhaseTime:
+def decode_time(model: Model, gpu: str | os.PathLike[str] | Hardware, *, batch: int, context: int, tensor: int = 1, dtype: str = "bf16", node_size: int | None = None, expert_skew: float = 0, flash: bool = False) -> PhaseTime:
     """Time per output token: one new token for each of ``batch`` sequences after ``context`` cached tokens.
 
-    Attention is counted as eager kernels move it: one query row against the cache
-    materialises only b·h·context scores, while symform's FlashAttention IO model
-    reads K and V once per query head, which overcounts grouped-query caches.
+    With ``flash`` the attention reads each key/value head once for the query heads
+    that share it (FlashDecoding); without it, as eager kernels move it (the cache
+    repeated per query head, b·h·context scores materialised).
     """
     _whole("batch", batch), _whole("context", context, 0), _whole("tensor", tensor)
     place = placement(gpu, node_size)
     model = at_dtype(model, dtype)
-    return _phase_time(model, place, "decode", _inference_work(model, "decode", tensor, False, expert_skew), tensor, dtype, batch=batch, past=context)
+    return _phase_time(model, place, "decode", _inference_work(model, "decode", tensor, flash, expert_skew), tensor, dtype, batch=batch, past=context)
 
 
 def inference_time(
@@ -777,7 +777,7 @@ def inference_time(
     if tensor > place.node_size:
         raise ConfigError(f"tensor degree {tensor} exceeds the {place.node_size} accelerators of one node; inference tensor parallelism stays within a node (give node_size or a system)")
     prefill_work = _inference_work(model, "prefill", tensor, flash)
-    decode_work = _inference_work(model, "decode", tensor, False, expert_skew)
+    decode_work = _inference_work(model, "decode", tensor, flash, expert_skew)
     prefill = _phase_time(model, place, "prefill", prefill_work, tensor, dtype, batch=batch, seq=prompt)
     first = _phase_time(model, place, "decode", decode_work, tensor, dtype, batch=batch, past=prompt)
     last = _phase_time(model, place, "decode", decode_work, tensor, dtype, batch=batch, past=prompt + output - 2) if output > 1 else first
@@ -827,8 +827,7 @@ def _inference_assumptions(place: Placement, dtype: str, tensor: int, flash: boo
         "hbm": f"{place.device.name} HBM bandwidth, no efficiency factor",
         "overlap": "lower bound: compute, memory traffic and communication fully overlapped (max); upper bound: none overlapped (sum)",
         "bytes": "HBM bytes as an unfused eager framework moves them, weights read once per forward pass"
-        + ("; FlashAttention in the prefill's attention cores" if flash else "")
-        + "; decode attention always eager (FlashAttention's IO model reads K and V per query head, not per grouped KV head)",
+        + ("; FlashAttention in the attention cores (decode: each key/value head read once for the query heads sharing it)" if flash else "; eager attention (scores materialised, the cache read per query head)"),
         "ttft": "the prefill's forward pass over the prompts (the first output token comes from it)",
         "tpot": "mean over the output − 1 decode steps, step i after prompt + i cached tokens",
         "tokens_per_s": "batch × output tokens / (TTFT + all decode steps)",

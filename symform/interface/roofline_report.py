@@ -56,9 +56,15 @@ def roofline_arguments(p: argparse.ArgumentParser) -> None:
         help="component breakdown depth in path segments (default 1)",
     )
     p.add_argument(
+        "--attention",
+        choices=("sdpa", "eager"),
+        default="sdpa",
+        help="attention kernels: sdpa (FlashAttention's IO, the default, as transformers and serving engines run) or eager (scores materialised, as PyTorch eager moves them)",
+    )
+    p.add_argument(
         "--flash",
         action="store_true",
-        help="FlashAttention in the attention cores instead of eager attention",
+        help="FlashAttention in the attention cores (the default; kept for older command lines)",
     )
     p.add_argument(
         "--sram-bytes",
@@ -78,7 +84,9 @@ def roofline_command(model: Model, args: argparse.Namespace) -> str:
     gpu = accelerator(args.gpu)
     gpu.flops_per_s(args.dtype)  # an unknown dtype fails here, before any algebra
     model = _in_dtype(model, args.dtype, given=dict(args.conventions))
-    options = {"dtype": args.dtype, "flash": args.flash, "sram_bytes": args.sram_bytes}
+    if args.flash and args.attention == "eager":
+        raise ConfigError("--flash and --attention eager contradict each other; drop one")
+    options = {"dtype": args.dtype, "flash": args.attention == "sdpa", "sram_bytes": args.sram_bytes}
     result = roofline(
         model,
         gpu,

@@ -111,7 +111,7 @@ def _layout(args: argparse.Namespace) -> Layout:
 
 def _with_attention(table: str, args: argparse.Namespace) -> str:
     first, _, rest = table.partition("\n")
-    which = "sdpa: FlashAttention kernels in the attention cores (decode: eager accounting)" if args.attention == "sdpa" else "eager: scores materialised"
+    which = "sdpa: FlashAttention kernels in the attention cores" if args.attention == "sdpa" else "eager: scores materialised"
     return f"{first}\nattention      {which}; --attention {'eager' if args.attention == 'sdpa' else 'sdpa'} for the other\n{rest}"
 
 
