@@ -24,7 +24,7 @@ ACCELERATORS = {
     "a100-pcie-40gb", "a100-pcie-80gb", "a100-sxm-40gb", "a100-sxm-80gb",
     "h100-sxm", "h100-pcie", "h100-nvl", "h200-sxm", "h200-nvl",
     "b200", "b300", "gb200", "gb300",
-    "mi300x", "tpu-v5p",
+    "h800-sxm", "mi300x", "tpu-v4", "tpu-v5p",
 }  # fmt: skip
 SYSTEMS = {"hgx-h100-8gpu", "dgx-b200", "gb200-nvl72"}
 GiB = 1 << 30

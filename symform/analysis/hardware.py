@@ -25,6 +25,7 @@ import datetime
 import math
 import os
 import re
+from fractions import Fraction
 from functools import cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -269,6 +270,12 @@ Hardware = Device | System
 
 
 # --- finding and loading files ---------------------------------------------------
+
+
+#: Storage width of one element per dtype, in bytes: `--dtype` sets the peak rate and,
+#: through this table, the bytes (roofline: weights, activations and KV cache; time:
+#: the weights its matmuls read).
+DTYPE_BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "fp4": Fraction(1, 2)}
 
 
 def hardware_dir() -> Path:

@@ -367,6 +367,27 @@ def pipeline_boundary(
     ]
 
 
+def context_parallel_layer(
+    *, batch: Value, seq: Value, kv_width: Value, bytes_per_element: Value, context: Value
+) -> list[Transfer]:
+    """One attention layer under ring context parallelism, one micro-batch, per rank.
+
+    Each of the ``context`` ranks holds seq / context tokens of every sequence and passes
+    its keys and values around the ring: context − 1 sends of 2·b·(s/c)·kv_width
+    elements forward; backward passes the keys and values again and their gradients
+    (Megatron-LM / Transformer Engine's p2p context parallelism, Liu et al. 2023, Ring Attention).
+    """
+    c = _degree("context", context)
+    chunk = 2 * _size("batch", batch) * _size("seq", seq) / c * _size("kv_width", kv_width) * _size("bytes_per_element", bytes_per_element)
+    hops = c - 1
+    if hops == 0:
+        return []
+    return [
+        _transfer("ring pass of the key and value chunks", "send_recv", sympy.Integer(2), chunk, int(hops), "forward"),
+        _transfer("ring pass of the key and value chunks and their gradients", "send_recv", sympy.Integer(2), chunk, int(2 * hops), "backward"),
+    ]
+
+
 def expert_parallel_layer(
     *,
     tokens: Value,

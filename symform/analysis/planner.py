@@ -243,6 +243,15 @@ class Plan:
         }
 
 
+def undominated(memory_in_order: np.ndarray) -> np.ndarray:
+    """Of candidates sorted fastest first, those that no faster (or equally fast) one beats on memory too:
+    each must need less memory than every candidate before it."""
+    if not len(memory_in_order):
+        return np.zeros(0, dtype=bool)
+    before = np.concatenate(([np.inf], np.minimum.accumulate(memory_in_order)[:-1]))
+    return memory_in_order < before
+
+
 def plan(
     model: Model,
     gpu: str | os.PathLike[str] | Hardware,
@@ -272,6 +281,7 @@ def plan(
     fitting = c.take(fits)
     lower, upper = step_time_bounds(model, fitting, gpu, seq=seq, global_batch=global_batch, precision=precision, flash=flash, dtype=dtype, node_size=node_size) if len(fitting) else (np.array([]), np.array([]))
     order = np.lexsort((memory[fits], upper, lower))  # fastest first; then the better worst case, then less memory
+    order = order[undominated(memory[fits][order])]
     screen = clock.perf_counter() - started
     best = []
     for i in order[:top]:
@@ -291,7 +301,7 @@ def plan(
         best=best,
         assumptions={
             "memory_budget_bytes": capacity,
-            "ranking": "training_time's lower bound (full overlap), then its upper bound (no overlap), then less memory",
+            "ranking": "training_time's lower bound (full overlap), then its upper bound (no overlap), then less memory; a layout that a faster (or as fast) one beats on memory too is not listed",
             "schedule": "1F1B, stages holding equal numbers of layers",
             "search": f"tensor degrees dividing every tensor-parallel size, pipeline degrees dividing n_layers, expert degrees dividing data and n_experts, micro-batches {MICRO_BATCHES} dividing the batch per rank, ZeRO 0-3, recomputation {', '.join(RECOMPUTE)}",
             "precision": precision,

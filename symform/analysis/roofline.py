@@ -25,7 +25,7 @@ from fractions import Fraction
 
 import sympy
 
-from . import flash_attention
+from . import flash_attention, routing
 from ..engine.errors import ConfigError, EvaluationError
 from ..engine.evaluate import exact_value
 from ..engine.formula import to_latex
@@ -304,6 +304,7 @@ def phase_work(
     flash: bool = False,
     sram_bytes: int = flash_attention.DEFAULT_SRAM_BYTES,
     weight_bytes: Mapping[str, sympy.Expr] | None = None,
+    expert_skew: float = 0,
 ) -> PhaseWork:
     """FLOPs and HBM bytes of one phase, per component, as expressions in batch, seq (and past when decoding).
 
@@ -315,6 +316,9 @@ def phase_work(
       FlashAttention's (symform.flash_attention), with SRAM of ``sram_bytes``.
     - ``weight_bytes``: bytes per parameter by leaf path, as a checkpoint stores
       them (symform.quantization.weight_bytes_by_leaf); else the convention's.
+    - mixture of experts, decode: the step reads the weights of every expert any of
+      its ``batch`` tokens is routed to, the expected number under uniform routing
+      (``expert_skew``: a Zipf exponent for skewed routing; symform.routing).
     """
     _check_phase(phase)
     if phase != "train":
@@ -347,6 +351,9 @@ def phase_work(
         notes.append(
             "decode: one new token per sequence after `past` cached tokens (seq = 1, past = context)"
         )
+        touched = _touched_experts(model, traffic, expert_skew)
+        if touched:
+            notes.append(touched)
     seq_one = {_symbol(model, "seq"): sympy.Integer(1)} if phase == "decode" else {}
     zero = sympy.Integer(0)
     leaves = {
@@ -354,6 +361,22 @@ def phase_work(
     }
     components = _group(leaves, depth, seq_one)
     return PhaseWork(phase, components, tuple(notes))
+
+
+def _touched_experts(model: Model, traffic: dict, skew: float) -> str | None:
+    """Count the routed experts' weights for the experts a decode step touches, not top_k (in place)."""
+    if "top_k" not in model.values or "n_experts" not in model.values:
+        return None
+    v = model.vocabulary
+    tokens = v["batch"]  # one new token per sequence
+    if skew:
+        distinct = routing.expected_experts(model.values["n_experts"], model.values["top_k"], tokens, skew)
+    else:
+        distinct = routing.expected_experts(v["n_experts"], v["top_k"], tokens)
+    for path, expr in traffic.items():
+        traffic[path] = routing.touched_weight_bytes(expr, v["top_k"], v["batch"], distinct)
+    how = f"Zipf-skewed routing, exponent {skew}" if skew else "uniform routing (assumed)"
+    return f"mixture of experts: a decode step reads the weights of the expected distinct experts its batch touches, {how}: n_experts·(1 − (1 − top_k/n_experts)^batch) when uniform"
 
 
 def _check_phase(phase: str) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import cache
 from fractions import Fraction
 
@@ -30,7 +30,7 @@ from .collectives import ALPHA, BETA, N, P, collective, cost_model, link_bandwid
 from ..engine.budget import ARRAY_ELEMENTS, check_count
 from ..engine.errors import ConfigError, EvaluationError
 from ..engine.evaluate import compile_expression, exact_value
-from .hardware import Device, Hardware, System, load_device
+from .hardware import DTYPE_BYTES, Device, Hardware, System, load_device
 from .memory import RECOMPUTE, Layout, params_per_device, recipes, tensor_split
 from ..engine.model import Model
 from .roofline import phase_work
@@ -110,6 +110,21 @@ def _value(model: Model, name: str, default: int) -> int:
     return model.values.get(name, default)
 
 
+def at_dtype(model: Model, dtype: str) -> Model:
+    """The model with its weights read at ``dtype``'s width where that is narrower than its own (fp8: 1 byte)."""
+    width = DTYPE_BYTES.get(dtype)
+    current = model.conventions.get(model.vocabulary["weight_bytes"]) if "weight_bytes" in model.vocabulary.names("convention", "dtype") else None
+    if width is None or current is None or Fraction(int(current.p), int(current.q)) <= width:
+        return model
+    return model.with_conventions(weight_bytes=width)
+
+
+def dtype_assumption(dtype: str) -> str:
+    if dtype in DTYPE_BYTES:
+        return f"{dtype} drives both the peak rate and the weights' bytes ({DTYPE_BYTES[dtype]} per weight, where narrower than the model's); activations and the KV cache keep their widths"
+    return f"{dtype} sets the peak rate; weights at the model's weight_bytes"
+
+
 def _act_bytes(model: Model) -> int:
     return int(model.conventions[model.vocabulary["act_bytes"]])
 
@@ -150,9 +165,11 @@ def recompute_work(model: Model, recompute: str, *, flash: bool = False) -> tupl
 # --- communication ---------------------------------------------------------------------------
 
 
-def transfer_seconds(transfers: Iterable[parallel_comm.Transfer], place: Placement, link: str) -> float:
-    """Seconds of the transfers one after another over ``link``, each by the faster of ring and tree."""
-    alpha, beta = link_latency(link), 1 / _bandwidth(place, link)
+def transfer_seconds(transfers: Iterable[parallel_comm.Transfer], place: Placement, link: str, *, alpha: float | None = None, bandwidth: float | None = None) -> float:
+    """Seconds of the transfers one after another over ``link``, each by the faster of ring and tree
+    (the link's default latency and datasheet bandwidth unless given)."""
+    alpha = link_latency(link) if alpha is None else alpha
+    beta = 1 / (_bandwidth(place, link) if bandwidth is None else bandwidth)
     total = 0.0
     for transfer in transfers:
         names = [a for a in ALGORITHMS if a in collective(transfer.collective).algorithms] or [collective(transfer.collective).default]
@@ -312,8 +329,8 @@ def _check_layout(layout: Layout, global_batch: int, micro_batch: int, seq: int)
     """Micro-batches per step and pipeline: global batch / (micro-batch × data-parallel degree)."""
     for name, value in (("global_batch", global_batch), ("micro_batch", micro_batch), ("seq", seq)):
         _whole(name, value)
-    if layout.context != 1:
-        raise ConfigError("context parallelism is not modelled in time yet; use context=1")
+    if seq % layout.context:
+        raise ConfigError(f"sequence {seq} does not split into {layout.context} context-parallel chunks; give a multiple of {layout.context}")
     if layout.data % layout.expert:
         raise ConfigError(f"expert degree {layout.expert} must divide the data-parallel degree {layout.data}: experts are spread over data-parallel ranks")
     per_step = micro_batch * layout.data
@@ -341,25 +358,27 @@ def training_time(
 ) -> TrainingTime:
     """Bounds on one training step of ``global_batch`` sequences of ``seq`` tokens under ``layout``.
 
-    Devices = data × tensor × pipeline; experts are spread over the data-parallel
+    Devices = data × tensor × pipeline × context (context ranks split every sequence,
+    with ring attention's key/value passes); experts are spread over the data-parallel
     ranks (expert divides data). Each data-parallel rank runs global_batch /
     (micro_batch × data) micro-batches per step.
     """
     layout = layout or Layout()
     microbatches = _check_layout(layout, global_batch, micro_batch, seq)
     place = placement(gpu, node_size)
+    model = at_dtype(model, dtype)
     peak, bandwidth = place.device.flops_per_s(dtype), place.device.hbm_bytes_per_s
     split = tensor_split(model, layout.tensor)
     train = phase_work(model, "train", depth=None, flash=flash).total
     extra_flops, extra_bytes = recompute_work(model, recompute, flash=flash)
-    per_device = _per_device(model, split, layout.pipeline)
+    per_device = _per_device(model, split, layout.pipeline, layout.context)
     m = scaling.MICROBATCHES
     flops_expr = m * per_device(train.flops + extra_flops)
     bytes_expr = m * per_device(train.bytes + extra_bytes)
     workload = {"batch": micro_batch, "seq": seq}
     flops = _bind(model, flops_expr.xreplace({m: microbatches}), **workload)
     moved = _bind(model, bytes_expr.xreplace({m: microbatches}), **workload)
-    comm = _training_comm(model, place, layout, microbatches, micro_batch, seq, recompute, precision)
+    comm = _training_comm(model, place, layout, microbatches, micro_batch, seq // layout.context, recompute, precision)
     ratio = float(scaling.bubble_ratio(layout.schedule, layout.pipeline, microbatches, layout.chunks)) if layout.pipeline > 1 else 0.0
     t_math, t_mem = float(flops) / peak, float(moved) / bandwidth
     lower, upper = _step_bounds(t_math, t_mem, comm, ratio)
@@ -369,7 +388,7 @@ def training_time(
         model=model.name,
         gpu=place.name,
         dtype=dtype,
-        devices=layout.data * layout.tensor * layout.pipeline,
+        devices=layout.data * layout.tensor * layout.pipeline * layout.context,
         layout=asdict(layout) | {"microbatches": microbatches},
         global_batch=global_batch,
         micro_batch=micro_batch,
@@ -398,13 +417,23 @@ def training_time(
     )
 
 
-def _per_device(model: Model, split: Mapping[sympy.Symbol, sympy.Expr], pipeline: int):
-    """One micro-batch's share of a device: the tensor-parallel split, then 1/pipeline of the model (balanced stages)."""
+def _per_device(model: Model, split: Mapping[sympy.Symbol, sympy.Expr], pipeline: int, context: int = 1):
+    """One micro-batch's share of a device: the tensor-parallel split, 1/pipeline of the model (balanced stages),
+    and 1/context of its tokens (context parallelism: the work that grows with the batch divides, the weights' reads do not)."""
+    batch = model.vocabulary["batch"]
 
     def share(expr: sympy.Expr) -> sympy.Expr:
-        return sympy.expand(sympy.sympify(expr).xreplace(split) / pipeline)
+        expr = sympy.expand(sympy.sympify(expr).xreplace(split) / pipeline)
+        return context_share(expr, batch, context)
 
     return share
+
+
+def context_share(expr: sympy.Expr, batch: sympy.Symbol, context: int) -> sympy.Expr:
+    """A context rank's share: the terms that grow with the batch (per token) over ``context``; the rest whole."""
+    if context == 1:
+        return expr
+    return sympy.Add(*(t / context if batch in t.free_symbols else t for t in sympy.Add.make_args(sympy.expand(expr))))
 
 
 def _step_bounds(t_math: float, t_mem: float, comm: Mapping[str, Comm], ratio: float) -> tuple[float, float]:
@@ -444,11 +473,25 @@ def _training_comm(model: Model, place: Placement, layout: Layout, microbatches:
     expert = expert_comm(model, place, layout, microbatches, micro_batch, seq, recompute)
     if expert is not None:
         comm["expert"] = expert
+    if layout.context > 1:
+        comm["context"] = context_comm(model, place, layout, microbatches, micro_batch, seq * layout.context, recompute)
     if layout.pipeline > 1:
         comm["pipeline"] = pipeline_comm(model, place, layout, microbatches, micro_batch, seq)
-    if layout.data > 1:
-        comm["data"] = data_comm(model, place, layout, precision)
+    if layout.data * layout.context > 1:
+        # gradients reduce over the data and context ranks together (Megatron-LM's data-parallel group with context parallelism)
+        comm["data"] = data_comm(model, place, replace(layout, data=layout.data * layout.context, context=1), precision)
     return comm
+
+
+def context_comm(model: Model, place: Placement, layout: Layout, microbatches: int, micro_batch: int, seq: int, recompute: str) -> Comm:
+    """Ring attention's key/value passes in every layer (context ranks sit next to the tensor ranks)."""
+    v = model.values
+    kv_width = v.get("n_kv_heads", v.get("n_heads", 1)) * v.get("d_head", v.get("d_model", 1) // max(v.get("n_heads", 1), 1))
+    layer = parallel_comm.context_parallel_layer(batch=micro_batch, seq=seq, kv_width=kv_width, bytes_per_element=_act_bytes(model), context=layout.context)
+    again = 1 if recompute == "full" else 0
+    layer = layer + again * [x for x in layer if x.phase == "forward"]
+    layers, _ = _layers(model)
+    return _comm(layer, microbatches * layers / layout.pipeline, place, layout.tensor * layout.context, layout.context)
 
 
 def _activation_sizes(model: Model, micro_batch: int, seq: int) -> dict[str, int]:
@@ -476,7 +519,7 @@ def expert_comm(model: Model, place: Placement, layout: Layout, microbatches: in
 
 def pipeline_comm(model: Model, place: Placement, layout: Layout, microbatches: int, micro_batch: int, seq: int) -> Comm:
     boundary = parallel_comm.pipeline_boundary(**_activation_sizes(model, micro_batch, seq))
-    return _comm(boundary, microbatches * layout.chunks, place, layout.tensor * layout.data * layout.pipeline, layout.pipeline)
+    return _comm(boundary, microbatches * layout.chunks, place, layout.tensor * layout.context * layout.data * layout.pipeline, layout.pipeline)
 
 
 def _tensor_comm(model: Model, place: Placement, layout: Layout, microbatches: int, sizes: dict, layers: int, again: int) -> Comm:
@@ -521,6 +564,7 @@ def data_comm(model: Model, place: Placement, layout: Layout, precision: str, *,
 def _training_assumptions(place: Placement, dtype: str, layout: Layout, recompute: str, flash: bool, precision: str, comm: Mapping[str, Comm]) -> dict[str, object]:
     return {
         "peak": f"{place.device.name} dense {dtype} peak, no efficiency factor",
+        "dtype": dtype_assumption(dtype),
         "hbm": f"{place.device.name} HBM bandwidth, no efficiency factor",
         "overlap": "lower bound: compute, memory traffic and communication fully overlapped (max); upper bound: none overlapped (sum)",
         "bytes": "HBM bytes as an unfused eager framework moves them; backward moves twice the forward's bytes; optimizer traffic not counted"
@@ -531,7 +575,7 @@ def _training_assumptions(place: Placement, dtype: str, layout: Layout, recomput
         + ("; with FlashAttention selective adds nothing beyond FlashAttention's own recomputation" if flash and recompute == "selective" else ""),
         "pipeline": f"{layout.schedule} schedule, bubble = bubble_ratio × the micro-batch work" if layout.pipeline > 1 else "no pipeline",
         "gradients": f"{precision} precision: {recipes().precision[precision].grads} bytes per gradient, exchanged once per step",
-        "rank_order": "tensor ranks innermost, then expert and data, then pipeline (Megatron-LM's order); a group uses scale_up while its span of consecutive ranks fits in one node, scale_out otherwise",
+        "rank_order": "tensor ranks innermost, then context, expert and data, then pipeline (Megatron-LM's order); a group uses scale_up while its span of consecutive ranks fits in one node, scale_out otherwise",
         "node_size": place.node_size,
         "node_size_source": place.node_source,
         "links": {k: {"link": c.link, "bytes_per_s": _bandwidth(place, c.link), "latency_s": link_latency(c.link)} for k, c in comm.items()},
@@ -664,15 +708,15 @@ class InferenceTime:
         }
 
 
-def _inference_work(model: Model, phase: str, tensor: int, flash: bool, weight_bytes: Mapping[str, sympy.Expr] | None = None) -> tuple[sympy.Expr, sympy.Expr]:
+def _inference_work(model: Model, phase: str, tensor: int, flash: bool, weight_bytes: Mapping[str, sympy.Expr] | None = None, expert_skew: float = 0) -> tuple[sympy.Expr, sympy.Expr]:
     """Per-device FLOPs and bytes of a phase, over batch and seq (prefill) or batch and past (decode);
     ``weight_bytes``: bytes per parameter by leaf, as a checkpoint stores them."""
     split = tensor_split(model, tensor)
-    total = phase_work(model, phase, depth=1, flash=flash, weight_bytes=weight_bytes).total
+    total = phase_work(model, phase, depth=1, flash=flash, weight_bytes=weight_bytes, expert_skew=expert_skew).total
     return sympy.expand(total.flops.xreplace(split)), sympy.expand(total.bytes.xreplace(split))
 
 
-def _inference_comm(model: Model, place: Placement, tensor: int, batch: int, seq: int) -> tuple[float, str | None]:
+def _inference_comm(model: Model, place: Placement, tensor: int, batch: int, seq: int, *, alpha: float | None = None, bandwidth: float | None = None) -> tuple[float, str | None]:
     """Forward tensor-parallel communication: two all-reduces per layer, the embedding's, and a gather of the last position's logits."""
     if tensor == 1:
         return 0.0, None
@@ -682,7 +726,8 @@ def _inference_comm(model: Model, place: Placement, tensor: int, batch: int, seq
     ends = parallel_comm.vocab_parallel_embedding(seq=seq, **sizes) + parallel_comm.vocab_parallel_output_head(seq=1, vocab=model.values.get("vocab", 1), fused_cross_entropy=False, **sizes)
     forward = [x for x in [*ends] if x.phase == "forward"]
     link = place.link(tensor)
-    return transfer_seconds([x for x in layer if x.phase == "forward"], place, link) * layers + transfer_seconds(forward, place, link), link
+    rates = {"alpha": alpha, "bandwidth": bandwidth}
+    return transfer_seconds([x for x in layer if x.phase == "forward"], place, link, **rates) * layers + transfer_seconds(forward, place, link, **rates), link
 
 
 def _phase_time(model: Model, place: Placement, phase: str, work: tuple[sympy.Expr, sympy.Expr], tensor: int, dtype: str, **workload: int) -> PhaseTime:
@@ -696,19 +741,21 @@ def prefill_time(model: Model, gpu: str | os.PathLike[str] | Hardware, *, batch:
     """Time to first token: the forward pass over ``batch`` prompts of ``prompt`` tokens on ``tensor`` devices."""
     _whole("batch", batch), _whole("prompt", prompt), _whole("tensor", tensor)
     place = placement(gpu, node_size)
+    model = at_dtype(model, dtype)
     return _phase_time(model, place, "prefill", _inference_work(model, "prefill", tensor, flash), tensor, dtype, batch=batch, seq=prompt)
 
 
-def decode_time(model: Model, gpu: str | os.PathLike[str] | Hardware, *, batch: int, context: int, tensor: int = 1, dtype: str = "bf16", node_size: int | None = None) -> PhaseTime:
+def decode_time(model: Model, gpu: str | os.PathLike[str] | Hardware, *, batch: int, context: int, tensor: int = 1, dtype: str = "bf16", node_size: int | None = None, expert_skew: float = 0, flash: bool = False) -> PhaseTime:
     """Time per output token: one new token for each of ``batch`` sequences after ``context`` cached tokens.
 
-    Attention is counted as eager kernels move it: one query row against the cache
-    materialises only b·h·context scores, while symform's FlashAttention IO model
-    reads K and V once per query head, which overcounts grouped-query caches.
+    With ``flash`` the attention reads each key/value head once for the query heads
+    that share it (FlashDecoding); without it, as eager kernels move it (the cache
+    repeated per query head, b·h·context scores materialised).
     """
     _whole("batch", batch), _whole("context", context, 0), _whole("tensor", tensor)
     place = placement(gpu, node_size)
-    return _phase_time(model, place, "decode", _inference_work(model, "decode", tensor, False), tensor, dtype, batch=batch, past=context)
+    model = at_dtype(model, dtype)
+    return _phase_time(model, place, "decode", _inference_work(model, "decode", tensor, flash, expert_skew), tensor, dtype, batch=batch, past=context)
 
 
 def inference_time(
@@ -723,16 +770,18 @@ def inference_time(
     flash: bool = False,
     node_size: int | None = None,
     weight_bytes: Mapping[str, sympy.Expr] | None = None,
+    expert_skew: float = 0,
 ) -> InferenceTime:
     """TTFT, TPOT and tokens/s for ``batch`` requests of ``prompt`` tokens generating ``output`` tokens each."""
     for name, value in (("batch", batch), ("prompt", prompt), ("output", output), ("tensor", tensor)):
         _whole(name, value)
     check_count(output, ARRAY_ELEMENTS, "output tokens (one decode step each)", "ARRAY_ELEMENTS", f"time at most {ARRAY_ELEMENTS:,} output tokens")
     place = placement(gpu, node_size)
+    model = at_dtype(model, dtype)
     if tensor > place.node_size:
         raise ConfigError(f"tensor degree {tensor} exceeds the {place.node_size} accelerators of one node; inference tensor parallelism stays within a node (give node_size or a system)")
     prefill_work = _inference_work(model, "prefill", tensor, flash, weight_bytes)
-    decode_work = _inference_work(model, "decode", tensor, False, weight_bytes)
+    decode_work = _inference_work(model, "decode", tensor, flash, weight_bytes, expert_skew)
     prefill = _phase_time(model, place, "prefill", prefill_work, tensor, dtype, batch=batch, seq=prompt)
     first = _phase_time(model, place, "decode", decode_work, tensor, dtype, batch=batch, past=prompt)
     last = _phase_time(model, place, "decode", decode_work, tensor, dtype, batch=batch, past=prompt + output - 2) if output > 1 else first
@@ -778,11 +827,11 @@ def _decode_sum(model: Model, place: Placement, work: tuple[sympy.Expr, sympy.Ex
 def _inference_assumptions(place: Placement, dtype: str, tensor: int, flash: bool, link: str | None) -> dict[str, object]:
     return {
         "peak": f"{place.device.name} dense {dtype} peak, no efficiency factor",
+        "dtype": dtype_assumption(dtype),
         "hbm": f"{place.device.name} HBM bandwidth, no efficiency factor",
         "overlap": "lower bound: compute, memory traffic and communication fully overlapped (max); upper bound: none overlapped (sum)",
         "bytes": "HBM bytes as an unfused eager framework moves them, weights read once per forward pass"
-        + ("; FlashAttention in the prefill's attention cores" if flash else "")
-        + "; decode attention always eager (FlashAttention's IO model reads K and V per query head, not per grouped KV head)",
+        + ("; FlashAttention in the attention cores (decode: each key/value head read once for the query heads sharing it)" if flash else "; eager attention (scores materialised, the cache read per query head)"),
         "ttft": "the prefill's forward pass over the prompts (the first output token comes from it)",
         "tpot": "mean over the output − 1 decode steps, step i after prompt + i cached tokens",
         "tokens_per_s": "batch × output tokens / (TTFT + all decode steps)",
@@ -790,4 +839,5 @@ def _inference_assumptions(place: Placement, dtype: str, tensor: int, flash: boo
         "link": None if link is None else {"link": link, "bytes_per_s": _bandwidth(place, link), "latency_s": link_latency(link)},
         "collective_algorithm": "the faster of ring and tree for each collective",
         "batching": "every sequence of the batch at the same step (static batching)",
+        "experts": "mixture of experts: a decode step reads the weights of every expert its batch touches, the expected number of distinct experts under uniform routing, n·(1 − (1 − k/n)^batch) (a Zipf skew with expert_skew); prefill and training read top_k experts' weights",
     }

@@ -116,6 +116,9 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
 
     p = verbs.add_parser("models", help="list bundled presets and supported Hugging Face model types", description="list bundled presets and supported Hugging Face model types")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p = verbs.add_parser("validate", help="symform's estimates of published measured runs and their errors (docs/validation.md)", description="symform's estimates of published measured runs and their errors (docs/validation.md)")
+    if wanted("validate"):
+        _from("validation_report", "validate_arguments")(p)
     p = verbs.add_parser("hardware", help="accelerators and systems: the list, or one of them", description="accelerators and systems: the list, or one of them")
     p.add_argument("name", nargs="?", help="a bundled device (symform hardware) or a path to a device file (.toml)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -153,6 +156,8 @@ def _print_or_fail(produce, args: argparse.Namespace | None = None) -> int:
 def _run(args: argparse.Namespace) -> str:
     if args.verb == "models":
         return _models(args)
+    if args.verb == "validate":
+        return _from("validation_report", "validate_command")(args)
     if args.verb == "hardware":
         return _hardware(args)
     if args.verb == "plot":

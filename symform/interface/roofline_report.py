@@ -7,6 +7,7 @@ import json
 from dataclasses import replace
 
 from ..analysis import flash_attention
+from ..analysis.hardware import DTYPE_BYTES
 from .cli_args import non_negative_int, positive_int
 from ..engine.errors import ConfigError
 from ..engine.model import Model
@@ -21,17 +22,8 @@ from ..analysis.roofline import (
     roofline,
 )
 
-#: Storage width of one element per dtype: --dtype sets the bytes of weights,
-#: activations and KV cache to it unless --convention names them.
-DTYPE_BYTES = {
-    "fp64": 8,
-    "fp32": 4,
-    "tf32": 4,
-    "bf16": 2,
-    "fp16": 2,
-    "fp8": 1,
-    "int8": 1,
-}
+#: --dtype sets the bytes of weights, activations and KV cache to its width
+#: (symform.hardware.DTYPE_BYTES) unless --convention names them.
 STORAGE = ("weight_bytes", "act_bytes", "kv_bytes")
 
 
@@ -72,9 +64,15 @@ def roofline_arguments(p: argparse.ArgumentParser) -> None:
         help="component breakdown depth in path segments (default 1)",
     )
     p.add_argument(
+        "--attention",
+        choices=("sdpa", "eager"),
+        default="sdpa",
+        help="attention kernels: sdpa (FlashAttention's IO, the default, as transformers and serving engines run) or eager (scores materialised, as PyTorch eager moves them)",
+    )
+    p.add_argument(
         "--flash",
         action="store_true",
-        help="FlashAttention in the attention cores instead of eager attention",
+        help="FlashAttention in the attention cores (the default; kept for older command lines)",
     )
     p.add_argument(
         "--sram-bytes",
@@ -97,7 +95,9 @@ def roofline_command(model: Model, args: argparse.Namespace) -> str:
     args.dtype = matmul_rate(stored, gpu.dense_flops_per_s, args.dtype)
     gpu.flops_per_s(args.dtype)  # an unknown dtype fails here, before any algebra
     model = _in_dtype(model, widths, given=dict(args.conventions))
-    options = {"dtype": args.dtype, "flash": args.flash, "sram_bytes": args.sram_bytes}
+    if args.flash and args.attention == "eager":
+        raise ConfigError("--flash and --attention eager contradict each other; drop one")
+    options = {"dtype": args.dtype, "flash": args.attention == "sdpa", "sram_bytes": args.sram_bytes}
     if weight_bytes is not None:
         options["weight_bytes"] = weight_bytes
     result = roofline(

@@ -7,6 +7,16 @@ import json
 from typing import TYPE_CHECKING
 
 from .cli_args import positive_int
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive finite number")
+    return value
 from ..engine.errors import ConfigError
 from ..analysis.memory import RECOMPUTE, SCHEDULES, Layout, matmul_rate, recipes, stored_weights
 from ..engine.model import Model
@@ -14,7 +24,7 @@ from ..engine.model import Model
 if TYPE_CHECKING:  # the timing module (and numpy) load when a time is asked for, not with the CLI
     from ..analysis.timing import InferenceTime, PhaseTime, TrainingTime
 
-TRAIN_ONLY = ("global_batch", "micro_batch", "seq", "dp", "pp", "ep", "recompute", "schedule")
+TRAIN_ONLY = ("global_batch", "micro_batch", "seq", "dp", "pp", "ep", "cp", "recompute", "schedule", "zero", "measured_step", "measured_tokens_per_s", "tokens")
 INFER_ONLY = ("batch", "prompt", "output")
 
 
@@ -28,25 +38,137 @@ def time_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--global-batch", type=positive_int, help="sequences per training step, over all data-parallel ranks")
     p.add_argument("--micro-batch", type=positive_int, help="sequences per micro-batch (default 1)")
     p.add_argument("--seq", type=positive_int, help="tokens per training sequence")
-    for flag, what in (("dp", "data"), ("tp", "tensor"), ("pp", "pipeline"), ("ep", "expert")):
+    for flag, what in (("dp", "data"), ("tp", "tensor"), ("pp", "pipeline"), ("ep", "expert"), ("cp", "context")):
         p.add_argument(f"--{flag}", type=positive_int, help=f"{what}-parallel degree")
     p.add_argument("--recompute", choices=RECOMPUTE, help="activation recomputation (default none)")
+    p.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="ZeRO stage / FSDP sharding over the data-parallel ranks (3 = FSDP full shard; default 0)")
+    p.add_argument("--fit-only", action="store_true", help="refuse a training layout whose memory does not fit one device")
     p.add_argument("--schedule", choices=SCHEDULES, help="pipeline schedule (default 1f1b)")
     p.add_argument("--batch", type=positive_int, help="requests served together (inference)")
     p.add_argument("--prompt", type=positive_int, help="prompt tokens per request (inference)")
     p.add_argument("--output", type=positive_int, help="tokens generated per request (inference)")
-    p.add_argument("--dtype", default=None, help="peak rate used: bf16, fp16, fp8, … (default: serving at the rate of the checkpoint's weight format where the device has one, else bf16)")
+    p.add_argument("--dtype", default=None, help="matmul dtype: bf16, fp16, fp8, …; sets the peak rate, and fp8/int8/fp4 also the bytes of each weight read (default: bf16, or for serving the rate of the checkpoint's weight format where the device has one)")
     p.add_argument("--weight-format", default=None, choices=list(recipes().weight_format), help="serving: how the weights are stored and read (default: as the checkpoint says)")
-    p.add_argument("--flash", action="store_true", help="FlashAttention's HBM traffic in the attention cores")
+    p.add_argument("--flash", action="store_true", help="FlashAttention in the attention cores (the default; kept for older command lines)")
     p.add_argument("--node-size", type=positive_int, help="accelerators per scale-up domain (default: the system's, or 8 for an accelerator)")
+    p.add_argument("--expert-skew", type=float, default=0.0, metavar="S", help="mixture of experts, decode: Zipf exponent of the routing (default 0: uniform), which sets how many distinct experts a step reads")
+    p.add_argument("--attention", choices=("sdpa", "eager"), default="sdpa", help="attention kernels: sdpa (FlashAttention, the default, as transformers and serving engines run) or eager (scores materialised), for the bounds, the estimate and the memory check")
+    p.add_argument("--measured-step", type=positive_float, metavar="SECONDS", help="a measured training step: MFU and HFU by the PaLM, Megatron and exact definitions")
+    p.add_argument("--measured-tokens-per-s", type=positive_float, metavar="TOKENS", help="a measured training throughput (tokens/s of the whole run), as --measured-step")
+    p.add_argument("--tokens", type=positive_float, metavar="N", help="tokens of a whole training run (e.g. 15e12): its duration in days and GPU-hours")
 
 
 def time_command(model: Model, args: argparse.Namespace) -> str:
+    from ..analysis import estimate, utilisation
+
     if args.train:
+        args.dtype = args.dtype or "bf16"
         result = _train(model, args)
-        return json.dumps(result.as_dict()) if args.json else training_table(result)
+        found = _estimate(lambda: estimate.training_estimate(model, args.gpu, global_batch=args.global_batch, micro_batch=args.micro_batch or 1, seq=args.seq, layout=_layout(args), recompute=args.recompute or "none", dtype=args.dtype, attention=args.attention, node_size=args.node_size))
+        memory = _memory_fit(model, args, result)
+        measured = utilisation.measured(model, result, step_s=args.measured_step, tokens_per_s=args.measured_tokens_per_s) if (args.measured_step or args.measured_tokens_per_s) else None
+        run = utilisation.duration(model, result, found, args.tokens, measured) if args.tokens else None
+        if args.json:
+            data = result.as_dict() | {"attention": args.attention, "memory": memory}
+            if isinstance(found, estimate.TrainingEstimate):
+                data |= {"estimate_s": found.step.as_dict(), "estimate": found.as_dict()}
+            else:
+                data["estimate_missing"] = found
+            if measured:
+                data["measured"] = measured
+            if run:
+                data["run"] = run
+            return json.dumps(data)
+        return _with_attention(training_table(result), args) + _memory_line(memory) + _training_extra(found, measured, run)
     result = _infer(model, args)
-    return json.dumps(result.as_dict()) if args.json else inference_table(result)
+    tp = args.tp or args.gpus or 1
+    found = _estimate(lambda: estimate.serving_estimate(model, args.gpu, batch=args.batch, prompt=args.prompt, output=args.output, tensor=tp, dtype=args.dtype, attention=args.attention, node_size=args.node_size, expert_skew=args.expert_skew))
+    if args.json:
+        data = result.as_dict() | {"attention": args.attention}
+        if isinstance(found, estimate.ServingEstimate):
+            for key, band in (("ttft_s", found.ttft), ("tpot_s", found.tpot), ("total_s", found.total)):
+                data[key] |= band.as_dict()
+            data["tokens_per_s"] |= found.tokens_per_s.as_dict()
+            data["estimate"] = found.as_dict()
+        else:
+            data["estimate_missing"] = found
+        return json.dumps(data)
+    return _with_attention(inference_table(result), args) + _serving_extra(found)
+
+
+def _estimate(make):
+    """The estimate, or the one-line reason there is none (a device without efficiency data keeps its bounds)."""
+    try:
+        return make()
+    except ConfigError as e:
+        if "no efficiency data" in str(e):
+            return str(e)
+        raise
+
+
+def _layout(args: argparse.Namespace) -> Layout:
+    dp, tp, pp = _degrees(args)
+    return Layout(data=dp, tensor=tp, pipeline=pp, expert=args.ep or 1, context=args.cp or 1, schedule=args.schedule or "1f1b", zero=args.zero or 0)
+
+
+def _with_attention(table: str, args: argparse.Namespace) -> str:
+    first, _, rest = table.partition("\n")
+    which = "sdpa: FlashAttention kernels in the attention cores" if args.attention == "sdpa" else "eager: scores materialised"
+    return f"{first}\nattention      {which}; --attention {'eager' if args.attention == 'sdpa' else 'sdpa'} for the other\n{rest}"
+
+
+def _flash(args: argparse.Namespace) -> bool:
+    """FlashAttention (SDPA) unless --attention eager: the bounds, the estimate and the memory check agree."""
+    if args.flash and args.attention == "eager":
+        raise ConfigError("--flash and --attention eager contradict each other; drop one")
+    return args.attention == "sdpa"
+
+
+def _memory_fit(model: Model, args: argparse.Namespace, result: TrainingTime) -> dict[str, object]:
+    """The layout's training memory on one device (symform.memory, as `symform memory --train` counts it) against the device's."""
+    from ..analysis.hardware import load_device
+    from ..analysis.memory import Training, training_memory
+    from ..analysis.timing import placement
+
+    place = placement(args.gpu, args.node_size)
+    flash = _flash(args)
+    report = training_memory(model, batch=args.micro_batch or 1, seq=args.seq, setup=Training(recompute=args.recompute or "none", flash=flash, layout=_layout(args)))
+    need, have = int(report.total), int(place.device.memory_bytes)
+    fit = {"bytes_per_device": need, "capacity_bytes": have, "fits": need <= have, "attention": "flash" if flash else "eager"}
+    if args.fit_only and not fit["fits"]:
+        raise ConfigError(f"this layout needs {need / 1e9:.1f} GB per device, more than the {have / 1e9:.1f} GB of {place.device.name}; raise --tp or --pp, add --recompute or --zero, lower --micro-batch, or drop --fit-only")
+    return fit
+
+
+def _memory_line(memory: dict[str, object]) -> str:
+    verdict = "fits" if memory["fits"] else "DOES NOT FIT (--fit-only refuses it)"
+    return f"\nmemory/device  {memory['bytes_per_device'] / 1e9:.1f} GB of {memory['capacity_bytes'] / 1e9:.1f} GB: {verdict} (symform memory --train, {memory['attention']} attention)"
+
+
+def _training_extra(found, measured, run) -> str:
+    if isinstance(found, str):
+        lines = [f"estimate       none: {found}"]
+    else:
+        e = found.step
+        lines = [
+            f"estimate       {_s(e.estimate)} (band {_s(e.low)} to {_s(e.high)}), attention {found.attention}: compute {_s(found.compute_s)}, exposed comm {_s(sum(found.exposed_comm_s.values()))}, bubble {_s(found.bubble_s)}, optimizer {_s(found.optimizer_s)}",
+            f"at estimate    MFU {found.mfu():.1%}  HFU {found.hfu():.1%}  tokens/s {found.tokens_per_s:,.0f}",
+        ]
+    if measured:
+        lines.append("measured       " + "  ".join(f"{k} {v:.1%}" for k, v in measured.items() if k.startswith(("mfu", "hfu"))))
+    if run:
+        lines.append(f"whole run      {run['tokens']:.3g} tokens: {run['days']:.1f} days, {run['gpu_hours']:,.0f} GPU-hours ({run['from']}); Narayanan Eq. 4: {run['eq4_days']:.1f} days")
+    return "\n" + "\n".join(lines)
+
+
+def _serving_extra(found) -> str:
+    if isinstance(found, str):
+        return f"\nestimate               none: {found}"
+    return "\n" + "\n".join([
+        f"{'estimate TTFT':<22} {_s(found.ttft.estimate)} (band {_s(found.ttft.low)} to {_s(found.ttft.high)}), attention {found.attention}, fused kernels",
+        f"{'estimate TPOT':<22} {_s(found.tpot.estimate)} (band {_s(found.tpot.low)} to {_s(found.tpot.high)})",
+        f"{'estimate tokens/s':<22} {found.tokens_per_s.estimate:,.1f}",
+    ])
 
 
 def _refuse(args: argparse.Namespace, names: tuple[str, ...], mode: str) -> None:
@@ -63,33 +185,35 @@ def _require(args: argparse.Namespace, names: tuple[str, ...], mode: str) -> Non
 
 
 def _degrees(args: argparse.Namespace) -> tuple[int, int, int]:
-    """data, tensor, pipeline: --dp defaults to what --gpus leaves after tensor × pipeline."""
-    tp, pp = args.tp or 1, args.pp or 1
+    """data, tensor, pipeline: --dp defaults to what --gpus leaves after tensor × pipeline × context."""
+    tp, pp, cp = args.tp or 1, args.pp or 1, getattr(args, "cp", None) or 1
     dp = args.dp
     if dp is None:
-        if args.gpus is not None and args.gpus % (tp * pp):
-            raise ConfigError(f"--gpus {args.gpus} is not a multiple of tensor × pipeline = {tp * pp}; change --gpus, --tp or --pp")
-        dp = args.gpus // (tp * pp) if args.gpus else 1
-    if args.gpus is not None and dp * tp * pp != args.gpus:
-        raise ConfigError(f"--dp × --tp × --pp = {dp * tp * pp} but --gpus is {args.gpus}; make them agree")
+        if args.gpus is not None and args.gpus % (tp * pp * cp):
+            raise ConfigError(f"--gpus {args.gpus} is not a multiple of tensor × pipeline × context = {tp * pp * cp}; change --gpus, --tp, --pp or --cp")
+        dp = args.gpus // (tp * pp * cp) if args.gpus else 1
+    if args.gpus is not None and dp * tp * pp * cp != args.gpus:
+        raise ConfigError(f"--dp × --tp × --pp × --cp = {dp * tp * pp * cp} but --gpus is {args.gpus}; make them agree")
     return dp, tp, pp
 
 
 def _train(model: Model, args: argparse.Namespace) -> TrainingTime:
     _refuse(args, (*INFER_ONLY, "weight_format"), "--train")
+    if args.measured_step and args.measured_tokens_per_s:
+        raise ConfigError("give --measured-step or --measured-tokens-per-s, not both")
     _require(args, ("global_batch", "seq"), "--train")
-    dp, tp, pp = _degrees(args)
-    layout = Layout(data=dp, tensor=tp, pipeline=pp, expert=args.ep or 1, schedule=args.schedule or "1f1b")
     from ..analysis.timing import training_time
 
     return training_time(
         model, args.gpu, global_batch=args.global_batch, micro_batch=args.micro_batch or 1, seq=args.seq,
-        layout=layout, recompute=args.recompute or "none", dtype=args.dtype or "bf16", flash=args.flash, node_size=args.node_size,
+        layout=_layout(args), recompute=args.recompute or "none", dtype=args.dtype, flash=_flash(args), node_size=args.node_size,
     )
 
 
 def _infer(model: Model, args: argparse.Namespace) -> InferenceTime:
     _refuse(args, TRAIN_ONLY, "--infer")
+    if args.fit_only:
+        raise ConfigError("--fit-only does not apply to --infer; drop it")
     _require(args, INFER_ONLY, "--infer")
     tp = args.tp or args.gpus or 1
     if args.gpus is not None and args.gpus != tp:
@@ -100,10 +224,11 @@ def _infer(model: Model, args: argparse.Namespace) -> InferenceTime:
     dtype = matmul_rate(stored, placement(args.gpu, args.node_size).device.dense_flops_per_s, args.dtype)
     result = inference_time(
         model, args.gpu, batch=args.batch, prompt=args.prompt, output=args.output, tensor=tp,
-        dtype=dtype, flash=args.flash, node_size=args.node_size, weight_bytes=weight_bytes,
+        dtype=dtype, flash=_flash(args), node_size=args.node_size, weight_bytes=weight_bytes, expert_skew=args.expert_skew,
     )
     if stored is not None:
         result.assumptions["weights"] = f"read as stored: {stored.read}"
+    args.dtype = dtype  # the estimate runs at the same rate
     return result
 
 
@@ -125,7 +250,7 @@ def _sci(value: object) -> str:
 def training_table(r: TrainingTime) -> str:
     lay = r.layout
     lines = [
-        f"training step of {r.model} on {r.devices} × {r.gpu} ({r.dtype}): data {lay['data']} × tensor {lay['tensor']} × pipeline {lay['pipeline']}, expert {lay['expert']}",
+        f"training step of {r.model} on {r.devices} × {r.gpu} ({r.dtype}): data {lay['data']} × tensor {lay['tensor']} × pipeline {lay['pipeline']}" + (f" × context {lay['context']}" if lay["context"] > 1 else "") + f", expert {lay['expert']}",
         f"global batch {r.global_batch} × seq {r.seq} = {r.tokens:,} tokens; micro-batch {r.micro_batch}, {r.microbatches} per step; recompute {r.recompute}",
         f"per device     FLOPs {_sci(r.flops_per_device)}   HBM bytes {_sci(r.bytes_per_device)}",
         f"compute        {_s(r.t_math)}",

@@ -1,0 +1,248 @@
+"""Published measured runs, symform's estimates of them, the errors, and the fit of the few fitted factors.
+
+The runs live in ``hardware/measured/*.toml``, one file per source, each run with its
+full setup (model, devices, layout, batch, sequence, precision), the figure the source
+measured and how that source counts FLOPs. Each run is in the ``fit`` or the ``check``
+split: the factors marked ``fitted`` in ``hardware/efficiency/`` are fitted on the first
+(``fit_factors``) and the errors are reported on both (``docs/validation.md``, generated
+by ``symform validate --markdown``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from functools import cache
+from typing import Any
+
+from ..engine.data import data_root, read_toml
+from ..engine.errors import ConfigError
+from ..engine.model import Model
+from . import estimate, timing
+from .memory import Layout
+
+SPLITS = ("fit", "check")
+
+
+@dataclass(frozen=True, eq=False)  # one object per run: cached by identity
+class Run:
+    source: str  # the file's stem
+    name: str
+    split: str
+    kind: str  # "training" or "serving"
+    setup: Mapping[str, Any]
+    measured: tuple[str, float]  # what the source reports, and its value
+
+
+@dataclass(frozen=True)
+class Case:
+    run: Run
+    predicted: float
+
+    @property
+    def error(self) -> float:
+        """Relative error of the estimate on the figure the source reports."""
+        return self.predicted / self.run.measured[1] - 1
+
+
+@cache
+def sources() -> dict[str, dict[str, Any]]:
+    """Each source file's [source] table, by file stem."""
+    return {path.stem: read_toml(path)["source"] for path in sorted((data_root() / "hardware" / "measured").glob("*.toml"))}
+
+
+@cache
+def runs() -> tuple[Run, ...]:
+    found = []
+    for path in sorted((data_root() / "hardware" / "measured").glob("*.toml")):
+        data = read_toml(path)
+        kind = {"measured_training": "training", "measured_serving": "serving"}.get(data.get("kind"))
+        if kind is None:
+            raise ConfigError(f"{path}: kind must be measured_training or measured_serving")
+        for entry in data.get("runs", []):
+            entry = dict(entry)
+            name, split, measured = entry.pop("name"), entry.pop("split"), entry.pop("measured")
+            if split not in SPLITS or len(measured) != 1:
+                raise ConfigError(f"{path}: run {name!r} needs split = fit or check and one measured figure")
+            found.append(Run(path.stem, name, split, kind, entry, next(iter(measured.items()))))
+    return tuple(found)
+
+
+def run_model(run: Run) -> Model:
+    """The run's model: a config given inline, or a bundled preset with overrides."""
+    setup = run.setup
+    if "config" in setup:
+        return Model.from_config(dict(setup["config"]), name=run.name)
+    preset = setup["preset"]
+    if "overrides" not in setup:
+        return Model.load(preset)
+    with open(data_root() / "formulas" / "presets" / f"{preset}.json", encoding="utf-8") as f:
+        config = json.load(f)
+    return Model.from_config(config | dict(setup["overrides"]), name=run.name)
+
+
+# --- predictions --------------------------------------------------------------------------------
+
+
+@dataclass
+class _Prepared:
+    """What does not depend on the fitted factors: the model, the bounds, the kernels."""
+
+    run: Run
+    model: Model
+    bounds: Any = None
+    work: Any = None
+
+
+def _layout(setup: Mapping[str, Any]) -> Layout:
+    t, p = setup.get("tensor", 1), setup.get("pipeline", 1)
+    return Layout(data=setup["gpus"] // (t * p), tensor=t, pipeline=p, zero=setup.get("zero", 0))
+
+
+def _prepare(run: Run) -> _Prepared:
+    model, s = run_model(run), run.setup
+    if run.kind == "training":
+        layout = _layout(s)
+        bounds = timing.training_time(model, s["gpu"], global_batch=s["global_batch"], micro_batch=s["micro_batch"], seq=s["seq"], layout=layout, recompute=s.get("recompute", "none"), dtype=s.get("dtype", "bf16"), flash=s.get("attention", "sdpa") == "sdpa")
+        work = estimate.kernels(model, "train", workload={"batch": s["micro_batch"], "seq": s["seq"]}, tensor=layout.tensor, pipeline=layout.pipeline, recompute=s.get("recompute", "none"), attention=s.get("attention", "sdpa"))
+        return _Prepared(run, model, bounds, work)
+    work = estimate.serving_kernels(model, batch=s["batch"], prompt=s["prompt"], output=s["output"], tensor=s.get("tensor", 1))
+    return _Prepared(run, model, None, work)
+
+
+@cache
+def _prepared(run: Run) -> _Prepared:
+    return _prepare(run)
+
+
+def predict(run: Run, factors: Mapping[str, Any] | None = None) -> float:
+    """symform's estimate of the figure ``run`` reports, with the bundled factors or ``factors`` replacing some."""
+    prepared, s = _prepared(run), run.setup
+    eff = _efficiency(s["gpu"], factors or {})
+    if run.kind == "training":
+        convention = _training_fusion(factors or {})
+        result = estimate.training_estimate(
+            prepared.model, s["gpu"], global_batch=s["global_batch"], micro_batch=s["micro_batch"], seq=s["seq"], layout=_layout(s),
+            recompute=s.get("recompute", "none"), dtype=s.get("dtype", "bf16"), attention=s.get("attention", "sdpa"), efficiency_data=eff, bounds=prepared.bounds, work=prepared.work, convention=convention,
+        )
+        return _training_figure(run, prepared, result.step.estimate)
+    result = estimate.serving_estimate(
+        prepared.model, s["gpu"], batch=s["batch"], prompt=s["prompt"], output=s["output"], tensor=s.get("tensor", 1),
+        dtype=s.get("dtype", "bf16"), efficiency_data=eff, work=prepared.work,
+    )
+    return _serving_figure(run, result)
+
+
+def _efficiency(gpu: str, factors: Mapping[str, Any]) -> estimate.Efficiency:
+    eff = estimate.efficiency(gpu)
+    mine = {k.split(":", 1)[1]: v for k, v in factors.items() if k.startswith(f"{eff.device}:")}
+    if "gemm.sustained" in mine:
+        eff = replace(eff, gemm_sustained=mine["gemm.sustained"])
+    if "gemm.half_flops" in mine:
+        eff = replace(eff, half_flops=mine["gemm.half_flops"])
+    if "links.scale_up.latency_s" in mine:
+        links = dict(eff.links)
+        links["scale_up"] = replace(links["scale_up"], latency_s=mine["links.scale_up.latency_s"])
+        eff = replace(eff, links=links)
+    return eff
+
+
+def _training_fusion(factors: Mapping[str, Any]) -> str | tuple[float, frozenset[str]]:
+    if "rules:fusion.training.fraction" not in factors:
+        return "training"
+    return (factors["rules:fusion.training.fraction"], estimate.rules().fusion["training"][1])
+
+
+def narayanan_flops(model: Model, batch: int, seq: int) -> float:
+    """Narayanan et al. 2021, Eq. 3: 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)), full recomputation included."""
+    v = model.values
+    h, layers, vocab = v["d_model"], v["n_layers"], v["vocab"]
+    return 96 * batch * seq * layers * h**2 * (1 + seq / (6 * h) + vocab / (16 * layers * h))
+
+
+def _training_figure(run: Run, prepared: _Prepared, seconds: float) -> float:
+    what, s = run.measured[0], run.setup
+    if what == "tflops_per_gpu":
+        return narayanan_flops(prepared.model, s["global_batch"], s["seq"]) / (seconds * s["gpus"]) / 1e12
+    if what == "tokens_per_s":
+        return s["global_batch"] * s["seq"] / seconds
+    raise ConfigError(f"run {run.name}: unknown measured figure {what!r}; use tflops_per_gpu or tokens_per_s")
+
+
+def _serving_figure(run: Run, result: estimate.ServingEstimate) -> float:
+    what = run.measured[0]
+    if what == "ttft_ms":
+        return result.ttft.estimate * 1e3
+    if what == "tokens_per_s_per_sequence":
+        return 1 / result.tpot.estimate
+    if what == "tokens_per_s":
+        return result.tokens_per_s.estimate
+    raise ConfigError(f"run {run.name}: unknown measured figure {what!r}; use ttft_ms, tokens_per_s_per_sequence or tokens_per_s")
+
+
+def validate(factors: Mapping[str, Any] | None = None, only: Iterable[Run] | None = None) -> list[Case]:
+    return [Case(run, predict(run, factors)) for run in (runs() if only is None else only)]
+
+
+@dataclass(frozen=True)
+class Summary:
+    kind: str
+    split: str
+    count: int
+    median: float  # of |error|
+    worst: float
+    worst_case: str
+
+
+def summarise(cases: list[Case]) -> list[Summary]:
+    found = []
+    for kind in ("training", "serving"):
+        for split in (*SPLITS, "all"):
+            chosen = [c for c in cases if c.run.kind == kind and split in (c.run.split, "all")]
+            if chosen:
+                worst = max(chosen, key=lambda c: abs(c.error))
+                found.append(Summary(kind, split, len(chosen), statistics.median(abs(c.error) for c in chosen), abs(worst.error), worst.run.name))
+    return found
+
+
+# --- the fit ------------------------------------------------------------------------------------------
+
+#: The fitted factors: name, the runs that inform it, and the range searched.
+FITTED: tuple[tuple[str, Callable[[Run], bool], tuple[float, float]], ...] = (
+    ("a100-sxm-80gb:gemm.sustained", lambda r: r.setup["gpu"] == "a100-sxm-80gb", (0.4, 1.0)),
+    ("h100-sxm:gemm.sustained", lambda r: r.setup["gpu"] == "h100-sxm", (0.3, 1.0)),
+    # a GEMM of half_flops runs at half the sustained rate: up to 10 GFLOP (a few µs of work)
+    ("a100-sxm-80gb:gemm.half_flops", lambda r: r.setup["gpu"] == "a100-sxm-80gb", (0.0, 1e10)),
+    ("rules:fusion.training.fraction", lambda r: r.kind == "training", (0.0, 1.0)),
+    ("a100-sxm-80gb:links.scale_up.latency_s", lambda r: r.kind == "serving" and r.setup.get("tensor", 1) > 1, (0.5e-6, 20e-6)),
+)
+
+
+def _loss(factors: Mapping[str, Any], chosen: list[Run]) -> float:
+    return statistics.fmean(abs(math.log(predict(r, factors) / r.measured[1])) for r in chosen)
+
+
+def fit_factors(rounds: int = 2, steps: int = 24) -> dict[str, float]:
+    """The fitted factors, by coordinate search of the mean |log error| over the ``fit`` split."""
+    fit_runs = [r for r in runs() if r.split == "fit"]
+    factors: dict[str, float] = {}
+    for _ in range(rounds):
+        for name, informs, (floor, ceiling) in FITTED:
+            chosen = [r for r in fit_runs if informs(r)]
+            low, high = floor, ceiling
+            for _ in range(3):  # narrow the grid around the best point, never leaving the range
+                grid = [low + (high - low) * i / steps for i in range(steps + 1)]
+                best = min(grid, key=lambda x: _loss(factors | {name: x}, chosen))
+                width = (high - low) / steps
+                low, high = max(best - width, floor), min(best + width, ceiling)
+            factors[name] = best
+    return factors
+
+
+def band(cases: list[Case], kind: str) -> float:
+    """The 90th percentile of |error| over the fit split of ``kind``: the band's half-width."""
+    errors = sorted(abs(c.error) for c in cases if c.run.kind == kind and c.run.split == "fit")
+    return errors[min(len(errors) - 1, math.ceil(0.9 * len(errors)) - 1)]

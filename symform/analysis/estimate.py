@@ -1,0 +1,554 @@
+"""Point estimates with a band: a training step, a served request's TTFT and TPOT.
+
+The bounds of ``symform.timing`` take every kernel at the datasheet's peak. An estimate
+instead runs each leaf of the model (each kernel an eager framework would launch) at the
+rate the device sustains for work of its kind and size, one after another:
+
+- a GEMM at ``peak × sustained × tile(M) × F / (F + half_flops)``: the fraction of the
+  peak large GEMMs reach, the tile quantisation of its M rows (tokens), and a roll-off
+  for GEMMs too small to fill the SMs (wave quantisation, launch overhead);
+- an attention core (FlashAttention/SDPA) at FlashAttention's achieved fraction by head size;
+- memory-bound work at a fraction of the HBM bandwidth, its bytes scaled by a fusion
+  convention (a serving engine fuses norms, rotary and activations into their neighbours);
+
+each kernel taking the longer of its compute and its memory time. Communication comes from
+``symform.timing`` (the same transfers) at each link's bus efficiency and latency per hop,
+hidden under compute only where the overlap rules say so; the pipeline bubble, the
+recomputation and the optimizer step are added. Every factor is data: one file per device
+in ``hardware/efficiency/`` and the rules in ``hardware/efficiency/rules.toml``, each with
+its source (``fitted`` ones are fitted on published runs: docs/validation.md).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import sympy
+
+from ..engine.data import data_root, read_toml
+from ..engine.errors import ConfigError, EvaluationError
+from ..engine.model import Model
+from . import timing
+from .hardware import Hardware
+from .memory import Layout, params_per_device, tensor_split
+from .roofline import phase_work
+
+#: Attention implementations: SDPA / FlashAttention kernels (what transformers and the
+#: serving engines run by default) or eager PyTorch (scores materialised).
+ATTENTION = ("sdpa", "eager")
+
+
+# --- the data -------------------------------------------------------------------------------
+
+
+def efficiency_dir() -> Path:
+    return data_root() / "hardware" / "efficiency"
+
+
+@dataclass(frozen=True)
+class LinkEfficiency:
+    bus_efficiency: float
+    latency_s: float
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """What one device sustains, each figure from its file in hardware/efficiency/ with its source."""
+
+    device: str
+    gemm_sustained: float
+    tile_m: int
+    half_flops: float
+    attention: Mapping[int, float]
+    memory: float
+    links: Mapping[str, LinkEfficiency]
+    sources: Mapping[str, str]
+
+    def attention_fraction(self, head_size: int) -> float:
+        """The figure for the largest listed head size not above ``head_size`` (the smallest listed if all are)."""
+        sizes = sorted(self.attention)
+        below = [s for s in sizes if s <= head_size]
+        return self.attention[below[-1] if below else sizes[0]]
+
+    def gemm_fraction(self, rows: float, flops_per_call: float) -> float:
+        """Fraction of the peak a GEMM of ``rows`` rows (tokens) and ``flops_per_call`` FLOPs sustains.
+
+        Rows pad up to whole tiles; fewer rows than one tile run as skinny (GEMV-like)
+        kernels that pad nothing but stay memory-bound. The roll-off acts on the padded
+        work, the work the SMs actually do.
+        """
+        tile = self.tile_m
+        used = rows / (math.ceil(rows / tile) * tile) if rows >= tile else 1.0
+        padded = flops_per_call / used
+        return self.gemm_sustained * used * padded / (padded + self.half_flops)
+
+    def link(self, name: str) -> LinkEfficiency:
+        if name not in self.links:
+            raise ConfigError(f"{self.device}'s efficiency file has no [links.{name}]; add its bus_efficiency and latency_s")
+        return self.links[name]
+
+
+def _fraction(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise ConfigError(f"{where} is {value!r}; give a fraction in (0, 1]")
+    return float(value)
+
+
+def _positive(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ConfigError(f"{where} is {value!r}; give a number of 0 or more")
+    return float(value)
+
+
+def _section(data: Mapping[str, Any], name: str, path: Path) -> Mapping[str, Any]:
+    section = data.get(name)
+    if not isinstance(section, dict):
+        raise ConfigError(f"{path}: missing [{name}]; see hardware/efficiency/a100-sxm-80gb.toml for the fields")
+    return section
+
+
+def _parse_efficiency(data: Mapping[str, Any], path: Path) -> Efficiency:
+    gemm, attention, memory = (_section(data, n, path) for n in ("gemm", "attention", "memory"))
+    fractions = attention.get("fraction")
+    if not isinstance(fractions, dict) or not fractions:
+        raise ConfigError(f"{path}: [attention] needs fraction = {{ head_size = fraction, ... }}")
+    try:
+        by_head = {int(k): _fraction(v, f"{path}: attention.fraction.{k}") for k, v in fractions.items()}
+    except ValueError:
+        raise ConfigError(f"{path}: attention.fraction keys are head sizes (whole numbers)") from None
+    links = {}
+    for name, link in _section(data, "links", path).items():
+        links[name] = LinkEfficiency(_fraction(link.get("bus_efficiency"), f"{path}: links.{name}.bus_efficiency"), _positive(link.get("latency_s"), f"{path}: links.{name}.latency_s"))
+    sources = {name: str(_section(data, name, path).get("source", "")) for name in ("gemm", "attention", "memory")}
+    sources |= {f"links.{n}": str(v.get("source", "")) for n, v in data["links"].items()}
+    return Efficiency(
+        device=str(data.get("device", path.stem)),
+        gemm_sustained=_fraction(gemm.get("sustained"), f"{path}: gemm.sustained"),
+        tile_m=int(_positive(gemm.get("tile_m"), f"{path}: gemm.tile_m")) or 1,
+        half_flops=_positive(gemm.get("half_flops"), f"{path}: gemm.half_flops"),
+        attention=by_head,
+        memory=_fraction(memory.get("fraction"), f"{path}: memory.fraction"),
+        links=links,
+        sources=sources,
+    )
+
+
+@cache
+def _bundled_efficiency() -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for path in sorted(efficiency_dir().glob("*.toml")):
+        data = read_toml(path)
+        if data.get("kind") != "efficiency":
+            continue
+        for name in [data.get("device", path.stem), *data.get("also", [])]:
+            found[str(name)] = path
+    return found
+
+
+def efficiency(device: str | os.PathLike[str]) -> Efficiency:
+    """The efficiency file of a bundled device (by the device's or a system's name) or a .toml path."""
+    text = os.fspath(device)
+    if text.lower().endswith(".toml"):
+        path = Path(text)
+    else:
+        bundled = _bundled_efficiency()
+        if text not in bundled:
+            raise ConfigError(f"no efficiency data for {text!r}, so no estimate (the bounds still hold); bundled: {', '.join(sorted(bundled))}; add hardware/efficiency/{text}.toml")
+        path = bundled[text]
+    return _parse_efficiency(read_toml(path), path)
+
+
+@dataclass(frozen=True)
+class Rules:
+    overlap: Mapping[str, Mapping[str, Any]]
+    optimizer_bytes_per_param: float
+    fusion: Mapping[str, tuple[float, frozenset[str]]]
+    band: Mapping[str, tuple[float, float]]
+    sources: Mapping[str, str]
+
+
+@cache
+def rules(path: str | None = None) -> Rules:
+    """The overlap rules, the optimizer step, the fusion conventions and the band (hardware/efficiency/rules.toml)."""
+    where = Path(path) if path else efficiency_dir() / "rules.toml"
+    data = read_toml(where)
+    fusion = {}
+    for name, conv in _section(data, "fusion", where).items():
+        fusion[name] = (_positive(conv.get("fraction"), f"{where}: fusion.{name}.fraction"), frozenset(conv.get("leaves", [])))
+    band = {k: (_positive(v.get("below"), f"{where}: band.{k}.below"), _positive(v.get("above"), f"{where}: band.{k}.above")) for k, v in _section(data, "band", where).items()}
+    optimizer = _section(data, "optimizer", where)
+    sources = {f"overlap.{k}": str(v.get("source", "")) for k, v in data["overlap"].items()}
+    sources |= {f"fusion.{k}": str(v.get("source", "")) for k, v in data["fusion"].items()}
+    sources |= {f"band.{k}": str(v.get("source", "")) for k, v in data["band"].items()}
+    sources["optimizer"] = str(optimizer.get("source", ""))
+    return Rules(dict(_section(data, "overlap", where)), _positive(optimizer.get("bytes_per_param"), f"{where}: optimizer.bytes_per_param"), fusion, band, sources)
+
+
+# --- kernels -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One leaf's work on one device: FLOPs, HBM bytes, how many launches it stands for, and its GEMM rows."""
+
+    path: str
+    kind: str  # "gemm", "attention" or "elementwise"
+    flops: float
+    bytes: float
+    calls: float
+    rows: float
+
+    @property
+    def leaf(self) -> str:
+        return self.path.rsplit("/", 1)[-1]
+
+
+def kernels(
+    model: Model,
+    phase: str,
+    *,
+    workload: Mapping[str, int | Fraction],
+    tensor: int = 1,
+    pipeline: int = 1,
+    attention: str = "sdpa",
+    recompute: str = "none",
+    expert_skew: float = 0,
+    context: int = 1,
+) -> list[Kernel]:
+    """The leaves of one micro-batch (train, prefill) or one step (decode) on one device, as kernels."""
+    if attention not in ATTENTION:
+        raise EvaluationError(f"unknown attention implementation {attention!r}; choose one of {', '.join(ATTENTION)}")
+    flash = attention == "sdpa"
+    leaves = phase_work(model, phase, depth=None, flash=flash, expert_skew=expert_skew).components
+    extra = _recomputed(model, recompute, flash) if phase == "train" else {}
+    split = tensor_split(model, tensor)
+    layers_here = Fraction(model.values.get("n_layers", 1), pipeline)
+    rows = workload["batch"] * workload.get("seq", 1) / context
+    batch = model.vocabulary["batch"]
+    passes = 3 if phase == "train" else 1  # forward, gradient of the input, gradient of the weights
+    found = []
+    for path, work in leaves.items():
+        both = [(work.flops, work.bytes)] + ([(extra[path].flops, extra[path].bytes)] if path in extra else [])
+        flops = sum(_per_device(model, timing.context_share(sympy.sympify(f), batch, context), split, pipeline, workload) for f, _ in both)
+        moved = sum(_per_device(model, timing.context_share(sympy.sympify(b), batch, context), split, pipeline, workload) for _, b in both)
+        if not flops and not moved:
+            continue
+        kind = "attention" if flash and (path.endswith("/core") or "/core/" in path) else "gemm" if flops else "elementwise"
+        calls = passes * (float(layers_here) if path.startswith("layers/") else 1.0)
+        found.append(Kernel(path, kind, float(flops), float(moved), calls, float(rows)))
+    return found
+
+
+def _per_device(model: Model, expr: sympy.Expr, split, pipeline: int, workload) -> Number:
+    expr = sympy.sympify(expr)
+    if not expr.free_symbols and expr == 0:
+        return 0
+    return timing._bind(model, sympy.expand(expr.xreplace(split) / pipeline), **{k: v for k, v in workload.items()})
+
+
+Number = int | float | Fraction
+
+
+def _recomputed(model: Model, recompute: str, flash: bool) -> dict[str, Any]:
+    """One more forward of the leaves ``recompute`` runs again in backward, by path (as symform.timing counts them)."""
+    units = timing.recomputed_units(model, recompute)
+    if not units or (flash and recompute == "selective"):
+        return {}
+    forward = phase_work(model, "prefill", depth=None, flash=flash).components
+    return {p: w for p, w in forward.items() if any(p == u or p.startswith(f"{u}/") for u in units)}
+
+
+def kernel_seconds(kernel: Kernel, peak: float, hbm: float, eff: Efficiency, fusion: tuple[float, frozenset[str]], head_size: int) -> float:
+    """One kernel at the device's sustained rates: the longer of its compute and its memory time."""
+    fraction, fused = fusion
+    moved = kernel.bytes * (fraction if kernel.leaf in fused else 1.0)
+    t_mem = moved / (hbm * eff.memory)
+    if kernel.kind == "elementwise":
+        return t_mem
+    if kernel.kind == "attention":
+        rate = eff.attention_fraction(head_size)
+    else:
+        rate = eff.gemm_fraction(kernel.rows, kernel.flops / kernel.calls)
+    return max(kernel.flops / (peak * rate), t_mem)
+
+
+def _head_size(model: Model) -> int:
+    values = model.values
+    if "d_head" in values:
+        return int(values["d_head"])
+    return int(values.get("d_model", 128) // max(values.get("n_heads", 1), 1))
+
+
+def _device_rates(place: timing.Placement, dtype: str) -> tuple[float, float]:
+    return float(place.device.flops_per_s(dtype)), float(place.device.hbm_bytes_per_s)
+
+
+def _efficiency_for(place: timing.Placement, given: Efficiency | str | os.PathLike[str] | None) -> Efficiency:
+    if isinstance(given, Efficiency):
+        return given
+    if given is not None:
+        return efficiency(given)
+    for name in (place.hardware.name, place.device.name):
+        if name and name in _bundled_efficiency():
+            return efficiency(name)
+    return efficiency(place.device.name or place.name)
+
+
+def serving_kernels(model: Model, *, batch: int, prompt: int, output: int, tensor: int = 1, attention: str = "sdpa", expert_skew: float = 0) -> tuple[list[Kernel], list[Kernel]]:
+    """The prefill's kernels, and one decode step's at the mean cache length of the output − 1 steps."""
+    prefill = kernels(model, "prefill", workload={"batch": batch, "seq": prompt}, tensor=tensor, attention=attention)
+    past = Fraction(2 * prompt + max(output - 2, 0), 2)
+    return prefill, kernels(model, "decode", workload={"batch": batch, "past": past}, tensor=tensor, attention=attention, expert_skew=expert_skew)
+
+
+def _fusion(convention: str | tuple[float, frozenset[str]]) -> tuple[float, frozenset[str]]:
+    if isinstance(convention, tuple):
+        return convention
+    conventions = rules().fusion
+    if convention not in conventions:
+        raise EvaluationError(f"unknown fusion convention {convention!r}; choose one of {', '.join(conventions)}")
+    return conventions[convention]
+
+
+@dataclass(frozen=True)
+class Band:
+    """A point estimate with its band."""
+
+    estimate: float
+    low: float
+    high: float
+
+    @classmethod
+    def around(cls, value: float, kind: str) -> "Band":
+        below, above = rules().band[kind]
+        return cls(value, value * (1 - below), value * (1 + above))
+
+    def as_dict(self) -> dict[str, float]:
+        return {"estimate": self.estimate, "low": self.low, "high": self.high}
+
+
+# --- training -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrainingEstimate:
+    """One training step's estimate: its parts, the band, MFU and HFU at the estimate, and the factors used."""
+
+    step: Band
+    compute_s: float
+    comm_s: dict[str, float]
+    exposed_comm_s: dict[str, float]
+    bubble_s: float
+    optimizer_s: float
+    model_flops: Number
+    hardware_flops: Number
+    devices: int
+    peak_flops_per_s: float
+    tokens: int
+    attention: str
+    factors: dict[str, object] = field(default_factory=dict)
+
+    def mfu(self, seconds: float | None = None) -> float:
+        return float(self.model_flops) / ((seconds or self.step.estimate) * self.devices * self.peak_flops_per_s)
+
+    def hfu(self, seconds: float | None = None) -> float:
+        return float(self.hardware_flops) / ((seconds or self.step.estimate) * self.devices * self.peak_flops_per_s)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.step.estimate
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "estimate_s": self.step.as_dict(),
+            "compute_s": self.compute_s,
+            "comm_s": self.comm_s,
+            "exposed_comm_s": self.exposed_comm_s,
+            "bubble_s": self.bubble_s,
+            "optimizer_s": self.optimizer_s,
+            "mfu": self.mfu(),
+            "hfu": self.hfu(),
+            "tokens_per_s": self.tokens_per_s,
+            "attention": self.attention,
+            "factors": self.factors,
+        }
+
+
+def training_estimate(
+    model: Model,
+    gpu: str | os.PathLike[str] | Hardware,
+    *,
+    global_batch: int,
+    micro_batch: int,
+    seq: int,
+    layout: Layout | None = None,
+    recompute: str = "none",
+    dtype: str = "bf16",
+    precision: str = "mixed",
+    attention: str = "sdpa",
+    node_size: int | None = None,
+    efficiency_data: Efficiency | str | None = None,
+    convention: str = "training",
+    bounds: timing.TrainingTime | None = None,
+    work: list[Kernel] | None = None,
+) -> TrainingEstimate:
+    """The estimated step time of ``symform.timing.training_time``'s step, with its parts and band."""
+    layout = layout or Layout()
+    bounds = bounds or timing.training_time(
+        model, gpu, global_batch=global_batch, micro_batch=micro_batch, seq=seq, layout=layout,
+        recompute=recompute, dtype=dtype, flash=attention == "sdpa", precision=precision, node_size=node_size,
+    )
+    place = timing.placement(gpu, node_size)
+    model = timing.at_dtype(model, dtype)
+    eff = _efficiency_for(place, efficiency_data)
+    peak, hbm = _device_rates(place, dtype)
+    if work is None:
+        work = kernels(model, "train", workload={"batch": micro_batch, "seq": seq}, tensor=layout.tensor, pipeline=layout.pipeline, attention=attention, recompute=recompute, context=layout.context)
+    fusion, head = _fusion(convention), _head_size(model)
+    seconds = [kernel_seconds(k, peak, hbm, eff, fusion, head) for k in work]
+    compute = sum(seconds) * bounds.microbatches
+    attention_s = sum(t for t, k in zip(seconds, work) if k.kind == "attention") * bounds.microbatches
+    comm = {kind: c.seconds / eff.link(c.link).bus_efficiency for kind, c in bounds.comm.items()}
+    exposed = _exposed(comm, compute, layout, attention_s)
+    inside = sum(v for k, v in exposed.items() if k != "data")
+    bubble = bounds.bubble_ratio * (compute + inside)
+    params = float(timing._bind(model, params_per_device(model, layout)))
+    shards = layout.data if (layout.zero >= 1 or layout.distributed_optimizer) else 1
+    optimizer = params / shards * rules().optimizer_bytes_per_param / (hbm * eff.memory)
+    step = compute + inside + bubble + exposed.get("data", 0.0) + optimizer
+    return TrainingEstimate(
+        step=Band.around(step, "training"),
+        compute_s=compute,
+        comm_s=comm,
+        exposed_comm_s=exposed,
+        bubble_s=bubble,
+        optimizer_s=optimizer,
+        model_flops=bounds.model_flops,
+        hardware_flops=bounds.hardware_flops,
+        devices=bounds.devices,
+        peak_flops_per_s=peak,
+        tokens=bounds.tokens,
+        attention=attention,
+        factors=_factors(eff, convention, "training"),
+    )
+
+
+def _exposed(comm: Mapping[str, float], compute: float, layout: Layout, attention_s: float = 0.0) -> dict[str, float]:
+    """Each kind of communication's part on the critical path, by the overlap rules."""
+    overlap = rules().overlap
+    windows = {"none": 0.0, "backward": compute * 2 / 3, "step": compute, "attention": attention_s}
+    exposed = {}
+    for kind, seconds in comm.items():
+        rule = overlap["sharded" if kind == "data" and layout.zero >= 3 else kind]
+        exposed[kind] = max(0.0, seconds - windows[rule.get("window", "none")]) * float(rule.get("exposed", 1.0))
+    return exposed
+
+
+def _factors(eff: Efficiency, convention: str | tuple, band: str) -> dict[str, object]:
+    r = rules()
+    if isinstance(convention, tuple):
+        return {"efficiency_file": eff.device, "fusion": {"convention": "given", "fraction": convention[0]}}
+    return {
+        "efficiency_file": eff.device,
+        "gemm": {"sustained": eff.gemm_sustained, "tile_m": eff.tile_m, "half_flops": eff.half_flops, "source": eff.sources["gemm"]},
+        "attention": {"fraction": {str(k): v for k, v in eff.attention.items()}, "source": eff.sources["attention"]},
+        "memory": {"fraction": eff.memory, "source": eff.sources["memory"]},
+        "links": {n: {"bus_efficiency": l.bus_efficiency, "latency_s": l.latency_s, "source": eff.sources.get(f"links.{n}", "")} for n, l in eff.links.items()},
+        "fusion": {"convention": convention, "fraction": r.fusion[convention][0], "source": r.sources[f"fusion.{convention}"]},
+        "overlap": {k: dict(v) for k, v in r.overlap.items()},
+        "optimizer_bytes_per_param": r.optimizer_bytes_per_param,
+        "band": {"below": r.band[band][0], "above": r.band[band][1], "source": r.sources[f"band.{band}"]},
+    }
+
+
+# --- serving --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServingEstimate:
+    ttft: Band
+    tpot: Band
+    total: Band
+    batch: int
+    output: int
+    prefill_comm_s: float
+    decode_comm_s: float
+    attention: str
+    factors: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def tokens_per_s(self) -> Band:
+        """Output tokens per second of the whole batch, prefill included (high time, low rate)."""
+        n = self.batch * self.output
+        return Band(n / self.total.estimate, n / self.total.high, n / self.total.low)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "ttft_s": self.ttft.as_dict(),
+            "tpot_s": self.tpot.as_dict(),
+            "total_s": self.total.as_dict(),
+            "tokens_per_s": self.tokens_per_s.as_dict(),
+            "prefill_comm_s": self.prefill_comm_s,
+            "decode_comm_s": self.decode_comm_s,
+            "attention": self.attention,
+            "factors": self.factors,
+        }
+
+
+def serving_estimate(
+    model: Model,
+    gpu: str | os.PathLike[str] | Hardware,
+    *,
+    batch: int,
+    prompt: int,
+    output: int,
+    tensor: int = 1,
+    dtype: str = "bf16",
+    attention: str = "sdpa",
+    node_size: int | None = None,
+    efficiency_data: Efficiency | str | None = None,
+    convention: str = "fused",
+    work: tuple[list[Kernel], list[Kernel]] | None = None,
+    expert_skew: float = 0,
+) -> ServingEstimate:
+    """TTFT, TPOT and tokens/s of ``batch`` requests (static batching), each kernel at its sustained rate.
+
+    TPOT is one decode step at the mean cache length of the output − 1 steps (the
+    per-step work is linear in the cache length, so this is their mean).
+    """
+    for name, value in (("batch", batch), ("prompt", prompt), ("output", output), ("tensor", tensor)):
+        timing._whole(name, value)
+    place = timing.placement(gpu, node_size)
+    model = timing.at_dtype(model, dtype)
+    eff = _efficiency_for(place, efficiency_data)
+    peak, hbm = _device_rates(place, dtype)
+    fusion, head = _fusion(convention), _head_size(model)
+    prefill, decode = work or serving_kernels(model, batch=batch, prompt=prompt, output=output, tensor=tensor, attention=attention, expert_skew=expert_skew)
+    comm_prefill = comm_decode = 0.0
+    if tensor > 1:
+        link = place.link(tensor)
+        rates = eff.link(link)
+        bandwidth = timing._bandwidth(place, link) * rates.bus_efficiency
+        comm_prefill, _ = timing._inference_comm(model, place, tensor, batch, prompt, alpha=rates.latency_s, bandwidth=bandwidth)
+        comm_decode, _ = timing._inference_comm(model, place, tensor, batch, 1, alpha=rates.latency_s, bandwidth=bandwidth)
+    ttft = sum(kernel_seconds(k, peak, hbm, eff, fusion, head) for k in prefill) + comm_prefill
+    tpot = sum(kernel_seconds(k, peak, hbm, eff, fusion, head) for k in decode) + comm_decode
+    total = ttft + (output - 1) * tpot
+    return ServingEstimate(
+        ttft=Band.around(ttft, "serving"),
+        tpot=Band.around(tpot, "serving"),
+        total=Band.around(total, "serving"),
+        batch=batch,
+        output=output,
+        prefill_comm_s=comm_prefill,
+        decode_comm_s=comm_decode,
+        attention=attention,
+        factors=_factors(eff, convention, "serving"),
+    )

@@ -1,0 +1,288 @@
+"""Point estimates, the published runs they are validated on, docs/validation.md, measured MFU and run duration.
+
+Expected values come from the sources' own numbers (hardware/measured/*.toml) and the
+efficiency files, never from symform.analysis.estimate itself; nothing times this machine.
+"""
+
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import symform
+from symform.analysis import calibration, estimate
+from symform.analysis.memory import Layout
+from symform.interface.validation_report import markdown
+
+from checks import one_line_error, run as _run
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def cases():
+    return calibration.validate()
+
+
+def test_docs_validation_matches_what_the_code_predicts(cases):
+    assert (ROOT / "docs" / "validation.md").read_text(encoding="utf-8") == markdown(cases), "regenerate: symform validate --markdown > docs/validation.md"
+
+
+def test_every_narayanan_row_within_ten_percent(cases):
+    rows = [c for c in cases if c.run.source == "narayanan2021"]
+    assert len(rows) == 10
+    assert max(abs(c.error) for c in rows) <= 0.10
+
+
+def test_held_out_training_median_within_ten_percent(cases):
+    held = [abs(c.error) for c in cases if c.run.kind == "training" and c.run.split == "check"]
+    assert len(held) >= 10
+    assert sorted(held)[len(held) // 2] <= 0.10
+
+
+def test_enough_measured_runs_with_sources():
+    runs = calibration.runs()
+    assert sum(r.kind == "training" and r.source != "narayanan2021" for r in runs) >= 10
+    assert sum(r.kind == "serving" for r in runs) >= 10
+    for stem, source in calibration.sources().items():
+        assert source["url"].startswith("https://") and source["counts_flops"], stem
+
+
+def test_mpt_configs_have_the_parameter_count_the_table_lists():
+    """llm-foundry's NumParams column, checked against symform's exact count of the gpt2-family config."""
+    for run in calibration.runs():
+        if "params" in run.setup:
+            assert calibration.run_model(run).evaluate("params") == run.setup["params"], run.name
+
+
+def test_narayanan_eq3_reproduces_the_table_aggregate():
+    """Table 1's 1T row: 163 TFLOP/s per GPU on 3072 GPUs is 502 PFLOP/s aggregate; Eq. 3 gives the step's FLOPs."""
+    run = next(r for r in calibration.runs() if r.name == "gpt-1008b")
+    model = calibration.run_model(run)
+    assert run.measured[1] * run.setup["gpus"] / 1e3 == pytest.approx(502, rel=0.01)
+    # 1T parameters: Eq. 3 / (96·B·s) ≈ l·h² (1 + …) and 12·l·h² ≈ parameters
+    assert 12 * 128 * 25600**2 == pytest.approx(1008e9, rel=0.01)
+    assert calibration.narayanan_flops(model, 3072, 2048) > 72 * 3072 * 2048 * 128 * 25600**2
+
+
+def test_efficiency_files_name_a_source_for_every_factor():
+    for path in (ROOT / "hardware" / "efficiency").glob("*.toml"):
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        if data["kind"] == "efficiency":
+            for section in ("gemm", "attention", "memory"):
+                assert data[section]["source"], (path.name, section)
+            for name, link in data["links"].items():
+                assert link["source"], (path.name, name)
+
+
+def test_band_contains_the_estimate_and_comm_slows_it():
+    model = symform.load("llama-3.2-1b")
+    one = estimate.training_estimate(model, "h100-sxm", global_batch=8, micro_batch=1, seq=1024)
+    assert one.step.low < one.step.estimate < one.step.high
+    tp = estimate.training_estimate(model, "h100-sxm", global_batch=8, micro_batch=1, seq=1024, layout=Layout(tensor=2))
+    assert tp.exposed_comm_s["tensor"] > 0
+    # two devices each doing half the GEMMs, plus exposed all-reduces: slower than half, faster than one
+    assert one.compute_s / 2 < tp.step.estimate < one.step.estimate
+
+
+def test_eager_attention_is_slower_than_sdpa_in_prefill():
+    model = symform.load("llama-3.2-1b")
+    sdpa = estimate.serving_estimate(model, "h100-sxm", batch=1, prompt=8192, output=2)
+    eager = estimate.serving_estimate(model, "h100-sxm", batch=1, prompt=8192, output=2, attention="eager")
+    assert eager.ttft.estimate > sdpa.ttft.estimate
+
+
+def test_decode_reads_the_weights_at_the_sustained_bandwidth():
+    """Batch-1 decode at a short context: about the weight bytes over the device's sustained HBM rate."""
+    model = symform.load("llama-2-7b")
+    found = estimate.serving_estimate(model, "a100-sxm-80gb", batch=1, prompt=1, output=2)
+    eff = tomllib.loads((ROOT / "hardware" / "efficiency" / "a100-sxm-80gb.toml").read_text())
+    hbm = tomllib.loads((ROOT / "hardware" / "a100-sxm-80gb.toml").read_text())["hbm_bytes_per_s"]
+    weights = 2 * (model.evaluate("params") - model.values["vocab"] * model.values["d_model"])  # the embedding table: one row gathered
+    read = weights / (hbm * eff["memory"]["fraction"])
+    # the weights' read, plus the small-GEMM roll-off, which acts as a fixed cost per tiny GEMM (the attention's)
+    assert read < found.tpot.estimate < 1.1 * read
+
+
+def test_cli_measured_step_mfu_by_each_definition(capsys):
+    code, out, _ = _run(capsys, "time", "llama-3.2-1b", "--gpu", "h100-sxm", "--gpus", "8", "--train", "--global-batch", "64", "--seq", "2048", "--measured-step", "2.0", "--tokens", "1e12", "--json")
+    assert code == 0
+    data = json.loads(out)
+    model = symform.load("llama-3.2-1b")
+    peak = tomllib.loads((ROOT / "hardware" / "h100-sxm.toml").read_text())["dense_flops_per_s"]["bf16"]
+    exact = model.evaluate("forward_flops", batch=64, seq=2048) + model.evaluate("backward_flops", batch=64, seq=2048)
+    assert data["measured"]["mfu_exact"] == pytest.approx(exact / (2.0 * 8 * peak))
+    palm = (6 * model.evaluate("params") + 12 * 16 * 32 * 64 * 2048) * 64 * 2048
+    assert data["measured"]["mfu_palm"] == pytest.approx(palm / (2.0 * 8 * peak))
+    # a run of 1e12 tokens at 64 × 2048 tokens per 2 s step
+    assert data["run"]["days"] == pytest.approx(1e12 / (64 * 2048) * 2.0 / 86400)
+    assert data["run"]["gpu_hours"] == pytest.approx(1e12 / (64 * 2048) * 2.0 * 8 / 3600)
+    assert data["estimate_s"]["low"] < data["estimate_s"]["estimate"] < data["estimate_s"]["high"]
+    assert data["attention"] == "sdpa"
+
+
+def test_cli_serving_json_carries_estimates_beside_bounds(capsys):
+    code, out, _ = _run(capsys, "time", "llama-3.2-1b", "--gpu", "h100-sxm", "--infer", "--batch", "2", "--prompt", "512", "--output", "16", "--json")
+    assert code == 0
+    data = json.loads(out)
+    for key in ("ttft_s", "tpot_s"):
+        assert {"lower", "upper", "estimate", "low", "high"} <= set(data[key])
+        assert data[key]["estimate"] >= data[key]["lower"]
+
+
+def test_cli_device_without_efficiency_data_keeps_its_bounds(capsys):
+    code, out, _ = _run(capsys, "time", "llama-3.2-1b", "--gpu", "mi300x", "--infer", "--batch", "1", "--prompt", "64", "--output", "4", "--json")
+    assert code == 0
+    assert "no efficiency data" in json.loads(out)["estimate_missing"]
+
+
+@pytest.mark.parametrize("argv, phrase", [
+    (["--measured-step", "-1"], "not a positive"),
+    (["--measured-step", "2", "--measured-tokens-per-s", "5"], "not both"),
+])
+def test_cli_bad_measurements_are_refused(capsys, argv, phrase):
+    code, _, err = _run(capsys, "time", "llama-3.2-1b", "--gpu", "h100-sxm", "--train", "--global-batch", "8", "--seq", "512", *argv)
+    assert code == 2 and phrase in err and len(err.strip().splitlines()) == 1
+
+
+def test_cli_validate_summary(capsys):
+    code, out, _ = _run(capsys, "validate")
+    assert code == 0 and "training" in out and "serving" in out
+
+
+def test_fp8_drives_both_the_rate_and_the_weight_bytes():
+    """--dtype fp8: the decode step reads 1-byte weights (the bytes drop by the weights' half) at the fp8 peak."""
+    from symform.analysis.timing import decode_time
+
+    model = symform.load("llama-3-8b")
+    bf16 = decode_time(model, "h100-sxm", batch=1, context=0)
+    fp8 = decode_time(model, "h100-sxm", batch=1, context=0, dtype="fp8")
+    d = model.values["d_model"]
+    # every weight read once at half the width; of the embedding table only the looked-up row
+    weights = model.evaluate("params") - model.values["vocab"] * d + d
+    assert bf16.bytes - fp8.bytes == weights
+    fp8_peak = tomllib.loads((ROOT / "hardware" / "h100-sxm.toml").read_text())["dense_flops_per_s"]["fp8"]
+    assert fp8.flops == bf16.flops and fp8.t_math == pytest.approx(fp8.flops / fp8_peak)
+
+
+# --- mixture of experts: distinct experts touched per decode step ------------------------------
+
+
+def test_expected_distinct_experts_uniform_and_skewed():
+    from fractions import Fraction
+
+    from symform import EvaluationError
+    from symform.analysis.routing import expected_experts
+
+    one_line_error(EvaluationError, lambda: expected_experts(8, 2, 8, skew=-1), "skew", "Zipf")
+    assert expected_experts(8, 2, 1) == 2  # one token: exactly its top_k
+    assert expected_experts(8, 2, 8) == 8 * (1 - Fraction(3, 4) ** 8)
+    assert 7.99 < float(expected_experts(8, 2, 64)) <= 8
+    assert float(expected_experts(8, 2, 8, skew=1.0)) < float(expected_experts(8, 2, 8))
+
+
+def test_mixtral_decode_reads_every_touched_expert():
+    """Batch 8 on Mixtral touches 8·(1 − (3/4)^8) ≈ 7.2 experts per layer, not top_k = 2.
+
+    Per-token traffic comes from bytes_moved (which counts top_k experts' weights for any
+    batch, so its weight terms cancel between batch 8 and batch 1).
+    """
+    from fractions import Fraction
+
+    from symform.analysis.timing import decode_time
+
+    model = symform.load("mixtral-8x7b")
+    v = model.values
+    one, eight = (decode_time(model, "h100-sxm", batch=b, context=0).bytes for b in (1, 8))
+    inference = model.with_conventions(training=0)
+    per_token = inference.evaluate("bytes_moved", batch=8, seq=1) - inference.evaluate("bytes_moved", batch=1, seq=1)
+    expert_bytes = 3 * v["d_model"] * v["d_ff_expert"] * 2 * v["n_layers"]  # gate, up, down at 2 bytes
+    distinct = 8 * (1 - Fraction(3, 4) ** 8)
+    assert eight - one == per_token + (distinct - 2) * expert_bytes
+
+
+# --- time --train checks the layout's memory ------------------------------------------------------
+
+
+def test_time_train_reports_memory_fit_as_memory_counts_it(capsys):
+    from symform.analysis.memory import Layout as L, Training, training_memory
+
+    argv = ["time", "llama-3.2-1b", "--gpu", "h100-sxm", "--gpus", "8", "--train", "--global-batch", "16", "--seq", "2048", "--zero", "3", "--json"]
+    code, out, _ = _run(capsys, *argv)
+    assert code == 0
+    memory = json.loads(out)["memory"]
+    expected = training_memory(symform.load("llama-3.2-1b"), batch=1, seq=2048, setup=Training(flash=True, layout=L(data=8, zero=3)))
+    assert memory["bytes_per_device"] == int(expected.total) and memory["fits"]
+
+
+def test_time_fit_only_refuses_a_layout_that_does_not_fit(capsys):
+    code, _, err = _run(capsys, "time", "llama-3.1-70b", "--gpu", "h100-sxm", "--gpus", "8", "--train", "--global-batch", "8", "--seq", "4096", "--fit-only")
+    assert code == 2 and "GB per device" in err and len(err.strip().splitlines()) == 1
+    code, out, _ = _run(capsys, "time", "llama-3.1-70b", "--gpu", "h100-sxm", "--gpus", "8", "--train", "--global-batch", "8", "--seq", "4096")
+    assert code == 0 and "DOES NOT FIT" in out
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(tensor=st.sampled_from([1, 2, 4]), pipeline=st.sampled_from([1, 2]), micro=st.sampled_from([1, 2]), seq=st.sampled_from([256, 1024, 2048]), recompute=st.sampled_from(["none", "selective", "full"]))
+def test_no_kernel_beats_the_datasheet(tensor, pipeline, micro, seq, recompute):
+    """Every sustained fraction is at most 1: the estimate's compute never undercuts FLOPs / peak, and the step never
+    undercuts the bounds' compute time stretched by the bubble."""
+    model = _small()
+    layout = Layout(data=2, tensor=tensor, pipeline=pipeline)
+    found = estimate.training_estimate(model, "h100-sxm", global_batch=8 * micro, micro_batch=micro, seq=seq, layout=layout, recompute=recompute)
+    from symform.analysis.timing import training_time
+
+    bounds = training_time(model, "h100-sxm", global_batch=8 * micro, micro_batch=micro, seq=seq, layout=layout, recompute=recompute, flash=True)
+    assert found.compute_s >= bounds.t_math * (1 - 1e-12)
+    assert found.step.estimate >= bounds.t_math * (1 + bounds.bubble_ratio) * (1 - 1e-12)
+    assert found.step.low < found.step.estimate < found.step.high
+
+
+_SMALL = {}
+
+
+def _small():
+    if "m" not in _SMALL:
+        _SMALL["m"] = symform.load("llama-3.2-1b")
+    return _SMALL["m"]
+
+
+# --- context parallelism in time ---------------------------------------------------------------------
+
+
+def test_context_parallelism_splits_the_tokens_and_passes_keys_and_values_around_the_ring():
+    from symform.analysis.timing import training_time
+
+    model = _small()
+    v = model.values
+    one = training_time(model, "h100-sxm", global_batch=2, micro_batch=1, seq=4096, flash=True)
+    cp = training_time(model, "h100-sxm", global_batch=2, micro_batch=1, seq=4096, layout=Layout(context=4), flash=True)
+    assert cp.devices == 4
+    assert cp.flops_per_device * 4 == one.flops_per_device  # every FLOP grows with the tokens
+    assert cp.model_flops == one.model_flops
+    # ring attention: 3 forward and 6 backward... per hop a key and a value chunk of s/4 tokens, in every layer and micro-batch
+    chunk = 2 * 1 * (4096 // 4) * v["n_kv_heads"] * v["d_head"] * 2
+    assert cp.comm["context"].bytes_per_rank == pytest.approx(2 * v["n_layers"] * (3 + 6) * chunk)
+    assert cp.comm["data"].ranks == 4  # gradients reduce over the context ranks
+    found = estimate.training_estimate(model, "h100-sxm", global_batch=2, micro_batch=1, seq=4096, layout=Layout(context=4))
+    alone = estimate.training_estimate(model, "h100-sxm", global_batch=2, micro_batch=1, seq=4096)
+    assert alone.compute_s / 4 < found.compute_s < alone.compute_s
+
+
+def test_context_parallel_degree_must_split_the_sequence():
+    from symform import ConfigError
+    from symform.analysis.timing import training_time
+
+    one_line_error(ConfigError, lambda: training_time(_small(), "h100-sxm", global_batch=2, micro_batch=1, seq=1000, layout=Layout(context=3)), "1000", "3")
+
+
+def test_plan_lists_no_layout_beaten_on_both_time_and_memory():
+    from symform.analysis.planner import plan
+
+    found = plan(_small(), "h100-sxm", devices=8, global_batch=32, seq=2048, top=8)
+    rows = [(p.time.time_lower, p.memory.total) for p in found.best]
+    for i, (t, m) in enumerate(rows):
+        assert not any(t2 <= t and m2 <= m for t2, m2 in rows[:i]), rows
