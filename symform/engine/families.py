@@ -28,8 +28,11 @@ from .safe_expr import parse
 class FieldSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    type: Literal["int", "bool", "int_list", "str_list"]
+    type: Literal["int", "bool", "number", "int_list", "str_list"]
     default: str | bool | list | None = None  # used when the field is absent; None: required
+    # other names the field is written under: transformers' attribute_map aliases, which save_pretrained
+    # writes (qwen3_moe's num_local_experts for num_experts), or a path into a nested object ("rope_parameters.x")
+    aliases: list[str] = Field(default_factory=list)
     if_null: str | bool | list | None = None  # used when the field is null; None: null is refused
     minimum: int = 1  # smallest integer allowed (0 for counts such as first_k_dense_replace)
     nullable: bool = False  # null is meaningful (DeepSeek's q_lora_rank, a sliding window): kept as None
@@ -44,6 +47,15 @@ class CountSpec(BaseModel):
     when: str | None = None  # a condition over the fields and i
     list: str | None = None  # a str_list field naming each layer's kind; used when the config has it
     equals: str | None = None  # the kind counted in that list
+
+
+class RefusalSpec(BaseModel):
+    """A setting symform does not model: a config that turns it on is refused rather than costed wrongly."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    when: str  # a condition over the fields
+    why: str  # the one line the user reads: what is not modelled and what to do
 
 
 class ChoiceSpec(BaseModel):
@@ -64,6 +76,7 @@ class FamilySpec(BaseModel):
     counts: dict[str, CountSpec] = Field(default_factory=dict)
     bind: dict[str, str]
     choose: dict[str, ChoiceSpec] = Field(default_factory=dict)
+    refuse: list[RefusalSpec] = Field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -130,6 +143,7 @@ def spec_from_config(config: Any, *, name: str, origin: str) -> ModelSpec:
         raise ConfigError(f"{origin}: a config must be a JSON object, got {type(config).__name__}")
     family = family_for(config, origin)
     fields = read_fields(family.spec.fields, config, origin)
+    _refuse_unmodelled(family.spec.refuse, fields, origin)
     for count_name, count in family.spec.counts.items():
         fields[count_name] = count_layers(count_name, count, fields, origin)
     numbers = {k: v for k, v in fields.items() if v is not None and not _is_text_list(v)}
@@ -147,6 +161,16 @@ def spec_from_config(config: Any, *, name: str, origin: str) -> ModelSpec:
     return ModelSpec(name=name, root=family.spec.root, arguments=MappingProxyType(arguments), family=family.name, source=origin)
 
 
+def _refuse_unmodelled(refusals: list[RefusalSpec], fields: Mapping[str, Any], origin: str) -> None:
+    names = {k: v for k, v in fields.items() if v is not None and not _is_text_list(v)}
+    null = {k for k, v in fields.items() if v is None}
+    for refusal in refusals:
+        if null & set(re.findall(r"[A-Za-z_]\w*", refusal.when)):
+            continue  # a condition on a null field does not hold
+        if parse(refusal.when, names, relation=True).doit() == sympy.true:
+            raise ConfigError(f"{origin}: {refusal.why}")
+
+
 def _choose(choice: ChoiceSpec, value: Any, is_bool: bool, origin: str) -> str:
     """The component for a field's value: cases keyed "true"/"false", "null", a number, or "default"."""
     key = "null" if value is None else str(bool(value)).lower() if is_bool else str(value)
@@ -161,6 +185,7 @@ def read_fields(specs: Mapping[str, FieldSpec], config: Mapping[str, Any], origi
     """Read and type-check each field, applying transformers' defaults in declaration order."""
     values: dict[str, Any] = {}
     for field, spec in specs.items():
+        config = _with_alias(config, field, spec.aliases)
         if field in config and config[field] is not None:
             raw = config[field]
         elif spec.nullable and (field in config or spec.default is None):
@@ -174,6 +199,22 @@ def read_fields(specs: Mapping[str, FieldSpec], config: Mapping[str, Any], origi
             raw = fallback if isinstance(fallback, (bool, list)) else parse(fallback, {k: v for k, v in values.items() if not _is_text_list(v)})
         values[field] = _check_type(field, raw, spec, origin)
     return values
+
+
+def _with_alias(config: Mapping[str, Any], field: str, aliases: list[str]) -> Mapping[str, Any]:
+    """The config with ``field`` taken from the first alias that holds it, when the field itself is absent."""
+    if field in config:
+        return config
+    for alias in aliases:
+        value: Any = config
+        for key in alias.split("."):
+            value = value.get(key, _ABSENT) if isinstance(value, Mapping) else _ABSENT
+        if value is not _ABSENT:
+            return {**config, field: value}
+    return config
+
+
+_ABSENT = object()
 
 
 def count_layers(name: str, spec: CountSpec, fields: Mapping[str, Any], origin: str) -> sympy.Integer:
@@ -199,6 +240,7 @@ def _kind(spec: FieldSpec) -> str:
     return {
         "int": "positive integer" if spec.minimum > 0 else f"integer of at least {spec.minimum}",
         "bool": "boolean (true or false)",
+        "number": "number",
         "int_list": "list of integers",
         "str_list": "list of strings",
     }[spec.type]
@@ -218,6 +260,12 @@ def _check_type(field: str, raw: Any, spec: FieldSpec, origin: str) -> Any:
         if not isinstance(raw, list) or not all(isinstance(v, str) for v in raw):
             raise problem
         return tuple(raw)
+    if spec.type == "number":
+        if isinstance(raw, sympy.Basic) and raw.is_Rational:
+            return raw
+        if isinstance(raw, bool) or not isinstance(raw, (int, float)) or raw != raw or raw in (float("inf"), float("-inf")):
+            raise problem
+        return sympy.Rational(str(raw))  # the decimal the file wrote, exactly: 0.4 is 2/5, not a binary fraction
     if isinstance(raw, sympy.Basic):
         ok = raw.is_Integer and raw >= spec.minimum
     else:
