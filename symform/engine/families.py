@@ -28,7 +28,7 @@ from .safe_expr import parse
 class FieldSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    type: Literal["int", "bool", "number", "int_list", "str_list"]
+    type: Literal["int", "bool", "number", "str", "int_list", "str_list"]
     default: str | bool | list | None = None  # used when the field is absent; None: required
     # other names the field is written under: transformers' attribute_map aliases, which save_pretrained
     # writes (qwen3_moe's num_local_experts for num_experts), or a path into a nested object ("rope_parameters.x")
@@ -196,7 +196,7 @@ def read_fields(specs: Mapping[str, FieldSpec], config: Mapping[str, Any], origi
             if fallback is None:
                 state = "is null" if field in config else "is missing"
                 raise ConfigError(f"{origin}: field {field!r} {state}; it must be a {_kind(spec)}")
-            raw = fallback if isinstance(fallback, (bool, list)) else parse(fallback, {k: v for k, v in values.items() if not _is_text_list(v)})
+            raw = fallback if isinstance(fallback, (bool, list)) or spec.type == "str" else parse(fallback, {k: v for k, v in values.items() if not _is_text_list(v)})
         values[field] = _check_type(field, raw, spec, origin)
     return values
 
@@ -233,7 +233,8 @@ def count_layers(name: str, spec: CountSpec, fields: Mapping[str, Any], origin: 
 
 
 def _is_text_list(value: Any) -> bool:
-    return isinstance(value, tuple) and any(isinstance(v, str) for v in value)
+    """Text (a str field, a list of strings): read by choices and counts, never by arithmetic."""
+    return isinstance(value, str) or (isinstance(value, tuple) and any(isinstance(v, str) for v in value))
 
 
 def _kind(spec: FieldSpec) -> str:
@@ -241,6 +242,7 @@ def _kind(spec: FieldSpec) -> str:
         "int": "positive integer" if spec.minimum > 0 else f"integer of at least {spec.minimum}",
         "bool": "boolean (true or false)",
         "number": "number",
+        "str": "string",
         "int_list": "list of integers",
         "str_list": "list of strings",
     }[spec.type]
@@ -260,6 +262,10 @@ def _check_type(field: str, raw: Any, spec: FieldSpec, origin: str) -> Any:
         if not isinstance(raw, list) or not all(isinstance(v, str) for v in raw):
             raise problem
         return tuple(raw)
+    if spec.type == "str":
+        if not isinstance(raw, str):
+            raise problem
+        return raw
     if spec.type == "number":
         if isinstance(raw, sympy.Basic) and raw.is_Rational:
             return raw
