@@ -57,7 +57,7 @@ FAMILIES = {
     "gemma2, window 16": {"model_type": "gemma2", "head_dim": 16, "sliding_window": 16},
     "gemma3_text, window 5": {"model_type": "gemma3_text", "head_dim": 16, "sliding_window": 5, "sliding_window_pattern": 2},
     "gpt2, gelu_new": GPT2 | NO_DROPOUT,
-    "gpt2, relu": GPT2 | NO_DROPOUT | {"activation_function": "relu"},
+    "gpt2, relu, layer-scaled attention": GPT2 | NO_DROPOUT | {"activation_function": "relu", "scale_attn_by_inverse_layer_idx": True},
     "qwen2_moe": {"model_type": "qwen2_moe", "num_experts": 4, "shared_expert_intermediate_size": 48, **MOE},
     "qwen3_moe": {"model_type": "qwen3_moe", "num_experts": 4, "head_dim": 16, **MOE},
     "qwen3_moe, normalised top-k": {"model_type": "qwen3_moe", "num_experts": 4, "head_dim": 16, "norm_topk_prob": True, **MOE},

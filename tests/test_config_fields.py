@@ -58,6 +58,8 @@ COST_FREE = {
     "hidden_activation": "a one-op activation keeps one tensor whatever it computes",
     "query_pre_attn_scalar": "the value the scores are scaled by",
     "routed_scaling_factor": "the value routing weights are scaled by",
+    "scale_attn_weights": "whether the value the scores are scaled by is 1/√d_h or 1",
+    "scale_attn_by_inverse_layer_idx": "the value the scores are scaled by",
     "router_aux_loss_coef": "the auxiliary loss's weight; the loss itself is refused (output_router_logits)",
     "num_labels": "other heads (sequence classification)",
     "problem_type": "other heads (sequence classification)",
