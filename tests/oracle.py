@@ -117,10 +117,10 @@ def top_level_counts(counter: FlopCounterMode) -> dict[str, int]:
     return {**modules, "loss": counter.get_total_flops() - sum(modules.values())}
 
 
-def build_for_training(config: dict, dtype=torch.bfloat16):
-    """A CPU model in training mode, every parameter in ``dtype``, eager attention."""
+def build_for_training(config: dict, dtype=torch.bfloat16, **options):
+    """A CPU model in training mode, every parameter in ``dtype``, eager attention (``options``: e.g. eager experts)."""
     torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(hf_config(config), attn_implementation="eager", dtype=dtype)
+    model = transformers.AutoModelForCausalLM.from_config(hf_config(config), attn_implementation="eager", dtype=dtype, **options)
     assert model.config._attn_implementation == "eager"
     return model.train()
 

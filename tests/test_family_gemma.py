@@ -286,9 +286,14 @@ def test_a_window_covering_the_sequence_changes_nothing(config, batch, extra, el
     all_global = [windowed.with_arguments(n_local_layers=0)]
     if config["model_type"] == "gemma3_text":
         all_global.append(Model.from_config({**config, "sliding_window_pattern": 1}).with_conventions(count_elementwise=elementwise))
+    # Gemma 3 computes cos and sin once per kind of layer present: with local and global layers it keeps
+    # (and writes) a second pair, which an all-global model does not
+    mixed = config["model_type"] == "gemma3_text" and 0 < windowed.values["n_local_layers"] < windowed.values["n_layers"]
     for other in all_global:
         assert other.values["n_local_layers"] == 0
         for quantity in QUANTITIES:
+            if mixed and quantity in ("bytes_moved", "saved_activations"):
+                continue
             assert windowed.evaluate(quantity, batch=batch, seq=seq) == other.evaluate(quantity, batch=batch, seq=seq)
 
 

@@ -64,9 +64,9 @@ CONFIGS = [
     ("gpt2-tied-inner-null-nctx-ignored", GPT2_BASE, {"tie_word_embeddings": True, "n_inner": None, "n_ctx": 8}),
     ("gpt2-cross-attention-untied", GPT2_BASE, {"add_cross_attention": True, "tie_word_embeddings": False, "n_inner": 40}),
     (
-        "gpt2-8heads-upcast-layer-scaled-relu",
+        "gpt2-8heads-layer-scaled-relu",  # reorder_and_upcast_attn is refused (tests/test_config_fields.py)
         GPT2_BASE,
-        {"n_head": 8, "reorder_and_upcast_attn": True, "scale_attn_by_inverse_layer_idx": True, "activation_function": "relu"},
+        {"n_head": 8, "scale_attn_by_inverse_layer_idx": True, "activation_function": "relu"},
     ),
     ("gpt2-positions-absent", GPT2_BASE, {"n_positions": ABSENT, "n_layer": 1}),  # GPT2Config's 1024 rows
     ("phi3-gqa-untied", PHI3_BASE, {}),

@@ -24,6 +24,11 @@ CONFIGS = {
     "mistral, sliding window 5": dict(BASE, model_type="mistral", num_key_value_heads=2, sliding_window=5),
     "mistral, no window": dict(BASE, model_type="mistral", num_key_value_heads=2, sliding_window=None),
     "gemma2, local and global layers": dict(BASE, model_type="gemma2", num_key_value_heads=2, head_dim=16, sliding_window=4),
+    "qwen2, window 5 on layers 2 and 3": dict(BASE, model_type="qwen2", num_key_value_heads=2, use_sliding_window=True, sliding_window=5, max_window_layers=2),
+    "qwen2, window off": dict(BASE, model_type="qwen2", num_key_value_heads=2, use_sliding_window=False, sliding_window=5, max_window_layers=2),
+    "qwen3, window 4 on every layer": dict(BASE, model_type="qwen3", num_key_value_heads=2, head_dim=16, use_sliding_window=True, sliding_window=4, max_window_layers=0),
+    "phi3, window 6": dict(BASE, model_type="phi3", num_key_value_heads=2, sliding_window=6, pad_token_id=0, eos_token_id=0),
+    "gemma2, no soft-caps": dict(BASE, model_type="gemma2", num_key_value_heads=2, head_dim=16, sliding_window=4, attn_logit_softcapping=None, final_logit_softcapping=None),
     "gemma3_text, five local to one global": dict(
         BASE, model_type="gemma3_text", num_hidden_layers=7, num_key_value_heads=2, head_dim=16, sliding_window=3
     ),
@@ -37,6 +42,25 @@ def test_cache_bytes_equal_the_tensors_transformers_keeps(case, batch, seq):
     expected = cached_bytes(build(config), batch, seq)
     model = Model.from_config(config).with_conventions(kv_bytes=4)  # the tiny models run in float32
     assert model.evaluate("kv_cache", batch=batch, seq=seq) == expected
+
+
+def decoded_cache_bytes(model, batch: int, prompt: int, steps: int) -> int:
+    """The cache after a prefill of `prompt` tokens and `steps` decode steps of one token each."""
+    ids = input_ids(model.config.to_dict() | {"vocab_size": 101}, batch, prompt + steps)
+    with torch.no_grad():
+        cache = model(input_ids=ids[:, :prompt], use_cache=True).past_key_values
+        for step in range(steps):
+            cache = model(input_ids=ids[:, prompt + step : prompt + step + 1], cache=cache, use_cache=True).past_key_values
+    return sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
+
+
+@pytest.mark.parametrize("case", list(CONFIGS))
+def test_cache_bytes_after_decode_steps_equal_transformers(case):
+    """Decoding one token with past tokens cached: the cache holds past + 1 tokens (a window's layers at most window - 1)."""
+    config, batch, prompt, steps = CONFIGS[case], 2, 6, 4
+    expected = decoded_cache_bytes(build(config), batch, prompt, steps)
+    model = Model.from_config(config).with_conventions(kv_bytes=4)
+    assert model.evaluate("kv_cache", batch=batch, seq=1, past=prompt + steps - 1) == expected
 
 
 def test_latent_attention_caches_the_latent_and_the_rotary_key():

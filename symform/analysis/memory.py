@@ -374,6 +374,7 @@ def training_expressions(model: Model, setup: Training = Training()) -> tuple[di
         "flash_attention": setup.flash,
         "layout": asdict(layout),
         "pipeline_in_flight_microbatches": _json(layout.in_flight),
+        "accounting": model.accounting or "default",
         "conventions": {s.name: _json(v) for s, v in model.conventions.items()},
         "stages_balanced": layout.pipeline > 1,
     }
@@ -470,6 +471,7 @@ def inference_expressions(model: Model, setup: Inference = Inference(), *, keep:
         "activations": "computed peak: the largest single op's activation inputs and outputs plus the residual stream",
         "flash_attention": setup.flash,
         "activations_rule_of_thumb_bytes": "0.4 × parameters (the notes' rule, batch 1)",
+        "accounting": model.accounting or "default",
     }
     return categories, assumptions
 

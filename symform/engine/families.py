@@ -29,8 +29,11 @@ from .safe_expr import is_identifier, parse
 class FieldSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    type: Literal["int", "bool", "int_list", "str_list", "pattern"]  # pattern: a string, one character per layer
+    type: Literal["int", "bool", "number", "str", "int_list", "str_list", "pattern"]  # pattern: a string, one character per layer
     default: str | bool | list | None = None  # used when the field is absent; None: required
+    # other names the field is written under: transformers' attribute_map aliases, which save_pretrained
+    # writes (qwen3_moe's num_local_experts for num_experts), or a path into a nested object ("rope_parameters.x")
+    aliases: list[str] = Field(default_factory=list)
     if_null: str | bool | list | None = None  # used when the field is null; None: null is refused
     minimum: int = 1  # smallest integer allowed (0 for counts such as first_k_dense_replace)
     nullable: bool = False  # null is meaningful (DeepSeek's q_lora_rank, a sliding window): kept as None
@@ -49,6 +52,15 @@ class CountSpec(BaseModel):
     when: str | None = None  # a condition over the fields and i
     list: str | None = None  # a str_list field naming each layer's kind; used when the config has it
     equals: str | None = None  # the kind counted in that list
+
+
+class RefusalSpec(BaseModel):
+    """A setting symform does not model: a config that turns it on is refused rather than costed wrongly."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    when: str  # a condition over the fields
+    why: str  # the one line the user reads: what is not modelled and what to do
 
 
 class ChoiceSpec(BaseModel):
@@ -86,6 +98,7 @@ class FamilySpec(BaseModel):
     # leading order stays in the family's own sizes
     assume: str = ""
     context: ContextSpec | None = None
+    refuse: list[RefusalSpec] = Field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -227,6 +240,7 @@ def spec_from_config(config: Any, *, name: str, origin: str) -> ModelSpec:
         raise ConfigError(f"{origin}: a config must be a JSON object, got {type(config).__name__}")
     family = family_for(config, origin)
     fields = read_fields(family.spec.fields, config, origin, fields_in=family.spec.fields_in)
+    _refuse_unmodelled(family.spec.refuse, fields, origin)
     for count_name, count in family.spec.counts.items():
         fields[count_name] = count_layers(count_name, count, fields, origin)
     numbers = {k: v for k, v in fields.items() if v is not None and not _is_text_list(v)}
@@ -267,6 +281,16 @@ def _context_limit(spec: ContextSpec | None, fields: Mapping[str, Any], config: 
     return ContextLimit(tokens=int(fields[spec.field]), field=spec.field, rope_scaling=summary)
 
 
+def _refuse_unmodelled(refusals: list[RefusalSpec], fields: Mapping[str, Any], origin: str) -> None:
+    names = {k: v for k, v in fields.items() if v is not None and not _is_text_list(v)}
+    null = {k for k, v in fields.items() if v is None}
+    for refusal in refusals:
+        if null & set(re.findall(r"[A-Za-z_]\w*", refusal.when)):
+            continue  # a condition on a null field does not hold
+        if parse(refusal.when, names, relation=True).doit() == sympy.true:
+            raise ConfigError(f"{origin}: {refusal.why}")
+
+
 def _choose(choice: ChoiceSpec, value: Any, is_bool: bool, origin: str) -> str:
     """The component for a field's value: cases keyed "true"/"false", "null", a number, or "default"."""
     if isinstance(value, tuple) and value and all(isinstance(v, str) for v in value):
@@ -284,8 +308,8 @@ def read_fields(specs: Mapping[str, FieldSpec], config: Mapping[str, Any], origi
     values: dict[str, Any] = {}
     for field, spec in specs.items():
         where = fields_in if spec.in_ is None else spec.in_
-        section = sub_config(config, where, origin)
         key = spec.key or field
+        section = _with_alias(sub_config(config, where, origin), key, spec.aliases)
         name = f"{where}.{key}" if where else key
         if key in section and section[key] is not None:
             raw = section[key]
@@ -297,7 +321,7 @@ def read_fields(specs: Mapping[str, FieldSpec], config: Mapping[str, Any], origi
             if fallback is None:
                 state = "is null" if key in section else "is missing"
                 raise ConfigError(f"{origin}: field {name!r} {state}; it must be a {_kind(spec)}")
-            raw = fallback if isinstance(fallback, (bool, list)) else parse(fallback, {k: v for k, v in values.items() if not _is_text_list(v)})
+            raw = fallback if isinstance(fallback, (bool, list)) or spec.type == "str" else parse(fallback, {k: v for k, v in values.items() if not _is_text_list(v)})
         values[field] = _check_type(name, raw, spec, origin)
     return values
 
@@ -313,6 +337,22 @@ def sub_config(config: Mapping[str, Any], path: str, origin: str) -> Mapping[str
             raise ConfigError(f"{origin}: field {step!r} is {inner!r}; it must be a JSON object (a nested config)")
         section = inner
     return section
+
+
+def _with_alias(config: Mapping[str, Any], field: str, aliases: list[str]) -> Mapping[str, Any]:
+    """The config with ``field`` taken from the first alias that holds it, when the field itself is absent."""
+    if field in config:
+        return config
+    for alias in aliases:
+        value: Any = config
+        for key in alias.split("."):
+            value = value.get(key, _ABSENT) if isinstance(value, Mapping) else _ABSENT
+        if value is not _ABSENT:
+            return {**config, field: value}
+    return config
+
+
+_ABSENT = object()
 
 
 def count_layers(name: str, spec: CountSpec, fields: Mapping[str, Any], origin: str) -> sympy.Integer:
@@ -338,13 +378,16 @@ def _holds(condition: str, names: Mapping[str, Any]) -> bool:
 
 
 def _is_text_list(value: Any) -> bool:
-    return isinstance(value, tuple) and any(isinstance(v, str) for v in value)
+    """Text (a str field, a list of strings): read by choices and counts, never by arithmetic."""
+    return isinstance(value, str) or (isinstance(value, tuple) and any(isinstance(v, str) for v in value))
 
 
 def _kind(spec: FieldSpec) -> str:
     return {
         "int": "positive integer" if spec.minimum > 0 else f"integer of at least {spec.minimum}",
         "bool": "boolean (true or false)",
+        "number": "number",
+        "str": "string",
         "int_list": "list of integers",
         "str_list": "list of strings",
         "pattern": "string with one character per layer",
@@ -369,7 +412,17 @@ def _check_type(field: str, raw: Any, spec: FieldSpec, origin: str) -> Any:
         if not isinstance(raw, list) or not all(isinstance(v, str) for v in raw):
             raise problem
         return tuple(raw)
+    if spec.type == "str":
+        if not isinstance(raw, str):
+            raise problem
+        return raw
     check_number(raw, f"{origin}: field {field!r}")
+    if spec.type == "number":
+        if isinstance(raw, sympy.Basic) and raw.is_Rational:
+            return raw
+        if isinstance(raw, bool) or not isinstance(raw, (int, float)) or raw != raw or raw in (float("inf"), float("-inf")):
+            raise problem
+        return sympy.Rational(str(raw))  # the decimal the file wrote, exactly: 0.4 is 2/5, not a binary fraction
     if isinstance(raw, sympy.Basic):
         ok = raw.is_Integer and raw >= spec.minimum
     else:

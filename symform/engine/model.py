@@ -42,6 +42,28 @@ def derived_quantities() -> Mapping[str, DerivedQuantity]:
         raise DeclarationError(f"quantities.toml: {describe_validation(e)}") from None
 
 
+class Accounting(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    doc: str
+
+
+@cache
+def accountings() -> Mapping[str, Mapping[str, object]]:
+    """The named convention sets (formulas/accountings.toml): name -> {convention: value}."""
+    table = read_toml(formulas_dir() / "accountings.toml")
+    try:
+        return MappingProxyType({name: {k: v for k, v in Accounting.model_validate(raw).model_dump().items() if k != "doc"} for name, raw in table.items()})
+    except ValidationError as e:
+        raise DeclarationError(f"accountings.toml: {describe_validation(e)}") from None
+
+
+def accounting_conventions(name: str) -> Mapping[str, object]:
+    if name not in accountings():
+        raise EvaluationError(f"unknown accounting {name!r}; choose one of {', '.join(accountings())}")
+    return accountings()[name]
+
+
 def quantity_names() -> list[str]:
     return [*QUANTITIES, *derived_quantities()]
 
@@ -63,11 +85,13 @@ class Model:
     (any declared component with its arguments).
     """
 
-    def __init__(self, spec: ModelSpec, *, library: Library | None = None, conventions: Mapping[str, object] | None = None):
+    def __init__(self, spec: ModelSpec, *, library: Library | None = None, conventions: Mapping[str, object] | None = None, accounting: str | None = None):
         self.spec = spec
         self.library = library or default_library()
         self.vocabulary = self.library.vocabulary
-        self.conventions = self._conventions(conventions or {})
+        self.accounting = accounting  # a named convention set (formulas/accountings.toml), applied before `conventions`
+        named = accounting_conventions(accounting) if accounting else {}
+        self.conventions = self._conventions({**named, **(conventions or {})})
         self._graphs: dict[str | None, ComponentGraph] = {}
         self._values, self._arguments = self._split_arguments()
         self._check_requirements()
@@ -119,11 +143,15 @@ class Model:
     def with_arguments(self, **arguments: int | str) -> "Model":
         """The same model with some root arguments changed: sizes, 0/1 options, slot components."""
         spec = replace(self.spec, arguments=MappingProxyType({**self.spec.arguments, **arguments}))
-        return Model(spec, library=self.library, conventions={s.name: v for s, v in self.conventions.items()})
+        return Model(spec, library=self.library, conventions={s.name: v for s, v in self.conventions.items()}, accounting=self.accounting)
 
     def with_conventions(self, **conventions: object) -> "Model":
         merged = {s.name: v for s, v in self.conventions.items()} | conventions
-        return Model(self.spec, library=self.library, conventions=merged)
+        return Model(self.spec, library=self.library, conventions=merged, accounting=self.accounting)
+
+    def with_accounting(self, name: str) -> "Model":
+        """The same model under a named convention set (``"eager"``): its conventions replace the current ones."""
+        return Model(self.spec, library=self.library, conventions=accounting_conventions(name), accounting=name)
 
     @property
     def name(self) -> str:

@@ -20,7 +20,7 @@ from ..engine.errors import SymformError
 from ..engine.evaluate import Number
 from ..engine.data import version
 from ..engine.families import preset_config, presets, supported_model_types
-from ..engine.model import Model, quantity_names
+from ..engine.model import Model, accountings, quantity_names
 
 EXIT_BAD_INPUT = 2
 
@@ -78,6 +78,7 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
         p.add_argument("--revision", metavar="REV", help="with a Hub id: the branch, tag or commit to read (default main)")
         p.add_argument("--set", dest="sizes", action="append", type=_setting, default=[], metavar="NAME=VALUE", help="change one of the model's arguments: a size (--set n_layers=32), an option (--set include_mtp=1) or a slot's component (--set attention=mla_attention_absorbed)")
         p.add_argument("--convention", dest="conventions", action="append", type=_assignment, default=[], metavar="NAME=VALUE", help="counting convention or storage size, e.g. --convention causal=1/2")
+        p.add_argument("--accounting", choices=sorted(accountings()), help="a named convention set, applied before any --convention: eager counts what PyTorch eager keeps (formulas/accountings.toml, docs/memory.md)")
         p.add_argument("--json", action="store_true", help="print one JSON object")
         return p
 
@@ -186,7 +187,7 @@ def _run(args: argparse.Namespace) -> str:
 
 
 def _load(args: argparse.Namespace) -> Model:
-    model = Model.load(args.model, revision=getattr(args, "revision", None), conventions=dict(args.conventions))
+    model = Model.load(args.model, revision=getattr(args, "revision", None), conventions=dict(args.conventions), accounting=args.accounting)
     if not args.sizes:
         return model
     settings = dict(args.sizes)
@@ -250,6 +251,7 @@ def _flops(model: Model, args: argparse.Namespace) -> str:
                 "train": _json_number(forward + backward),
                 "components": {k: _json_number(v) for k, v in parts.items()},
                 "conventions": _conventions(model),
+                "accounting": model.accounting or "default",
             }
         )
     parts = model.evaluate_breakdown("forward_flops", depth=args.depth, **workload)

@@ -366,5 +366,5 @@ def _figure_for(args: argparse.Namespace):
 
 
 def _load(source: str, args: argparse.Namespace) -> Model:
-    model = Model.load(source, conventions=dict(args.conventions))
+    model = Model.load(source, conventions=dict(args.conventions), accounting=getattr(args, "accounting", None))
     return model.with_arguments(**dict(args.sizes)) if args.sizes else model

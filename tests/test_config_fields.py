@@ -1,0 +1,121 @@
+"""Configs as transformers writes them, and every field its modeling code reads: read by symform or refused.
+
+transformers' save_pretrained writes some fields under other names than Hub files use
+(its attribute_map: qwen3_moe's num_experts is saved as num_local_experts) and leaves
+out fields equal to the config class's defaults. A config round-tripped through
+transformers must cost the same as the one written by hand.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+transformers = pytest.importorskip("transformers")
+
+from oracle import TINY, hf_config, meta_params  # noqa: E402
+from test_activations import FAMILIES  # noqa: E402
+
+from symform import Model  # noqa: E402
+from symform.engine.errors import ConfigError  # noqa: E402
+from symform.engine.families import families  # noqa: E402
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_config_saved_by_transformers_reads_as_the_one_written_by_hand(family, tmp_path):
+    config = {**TINY, **FAMILIES[family]}
+    hf_config(config).save_pretrained(tmp_path)
+    saved = Model.load(tmp_path / "config.json")
+    by_hand = Model.from_config(config)
+    assert saved.evaluate("params") == meta_params(config) == by_hand.evaluate("params")
+    workload = {"batch": 2, "seq": 9, "past": 7}
+    for quantity in ("forward_flops", "saved_activations", "kv_cache"):
+        assert saved.evaluate(quantity, **workload) == by_hand.evaluate(quantity, **workload), quantity
+
+
+# Fields transformers' modeling code reads that change no count symform makes, and why.
+COST_FREE = {
+    "_attn_implementation": "the attention kernel is the caller's choice (eager here), not a config field",
+    "attention_dropout": "dropout is the `dropout` convention",
+    "attn_pdrop": "dropout is the `dropout` convention",
+    "embd_pdrop": "dropout is the `dropout` convention",
+    "resid_pdrop": "dropout is the `dropout` convention",
+    "hidden_dropout": "a classification head's dropout",
+    "classifier_dropout": "a classification head's dropout",
+    "rms_norm_eps": "a value, not a size",
+    "layer_norm_epsilon": "a value, not a size",
+    "initializer_range": "initialisation only",
+    "pad_token_id": "a token id",
+    "image_token_id": "a token id of the multimodal wrapper",
+    "use_cache": "whether inference keeps a cache; kv_cache is asked for explicitly",
+    "rope_parameters": "rotary base frequency and scaling: values, not sizes (Phi-3's partial_rotary_factor inside it is read)",
+    "rope_interleave": "the order of rotary pairs",
+    "max_position_embeddings": "rotary tables cover the positions in use; no parameter depends on it (GPT-2's wpe reads it as n_positions)",
+    "original_max_position_embeddings": "which long-context rotary scaling applies: values, not sizes",
+    "hidden_act": "a one-op activation keeps one tensor whatever it computes",
+    "hidden_activation": "a one-op activation keeps one tensor whatever it computes",
+    "query_pre_attn_scalar": "the value the scores are scaled by",
+    "routed_scaling_factor": "the value routing weights are scaled by",
+    "scale_attn_weights": "whether the value the scores are scaled by is 1/√d_h or 1",
+    "scale_attn_by_inverse_layer_idx": "the value the scores are scaled by",
+    "router_aux_loss_coef": "the auxiliary loss's weight; the loss itself is refused (output_router_logits)",
+    "num_labels": "other heads (sequence classification)",
+    "problem_type": "other heads (sequence classification)",
+    "get_text_config": "the multimodal wrapper, not the text model",
+    "text_config": "the multimodal wrapper, not the text model",
+    "vision_config": "the multimodal wrapper, not the text model",
+    "mm_tokens_per_image": "the multimodal wrapper, not the text model",
+}
+COST_FREE_IN = {
+    "gpt2": {name: "GPT-2's double-heads summary, not the language model" for name in ("summary_activation", "summary_first_dropout", "summary_last_dropout", "summary_proj_to_labels", "summary_type", "summary_use_proj")},
+    "gemma": {"use_bidirectional_attention": "Gemma has no window: the mask changes, eager attention's work does not"},
+    "gemma3_text": {"attn_logit_softcapping": "Gemma3Attention stores it but never applies it"},
+    "deepseek_v2": {"head_dim": "the rotary width, qk_rope_head_dim, which is read", "num_key_value_heads": "MLA's heads are num_attention_heads"},
+    "deepseek_v3": {"head_dim": "the rotary width, qk_rope_head_dim, which is read", "num_key_value_heads": "MLA's heads are num_attention_heads"},
+}
+MODELS = Path(transformers.__file__).parent / "models"
+MODULE = {"gemma3_text": "gemma3"}
+
+
+def fields_the_modeling_code_reads(model_type: str) -> set[str]:
+    module = MODULE.get(model_type, model_type)
+    source = (MODELS / module / f"modeling_{module}.py").read_text(encoding="utf-8")
+    return set(re.findall(r"config\.(\w+)", source)) | set(re.findall(r"getattr\(config, \"(\w+)\"", source))
+
+
+def handled(model_type: str) -> tuple[set[str], set[str]]:
+    spec = families()[model_type].spec
+    read = set(spec.fields) | {alias.split(".")[0] for field in spec.fields.values() for alias in field.aliases}
+    refused = {name for refusal in spec.refuse for name in re.findall(r"[A-Za-z_]\w*", refusal.when)}
+    return read, refused
+
+
+@pytest.mark.parametrize("model_type", sorted(families()))
+def test_every_field_the_modeling_code_reads_is_read_or_refused(model_type):
+    read, refused = handled(model_type)
+    cost_free = COST_FREE | COST_FREE_IN.get(model_type, {})
+    unaccounted = sorted(fields_the_modeling_code_reads(model_type) - read - refused - set(cost_free))
+    assert not unaccounted, f"{model_type}: transformers reads {unaccounted}, which symform neither reads nor refuses"
+
+
+REFUSED = {
+    "qwen2_moe with a window": {"model_type": "qwen2_moe", "use_sliding_window": True, "sliding_window": 4, "max_window_layers": 2},
+    "qwen3_moe with a window": {"model_type": "qwen3_moe", "use_sliding_window": True, "sliding_window": 4},
+    "mixtral with a window": {"model_type": "mixtral", "sliding_window": 4},
+    "mixtral with router jitter": {"model_type": "mixtral", "router_jitter_noise": 0.01},
+    "qwen3_moe with the router loss": {"model_type": "qwen3_moe", "output_router_logits": True},
+    "gemma2, bidirectional": {"model_type": "gemma2", "use_bidirectional_attention": True},
+    "gpt2, reordered upcast": {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "reorder_and_upcast_attn": True},
+    "gpt2, an activation written out in products": {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "activation_function": "gelu_fast"},
+}
+MOE_SIZES = {"num_experts": 4, "num_local_experts": 4, "moe_intermediate_size": 8, "num_experts_per_tok": 2}
+
+
+@pytest.mark.parametrize("case", REFUSED)
+def test_a_setting_symform_does_not_model_is_refused_in_one_line(case):
+    config = {**TINY, **MOE_SIZES, **REFUSED[case]}
+    with pytest.raises(ConfigError) as refusal:
+        Model.from_config(config)
+    assert "\n" not in str(refusal.value)
