@@ -97,7 +97,8 @@ BAD_CONFIGS = [
     ("{not json", "not valid JSON"),
     ("[]", "must be a JSON object"),
     ({"hidden_size": 8}, "no 'model_type'"),
-    ({**preset_json("qwen3-0.6b"), "model_type": "fancy_net"}, "model_type 'fancy_net' is not supported; supported: " + ", ".join(supported_model_types())),
+    # an unknown architectures class too: a known one (Qwen3ForCausalLM) is now read in place of the model_type
+    ({**preset_json("qwen3-0.6b"), "model_type": "fancy_net", "architectures": ["FancyNetForCausalLM"]}, "model_type 'fancy_net' is not supported; supported: " + ", ".join(supported_model_types())),
     ({**preset_json("qwen3-0.6b"), "hidden_size": "1024"}, "field 'hidden_size' is '1024'; it must be a positive integer"),
     ({**preset_json("qwen3-0.6b"), "hidden_size": 0}, "field 'hidden_size' is 0"),
     ({**preset_json("qwen3-0.6b"), "num_hidden_layers": -2}, "field 'num_hidden_layers' is -2"),

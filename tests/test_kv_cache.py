@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from oracle import build, cached_bytes  # noqa: E402
+from oracle import build, cached_bytes, input_ids  # noqa: E402
 
 import symform  # noqa: E402
 from symform.engine.model import Model  # noqa: E402

@@ -124,9 +124,11 @@ def test_breakdown_table_is_booktabs_with_one_column_per_model(qwen):
 
 
 def test_breakdown_table_leaves_out_parts_that_are_zero_in_every_column(qwen):
-    parts = qwen.evaluate_breakdown("params", depth=2)
-    assert parts["layers/attn_dropout"] == 0 and parts["layers/attn_residual"] == 0  # in the API: every part
-    table = tex.breakdown_table([qwen, symform.load("llama-3-8b")], "params", depth=2)
+    # Qwen3's layers are layers/global/... (its breakdown names its global layers): the parts are at depth 3, and
+    # the second column is another Qwen3 so that both columns share those paths
+    parts = qwen.evaluate_breakdown("params", depth=3)
+    assert parts["layers/global/attn_dropout"] == 0 and parts["layers/global/attn_residual"] == 0  # in the API: every part
+    table = tex.breakdown_table([qwen, symform.load("qwen3-8b")], "params", depth=3)
     assert "dropout" not in table and "residual" not in table
     assert table.count(r"\texttt{") == len([p for p, v in parts.items() if v])
 

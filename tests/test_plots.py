@@ -55,7 +55,7 @@ def test_every_preset_path_has_a_group_and_shares_sum_to_one():
 def test_params_shares_match_the_breakdown():
     model = symform.load("qwen3-8b")
     parts = model.evaluate_breakdown("params", depth=None)
-    mlp = sum(v for p, v in parts.items() if p.startswith("layers/mlp/"))
+    mlp = sum(v for p, v in parts.items() if p.startswith("layers/global/mlp/"))  # Qwen3's layers are layers/global/...
     assert plots.params_shares([model])["qwen3-8b"]["mlp"] == Fraction(mlp, model.evaluate("params"))
 
 

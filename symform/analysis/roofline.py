@@ -649,9 +649,11 @@ def crossover(work: Work, variable: sympy.Symbol, ridge: float) -> Crossover:
     Other symbols must already have values. When sympy finds no closed form
     (block counts with ceilings), the crossover is found by bisection over whole values.
     """
-    limit = float(sympy.limit(work.intensity, variable, sympy.oo))
+    # the variable in an exponent (distinct experts touched by a batch): no closed form, bisect
+    transcendental = any(variable in p.exp.free_symbols for e in (work.flops, work.bytes) for p in sympy.sympify(e).atoms(sympy.Pow))
+    limit = _limit_at_infinity(work, variable, transcendental)
     try:
-        solutions = sympy.solve(sympy.Eq(work.flops, R * work.bytes), variable)
+        solutions = [] if transcendental else sympy.solve(sympy.Eq(work.flops, R * work.bytes), variable)
     except NotImplementedError:
         solutions = []
     closed = [s for s in solutions if s.free_symbols <= {R}]
@@ -668,6 +670,19 @@ def crossover(work: Work, variable: sympy.Symbol, ridge: float) -> Crossover:
         min(positive) if positive else None,
         limit,
     )
+
+
+def _limit_at_infinity(work: Work, variable: sympy.Symbol, numeric: bool = False) -> float:
+    """The intensity as ``variable`` → ∞; where sympy's limit fails (the expected number of distinct
+    experts, E·(1 − (1 − k/E)^batch), defeats its series expansion), the intensity at a value large
+    enough that every term decaying in the variable has vanished."""
+    try:
+        if numeric:
+            raise ValueError
+        return float(sympy.limit(work.intensity, variable, sympy.oo))
+    except (ValueError, NotImplementedError, sympy.PoleError):
+        point = {variable: sympy.Float(10**15, 30)}
+        return float(sympy.sympify(work.flops).xreplace(point).evalf(30) / sympy.sympify(work.bytes).xreplace(point).evalf(30))
 
 
 def _bisect(

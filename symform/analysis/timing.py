@@ -755,7 +755,7 @@ def decode_time(model: Model, gpu: str | os.PathLike[str] | Hardware, *, batch: 
     _whole("batch", batch), _whole("context", context, 0), _whole("tensor", tensor)
     place = placement(gpu, node_size)
     model = at_dtype(model, dtype)
-    return _phase_time(model, place, "decode", _inference_work(model, "decode", tensor, flash, expert_skew), tensor, dtype, batch=batch, past=context)
+    return _phase_time(model, place, "decode", _inference_work(model, "decode", tensor, flash, expert_skew=expert_skew), tensor, dtype, batch=batch, past=context)
 
 
 def inference_time(
