@@ -649,11 +649,12 @@ def crossover(work: Work, variable: sympy.Symbol, ridge: float) -> Crossover:
     Other symbols must already have values. When sympy finds no closed form
     (block counts with ceilings), the crossover is found by bisection over whole values.
     """
-    # the variable in an exponent (distinct experts touched by a batch): no closed form, bisect
-    transcendental = any(variable in p.exp.free_symbols for e in (work.flops, work.bytes) for p in sympy.sympify(e).atoms(sympy.Pow))
-    limit = _limit_at_infinity(work, variable, transcendental)
+    if _in_exponent(work.intensity, variable):  # MoE decode: distinct experts E·(1 − (1 − k/E)^batch), no closed form
+        limit = float(sympy.sympify(work.intensity).xreplace({variable: sympy.Float(1e15)}))
+        return Crossover(variable.name, None, float(ridge), _bisect(work, variable, ridge, floats=True), limit)
+    limit = float(sympy.limit(work.intensity, variable, sympy.oo))
     try:
-        solutions = [] if transcendental else sympy.solve(sympy.Eq(work.flops, R * work.bytes), variable)
+        solutions = sympy.solve(sympy.Eq(work.flops, R * work.bytes), variable)
     except NotImplementedError:
         solutions = []
     closed = [s for s in solutions if s.free_symbols <= {R}]
@@ -672,26 +673,18 @@ def crossover(work: Work, variable: sympy.Symbol, ridge: float) -> Crossover:
     )
 
 
-def _limit_at_infinity(work: Work, variable: sympy.Symbol, numeric: bool = False) -> float:
-    """The intensity as ``variable`` → ∞; where sympy's limit fails (the expected number of distinct
-    experts, E·(1 − (1 − k/E)^batch), defeats its series expansion), the intensity at a value large
-    enough that every term decaying in the variable has vanished."""
-    try:
-        if numeric:
-            raise ValueError
-        return float(sympy.limit(work.intensity, variable, sympy.oo))
-    except (ValueError, NotImplementedError, sympy.PoleError):
-        point = {variable: sympy.Float(10**15, 30)}
-        return float(sympy.sympify(work.flops).xreplace(point).evalf(30) / sympy.sympify(work.bytes).xreplace(point).evalf(30))
+def _in_exponent(expr: object, variable: sympy.Symbol) -> bool:
+    return any(variable in power.exp.free_symbols for power in sympy.sympify(expr).atoms(sympy.Pow))
 
 
 def _bisect(
-    work: Work, variable: sympy.Symbol, ridge: float, *, largest: int = 1 << 40
+    work: Work, variable: sympy.Symbol, ridge: float, *, largest: int = 1 << 40, floats: bool = False
 ) -> float | None:
-    """The last whole value on the starting side of intensity = ridge, for a monotone intensity."""
+    """The last whole value on the starting side of intensity = ridge, for a monotone intensity.
+    ``floats``: evaluate in floating point (a power with the variable in its exponent is slow exactly)."""
 
     def side(x: int) -> bool:
-        point = {variable: sympy.Integer(x)}
+        point = {variable: sympy.Float(x) if floats else sympy.Integer(x)}
         return float(sympy.sympify(work.flops).xreplace(point)) > ridge * float(
             sympy.sympify(work.bytes).xreplace(point)
         )
