@@ -25,8 +25,9 @@ from isolated import run_limited
 
 SECONDS = 30.0  # a bounded run takes well under a second here; a bomb would take hours
 PRESET = "qwen3-0.6b"
-QWEN = json.loads((Path(symform.__file__).resolve().parent.parent / "formulas" / "presets" / "qwen3-0.6b.json").read_text())
-GEMMA3 = json.loads((Path(symform.__file__).resolve().parent.parent / "formulas" / "presets" / "gemma-3-1b.json").read_text())
+PRESETS = Path(__file__).resolve().parent.parent / "formulas" / "presets"  # the checkout's files: CI installs symform non-editable
+QWEN = json.loads((PRESETS / "qwen3-0.6b.json").read_text())
+GEMMA3 = json.loads((PRESETS / "gemma-3-1b.json").read_text())
 
 
 def check_outcome(*argv: str, cwd: Path | None = None):
