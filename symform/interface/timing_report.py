@@ -56,6 +56,8 @@ def time_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--measured-step", type=positive_float, metavar="SECONDS", help="a measured training step: MFU and HFU by the PaLM, Megatron and exact definitions")
     p.add_argument("--measured-tokens-per-s", type=positive_float, metavar="TOKENS", help="a measured training throughput (tokens/s of the whole run), as --measured-step")
     p.add_argument("--tokens", type=positive_float, metavar="N", help="tokens of a whole training run (e.g. 15e12): its duration in days and GPU-hours")
+    p.add_argument("--price-per-hour", type=positive_float, metavar="DOLLARS", help="price of one device-hour (yours: symform ships no prices): $ per step or run (with --tokens) and $ per million tokens served (docs/cost.md)")
+    p.add_argument("--energy", action="store_true", help="energy per token and per step or run, at the device's TDP (an upper bound; docs/cost.md)")
 
 
 def time_command(model: Model, args: argparse.Namespace) -> str:
@@ -68,6 +70,7 @@ def time_command(model: Model, args: argparse.Namespace) -> str:
         memory = _memory_fit(model, args, result)
         measured = utilisation.measured(model, result, step_s=args.measured_step, tokens_per_s=args.measured_tokens_per_s) if (args.measured_step or args.measured_tokens_per_s) else None
         run = utilisation.duration(model, result, found, args.tokens, measured) if args.tokens else None
+        priced = _training_cost(args, result, found, measured, run)
         if args.json:
             data = result.as_dict() | {"attention": args.attention, "memory": memory}
             if isinstance(found, estimate.TrainingEstimate):
@@ -78,11 +81,14 @@ def time_command(model: Model, args: argparse.Namespace) -> str:
                 data["measured"] = measured
             if run:
                 data["run"] = run
+            if priced:
+                data["cost"] = priced
             return json.dumps(data)
-        return _with_attention(training_table(result), args) + _memory_line(memory) + _training_extra(found, measured, run)
+        return _with_attention(training_table(result), args) + _memory_line(memory) + _training_extra(found, measured, run) + _cost_lines(priced)
     result = _infer(model, args)
     tp = args.tp or args.gpus or 1
     found = _estimate(lambda: estimate.serving_estimate(model, args.gpu, batch=args.batch, prompt=args.prompt, output=args.output, tensor=tp, dtype=args.dtype, attention=args.attention, node_size=args.node_size, expert_skew=args.expert_skew))
+    priced = _serving_cost(args, result, found)
     if args.json:
         data = result.as_dict() | {"attention": args.attention}
         if isinstance(found, estimate.ServingEstimate):
@@ -92,8 +98,10 @@ def time_command(model: Model, args: argparse.Namespace) -> str:
             data["estimate"] = found.as_dict()
         else:
             data["estimate_missing"] = found
+        if priced:
+            data["cost"] = priced
         return json.dumps(data)
-    return _with_attention(inference_table(result), args) + _serving_extra(found)
+    return _with_attention(inference_table(result), args) + _serving_extra(found) + _cost_lines(priced)
 
 
 def _estimate(make):
@@ -169,6 +177,46 @@ def _serving_extra(found) -> str:
         f"{'estimate TPOT':<22} {_s(found.tpot.estimate)} (band {_s(found.tpot.low)} to {_s(found.tpot.high)})",
         f"{'estimate tokens/s':<22} {found.tokens_per_s.estimate:,.1f}",
     ])
+
+
+def _tdp(args: argparse.Namespace) -> float | None:
+    from ..analysis.timing import placement
+
+    return placement(args.gpu, args.node_size).device.tdp_watts if args.energy else None
+
+
+def _training_cost(args: argparse.Namespace, result: TrainingTime, found, measured, run) -> dict[str, object] | None:
+    """$ and energy of the step, or of the run with --tokens, at the step time the run is counted at."""
+    if not (args.price_per_hour or args.energy):
+        return None
+    from ..analysis import cost, utilisation
+
+    seconds, origin = (run["seconds"], run["from"]) if run else utilisation.step_seconds(result, found, measured)
+    tokens = run["tokens"] if run else result.tokens
+    return {"of": "whole run" if run else "one step", "from": origin} | cost.run_cost(seconds=seconds, devices=result.devices, tokens=tokens, price_per_hour=args.price_per_hour, tdp_watts=_tdp(args))
+
+
+def _serving_cost(args: argparse.Namespace, result: InferenceTime, found) -> dict[str, object] | None:
+    """$ and energy per million output tokens at the estimate's tokens/s, else at the upper time bound's."""
+    if not (args.price_per_hour or args.energy):
+        return None
+    from ..analysis import cost
+
+    rate, origin = (found.tokens_per_s.estimate, "estimated tokens/s") if not isinstance(found, str) else (result.tokens_per_s_low, "tokens/s at the upper time bound (no efficiency data)")
+    return {"of": "a million output tokens", "from": origin} | cost.serving_cost(tokens_per_s=rate, devices=result.tensor, price_per_hour=args.price_per_hour, tdp_watts=_tdp(args))
+
+
+def _cost_lines(priced: dict[str, object] | None) -> str:
+    if not priced:
+        return ""
+    head = f"cost of {priced['of']} ({priced['from']}, {priced['devices']} device{'s' if priced['devices'] > 1 else ''}, {priced['device_hours']:,.4g} device-hours)"
+    lines = [head]
+    if "dollars" in priced:
+        lines.append(f"  ${priced['dollars']:,.2f} at ${priced['price_per_device_hour']:g}/device-hour: ${priced['dollars_per_million_tokens']:,.4g} per million tokens")
+    if "energy_kwh" in priced:
+        lines.append(f"  energy ≤ {priced['energy_kwh']:,.4g} kWh, {priced['joules_per_token']:,.4g} J per token")
+    lines += [f"  assumed: {a}" for a in priced["assumptions"]]
+    return "\n" + "\n".join(lines)
 
 
 def _refuse(args: argparse.Namespace, names: tuple[str, ...], mode: str) -> None:
