@@ -164,3 +164,21 @@ def test_a_drive_file_with_a_unit_in_a_string_is_refused(tmp_path):
     with pytest.raises(symform.SymformError) as caught:
         load_drive(str(bad))
     assert "\n" not in str(caught.value) and "sequential_read_bytes_per_s" in str(caught.value)
+
+
+def test_cli_time_counts_what_stays_and_times_the_transfers_per_step(capsys, psi):
+    argv = ["time", "llama-3.2-1b", "--gpu", "h100-pcie", "--train", "--global-batch", "4", "--seq", "64", "--offload", "optimizer=cpu", "--json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    memory = out["memory"]
+    assert memory["offload"]["totals"]["cpu"] == 14 * psi
+    # 4 micro-batches each send 2Ψ of gradients down; one optimizer step sends 2Ψ of weights up
+    assert memory["offload"]["transfer_s_per_step"] == pytest.approx((4 * 2 * psi + 2 * psi) / PCIE_H100, rel=1e-12)
+    assert main(argv[:-3] + ["--json"]) == 0
+    plain = json.loads(capsys.readouterr().out)["memory"]
+    assert plain["bytes_per_device"] - memory["bytes_per_device"] == pytest.approx(14 * psi, abs=1)
+
+
+def test_cli_time_refuses_offload_when_serving(capsys):
+    assert main(["time", "llama-3.2-1b", "--gpu", "h100-pcie", "--infer", "--batch", "1", "--prompt", "4", "--output", "2", "--offload", "optimizer=cpu"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1

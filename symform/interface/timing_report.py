@@ -24,7 +24,7 @@ from ..engine.model import Model
 if TYPE_CHECKING:  # the timing module (and numpy) load when a time is asked for, not with the CLI
     from ..analysis.timing import InferenceTime, PhaseTime, TrainingTime
 
-TRAIN_ONLY = ("global_batch", "micro_batch", "seq", "dp", "pp", "ep", "cp", "recompute", "schedule", "zero", "measured_step", "measured_tokens_per_s", "tokens")
+TRAIN_ONLY = ("global_batch", "micro_batch", "seq", "dp", "pp", "ep", "cp", "recompute", "schedule", "zero", "measured_step", "measured_tokens_per_s", "tokens", "offload", "nvme", "nvme_drives")
 INFER_ONLY = ("batch", "prompt", "output")
 
 
@@ -56,6 +56,9 @@ def time_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--measured-step", type=positive_float, metavar="SECONDS", help="a measured training step: MFU and HFU by the PaLM, Megatron and exact definitions")
     p.add_argument("--measured-tokens-per-s", type=positive_float, metavar="TOKENS", help="a measured training throughput (tokens/s of the whole run), as --measured-step")
     p.add_argument("--tokens", type=positive_float, metavar="N", help="tokens of a whole training run (e.g. 15e12): its duration in days and GPU-hours")
+    p.add_argument("--offload", metavar="KEY=TIER,...", help="training: optimizer, gradients or params to cpu or nvme (docs/offload.md): the memory check counts what stays on the device; the transfers per step are timed")
+    p.add_argument("--nvme", metavar="DRIVE", help="training with an nvme tier: the drive (hardware/storage) that times its reads and writes")
+    p.add_argument("--nvme-drives", type=positive_int, help="drives striped together (default 1)")
     p.add_argument("--price-per-hour", type=positive_float, metavar="DOLLARS", help="price of one device-hour (yours: symform ships no prices): $ per step or run (with --tokens) and $ per million tokens served (docs/cost.md)")
     p.add_argument("--energy", action="store_true", help="energy per token and per step or run, at the device's TDP (an upper bound; docs/cost.md)")
 
@@ -141,16 +144,40 @@ def _memory_fit(model: Model, args: argparse.Namespace, result: TrainingTime) ->
     place = placement(args.gpu, args.node_size)
     flash = _flash(args)
     report = training_memory(model, batch=args.micro_batch or 1, seq=args.seq, setup=Training(recompute=args.recompute or "none", flash=flash, layout=_layout(args)))
+    offloaded = _offloaded(report, args, place.device, result) if args.offload else None
+    if offloaded is not None:
+        report = offloaded.pop("device")
     need, have = int(report.total), int(place.device.memory_bytes)
     fit = {"bytes_per_device": need, "capacity_bytes": have, "fits": need <= have, "attention": "flash" if flash else "eager"}
+    if offloaded is not None:
+        fit["offload"] = offloaded
     if args.fit_only and not fit["fits"]:
         raise ConfigError(f"this layout needs {need / 1e9:.1f} GB per device, more than the {have / 1e9:.1f} GB of {place.device.name}; raise --tp or --pp, add --recompute or --zero, lower --micro-batch, or drop --fit-only")
     return fit
 
 
+def _offloaded(report, args: argparse.Namespace, device, result: TrainingTime) -> dict[str, object]:
+    """The training memory split by --offload, and its transfers per step: per micro-batch ones times the micro-batches."""
+    from ..analysis.offload import load_drive, parse_offload, place, with_times
+
+    if args.nvme and "nvme" not in args.offload:
+        raise ConfigError("--nvme names the drive of an nvme tier, but --offload puts nothing on nvme; drop it or offload to nvme")
+    placed = with_times(place(report, parse_offload(args.offload)), device, load_drive(args.nvme) if args.nvme else None, args.nvme_drives or 1)
+    times = [t.seconds * (result.microbatches if t.every == "micro-batch" else 1) if t.seconds is not None else None for t in placed.transfers]
+    per_step = sum(times) if None not in times else None
+    return {"device": placed.device, **placed.as_dict(), "transfer_s_per_step": per_step}
+
+
 def _memory_line(memory: dict[str, object]) -> str:
     verdict = "fits" if memory["fits"] else "DOES NOT FIT (--fit-only refuses it)"
-    return f"\nmemory/device  {memory['bytes_per_device'] / 1e9:.1f} GB of {memory['capacity_bytes'] / 1e9:.1f} GB: {verdict} (symform memory --train, {memory['attention']} attention)"
+    line = f"\nmemory/device  {memory['bytes_per_device'] / 1e9:.1f} GB of {memory['capacity_bytes'] / 1e9:.1f} GB: {verdict} (symform memory --train, {memory['attention']} attention)"
+    off = memory.get("offload")
+    if off:
+        where = ", ".join(f"{t / 1e9:.1f} GB {'in host memory' if tier == 'cpu' else 'on NVMe'}" for tier, t in off["totals"].items() if tier != "device")
+        seconds = off["transfer_s_per_step"]
+        timed = _s(seconds) + " of transfers per step, none overlapped (docs/offload.md)" if seconds is not None else "transfers untimed (give --nvme for the nvme tier)"
+        line += f"\noffload        {where}; {timed}"
+    return line
 
 
 def _training_extra(found, measured, run) -> str:
