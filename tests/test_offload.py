@@ -182,3 +182,10 @@ def test_cli_time_counts_what_stays_and_times_the_transfers_per_step(capsys, psi
 def test_cli_time_refuses_offload_when_serving(capsys):
     assert main(["time", "llama-3.2-1b", "--gpu", "h100-pcie", "--infer", "--batch", "1", "--prompt", "4", "--output", "2", "--offload", "optimizer=cpu"]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_gradients_kept_on_the_device_still_reach_the_host_step_once(training, psi):
+    placed = place(training, Offload(optimizer="cpu", gradients="device"))
+    down = [(t.bytes, t.every) for t in placed.transfers if t.link == "pcie device→host"]
+    assert down == [(2 * psi, "optimizer step")]
+    assert placed.device.values["gradients"] == 2 * psi and placed.tier_total("cpu") == 12 * psi

@@ -213,6 +213,8 @@ def _training_transfers(report: MemoryReport, offload: Offload) -> list[Transfer
             found.append(Transfer("weights, read for the forward and the backward", "nvme read", 2 * weights, "micro-batch"))
     if offload.gradient_tier != "device":
         found.append(Transfer("gradients, sent as backward produces them", "pcie device→host", v["gradients"], "micro-batch"))
+    elif offload.optimizer != "device":  # kept on the device to accumulate, they still go to the host's step once
+        found.append(Transfer("accumulated gradients, sent to the optimizer step", "pcie device→host", v["gradients"], "optimizer step"))
     if offload.optimizer != "device" and offload.params == "device":
         found.append(Transfer("updated weights, back from the optimizer step", "pcie host→device", weights, "optimizer step"))
     if offload.optimizer == "device" and offload.params != "device":

@@ -205,17 +205,19 @@ def _memory_table(report: MemoryReport, device: tuple[str, int] | None) -> str:
 
 def _placed(report: MemoryReport, args: argparse.Namespace):
     """The report split by --offload and --kv-offload, with transfer times where --gpu (PCIe) and --nvme give the links; None without offload."""
-    from ..analysis.offload import load_drive, parse_offload, place, with_times
+    from dataclasses import replace
+
+    from ..analysis.offload import Offload, load_drive, parse_offload, place, with_times
 
     if not (args.offload or args.kv_offload):
         if args.nvme:
             raise EvaluationError("--nvme names the drive of an nvme tier; give --offload ...=nvme too, or drop it")
         return None
-    offload = parse_offload(args.offload) if args.offload else parse_offload("optimizer=device")
+    offload = parse_offload(args.offload) if args.offload else Offload()
     if args.kv_offload:
-        if args.offload and "kv=" in args.offload:
+        if offload.kv != "device":
             raise EvaluationError("--kv-offload and --offload kv=... say the same; give one")
-        offload = type(offload)(**{**offload.__dict__, "kv": args.kv_offload})
+        offload = replace(offload, kv=args.kv_offload)
     if args.nvme and "nvme" not in (offload.optimizer, offload.params):
         raise EvaluationError("--nvme names the drive of an nvme tier, but nothing is offloaded to nvme; drop it or offload to nvme")
     device = load_device(args.gpu) if args.gpu else None
