@@ -189,3 +189,14 @@ def test_gradients_kept_on_the_device_still_reach_the_host_step_once(training, p
     down = [(t.bytes, t.every) for t in placed.transfers if t.link == "pcie device→host"]
     assert down == [(2 * psi, "optimizer step")]
     assert placed.device.values["gradients"] == 2 * psi and placed.tier_total("cpu") == 12 * psi
+
+
+def test_cli_time_serving_kv_offload_reads_the_cache_back_each_decode_step(capsys):
+    argv = ["time", "llama-3.2-1b", "--gpu", "h100-pcie", "--infer", "--batch", "2", "--prompt", "100", "--output", "4", "--kv-offload", "cpu", "--json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)["offload"]
+    per_token = 2 * 16 * 8 * 64 * 2  # K and V, 16 layers, 8 KV heads of 64, bf16
+    # the step at past P holds P + 1 tokens (the new one included), for each of the 2 sequences
+    assert out["first_decode"]["transfer_s"] == pytest.approx(2 * 101 * per_token / PCIE_H100, rel=1e-12)
+    assert out["last_decode"]["transfer_s"] == pytest.approx(2 * 104 * per_token / PCIE_H100, rel=1e-12)
+    assert out["last_decode"]["totals"]["cpu"] == 2 * 104 * per_token

@@ -24,7 +24,7 @@ from ..engine.model import Model
 if TYPE_CHECKING:  # the timing module (and numpy) load when a time is asked for, not with the CLI
     from ..analysis.timing import InferenceTime, PhaseTime, TrainingTime
 
-TRAIN_ONLY = ("global_batch", "micro_batch", "seq", "dp", "pp", "ep", "cp", "recompute", "schedule", "zero", "measured_step", "measured_tokens_per_s", "tokens", "offload", "nvme", "nvme_drives")
+TRAIN_ONLY = ("global_batch", "micro_batch", "seq", "dp", "pp", "ep", "cp", "recompute", "schedule", "zero", "measured_step", "measured_tokens_per_s", "tokens")
 INFER_ONLY = ("batch", "prompt", "output")
 
 
@@ -56,8 +56,9 @@ def time_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--measured-step", type=positive_float, metavar="SECONDS", help="a measured training step: MFU and HFU by the PaLM, Megatron and exact definitions")
     p.add_argument("--measured-tokens-per-s", type=positive_float, metavar="TOKENS", help="a measured training throughput (tokens/s of the whole run), as --measured-step")
     p.add_argument("--tokens", type=positive_float, metavar="N", help="tokens of a whole training run (e.g. 15e12): its duration in days and GPU-hours")
-    p.add_argument("--offload", metavar="KEY=TIER,...", help="training: optimizer, gradients or params to cpu or nvme (docs/offload.md): the memory check counts what stays on the device; the transfers per step are timed")
-    p.add_argument("--nvme", metavar="DRIVE", help="training with an nvme tier: the drive (hardware/storage) that times its reads and writes")
+    p.add_argument("--offload", metavar="KEY=TIER,...", help="optimizer, gradients or params to cpu or nvme (docs/offload.md): training's memory check counts what stays on the device; the transfers per step, or per decode step when serving, are timed")
+    p.add_argument("--kv-offload", choices=("cpu",), help="serving: the KV cache in host memory, read back over PCIe each decode step (timed)")
+    p.add_argument("--nvme", metavar="DRIVE", help="with an nvme tier: the drive (hardware/storage) that times its reads and writes")
     p.add_argument("--nvme-drives", type=positive_int, help="drives striped together (default 1)")
     p.add_argument("--price-per-hour", type=positive_float, metavar="DOLLARS", help="price of one device-hour (yours: symform ships no prices): $ per step or run (with --tokens) and $ per million tokens served (docs/cost.md)")
     p.add_argument("--energy", action="store_true", help="energy per token and per step or run, at the device's TDP (an upper bound; docs/cost.md)")
@@ -92,8 +93,11 @@ def time_command(model: Model, args: argparse.Namespace) -> str:
     tp = args.tp or args.gpus or 1
     found = _estimate(lambda: estimate.serving_estimate(model, args.gpu, batch=args.batch, prompt=args.prompt, output=args.output, tensor=tp, dtype=args.dtype, attention=args.attention, node_size=args.node_size, expert_skew=args.expert_skew))
     priced = _serving_cost(args, result, found)
+    offloaded = _serving_offload(model, args, result)
     if args.json:
         data = result.as_dict() | {"attention": args.attention}
+        if offloaded:
+            data["offload"] = offloaded
         if isinstance(found, estimate.ServingEstimate):
             for key, band in (("ttft_s", found.ttft), ("tpot_s", found.tpot), ("total_s", found.total)):
                 data[key] |= band.as_dict()
@@ -104,7 +108,7 @@ def time_command(model: Model, args: argparse.Namespace) -> str:
         if priced:
             data["cost"] = priced
         return json.dumps(data)
-    return _with_attention(inference_table(result), args) + _serving_extra(found) + _cost_lines(priced)
+    return _with_attention(inference_table(result), args) + _serving_extra(found) + _serving_offload_line(offloaded) + _cost_lines(priced)
 
 
 def _estimate(make):
@@ -156,13 +160,25 @@ def _memory_fit(model: Model, args: argparse.Namespace, result: TrainingTime) ->
     return fit
 
 
+def _placed(report, args: argparse.Namespace, device):
+    """``report`` split by --offload (and --kv-offload), its transfers timed over the device's PCIe and --nvme's drives."""
+    from dataclasses import replace
+
+    from ..analysis.offload import Offload, load_drive, parse_offload, place, with_times
+
+    offload = parse_offload(args.offload) if args.offload else Offload()
+    if getattr(args, "kv_offload", None):
+        if offload.kv != "device":
+            raise ConfigError("--kv-offload and --offload kv=... say the same; give one")
+        offload = replace(offload, kv=args.kv_offload)
+    if args.nvme and "nvme" not in (offload.optimizer, offload.params):
+        raise ConfigError("--nvme names the drive of an nvme tier, but --offload puts nothing on nvme; drop it or offload to nvme")
+    return with_times(place(report, offload), device, load_drive(args.nvme) if args.nvme else None, args.nvme_drives or 1)
+
+
 def _offloaded(report, args: argparse.Namespace, device, result: TrainingTime) -> dict[str, object]:
     """The training memory split by --offload, and its transfers per step: per micro-batch ones times the micro-batches."""
-    from ..analysis.offload import load_drive, parse_offload, place, with_times
-
-    if args.nvme and "nvme" not in args.offload:
-        raise ConfigError("--nvme names the drive of an nvme tier, but --offload puts nothing on nvme; drop it or offload to nvme")
-    placed = with_times(place(report, parse_offload(args.offload)), device, load_drive(args.nvme) if args.nvme else None, args.nvme_drives or 1)
+    placed = _placed(report, args, device)
     times = [t.seconds * (result.microbatches if t.every == "micro-batch" else 1) if t.seconds is not None else None for t in placed.transfers]
     per_step = sum(times) if None not in times else None
     return {"device": placed.device, **placed.as_dict(), "transfer_s_per_step": per_step}
@@ -204,6 +220,33 @@ def _serving_extra(found) -> str:
         f"{'estimate TPOT':<22} {_s(found.tpot.estimate)} (band {_s(found.tpot.low)} to {_s(found.tpot.high)})",
         f"{'estimate tokens/s':<22} {found.tokens_per_s.estimate:,.1f}",
     ])
+
+
+def _serving_offload(model: Model, args: argparse.Namespace, result: InferenceTime) -> dict[str, object] | None:
+    """With --offload params=... or --kv-offload: what each decode step moves over PCIe (and NVMe), at the first and the last decode step."""
+    if not (args.offload or args.kv_offload):
+        return None
+    from ..analysis.memory import Inference, inference_memory
+    from ..analysis.timing import placement
+
+    device = placement(args.gpu, args.node_size).device
+    setup = Inference(weight_format=args.weight_format, tensor=result.tensor, flash=_flash(args))
+    found = {}
+    for which, past in (("first_decode", args.prompt), ("last_decode", args.prompt + args.output - 1)):
+        placed = _placed(inference_memory(model, batch=args.batch, seq=1, past=past, setup=setup), args, device)
+        seconds = [t.seconds for t in placed.transfers]
+        found[which] = placed.as_dict() | {"past": past, "transfer_s": sum(seconds) if None not in seconds else None}
+    return found
+
+
+def _serving_offload_line(offloaded: dict[str, object] | None) -> str:
+    if not offloaded:
+        return ""
+    first, last = offloaded["first_decode"], offloaded["last_decode"]
+    where = ", ".join(f"{t / 1e9:.2f} GB {'in host memory' if tier == 'cpu' else 'on NVMe'}" for tier, t in last["totals"].items() if tier != "device")
+    if first["transfer_s"] is None or last["transfer_s"] is None:
+        return f"\n{'offload':<22} {where} at the last decode step; transfers untimed (give --nvme for the nvme tier)"
+    return f"\n{'offload':<22} {where} at the last decode step; each decode step moves it back: {_s(first['transfer_s'])} to {_s(last['transfer_s'])}, none overlapped (docs/offload.md)"
 
 
 def _tdp(args: argparse.Namespace) -> float | None:
@@ -273,7 +316,7 @@ def _degrees(args: argparse.Namespace) -> tuple[int, int, int]:
 
 
 def _train(model: Model, args: argparse.Namespace) -> TrainingTime:
-    _refuse(args, (*INFER_ONLY, "weight_format"), "--train")
+    _refuse(args, (*INFER_ONLY, "weight_format", "kv_offload"), "--train")
     if args.measured_step and args.measured_tokens_per_s:
         raise ConfigError("give --measured-step or --measured-tokens-per-s, not both")
     _require(args, ("global_batch", "seq"), "--train")
