@@ -200,3 +200,16 @@ def test_cli_time_serving_kv_offload_reads_the_cache_back_each_decode_step(capsy
     assert out["first_decode"]["transfer_s"] == pytest.approx(2 * 101 * per_token / PCIE_H100, rel=1e-12)
     assert out["last_decode"]["transfer_s"] == pytest.approx(2 * 104 * per_token / PCIE_H100, rel=1e-12)
     assert out["last_decode"]["totals"]["cpu"] == 2 * 104 * per_token
+
+
+def test_cli_fit_with_offload_solves_against_what_stays_on_the_device(capsys, psi):
+    budget = 8 * psi  # more than the 2Ψ of weights, less than the 16Ψ of model states
+    common = ["--train", "--seq", "256", "--recompute", "full", "--flash"]
+    assert main(["fit", "llama-3.2-1b", *common, "--memory", str(budget), "--solve", "batch", "--offload", "optimizer=cpu", "--json"]) == 0
+    largest = json.loads(capsys.readouterr().out)["largest"]
+    assert largest >= 1
+    for batch, fits in ((largest, True), (largest + 1, False)):
+        assert main(["memory", "llama-3.2-1b", *common, "--batch", str(batch), "--offload", "optimizer=cpu", "--json"]) == 0
+        assert (json.loads(capsys.readouterr().out)["total"] <= budget) is fits
+    assert main(["fit", "llama-3.2-1b", *common, "--memory", str(budget), "--solve", "batch", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["largest"] == 0

@@ -176,9 +176,15 @@ class Placed:
         return {"where": where, "totals": totals, "transfers": [t.as_dict() for t in self.transfers], "assumptions": self.assumptions}
 
 
+def offloaded_categories(offload: Offload, phase: str) -> set[str]:
+    """The memory categories ``offload`` takes off the device in ``phase`` ("train" or "infer")."""
+    _check_phase(phase, offload)
+    return {c for key in KEYS if offload.tier(key) != "device" for c in CATEGORIES[key]}
+
+
 def place(report: MemoryReport, offload: Offload) -> Placed:
     """Split ``report`` (training or serving, one device) by ``offload``, and list the transfers that follows from it."""
-    _check_phase(report, offload)
+    _check_phase(report.phase, offload)
     moved: dict[str, dict[str, Number]] = {}
     for key in KEYS:
         tier = offload.tier(key)
@@ -197,10 +203,10 @@ def place(report: MemoryReport, offload: Offload) -> Placed:
     return Placed(kept, moved, transfers, _assumptions(report, offload))
 
 
-def _check_phase(report: MemoryReport, offload: Offload) -> None:
-    if report.phase == "train" and offload.kv != "device":
+def _check_phase(phase: str, offload: Offload) -> None:
+    if phase == "train" and offload.kv != "device":
         raise EvaluationError("kv offload applies to serving (--infer); training keeps no KV cache")
-    if report.phase != "train" and (offload.optimizer != "device" or offload.gradients not in (None, "device")):
+    if phase != "train" and (offload.optimizer != "device" or offload.gradients not in (None, "device")):
         raise EvaluationError("optimizer and gradient offload apply to training (--train); serving has neither")
 
 

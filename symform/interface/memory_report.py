@@ -123,6 +123,7 @@ def fit_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--solve", required=True, choices=("batch", "seq", "past"), help="the variable to maximise (past: the context a decode can hold)")
     p.add_argument("--batch", type=positive_int, help="sequences (required unless solved for)")
     p.add_argument("--seq", type=positive_int, help="tokens per sequence (required unless solved for; serving default 1)")
+    offload_arguments(p)
 
 
 def _layout(args: argparse.Namespace) -> Layout:
@@ -205,25 +206,41 @@ def _memory_table(report: MemoryReport, device: tuple[str, int] | None) -> str:
 
 def _placed(report: MemoryReport, args: argparse.Namespace):
     """The report split by --offload and --kv-offload, with transfer times where --gpu (PCIe) and --nvme give the links; None without offload."""
-    from dataclasses import replace
-
-    from ..analysis.offload import Offload, load_drive, parse_offload, place, with_times
+    from ..analysis.offload import load_drive, place, with_times
 
     if not (args.offload or args.kv_offload):
         if args.nvme:
             raise EvaluationError("--nvme names the drive of an nvme tier; give --offload ...=nvme too, or drop it")
         return None
+    offload = _offload(args)
+    if args.nvme and "nvme" not in (offload.optimizer, offload.params):
+        raise EvaluationError("--nvme names the drive of an nvme tier, but nothing is offloaded to nvme; drop it or offload to nvme")
+    device = load_device(args.gpu) if getattr(args, "gpu", None) else None
+    if device is not None and getattr(device, "kind", None) != "accelerator":
+        device = None  # _gpu_memory refuses a system with its own message
+    return with_times(place(report, offload), device, load_drive(args.nvme) if args.nvme else None, args.nvme_drives)
+
+
+def _offloaded_categories(args: argparse.Namespace) -> set[str]:
+    """What --offload and --kv-offload take off the device: the budget holds only the rest."""
+    if not (args.offload or args.kv_offload):
+        return set()
+    from ..analysis.offload import offloaded_categories
+
+    return offloaded_categories(_offload(args), "train" if args.train else "infer")
+
+
+def _offload(args: argparse.Namespace):
+    from dataclasses import replace
+
+    from ..analysis.offload import Offload, parse_offload
+
     offload = parse_offload(args.offload) if args.offload else Offload()
     if args.kv_offload:
         if offload.kv != "device":
             raise EvaluationError("--kv-offload and --offload kv=... say the same; give one")
         offload = replace(offload, kv=args.kv_offload)
-    if args.nvme and "nvme" not in (offload.optimizer, offload.params):
-        raise EvaluationError("--nvme names the drive of an nvme tier, but nothing is offloaded to nvme; drop it or offload to nvme")
-    device = load_device(args.gpu) if args.gpu else None
-    if device is not None and getattr(device, "kind", None) != "accelerator":
-        device = None  # _gpu_memory refuses a system with its own message
-    return with_times(place(report, offload), device, load_drive(args.nvme) if args.nvme else None, args.nvme_drives)
+    return offload
 
 
 def _offload_table(placed) -> str:
@@ -287,7 +304,8 @@ def fit_command(model: Model, args: argparse.Namespace) -> str:
     else:
         categories, _ = inference_expressions(model, _inference(args), keep=("past",))
         values = {**model.values, **fixed, **({"past": args.past} if args.solve != "past" else {})}
-    total = sum(categories.values())
+    gone = _offloaded_categories(args)
+    total = sum(v for k, v in categories.items() if k not in gone)
     fit = solve_fit(total, args.solve, budget, values, model.vocabulary)
     report = None
     if fit.largest:
@@ -297,6 +315,8 @@ def fit_command(model: Model, args: argparse.Namespace) -> str:
             if args.train
             else inference_memory(model, batch=at["batch"], seq=at["seq"], past=at.get("past", args.past), setup=_inference(args))
         )
+        placed = _placed(report, args)
+        report = placed.device if placed is not None else report
     context = _context_bound(model, args.solve, fixed, args.past if args.infer else 0)
     if args.json:
         return json.dumps(
