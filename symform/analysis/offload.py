@@ -183,7 +183,7 @@ def offloaded_categories(offload: Offload, phase: str) -> set[str]:
 
 
 def place(report: MemoryReport, offload: Offload) -> Placed:
-    """Split ``report`` (training or serving, one device) by ``offload``, and list the transfers that follows from it."""
+    """Split ``report`` (training or serving, one device) by ``offload``, and list the transfers that follow from it."""
     _check_phase(report.phase, offload)
     moved: dict[str, dict[str, Number]] = {}
     for key in KEYS:
