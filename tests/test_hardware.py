@@ -25,6 +25,8 @@ ACCELERATORS = {
     "h100-sxm", "h100-pcie", "h100-nvl", "h200-sxm", "h200-nvl",
     "b200", "b300", "gb200", "gb300",
     "h800-sxm", "mi300x", "tpu-v4", "tpu-v5p",
+    "h20", "l4", "l40s", "rtx-3090", "rtx-4090", "rtx-5090", "rtx-6000-ada", "rtx-pro-6000-blackwell",
+    "mi250x", "mi325x", "mi355x", "tpu-v5e", "tpu-v6e", "tpu7x", "gaudi3",
 }  # fmt: skip
 SYSTEMS = {"hgx-h100-8gpu", "dgx-b200", "gb200-nvl72"}
 GiB = 1 << 30

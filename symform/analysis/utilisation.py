@@ -39,15 +39,19 @@ def measured(model, step: timing.TrainingTime, *, step_s: float | None = None, t
     }
 
 
+def step_seconds(step: timing.TrainingTime, found, measured_figures: dict | None) -> tuple[float, str]:
+    """The step time a run is counted at: the measured one, else the estimate, else the lower bound; and which."""
+    if measured_figures:
+        return measured_figures["step_s"], "measured step"
+    if not isinstance(found, str):
+        return found.step.estimate, "estimated step"
+    return step.time_lower, "lower bound (no efficiency data)"
+
+
 def duration(model, step: timing.TrainingTime, found, tokens: float, measured_figures: dict | None) -> dict[str, object]:
     """Days and GPU-hours of a run of ``tokens`` tokens at the measured step, else the estimate, else the lower bound;
     beside it Narayanan et al.'s Eq. 4, T = 8·tokens·P / (n·X), X the achieved FLOP/s per GPU of that same step."""
-    if measured_figures:
-        seconds, origin = measured_figures["step_s"], "measured step"
-    elif not isinstance(found, str):
-        seconds, origin = found.step.estimate, "estimated step"
-    else:
-        seconds, origin = step.time_lower, "lower bound (no efficiency data)"
+    seconds, origin = step_seconds(step, found, measured_figures)
     run_s = tokens / step.tokens * seconds
     achieved = megatron_flops(model, step.global_batch, step.seq, True) / (seconds * step.devices)
     eq4_s = 8 * tokens * float(model.evaluate("params")) / (step.devices * achieved)

@@ -97,6 +97,22 @@ def memory_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=positive_int, required=True, help="sequences (per device: the micro-batch when training)")
     p.add_argument("--seq", type=positive_int, required=True, help="tokens per sequence (new tokens when serving)")
     p.add_argument("--gpu", metavar="NAME", help="an accelerator whose memory to compare with (symform hardware)")
+    offload_arguments(p)
+
+
+def offload_arguments(p: argparse.ArgumentParser) -> None:
+    """Offload to host memory or NVMe (docs/offload.md): where each byte lives and the transfers it costs."""
+    off = p.add_argument_group("offload (docs/offload.md)")
+    off.add_argument("--offload", metavar="KEY=TIER,...", help="optimizer, gradients, params to cpu or nvme (ZeRO-Offload: optimizer=cpu; ZeRO-Infinity: optimizer=nvme,params=nvme)")
+    off.add_argument("--kv-offload", choices=("cpu",), help="serving: keep the KV cache in host memory, read back each decode step")
+    off.add_argument("--nvme", metavar="DRIVE", help="the NVMe drive of the nvme tier, for transfer times (hardware/storage: " + ", ".join(_drive_names()) + ", or a .toml file)")
+    off.add_argument("--nvme-drives", type=positive_int, default=1, help="drives striped together (default 1)")
+
+
+def _drive_names() -> list[str]:
+    from ..analysis.offload import drive_names
+
+    return drive_names()
 
 
 def fit_arguments(p: argparse.ArgumentParser) -> None:
@@ -107,6 +123,7 @@ def fit_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--solve", required=True, choices=("batch", "seq", "past"), help="the variable to maximise (past: the context a decode can hold)")
     p.add_argument("--batch", type=positive_int, help="sequences (required unless solved for)")
     p.add_argument("--seq", type=positive_int, help="tokens per sequence (required unless solved for; serving default 1)")
+    offload_arguments(p)
 
 
 def _layout(args: argparse.Namespace) -> Layout:
@@ -143,6 +160,9 @@ def memory_command(model: Model, args: argparse.Namespace) -> str:
         report = training_memory(model, batch=args.batch, seq=args.seq, setup=_training(args))
     else:
         report = inference_memory(model, batch=args.batch, seq=args.seq, past=args.past, setup=_inference(args))
+    placed = _placed(report, args)
+    if placed is not None:
+        report = placed.device
     device = _gpu_memory(args.gpu) if args.gpu else None
     tokens = args.seq + (0 if args.train else args.past)
     limit = model.context_limit
@@ -152,8 +172,12 @@ def memory_command(model: Model, args: argparse.Namespace) -> str:
             result["device"] = {"name": device[0], "memory_bytes": device[1], "fits": report.total <= device[1]}
         if limit is not None:
             result["context_limit"] = {**limit.as_dict(), "exceeded": tokens > limit.tokens}
+        if placed is not None:
+            result["offload"] = placed.as_dict()
         return json.dumps(result)
     table = _memory_table(report, device)
+    if placed is not None:
+        table += "\n" + _offload_table(placed)
     if limit is not None and tokens > limit.tokens:
         table += f"\nnote: {tokens:,} tokens per sequence exceed the model's own context, {limit.describe()}"
     return table
@@ -177,6 +201,61 @@ def _memory_table(report: MemoryReport, device: tuple[str, int] | None) -> str:
     if size:
         lines.append(_checkpoint_line(size))
     lines.append("assumptions: " + _assumptions_line(report.assumptions))
+    return "\n".join(lines)
+
+
+def _placed(report: MemoryReport, args: argparse.Namespace):
+    """The report split by --offload and --kv-offload, with transfer times where --gpu (PCIe) and --nvme give the links; None without offload."""
+    from ..analysis.offload import load_drive, place, with_times
+
+    if not (args.offload or args.kv_offload):
+        if args.nvme:
+            raise EvaluationError("--nvme names the drive of an nvme tier; give --offload ...=nvme too, or drop it")
+        return None
+    offload = _offload(args)
+    if args.nvme and "nvme" not in (offload.optimizer, offload.params):
+        raise EvaluationError("--nvme names the drive of an nvme tier, but nothing is offloaded to nvme; drop it or offload to nvme")
+    device = load_device(args.gpu) if getattr(args, "gpu", None) else None
+    if device is not None and getattr(device, "kind", None) != "accelerator":
+        device = None  # _gpu_memory refuses a system with its own message
+    return with_times(place(report, offload), device, load_drive(args.nvme) if args.nvme else None, args.nvme_drives)
+
+
+def _offloaded_categories(args: argparse.Namespace) -> set[str]:
+    """What --offload and --kv-offload take off the device: the budget holds only the rest."""
+    if not (args.offload or args.kv_offload):
+        return set()
+    from ..analysis.offload import offloaded_categories
+
+    return offloaded_categories(_offload(args), "train" if args.train else "infer")
+
+
+def _offload(args: argparse.Namespace):
+    from dataclasses import replace
+
+    from ..analysis.offload import Offload, parse_offload
+
+    offload = parse_offload(args.offload) if args.offload else Offload()
+    if args.kv_offload:
+        if offload.kv != "device":
+            raise EvaluationError("--kv-offload and --offload kv=... say the same; give one")
+        offload = replace(offload, kv=args.kv_offload)
+    return offload
+
+
+def _offload_table(placed) -> str:
+    from ..analysis.offload import PLACES
+
+    lines = [f"offloaded (per device): {float(placed.device.total) / 1e9:.3f} GB stay on the device"]
+    for tier, found in placed.offloaded.items():
+        parts = ", ".join(f"{k} {float(v) / 1e9:.3f} GB" for k, v in found.items() if v)
+        lines.append(f"  {PLACES[tier]:<12} {float(placed.tier_total(tier)) / 1e9:.3f} GB: {parts}")
+    if placed.transfers:
+        lines.append("transfers per device:")
+        for t in placed.transfers:
+            when = f"{t.seconds * 1e3:,.3f} ms" if t.seconds is not None else "untimed (give --gpu for PCIe, --nvme for NVMe)"
+            lines.append(f"  each {t.every:<15} {t.link:<17} {float(t.bytes) / 1e9:>10.3f} GB  {when}: {t.what}")
+    lines += [f"  assumed: {a}" for a in placed.assumptions]
     return "\n".join(lines)
 
 
@@ -225,7 +304,8 @@ def fit_command(model: Model, args: argparse.Namespace) -> str:
     else:
         categories, _ = inference_expressions(model, _inference(args), keep=("past",))
         values = {**model.values, **fixed, **({"past": args.past} if args.solve != "past" else {})}
-    total = sum(categories.values())
+    gone = _offloaded_categories(args)
+    total = sum(v for k, v in categories.items() if k not in gone)
     fit = solve_fit(total, args.solve, budget, values, model.vocabulary)
     report = None
     if fit.largest:
@@ -235,6 +315,8 @@ def fit_command(model: Model, args: argparse.Namespace) -> str:
             if args.train
             else inference_memory(model, batch=at["batch"], seq=at["seq"], past=at.get("past", args.past), setup=_inference(args))
         )
+        placed = _placed(report, args)
+        report = placed.device if placed is not None else report
     context = _context_bound(model, args.solve, fixed, args.past if args.infer else 0)
     if args.json:
         return json.dumps(

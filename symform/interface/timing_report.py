@@ -56,6 +56,12 @@ def time_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--measured-step", type=positive_float, metavar="SECONDS", help="a measured training step: MFU and HFU by the PaLM, Megatron and exact definitions")
     p.add_argument("--measured-tokens-per-s", type=positive_float, metavar="TOKENS", help="a measured training throughput (tokens/s of the whole run), as --measured-step")
     p.add_argument("--tokens", type=positive_float, metavar="N", help="tokens of a whole training run (e.g. 15e12): its duration in days and GPU-hours")
+    p.add_argument("--offload", metavar="KEY=TIER,...", help="optimizer, gradients or params to cpu or nvme (docs/offload.md): training's memory check counts what stays on the device; the transfers per step, or per decode step when serving, are timed")
+    p.add_argument("--kv-offload", choices=("cpu",), help="serving: the KV cache in host memory, read back over PCIe each decode step (timed)")
+    p.add_argument("--nvme", metavar="DRIVE", help="with an nvme tier: the drive (hardware/storage) that times its reads and writes")
+    p.add_argument("--nvme-drives", type=positive_int, help="drives striped together (default 1)")
+    p.add_argument("--price-per-hour", type=positive_float, metavar="DOLLARS", help="price of one device-hour (yours: symform ships no prices): $ per step or run (with --tokens) and $ per million tokens served (docs/cost.md)")
+    p.add_argument("--energy", action="store_true", help="energy per token and per step or run, at the device's TDP (an upper bound; docs/cost.md)")
 
 
 def time_command(model: Model, args: argparse.Namespace) -> str:
@@ -68,6 +74,7 @@ def time_command(model: Model, args: argparse.Namespace) -> str:
         memory = _memory_fit(model, args, result)
         measured = utilisation.measured(model, result, step_s=args.measured_step, tokens_per_s=args.measured_tokens_per_s) if (args.measured_step or args.measured_tokens_per_s) else None
         run = utilisation.duration(model, result, found, args.tokens, measured) if args.tokens else None
+        priced = _training_cost(args, result, found, measured, run)
         if args.json:
             data = result.as_dict() | {"attention": args.attention, "memory": memory}
             if isinstance(found, estimate.TrainingEstimate):
@@ -78,13 +85,19 @@ def time_command(model: Model, args: argparse.Namespace) -> str:
                 data["measured"] = measured
             if run:
                 data["run"] = run
+            if priced:
+                data["cost"] = priced
             return json.dumps(data)
-        return _with_attention(training_table(result), args) + _memory_line(memory) + _training_extra(found, measured, run)
+        return _with_attention(training_table(result), args) + _memory_line(memory) + _training_extra(found, measured, run) + _cost_lines(priced)
     result = _infer(model, args)
     tp = args.tp or args.gpus or 1
     found = _estimate(lambda: estimate.serving_estimate(model, args.gpu, batch=args.batch, prompt=args.prompt, output=args.output, tensor=tp, dtype=args.dtype, attention=args.attention, node_size=args.node_size, expert_skew=args.expert_skew))
+    priced = _serving_cost(args, result, found)
+    offloaded = _serving_offload(model, args, result)
     if args.json:
         data = result.as_dict() | {"attention": args.attention}
+        if offloaded:
+            data["offload"] = offloaded
         if isinstance(found, estimate.ServingEstimate):
             for key, band in (("ttft_s", found.ttft), ("tpot_s", found.tpot), ("total_s", found.total)):
                 data[key] |= band.as_dict()
@@ -92,8 +105,10 @@ def time_command(model: Model, args: argparse.Namespace) -> str:
             data["estimate"] = found.as_dict()
         else:
             data["estimate_missing"] = found
+        if priced:
+            data["cost"] = priced
         return json.dumps(data)
-    return _with_attention(inference_table(result), args) + _serving_extra(found)
+    return _with_attention(inference_table(result), args) + _serving_extra(found) + _serving_offload_line(offloaded) + _cost_lines(priced)
 
 
 def _estimate(make):
@@ -133,16 +148,52 @@ def _memory_fit(model: Model, args: argparse.Namespace, result: TrainingTime) ->
     place = placement(args.gpu, args.node_size)
     flash = _flash(args)
     report = training_memory(model, batch=args.micro_batch or 1, seq=args.seq, setup=Training(recompute=args.recompute or "none", flash=flash, layout=_layout(args)))
+    offloaded = _offloaded(report, args, place.device, result) if args.offload else None
+    if offloaded is not None:
+        report = offloaded.pop("device")
     need, have = int(report.total), int(place.device.memory_bytes)
     fit = {"bytes_per_device": need, "capacity_bytes": have, "fits": need <= have, "attention": "flash" if flash else "eager"}
+    if offloaded is not None:
+        fit["offload"] = offloaded
     if args.fit_only and not fit["fits"]:
         raise ConfigError(f"this layout needs {need / 1e9:.1f} GB per device, more than the {have / 1e9:.1f} GB of {place.device.name}; raise --tp or --pp, add --recompute or --zero, lower --micro-batch, or drop --fit-only")
     return fit
 
 
+def _placed(report, args: argparse.Namespace, device):
+    """``report`` split by --offload (and --kv-offload), its transfers timed over the device's PCIe and --nvme's drives."""
+    from dataclasses import replace
+
+    from ..analysis.offload import Offload, load_drive, parse_offload, place, with_times
+
+    offload = parse_offload(args.offload) if args.offload else Offload()
+    if getattr(args, "kv_offload", None):
+        if offload.kv != "device":
+            raise ConfigError("--kv-offload and --offload kv=... say the same; give one")
+        offload = replace(offload, kv=args.kv_offload)
+    if args.nvme and "nvme" not in (offload.optimizer, offload.params):
+        raise ConfigError("--nvme names the drive of an nvme tier, but --offload puts nothing on nvme; drop it or offload to nvme")
+    return with_times(place(report, offload), device, load_drive(args.nvme) if args.nvme else None, args.nvme_drives or 1)
+
+
+def _offloaded(report, args: argparse.Namespace, device, result: TrainingTime) -> dict[str, object]:
+    """The training memory split by --offload, and its transfers per step: per micro-batch ones times the micro-batches."""
+    placed = _placed(report, args, device)
+    times = [t.seconds * (result.microbatches if t.every == "micro-batch" else 1) if t.seconds is not None else None for t in placed.transfers]
+    per_step = sum(times) if None not in times else None
+    return {"device": placed.device, **placed.as_dict(), "transfer_s_per_step": per_step}
+
+
 def _memory_line(memory: dict[str, object]) -> str:
     verdict = "fits" if memory["fits"] else "DOES NOT FIT (--fit-only refuses it)"
-    return f"\nmemory/device  {memory['bytes_per_device'] / 1e9:.1f} GB of {memory['capacity_bytes'] / 1e9:.1f} GB: {verdict} (symform memory --train, {memory['attention']} attention)"
+    line = f"\nmemory/device  {memory['bytes_per_device'] / 1e9:.1f} GB of {memory['capacity_bytes'] / 1e9:.1f} GB: {verdict} (symform memory --train, {memory['attention']} attention)"
+    off = memory.get("offload")
+    if off:
+        where = ", ".join(f"{t / 1e9:.1f} GB {'in host memory' if tier == 'cpu' else 'on NVMe'}" for tier, t in off["totals"].items() if tier != "device")
+        seconds = off["transfer_s_per_step"]
+        timed = _s(seconds) + " of transfers per step, none overlapped (docs/offload.md)" if seconds is not None else "transfers untimed (give --nvme for the nvme tier)"
+        line += f"\noffload        {where}; {timed}"
+    return line
 
 
 def _training_extra(found, measured, run) -> str:
@@ -169,6 +220,73 @@ def _serving_extra(found) -> str:
         f"{'estimate TPOT':<22} {_s(found.tpot.estimate)} (band {_s(found.tpot.low)} to {_s(found.tpot.high)})",
         f"{'estimate tokens/s':<22} {found.tokens_per_s.estimate:,.1f}",
     ])
+
+
+def _serving_offload(model: Model, args: argparse.Namespace, result: InferenceTime) -> dict[str, object] | None:
+    """With --offload params=... or --kv-offload: what each decode step moves over PCIe (and NVMe), at the first and the last decode step."""
+    if not (args.offload or args.kv_offload):
+        return None
+    from ..analysis.memory import Inference, inference_memory
+    from ..analysis.timing import placement
+
+    device = placement(args.gpu, args.node_size).device
+    setup = Inference(weight_format=args.weight_format, tensor=result.tensor, flash=_flash(args))
+    found = {}
+    for which, past in (("first_decode", args.prompt), ("last_decode", args.prompt + args.output - 1)):
+        placed = _placed(inference_memory(model, batch=args.batch, seq=1, past=past, setup=setup), args, device)
+        seconds = [t.seconds for t in placed.transfers]
+        found[which] = placed.as_dict() | {"past": past, "transfer_s": sum(seconds) if None not in seconds else None}
+    return found
+
+
+def _serving_offload_line(offloaded: dict[str, object] | None) -> str:
+    if not offloaded:
+        return ""
+    first, last = offloaded["first_decode"], offloaded["last_decode"]
+    where = ", ".join(f"{t / 1e9:.2f} GB {'in host memory' if tier == 'cpu' else 'on NVMe'}" for tier, t in last["totals"].items() if tier != "device")
+    if first["transfer_s"] is None or last["transfer_s"] is None:
+        return f"\n{'offload':<22} {where} at the last decode step; transfers untimed (give --nvme for the nvme tier)"
+    return f"\n{'offload':<22} {where} at the last decode step; each decode step moves it back: {_s(first['transfer_s'])} to {_s(last['transfer_s'])}, none overlapped (docs/offload.md)"
+
+
+def _tdp(args: argparse.Namespace) -> float | None:
+    from ..analysis.timing import placement
+
+    return placement(args.gpu, args.node_size).device.tdp_watts if args.energy else None
+
+
+def _training_cost(args: argparse.Namespace, result: TrainingTime, found, measured, run) -> dict[str, object] | None:
+    """$ and energy of the step, or of the run with --tokens, at the step time the run is counted at."""
+    if not (args.price_per_hour or args.energy):
+        return None
+    from ..analysis import cost, utilisation
+
+    seconds, origin = (run["seconds"], run["from"]) if run else utilisation.step_seconds(result, found, measured)
+    tokens = run["tokens"] if run else result.tokens
+    return {"of": "whole run" if run else "one step", "from": origin} | cost.run_cost(seconds=seconds, devices=result.devices, tokens=tokens, price_per_hour=args.price_per_hour, tdp_watts=_tdp(args))
+
+
+def _serving_cost(args: argparse.Namespace, result: InferenceTime, found) -> dict[str, object] | None:
+    """$ and energy per million output tokens at the estimate's tokens/s, else at the upper time bound's."""
+    if not (args.price_per_hour or args.energy):
+        return None
+    from ..analysis import cost
+
+    rate, origin = (found.tokens_per_s.estimate, "estimated tokens/s") if not isinstance(found, str) else (result.tokens_per_s_low, "tokens/s at the upper time bound (no efficiency data)")
+    return {"of": "a million output tokens", "from": origin} | cost.serving_cost(tokens_per_s=rate, devices=result.tensor, price_per_hour=args.price_per_hour, tdp_watts=_tdp(args))
+
+
+def _cost_lines(priced: dict[str, object] | None) -> str:
+    if not priced:
+        return ""
+    head = f"cost of {priced['of']} ({priced['from']}, {priced['devices']} device{'s' if priced['devices'] > 1 else ''}, {priced['device_hours']:,.4g} device-hours)"
+    lines = [head]
+    if "dollars" in priced:
+        lines.append(f"  ${priced['dollars']:,.2f} at ${priced['price_per_device_hour']:g}/device-hour: ${priced['dollars_per_million_tokens']:,.4g} per million tokens")
+    if "energy_kwh" in priced:
+        lines.append(f"  energy ≤ {priced['energy_kwh']:,.4g} kWh, {priced['joules_per_token']:,.4g} J per token")
+    lines += [f"  assumed: {a}" for a in priced["assumptions"]]
+    return "\n" + "\n".join(lines)
 
 
 def _refuse(args: argparse.Namespace, names: tuple[str, ...], mode: str) -> None:
@@ -198,7 +316,7 @@ def _degrees(args: argparse.Namespace) -> tuple[int, int, int]:
 
 
 def _train(model: Model, args: argparse.Namespace) -> TrainingTime:
-    _refuse(args, (*INFER_ONLY, "weight_format"), "--train")
+    _refuse(args, (*INFER_ONLY, "weight_format", "kv_offload"), "--train")
     if args.measured_step and args.measured_tokens_per_s:
         raise ConfigError("give --measured-step or --measured-tokens-per-s, not both")
     _require(args, ("global_batch", "seq"), "--train")
