@@ -198,14 +198,24 @@ class _MemoryForms:
     kv: Callable[[float, int], float]  # one sequence holding this many tokens, at this block size
 
 
+@cache
+def _categories(model: Model, weight_format: str | None, kv_bytes: Number | None) -> dict[str, sympy.Expr]:
+    """The serving memory's expressions on one device (no tensor split yet): built once per model, split per degree below."""
+    categories, _ = inference_expressions(model, Inference(weight_format=weight_format, kv_bytes=kv_bytes, kv_block=1, flash=True), keep=("past", "kv_block"))
+    return categories
+
+
+@cache
 def _memory_forms(model: Model, tensor: int, weight_format: str | None, kv_bytes: Number | None) -> _MemoryForms:
-    categories, _ = inference_expressions(model, Inference(weight_format=weight_format, kv_bytes=kv_bytes, kv_block=1, tensor=tensor, flash=True), keep=("past", "kv_block"))
+    categories = _categories(model, weight_format, kv_bytes)
+    split = tensor_split(model, tensor)  # refuses a degree that does not divide the heads
     values = {**model.values, "batch": 1}
 
     def bind(expr: sympy.Expr, **more: int) -> sympy.Expr:
+        """The sizes put in, split ones divided by the degree, in one pass (as inference_expressions splits them, then evaluates)."""
         named = {**values, **more}
         expr = sympy.sympify(expr)
-        return expr.xreplace({s: sympy.Integer(named[s.name]) for s in expr.free_symbols if s.name in named})
+        return expr.xreplace({s: sympy.Integer(named[s.name]) / (tensor if s in split else 1) for s in expr.free_symbols if s.name in named})
 
     weights = float(bind(categories["weights"]))
     kv = bind(categories["kv_cache"] + categories.get("recurrent_state", sympy.Integer(0)), seq=0)
@@ -290,18 +300,30 @@ class _Leaf:
     bytes: Callable
 
 
-def _leaves(model: Model, phase: str, tensor: int, names: tuple[str, ...], expert_skew: float) -> list[_Leaf]:
+@cache
+def _components(model: Model, phase: str, expert_skew: float) -> dict[str, object]:
+    return phase_work(model, phase, depth=None, flash=True, expert_skew=expert_skew).components
+
+
+@cache
+def _leaves(model: Model, phase: str, tensor: int, names: tuple[str, ...], expert_skew: float) -> tuple[_Leaf, ...]:
     """Each leaf's FLOPs and HBM bytes on one device as float functions of ``names`` (engines run FlashAttention)."""
     split = tensor_split(model, tensor)
-    layers = float(model.values.get("n_layers", 1))
+    values = model.values
+    layers = float(values.get("n_layers", 1))
+
+    def per_device(expr: sympy.Expr) -> sympy.Expr:  # sizes in, split ones divided by the degree, in one pass
+        expr = sympy.sympify(expr)
+        return sympy.expand(expr.xreplace({s: sympy.Integer(values[s.name]) / (tensor if s in split else 1) for s in expr.free_symbols if s.name in values}))
+
     found = []
-    for path, work in phase_work(model, phase, depth=None, flash=True, expert_skew=expert_skew).components.items():
-        flops, moved = (timing._sizes(model, sympy.expand(sympy.sympify(e).xreplace(split))) for e in (work.flops, work.bytes))
+    for path, work in _components(model, phase, expert_skew).items():
+        flops, moved = per_device(work.flops), per_device(work.bytes)
         if flops == 0 and moved == 0:
             continue
         kind = "attention" if _is_core(path) else "gemm" if flops != 0 else "elementwise"
         found.append(_Leaf(path, kind, layers if path.startswith("layers/") else 1.0, compile_expression(flops, names), compile_expression(moved, names)))
-    return found
+    return tuple(found)
 
 
 def _ideal(device: str) -> estimate.Efficiency:
@@ -334,22 +356,25 @@ class StepModel:
         self.head = estimate._head_size(self.model)
         self.decode = _leaves(self.model, "decode", tensor, ("batch", "past"), expert_skew)
         self.prefill_cores = [leaf for leaf in _leaves(self.model, "prefill", tensor, ("batch", "seq"), 0) if leaf.kind == "attention"]
-        self._comm: dict[int, float] = {}
+        self._comm: dict[tuple[int, bool], float] = {}
 
     def _seconds(self, leaf: _Leaf, flops: float, moved: float, rows: float) -> float:
         kernel = estimate.Kernel(leaf.path, leaf.kind, flops, moved, leaf.calls, rows)
         return estimate.kernel_seconds(kernel, self.peak, self.hbm, self.efficiency, self.fusion, self.head)
 
-    def comm(self, rows: int) -> float:
-        """Tensor-parallel all-reduces of a step over ``rows`` tokens, at the link's bus efficiency and latency."""
+    def comm(self, rows: int, *, decoding: bool = True) -> float:
+        """Tensor-parallel all-reduces of a step over ``rows`` tokens, at the link's bus efficiency and latency; the logits
+        gathered for every row when decoding, for a prompt's last token alone when prefilling."""
         if self.tensor == 1 or rows <= 0:
             return 0.0
-        if rows not in self._comm:
+        key = (rows, decoding)
+        if key not in self._comm:
             link = self.place.link(self.tensor)
             rates = self.efficiency.link(link)
             bandwidth = timing._bandwidth(self.place, link) * rates.bus_efficiency
-            self._comm[rows] = timing._inference_comm(self.model, self.place, self.tensor, 1, rows, alpha=rates.latency_s, bandwidth=bandwidth)[0]
-        return self._comm[rows]
+            batch, seq = (rows, 1) if decoding else (1, rows)
+            self._comm[key] = timing._inference_comm(self.model, self.place, self.tensor, batch, seq, alpha=rates.latency_s, bandwidth=bandwidth)[0]
+        return self._comm[key]
 
     def step(self, *, decoding: int = 0, past: float = 0.0, queries: int = 1, chunk: int = 0, prompt: float | None = None) -> float:
         """One engine step: ``decoding`` sequences each scoring ``queries`` tokens after ``past`` cached ones
@@ -369,7 +394,7 @@ class StepModel:
         if chunk:
             whole = prompt or chunk
             total += self.prefill_attention(whole) * chunk / whole
-        return total + self.comm(rows)
+        return total + self.comm(rows, decoding=decoding > 0)
 
     def prefill_attention(self, prompt: float) -> float:
         """The attention cores of one whole prompt's prefill."""
