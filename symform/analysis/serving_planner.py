@@ -60,6 +60,7 @@ class ServingPlan:
     rate: float | None
     best: list[ServingLayout]
     refused: dict[str, str]
+    best_by_mode: dict[str, ServingLayout] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     assumptions: dict[str, object] = field(default_factory=dict)
 
@@ -149,7 +150,10 @@ def plan_serving(
     found.sort(key=key)
     if found and found[0].context_note:
         notes.append(f"{found[0].name}: {found[0].context_note}")
-    return ServingPlan(model.name, place.name, lengths, targets, rate, found[:top], refused, notes, _assumptions(setup, rate))
+    by_mode: dict[str, ServingLayout] = {}
+    for layout in found:
+        by_mode.setdefault(layout.mode, layout)
+    return ServingPlan(model.name, place.name, lengths, targets, rate, found[:top], refused, by_mode, notes, _assumptions(setup, rate))
 
 
 def _assumptions(setup: Setup, rate: float | None) -> dict[str, object]:
