@@ -746,3 +746,30 @@ def assumptions(replica: Replica) -> dict[str, object]:
     if context:
         found["context"] = context
     return found
+
+
+# --- against measured runs ------------------------------------------------------------------------------------
+
+
+def static_batch(steps: StepModel, batch: int, prompt: int, output: int) -> tuple[float, float, float]:
+    """TTFT, TPOT and output tokens/s of one static batch (all prompts prefilled together, then decoded together), from the same steps."""
+    ttft = steps.step(chunk=batch * prompt, prompt=prompt)
+    tpot = steps.step(decoding=batch, past=prompt + max(output - 2, 0) / 2)
+    return ttft, tpot, batch * output / (ttft + (output - 1) * tpot)
+
+
+def measured_errors() -> list[dict[str, object]]:
+    """The engine-step model against every measured serving run of hardware/measured/: the figure each source reports, measured and predicted."""
+    from . import calibration
+
+    rows = []
+    for run in calibration.runs():
+        if run.kind != "serving":
+            continue
+        s = run.setup
+        steps = StepModel(calibration.run_model(run), s["gpu"], tensor=s.get("tensor", 1), dtype=s.get("dtype", "bf16"))
+        ttft, tpot, rate = static_batch(steps, s["batch"], s["prompt"], s["output"])
+        what, measured = run.measured
+        predicted = {"ttft_ms": ttft * 1e3, "tokens_per_s_per_sequence": 1 / tpot, "tokens_per_s": rate}[what]
+        rows.append({"run": run.name, "source": run.source, "figure": what, "measured": measured, "predicted": predicted, "error": predicted / measured - 1})
+    return rows
