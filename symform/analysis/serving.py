@@ -253,9 +253,8 @@ def paged_pool(
     settings = settings or engine_defaults()
     place = timing.placement(gpu, node_size)
     timing._whole("tensor", tensor)
+    check_lengths(model, lengths)
     limit = model.context_limit
-    if limit is not None and lengths.longest > limit.tokens:
-        raise ConfigError(f"prompt + output = {lengths.longest:,} tokens is more than {model.name} reads ({limit.tokens:,}, {limit.field}); shorten the prompt or the output")
     forms = _memory_forms(model, tensor, weight_format, kv_bytes)
     draft_forms = _memory_forms(draft, tensor, weight_format, kv_bytes) if draft is not None else None
     capacity = int(place.device.memory_bytes)
@@ -548,6 +547,14 @@ def kv_transfer(steps: StepModel, prompt: float, link: str = "scale_out", *, wei
     return Transfer(link, forms.kv(prompt, 1), bandwidth, latency, f"{steps.place.name} {link} bandwidth × {efficiency:g} ({source})")
 
 
+def check_lengths(model: Model, lengths: Lengths) -> None:
+    """Requests the model can serve: within its context, with at least one decode step."""
+    limit = model.context_limit
+    if limit is not None and lengths.longest > limit.tokens:
+        raise ConfigError(f"prompt + output = {lengths.longest:,} tokens is more than {model.name} reads ({limit.tokens:,}, {limit.field}); shorten the prompt or the output")
+    _output_steps(lengths)
+
+
 def _output_steps(lengths: Lengths) -> float:
     if lengths.output_mean < 2:
         raise ConfigError("serving with continuous batching needs an output of 2 tokens or more (the first comes from the prefill); give --output 2 or more")
@@ -708,9 +715,15 @@ class Replica:
             return chunked_point(self.steps, self.lengths, concurrency, self.setup.settings.token_budget, self.spec)
         return disaggregated_point(self.prefill_steps, self.steps, self.lengths, concurrency, self.transfer, self.spec)
 
+    def no_room(self) -> str:
+        """Why not even one request fits."""
+        if self.pool.max_concurrency >= 1:
+            return f"a token budget of {self.setup.settings.token_budget} leaves no room for one sequence scoring {1 + (self.spec.k if self.spec else 0)} tokens per step; raise --token-budget or lower --speculate"
+        return f"{self.model.name} on {self.tensor} × {self.gpu} leaves {max(self.pool.pool_bytes, 0) / 2**30:.1f} GiB for the KV cache, not one sequence of {self.lengths.longest:,} tokens in blocks of {self.pool.block_tokens}; raise the tensor degree, quantise or shorten the requests"
+
     def curve(self) -> Curve:
         if self.largest < 1:
-            raise ConfigError(f"{self.model.name} does not fit {self.tensor} × {self.gpu} with room for one sequence of {self.lengths.longest:,} tokens ({self.pool.pool_bytes / 2**30:.1f} GiB left for the KV cache); raise the tensor degree or quantise")
+            raise ConfigError(self.no_room())
         points = [self.point(b) for b in concurrency_grid(self.largest)]
         return Curve(self.model.name, self.steps.place.name, self.lengths, self.mode, self.tensor, self.pool, points, knee([p.tpot_s for p in points], [p.tokens_per_s_per_gpu for p in points]), self.spec, assumptions(self))
 

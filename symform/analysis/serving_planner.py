@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from ..engine.errors import ConfigError
 from ..engine.model import Model
 from . import timing
-from .serving import Lengths, Replica, ServingPoint, Setup
+from .serving import Lengths, Replica, ServingPoint, Setup, check_lengths
 
 
 @dataclass(frozen=True)
@@ -117,6 +117,7 @@ def plan_serving(
     if rate is not None and not rate > 0:
         raise ConfigError(f"rate is {rate!r}; give a positive number of requests per second")
     place = timing.placement(gpu, setup.node_size)
+    check_lengths(model, lengths)
     degrees = tensor_degrees(place.node_size, max_tensor)
     found: list[ServingLayout] = []
     refused: dict[str, str] = {}
@@ -132,7 +133,7 @@ def plan_serving(
             refused[label] = str(e)
             continue
         if replica.largest < 1:
-            refused[label] = f"no room for one sequence of {lengths.longest:,} tokens beside the weights"
+            refused[label] = replica.no_room()
             continue
         point = best_concurrency(replica, targets)
         if point is None:
