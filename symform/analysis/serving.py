@@ -253,7 +253,7 @@ def paged_pool(
     settings = settings or engine_defaults()
     place = timing.placement(gpu, node_size)
     timing._whole("tensor", tensor)
-    check_lengths(model, lengths)
+    within_context(model, lengths)
     limit = model.context_limit
     forms = _memory_forms(model, tensor, weight_format, kv_bytes)
     draft_forms = _memory_forms(draft, tensor, weight_format, kv_bytes) if draft is not None else None
@@ -547,11 +547,15 @@ def kv_transfer(steps: StepModel, prompt: float, link: str = "scale_out", *, wei
     return Transfer(link, forms.kv(prompt, 1), bandwidth, latency, f"{steps.place.name} {link} bandwidth × {efficiency:g} ({source})")
 
 
-def check_lengths(model: Model, lengths: Lengths) -> None:
-    """Requests the model can serve: within its context, with at least one decode step."""
+def within_context(model: Model, lengths: Lengths) -> None:
     limit = model.context_limit
     if limit is not None and lengths.longest > limit.tokens:
         raise ConfigError(f"prompt + output = {lengths.longest:,} tokens is more than {model.name} reads ({limit.tokens:,}, {limit.field}); shorten the prompt or the output")
+
+
+def check_lengths(model: Model, lengths: Lengths) -> None:
+    """Requests the model can serve: within its context, with at least one decode step."""
+    within_context(model, lengths)
     _output_steps(lengths)
 
 
