@@ -210,6 +210,15 @@ def test_the_rate_sets_replicas_and_gpus(plan):
     assert [r.gpus for r in plan.best] == sorted(r.gpus for r in plan.best)
 
 
+def test_steady_admission_takes_more_requests_of_spread_lengths(model):
+    lengths = Lengths.spread(300, 4000, 100, 1000)
+    longest = serving.Replica(model, GPU, lengths, "continuous", 1, Setup())
+    steady = serving.Replica(model, GPU, lengths, "continuous", 1, Setup(admit="steady"))
+    assert longest.largest == longest.pool.max_concurrency < steady.largest == steady.pool.steady_concurrency
+    with pytest.raises(ConfigError, match="admission"):
+        serving.Replica(model, GPU, lengths, "continuous", 1, Setup(admit="all"))
+
+
 def test_best_concurrency_is_none_when_one_request_misses(model):
     replica = serving.Replica(model, GPU, Lengths.fixed(1024, 128), "chunked", 1, Setup())
     assert best_concurrency(replica, Targets(1e-6, 1e-6)) is None

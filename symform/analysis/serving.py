@@ -42,6 +42,7 @@ from .roofline import phase_work
 
 MODES = ("continuous", "chunked", "disaggregated")
 LINKS = ("scale_up", "scale_out", "pcie")
+ADMIT = ("longest", "steady")
 
 
 # --- the engine's defaults -----------------------------------------------------------------------
@@ -673,6 +674,7 @@ class Setup:
     alpha: float = 0.0
     draft: Model | str | None = None
     expert_skew: float = 0.0
+    admit: str = "longest"  # "longest": no preemption ever; "steady": as many as fit at mean occupancy
 
 
 @cache
@@ -686,6 +688,8 @@ class Replica:
     def __init__(self, model: Model, gpu: str, lengths: Lengths, mode: str, tensor: int, setup: Setup, prefill_tensor: int | None = None):
         if mode not in MODES:
             raise ConfigError(f"unknown serving mode {mode!r}; choose one of {', '.join(MODES)}")
+        if setup.admit not in ADMIT:
+            raise ConfigError(f"unknown admission {setup.admit!r}; choose one of {', '.join(ADMIT)}")
         self.model, self.gpu, self.lengths, self.mode, self.tensor, self.setup = model, gpu, lengths, mode, tensor, setup
         _output_steps(lengths)
         self.steps = _steps(model, gpu, tensor, setup.dtype, setup.node_size, setup.expert_skew)
@@ -706,7 +710,7 @@ class Replica:
     @property
     def largest(self) -> int:
         """The largest concurrency the cache holds with every sequence at its longest (and, chunked, that leaves the budget room for prefill)."""
-        top = self.pool.max_concurrency
+        top = self.pool.max_concurrency if self.setup.admit == "longest" else self.pool.steady_concurrency
         if self.mode == "chunked":
             queries = 1 + (self.spec.k if self.spec else 0)
             top = min(top, (self.setup.settings.token_budget - 1) // queries)
@@ -745,7 +749,7 @@ def assumptions(replica: Replica) -> dict[str, object]:
         "memory_utilisation": {"value": s.utilisation, "source": s.sources["utilisation"]},
         "block_tokens": {"value": s.block_tokens, "source": s.sources["block_tokens"]},
         "closed_loop": "a fixed number of requests in flight, a finished one replaced at once (benchmark_serving --max-concurrency); no arrival bursts",
-        "max_concurrency": "every sequence at its longest (prompt max + output max) in whole blocks: no preemption; steady_concurrency is the mean occupancy with on-demand blocks",
+        "admission": "every sequence at its longest (prompt max + output max) in whole blocks: no preemption" if replica.setup.admit == "longest" else "as many as fit at mean occupancy (prompt mean + half the output mean, half a block of waste each) with on-demand blocks: the engine preempts when many are long at once",
         "decode_step": "at the mean cache length: prompt mean + (output mean − 2)/2",
     }
     if replica.mode == "continuous":

@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # the serving model (and numpy) load when a plan is asked for
     from ..analysis.serving import Curve, Lengths, Setup
     from ..analysis.serving_planner import ServingPlan
 
-SERVE_ONLY = ("prompt", "output", "prompt_max", "output_max", "ttft_max", "tpot_max", "rate", "mode", "tp_max", "block_size", "token_budget", "memory_utilisation", "kv_link", "weight_format", "kv_dtype", "speculate", "acceptance", "draft", "curve", "plot")
+SERVE_ONLY = ("prompt", "output", "prompt_max", "output_max", "ttft_max", "tpot_max", "rate", "mode", "tp_max", "block_size", "token_budget", "memory_utilisation", "admit", "kv_link", "weight_format", "kv_dtype", "speculate", "acceptance", "draft", "curve", "plot")
 _DURATION = re.compile(r"\s*([0-9]*\.?[0-9]+(?:e-?[0-9]+)?)\s*(ms|s|us|µs)?\s*", re.IGNORECASE)
 
 
@@ -69,6 +69,7 @@ def serve_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--block-size", type=positive_int, help="paged KV cache block, tokens (default: the engine's, hardware/efficiency/serving.toml)")
     g.add_argument("--token-budget", type=positive_int, help="chunked prefill: tokens per engine step (default: the engine's)")
     g.add_argument("--memory-utilisation", type=fraction, help="share of device memory the engine uses (default: the engine's)")
+    g.add_argument("--admit", choices=("longest", "steady"), help="how many requests the cache takes: longest (every one at its longest, no preemption; the default) or steady (at mean occupancy, preempting when many are long at once)")
     g.add_argument("--kv-link", choices=("scale_out", "scale_up", "pcie"), help="disaggregation: the link the KV cache moves over (default scale_out)")
     g.add_argument("--weight-format", type=weight_format_name, help="stored weights (default: as the checkpoint says)")
     g.add_argument("--kv-dtype", type=kv_dtype, metavar="TYPE", help="KV cache element type (default bf16)")
@@ -138,7 +139,7 @@ def _setup(model: Model, args: argparse.Namespace) -> Setup:
         raise ConfigError("speculative decoding needs both --speculate K and --acceptance ALPHA")
     if draft is not None and args.speculate is None:
         raise ConfigError("--draft needs --speculate K and --acceptance ALPHA")
-    return Setup(settings=settings, weight_format=args.weight_format, kv_bytes=args.kv_dtype, node_size=args.node_size, kv_link=args.kv_link or "scale_out", k=args.speculate or 0, alpha=args.acceptance or 0.0, draft=draft)
+    return Setup(settings=settings, weight_format=args.weight_format, kv_bytes=args.kv_dtype, node_size=args.node_size, kv_link=args.kv_link or "scale_out", admit=args.admit or "longest", k=args.speculate or 0, alpha=args.acceptance or 0.0, draft=draft)
 
 
 def _curves(model: Model, gpu: str, lengths: Lengths, plan: ServingPlan, setup: Setup) -> dict[str, Curve]:
@@ -177,7 +178,7 @@ def plan_table(plan: ServingPlan) -> str:
     lines += [f"note: {n}" for n in plan.notes]
     if plan.refused:
         lines.append(f"{len(plan.refused)} layouts refused (--json lists why)")
-    lines.append("concurrency: requests in flight per decode replica (of: the most its paged cache holds with every sequence at its longest); GPUs: per decode replica with its share of any prefill pool")
+    lines.append("concurrency: requests in flight per decode replica (of: the most its paged cache admits, --admit); GPUs: per decode replica with its share of any prefill pool")
     return "\n".join(lines)
 
 
