@@ -251,3 +251,18 @@ def test_plan_serve_prints_layouts_and_json(capsys):
 def test_bad_serving_input_is_one_line_and_status_2(capsys, argv, words):
     code, out, err = run(capsys, "plan", MODEL, "--gpu", GPU, *argv)
     assert code == 2 and words in err and err.count("\n") == 1
+
+
+def test_engine_defaults_name_their_sources():
+    defaults = engine_defaults()
+    assert set(defaults.sources) == {"utilisation", "block_tokens", "token_budget"}
+    assert all(source and source != "given" for source in defaults.sources.values())
+    assert serving.engine(block_tokens=32).sources["block_tokens"] == "given"
+
+
+def test_plot_writes_the_curves(capsys, tmp_path):
+    pytest.importorskip("matplotlib")
+    target = tmp_path / "curve.png"
+    code, out, err = run(capsys, "plan", "--serve", MODEL, "--gpu", GPU, "--prompt", "512", "--output", "64", "--ttft-max", "150ms", "--tpot-max", "10ms", "--mode", "chunked", "--mode", "continuous", "--tp-max", "1", "--plot", str(target))
+    assert code == 0, err
+    assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -40,6 +40,7 @@ from .hardware import Hardware
 from .memory import Inference, inference_expressions, largest_fitting, tensor_split
 from .roofline import phase_work
 
+Number = int | float | Fraction
 MODES = ("continuous", "chunked", "disaggregated")
 LINKS = ("scale_up", "scale_out", "pcie")
 ADMIT = ("longest", "steady")
@@ -228,8 +229,6 @@ def _memory_forms(model: Model, tensor: int, weight_format: str | None, kv_bytes
     act_function = compile_expression(act, ("seq",))
     return _MemoryForms(weights, lambda tokens: float(act_function(tokens)), lambda tokens, block: float(kv_function(tokens, block)))
 
-
-Number = int | float | Fraction
 
 
 def paged_pool(

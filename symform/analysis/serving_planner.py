@@ -122,6 +122,7 @@ def plan_serving(
     found: list[ServingLayout] = []
     refused: dict[str, str] = {}
     notes: list[str] = []
+    evidence: set[str] = set()
     layouts = [(m, t, None) for m in modes if m != "disaggregated" for t in degrees]
     if "disaggregated" in modes:
         layouts += [("disaggregated", t, p) for t in degrees for p in degrees]
@@ -132,6 +133,7 @@ def plan_serving(
         except ConfigError as e:
             refused[label] = str(e)
             continue
+        evidence.add(replica.steps.evidence)
         if replica.largest < 1:
             refused[label] = replica.no_room()
             continue
@@ -154,7 +156,7 @@ def plan_serving(
     by_mode: dict[str, ServingLayout] = {}
     for layout in found:
         by_mode.setdefault(layout.mode, layout)
-    return ServingPlan(model.name, place.name, lengths, targets, rate, found[:top], refused, by_mode, notes, _assumptions(setup, rate))
+    return ServingPlan(model.name, place.name, lengths, targets, rate, found[:top], refused, by_mode, notes, _assumptions(setup, rate) | {"evidence": sorted(evidence) + ["hardware/efficiency/serving.toml (engine settings)"]})
 
 
 def _assumptions(setup: Setup, rate: float | None) -> dict[str, object]:

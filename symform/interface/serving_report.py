@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .cli_args import positive_int
@@ -176,6 +175,7 @@ def plan_table(plan: ServingPlan) -> str:
     if best.mode == "disaggregated":
         lines.append(f"  {best.point.prefill_replicas_per_decode:.2f} prefill replicas (TP {best.prefill_tensor}) per decode replica; KV transfer {_ms(best.point.kv_transfer_s)} per request over {plan.assumptions['kv_link']}")
     lines += [f"note: {n}" for n in plan.notes]
+    lines.append("evidence: " + "; ".join(plan.assumptions.get("evidence", [])))
     if plan.refused:
         lines.append(f"{len(plan.refused)} layouts refused (--json lists why)")
     lines.append("concurrency: requests in flight per decode replica (of: the most its paged cache admits, --admit); GPUs: per decode replica with its share of any prefill pool")
