@@ -181,8 +181,11 @@ def test_chunked_budget_caps_the_running_sequences(model):
     lengths = Lengths.fixed(2048, 64)
     steps = serving.StepModel(model, GPU)
     point = serving.chunked_point(steps, lengths, 500, 2048)
-    assert point.running == pytest.approx(2048 / (1 + 2048 / 63))
+    assert point.running == math.floor(2048 / (1 + 2048 / 63))
     assert point.queue_s > 0
+    # a prompt far longer than the budget: prefill-bound, fewer than one sequence decoding on average
+    long_prompt = serving.chunked_point(steps, Lengths.fixed(60000, 8), 4, 2048)
+    assert long_prompt.running < 1 and long_prompt.tokens_per_s > 0
 
 
 # --- the planner ----------------------------------------------------------------------------------------------------

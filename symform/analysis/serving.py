@@ -582,17 +582,18 @@ def chunked_point(steps: StepModel, lengths: Lengths, concurrency: int, budget: 
     queries = 1 + (spec.k if spec else 0)
     gained = spec.tokens_per_pass if spec else 1.0
     per_sequence = queries + gained * lengths.prompt_mean / later  # budget tokens one running sequence needs per step
-    running = min(float(concurrency), budget / per_sequence)
+    fits = budget / per_sequence
+    running = float(min(concurrency, math.floor(fits))) if fits >= 1 else fits  # below 1: prefill-bound, some steps decode nothing
     whole = max(int(running), 1)
     room = budget - whole * queries
     if room < 1:
         raise ConfigError(f"a token budget of {budget} leaves no room for prefill beside {whole} decoding sequences; raise --token-budget")
     chunk = min(room, max(1, round(running * gained * lengths.prompt_mean / later)))
     drafting = spec.k * spec.draft_step(whole, lengths.mean_past) if spec and spec.draft_step else 0.0
-    step = steps.step(decoding=whole, past=lengths.mean_past, queries=queries, chunk=chunk, prompt=lengths.prompt_mean) * running / whole + drafting
+    step = steps.step(decoding=whole, past=lengths.mean_past, queries=queries, chunk=chunk, prompt=lengths.prompt_mean) + drafting
     full = steps.step(decoding=whole, past=lengths.mean_past, queries=queries, chunk=room, prompt=lengths.prompt_mean) + drafting
-    requests_per_s = running * gained / (later * step)
-    queue = (concurrency - running) / requests_per_s  # Little's law: the requests the budget keeps waiting
+    requests_per_s = min(running * gained / later, chunk / lengths.prompt_mean) / step
+    queue = max(concurrency - running, 0.0) / requests_per_s  # Little's law: the requests the budget keeps waiting
     ttft = math.ceil(lengths.prompt_mean / room) * full + queue
     return ServingPoint("chunked", concurrency, running, ttft_s=ttft, tpot_s=step / gained, tokens_per_s=requests_per_s * lengths.output_mean, gpus=steps.tensor, step_s=step, queue_s=queue)
 
