@@ -269,3 +269,21 @@ def test_plot_writes_the_curves(capsys, tmp_path):
     code, out, err = run(capsys, "plan", "--serve", MODEL, "--gpu", GPU, "--prompt", "512", "--output", "64", "--ttft-max", "150ms", "--tpot-max", "10ms", "--mode", "chunked", "--mode", "continuous", "--tp-max", "1", "--plot", str(target))
     assert code == 0, err
     assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("name", ["llama-2-7b-tp1", "llama-2-7b-b384-128-128", "llama-2-7b-ttft-2048"])
+def test_the_measured_table_in_the_docs_is_current(name):
+    """docs/serving.md publishes the steps' error on each measured serving run; spot-check rows against the code."""
+    from pathlib import Path
+
+    from symform.analysis import calibration
+
+    table = (Path(__file__).resolve().parent.parent / "docs" / "serving.md").read_text(encoding="utf-8")
+    row = next(line for line in table.splitlines() if line.startswith(f"| {name} |"))
+    shown = float(row.split("|")[5].replace(",", ""))
+    run = next(r for r in calibration.runs() if r.name == name)
+    s = run.setup
+    steps = serving.StepModel(calibration.run_model(run), s["gpu"], tensor=s.get("tensor", 1), dtype=s.get("dtype", "bf16"))
+    ttft, tpot, rate = serving.static_batch(steps, s["batch"], s["prompt"], s["output"])
+    predicted = {"ttft_ms": ttft * 1e3, "tokens_per_s_per_sequence": 1 / tpot, "tokens_per_s": rate}[run.measured[0]]
+    assert predicted == pytest.approx(shown, rel=2e-3)
