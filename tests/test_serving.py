@@ -282,8 +282,4 @@ def test_the_measured_table_in_the_docs_is_current(name):
     row = next(line for line in table.splitlines() if line.startswith(f"| {name} |"))
     shown = float(row.split("|")[5].replace(",", ""))
     run = next(r for r in calibration.runs() if r.name == name)
-    s = run.setup
-    steps = serving.StepModel(calibration.run_model(run), s["gpu"], tensor=s.get("tensor", 1), dtype=s.get("dtype", "bf16"))
-    ttft, tpot, rate = serving.static_batch(steps, s["batch"], s["prompt"], s["output"])
-    predicted = {"ttft_ms": ttft * 1e3, "tokens_per_s_per_sequence": 1 / tpot, "tokens_per_s": rate}[run.measured[0]]
-    assert predicted == pytest.approx(shown, rel=2e-3)
+    assert serving.measured_error(run)["predicted"] == pytest.approx(shown, rel=2e-3)

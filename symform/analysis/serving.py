@@ -783,14 +783,16 @@ def measured_errors() -> list[dict[str, object]]:
     """The engine-step model against every measured serving run of hardware/measured/: the figure each source reports, measured and predicted."""
     from . import calibration
 
-    rows = []
-    for run in calibration.runs():
-        if run.kind != "serving":
-            continue
-        s = run.setup
-        steps = StepModel(calibration.run_model(run), s["gpu"], tensor=s.get("tensor", 1), dtype=s.get("dtype", "bf16"))
-        ttft, tpot, rate = static_batch(steps, s["batch"], s["prompt"], s["output"])
-        what, measured = run.measured
-        predicted = {"ttft_ms": ttft * 1e3, "tokens_per_s_per_sequence": 1 / tpot, "tokens_per_s": rate}[what]
-        rows.append({"run": run.name, "source": run.source, "figure": what, "measured": measured, "predicted": predicted, "error": predicted / measured - 1})
-    return rows
+    return [measured_error(run) for run in calibration.runs() if run.kind == "serving"]
+
+
+def measured_error(run) -> dict[str, object]:
+    """One measured serving run (a ``calibration.Run``): its figure as the source reports it, and as the engine steps predict it."""
+    from . import calibration
+
+    s = run.setup
+    steps = StepModel(calibration.run_model(run), s["gpu"], tensor=s.get("tensor", 1), dtype=s.get("dtype", "bf16"))
+    ttft, tpot, rate = static_batch(steps, s["batch"], s["prompt"], s["output"])
+    what, measured = run.measured
+    predicted = {"ttft_ms": ttft * 1e3, "tokens_per_s_per_sequence": 1 / tpot, "tokens_per_s": rate}[what]
+    return {"run": run.name, "source": run.source, "figure": what, "measured": measured, "predicted": predicted, "error": predicted / measured - 1}
