@@ -37,7 +37,7 @@ from ..engine.model import Model
 from . import estimate, timing
 from .collectives import link_latency
 from .hardware import Hardware
-from .memory import Inference, inference_expressions, largest_fitting, tensor_split
+from .memory import Inference, inference_expressions, largest_fitting, matmul_rate, stored_weights, tensor_split
 from .roofline import phase_work
 
 Number = int | float | Fraction
@@ -300,12 +300,14 @@ class _Leaf:
 
 
 @cache
-def _components(model: Model, phase: str, expert_skew: float) -> dict[str, object]:
-    return phase_work(model, phase, depth=None, flash=True, expert_skew=expert_skew).components
+def _components(model: Model, phase: str, expert_skew: float, weight_format: str | None) -> dict[str, object]:
+    """The phase's leaves, the weights read as they are stored (the checkpoint's format, or ``weight_format``)."""
+    _, weight_bytes = stored_weights(model, weight_format)
+    return phase_work(model, phase, depth=None, flash=True, expert_skew=expert_skew, weight_bytes=weight_bytes).components
 
 
 @cache
-def _leaves(model: Model, phase: str, tensor: int, names: tuple[str, ...], expert_skew: float) -> tuple[_Leaf, ...]:
+def _leaves(model: Model, phase: str, tensor: int, names: tuple[str, ...], expert_skew: float, weight_format: str | None = None) -> tuple[_Leaf, ...]:
     """Each leaf's FLOPs and HBM bytes on one device as float functions of ``names`` (engines run FlashAttention)."""
     split = tensor_split(model, tensor)
     values = model.values
@@ -316,7 +318,7 @@ def _leaves(model: Model, phase: str, tensor: int, names: tuple[str, ...], exper
         return sympy.expand(expr.xreplace({s: sympy.Integer(values[s.name]) / (tensor if s in split else 1) for s in expr.free_symbols if s.name in values}))
 
     found = []
-    for path, work in _components(model, phase, expert_skew).items():
+    for path, work in _components(model, phase, expert_skew, weight_format).items():
         flops, moved = per_device(work.flops), per_device(work.bytes)
         if flops == 0 and moved == 0:
             continue
@@ -335,11 +337,13 @@ def _ideal(device: str) -> estimate.Efficiency:
 class StepModel:
     """Seconds of engine steps of one replica (``tensor`` devices) at the device's sustained rates."""
 
-    def __init__(self, model: Model, gpu: str | os.PathLike[str] | Hardware, *, tensor: int = 1, dtype: str = "bf16", node_size: int | None = None, expert_skew: float = 0, efficiency_data: estimate.Efficiency | str | None = None):
+    def __init__(self, model: Model, gpu: str | os.PathLike[str] | Hardware, *, tensor: int = 1, dtype: str | None = None, weight_format: str | None = None, node_size: int | None = None, expert_skew: float = 0, efficiency_data: estimate.Efficiency | str | None = None):
+        """``dtype``: the matmul rate (default: the stored weights' format where the device has its rate, else bf16), as ``symform time --infer``."""
         timing._whole("tensor", tensor)
         self.place = timing.placement(gpu, node_size)
         if tensor > self.place.node_size:
             raise ConfigError(f"tensor degree {tensor} exceeds the {self.place.node_size} accelerators of one node; serving tensor parallelism stays within a node")
+        dtype = matmul_rate(stored_weights(model, weight_format)[0], self.place.device.dense_flops_per_s, dtype)
         self.model = timing.at_dtype(model, dtype)
         self.tensor, self.dtype = tensor, dtype
         try:
@@ -353,8 +357,8 @@ class StepModel:
         self.peak, self.hbm = estimate._device_rates(self.place, dtype)
         self.fusion = estimate._fusion("fused")
         self.head = estimate._head_size(self.model)
-        self.decode = _leaves(self.model, "decode", tensor, ("batch", "past"), expert_skew)
-        self.prefill_cores = [leaf for leaf in _leaves(self.model, "prefill", tensor, ("batch", "seq"), 0) if leaf.kind == "attention"]
+        self.decode = _leaves(self.model, "decode", tensor, ("batch", "past"), expert_skew, weight_format)
+        self.prefill_cores = [leaf for leaf in _leaves(self.model, "prefill", tensor, ("batch", "seq"), 0, weight_format) if leaf.kind == "attention"]
         self._comm: dict[tuple[int, bool], float] = {}
 
     def _seconds(self, leaf: _Leaf, flops: float, moved: float, rows: float) -> float:
@@ -667,7 +671,7 @@ class Setup:
     settings: Engine = field(default_factory=engine_defaults)
     weight_format: str | None = None
     kv_bytes: Number | None = None
-    dtype: str = "bf16"
+    dtype: str | None = None  # the matmul rate; None: the stored weights' format where the device has it, else bf16
     node_size: int | None = None
     kv_link: str = "scale_out"
     k: int = 0
@@ -677,9 +681,13 @@ class Setup:
     admit: str = "longest"  # "longest": no preemption ever; "steady": as many as fit at mean occupancy
 
 
+def _steps(model: Model, gpu: str, tensor: int, setup: Setup) -> StepModel:
+    return _cached_steps(model, gpu, tensor, setup.dtype, setup.weight_format, setup.node_size, setup.expert_skew)
+
+
 @cache
-def _steps(model: Model, gpu: str, tensor: int, dtype: str, node_size: int | None, expert_skew: float) -> StepModel:
-    return StepModel(model, gpu, tensor=tensor, dtype=dtype, node_size=node_size, expert_skew=expert_skew)
+def _cached_steps(model: Model, gpu: str, tensor: int, dtype: str | None, weight_format: str | None, node_size: int | None, expert_skew: float) -> StepModel:
+    return StepModel(model, gpu, tensor=tensor, dtype=dtype, weight_format=weight_format, node_size=node_size, expert_skew=expert_skew)
 
 
 class Replica:
@@ -692,16 +700,18 @@ class Replica:
             raise ConfigError(f"unknown admission {setup.admit!r}; choose one of {', '.join(ADMIT)}")
         self.model, self.gpu, self.lengths, self.mode, self.tensor, self.setup = model, gpu, lengths, mode, tensor, setup
         _output_steps(lengths)
-        self.steps = _steps(model, gpu, tensor, setup.dtype, setup.node_size, setup.expert_skew)
         draft = setup.draft if isinstance(setup.draft, Model) else None
-        self.spec = speculation(model, gpu, k=setup.k, alpha=setup.alpha, draft=setup.draft, tensor=tensor, dtype=setup.dtype, node_size=setup.node_size) if setup.k or setup.draft else None
         # the largest step's activations: a whole longest prompt unless prefills are chunked or elsewhere
         rows = lengths.prompt_max if mode == "continuous" else setup.settings.token_budget
         self.pool = paged_pool(model, gpu, lengths, tensor=tensor, settings=setup.settings, step_tokens=rows, weight_format=setup.weight_format, kv_bytes=setup.kv_bytes, draft=draft, node_size=setup.node_size)
-        self.prefill_steps = self.transfer = None
+        self.steps = self.spec = self.prefill_steps = self.transfer = None
+        if self.pool.max_concurrency < 1:
+            return  # nothing to time: no_room says why
+        self.steps = _steps(model, gpu, tensor, setup)
+        self.spec = speculation(model, gpu, k=setup.k, alpha=setup.alpha, draft=setup.draft, tensor=tensor, dtype=setup.dtype, node_size=setup.node_size) if setup.k or setup.draft else None
         if mode == "disaggregated":
             self.prefill_tensor = prefill_tensor or tensor
-            self.prefill_steps = _steps(model, gpu, self.prefill_tensor, setup.dtype, setup.node_size, setup.expert_skew)
+            self.prefill_steps = _steps(model, gpu, self.prefill_tensor, setup)
             prefill_pool = paged_pool(model, gpu, Lengths.fixed(lengths.prompt_max, 1), tensor=self.prefill_tensor, settings=setup.settings, step_tokens=lengths.prompt_max, weight_format=setup.weight_format, kv_bytes=setup.kv_bytes, node_size=setup.node_size)
             if prefill_pool.max_concurrency < 1:
                 raise ConfigError(f"a prefill replica of {self.prefill_tensor} × {gpu} cannot hold one prompt of {lengths.prompt_max} tokens; raise its tensor degree")
@@ -712,8 +722,7 @@ class Replica:
         """The largest concurrency the cache holds with every sequence at its longest (and, chunked, that leaves the budget room for prefill)."""
         top = self.pool.max_concurrency if self.setup.admit == "longest" else self.pool.steady_concurrency
         if self.mode == "chunked":
-            queries = 1 + (self.spec.k if self.spec else 0)
-            top = min(top, (self.setup.settings.token_budget - 1) // queries)
+            top = min(top, (self.setup.settings.token_budget - 1) // (1 + self.setup.k))
         return top
 
     def point(self, concurrency: int) -> ServingPoint:
@@ -726,7 +735,7 @@ class Replica:
     def no_room(self) -> str:
         """Why not even one request fits."""
         if self.pool.max_concurrency >= 1:
-            return f"a token budget of {self.setup.settings.token_budget} leaves no room for one sequence scoring {1 + (self.spec.k if self.spec else 0)} tokens per step; raise --token-budget or lower --speculate"
+            return f"a token budget of {self.setup.settings.token_budget} leaves no room for one sequence scoring {1 + self.setup.k} tokens per step; raise --token-budget or lower --speculate"
         return f"{self.model.name} on {self.tensor} × {self.gpu} leaves {max(self.pool.pool_bytes, 0) / 2**30:.1f} GiB for the KV cache, not one sequence of {self.lengths.longest:,} tokens in blocks of {self.pool.block_tokens}; raise the tensor degree, quantise or shorten the requests"
 
     def curve(self) -> Curve:

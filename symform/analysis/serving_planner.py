@@ -133,10 +133,10 @@ def plan_serving(
         except ConfigError as e:
             refused[label] = str(e)
             continue
-        evidence.add(replica.steps.evidence)
         if replica.largest < 1:
             refused[label] = replica.no_room()
             continue
+        evidence.add(replica.steps.evidence)
         point = best_concurrency(replica, targets)
         if point is None:
             single = replica.point(1)
