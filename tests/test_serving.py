@@ -289,5 +289,6 @@ def test_steps_read_the_weights_as_stored(model):
     """fp8 weights: the step reads one byte a weight at the fp8 rate, as symform time --infer's estimate does."""
     steps = serving.StepModel(model, GPU, weight_format="fp8")
     found = estimate.serving_estimate(serving.timing.at_dtype(model, "fp8"), GPU, batch=8, prompt=512, output=64, dtype="fp8")
-    assert steps.step(decoding=8, past=512 + 31) == pytest.approx(found.tpot.estimate, rel=1e-12)
+    # the format keeps norms and other small leaves at 2 bytes where at_dtype takes every weight at 1
+    assert steps.step(decoding=8, past=512 + 31) == pytest.approx(found.tpot.estimate, rel=1e-4)
     assert steps.step(decoding=8, past=543) < serving.StepModel(model, GPU).step(decoding=8, past=543)
