@@ -292,3 +292,13 @@ def test_steps_read_the_weights_as_stored(model):
     # the format keeps norms and other small leaves at 2 bytes where at_dtype takes every weight at 1
     assert steps.step(decoding=8, past=512 + 31) == pytest.approx(found.tpot.estimate, rel=1e-4)
     assert steps.step(decoding=8, past=543) < serving.StepModel(model, GPU).step(decoding=8, past=543)
+
+
+def test_an_eagle_head_holds_one_more_layer_of_weights_and_cache(model):
+    lengths = Lengths.fixed(1000, 200)
+    plain = serving.Replica(model, GPU, lengths, "continuous", 1, Setup())
+    eagle = serving.Replica(model, GPU, lengths, "continuous", 1, Setup(k=2, alpha=0.7, draft="eagle"))
+    v = model.values
+    layer_params = (v["n_heads"] + 2 * v["n_kv_heads"]) * v["d_head"] * v["d_model"] + v["n_heads"] * v["d_head"] * v["d_model"] + 3 * v["d_model"] * v["d_ff"] + 2 * v["d_model"]
+    assert eagle.pool.weights_bytes - plain.pool.weights_bytes == 2 * layer_params  # bf16: q, k, v, o, gate, up, down, two norms
+    assert eagle.pool.sequence_bytes_max == plain.pool.sequence_bytes_max * (v["n_layers"] + 1) / v["n_layers"]

@@ -444,7 +444,7 @@ class Speculation:
                 "formula": "(1 - alpha^(k+1)) / (1 - alpha) tokens per target pass (Leviathan et al. 2023)"}  # fmt: skip
 
 
-def speculation(target: Model, gpu, *, k: int, alpha: float, draft: Model | str | None = None, tensor: int = 1, dtype: str = "bf16", node_size: int | None = None) -> Speculation:
+def speculation(target: Model, gpu, *, k: int, alpha: float, draft: Model | str | None = None, tensor: int = 1, dtype: str | None = None, weight_format: str | None = None, node_size: int | None = None) -> Speculation:
     """A draft model (a Model), ``"mtp"`` (the target's multi-token-prediction module, e.g. DeepSeek-V3's: its extra
     cost over the target's own step), ``"eagle"`` (an EAGLE head: one decoder layer of the target's width with its
     embedding and output head) or None (a free draft)."""
@@ -455,13 +455,13 @@ def speculation(target: Model, gpu, *, k: int, alpha: float, draft: Model | str 
         steps = StepModel(draft, gpu, tensor=tensor, dtype=dtype, node_size=node_size)
         return Speculation(k, alpha, f"draft model {draft.name}", lambda b, past: steps.step(decoding=b, past=past))
     if draft == "eagle":
-        steps = StepModel(target.with_arguments(n_layers=1), gpu, tensor=tensor, dtype=dtype, node_size=node_size)
+        steps = StepModel(target.with_arguments(n_layers=1), gpu, tensor=tensor, dtype=dtype, weight_format=weight_format, node_size=node_size)
         return Speculation(k, alpha, "EAGLE head (one decoder layer, the target's embedding and head; Li et al. 2024)", lambda b, past: steps.step(decoding=b, past=past))
     if draft == "mtp":
         if not _has_mtp(target):
             raise ConfigError(f"{target.name} declares no multi-token-prediction module (include_mtp); use --draft eagle or a draft model")
-        with_mtp = StepModel(target.with_arguments(include_mtp=1), gpu, tensor=tensor, dtype=dtype, node_size=node_size)
-        without = StepModel(target.with_arguments(include_mtp=0), gpu, tensor=tensor, dtype=dtype, node_size=node_size)
+        with_mtp = StepModel(target.with_arguments(include_mtp=1), gpu, tensor=tensor, dtype=dtype, weight_format=weight_format, node_size=node_size)
+        without = StepModel(target.with_arguments(include_mtp=0), gpu, tensor=tensor, dtype=dtype, weight_format=weight_format, node_size=node_size)
         return Speculation(k, alpha, f"{target.name}'s MTP module (DeepSeek-AI 2024, DeepSeek-V3 report, sec. 2.2)", lambda b, past: with_mtp.step(decoding=b, past=past) - without.step(decoding=b, past=past))
     raise ConfigError(f"unknown draft {draft!r}; give a model, mtp or eagle")
 
@@ -681,6 +681,16 @@ class Setup:
     admit: str = "longest"  # "longest": no preemption ever; "steady": as many as fit at mean occupancy
 
 
+def drafting_model(model: Model, draft: Model | str | None) -> Model:
+    """The model whose weights and cache a replica holds: with an MTP module or an EAGLE head, the target with that
+    module or one more decoder layer (its weights and its own cache); a separate draft model is counted beside it."""
+    if draft == "mtp" and _has_mtp(model):
+        return model.with_arguments(include_mtp=1)
+    if draft == "eagle" and "n_layers" in model.values:
+        return model.with_arguments(n_layers=model.values["n_layers"] + 1)
+    return model
+
+
 def _steps(model: Model, gpu: str, tensor: int, setup: Setup) -> StepModel:
     return _cached_steps(model, gpu, tensor, setup.dtype, setup.weight_format, setup.node_size, setup.expert_skew)
 
@@ -703,12 +713,12 @@ class Replica:
         draft = setup.draft if isinstance(setup.draft, Model) else None
         # the largest step's activations: a whole longest prompt unless prefills are chunked or elsewhere
         rows = lengths.prompt_max if mode == "continuous" else setup.settings.token_budget
-        self.pool = paged_pool(model, gpu, lengths, tensor=tensor, settings=setup.settings, step_tokens=rows, weight_format=setup.weight_format, kv_bytes=setup.kv_bytes, draft=draft, node_size=setup.node_size)
+        self.pool = paged_pool(drafting_model(model, setup.draft), gpu, lengths, tensor=tensor, settings=setup.settings, step_tokens=rows, weight_format=setup.weight_format, kv_bytes=setup.kv_bytes, draft=draft, node_size=setup.node_size)
         self.steps = self.spec = self.prefill_steps = self.transfer = None
         if self.pool.max_concurrency < 1:
             return  # nothing to time: no_room says why
         self.steps = _steps(model, gpu, tensor, setup)
-        self.spec = speculation(model, gpu, k=setup.k, alpha=setup.alpha, draft=setup.draft, tensor=tensor, dtype=setup.dtype, node_size=setup.node_size) if setup.k or setup.draft else None
+        self.spec = speculation(model, gpu, k=setup.k, alpha=setup.alpha, draft=setup.draft, tensor=tensor, dtype=setup.dtype, weight_format=setup.weight_format, node_size=setup.node_size) if setup.k or setup.draft else None
         if mode == "disaggregated":
             self.prefill_tensor = prefill_tensor or tensor
             self.prefill_steps = _steps(model, gpu, self.prefill_tensor, setup)
