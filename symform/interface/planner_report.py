@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING
 
 from .cli_args import positive_int
 from ..analysis.memory import recipes
+from ..engine.errors import ConfigError
 from .memory_report import memory_budget
+from .serving_report import refuse_serving_options, serve_arguments, serve_command
 from ..engine.model import Model
 
 if TYPE_CHECKING:  # the planner (and numpy) load when a plan is asked for, not with the CLI
@@ -17,18 +19,25 @@ if TYPE_CHECKING:  # the planner (and numpy) load when a plan is asked for, not 
 
 def plan_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu", required=True, metavar="NAME", help="an accelerator or a system (symform hardware)")
-    p.add_argument("--gpus", type=positive_int, required=True, help="devices in all")
-    p.add_argument("--global-batch", type=positive_int, required=True, help="sequences per training step")
-    p.add_argument("--seq", type=positive_int, required=True, help="tokens per sequence")
+    p.add_argument("--gpus", type=positive_int, help="devices in all (training)")
+    p.add_argument("--global-batch", type=positive_int, help="sequences per training step")
+    p.add_argument("--seq", type=positive_int, help="tokens per sequence (training)")
     p.add_argument("--precision", default="mixed", choices=list(recipes().precision))
     p.add_argument("--optimizer", default="adamw", choices=list(recipes().optimizer))
     p.add_argument("--flash", action="store_true", help="FlashAttention in the attention cores")
     p.add_argument("--memory", type=memory_budget, metavar="BYTES", help="memory per device (default: the device's)")
     p.add_argument("--node-size", type=positive_int, help="devices per scale-up domain (default: the system's, or 8)")
     p.add_argument("--top", type=positive_int, default=5, help="layouts to show (default 5)")
+    serve_arguments(p)
 
 
 def plan_command(model: Model, args: argparse.Namespace) -> str:
+    if args.serve:
+        return serve_command(model, args)
+    refuse_serving_options(args)
+    missing = [f"--{n.replace('_', '-')}" for n in ("gpus", "global_batch", "seq") if getattr(args, n) is None]
+    if missing:
+        raise ConfigError(f"a training plan needs {', '.join(missing)} (or --serve for a serving plan)")
     from ..analysis.planner import plan
 
     result = plan(
