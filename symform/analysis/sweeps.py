@@ -38,6 +38,7 @@ import sys
 import warnings
 from dataclasses import dataclass
 from fractions import Fraction
+import weakref
 from functools import lru_cache
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -48,6 +49,7 @@ from ..engine.budget import ARRAY_ELEMENTS, check_count, quoted
 from ..engine.errors import EvaluationError
 from ..engine.evaluate import check_value, exact_value
 from ..engine.model import Model, normalise_quantity
+from .kernels import INT64_LIMIT, Kernel, polynomial_kernel
 
 FLOAT_EXACT = 2**53  # every integer of smaller magnitude is a float64
 DEFAULT_CHUNK = 1 << 18  # points per chunk: a few MB per input or output column
@@ -120,23 +122,82 @@ def scale_to_integer(expr: sympy.Expr) -> int:
 # --- compiling ------------------------------------------------------------------------------------
 
 
+class IntegerOverflowError(EvaluationError):
+    """int64 inputs whose results int64 cannot be shown to hold: refused rather than wrapped."""
+
+
 @dataclass(frozen=True)
 class Compiled:
-    """One lambdified function for several quantities over the swept names, sharing subexpressions."""
+    """One function for several quantities over the swept names: a factored, in-place kernel
+    (:mod:`symform.analysis.kernels`) where every quantity is a polynomial, else sympy's
+    lambdified function with common subexpressions computed once."""
 
     quantities: tuple[str, ...]
     names: tuple[str, ...]
     expressions: tuple[sympy.Expr, ...]
     function: Callable
+    kernel: Kernel | None = None
+
+    @property
+    def scales(self) -> tuple[int, ...]:
+        return tuple(scale_to_integer(e) for e in self.expressions) if self.kernel is None else self.kernel.scales
 
     def __call__(self, *arrays):
-        """A tuple of arrays, one per quantity, broadcast against the inputs; no conversion of the inputs."""
-        results = self.function(*arrays)
+        """A tuple of arrays, one per quantity, broadcast against the inputs; no conversion of the inputs.
+
+        float64 inputs give float64; int64 numpy inputs give exact int64 (quantities with whole
+        coefficients), refused with :class:`IntegerOverflowError` unless every value provably
+        fits; dask arrays give dask arrays, block by block (``map_blocks``), nothing computed.
+        """
+        if any(_is_dask(a) for a in arrays):
+            return _map_blocks(self, arrays)
+        if self.kernel is None:
+            results = self.function(*arrays)
+        else:
+            if arrays and all(_is_integer(a) for a in arrays):
+                self.check_int64(arrays)
+            results = self.kernel(*arrays)
+            results = tuple(r if m == 1 else r / m for r, m in zip(results, self.kernel.scales))
         shaped = [a for a in arrays if _is_array(a)]
         if not shaped:
             return tuple(results)
         shape = tuple(np.broadcast_shapes(*(tuple(a.shape) for a in shaped)))
         return tuple(r if _is_array(r) and tuple(r.shape) == shape else r + _zeros_like(shaped) for r in results)
+
+    def check_int64(self, arrays) -> None:
+        """Refuse int64 inputs unless every result provably fits int64 (see kernels.Kernel.int64_bound)."""
+        magnitudes = [max(abs(int(np.min(a))), abs(int(np.max(a)))) if np.size(a) else 0 for a in arrays]
+        for q, bound in zip(self.quantities, self.kernel.int64_bound(magnitudes)):
+            if bound >= INT64_LIMIT:
+                raise IntegerOverflowError(
+                    f"{q} may pass int64's range (up to {bound:.3g} >= 2**63) at these int64 inputs; "
+                    "give float64 arrays, or sweep with exact=True for exact integers of any size"
+                )
+
+
+def _is_dask(x) -> bool:
+    return hasattr(x, "__dask_graph__") and hasattr(x, "map_blocks")
+
+
+def _is_integer(x) -> bool:
+    if isinstance(x, np.ndarray) or isinstance(x, np.integer):
+        return x.dtype.kind in "iu"
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _map_blocks(compiled: "Compiled", arrays) -> tuple:
+    """Each quantity as a dask array: the compiled function on each block, where the block lives."""
+    import dask.array as da
+
+    arrays = [a if _is_dask(a) else da.asarray(a) for a in arrays]
+    dtype = np.result_type(*(a.dtype for a in arrays))
+    if dtype.kind not in "iu" or any(m != 1 for m in compiled.scales):
+        dtype = np.dtype(np.float64)
+    return tuple(da.map_blocks(_one_quantity, *arrays, compiled=compiled, k=k, dtype=dtype) for k in range(len(compiled.quantities)))
+
+
+def _one_quantity(*blocks, compiled, k):
+    return compiled(*blocks)[k]
 
 
 def _is_array(x) -> bool:
@@ -160,18 +221,46 @@ def _lambdified(exprs: tuple[sympy.Expr, ...], names: tuple[str, ...]) -> Callab
     return sympy.lambdify(args, exprs, modules="numpy", cse=True)
 
 
+@lru_cache(maxsize=256)
+def _kernel(exprs: tuple[sympy.Expr, ...], names: tuple[str, ...]) -> Kernel | None:
+    return polynomial_kernel(exprs, names, [scale_to_integer(e) for e in exprs])
+
+
+_COMPILED: "weakref.WeakKeyDictionary[Model, dict]" = weakref.WeakKeyDictionary()
+
+
 def compile_quantities(model: Model, quantities: Sequence[str] | str, names: Sequence[str], *, fixed: Mapping[str, object] | None = None, training: Any = None) -> Compiled:
     """One function of ``names`` returning every quantity, for numpy or dask arrays alike.
 
     ``names`` are swept; everything else is bound from ``fixed``, the model's sizes and the conventions.
+    The result is kept per model: a second sweep of the same quantities does no symbolic work.
     """
     quantities = (quantities,) if isinstance(quantities, str) else tuple(quantities)
     names = tuple(names)
+    key = _cache_key(model, quantities, names, fixed, training)
+    cached = _COMPILED.get(model, {}).get(key) if key is not None else None
+    if cached is not None:
+        return cached
     _check_names(model, names)
     keys = tuple(_quantity_name(q) for q in quantities)
     exprs = [quantity_expression(model, q, swept=names, training=training) for q in keys]
     bound = tuple(_bind(model, exprs, names, fixed or {}))
-    return Compiled(keys, names, bound, _lambdified(bound, names))
+    kernel = _kernel(bound, names)
+    compiled = Compiled(keys, names, bound, _lambdified(bound, names) if kernel is None else kernel, kernel)
+    if key is not None:
+        _COMPILED.setdefault(model, {})[key] = compiled
+    return compiled
+
+
+def _cache_key(model: Model, quantities, names, fixed, training):
+    """What a compiled function depends on; None (no caching) where something is unhashable."""
+    try:
+        key = (quantities, names, tuple(sorted((fixed or {}).items())), training,
+               tuple(sorted(model.values.items())), tuple(sorted((s.name, v) for s, v in model.conventions.items())))
+        hash(key)
+        return key
+    except TypeError:
+        return None
 
 
 def _check_names(model: Model, names: Sequence[str]) -> None:
