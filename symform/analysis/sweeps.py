@@ -325,8 +325,8 @@ def _column(name: str, values: object) -> np.ndarray:
     array = np.asarray(values)
     if array.dtype == object or array.dtype.kind in "iu":
         return array
-    if array.dtype.kind == "f" and np.all(np.isfinite(array)):
-        return array
+    if array.dtype.kind == "f":
+        return array  # finite or not: _validate's minimum and maximum say (nan and inf reach them)
     if array.dtype.kind == "b":
         raise EvaluationError(f"{name}: give numbers, not booleans")
     raise EvaluationError(f"{name}: values must be finite numbers, got dtype {array.dtype}")
@@ -380,13 +380,30 @@ def _validate(model: Model, axes: Sequence[Axis], exact: bool) -> None:
                 for v in column:  # object columns: Python ints or Fractions, checked one by one
                     check_value(name, v, vocabulary)
                 continue
-            if "integer" in domain and column.dtype.kind == "f" and not np.all(column == np.round(column)):
+            low, high = column.min(), column.max()
+            if column.dtype.kind == "f" and not (math.isfinite(low) and math.isfinite(high)):
+                raise EvaluationError(f"{name}: values must be finite numbers, got {high if math.isfinite(low) else low}")
+            if "integer" in domain and column.dtype.kind == "f" and not _whole(column):
                 raise EvaluationError(f"{name} must be a whole number; some values are not")
-            low = column.min()
             if (domain == "nonnegative_integer" and low < 0) or (domain != "nonnegative_integer" and low <= 0):
                 raise EvaluationError(f"{name} must be {'0 or more' if domain == 'nonnegative_integer' else 'positive'}, got {low}")
-            if not exact and np.abs(column).max() >= FLOAT_EXACT:
-                raise InexactFloatError(f"{name} reaches {np.abs(column).max():.3g} >= 2**53, which float64 cannot hold exactly; pass exact=True")
+            if not exact and max(abs(low), abs(high)) >= FLOAT_EXACT:
+                raise InexactFloatError(f"{name} reaches {max(abs(low), abs(high)):.3g} >= 2**53, which float64 cannot hold exactly; pass exact=True")
+
+
+PIECE = 1 << 16  # elements per piece of a check: its temporaries stay in the processor's cache
+
+
+def _whole(column: np.ndarray) -> bool:
+    size = min(PIECE, len(column))
+    scratch, differs = np.empty(size), np.empty(size, dtype=bool)
+    for start in range(0, len(column), PIECE):
+        piece = column[start:start + PIECE]
+        n = len(piece)
+        np.trunc(piece, out=scratch[:n])
+        if np.not_equal(scratch[:n], piece, out=differs[:n]).any():
+            return False
+    return True
 
 
 REQUIREMENT_POINTS = 10**7  # a requirement over more combinations of its swept sizes is checked on the model's own sizes only
@@ -405,25 +422,81 @@ def _check_requirements(model: Model, axes: Sequence[Axis], fixed: Mapping[str, 
         involved = [a for a in axes if any(s.name in a.names for s in relation.free_symbols)]
         if any(s.name not in known and not _swept(axes, s.name) for s in relation.free_symbols) or math.prod(len(a) for a in involved) > REQUIREMENT_POINTS:
             continue
-        grids = np.meshgrid(*(np.arange(len(a)) for a in involved), indexing="ij")
-        values = {name: column[g.ravel()] for a, g in zip(involved, grids) for name, column in zip(a.names, a.columns)}
         symbols = sorted(relation.free_symbols, key=lambda s: s.name)
-        holds = np.broadcast_to(sympy.lambdify(symbols, relation, modules="numpy")(*(values[s.name] for s in symbols)), grids[0].ravel().shape)
+        values = _relation_inputs(involved, [s.name for s in symbols])
+        holds = np.broadcast_to(_relation(relation, tuple(symbols))(*(values[s.name] for s in symbols)), tuple(len(a) for a in involved))
         if not holds.all():
-            first = int(np.argmin(holds))
-            at = ", ".join(f"{s.name}={values[s.name][first]}" for s in symbols)
+            first = np.unravel_index(int(np.argmin(holds)), holds.shape)
+            at = ", ".join(f"{s.name}={_axis_of(involved, s.name)[1][first[_axis_of(involved, s.name)[0]]]}" for s in symbols)
             raise EvaluationError(f"{bound.requirement.text} does not hold at {at}: {bound.requirement.why}")
+
+
+@lru_cache(maxsize=256)
+def _relation(relation, symbols):
+    return sympy.lambdify(symbols, relation, modules="numpy")
+
+
+def _axis_of(axes: Sequence[Axis], name: str) -> tuple[int, np.ndarray]:
+    for i, a in enumerate(axes):
+        if name in a.names:
+            return i, a.columns[a.names.index(name)]
+    raise KeyError(name)
+
+
+def _relation_inputs(axes: Sequence[Axis], names: Sequence[str]) -> dict[str, np.ndarray]:
+    """Each name's column shaped to broadcast over the axes involved (no copies)."""
+    out = {}
+    for name in names:
+        i, column = _axis_of(axes, name)
+        out[name] = column.reshape((1,) * i + (-1,) + (1,) * (len(axes) - i - 1))
+    return out
 
 
 def _swept(axes: Sequence[Axis], name: str) -> bool:
     return any(name in a.names for a in axes)
 
 
-def _point_columns(axes: Sequence[Axis], start: int, stop: int) -> dict[str, np.ndarray]:
-    """The inputs of points start..stop-1 (the last axis varies fastest)."""
-    shape = tuple(len(a) for a in axes)
-    index = np.unravel_index(np.arange(start, stop, dtype=np.int64), shape) if axes else ()
-    return {name: column[i] for axis, i in zip(axes, index) for name, column in zip(axis.names, axis.columns)}
+@dataclass(frozen=True)
+class Block:
+    """Points start..stop-1 (the last axis fastest) as a box: scalars for the leading axes,
+    a slice of axis ``axis``, every later axis whole."""
+
+    start: int
+    stop: int
+    prefix: tuple[int, ...]
+    axis: int
+    low: int
+    high: int
+    shape: tuple[int, ...]
+
+
+def _blocks(shape: tuple[int, ...], chunk: int):
+    if not shape:
+        yield Block(0, 1, (), 0, 0, 1, ())
+        return
+    axis = next(d for d in range(len(shape)) if math.prod(shape[d + 1:]) <= chunk or d == len(shape) - 1)
+    inner = math.prod(shape[axis + 1:])
+    step = max(1, chunk // inner)
+    for prefix in np.ndindex(*shape[:axis]):
+        base = (np.ravel_multi_index(prefix, shape[:axis]) if prefix else 0) * shape[axis] * inner
+        for low in range(0, shape[axis], step):
+            high = min(low + step, shape[axis])
+            yield Block(base + low * inner, base + high * inner, prefix, axis, low, high, (high - low,) + shape[axis + 1:])
+
+
+def _block_inputs(axes: Sequence[Axis], block: Block, columns: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Each swept name's values over the block, shaped to broadcast to ``block.shape`` (views, no copies)."""
+    out = {}
+    for i, axis in enumerate(axes):
+        for name in axis.names:
+            column = columns[name]
+            if i < block.axis:
+                out[name] = column[block.prefix[i]]
+            elif i == block.axis:
+                out[name] = column[block.low:block.high].reshape((-1,) + (1,) * (len(axes) - i - 1))
+            else:
+                out[name] = column.reshape((-1,) + (1,) * (len(axes) - i - 1))
+    return out
 
 
 # --- the result -----------------------------------------------------------------------------------
@@ -484,7 +557,7 @@ def sweep(
     n: int | None = None,
     seed: int = 0,
     fixed: Mapping[str, object] | None = None,
-    exact: bool = False,
+    exact: bool | str = False,
     inexact: str = "warn",
     chunk: int = DEFAULT_CHUNK,
     progress: bool = False,
@@ -501,7 +574,17 @@ def sweep(
     ``inexact``: ``"warn"`` (default), ``"raise"`` or ``"allow"``, for float64 values
     at or past 2**53 (see the module docstring). ``inputs=False`` leaves the swept
     inputs out of the result (less memory for very large sweeps).
+    ``exact``: ``False`` (float64), ``True`` (Python ints and Fractions in object arrays)
+    or ``"int64"`` (exact int64 arrays, refused with :class:`IntegerOverflowError` unless
+    every value provably fits). ``zip=`` dask arrays give a lazy result
+    (:func:`symform.analysis.lazy_sweeps.lazy_sweep`).
     """
+    if zip and any(_is_dask(v) for v in zip.values()):
+        from .lazy_sweeps import lazy_sweep
+
+        return lazy_sweep(model, quantities, grid=grid, zip=zip, sample=sample, n=n, seed=seed, fixed=fixed, chunk=chunk, training=training)
+    if exact not in (False, True, "int64"):
+        raise EvaluationError(f"exact={exact!r}; choose False, True or 'int64'")
     if inexact not in ("warn", "raise", "allow"):
         raise EvaluationError(f"inexact={inexact!r}; choose 'warn', 'raise' or 'allow'")
     if chunk < 1:
@@ -517,45 +600,114 @@ def sweep(
     _check_requirements(model, axes, fixed)
     shape = tuple(len(a) for a in axes)
     total = math.prod(shape)
-    run = _run_exact if exact else _run_float
-    columns = run(compiled, axes, total, chunk, progress, inputs, inexact)
+    if exact is False:
+        columns = _run_float(compiled, axes, shape, chunk, progress, inexact)
+    else:
+        columns = _run_int64(compiled, axes, shape, chunk, progress, strict=exact == "int64")
+        if columns is None:
+            columns = _run_exact(compiled, axes, total, chunk, progress)
+    if inputs:
+        columns = {**_input_columns(axes, shape, chunk), **columns}
     return SweepResult(columns, inputs=names if inputs else (), quantities=compiled.quantities, shape=shape, fixed=fixed)
 
 
-def _allocate(compiled: Compiled, axes: Sequence[Axis], total: int, inputs: bool, dtype) -> dict[str, np.ndarray]:
-    columns = {}
-    if inputs:
-        for axis in axes:
-            for name, column in zip(axis.names, axis.columns):
-                columns[name] = np.empty(total, dtype=column.dtype)
-    for q in compiled.quantities:
-        columns[q] = np.empty(total, dtype=dtype)
-    return columns
+def _input_columns(axes: Sequence[Axis], shape: tuple[int, ...], chunk: int) -> dict[str, np.ndarray]:
+    """The swept inputs at every point: the columns themselves (read-only) for one axis, else filled block by block."""
+    if len(axes) == 1:
+        out = {}
+        for name, column in zip(axes[0].names, axes[0].columns):
+            view = column.view()
+            view.flags.writeable = False
+            out[name] = view
+        return out
+    total = math.prod(shape)
+    out = {name: np.empty(total, dtype=column.dtype) for axis in axes for name, column in zip(axis.names, axis.columns)}
+    sources = {name: column for axis in axes for name, column in zip(axis.names, axis.columns)}
+    for block in _blocks(shape, chunk):
+        for name, values in _block_inputs(axes, block, sources).items():
+            out[name][block.start:block.stop].reshape(block.shape)[...] = values
+    return out
 
 
-def _run_float(compiled: Compiled, axes, total, chunk, progress, inputs, inexact) -> dict[str, np.ndarray]:
-    columns = _allocate(compiled, axes, total, inputs, np.float64)
-    scales = {q: scale_to_integer(e) for q, e in zip(compiled.quantities, compiled.expressions)}
+def _evaluate_into(compiled: Compiled, arrays: Sequence, targets: Sequence[np.ndarray], divide: bool) -> None:
+    """Every quantity at the block's points into ``targets`` (the result arrays' slices)."""
+    if compiled.kernel is None:
+        results = compiled.function(*arrays)
+        for target, values in zip(targets, results):
+            target[...] = values
+        return
+    results = compiled.kernel(*arrays, out=targets)
+    for target, values, scale in zip(targets, results, compiled.kernel.scales):
+        if values is not target:
+            target[...] = values
+        if divide and scale != 1:
+            np.divide(target, scale, out=target)
+
+
+def _run_float(compiled: Compiled, axes, shape, chunk, progress, inexact) -> dict[str, np.ndarray]:
+    total = math.prod(shape)
+    columns = {q: np.empty(total, dtype=np.float64) for q in compiled.quantities}
+    sources = {name: np.asarray(column, dtype=np.float64) for axis in axes for name, column in zip(axis.names, axis.columns)}
     worst = {q: 0.0 for q in compiled.quantities}
     with _Progress(total, progress) as bar:
-        for start in range(0, total, chunk):
-            stop = min(start + chunk, total)
-            points = _point_columns(axes, start, stop)
-            arrays = [np.asarray(points[n], dtype=np.float64) for n in compiled.names]
+        for block in _blocks(shape, chunk):
+            values = _block_inputs(axes, block, sources)
+            targets = [columns[q][block.start:block.stop].reshape(block.shape) for q in compiled.quantities]
             with np.errstate(all="ignore"):  # a value past float64's range is refused below, not warned about
-                results = compiled(*arrays) if arrays else compiled()
-            for q, values in zip(compiled.quantities, results):
-                values = np.broadcast_to(np.asarray(values, dtype=np.float64), (stop - start,))
-                if not np.all(np.isfinite(values)):
+                _evaluate_into(compiled, [values[n] for n in compiled.names], targets, divide=True)
+            for q, target in zip(compiled.quantities, targets):
+                high, low = float(target.max()), float(target.min())
+                if not (math.isfinite(high) and math.isfinite(low)):
                     raise EvaluationError(f"{q} is past float64's range (or undefined) at some points; sweep with exact=True (--exact) or smaller sizes")
-                columns[q][start:stop] = values
-                worst[q] = max(worst[q], float(np.max(np.abs(values))))
-            if inputs:
-                for name, values in points.items():
-                    columns[name][start:stop] = values
-            bar.update(stop - start)
-    _check_range(worst, scales, inexact)
+                worst[q] = max(worst[q], high, -low)
+            bar.update(block.stop - block.start)
+    _check_range(worst, dict(zip(compiled.quantities, compiled.scales)), inexact)
     return columns
+
+
+def _run_int64(compiled: Compiled, axes, shape, chunk, progress, *, strict: bool) -> dict[str, np.ndarray] | None:
+    """Exact int64 arrays, object-free, where every value provably fits (kernels.Kernel.int64_bound);
+    else None (exact=True goes on to Python ints) or IntegerOverflowError (exact="int64")."""
+    why = _int64_refusal(compiled, axes)
+    if why:
+        if strict:
+            raise IntegerOverflowError(f"{why}; sweep with exact=True for exact integers of any size")
+        return None
+    total = math.prod(shape)
+    columns = {q: np.empty(total, dtype=np.int64) for q in compiled.quantities}
+    sources = {name: column.astype(np.int64, copy=False) for axis in axes for name, column in zip(axis.names, axis.columns)}
+    with _Progress(total, progress) as bar:
+        for block in _blocks(shape, chunk):
+            values = _block_inputs(axes, block, sources)
+            targets = [columns[q][block.start:block.stop].reshape(block.shape) for q in compiled.quantities]
+            _evaluate_into(compiled, [values[n] for n in compiled.names], targets, divide=False)
+            bar.update(block.stop - block.start)
+    for q, scale in zip(compiled.quantities, compiled.kernel.scales):
+        if scale != 1:
+            if np.any(columns[q] % scale):
+                if strict:
+                    raise EvaluationError(f"{q} is not a whole number at some points (a multiple of 1/{scale}); sweep with exact=True for Fractions")
+                return None
+            columns[q] //= scale
+    if strict:
+        return columns
+    return {q: v.astype(object) for q, v in columns.items()}  # Python ints, as exact=True promises
+
+
+def _int64_refusal(compiled: Compiled, axes: Sequence[Axis]) -> str:
+    """Why the int64 path cannot be proven exact here ('' when it can)."""
+    if compiled.kernel is None:
+        return "a quantity is no polynomial in the swept names, so int64 cannot be proven exact"
+    magnitudes = []
+    for name in compiled.names:
+        column = next(c for a in axes for n, c in zip(a.names, a.columns) if n == name)
+        if column.dtype == object or (column.dtype.kind == "f" and not _whole(column)):
+            return f"{name} has values that are not whole numbers"
+        magnitudes.append(max(abs(int(column.min())), abs(int(column.max()))) if len(column) else 0)
+    for q, bound in zip(compiled.quantities, compiled.kernel.int64_bound(magnitudes)):
+        if bound >= INT64_LIMIT:
+            return f"{q} may reach {bound:.3g} >= 2**63, past int64's range"
+    return ""
 
 
 def _check_range(worst: Mapping[str, float], scales: Mapping[str, int], inexact: str) -> None:
@@ -578,20 +730,19 @@ def _check_range(worst: Mapping[str, float], scales: Mapping[str, int], inexact:
     warnings.warn(message, InexactFloatWarning, stacklevel=4)
 
 
-def _run_exact(compiled: Compiled, axes, total, chunk, progress, inputs, inexact) -> dict[str, np.ndarray]:
-    columns = _allocate(compiled, axes, total, inputs, object)
+def _run_exact(compiled: Compiled, axes, total, chunk, progress) -> dict[str, np.ndarray]:
+    columns = {q: np.empty(total, dtype=object) for q in compiled.quantities}
+    shape = tuple(len(a) for a in axes)
     with _Progress(total, progress) as bar:
         for start in range(0, total, chunk):
             stop = min(start + chunk, total)
-            points = _point_columns(axes, start, stop)
+            index = np.unravel_index(np.arange(start, stop, dtype=np.int64), shape) if axes else ()
+            points = {name: column[i] for axis, i in zip(axes, index) for name, column in zip(axis.names, axis.columns)}
             # Python ints (not int64 or float64) so that products never wrap or round
             lists = [[_exact_number(v) for v in points[n].tolist()] for n in compiled.names]
             for q, expr in zip(compiled.quantities, compiled.expressions):
                 values = _exact_values(expr, compiled.names, lists) if lists else [exact_value(expr, {})] * (stop - start)
                 columns[q][start:stop] = values
-            if inputs:
-                for name, values in points.items():
-                    columns[name][start:stop] = values
             bar.update(stop - start)
     return columns
 
