@@ -373,10 +373,16 @@ def _draw(rng: np.random.Generator, name: str, spec: object, n: int) -> np.ndarr
 def _validate(model: Model, axes: Sequence[Axis], exact: bool) -> None:
     """Every value in each column within its symbol's domain; whole numbers below 2**53 for float64."""
     vocabulary = model.vocabulary
+    validate_columns({n: vocabulary.entry(n).spec.domain for a in axes for n in a.names}, axes, exact, vocabulary)
+
+
+def validate_columns(domains: Mapping[str, str], axes: Sequence[Axis], exact: bool, vocabulary=None) -> None:
     for axis in axes:
         for name, column in zip(axis.names, axis.columns):
-            domain = vocabulary.entry(name).spec.domain
+            domain = domains[name]
             if column.dtype == object:
+                if vocabulary is None:
+                    raise EvaluationError(f"{name}: give numeric arrays (int64 or float64), not Python objects")
                 for v in column:  # object columns: Python ints or Fractions, checked one by one
                     check_value(name, v, vocabulary)
                 continue
@@ -409,26 +415,50 @@ def _whole(column: np.ndarray) -> bool:
 REQUIREMENT_POINTS = 10**7  # a requirement over more combinations of its swept sizes is checked on the model's own sizes only
 
 
-def _check_requirements(model: Model, axes: Sequence[Axis], fixed: Mapping[str, object]) -> None:
-    """Every point must satisfy the components' requirements (heads that divide, top_k ≤ n_experts):
-    each is checked over the combinations of the axes it depends on, not the whole sweep."""
+@dataclass(frozen=True)
+class Relation:
+    """A requirement left over the swept names once everything else is bound."""
+
+    relation: sympy.Basic
+    text: str
+    why: str
+
+
+def requirement_relations(model: Model, swept: Sequence[str], fixed: Mapping[str, object]) -> list[Relation]:
+    """The components' requirements (heads that divide, top_k ≤ n_experts) over the swept names;
+    one that fails at the fixed sizes alone is refused here."""
     known = {**model.values, **fixed}
+    out = []
     for bound in model.graph().requirements:
-        relation = bound.relation.xreplace({s: sympy.Integer(known[s.name]) for s in bound.relation.free_symbols if s.name in known and not _swept(axes, s.name)})
+        relation = bound.relation.xreplace({s: sympy.Integer(known[s.name]) for s in bound.relation.free_symbols if s.name in known and s.name not in swept})
         if relation in (sympy.true, sympy.false) or not relation.free_symbols:
             if relation == sympy.false:
                 raise EvaluationError(f"{bound.requirement.text} does not hold at the fixed sizes: {bound.requirement.why}")
             continue
-        involved = [a for a in axes if any(s.name in a.names for s in relation.free_symbols)]
-        if any(s.name not in known and not _swept(axes, s.name) for s in relation.free_symbols) or math.prod(len(a) for a in involved) > REQUIREMENT_POINTS:
+        if any(s.name not in known and s.name not in swept for s in relation.free_symbols):
             continue
-        symbols = sorted(relation.free_symbols, key=lambda s: s.name)
+        out.append(Relation(relation, bound.requirement.text, bound.requirement.why))
+    return out
+
+
+def _check_requirements(model: Model, axes: Sequence[Axis], fixed: Mapping[str, object]) -> None:
+    """Every point must satisfy the components' requirements: each is checked over the
+    combinations of the axes it depends on, not the whole sweep."""
+    check_relations(requirement_relations(model, [n for a in axes for n in a.names], fixed), axes)
+
+
+def check_relations(relations: Sequence[Relation], axes: Sequence[Axis]) -> None:
+    for r in relations:
+        involved = [a for a in axes if any(s.name in a.names for s in r.relation.free_symbols)]
+        if math.prod(len(a) for a in involved) > REQUIREMENT_POINTS:
+            continue
+        symbols = sorted(r.relation.free_symbols, key=lambda s: s.name)
         values = _relation_inputs(involved, [s.name for s in symbols])
-        holds = np.broadcast_to(_relation(relation, tuple(symbols))(*(values[s.name] for s in symbols)), tuple(len(a) for a in involved))
+        holds = np.broadcast_to(_relation(r.relation, tuple(symbols))(*(values[s.name] for s in symbols)), tuple(len(a) for a in involved))
         if not holds.all():
             first = np.unravel_index(int(np.argmin(holds)), holds.shape)
             at = ", ".join(f"{s.name}={_axis_of(involved, s.name)[1][first[_axis_of(involved, s.name)[0]]]}" for s in symbols)
-            raise EvaluationError(f"{bound.requirement.text} does not hold at {at}: {bound.requirement.why}")
+            raise EvaluationError(f"{r.text} does not hold at {at}: {r.why}")
 
 
 @lru_cache(maxsize=256)
