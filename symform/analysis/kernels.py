@@ -196,7 +196,7 @@ def _source(roots, names: tuple[str, ...]) -> str:
 
 def _inplace(ufunc, a, b):
     """a ⊕ b into a (a temporary of the kernel's own) where shape and dtype allow, else a new array."""
-    if type(a) is np.ndarray and a.shape == np.broadcast_shapes(a.shape, np.shape(b)) and np.result_type(a, b) == a.dtype:
+    if type(a) is np.ndarray and a.shape == np.broadcast_shapes(a.shape, getattr(b, "shape", ())) and np.result_type(a, b) == a.dtype:
         return ufunc(a, b, out=a)
     return ufunc(a, b) if type(a) is np.ndarray or type(b) is np.ndarray else (a * b if ufunc is np.multiply else a + b)
 
@@ -204,7 +204,7 @@ def _inplace(ufunc, a, b):
 def _fits(target, a, b) -> bool:
     return (
         type(target) is np.ndarray
-        and target.shape == np.broadcast_shapes(np.shape(a), np.shape(b))
+        and target.shape == np.broadcast_shapes(getattr(a, "shape", ()), getattr(b, "shape", ()))
         and np.can_cast(np.result_type(a, b), target.dtype, "same_kind")
     )
 
