@@ -180,3 +180,13 @@ def test_lazy_sweep_refuses_bad_points_on_the_worker(client):
     lazy = lazy_sweep(symform.load("qwen3-0.6b"), "params", sample={"n_heads": (1, 16), "n_kv_heads": [3]}, n=100, seed=0, chunk=50)
     with pytest.raises(SymformError, match="n_kv_heads|n_heads"):
         lazy.compute()
+
+
+def test_model_compile_keeps_dask_arrays_lazy():
+    da = pytest.importorskip("dask.array")
+    model = symform.load("qwen3-0.6b")
+    forward = model.compile("forward_flops", "batch", "seq")
+    batch = np.array([1, 8, 64, 3])
+    lazy = forward(da.from_array(batch, chunks=2), 4096)
+    assert hasattr(lazy, "__dask_graph__")
+    np.testing.assert_array_equal(lazy.compute(), forward(batch, 4096))
