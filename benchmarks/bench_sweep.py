@@ -86,7 +86,7 @@ def _dask_row(repeats: int) -> dict:
     def lazy():
         return lazy_sweep(model, QUANTITIES, **spec)
 
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, distributed.Client(cluster):
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster, distributed.Client(cluster):
         first = lazy()
         graph_bytes = len(cloudpickle.dumps(dict(first["train_flops"].__dask_graph__())))
         d = first.description

@@ -79,7 +79,7 @@ def subs_row(configs, repeats: int, quiet: bool, k: int = 20) -> dict:
     arrays = [configs[n] for n in NAMES]
     n = len(arrays[0])
     values = [formula.expr.subs(r) for r in rows_]
-    agree = bool(np.array_equal(np.array([float(v) for v in values]), fn(*[a[:k] for a in arrays])[0]))
+    agree = bool(np.allclose(np.array([float(v) for v in values]), fn(*[a[:k] for a in arrays])[0], rtol=1e-12, atol=0))  # past 2**53 float64 rounds
     times = paired({"subs": lambda: [formula.expr.subs(r) for r in rows_], "compiled": lambda: fn(*arrays)}, repeats)
     per_subs = [t / k for t in times["subs"]]
     per_compiled = [t / n for t in times["compiled"]]

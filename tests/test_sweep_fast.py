@@ -111,7 +111,7 @@ def test_a_quantity_independent_of_an_axis_fills_its_grid_block_by_block():
 @pytest.fixture(scope="module")
 def client():
     distributed = pytest.importorskip("distributed")
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, distributed.Client(cluster) as c:
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster, distributed.Client(cluster) as c:
         yield c
 
 
