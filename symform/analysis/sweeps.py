@@ -18,17 +18,22 @@ with rational coefficients in whole-number sizes, so ``q·m`` is an integer for
 exactly while ``|q·m| < 2**53``. Past that, float64 keeps ~16 significant
 digits but not every digit: by default the sweep warns (``InexactFloatWarning``),
 ``inexact="raise"`` raises ``InexactFloatError`` (an ``EvaluationError``) and
-``inexact="allow"`` is silent. ``exact=True`` gives Python ints (Fractions
-where a value is not whole) in object arrays, exactly; that is slower (a few µs
-a point), so for small sweeps.
+``inexact="allow"`` is silent. ``exact="int64"`` gives exact int64 arrays,
+object-free, where every value provably fits (else ``IntegerOverflowError``);
+``exact=True`` gives Python ints (Fractions where a value is not whole) in
+object arrays, exactly: through int64 where that is proven exact, else a few µs
+a point. docs/sweeps.md says how the proof goes.
 
-Large sweeps run in chunks of ``chunk`` points: memory is the result arrays plus
-one chunk's temporaries. ``progress=True`` shows a bar (tqdm if installed, else
-a plain line on stderr).
+The quantities compile to one factored, in-place kernel (:mod:`.kernels`); a sweep
+runs it block by block (``chunk`` points) straight into the result arrays, each
+block's inputs views of the swept columns, checked just before the kernel reads
+them: memory is the result arrays plus one block's temporaries. ``progress=True``
+shows a bar (tqdm if installed, else a plain line on stderr).
 
-The compiled function (:func:`compile_quantities`) is plain array arithmetic:
-it runs unchanged on numpy arrays, on dask arrays (lazily, chunk by chunk) and
-on anything else with numpy's operators.
+The compiled function (:func:`compile_quantities`) runs on numpy arrays and on
+dask arrays (lazily, block by block); ``zip=`` dask arrays, and
+:func:`symform.analysis.lazy_sweeps.lazy_sweep` for points described rather than
+given, keep a whole sweep lazy.
 """
 
 from __future__ import annotations
