@@ -190,3 +190,10 @@ def test_model_compile_keeps_dask_arrays_lazy():
     lazy = forward(da.from_array(batch, chunks=2), 4096)
     assert hasattr(lazy, "__dask_graph__")
     np.testing.assert_array_equal(lazy.compute(), forward(batch, 4096))
+
+
+def test_lazy_sweep_refuses_more_blocks_than_its_budget_at_once():
+    from symform.analysis.lazy_sweeps import lazy_sweep
+
+    with pytest.raises(SymformError, match="MAX_BLOCKS"):
+        lazy_sweep(symform.load("qwen3-0.6b"), "params", sample={"d_model": (64, 128)}, n=10**15, chunk=10)

@@ -130,12 +130,13 @@ def lazy_sweep(
 def _plan(d: Description) -> list[tuple[int, int, int, int]]:
     """Blocks as (grid flat start, grid flat stop, sample row start, sample row stop)."""
     grid_points = math.prod(d.grid_shape)
+    count = -(-grid_points // d.chunk) if not d.sample else grid_points * -(-d.n // d.chunk)
+    if count > MAX_BLOCKS:  # counted before any list is made: a request for 10**15 points is refused at once
+        raise EvaluationError(f"{count:,} blocks is more than {MAX_BLOCKS:,} (symform.analysis.lazy_sweeps.MAX_BLOCKS); give a larger chunk= or fewer points")
     if not d.sample:
         blocks = [(s, min(s + d.chunk, grid_points), 0, 1) for s in range(0, grid_points, d.chunk)]
     else:
         blocks = [(g, g + 1, r, min(r + d.chunk, d.n)) for g in range(grid_points) for r in range(0, d.n, d.chunk)]
-    if len(blocks) > MAX_BLOCKS:
-        raise EvaluationError(f"{len(blocks):,} blocks is more than {MAX_BLOCKS:,}; give a larger chunk=")
     return blocks
 
 
