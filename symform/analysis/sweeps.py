@@ -159,8 +159,8 @@ class Compiled:
         if self.kernel is None:
             results = self.function(*arrays)
         else:
-            if arrays and all(_is_integer(a) for a in arrays):
-                self.check_int64(arrays)
+            if arrays and all(_is_integer(a) for a in arrays) and any(isinstance(a, (np.ndarray, np.integer)) for a in arrays):
+                self.check_int64(arrays)  # Python ints alone never wrap: only numpy's int64 is checked
             results = self.kernel(*arrays)
             results = tuple(r if m == 1 else r / m for r, m in zip(results, self.kernel.scales))
         shaped = [a for a in arrays if _is_array(a)]
