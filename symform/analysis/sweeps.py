@@ -18,17 +18,22 @@ with rational coefficients in whole-number sizes, so ``q·m`` is an integer for
 exactly while ``|q·m| < 2**53``. Past that, float64 keeps ~16 significant
 digits but not every digit: by default the sweep warns (``InexactFloatWarning``),
 ``inexact="raise"`` raises ``InexactFloatError`` (an ``EvaluationError``) and
-``inexact="allow"`` is silent. ``exact=True`` gives Python ints (Fractions
-where a value is not whole) in object arrays, exactly; that is slower (a few µs
-a point), so for small sweeps.
+``inexact="allow"`` is silent. ``exact="int64"`` gives exact int64 arrays,
+object-free, where every value provably fits (else ``IntegerOverflowError``);
+``exact=True`` gives Python ints (Fractions where a value is not whole) in
+object arrays, exactly: through int64 where that is proven exact, else a few µs
+a point. docs/sweeps.md says how the proof goes.
 
-Large sweeps run in chunks of ``chunk`` points: memory is the result arrays plus
-one chunk's temporaries. ``progress=True`` shows a bar (tqdm if installed, else
-a plain line on stderr).
+The quantities compile to one factored, in-place kernel (:mod:`.kernels`); a sweep
+runs it block by block (``chunk`` points) straight into the result arrays, each
+block's inputs views of the swept columns, checked just before the kernel reads
+them: memory is the result arrays plus one block's temporaries. ``progress=True``
+shows a bar (tqdm if installed, else a plain line on stderr).
 
-The compiled function (:func:`compile_quantities`) is plain array arithmetic:
-it runs unchanged on numpy arrays, on dask arrays (lazily, chunk by chunk) and
-on anything else with numpy's operators.
+The compiled function (:func:`compile_quantities`) runs on numpy arrays and on
+dask arrays (lazily, block by block); ``zip=`` dask arrays, and
+:func:`symform.analysis.lazy_sweeps.lazy_sweep` for points described rather than
+given, keep a whole sweep lazy.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ import sys
 import warnings
 from dataclasses import dataclass
 from fractions import Fraction
+import weakref
 from functools import lru_cache
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -48,9 +54,10 @@ from ..engine.budget import ARRAY_ELEMENTS, check_count, quoted
 from ..engine.errors import EvaluationError
 from ..engine.evaluate import check_value, exact_value
 from ..engine.model import Model, normalise_quantity
+from .kernels import INT64_LIMIT, Kernel, polynomial_kernel
 
 FLOAT_EXACT = 2**53  # every integer of smaller magnitude is a float64
-DEFAULT_CHUNK = 1 << 18  # points per chunk: a few MB per input or output column
+DEFAULT_CHUNK = 1 << 16  # points per block: each column's slice and the kernel's temporaries stay in the processor's cache
 MEMORY_PREFIX = "memory."
 
 
@@ -120,23 +127,82 @@ def scale_to_integer(expr: sympy.Expr) -> int:
 # --- compiling ------------------------------------------------------------------------------------
 
 
+class IntegerOverflowError(EvaluationError):
+    """int64 inputs whose results int64 cannot be shown to hold: refused rather than wrapped."""
+
+
 @dataclass(frozen=True)
 class Compiled:
-    """One lambdified function for several quantities over the swept names, sharing subexpressions."""
+    """One function for several quantities over the swept names: a factored, in-place kernel
+    (:mod:`symform.analysis.kernels`) where every quantity is a polynomial, else sympy's
+    lambdified function with common subexpressions computed once."""
 
     quantities: tuple[str, ...]
     names: tuple[str, ...]
     expressions: tuple[sympy.Expr, ...]
     function: Callable
+    kernel: Kernel | None = None
+
+    @property
+    def scales(self) -> tuple[int, ...]:
+        return tuple(scale_to_integer(e) for e in self.expressions) if self.kernel is None else self.kernel.scales
 
     def __call__(self, *arrays):
-        """A tuple of arrays, one per quantity, broadcast against the inputs; no conversion of the inputs."""
-        results = self.function(*arrays)
+        """A tuple of arrays, one per quantity, broadcast against the inputs; no conversion of the inputs.
+
+        float64 inputs give float64; int64 numpy inputs give exact int64 (quantities with whole
+        coefficients), refused with :class:`IntegerOverflowError` unless every value provably
+        fits; dask arrays give dask arrays, block by block (``map_blocks``), nothing computed.
+        """
+        if any(_is_dask(a) for a in arrays):
+            return _map_blocks(self, arrays)
+        if self.kernel is None:
+            results = self.function(*arrays)
+        else:
+            if arrays and all(_is_integer(a) for a in arrays) and any(isinstance(a, (np.ndarray, np.integer)) for a in arrays):
+                self.check_int64(arrays)  # Python ints alone never wrap: only numpy's int64 is checked
+            results = self.kernel(*arrays)
+            results = tuple(r if m == 1 else r / m for r, m in zip(results, self.kernel.scales))
         shaped = [a for a in arrays if _is_array(a)]
         if not shaped:
             return tuple(results)
         shape = tuple(np.broadcast_shapes(*(tuple(a.shape) for a in shaped)))
         return tuple(r if _is_array(r) and tuple(r.shape) == shape else r + _zeros_like(shaped) for r in results)
+
+    def check_int64(self, arrays) -> None:
+        """Refuse int64 inputs unless every result provably fits int64 (see kernels.Kernel.int64_bound)."""
+        magnitudes = [max(abs(int(np.min(a))), abs(int(np.max(a)))) if np.size(a) else 0 for a in arrays]
+        for q, bound in zip(self.quantities, self.kernel.int64_bound(magnitudes)):
+            if bound >= INT64_LIMIT:
+                raise IntegerOverflowError(
+                    f"{q} may pass int64's range (up to {bound:.3g} >= 2**63) at these int64 inputs; "
+                    "give float64 arrays, or sweep with exact=True for exact integers of any size"
+                )
+
+
+def _is_dask(x) -> bool:
+    return hasattr(x, "__dask_graph__") and hasattr(x, "map_blocks")
+
+
+def _is_integer(x) -> bool:
+    if isinstance(x, np.ndarray) or isinstance(x, np.integer):
+        return x.dtype.kind in "iu"
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _map_blocks(compiled: "Compiled", arrays) -> tuple:
+    """Each quantity as a dask array: the compiled function on each block, where the block lives."""
+    import dask.array as da
+
+    arrays = [a if _is_dask(a) else da.asarray(a) for a in arrays]
+    dtype = np.result_type(*(a.dtype for a in arrays))
+    if dtype.kind not in "iu" or any(m != 1 for m in compiled.scales):
+        dtype = np.dtype(np.float64)
+    return tuple(da.map_blocks(_one_quantity, *arrays, compiled=compiled, k=k, dtype=dtype) for k in range(len(compiled.quantities)))
+
+
+def _one_quantity(*blocks, compiled, k):
+    return compiled(*blocks)[k]
 
 
 def _is_array(x) -> bool:
@@ -160,18 +226,46 @@ def _lambdified(exprs: tuple[sympy.Expr, ...], names: tuple[str, ...]) -> Callab
     return sympy.lambdify(args, exprs, modules="numpy", cse=True)
 
 
+@lru_cache(maxsize=256)
+def _kernel(exprs: tuple[sympy.Expr, ...], names: tuple[str, ...]) -> Kernel | None:
+    return polynomial_kernel(exprs, names, [scale_to_integer(e) for e in exprs])
+
+
+_COMPILED: "weakref.WeakKeyDictionary[Model, dict]" = weakref.WeakKeyDictionary()
+
+
 def compile_quantities(model: Model, quantities: Sequence[str] | str, names: Sequence[str], *, fixed: Mapping[str, object] | None = None, training: Any = None) -> Compiled:
     """One function of ``names`` returning every quantity, for numpy or dask arrays alike.
 
     ``names`` are swept; everything else is bound from ``fixed``, the model's sizes and the conventions.
+    The result is kept per model: a second sweep of the same quantities does no symbolic work.
     """
     quantities = (quantities,) if isinstance(quantities, str) else tuple(quantities)
     names = tuple(names)
+    key = _cache_key(model, quantities, names, fixed, training)
+    cached = _COMPILED.get(model, {}).get(key) if key is not None else None
+    if cached is not None:
+        return cached
     _check_names(model, names)
     keys = tuple(_quantity_name(q) for q in quantities)
     exprs = [quantity_expression(model, q, swept=names, training=training) for q in keys]
     bound = tuple(_bind(model, exprs, names, fixed or {}))
-    return Compiled(keys, names, bound, _lambdified(bound, names))
+    kernel = _kernel(bound, names)
+    compiled = Compiled(keys, names, bound, _lambdified(bound, names) if kernel is None else kernel, kernel)
+    if key is not None:
+        _COMPILED.setdefault(model, {})[key] = compiled
+    return compiled
+
+
+def _cache_key(model: Model, quantities, names, fixed, training):
+    """What a compiled function depends on; None (no caching) where something is unhashable."""
+    try:
+        key = (quantities, names, tuple(sorted((fixed or {}).items())), training,
+               tuple(sorted(model.values.items())), tuple(sorted((s.name, v) for s, v in model.conventions.items())))
+        hash(key)
+        return key
+    except TypeError:
+        return None
 
 
 def _check_names(model: Model, names: Sequence[str]) -> None:
@@ -236,8 +330,8 @@ def _column(name: str, values: object) -> np.ndarray:
     array = np.asarray(values)
     if array.dtype == object or array.dtype.kind in "iu":
         return array
-    if array.dtype.kind == "f" and np.all(np.isfinite(array)):
-        return array
+    if array.dtype.kind == "f":
+        return array  # finite or not: _validate's minimum and maximum say (nan and inf reach them)
     if array.dtype.kind == "b":
         raise EvaluationError(f"{name}: give numbers, not booleans")
     raise EvaluationError(f"{name}: values must be finite numbers, got dtype {array.dtype}")
@@ -284,57 +378,204 @@ def _draw(rng: np.random.Generator, name: str, spec: object, n: int) -> np.ndarr
 def _validate(model: Model, axes: Sequence[Axis], exact: bool) -> None:
     """Every value in each column within its symbol's domain; whole numbers below 2**53 for float64."""
     vocabulary = model.vocabulary
+    validate_columns({n: vocabulary.entry(n).spec.domain for a in axes for n in a.names}, axes, exact, vocabulary)
+
+
+def validate_columns(domains: Mapping[str, str], axes: Sequence[Axis], exact: bool, vocabulary=None) -> None:
     for axis in axes:
         for name, column in zip(axis.names, axis.columns):
-            domain = vocabulary.entry(name).spec.domain
+            domain = domains[name]
             if column.dtype == object:
+                if vocabulary is None:
+                    raise EvaluationError(f"{name}: give numeric arrays (int64 or float64), not Python objects")
                 for v in column:  # object columns: Python ints or Fractions, checked one by one
                     check_value(name, v, vocabulary)
                 continue
-            if "integer" in domain and column.dtype.kind == "f" and not np.all(column == np.round(column)):
+            low, high = column.min(), column.max()
+            if column.dtype.kind == "f" and not (math.isfinite(low) and math.isfinite(high)):
+                raise EvaluationError(f"{name}: values must be finite numbers, got {high if math.isfinite(low) else low}")
+            if "integer" in domain and column.dtype.kind == "f" and not _whole(column):
                 raise EvaluationError(f"{name} must be a whole number; some values are not")
-            low = column.min()
             if (domain == "nonnegative_integer" and low < 0) or (domain != "nonnegative_integer" and low <= 0):
                 raise EvaluationError(f"{name} must be {'0 or more' if domain == 'nonnegative_integer' else 'positive'}, got {low}")
-            if not exact and np.abs(column).max() >= FLOAT_EXACT:
-                raise InexactFloatError(f"{name} reaches {np.abs(column).max():.3g} >= 2**53, which float64 cannot hold exactly; pass exact=True")
+            if not exact and max(abs(low), abs(high)) >= FLOAT_EXACT:
+                raise InexactFloatError(f"{name} reaches {max(abs(low), abs(high)):.3g} >= 2**53, which float64 cannot hold exactly; pass exact=True")
+
+
+PIECE = 1 << 16  # elements per piece of a check: its temporaries stay in the processor's cache
+
+
+def _whole(column: np.ndarray) -> bool:
+    size = min(PIECE, len(column))
+    scratch, differs = np.empty(size), np.empty(size, dtype=bool)
+    for start in range(0, len(column), PIECE):
+        piece = column[start:start + PIECE]
+        n = len(piece)
+        np.trunc(piece, out=scratch[:n])
+        if np.not_equal(scratch[:n], piece, out=differs[:n]).any():
+            return False
+    return True
 
 
 REQUIREMENT_POINTS = 10**7  # a requirement over more combinations of its swept sizes is checked on the model's own sizes only
 
 
-def _check_requirements(model: Model, axes: Sequence[Axis], fixed: Mapping[str, object]) -> None:
-    """Every point must satisfy the components' requirements (heads that divide, top_k ≤ n_experts):
-    each is checked over the combinations of the axes it depends on, not the whole sweep."""
+@dataclass(frozen=True)
+class Relation:
+    """A requirement left over the swept names once everything else is bound."""
+
+    relation: sympy.Basic
+    text: str
+    why: str
+
+
+def requirement_relations(model: Model, swept: Sequence[str], fixed: Mapping[str, object]) -> list[Relation]:
+    """The components' requirements (heads that divide, top_k ≤ n_experts) over the swept names;
+    one that fails at the fixed sizes alone is refused here."""
     known = {**model.values, **fixed}
+    out = []
     for bound in model.graph().requirements:
-        relation = bound.relation.xreplace({s: sympy.Integer(known[s.name]) for s in bound.relation.free_symbols if s.name in known and not _swept(axes, s.name)})
+        relation = bound.relation.xreplace({s: sympy.Integer(known[s.name]) for s in bound.relation.free_symbols if s.name in known and s.name not in swept})
         if relation in (sympy.true, sympy.false) or not relation.free_symbols:
             if relation == sympy.false:
                 raise EvaluationError(f"{bound.requirement.text} does not hold at the fixed sizes: {bound.requirement.why}")
             continue
-        involved = [a for a in axes if any(s.name in a.names for s in relation.free_symbols)]
-        if any(s.name not in known and not _swept(axes, s.name) for s in relation.free_symbols) or math.prod(len(a) for a in involved) > REQUIREMENT_POINTS:
+        if any(s.name not in known and s.name not in swept for s in relation.free_symbols):
             continue
-        grids = np.meshgrid(*(np.arange(len(a)) for a in involved), indexing="ij")
-        values = {name: column[g.ravel()] for a, g in zip(involved, grids) for name, column in zip(a.names, a.columns)}
-        symbols = sorted(relation.free_symbols, key=lambda s: s.name)
-        holds = np.broadcast_to(sympy.lambdify(symbols, relation, modules="numpy")(*(values[s.name] for s in symbols)), grids[0].ravel().shape)
+        out.append(Relation(relation, bound.requirement.text, bound.requirement.why))
+    return out
+
+
+def _check_requirements(model: Model, axes: Sequence[Axis], fixed: Mapping[str, object]) -> None:
+    """Every point must satisfy the components' requirements: each is checked over the
+    combinations of the axes it depends on, not the whole sweep."""
+    check_relations(requirement_relations(model, [n for a in axes for n in a.names], fixed), axes)
+
+
+def check_relations(relations: Sequence[Relation], axes: Sequence[Axis]) -> None:
+    for r in relations:
+        involved = [a for a in axes if any(s.name in a.names for s in r.relation.free_symbols)]
+        if math.prod(len(a) for a in involved) > REQUIREMENT_POINTS:
+            continue
+        symbols = sorted(r.relation.free_symbols, key=lambda s: s.name)
+        values = _relation_inputs(involved, [s.name for s in symbols])
+        holds = np.broadcast_to(_relation(r.relation, tuple(symbols))(*(values[s.name] for s in symbols)), tuple(len(a) for a in involved))
         if not holds.all():
-            first = int(np.argmin(holds))
-            at = ", ".join(f"{s.name}={values[s.name][first]}" for s in symbols)
-            raise EvaluationError(f"{bound.requirement.text} does not hold at {at}: {bound.requirement.why}")
+            first = np.unravel_index(int(np.argmin(holds)), holds.shape)
+            at = ", ".join(f"{s.name}={_axis_of(involved, s.name)[1][first[_axis_of(involved, s.name)[0]]]}" for s in symbols)
+            raise EvaluationError(f"{r.text} does not hold at {at}: {r.why}")
+
+
+@lru_cache(maxsize=256)
+def _relation(relation, symbols):
+    return sympy.lambdify(symbols, relation, modules=[{"mod": _mod, "Mod": _mod}, "numpy"])
+
+
+def _mod(a, b):
+    """a mod b; for whole float64 values 0 <= a < 2**53 and b > 0 as a - floor(a/b)·b, exact there
+    (a/b rounds to a whole number only when b divides a) and several times faster than fmod."""
+    if isinstance(a, np.ndarray) and a.dtype == np.float64 and np.size(a) and np.size(b):
+        if 0 <= a.min() and a.max() < FLOAT_EXACT and np.min(b) > 0:
+            return a - np.floor(a / b) * b
+    return np.mod(a, b)
+
+
+def _axis_of(axes: Sequence[Axis], name: str) -> tuple[int, np.ndarray]:
+    for i, a in enumerate(axes):
+        if name in a.names:
+            return i, a.columns[a.names.index(name)]
+    raise KeyError(name)
+
+
+def _relation_inputs(axes: Sequence[Axis], names: Sequence[str]) -> dict[str, np.ndarray]:
+    """Each name's column shaped to broadcast over the axes involved (no copies)."""
+    out = {}
+    for name in names:
+        i, column = _axis_of(axes, name)
+        out[name] = column.reshape((1,) * i + (-1,) + (1,) * (len(axes) - i - 1))
+    return out
 
 
 def _swept(axes: Sequence[Axis], name: str) -> bool:
     return any(name in a.names for a in axes)
 
 
-def _point_columns(axes: Sequence[Axis], start: int, stop: int) -> dict[str, np.ndarray]:
-    """The inputs of points start..stop-1 (the last axis varies fastest)."""
-    shape = tuple(len(a) for a in axes)
-    index = np.unravel_index(np.arange(start, stop, dtype=np.int64), shape) if axes else ()
-    return {name: column[i] for axis, i in zip(axes, index) for name, column in zip(axis.names, axis.columns)}
+@dataclass(frozen=True)
+class Block:
+    """Points start..stop-1 (the last axis fastest) as a box: scalars for the leading axes,
+    a slice of axis ``axis``, every later axis whole."""
+
+    start: int
+    stop: int
+    prefix: tuple[int, ...]
+    axis: int
+    low: int
+    high: int
+    shape: tuple[int, ...]
+
+
+def split_axis(shape: tuple[int, ...], chunk: int) -> int:
+    """The axis that blocks slice: the first whose later axes fit in one chunk together."""
+    return next(d for d in range(len(shape)) if math.prod(shape[d + 1:]) <= chunk or d == len(shape) - 1)
+
+
+class _Checks:
+    """Domains, whole numbers and requirements: the axis the blocks slice is checked a block at a time
+    (its slice still in the processor's cache when the kernel reads it), every other axis once up front."""
+
+    def __init__(self, model: Model, axes: Sequence[Axis], fixed: Mapping[str, object], exact: bool, chunk: int):
+        shape = tuple(len(a) for a in axes)
+        self.axes, self.exact = list(axes), exact
+        self.vocabulary = model.vocabulary
+        self.domains = {n: self.vocabulary.entry(n).spec.domain for a in axes for n in a.names}
+        relations = requirement_relations(model, [n for a in axes for n in a.names], fixed)
+        self.split = split_axis(shape, chunk) if axes else None
+        if self.split is None:
+            self.relations = []
+            return
+        others = [a for i, a in enumerate(axes) if i != self.split]
+        validate_columns(self.domains, others, exact, self.vocabulary)
+        names = set(axes[self.split].names)
+        check_relations([r for r in relations if not {s.name for s in r.relation.free_symbols} & names], others)
+        self.relations = [r for r in relations if {s.name for s in r.relation.free_symbols} & names]
+
+    def block(self, block: "Block") -> None:
+        if self.split is None or any(block.prefix):  # later prefixes see the same slices again
+            return
+        axis = self.axes[self.split]
+        piece = Axis(axis.names, tuple(c[block.low:block.high] for c in axis.columns))
+        validate_columns(self.domains, [piece], self.exact, self.vocabulary)
+        axes = [piece if i == self.split else a for i, a in enumerate(self.axes)]
+        check_relations(self.relations, axes)
+
+
+def _blocks(shape: tuple[int, ...], chunk: int):
+    if not shape:
+        yield Block(0, 1, (), 0, 0, 1, ())
+        return
+    axis = split_axis(shape, chunk)
+    inner = math.prod(shape[axis + 1:])
+    step = max(1, chunk // inner)
+    for prefix in np.ndindex(*shape[:axis]):
+        base = (np.ravel_multi_index(prefix, shape[:axis]) if prefix else 0) * shape[axis] * inner
+        for low in range(0, shape[axis], step):
+            high = min(low + step, shape[axis])
+            yield Block(base + low * inner, base + high * inner, prefix, axis, low, high, (high - low,) + shape[axis + 1:])
+
+
+def _block_inputs(axes: Sequence[Axis], block: Block, columns: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Each swept name's values over the block, shaped to broadcast to ``block.shape`` (views, no copies)."""
+    out = {}
+    for i, axis in enumerate(axes):
+        for name in axis.names:
+            column = columns[name]
+            if i < block.axis:
+                out[name] = column[block.prefix[i]]
+            elif i == block.axis:
+                out[name] = column[block.low:block.high].reshape((-1,) + (1,) * (len(axes) - i - 1))
+            else:
+                out[name] = column.reshape((-1,) + (1,) * (len(axes) - i - 1))
+    return out
 
 
 # --- the result -----------------------------------------------------------------------------------
@@ -395,7 +636,7 @@ def sweep(
     n: int | None = None,
     seed: int = 0,
     fixed: Mapping[str, object] | None = None,
-    exact: bool = False,
+    exact: bool | str = False,
     inexact: str = "warn",
     chunk: int = DEFAULT_CHUNK,
     progress: bool = False,
@@ -412,7 +653,17 @@ def sweep(
     ``inexact``: ``"warn"`` (default), ``"raise"`` or ``"allow"``, for float64 values
     at or past 2**53 (see the module docstring). ``inputs=False`` leaves the swept
     inputs out of the result (less memory for very large sweeps).
+    ``exact``: ``False`` (float64), ``True`` (Python ints and Fractions in object arrays)
+    or ``"int64"`` (exact int64 arrays, refused with :class:`IntegerOverflowError` unless
+    every value provably fits). ``zip=`` dask arrays give a lazy result
+    (:func:`symform.analysis.lazy_sweeps.lazy_sweep`).
     """
+    if zip and any(_is_dask(v) for v in zip.values()):
+        from .lazy_sweeps import lazy_sweep
+
+        return lazy_sweep(model, quantities, grid=grid, zip=zip, sample=sample, n=n, seed=seed, fixed=fixed, chunk=chunk, training=training)
+    if exact not in (False, True, "int64"):
+        raise EvaluationError(f"exact={exact!r}; choose False, True or 'int64'")
     if inexact not in ("warn", "raise", "allow"):
         raise EvaluationError(f"inexact={inexact!r}; choose 'warn', 'raise' or 'allow'")
     if chunk < 1:
@@ -424,49 +675,119 @@ def sweep(
     if overlap:
         raise EvaluationError(f"{overlap[0]} is both swept and fixed; give it in one place")
     compiled = compile_quantities(model, quantities, names, fixed=fixed, training=training)
-    _validate(model, axes, exact)
-    _check_requirements(model, axes, fixed)
     shape = tuple(len(a) for a in axes)
     total = math.prod(shape)
-    run = _run_exact if exact else _run_float
-    columns = run(compiled, axes, total, chunk, progress, inputs, inexact)
+    if exact is False:
+        columns = _run_float(compiled, axes, shape, chunk, progress, inexact, _Checks(model, axes, fixed, False, chunk))
+    else:
+        _validate(model, axes, True)
+        _check_requirements(model, axes, fixed)
+        columns = _run_int64(compiled, axes, shape, chunk, progress, strict=exact == "int64")
+        if columns is None:
+            columns = _run_exact(compiled, axes, total, chunk, progress)
+    if inputs:
+        columns = {**_input_columns(axes, shape, chunk), **columns}
     return SweepResult(columns, inputs=names if inputs else (), quantities=compiled.quantities, shape=shape, fixed=fixed)
 
 
-def _allocate(compiled: Compiled, axes: Sequence[Axis], total: int, inputs: bool, dtype) -> dict[str, np.ndarray]:
-    columns = {}
-    if inputs:
-        for axis in axes:
-            for name, column in zip(axis.names, axis.columns):
-                columns[name] = np.empty(total, dtype=column.dtype)
-    for q in compiled.quantities:
-        columns[q] = np.empty(total, dtype=dtype)
-    return columns
+def _input_columns(axes: Sequence[Axis], shape: tuple[int, ...], chunk: int) -> dict[str, np.ndarray]:
+    """The swept inputs at every point: the columns themselves (read-only) for one axis, else filled block by block."""
+    if len(axes) == 1:
+        out = {}
+        for name, column in zip(axes[0].names, axes[0].columns):
+            view = column.view()
+            view.flags.writeable = False
+            out[name] = view
+        return out
+    total = math.prod(shape)
+    out = {name: np.empty(total, dtype=column.dtype) for axis in axes for name, column in zip(axis.names, axis.columns)}
+    sources = {name: column for axis in axes for name, column in zip(axis.names, axis.columns)}
+    for block in _blocks(shape, chunk):
+        for name, values in _block_inputs(axes, block, sources).items():
+            out[name][block.start:block.stop].reshape(block.shape)[...] = values
+    return out
 
 
-def _run_float(compiled: Compiled, axes, total, chunk, progress, inputs, inexact) -> dict[str, np.ndarray]:
-    columns = _allocate(compiled, axes, total, inputs, np.float64)
-    scales = {q: scale_to_integer(e) for q, e in zip(compiled.quantities, compiled.expressions)}
+def _evaluate_into(compiled: Compiled, arrays: Sequence, targets: Sequence[np.ndarray], divide: bool) -> None:
+    """Every quantity at the block's points into ``targets`` (the result arrays' slices)."""
+    if compiled.kernel is None:
+        results = compiled.function(*arrays)
+        for target, values in zip(targets, results):
+            target[...] = values
+        return
+    results = compiled.kernel(*arrays, out=targets)
+    for target, values, scale in zip(targets, results, compiled.kernel.scales):
+        if values is not target:
+            target[...] = values
+        if divide and scale != 1:
+            np.divide(target, scale, out=target)
+
+
+def _run_float(compiled: Compiled, axes, shape, chunk, progress, inexact, checks: _Checks) -> dict[str, np.ndarray]:
+    total = math.prod(shape)
+    columns = {q: np.empty(total, dtype=np.float64) for q in compiled.quantities}
+    sources = {name: column for axis in axes for name, column in zip(axis.names, axis.columns)}
     worst = {q: 0.0 for q in compiled.quantities}
     with _Progress(total, progress) as bar:
-        for start in range(0, total, chunk):
-            stop = min(start + chunk, total)
-            points = _point_columns(axes, start, stop)
-            arrays = [np.asarray(points[n], dtype=np.float64) for n in compiled.names]
+        for block in _blocks(shape, chunk):
+            checks.block(block)
+            values = _block_inputs(axes, block, sources)
+            targets = [columns[q][block.start:block.stop].reshape(block.shape) for q in compiled.quantities]
             with np.errstate(all="ignore"):  # a value past float64's range is refused below, not warned about
-                results = compiled(*arrays) if arrays else compiled()
-            for q, values in zip(compiled.quantities, results):
-                values = np.broadcast_to(np.asarray(values, dtype=np.float64), (stop - start,))
-                if not np.all(np.isfinite(values)):
+                _evaluate_into(compiled, [np.asarray(values[n], dtype=np.float64) for n in compiled.names], targets, divide=True)
+            for q, target in zip(compiled.quantities, targets):
+                high, low = float(target.max()), float(target.min())
+                if not (math.isfinite(high) and math.isfinite(low)):
                     raise EvaluationError(f"{q} is past float64's range (or undefined) at some points; sweep with exact=True (--exact) or smaller sizes")
-                columns[q][start:stop] = values
-                worst[q] = max(worst[q], float(np.max(np.abs(values))))
-            if inputs:
-                for name, values in points.items():
-                    columns[name][start:stop] = values
-            bar.update(stop - start)
-    _check_range(worst, scales, inexact)
+                worst[q] = max(worst[q], high, -low)
+            bar.update(block.stop - block.start)
+    _check_range(worst, dict(zip(compiled.quantities, compiled.scales)), inexact)
     return columns
+
+
+def _run_int64(compiled: Compiled, axes, shape, chunk, progress, *, strict: bool) -> dict[str, np.ndarray] | None:
+    """Exact int64 arrays, object-free, where every value provably fits (kernels.Kernel.int64_bound);
+    else None (exact=True goes on to Python ints) or IntegerOverflowError (exact="int64")."""
+    why = _int64_refusal(compiled, axes)
+    if why:
+        if strict:
+            raise IntegerOverflowError(f"{why}; sweep with exact=True for exact integers of any size")
+        return None
+    total = math.prod(shape)
+    columns = {q: np.empty(total, dtype=np.int64) for q in compiled.quantities}
+    sources = {name: column.astype(np.int64, copy=False) for axis in axes for name, column in zip(axis.names, axis.columns)}
+    with _Progress(total, progress) as bar:
+        for block in _blocks(shape, chunk):
+            values = _block_inputs(axes, block, sources)
+            targets = [columns[q][block.start:block.stop].reshape(block.shape) for q in compiled.quantities]
+            _evaluate_into(compiled, [values[n] for n in compiled.names], targets, divide=False)
+            bar.update(block.stop - block.start)
+    for q, scale in zip(compiled.quantities, compiled.kernel.scales):
+        if scale != 1:
+            if np.any(columns[q] % scale):
+                if strict:
+                    raise EvaluationError(f"{q} is not a whole number at some points (a multiple of 1/{scale}); sweep with exact=True for Fractions")
+                return None
+            columns[q] //= scale
+    if strict:
+        return columns
+    return {q: v.astype(object) for q, v in columns.items()}  # Python ints, as exact=True promises
+
+
+def _int64_refusal(compiled: Compiled, axes: Sequence[Axis]) -> str:
+    """Why the int64 path cannot be proven exact here ('' when it can)."""
+    if compiled.kernel is None:
+        return "a quantity is no polynomial in the swept names, so int64 cannot be proven exact"
+    magnitudes = []
+    for name in compiled.names:
+        column = next(c for a in axes for n, c in zip(a.names, a.columns) if n == name)
+        if column.dtype == object or (column.dtype.kind == "f" and not _whole(column)):
+            return f"{name} has values that are not whole numbers"
+        magnitudes.append(max(abs(int(column.min())), abs(int(column.max()))) if len(column) else 0)
+    for q, bound in zip(compiled.quantities, compiled.kernel.int64_bound(magnitudes)):
+        if bound >= INT64_LIMIT:
+            return f"{q} may reach {bound:.3g} >= 2**63, past int64's range"
+    return ""
 
 
 def _check_range(worst: Mapping[str, float], scales: Mapping[str, int], inexact: str) -> None:
@@ -489,20 +810,19 @@ def _check_range(worst: Mapping[str, float], scales: Mapping[str, int], inexact:
     warnings.warn(message, InexactFloatWarning, stacklevel=4)
 
 
-def _run_exact(compiled: Compiled, axes, total, chunk, progress, inputs, inexact) -> dict[str, np.ndarray]:
-    columns = _allocate(compiled, axes, total, inputs, object)
+def _run_exact(compiled: Compiled, axes, total, chunk, progress) -> dict[str, np.ndarray]:
+    columns = {q: np.empty(total, dtype=object) for q in compiled.quantities}
+    shape = tuple(len(a) for a in axes)
     with _Progress(total, progress) as bar:
         for start in range(0, total, chunk):
             stop = min(start + chunk, total)
-            points = _point_columns(axes, start, stop)
+            index = np.unravel_index(np.arange(start, stop, dtype=np.int64), shape) if axes else ()
+            points = {name: column[i] for axis, i in zip(axes, index) for name, column in zip(axis.names, axis.columns)}
             # Python ints (not int64 or float64) so that products never wrap or round
             lists = [[_exact_number(v) for v in points[n].tolist()] for n in compiled.names]
             for q, expr in zip(compiled.quantities, compiled.expressions):
                 values = _exact_values(expr, compiled.names, lists) if lists else [exact_value(expr, {})] * (stop - start)
                 columns[q][start:stop] = values
-            if inputs:
-                for name, values in points.items():
-                    columns[name][start:stop] = values
             bar.update(stop - start)
     return columns
 

@@ -92,6 +92,10 @@ def compile_expression(expr: sympy.Expr, names: Sequence[str]) -> Callable:
     def evaluate(*arrays):
         import numpy as np
 
+        if any(hasattr(a, "__dask_graph__") and hasattr(a, "map_blocks") for a in arrays):  # lazy in, lazy out: each block where it lives
+            import dask.array as da
+
+            return da.map_blocks(evaluate, *arrays, dtype=np.float64)
         inputs = [np.asarray(a, dtype=np.float64) for a in arrays]
         with np.errstate(all="ignore"):  # refused below in one line, not warned about on stderr
             result = np.asarray(function(*inputs), dtype=np.float64)
