@@ -135,6 +135,10 @@ class Plan:
         self._layers = self._layer_shares()
         self.shares = {leaf: self._share(leaf) for leaf in self.graph.leaves()}
         self._check_targets()
+        if all(s.trained == 0 and s.adapted == 0 for s in self.shares.values()):
+            # nothing trains (every adapter in a frozen layer): autograd records nothing, the step is a forward
+            self.shares = {leaf: Share(trained=ZERO, silent=ONE) for leaf in self.shares}
+            self._layers = {node: (frozen, ONE) for node, (frozen, _) in self._layers.items()}
 
     # -- which instances train ---------------------------------------------------------------------
 

@@ -1,0 +1,105 @@
+"""Properties of fine-tuning setups (symform.analysis.finetune), checked on random setups of a small llama.
+
+The adapter sizes are hand arithmetic from the LoRA and DoRA papers: A is d_in × r, B is r × d_out, DoRA adds a
+magnitude per output feature.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from symform import Model
+from symform.analysis.finetune import FineTune, finetune_counts, finetune_memory, finetune_saved_activations
+from symform.analysis.memory import inference_memory, saved_activations
+from symform.engine.errors import EvaluationError
+
+LAYERS, D, HEADS, KV, HEAD, FF, VOCAB = 4, 64, 4, 2, 16, 96, 101
+CONFIG = {
+    "model_type": "llama", "hidden_size": D, "intermediate_size": FF, "num_hidden_layers": LAYERS, "num_attention_heads": HEADS,
+    "num_key_value_heads": KV, "head_dim": HEAD, "vocab_size": VOCAB, "max_position_embeddings": 64,
+}  # fmt: skip
+# (d_in, d_out) of each projection of a layer
+SHAPES = {"q_proj": (D, HEADS * HEAD), "k_proj": (D, KV * HEAD), "v_proj": (D, KV * HEAD), "o_proj": (HEADS * HEAD, D), "gate_proj": (D, FF), "up_proj": (D, FF), "down_proj": (FF, D)}
+MODEL = Model.from_config(CONFIG)
+
+targets = st.sets(st.sampled_from(sorted(SHAPES)), min_size=1).map(lambda s: tuple(sorted(s)))
+frozen_layers = st.one_of(st.just(()), st.integers(0, LAYERS - 1).map(lambda k: (f"layers:0-{k}",)))
+workload = st.tuples(st.integers(1, 4), st.integers(1, 32))
+
+
+def _value(expr, **values):
+    return expr.xreplace({s: {**MODEL.values, **values}[s.name] for s in expr.free_symbols})
+
+
+@settings(max_examples=15, deadline=None)
+@given(rank=st.integers(0, 64), targets=targets, frozen=frozen_layers, method=st.sampled_from(["lora", "dora"]))
+def test_trainable_plus_frozen_is_the_base_plus_the_adapters(rank, targets, frozen, method):
+    counts = finetune_counts(MODEL, FineTune(rank=rank, targets=targets, freeze=frozen, method=method))
+    adapted_layers = LAYERS - (int(frozen[0].split("-")[1]) + 1 if frozen else 0)
+    per_layer = sum(rank * (d_in + d_out) + (d_out if method == "dora" else 0) for d_in, d_out in (SHAPES[t] for t in targets))
+    assert counts.trainable_params == adapted_layers * per_layer
+    assert counts.frozen_params == MODEL.evaluate("params")
+    assert counts.trainable_params + counts.frozen_params == counts.params
+
+
+@settings(max_examples=10, deadline=None)
+@given(targets=targets, batch_seq=workload)
+def test_rank_zero_lora_adds_nothing(targets, batch_seq):
+    batch, seq = batch_seq
+    counts = finetune_counts(MODEL, FineTune(rank=0, targets=targets), batch=batch, seq=seq)
+    assert counts.params == MODEL.evaluate("params") and counts.trainable_params == 0
+    assert counts.forward_flops == MODEL.evaluate("forward_flops", batch=batch, seq=seq)
+
+
+@settings(max_examples=10, deadline=None)
+@given(rank=st.integers(0, 64), targets=targets, batch_seq=workload)
+def test_adapters_in_frozen_layers_only_cost_what_inference_costs(rank, targets, batch_seq):
+    """Every target sits in a frozen layer: nothing trains, so the step is one forward and keeps nothing."""
+    batch, seq = batch_seq
+    setup = FineTune(rank=rank, targets=targets, freeze=(f"layers:0-{LAYERS - 1}",))
+    counts = finetune_counts(MODEL, setup, batch=batch, seq=seq)
+    assert counts.trainable_params == 0 and counts.backward_flops == 0
+    assert counts.forward_flops == MODEL.evaluate("forward_flops", batch=batch, seq=seq)
+    memory = finetune_memory(MODEL, setup, batch=batch, seq=seq)
+    assert memory.values["activations"] == 0
+    assert memory.values["gradients"] == memory.values["optimizer"] == memory.values["master_weights"] == 0
+    assert memory.values["frozen_weights"] == inference_memory(MODEL, batch=batch, seq=seq).values["weights"]
+
+
+@settings(max_examples=10, deadline=None)
+@given(batch_seq=workload)
+def test_nothing_frozen_is_full_training(batch_seq):
+    batch, seq = batch_seq
+    counts = finetune_counts(MODEL, FineTune(), batch=batch, seq=seq)
+    assert counts.trainable_params == MODEL.evaluate("params") and counts.frozen_params == 0
+    assert counts.backward_flops == MODEL.evaluate("backward_flops", batch=batch, seq=seq)
+    ours, _, _ = finetune_saved_activations(MODEL, FineTune())
+    full, _, _ = saved_activations(MODEL)
+    assert _value(ours, batch=batch, seq=seq) == _value(full, batch=batch, seq=seq)
+
+
+@settings(max_examples=10, deadline=None)
+@given(k=st.integers(0, LAYERS - 2), batch_seq=workload)
+def test_freezing_one_more_layer_trains_and_computes_less(k, batch_seq):
+    batch, seq = batch_seq
+    fewer = finetune_counts(MODEL, FineTune(freeze=("embeddings", f"layers:0-{k}")), batch=batch, seq=seq)
+    more = finetune_counts(MODEL, FineTune(freeze=("embeddings", f"layers:0-{k + 1}")), batch=batch, seq=seq)
+    assert more.trainable_params < fewer.trainable_params
+    assert more.backward_flops < fewer.backward_flops
+    assert more.forward_flops == fewer.forward_flops
+
+
+@pytest.mark.parametrize(
+    ("setup", "message"),
+    [
+        (dict(rank=-1), "whole number"),
+        (dict(method="ia3"), "unknown adapter method"),
+        (dict(freeze=("layers:3-1",)), "runs backwards"),
+        (dict(base_format="nf5"), "nf5"),
+    ],
+)
+def test_bad_setups_name_the_problem(setup, message):
+    with pytest.raises(EvaluationError, match=message):
+        FineTune(**setup)
