@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from symform import Model
 from symform.analysis.finetune import FineTune, finetune_counts, finetune_memory, finetune_saved_activations
-from symform.analysis.memory import inference_memory, saved_activations
+from symform.analysis.memory import Training, inference_memory, saved_activations
 from symform.engine.errors import EvaluationError
 
 LAYERS, D, HEADS, KV, HEAD, FF, VOCAB = 4, 64, 4, 2, 16, 96, 101
@@ -103,3 +103,22 @@ def test_freezing_one_more_layer_trains_and_computes_less(k, batch_seq):
 def test_bad_setups_name_the_problem(setup, message):
     with pytest.raises(EvaluationError, match=message):
         FineTune(**setup)
+
+
+# LLaMA-65B as published (Touvron et al. 2023, Table 2: d 8192, 64 heads, 80 layers; the FFN width 22016 is
+# 2/3·4·8192 rounded up to a multiple of 256, as the reference code does; a 32,000-token vocabulary)
+LLAMA_65B = {"model_type": "llama", "hidden_size": 8192, "intermediate_size": 22016, "num_attention_heads": 64, "num_hidden_layers": 80, "vocab_size": 32000, "max_position_embeddings": 2048}
+QLORA = FineTune(rank=64, targets=tuple(SHAPES), base_format="nf4-double")  # QLoRA §4: r 64 on every linear layer
+
+
+def test_qlora_fits_a_65b_model_on_one_48_gb_gpu():
+    """QLoRA (Dettmers et al. 2023): "finetune a 65B parameter model on a single 48GB GPU", with NF4 double-quantised
+    weights, bf16 adapters, 32-bit AdamW and gradient checkpointing, one sequence of 512 tokens."""
+    model = Model.from_config(LLAMA_65B, name="llama-65b")
+    training = Training(precision="bf16-fp32-states", recompute="full")
+    report = finetune_memory(model, QLORA, batch=1, seq=512, training=training)
+    assert report.assumptions["trainable_params"] == 80 * 64 * (4 * 2 * 8192 + 3 * (8192 + 22016))
+    assert report.total <= 48 * 10**9
+    assert 48 * 10**9 - report.total > 2 * 10**9  # the margin docs/fine-tuning.md shows: about 2.9 GB
+    # without gradient checkpointing the activations alone take ~22 GB: it does not fit
+    assert finetune_memory(model, QLORA, batch=1, seq=512, training=Training(precision="bf16-fp32-states")).total > 48 * 10**9

@@ -35,7 +35,6 @@ from ..engine.model import Model
 from .memory import (
     MemoryReport,
     Training,
-    _activations_per_device,
     _json,
     _pick,
     _report,
@@ -367,9 +366,10 @@ def _value(expr: sympy.Expr, values: Mapping[str, object]) -> Number:
     return _evaluator(values)(expr)
 
 
-def finetune_memory(model: Model, setup: FineTune, *, batch: int, seq: int, training: Training = Training()) -> MemoryReport:
-    """Bytes on one device for one fine-tuning step: the frozen weights in their format, the trained ones
-    with their master copy, gradients and optimizer states, and what the forward keeps for backward."""
+def finetune_memory_expressions(model: Model, setup: FineTune, training: Training = Training()) -> tuple[dict[str, sympy.Expr], dict[str, sympy.Expr], dict[str, object]]:
+    """Per-device bytes by category (over the sizes, batch and seq), the activations by component, and the
+    assumptions: the frozen weights in their format, the trained ones with their master copy, gradients and
+    optimizer states, and what the forward keeps for backward."""
     layout = training.layout
     if (layout.tensor, layout.pipeline, layout.expert, layout.context) != (1, 1, 1, 1):
         raise EvaluationError("fine-tuning memory is for one device or data parallelism (--dp with --zero); drop --tp, --pp, --ep and --cp")
@@ -377,27 +377,26 @@ def finetune_memory(model: Model, setup: FineTune, *, batch: int, seq: int, trai
     optimizer = _pick(recipes().optimizer, training.optimizer, "optimizer")
     model = model.with_conventions(act_bytes=precision.act)
     plan = Plan(model, setup)
-    trainable = plan.trainable_params()
     shards = {"optimizer_shards": layout.optimizer_shards, "gradient_shards": layout.data if layout.zero >= 2 else 1, "weight_shards": layout.data if layout.zero >= 3 else 1}
-    trained = static_bytes(trainable, precision, optimizer, **shards)
+    trained = static_bytes(plan.trainable_params(), precision, optimizer, **shards)
     kept, transient, by_component = saved_activations(model, recompute=training.recompute, flash=training.flash, kept_by=plan.kept)
     categories = {
-        "frozen_weights": _frozen_weight_bytes(plan, precision.weights),
+        "frozen_weights": _frozen_weight_bytes(plan, precision.weights) / shards["weight_shards"],
         "trained_weights": trained["weights"],
         "master_weights": trained["master_weights"],
         "gradients": trained["gradients"],
         "optimizer": trained["optimizer"],
-        "activations": _activations_per_device(kept, model, layout),
+        "activations": kept,
         "recompute_buffer": transient,
     }
     rank = {model.vocabulary["lora_rank"]: sympy.Integer(setup.rank)}
     categories = {k: sympy.expand(sympy.sympify(v).xreplace(rank)) for k, v in categories.items()}
     components = {k: sympy.expand(v.xreplace(rank)) for k, v in by_component.items()}
-    counts = finetune_counts(model, setup, batch=batch, seq=seq)
+    counts = finetune_counts(model, setup)
     assumptions = {
         "fine_tuning": setup.describe(),
         "trainable_params": counts.trainable_params,
-        "frozen_params": counts.frozen_params,
+        "params": counts.params,
         "precision": training.precision,
         "optimizer": training.optimizer,
         "optimizer_state_bytes": _json(optimizer_state_bytes(precision, optimizer)),
@@ -409,7 +408,13 @@ def finetune_memory(model: Model, setup: FineTune, *, batch: int, seq: int, trai
         "accounting": model.accounting or "default",
         "conventions": {s.name: _json(v) for s, v in model.conventions.items()},
     }
-    return _report(model, "train", categories, components, assumptions, batch=batch, seq=seq)
+    return categories, components, assumptions
+
+
+def finetune_memory(model: Model, setup: FineTune, *, batch: int, seq: int, training: Training = Training()) -> MemoryReport:
+    """Bytes on one device for one fine-tuning step of ``batch`` sequences of ``seq`` tokens."""
+    categories, components, assumptions = finetune_memory_expressions(model, setup, training)
+    return _report(model.with_conventions(act_bytes=_pick(recipes().precision, training.precision, "precision").act), "train", categories, components, assumptions, batch=batch, seq=seq)
 
 
 def _frozen_weight_bytes(plan: Plan, default_bytes: int) -> sympy.Expr:
