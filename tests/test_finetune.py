@@ -31,6 +31,13 @@ pytestmark = [pytest.mark.oracle, pytest.mark.filterwarnings("ignore:`is_gradien
 
 MOE = {"model_type": "qwen3_moe", "num_experts": 4, "head_dim": 16, "moe_intermediate_size": 32, "num_experts_per_tok": 2}
 GPT2 = {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 64, "bos_token_id": 0, "eos_token_id": 0, "attn_pdrop": 0.0, "resid_pdrop": 0.0, "embd_pdrop": 0.0}
+QWEN2_MOE = {"model_type": "qwen2_moe", "num_experts": 4, "shared_expert_intermediate_size": 48, "moe_intermediate_size": 32, "num_experts_per_tok": 2}
+DEEPSEEK_V2 = {
+    "model_type": "deepseek_v2", "moe_intermediate_size": 8, "num_key_value_heads": 4, "kv_lora_rank": 12, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4,
+    "v_head_dim": 6, "q_lora_rank": None, "n_routed_experts": 8, "num_experts_per_tok": 2, "n_shared_experts": 2, "first_k_dense_replace": 1, "topk_method": "greedy",
+}  # fmt: skip
+EAGER_EXPERTS = ("qwen3_moe", "qwen2_moe", "deepseek_v2")
+PEFT_NAMES = {"kv_a_proj": "kv_a_proj_with_mqa"}  # transformers' module names where symform's part names differ
 ALL_LLAMA = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 # (id, config, targets, method)
 CASES = [
@@ -43,6 +50,8 @@ CASES = [
     ("qwen3 dora all", {"model_type": "qwen3", "head_dim": 16}, ALL_LLAMA, "dora"),
     ("llama dora q,v", {"model_type": "llama"}, ("q_proj", "v_proj"), "dora"),
     ("qwen3_moe attention", MOE, ("q_proj", "k_proj", "v_proj", "o_proj"), "lora"),
+    ("qwen2_moe shared expert gate", QWEN2_MOE, ("v_proj", "shared_expert_gate"), "lora"),
+    ("deepseek_v2 MLA, direct q", DEEPSEEK_V2, ("q_proj", "kv_a_proj", "o_proj"), "lora"),
     ("gpt2 Conv1D", GPT2, ("c_attn", "c_proj", "c_fc"), "lora"),
     ("gpt2 Conv1D dora", GPT2, ("c_attn",), "dora"),
 ]
@@ -50,7 +59,8 @@ RANK = 4
 
 
 def peft_model(config: dict, targets: tuple[str, ...], method: str, *, rank: int = RANK):
-    options = {"experts_implementation": "eager"} if config["model_type"] == "qwen3_moe" else {}
+    options = {"experts_implementation": "eager"} if config["model_type"] in EAGER_EXPERTS else {}
+    targets = tuple(PEFT_NAMES.get(t, t) for t in targets)
     base = build_for_training(config, torch.float32, **options)
     base.enable_input_require_grads()
     lora = peft.LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules=list(targets), use_dora=method == "dora", fan_in_fan_out=config["model_type"] == "gpt2")
