@@ -122,3 +122,35 @@ def test_qlora_fits_a_65b_model_on_one_48_gb_gpu():
     assert 48 * 10**9 - report.total > 2 * 10**9  # the margin docs/fine-tuning.md shows: about 2.9 GB
     # without gradient checkpointing the activations alone take ~22 GB: it does not fit
     assert finetune_memory(model, QLORA, batch=1, seq=512, training=Training(precision="bf16-fp32-states")).total > 48 * 10**9
+
+
+# --- the command line ----------------------------------------------------------------------------
+
+
+def test_memory_with_lora_reports_the_trainable_parameters(capsys):
+    from checks import run, run_json
+
+    result = run_json(capsys, "memory", "qwen3-0.6b", "--train", "--batch", "1", "--seq", "64", "--lora-rank", "16", "--lora-targets", "q_proj,v_proj")
+    # 28 layers × 16 × ((1024 + 2048) + (1024 + 1024)): q_proj is 1024 → 16·128, v_proj 1024 → 8·128
+    assert result["assumptions"]["trainable_params"] == 28 * 16 * (3072 + 2048)
+    assert result["components"]["gradients"] == 2 * result["assumptions"]["trainable_params"]
+    code, out, _ = run(capsys, "memory", "qwen3-0.6b", "--train", "--batch", "1", "--seq", "64", "--freeze", "embeddings,layers:0-20", "--qlora", "--lora-rank", "8", "--lora-targets", "q_proj")
+    assert code == 0 and "trainable parameters 114,688 of" in out  # 7 layers × 8 × (1024 + 1024)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (("--infer", "--lora-rank", "8", "--lora-targets", "q_proj"), "add --train"),
+        (("--train", "--lora-rank", "8"), "need both"),
+        (("--train", "--lora-rank", "8", "--lora-targets", "qkv"), "no projection named 'qkv'"),
+        (("--train", "--freeze", "layers:0-99"), "has 28 layers"),
+        (("--train", "--freeze", "attention"), "cannot freeze"),
+        (("--train", "--lora-rank", "8", "--lora-targets", "q_proj", "--tp", "2"), "drop --tp"),
+    ],
+)
+def test_bad_fine_tuning_options_exit_2_with_one_line(capsys, argv, message):
+    from checks import run
+
+    code, _, err = run(capsys, "memory", "qwen3-0.6b", "--batch", "1", "--seq", "8", *argv)
+    assert code == 2 and message in err and err.count("\n") == 1, err

@@ -24,17 +24,17 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Mapping
 
 import sympy
 
 from ..engine.errors import EvaluationError
 from ..engine.evaluate import Number
-from ..engine.graph import build_graph
+from ..engine.graph import ComponentGraph, build_graph
 from ..engine.model import Model
 from .memory import (
     MemoryReport,
     Training,
+    _evaluator,
     _json,
     _pick,
     _report,
@@ -131,6 +131,7 @@ class Plan:
         self.model, self.setup = model, setup
         self.graph = model.graph()
         self.nodes = self.graph.graph.nodes
+        self._adapter_graphs: dict[tuple[str, ...], ComponentGraph] = {}  # one per adapter and projection shape
         self._layers = self._layer_shares()
         self.shares = {leaf: self._share(leaf) for leaf in self.graph.leaves()}
         self._check_targets()
@@ -210,7 +211,10 @@ class Plan:
         name = node["component"].adapters[self.setup.method]
         args = node["args"]
         bindings = {"d_in": args["d_in"], "d_out": args["d_out"], "rows": args["rows"], "lora_rank": self.model.vocabulary["lora_rank"]}
-        return _adapter_graph(self.model, name, bindings).total(quantity)
+        key = (name, *(sympy.srepr(bindings[k]) for k in ("d_in", "d_out", "rows")))
+        if key not in self._adapter_graphs:
+            self._adapter_graphs[key] = build_graph(self.model.library, name, bindings)
+        return self._adapter_graphs[key].total(quantity)
 
     def _adapted_leaves(self) -> list[str]:
         return [leaf for leaf, share in self.shares.items() if share.adapted != 0]
@@ -292,16 +296,6 @@ def _frontier(ranges: list[tuple[int, int]]) -> int:
     return end
 
 
-_ADAPTER_GRAPHS: dict[tuple, object] = {}
-
-
-def _adapter_graph(model: Model, name: str, bindings: Mapping[str, sympy.Expr]):
-    key = (id(model.library), name, tuple(sorted((k, sympy.srepr(v)) for k, v in bindings.items())))
-    if key not in _ADAPTER_GRAPHS:
-        _ADAPTER_GRAPHS[key] = build_graph(model.library, name, dict(bindings))
-    return _ADAPTER_GRAPHS[key]
-
-
 # --- what users call ------------------------------------------------------------------------------
 
 
@@ -350,7 +344,8 @@ def finetune_expressions(model: Model, setup: FineTune) -> dict[str, sympy.Expr]
 def finetune_counts(model: Model, setup: FineTune, *, batch: int = 1, seq: int = 1) -> FineTuneCounts:
     values = {**model.values, "lora_rank": setup.rank, "batch": batch, "seq": seq}
     exprs = finetune_expressions(model, setup)
-    numbers = {k: _value(v, values) for k, v in exprs.items()}
+    evaluate = _evaluator(values)
+    numbers = {k: evaluate(v) for k, v in exprs.items()}
     return FineTuneCounts(model.name, **{k: (int(v) if "params" in k else v) for k, v in numbers.items()})
 
 
@@ -358,12 +353,6 @@ def finetune_saved_activations(model: Model, setup: FineTune, *, recompute: str 
     """What one training forward keeps for backward (kept, recompute transient, by component)."""
     plan = Plan(model, setup)
     return saved_activations(model, recompute=recompute, flash=flash, kept_by=plan.kept)
-
-
-def _value(expr: sympy.Expr, values: Mapping[str, object]) -> Number:
-    from .memory import _evaluator
-
-    return _evaluator(values)(expr)
 
 
 def finetune_memory_expressions(model: Model, setup: FineTune, training: Training = Training()) -> tuple[dict[str, sympy.Expr], dict[str, sympy.Expr], dict[str, object]]:
