@@ -135,7 +135,7 @@ def test_memory_with_lora_reports_the_trainable_parameters(capsys):
     assert result["assumptions"]["trainable_params"] == 28 * 16 * (3072 + 2048)
     assert result["components"]["gradients"] == 2 * result["assumptions"]["trainable_params"]
     code, out, _ = run(capsys, "memory", "qwen3-0.6b", "--train", "--batch", "1", "--seq", "64", "--freeze", "embeddings,layers:0-20", "--qlora", "--lora-rank", "8", "--lora-targets", "q_proj")
-    assert code == 0 and "trainable parameters 114,688 of" in out  # 7 layers × 8 × (1024 + 1024)
+    assert code == 0 and "trainable parameters 172,032 of" in out  # 7 layers × 8 × (1024 + 2048)
 
 
 @pytest.mark.parametrize(

@@ -165,7 +165,7 @@ class Plan:
             silent = _overlap(start, start + count, 0, frontier)
             shares[node] = (sympy.Rational(frozen, count or 1), sympy.Rational(silent, count or 1))
             start += count
-        if any(a >= start for a, _ in ranges):
+        if any(b > start for _, b in ranges):
             raise EvaluationError(f"{self.model.name} has {start} layers (0 to {start - 1}); freeze a range within them")
         return shares
 
