@@ -11,12 +11,13 @@ such as ``q_proj``, as peft's ``target_modules`` matches module names.
 The model of autograd: nothing before the first trained weight is recorded
 (frozen embeddings and the frozen first layers keep nothing and run no
 backward); from the first layer with a trained weight on, every activation
-needs a gradient. That is exact where a layer's first op has a trained weight
-(a trained norm) or where the input needs gradients anyway (gradient
-checkpointing, ``enable_input_require_grads``, peft's
-``prepare_model_for_kbit_training``); otherwise PyTorch also skips the input
-gradients of the frozen projections that come before that layer's first
-adapter, which symform counts.
+needs a gradient. That is exact where the input needs gradients anyway
+(gradient checkpointing, ``enable_input_require_grads``, peft's
+``prepare_model_for_kbit_training``), and for the FLOPs where that layer's
+first op has a trained weight (a trained norm). Otherwise PyTorch also skips,
+in that one layer, the input gradients of the frozen projections before its
+first adapter, and a trained first norm there keeps only what its weight's
+gradient reads; symform counts both as if the input needed a gradient.
 """
 
 from __future__ import annotations
