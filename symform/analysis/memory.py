@@ -276,13 +276,18 @@ def _modes(recompute: str, flash: bool) -> tuple[str, ...]:
     return tuple(m for m in ((recompute if recompute != "none" else None), ("flash" if flash else None)) if m)
 
 
-def saved_activations(model: Model, *, recompute: str = "none", flash: bool = False) -> tuple[sympy.Expr, sympy.Expr, dict[str, sympy.Expr]]:
+def saved_activations(
+    model: Model, *, recompute: str = "none", flash: bool = False, kept_by: Callable[[str, sympy.Expr], sympy.Expr] | None = None
+) -> tuple[sympy.Expr, sympy.Expr, dict[str, sympy.Expr]]:
     """What one forward keeps for backward, with recomputation and fused attention applied top-down.
 
     Returns the kept bytes, the transient peak of recomputing one checkpointed
     unit during backward (its full saved activations), and the kept bytes by
-    top-level component. Expressions use the model's conventions.
+    top-level component. Expressions use the model's conventions. ``kept_by``
+    (node path, what the node keeps as declared) → what it keeps instead, for
+    every primitive and recomputed or fused unit: fine-tuning's frozen weights.
     """
+    kept_by = kept_by or (lambda node, expr: expr)
     graph = model.graph().graph
     modes = _modes(recompute, flash)
     transients: list[sympy.Expr] = []
@@ -293,9 +298,9 @@ def saved_activations(model: Model, *, recompute: str = "none", flash: bool = Fa
             if mode in data["saved_when"]:
                 if mode in RECOMPUTE:  # backward rebuilds the unit's activations (fused kernels still fused)
                     transients.append(kept(node, tuple(m for m in modes if m not in RECOMPUTE)))
-                return data["saved_when"][mode]
+                return kept_by(node, data["saved_when"][mode])
         if data["component"].is_primitive:
-            return data["quantities"]["saved_activations"]
+            return kept_by(node, data["quantities"]["saved_activations"])
         return sympy.Add(*(graph.edges[node, c]["repeat"]["saved_activations"] * kept(c, modes) for c in graph.successors(node)))
 
     conventions = model.conventions

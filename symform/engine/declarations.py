@@ -28,6 +28,9 @@ from .vocabulary import Vocabulary, default_vocabulary, make_symbol
 QUANTITIES = ("params", "active_params", "forward_flops", "backward_flops", "bytes_moved", "saved_activations", "kv_cache", "recurrent_state")
 # What a primitive's quantity is when it does not declare it, in terms of the others.
 QUANTITY_DEFAULTS = {"active_params": "params", "backward_flops": "bwd_mult*forward_flops", "kv_cache": "0", "recurrent_state": "0"}
+# What a primitive with weights may declare for when those weights are frozen (no weight gradient) while its
+# input still needs one; a quantity it does not declare stays as when trained.
+FROZEN_QUANTITIES = ("backward_flops", "saved_activations")
 SLOT = "@"
 
 
@@ -52,6 +55,7 @@ class PartDecl(BaseModel):
     replaces: list[str] = Field(default_factory=list)  # inherited parts this one stands in for, at the first one's place
     repeat: Scalar | dict[str, Scalar] = "1"
     shard: str | None = None  # a parallel dimension whose ranks split this part's parameters among them ("expert")
+    shares_input: str | None = None  # the part (a path below the same component) whose input tensor is this part's too
     doc: str = ""
 
 
@@ -86,6 +90,10 @@ class ComponentDecl(BaseModel):
     # what the component keeps for backward instead of its parts' sum, in a named mode of running it:
     # recomputed from its inputs ("selective", "full") or as one fused kernel ("flash")
     saved_activations_when: dict[str, Scalar] = Field(default_factory=dict)
+    # a primitive with weights: its quantities when those weights are frozen (fine-tuning), and the
+    # components that are its adapters, by method ({ lora = "lora_adapter" })
+    frozen: dict[str, Scalar] = Field(default_factory=dict)
+    adapters: dict[str, str] = Field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -115,6 +123,7 @@ class Part:
     doc: str
     passes: bool = False  # arguments not bound in `with` take the caller's same-named arguments
     shard: str | None = None
+    shares_input: str | None = None
 
 
 @dataclass(frozen=True)
@@ -130,6 +139,8 @@ class Component:
     saved_when: Mapping[str, sympy.Expr] = field(default_factory=dict)  # saved activations by mode of running
     kind: str | None = None
     switches: frozenset[str] = frozenset()
+    frozen: Mapping[str, sympy.Expr] = field(default_factory=dict)  # primitives with weights: quantities when frozen
+    adapters: Mapping[str, str] = field(default_factory=dict)  # method -> the adapter component
 
     @property
     def is_primitive(self) -> bool:
@@ -259,7 +270,7 @@ def _build_component(name: str, decl: ComponentDecl, vocabulary: Vocabulary, bas
         if part.use.startswith(SLOT) and part.use[1:] not in slots:
             raise DeclarationError(f"part {part.name!r} uses {part.use!r}, but there is no slot argument {part.use[1:]!r}")
         bindings = {k: _binding(v, names, slots) for k, v in part.with_.items()}
-        declared[part.name] = Part(part.name, part.use, MappingProxyType(bindings), _repeat(part.repeat, names), part.doc, part.pass_, part.shard)
+        declared[part.name] = Part(part.name, part.use, MappingProxyType(bindings), _repeat(part.repeat, names), part.doc, part.pass_, part.shard, part.shares_input)
     parts = _merge_parts(inherited, declared, {p.name: p.replaces for p in decl.parts})
 
     quantities = {q: getattr(decl, q) for q in QUANTITIES}
@@ -288,7 +299,19 @@ def _build_component(name: str, decl: ComponentDecl, vocabulary: Vocabulary, bas
         saved_when=MappingProxyType({**(base.saved_when if base else {}), **{m: parse(v, names) for m, v in decl.saved_activations_when.items()}}),
         kind=decl.kind if decl.kind is not None else base.kind if base else None,
         switches=_switches(decl, args, base),
+        frozen=_frozen(decl, names, exprs),
+        adapters=MappingProxyType(dict(decl.adapters)),
     )
+
+
+def _frozen(decl: ComponentDecl, names: Mapping[str, sympy.Basic], exprs: Mapping[str, sympy.Expr]) -> Mapping[str, sympy.Expr]:
+    """A primitive's quantities with its weights frozen; what it does not declare stays as when trained."""
+    if (decl.frozen or decl.adapters) and decl.parts:
+        raise DeclarationError("'frozen' and 'adapters' belong to a primitive with weights; declare them on the primitive its parts use")
+    unknown = sorted(set(decl.frozen) - set(FROZEN_QUANTITIES))
+    if unknown:
+        raise DeclarationError(f"frozen names {unknown[0]!r}; a frozen weight changes only {', '.join(FROZEN_QUANTITIES)}")
+    return MappingProxyType({q: parse(decl.frozen[q], {**names, **exprs}) if q in decl.frozen else exprs[q] for q in FROZEN_QUANTITIES} if exprs else {})
 
 
 def _switches(decl: ComponentDecl, args: list[Arg], base: Component | None) -> frozenset[str]:
@@ -351,6 +374,8 @@ def check_library(library: Library, only: Mapping[str, Component] | None = None)
         for arg in comp.args:
             if arg.is_slot and arg.default is not None:
                 library[arg.default]
+        for adapter in comp.adapters.values():
+            library[adapter]
         for part in comp.parts:
             for target in _possible_targets(comp, part):
                 callee = library[target] if target in library else None

@@ -181,6 +181,7 @@ def _instantiate(
     out.graph.nodes[path]["saved_when"] = {m: e.xreplace(local) for m, e in component.saved_when.items()}
     if component.is_primitive:
         out.graph.nodes[path]["quantities"] = {q: e.xreplace(local) for q, e in component.quantities.items()}
+        out.graph.nodes[path]["frozen"] = {q: e.xreplace(local) for q, e in component.frozen.items()}
         return
     for part in component.parts:
         repeat = {q: expand(part.repeat[q].xreplace(local), f"the repeat of {part.name}") for q in QUANTITIES}
@@ -193,7 +194,7 @@ def _instantiate(
         if part.passes:
             given.update({a.name: args[a.name] for a in callee.args if a.name not in given and a.name in args})
         child_args = bind_arguments(library, callee, given, where=f"{child_path or 'model'}")
-        out.graph.add_edge(path, child_path, repeat=repeat, shard=part.shard)
+        out.graph.add_edge(path, child_path, repeat=repeat, shard=part.shard, shares_input=part.shares_input)
         _instantiate(library, callee, child_path, child_args, assume, out, stack + (component.name,))
 
 

@@ -56,6 +56,7 @@ def component_page(name: str, where: str) -> str:
         lines += ["", f"Source: {comp.source}"]
     lines += ["", *_arguments(comp), *_requirements(comp), *_assumptions(comp), *_parts(comp)]
     lines += _quantities(tex.component_expressions(name), "with the arguments' defaults and the default counting conventions")
+    lines += _fine_tuning(comp)
     lines += _component_derivation(name)
     return "\n".join(lines).rstrip() + "\n"
 
@@ -166,6 +167,19 @@ def _quantities(exprs: dict[str, sympy.Expr], scope: str) -> list[str]:
     rows = ["## Quantities", "", f"Over the symbols of the [vocabulary](../../conventions.md), {scope}.", ""]
     for q, e in exprs.items():
         rows += [f"**{QUANTITY_NAMES.get(q, q)}** (`{q}`)", "", "$$", f"{tex.quantity_letter(q)} = {tex.latex(e)}", "$$", ""]
+    return rows
+
+
+def _fine_tuning(comp: Component) -> list[str]:
+    """What a primitive with weights costs frozen, and its adapters ([fine-tuning](../../fine-tuning.md))."""
+    changed = {q: e for q, e in comp.frozen.items() if e != comp.quantities[q]}
+    if not changed and not comp.adapters:
+        return []
+    rows = ["## Frozen and adapted", "", "When fine-tuning freezes its weights ([fine-tuning](../../fine-tuning.md)), before the conventions are applied:", ""]
+    for q, e in changed.items():
+        rows += [f"**{QUANTITY_NAMES.get(q, q)}** (`{q}`), frozen", "", "$$", f"{tex.quantity_letter(q)} = {tex.latex(e)}", "$$", ""]
+    if comp.adapters:
+        rows += ["Adapters: " + ", ".join(f"{method} [`{name}`]({name}.md)" for method, name in comp.adapters.items()) + ".", ""]
     return rows
 
 

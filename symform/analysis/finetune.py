@@ -1,0 +1,424 @@
+"""Fine-tuning with adapters and frozen weights: LoRA, QLoRA, DoRA, frozen embeddings and layers.
+
+Everything comes from the declarations: each primitive with weights says what
+it costs frozen (``frozen`` in formulas/components: no weight gradient, so a
+projection's backward is one product instead of two and it keeps its input only
+for an adapter or a trained weight), and names its adapters by method
+(``adapters``: ``lora_adapter``, ``dora_adapter`` in adapters.toml), bound to
+the projection's own sizes. Which projections get one is a name: a part name
+such as ``q_proj``, as peft's ``target_modules`` matches module names.
+
+The model of autograd: nothing before the first trained weight is recorded
+(frozen embeddings and the frozen first layers keep nothing and run no
+backward); from the first layer with a trained weight on, every activation
+needs a gradient. That is exact where the input needs gradients anyway
+(gradient checkpointing, ``enable_input_require_grads``, peft's
+``prepare_model_for_kbit_training``), and for the FLOPs where that layer's
+first op has a trained weight (a trained norm). Otherwise PyTorch also skips,
+in that one layer, the input gradients of the frozen projections before its
+first adapter, and a trained first norm there keeps only what its weight's
+gradient reads; symform counts both as if the input needed a gradient.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cached_property
+
+import sympy
+
+from ..engine.errors import EvaluationError
+from ..engine.evaluate import Number
+from ..engine.graph import ComponentGraph, build_graph
+from ..engine.model import Model
+from .memory import (
+    MemoryReport,
+    Training,
+    _evaluator,
+    _json,
+    _pick,
+    _report,
+    optimizer_state_bytes,
+    recipes,
+    saved_activations,
+    static_bytes,
+    weight_format,
+)
+from .quantization import stored_bytes
+
+METHODS = ("lora", "dora")
+EMBEDDINGS = "embeddings"
+QLORA_FORMAT = "nf4-double"  # QLoRA's NormalFloat4 with double-quantised scales (Dettmers et al. 2023, §3)
+QLORA_KEEP = ("lm_head",)  # transformers' bitsandbytes integration leaves the output head unquantised
+_LAYERS = re.compile(r"layers:(\d+)(?:-(\d+))?")
+ZERO, ONE = sympy.Integer(0), sympy.Integer(1)
+
+
+@dataclass(frozen=True)
+class FineTune:
+    """What trains. ``targets``: the projections (part names, ``q_proj``) that get an adapter of ``rank``
+    by ``method`` (lora or dora); with targets every base weight is frozen, as peft freezes them.
+    ``freeze``: ``"embeddings"`` and layer ranges ``"layers:0-11"`` (the first twelve) that stay frozen and
+    carry no adapter. ``base_format``: the frozen weights' stored format (QLoRA: ``nf4-double``); None
+    stores them like trained ones. ``alpha`` scales the adapter's output and costs nothing."""
+
+    rank: int = 0
+    targets: tuple[str, ...] = ()
+    method: str = "lora"
+    alpha: int | None = None
+    freeze: tuple[str, ...] = ()
+    base_format: str | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 0:
+            raise EvaluationError(f"adapter rank {self.rank!r}: give a whole number, 0 or more")
+        if self.method not in METHODS:
+            raise EvaluationError(f"unknown adapter method {self.method!r}; choose one of {', '.join(METHODS)}")
+        for entry in self.freeze:
+            if entry != EMBEDDINGS and not _layer_range(entry):
+                raise EvaluationError(f"cannot freeze {entry!r}; give {EMBEDDINGS} or a layer range such as layers:0-11")
+        if self.base_format is not None:
+            weight_format(self.base_format)
+
+    @property
+    def adapters(self) -> bool:
+        return bool(self.targets)
+
+    @property
+    def frozen_embeddings(self) -> bool:
+        return self.adapters or EMBEDDINGS in self.freeze
+
+    def frozen_layers(self) -> list[tuple[int, int]]:
+        """Half-open ranges of frozen layer indices."""
+        return [_layer_range(entry) for entry in self.freeze if entry != EMBEDDINGS]
+
+    def describe(self) -> dict[str, object]:
+        out: dict[str, object] = {"freeze": list(self.freeze)} if self.freeze else {}
+        if self.adapters:
+            out.update(method=self.method, rank=self.rank, targets=list(self.targets), base_weights_frozen=True)
+            if self.alpha is not None:
+                out["alpha"] = self.alpha
+        if self.base_format:
+            out["base_format"] = self.base_format
+        return out
+
+
+def _layer_range(entry: str) -> tuple[int, int] | None:
+    match = _LAYERS.fullmatch(entry.strip())
+    if not match:
+        return None
+    first = int(match.group(1))
+    last = int(match.group(2)) if match.group(2) is not None else first
+    if last < first:
+        raise EvaluationError(f"{entry!r}: the range runs backwards; write layers:FIRST-LAST with FIRST ≤ LAST")
+    return first, last + 1
+
+
+@dataclass(frozen=True)
+class Share:
+    """Of one leaf's instances: the fraction whose weights train, the fraction carrying an adapter, and the
+    fraction autograd never records (frozen, before the first trained weight)."""
+
+    trained: sympy.Expr = ONE
+    adapted: sympy.Expr = ZERO
+    silent: sympy.Expr = ZERO
+
+
+class Plan:
+    """Each leaf's share of trained, adapted and silent instances, and the adapters' expressions."""
+
+    def __init__(self, model: Model, setup: FineTune):
+        self.model, self.setup = model, setup
+        self.graph = model.graph()
+        self.nodes = self.graph.graph.nodes
+        self._adapter_graphs: dict[tuple[str, ...], ComponentGraph] = {}  # one per adapter and projection shape
+        self._layers = self._layer_shares()
+        self.shares = {leaf: self._share(leaf) for leaf in self.graph.leaves()}
+        self._check_targets()
+        if all(s.trained == 0 and s.adapted == 0 for s in self.shares.values()):
+            # nothing trains (every adapter in a frozen layer): autograd records nothing, the step is a forward
+            self.shares = {leaf: Share(trained=ZERO, silent=ONE) for leaf in self.shares}
+            self._layers = {node: (frozen, ONE) for node, (frozen, _) in self._layers.items()}
+
+    # -- which instances train ---------------------------------------------------------------------
+
+    def _layer_nodes(self) -> list[str]:
+        """The outermost nodes of kind 'layer', in declaration order (a dense stack before its experts)."""
+        layers = [n for n in self.graph.graph if self.nodes[n]["component"].kind == "layer"]
+        return [n for n in layers if not any(n.startswith(other + "/") for other in layers)]
+
+    def _layer_shares(self) -> dict[str, tuple[sympy.Expr, sympy.Expr]]:
+        """Per layer node: the fraction of its layers frozen and the fraction before the first trained one."""
+        ranges = self.setup.frozen_layers()
+        nodes = self._layer_nodes()
+        if ranges and not nodes:
+            raise EvaluationError(f"{self.model.name} declares no layers (no component of kind 'layer'); freeze {EMBEDDINGS} or give adapter targets instead")
+        counts = self._multiplicities["params"]
+        shares, start = {}, 0
+        frontier = _frontier(ranges) if self.setup.frozen_embeddings else 0
+        for node in nodes:
+            count = counts[node].xreplace(self.model._values)
+            if not count.is_Integer:
+                raise EvaluationError(f"{self.model.name}: the number of layers in {node} is {count}; give the model's sizes to freeze layers")
+            count = int(count)
+            frozen = sum(_overlap(start, start + count, a, b) for a, b in ranges)
+            silent = _overlap(start, start + count, 0, frontier)
+            shares[node] = (sympy.Rational(frozen, count or 1), sympy.Rational(silent, count or 1))
+            start += count
+        if any(b > start for _, b in ranges):
+            raise EvaluationError(f"{self.model.name} has {start} layers (0 to {start - 1}); freeze a range within them")
+        return shares
+
+    def _layer_of(self, path: str) -> str | None:
+        return next((n for n in self._layers if path == n or path.startswith(n + "/")), None)
+
+    def _share(self, leaf: str) -> Share:
+        node = self.nodes[leaf]
+        component = node["component"]
+        has_weights = node["quantities"]["params"] != 0
+        layer = self._layer_of(leaf)
+        frozen, silent = self._layers[layer] if layer else (ZERO, ZERO)
+        if layer is None and component.name == "embedding" or self._tied(leaf):
+            frozen = ONE if self.setup.frozen_embeddings else ZERO
+            silent = frozen if layer is None and not self._tied(leaf) else ZERO
+        if not has_weights:
+            return Share(trained=ZERO, silent=silent)
+        adapted = ZERO
+        if self.setup.adapters and component.adapters and leaf.rsplit("/", 1)[-1] in self.setup.targets and not self._tied(leaf):
+            adapted = ONE - frozen
+        trained = ZERO if self.setup.adapters else ONE - frozen
+        return Share(trained=trained, adapted=adapted, silent=silent)
+
+    def _tied(self, leaf: str) -> bool:
+        """A leaf that uses weights owned elsewhere (a tied output head): its params count zero times."""
+        return self._multiplicities["params"][leaf] == 0 and self.nodes[leaf]["quantities"]["params"] != 0
+
+    def _check_targets(self) -> None:
+        names = {leaf.rsplit("/", 1)[-1] for leaf in self.shares if self.nodes[leaf]["component"].adapters and not self._tied(leaf)}
+        unknown = [t for t in self.setup.targets if t not in names]
+        if unknown:
+            raise EvaluationError(f"{self.model.name} has no projection named {unknown[0]!r} to adapt; its projections: {', '.join(sorted(names))}")
+
+    # -- the adapters ------------------------------------------------------------------------------
+
+    @cached_property
+    def _multiplicities(self) -> dict[str, dict[str, sympy.Expr]]:
+        return {q: self.graph.multiplicities(q) for q in ("params", "forward_flops", "backward_flops")}
+
+    def adapter(self, leaf: str, quantity: str) -> sympy.Expr:
+        """One instance of the adapter on ``leaf``: its ``quantity``, over the leaf's sizes and lora_rank."""
+        node = self.nodes[leaf]
+        name = node["component"].adapters[self.setup.method]
+        args = node["args"]
+        bindings = {"d_in": args["d_in"], "d_out": args["d_out"], "rows": args["rows"], "lora_rank": self.model.vocabulary["lora_rank"]}
+        key = (name, *(sympy.srepr(bindings[k]) for k in ("d_in", "d_out", "rows")))
+        if key not in self._adapter_graphs:
+            self._adapter_graphs[key] = build_graph(self.model.library, name, bindings)
+        return self._adapter_graphs[key].total(quantity)
+
+    def _adapted_leaves(self) -> list[str]:
+        return [leaf for leaf, share in self.shares.items() if share.adapted != 0]
+
+    # -- totals ------------------------------------------------------------------------------------
+
+    def trainable_params(self) -> sympy.Expr:
+        weight = self._multiplicities["params"]
+        base = sympy.Add(*(weight[leaf] * share.trained * self.nodes[leaf]["quantities"]["params"] for leaf, share in self.shares.items()))
+        return sympy.expand(base + self._adapters_total("params"))
+
+    def frozen_params(self) -> sympy.Expr:
+        weight = self._multiplicities["params"]
+        return sympy.expand(sympy.Add(*(weight[leaf] * (1 - share.trained) * self.nodes[leaf]["quantities"]["params"] for leaf, share in self.shares.items())))
+
+    def _adapters_total(self, quantity: str) -> sympy.Expr:
+        weight = self._multiplicities["params" if quantity == "params" else quantity]
+        return sympy.Add(*(weight[leaf] * self.shares[leaf].adapted * self.adapter(leaf, quantity) for leaf in self._adapted_leaves()))
+
+    def forward_flops(self) -> sympy.Expr:
+        return sympy.expand(self.graph.total("forward_flops") + self._adapters_total("forward_flops"))
+
+    def backward_flops(self) -> sympy.Expr:
+        weight = self._multiplicities["backward_flops"]
+        terms = []
+        for leaf, share in self.shares.items():
+            node = self.nodes[leaf]
+            trained = node["quantities"]["backward_flops"]
+            if node["quantities"]["params"] == 0:
+                terms.append(weight[leaf] * (1 - share.silent) * trained)
+            else:
+                terms.append(weight[leaf] * (share.trained * trained + (1 - share.trained - share.silent) * node["frozen"]["backward_flops"]))
+        return sympy.expand(sympy.Add(*terms) + self._adapters_total("backward_flops"))
+
+    def kept(self, node: str, declared: sympy.Expr) -> sympy.Expr:
+        """What ``node`` keeps for backward under fine-tuning (the hook of memory.saved_activations)."""
+        if node not in self.shares:  # a recomputed or fused unit: nothing in the silent layers
+            layer = self._layer_of(node)
+            return declared * (1 - self._layers[layer][1]) if layer else declared
+        share, data = self.shares[node], self.nodes[node]
+        if data["quantities"]["params"] == 0:
+            return (1 - share.silent) * declared
+        if not data["component"].adapters:
+            return share.trained * declared + (1 - share.trained - share.silent) * data["frozen"]["saved_activations"]
+        # a projection keeps its input once for every adapter and trained weight that reads it (its sharers'
+        # edges keep nothing of their own), and the adapters' own tensors ride on the same count
+        group = [node, *self._sharers(node)]
+        needed = sympy.Max(*(self.shares[m].trained + self.shares[m].adapted for m in group))
+        adapters = sympy.Add(*(self.shares[m].adapted * self.adapter(m, "saved_activations") for m in group if self.shares[m].adapted != 0))
+        return needed * declared + adapters
+
+    @cached_property
+    def _sharing(self) -> dict[str, list[str]]:
+        """Keeper → the projections that read its input (``shares_input`` in the declarations)."""
+        out: dict[str, list[str]] = {}
+        for parent, child, edge in self.graph.graph.edges(data=True):
+            if edge.get("shares_input"):
+                keeper = f"{parent}/{edge['shares_input']}" if parent else edge["shares_input"]
+                if keeper not in self.shares:
+                    raise EvaluationError(f"{child} reads the input of {keeper}, which this model does not have; its declaration's shares_input names a missing part")
+                out.setdefault(keeper, []).append(child)
+        return out
+
+    def _sharers(self, keeper: str) -> list[str]:
+        return self._sharing.get(keeper, [])
+
+
+def _overlap(a0: int, a1: int, b0: int, b1: int) -> int:
+    return max(0, min(a1, b1) - max(a0, b0))
+
+
+def _frontier(ranges: list[tuple[int, int]]) -> int:
+    """The number of layers, counted from the first, that are all frozen."""
+    end = 0
+    for a, b in sorted(ranges):
+        if a > end:
+            break
+        end = max(end, b)
+    return end
+
+
+# --- what users call ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FineTuneCounts:
+    """Parameters and one training step's FLOPs of a fine-tuning setup, as numbers."""
+
+    model: str
+    params: int
+    trainable_params: int
+    frozen_params: int
+    forward_flops: Number
+    backward_flops: Number
+
+    @property
+    def step_flops(self) -> Number:
+        return self.forward_flops + self.backward_flops
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "model": self.model,
+            "params": self.params,
+            "trainable_params": self.trainable_params,
+            "frozen_params": self.frozen_params,
+            "forward_flops": _json(self.forward_flops),
+            "backward_flops": _json(self.backward_flops),
+            "step_flops": _json(self.step_flops),
+        }
+
+
+def finetune_expressions(model: Model, setup: FineTune) -> dict[str, sympy.Expr]:
+    """Trainable, frozen and total parameters and a training step's forward and backward FLOPs, as
+    expressions over the sizes, lora_rank, batch and seq (conventions applied)."""
+    plan = Plan(model, setup)
+    trainable, frozen = plan.trainable_params(), plan.frozen_params()
+    raw = {
+        "params": trainable + frozen,
+        "trainable_params": trainable,
+        "frozen_params": frozen,
+        "forward_flops": plan.forward_flops(),
+        "backward_flops": plan.backward_flops(),
+    }
+    return {k: sympy.expand(v.xreplace(model.conventions)) for k, v in raw.items()}
+
+
+def finetune_counts(model: Model, setup: FineTune, *, batch: int = 1, seq: int = 1) -> FineTuneCounts:
+    values = {**model.values, "lora_rank": setup.rank, "batch": batch, "seq": seq}
+    exprs = finetune_expressions(model, setup)
+    evaluate = _evaluator(values)
+    numbers = {k: evaluate(v) for k, v in exprs.items()}
+    return FineTuneCounts(model.name, **{k: (int(v) if "params" in k else v) for k, v in numbers.items()})
+
+
+def finetune_saved_activations(model: Model, setup: FineTune, *, recompute: str = "none", flash: bool = False):
+    """What one training forward keeps for backward (kept, recompute transient, by component)."""
+    plan = Plan(model, setup)
+    return saved_activations(model, recompute=recompute, flash=flash, kept_by=plan.kept)
+
+
+def finetune_memory_expressions(model: Model, setup: FineTune, training: Training = Training()) -> tuple[dict[str, sympy.Expr], dict[str, sympy.Expr], dict[str, object]]:
+    """Per-device bytes by category (over the sizes, batch and seq), the activations by component, and the
+    assumptions: the frozen weights in their format, the trained ones with their master copy, gradients and
+    optimizer states, and what the forward keeps for backward."""
+    layout = training.layout
+    if (layout.tensor, layout.pipeline, layout.expert, layout.context) != (1, 1, 1, 1):
+        raise EvaluationError("fine-tuning memory is for one device or data parallelism (--dp with --zero); drop --tp, --pp, --ep and --cp")
+    precision = _pick(recipes().precision, training.precision, "precision")
+    optimizer = _pick(recipes().optimizer, training.optimizer, "optimizer")
+    model = model.with_conventions(act_bytes=precision.act)
+    plan = Plan(model, setup)
+    shards = {"optimizer_shards": layout.optimizer_shards, "gradient_shards": layout.data if layout.zero >= 2 else 1, "weight_shards": layout.data if layout.zero >= 3 else 1}
+    trained = static_bytes(plan.trainable_params(), precision, optimizer, **shards)
+    kept, transient, by_component = saved_activations(model, recompute=training.recompute, flash=training.flash, kept_by=plan.kept)
+    categories = {
+        "frozen_weights": _frozen_weight_bytes(plan, precision.weights) / shards["weight_shards"],
+        "trained_weights": trained["weights"],
+        "master_weights": trained["master_weights"],
+        "gradients": trained["gradients"],
+        "optimizer": trained["optimizer"],
+        "activations": kept,
+        "recompute_buffer": transient,
+    }
+    rank = {model.vocabulary["lora_rank"]: sympy.Integer(setup.rank)}
+    categories = {k: sympy.expand(sympy.sympify(v).xreplace(rank)) for k, v in categories.items()}
+    components = {k: sympy.expand(v.xreplace(rank)) for k, v in by_component.items()}
+    counts = finetune_counts(model, setup)
+    assumptions = {
+        "fine_tuning": setup.describe(),
+        "trainable_params": counts.trainable_params,
+        "params": counts.params,
+        "precision": training.precision,
+        "optimizer": training.optimizer,
+        "optimizer_state_bytes": _json(optimizer_state_bytes(precision, optimizer)),
+        "act_bytes": precision.act,
+        "recompute": training.recompute,
+        "flash_attention": training.flash,
+        "data_parallel": layout.data,
+        "zero": layout.zero,
+        "accounting": model.accounting or "default",
+        "conventions": {s.name: _json(v) for s, v in model.conventions.items()},
+    }
+    return categories, components, assumptions
+
+
+def finetune_memory(model: Model, setup: FineTune, *, batch: int, seq: int, training: Training = Training()) -> MemoryReport:
+    """Bytes on one device for one fine-tuning step of ``batch`` sequences of ``seq`` tokens."""
+    categories, components, assumptions = finetune_memory_expressions(model, setup, training)
+    return _report(model.with_conventions(act_bytes=_pick(recipes().precision, training.precision, "precision").act), "train", categories, components, assumptions, batch=batch, seq=seq)
+
+
+def _frozen_weight_bytes(plan: Plan, default_bytes: int) -> sympy.Expr:
+    """Frozen weights at the base format's stored bytes (scales included; QLoRA keeps the head unquantised)
+    or at the precision's bytes per weight."""
+    setup = plan.setup
+    weight = plan._multiplicities["params"]
+    total = sympy.Integer(0)
+    fmt = weight_format(setup.base_format) if setup.base_format else None
+    keep = QLORA_KEEP if setup.base_format else ()
+    for leaf, share in plan.shares.items():
+        node = plan.nodes[leaf]
+        if weight[leaf] == 0 or node["quantities"]["params"] == 0 or share.trained == 1:
+            continue
+        one = stored_bytes(fmt, node, leaf, keep) if fmt else default_bytes * node["quantities"]["params"]
+        total += weight[leaf] * (1 - share.trained) * one
+    return sympy.expand(total)
