@@ -93,3 +93,19 @@ def test_cli_table_lists_assumptions(capsys):
 def test_cli_bad_price_exits_2(capsys):
     assert main(["time", "llama-3.2-1b", "--gpu", "h100-sxm", "--infer", "--batch", "1", "--prompt", "4", "--output", "2", "--price-per-hour", "-3"]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_serving_plan_prices_each_layout_at_its_tokens_per_s_per_gpu(capsys):
+    argv = ["plan", "--serve", "llama-3-8b", "--gpu", "h100-sxm", "--prompt", "512", "--output", "128", "--ttft-max", "500ms", "--tpot-max", "50ms", "--tp-max", "1", "--mode", "continuous", "--price-per-hour", "2.5", "--energy", "--json"]
+    assert main(argv) == 0
+    layouts = json.loads(capsys.readouterr().out)["layouts"]
+    assert layouts
+    for layout in layouts:
+        rate = layout["tokens_per_s_per_gpu"]  # one GPU for 1e6 / rate seconds makes a million tokens
+        assert layout["cost_per_million_tokens"]["dollars"] == pytest.approx(2.5 * 1e6 / rate / 3600)
+        assert layout["cost_per_million_tokens"]["joules_per_token"] == pytest.approx(_tdp("h100-sxm") / rate)
+
+
+def test_pricing_options_belong_to_serving_plans(capsys):
+    assert main(["plan", "llama-3-8b", "--gpu", "h100-sxm", "--gpus", "8", "--global-batch", "8", "--seq", "2048", "--price-per-hour", "2"]) == 2
+    assert "--price-per-hour is a serving option; add --serve" in capsys.readouterr().err

@@ -46,3 +46,14 @@ def non_negative_int(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"{quoted(text)} must be 0 or more")
     return value
+
+
+def positive_float(text: str) -> float:
+    """A measured or priced quantity (seconds, dollars, requests/s): a float, since it is data, not a size."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{quoted(text)} is not a number") from None
+    if not value > 0 or value == float("inf"):  # `not >` also refuses nan
+        raise argparse.ArgumentTypeError(f"{quoted(text)} is not a positive finite number")
+    return value

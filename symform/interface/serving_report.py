@@ -8,7 +8,7 @@ import json
 import re
 from typing import TYPE_CHECKING
 
-from .cli_args import positive_int
+from .cli_args import positive_float, positive_int
 from ..engine.errors import ConfigError
 from ..engine.model import Model
 from .memory_report import kv_dtype, weight_format_name
@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # the serving model (and numpy) load when a plan is asked for
     from ..analysis.serving import Curve, Lengths, Setup
     from ..analysis.serving_planner import ServingPlan
 
-SERVE_ONLY = ("prompt", "output", "prompt_max", "output_max", "ttft_max", "tpot_max", "rate", "mode", "tp_max", "block_size", "token_budget", "memory_utilisation", "admit", "kv_link", "weight_format", "kv_dtype", "speculate", "acceptance", "draft", "curve", "plot")
+SERVE_ONLY = ("prompt", "output", "prompt_max", "output_max", "ttft_max", "tpot_max", "rate", "mode", "tp_max", "block_size", "token_budget", "memory_utilisation", "admit", "kv_link", "weight_format", "kv_dtype", "speculate", "acceptance", "draft", "curve", "plot", "price_per_hour", "energy")
 _DURATION = re.compile(r"\s*([0-9]*\.?[0-9]+(?:e-?[0-9]+)?)\s*(ms|s|us|µs)?\s*", re.IGNORECASE)
 
 
@@ -41,15 +41,6 @@ def fraction(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} must be from 0 to 1")
     return value
 
-
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number")
-    return value
 
 
 def serve_arguments(p: argparse.ArgumentParser) -> None:
@@ -76,6 +67,8 @@ def serve_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--acceptance", type=fraction, metavar="ALPHA", help="speculative decoding: each drafted token's acceptance rate")
     g.add_argument("--draft", metavar="MODEL", help="speculative decoding's drafter: a model (preset, Hub id, config), mtp (the model's multi-token-prediction module) or eagle (an EAGLE head); default: a free draft")
     g.add_argument("--curve", action="store_true", help="also print the best layout's throughput-latency curve and its knee")
+    g.add_argument("--price-per-hour", type=positive_float, metavar="DOLLARS", help="price of one device-hour (yours: symform ships no prices): $ per million output tokens of each layout (docs/cost.md)")
+    g.add_argument("--energy", action="store_true", help="energy per output token of each layout, at the device's TDP (an upper bound; docs/cost.md)")
     g.add_argument("--plot", metavar="PATH", help="draw each scheduling's best curve to PATH (.png or .svg; needs matplotlib)")
 
 
@@ -97,17 +90,43 @@ def serve_command(model: Model, args: argparse.Namespace) -> str:
         from .plots import save
 
         save(serving_figure(list(curves.values()), chosen=plan.best[0].point, targets=(args.ttft_max, args.tpot_max)), args.plot)
+    priced = _layout_costs(plan, args)
     if args.json:
         data = plan.as_dict()
+        for layout, cost in zip(data["layouts"], priced):
+            layout["cost_per_million_tokens"] = cost
         if curves:
             data["curves"] = {name: c.as_dict() for name, c in curves.items()}
         return json.dumps(data)
-    text = plan_table(plan)
+    text = plan_table(plan) + _cost_text(priced)
     if args.curve and curves:
         text += "\n\n" + curve_table(next(iter(curves.values())))
     if args.plot and curves:
         text += f"\n\nwrote {args.plot}"
     return text
+
+
+def _layout_costs(plan: ServingPlan, args: argparse.Namespace) -> list[dict[str, object]]:
+    """$ and energy per million output tokens of each layout, per GPU at its tokens/s per GPU (empty without --price-per-hour or --energy)."""
+    if not (args.price_per_hour or args.energy):
+        return []
+    from ..analysis import cost
+    from ..analysis.timing import placement
+
+    tdp = placement(args.gpu, args.node_size).device.tdp_watts if args.energy else None
+    return [cost.serving_cost(tokens_per_s=row.point.tokens_per_s_per_gpu, devices=1, price_per_hour=args.price_per_hour, tdp_watts=tdp) for row in plan.best]
+
+
+def _cost_text(priced: list[dict[str, object]]) -> str:
+    if not priced:
+        return ""
+    lines = ["cost of a million output tokens (per GPU, at each layout's tokens/s per GPU):"]
+    for rank, found in enumerate(priced, 1):
+        parts = [f"${found['dollars']:,.4g}"] if "dollars" in found else []
+        parts += [f"{found['joules_per_token']:,.4g} J per token"] if "joules_per_token" in found else []
+        lines.append(f"{rank:>2}  " + ", ".join(parts or ["no price or TDP to count"]))
+    lines += [f"  assumed: {a}" for a in priced[0]["assumptions"]]
+    return "\n" + "\n".join(lines)
 
 
 def refuse_serving_options(args: argparse.Namespace) -> None:

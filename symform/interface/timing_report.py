@@ -6,17 +6,9 @@ import argparse
 import json
 from typing import TYPE_CHECKING
 
-from .cli_args import positive_int
+from .cli_args import positive_float, positive_int
 
 
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive finite number")
-    return value
 from ..engine.errors import ConfigError
 from ..analysis.memory import RECOMPUTE, SCHEDULES, Layout, matmul_rate, recipes, stored_weights
 from ..engine.model import Model
