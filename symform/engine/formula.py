@@ -7,7 +7,7 @@ from typing import Callable, Mapping
 
 import sympy
 
-from .evaluate import Number, check_value, compile_expression, exact_value
+from .evaluate import Number, check_value, compile_expression, exact_value, fast_exact, plain_values
 from .vocabulary import Vocabulary, default_vocabulary
 
 
@@ -47,6 +47,10 @@ class Formula:
 
     def evaluate(self, **values: object) -> Number:
         """Exact value (int, or Fraction when not whole); every free symbol needs a value."""
+        plain = plain_values(values, self.vocabulary)
+        value = fast_exact(self.expr, plain, self.vocabulary) if plain is not None else None
+        if value is not None:
+            return value
         return exact_value(self.expr, self._checked(values))
 
     def compile(self, *names: str) -> Callable:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 from dataclasses import replace
+from collections import OrderedDict
 from functools import cache
 from pathlib import Path
 from types import MappingProxyType
@@ -17,7 +18,7 @@ from .data import formulas_dir, read_toml
 from .declarations import QUANTITIES, Library, default_library
 from .errors import ConfigError, DeclarationError, EvaluationError, SymformError, describe_validation
 from .budget import quoted
-from .evaluate import Number, check_value
+from .evaluate import Number, check_value, exact_evaluator, plain_values, run_exact
 from . import hub
 from .families import Checkpoint, ContextLimit, ModelSpec, checkpoint_facts, find_preset, load_config_file, preset_config, presets, spec_from_config
 from .formula import Formula
@@ -92,8 +93,10 @@ class Model:
         self.accounting = accounting  # a named convention set (formulas/accountings.toml), applied before `conventions`
         named = accounting_conventions(accounting) if accounting else {}
         self.conventions = self._conventions({**named, **(conventions or {})})
-        self._graphs: dict[str | None, ComponentGraph] = {}
         self._values, self._arguments = self._split_arguments()
+        self._plain_values = {s.name: int(v) for s, v in self._values.items()}
+        self._structure = _structure(self.library, self.spec.root, self._arguments, self.conventions)
+        self._graphs = self._structure.graphs
         self._check_requirements()
 
     # -- construction ---------------------------------------------------------
@@ -201,6 +204,13 @@ class Model:
 
     def expression(self, quantity: str, *, assume: str | None = None, conventions: bool = True) -> Formula:
         """The whole model's expression for a quantity, over the vocabulary's symbols."""
+        key = (quantity, assume, conventions)
+        formula = self._structure.expressions.get(key)
+        if formula is None:
+            formula = self._structure.expressions[key] = self._expression(quantity, assume, conventions)
+        return formula
+
+    def _expression(self, quantity: str, assume: str | None, conventions: bool) -> Formula:
         quantity = normalise_quantity(quantity)
         graph = self.graph(assume=assume)
         if quantity in QUANTITIES:
@@ -231,9 +241,28 @@ class Model:
 
     def evaluate(self, quantity: str, **workload: object) -> Number:
         """Exact value of a quantity at this model's sizes and the given workload (batch, seq, tokens, past)."""
+        value = self._fast_evaluate(quantity, workload)
+        if value is not None:
+            return value
         model, workload = self._with_settings(workload)
         value = model.expression(quantity).evaluate(**model.bindings(**workload))
         _check_count(self.name, quantity, "", value)
+        return value
+
+    def _fast_evaluate(self, quantity: str, workload: dict[str, object]) -> Number | None:
+        """The generated exact function's answer where every value is plainly valid; None sends
+        :meth:`evaluate` down sympy's route, which gives the same number or the error's message."""
+        if not self.vocabulary.settings.isdisjoint(workload) or plain_values(workload, self.vocabulary) is None:
+            return None
+        evaluators = self._structure.evaluators
+        if quantity not in evaluators:
+            evaluators[quantity] = exact_evaluator(self.expression(quantity).expr, self.vocabulary)
+        evaluator = evaluators[quantity]
+        if evaluator is None:
+            return None
+        value = run_exact(evaluator, {**self._plain_values, **workload} if workload else self._plain_values)
+        if value is not None:
+            _check_count(self.name, quantity, "", value)
         return value
 
     def _with_settings(self, workload: dict[str, object]) -> tuple["Model", dict[str, object]]:
@@ -319,6 +348,33 @@ class Model:
                 raise ConfigError(
                     f"{self.name}: {bound.requirement.text} does not hold ({got}) in {bound.path or bound.component}: {bound.requirement.why}"
                 )
+
+
+class _Structure:
+    """What every model with the same declarations, arguments and conventions shares, whatever its
+    sizes: the graphs and the expressions (sizes stay symbols there; only their values differ)."""
+
+    def __init__(self, library: Library):
+        self.library = library  # held: the key names it by id
+        self.graphs: dict[str | None, ComponentGraph] = {}
+        self.expressions: dict[tuple, Formula] = {}
+        self.evaluators: dict[str, object] = {}  # quantity -> generated exact function and its names (None: sympy's route)
+
+
+_STRUCTURES: "OrderedDict[tuple, _Structure]" = OrderedDict()
+_STRUCTURES_KEPT = 64
+
+
+def _structure(library: Library, root: str, arguments: Mapping[str, object], conventions: Mapping[sympy.Symbol, sympy.Rational]) -> _Structure:
+    key = (id(library), root, tuple(sorted(arguments.items())), tuple(sorted((s.name, v) for s, v in conventions.items())))
+    found = _STRUCTURES.get(key)
+    if found is None:
+        found = _STRUCTURES[key] = _Structure(library)
+        if len(_STRUCTURES) > _STRUCTURES_KEPT:
+            _STRUCTURES.popitem(last=False)
+    else:
+        _STRUCTURES.move_to_end(key)
+    return found
 
 
 def _substituted(expr: sympy.Basic, values: Mapping[sympy.Symbol, sympy.Expr], where: str) -> sympy.Basic:
