@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 from functools import lru_cache
-from typing import Callable
+from typing import Callable, Sequence
 
 import sympy
 
@@ -52,7 +52,12 @@ def _ceil_log2(x: Number) -> int:
     return (x - 1).bit_length()
 
 
-_NAMESPACE = {"_q": _quotient, "_ceil": math.ceil, "_floor": math.floor, "_ceillog2": _ceil_log2, "_min": min, "_max": max, "_abs": abs}
+def _whole(x: Number) -> bool:
+    """A whole number of 0 or more (a repeat count)."""
+    return x >= 0 and (type(x) is int or x.denominator == 1)
+
+
+_NAMESPACE = {"_whole": _whole, "_q": _quotient, "_ceil": math.ceil, "_floor": math.floor, "_ceillog2": _ceil_log2, "_min": min, "_max": max, "_abs": abs}
 _RELATIONS = {sympy.Eq: "==", sympy.Ne: "!=", sympy.Lt: "<", sympy.Le: "<=", sympy.Gt: ">", sympy.Ge: ">="}
 _FUNCTIONS = {sympy.ceiling: "_ceil", sympy.floor: "_floor", CeilLog2: "_ceillog2", sympy.Abs: "_abs"}
 
@@ -126,6 +131,30 @@ def exact_function(expr: sympy.Basic) -> Callable | None:
         body = writer.write(expr)
     except _Unsupported:
         return None
+    return _define(writer, body)
+
+
+def exact_predicate(conditions: Sequence[tuple[str, tuple[sympy.Basic, ...]]]) -> Callable:
+    """One generated function of a mapping of names to numbers: True where every condition holds.
+
+    A condition is a template over the exact code of its expressions (``"{0} >= 0"``,
+    ``"_whole({0})"``); one whose expressions have no exact Python form counts as failing.
+    The function raises wherever an expression cannot be computed (a value missing, a division by zero).
+    """
+    writer = _Writer()
+    written = {}
+    for template, exprs in conditions:
+        kept = dict(writer.arguments), dict(writer.constants)
+        try:
+            code = template.format(*(writer.write(e) for e in exprs))
+        except _Unsupported:  # read nothing it named: its values may be missing
+            writer.arguments, writer.constants = kept
+            code = "False"
+        written[f"({code})"] = None  # the same condition once, however many parts state it
+    return _define(writer, " and ".join(written) or "True")
+
+
+def _define(writer: _Writer, body: str) -> Callable:
     reads = "".join(f"    {local} = values[{name!r}]\n" for name, local in writer.arguments.items())
     source = f"def exact(values):\n{reads}    return {body}\n"
     namespace = {**_NAMESPACE, **writer.constants}

@@ -104,7 +104,11 @@ class Vocabulary:
 
     def defaults(self) -> dict[sympy.Symbol, sympy.Expr]:
         """Default values of conventions and storage sizes, as exact sympy numbers."""
-        return {e.symbol: sympy.Rational(number_from_text(e.spec.default, e.name)) for e in self.entries.values() if e.spec.default is not None}
+        return dict(self._defaults)
+
+    @cached_property
+    def _defaults(self) -> Mapping[sympy.Symbol, sympy.Expr]:
+        return MappingProxyType({e.symbol: sympy.Rational(number_from_text(e.spec.default, e.name)) for e in self.entries.values() if e.spec.default is not None})
 
     def by_symbol(self, symbol: sympy.Symbol) -> Entry:
         return self.entries[symbol.name]
@@ -113,6 +117,10 @@ class Vocabulary:
     def domains(self) -> Mapping[str, str]:
         """Each name's domain, looked up on every exact evaluation."""
         return MappingProxyType({n: e.spec.domain for n, e in self.entries.items()})
+
+    @cached_property
+    def architecture(self) -> frozenset[str]:
+        return frozenset(self.names("architecture"))
 
     @cached_property
     def symbol_set(self) -> frozenset[sympy.Symbol]:
