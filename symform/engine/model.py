@@ -268,28 +268,20 @@ class Model:
 
     def evaluate(self, quantity: str, **workload: object) -> Number:
         """Exact value of a quantity at this model's sizes and the given workload (batch, seq, tokens, past)."""
-        value = self._fast_evaluate(quantity, workload)
-        if value is not None:
-            return value
+        vocabulary = self.vocabulary
+        # the generated function answers where every value is plainly valid and the count is sound;
+        # anything else takes sympy's route, which gives the same number or words the error
+        if vocabulary.settings.isdisjoint(workload) and plain_values(workload, vocabulary) is not None:
+            function = self._structure.evaluators.get(quantity, _UNSET)
+            if function is _UNSET:
+                function = self._structure.evaluators[quantity] = exact_evaluator(self.expression(quantity).expr, vocabulary)
+            if function is not None:
+                value = run_exact(function, {**self._plain_values, **workload})
+                if value is not None and value >= 0 and (type(value) is int or quantity not in WHOLE_QUANTITIES):
+                    return value
         model, workload = self._with_settings(workload)
         value = model.expression(quantity).evaluate(**model.bindings(**workload))
         _check_count(self.name, quantity, "", value)
-        return value
-
-    def _fast_evaluate(self, quantity: str, workload: dict[str, object]) -> Number | None:
-        """The generated exact function's answer where every value is plainly valid; None sends
-        :meth:`evaluate` down sympy's route, which gives the same number or the error's message."""
-        if not self.vocabulary.settings.isdisjoint(workload) or plain_values(workload, self.vocabulary) is None:
-            return None
-        evaluators = self._structure.evaluators
-        if quantity not in evaluators:
-            evaluators[quantity] = exact_evaluator(self.expression(quantity).expr, self.vocabulary)
-        evaluator = evaluators[quantity]
-        if evaluator is None:
-            return None
-        value = run_exact(evaluator, {**self._plain_values, **workload} if workload else self._plain_values)
-        if value is not None:
-            _check_count(self.name, quantity, "", value)
         return value
 
     def _with_settings(self, workload: dict[str, object]) -> tuple["Model", dict[str, object]]:
@@ -468,6 +460,7 @@ def _substituted(expr: sympy.Basic, values: Mapping[sympy.Symbol, sympy.Expr], w
         raise ConfigError(f"{where}: division by zero at these sizes; give sizes that keep every divisor positive") from None
 
 
+_UNSET = object()
 WHOLE_QUANTITIES = ("params", "active_params")  # tensors hold whole numbers of elements, whatever the conventions
 
 
