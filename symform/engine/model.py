@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import re
 from dataclasses import replace
 from collections import OrderedDict
 from functools import cache
@@ -243,8 +244,10 @@ class Model:
         if quantity in QUANTITIES:
             expr = graph.total(quantity)
         else:
-            names = {**{n: self.vocabulary[n] for n in self.vocabulary.names()}, **{q: graph.total(q) for q in QUANTITIES}}
-            expr = parse(derived_quantities()[quantity].expression, names)
+            text = derived_quantities()[quantity].expression
+            used = set(_IDENTIFIER.findall(text))  # the totals it names: each is a whole graph multiplied out
+            names = {**{n: self.vocabulary[n] for n in self.vocabulary.names()}, **{q: graph.total(q) for q in QUANTITIES if q in used}}
+            expr = parse(text, names)
         return self._finish(expr, conventions)
 
     def breakdown(self, quantity: str, *, depth: int | None = 1, assume: str | None = None, conventions: bool = True) -> dict[str, Formula]:
@@ -461,6 +464,7 @@ def _substituted(expr: sympy.Basic, values: Mapping[sympy.Symbol, sympy.Expr], w
 
 
 _UNSET = object()
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 WHOLE_QUANTITIES = ("params", "active_params")  # tensors hold whole numbers of elements, whatever the conventions
 
 
