@@ -138,3 +138,17 @@ def test_generated_function_answers_only_what_sympy_answers_and_the_same(expr, v
         assert fast == want and type(fast) is type(want)
     if isinstance(want, tuple):  # sympy refuses: the generated function must not have answered
         assert fast is None
+
+
+@pytest.mark.parametrize("name", ["deepseek-v3", "qwen3-32b", "gemma-2-9b", "nemotron-h-8b", "qwen3-next-80b-a3b"])
+def test_a_model_evaluated_again_and_again_still_agrees(name):
+    """After a few evaluations a model multiplies its own sizes into the generated function: same numbers."""
+    model = Model.load(name)
+    rng = __import__("random").Random(name)
+    for quantity in QUANTITIES:
+        for _ in range(12):
+            workload = {"batch": rng.randint(1, 64), "seq": rng.randint(1, 9000), "tokens": rng.randint(1, 10**12)}
+            got = outcome(lambda: model.evaluate(quantity, **workload))
+            want = outcome(lambda: reference(model, quantity, workload))
+            assert got == want and type(got) is type(want)
+        assert quantity in model._evaluators or model._structure.evaluators.get(quantity) is None

@@ -18,7 +18,7 @@ from . import html_table
 from .data import formulas_dir, read_toml
 from .declarations import QUANTITIES, Library, default_library
 from .errors import ConfigError, DeclarationError, EvaluationError, SymformError, describe_validation
-from .budget import quoted
+from .budget import expand, quoted
 from .evaluate import Number, check_value, exact_evaluator, plain_values, run_exact
 from . import hub
 from .families import Checkpoint, ContextLimit, ModelSpec, checkpoint_facts, find_preset, load_config_file, preset_config, presets, spec_from_config
@@ -102,6 +102,8 @@ class Model:
         ``like``: a model with the same library and conventions, whose structure this one shares where
         only sizes differ (then nothing is looked up, let alone rebuilt)."""
         self._values, self._arguments = resized or self._split_arguments()
+        self._evaluators: dict[str, object] = {}  # quantity -> exact function with this model's sizes bound
+        self._evaluations: dict[str, int] = {}
         self._plain_values = {s.name: int(v) for s, v in self._values.items()}
         same = like is not None and like._arguments == self._arguments
         self._structure = like._structure if same else _structure(self.library, self.spec.root, self._arguments, self.conventions)
@@ -275,9 +277,9 @@ class Model:
         # the generated function answers where every value is plainly valid and the count is sound;
         # anything else takes sympy's route, which gives the same number or words the error
         if vocabulary.settings.isdisjoint(workload) and plain_values(workload, vocabulary) is not None:
-            function = self._structure.evaluators.get(quantity, _UNSET)
-            if function is _UNSET:
-                function = self._structure.evaluators[quantity] = exact_evaluator(self.expression(quantity).expr, vocabulary)
+            # a size given again in the workload overrides the model's: then only the shared function will do
+            own = self._plain_values.keys().isdisjoint(workload)
+            function = (self._evaluators if own else self._structure.evaluators).get(quantity) or self._evaluator(quantity, own)
             if function is not None:
                 value = run_exact(function, {**self._plain_values, **workload})
                 if value is not None and value >= 0 and (type(value) is int or quantity not in WHOLE_QUANTITIES):
@@ -286,6 +288,26 @@ class Model:
         value = model.expression(quantity).evaluate(**model.bindings(**workload))
         _check_count(self.name, quantity, "", value)
         return value
+
+    def _evaluator(self, quantity: str, own: bool):
+        """The generated exact function for a quantity: over every symbol (shared by every model like this
+        one) until this model has evaluated it a few times, then over the workload alone, with this
+        model's sizes multiplied in (fewer terms, smaller numbers)."""
+        shared = self._structure.evaluators
+        if quantity not in shared:
+            shared[quantity] = exact_evaluator(self.expression(quantity).expr, self.vocabulary)
+        if shared[quantity] is None or not own:
+            return shared[quantity]
+        calls = self._evaluations[quantity] = self._evaluations.get(quantity, 0) + 1
+        if calls < _CALLS_BEFORE_BINDING:
+            return shared[quantity]
+        try:
+            bound = expand(self.expression(quantity).expr.xreplace(self._values), f"{self.name}'s {quantity}")
+        except (ZeroDivisionError, SymformError):  # sympy's route words it, call by call
+            bound = None
+        specialised = exact_evaluator(bound, self.vocabulary) if bound is not None else None
+        self._evaluators[quantity] = specialised or shared[quantity]
+        return self._evaluators[quantity]
 
     def _with_settings(self, workload: dict[str, object]) -> tuple["Model", dict[str, object]]:
         """Workload values that have defaults (past) are settings: they select the expression, not just a value."""
@@ -463,7 +485,7 @@ def _substituted(expr: sympy.Basic, values: Mapping[sympy.Symbol, sympy.Expr], w
         raise ConfigError(f"{where}: division by zero at these sizes; give sizes that keep every divisor positive") from None
 
 
-_UNSET = object()
+_CALLS_BEFORE_BINDING = 8  # evaluations of one quantity on one model before its sizes are multiplied in
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 WHOLE_QUANTITIES = ("params", "active_params")  # tensors hold whole numbers of elements, whatever the conventions
 
