@@ -9,8 +9,9 @@ from typing import Callable, Mapping, Sequence
 
 import sympy
 
-from .budget import check_number, check_result, quoted
+from .budget import NUMBER_DIGITS, RESULT_DIGITS, _digits, check_number, check_result, quoted
 from .errors import EvaluationError
+from .exact import exact_function, exact_number
 from .vocabulary import Vocabulary
 
 Number = int | Fraction
@@ -71,6 +72,58 @@ def check_value(name: str, value: object, vocabulary: Vocabulary) -> sympy.Ratio
     if spec.domain != "nonnegative_integer" and number <= 0:
         raise EvaluationError(f"{name} must be positive, got {value}; sizes and counts start at 1")
     return number
+
+
+# the largest bit length check_number lets through: ints up to it need no further check
+_PLAIN_BITS = max(b for b in range(1, 4 * NUMBER_DIGITS) if _digits(2**b - 1) <= NUMBER_DIGITS)
+
+
+def plain_values(values: Mapping[str, object], vocabulary: Vocabulary) -> dict[str, int] | None:
+    """The values as they are, where each is plainly valid (a known name, an int in its domain and budget);
+    None where any needs :func:`check_value`'s closer look, or its message."""
+    domains = vocabulary.domains
+    for name, value in values.items():
+        domain = domains.get(name)
+        if type(value) is not int or domain is None or value.bit_length() > _PLAIN_BITS:
+            return None
+        if value < 0 or (value == 0 and domain != "nonnegative_integer"):
+            return None
+    return values  # type: ignore[return-value]
+
+
+# the largest bit length of an int result check_result lets through
+_RESULT_BITS = max(b for b in range(1, 4 * RESULT_DIGITS) if _digits(2**b - 1) <= RESULT_DIGITS)
+
+@lru_cache(maxsize=4096)
+def _free(expr: sympy.Basic) -> frozenset[sympy.Symbol]:
+    return frozenset(expr.free_symbols)
+
+
+def exact_evaluator(expr: sympy.Expr, vocabulary: Vocabulary) -> Callable | None:
+    """The generated exact function of ``expr`` (values by name); None where there is none
+    (a symbol outside the vocabulary, a node with no exact Python form)."""
+    if not _free(expr) <= vocabulary.symbol_set:  # a symbol outside the vocabulary is never bound by name
+        return None
+    return exact_function(expr)
+
+
+def run_exact(function: Callable, values: Mapping[str, Number]) -> Number | None:
+    """:func:`exact_value` at already-checked values by name, through the generated function; None
+    wherever it cannot answer (then sympy answers, or words the error)."""
+    try:
+        value = function(values)
+        if type(value) is not int:
+            value = exact_number(value)
+    except Exception:  # a missing value, a division by zero, a non-exact step: sympy gives the answer or the message
+        return None
+    if type(value) is not int or value.bit_length() > _RESULT_BITS:
+        check_result(value, "the result")
+    return value
+
+
+def fast_exact(expr: sympy.Expr, values: Mapping[str, Number], vocabulary: Vocabulary) -> Number | None:
+    evaluator = exact_evaluator(expr, vocabulary)
+    return run_exact(evaluator, values) if evaluator is not None else None
 
 
 @lru_cache(maxsize=512)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Callable, Mapping
 
 import sympy
 
-from .evaluate import Number, check_value, compile_expression, exact_value
+from .evaluate import Number, check_value, compile_expression, exact_evaluator, exact_value, plain_values, run_exact
 from .vocabulary import Vocabulary, default_vocabulary
 
 
@@ -47,7 +48,16 @@ class Formula:
 
     def evaluate(self, **values: object) -> Number:
         """Exact value (int, or Fraction when not whole); every free symbol needs a value."""
+        if self._exact is not None and plain_values(values, self.vocabulary) is not None:
+            value = run_exact(self._exact, values)
+            if value is not None:
+                return value
         return exact_value(self.expr, self._checked(values))
+
+    @cached_property
+    def _exact(self) -> Callable | None:
+        """The generated exact function (None: sympy's route); kept with the formula, which never changes."""
+        return exact_evaluator(self.expr, self.vocabulary)
 
     def compile(self, *names: str) -> Callable:
         """A vectorised float64 numpy function of ``names`` (all free symbols, in this order)."""

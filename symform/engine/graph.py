@@ -34,6 +34,7 @@ class BoundRequirement:
 class ComponentGraph:
     graph: nx.DiGraph
     requirements: list[BoundRequirement] = field(default_factory=list)
+    _totals: dict[str, sympy.Expr] = field(default_factory=dict, repr=False, compare=False)  # the graph is not changed once built
 
     def leaves(self) -> list[str]:
         return [n for n in self.graph if self.graph.nodes[n]["component"].is_primitive]
@@ -57,7 +58,9 @@ class ComponentGraph:
         return {n: weight[n] * self.graph.nodes[n]["quantities"][quantity] for n in self.leaves() if weight[n] != 0}
 
     def total(self, quantity: str) -> sympy.Expr:
-        return expand(sympy.Add(*self.leaf_terms(quantity).values()), f"the model's {quantity}")
+        if quantity not in self._totals:
+            self._totals[quantity] = expand(sympy.Add(*self.leaf_terms(quantity).values()), f"the model's {quantity}")
+        return self._totals[quantity]
 
     def breakdown(self, quantity: str, depth: int | None = None) -> dict[str, sympy.Expr]:
         """Sums by path prefix of at most ``depth`` segments (all the way down when None)."""

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import html
+import re
 from dataclasses import replace
+from collections import OrderedDict
 from functools import cache
 from pathlib import Path
 from types import MappingProxyType
@@ -16,13 +18,14 @@ from . import html_table
 from .data import formulas_dir, read_toml
 from .declarations import QUANTITIES, Library, default_library
 from .errors import ConfigError, DeclarationError, EvaluationError, SymformError, describe_validation
-from .budget import quoted
-from .evaluate import Number, check_value
+from .budget import expand, quoted
+from .evaluate import Number, check_value, exact_evaluator, plain_values, run_exact
 from . import hub
 from .families import Checkpoint, ContextLimit, ModelSpec, checkpoint_facts, find_preset, load_config_file, preset_config, presets, spec_from_config
 from .formula import Formula
 from .graph import ComponentGraph, assumption_names, build_graph
 from .safe_expr import parse
+from .size_checks import GeneratedChecks, SizeCheck, generate_checks, size_checks
 from .userfile import load_declaration_file
 
 
@@ -92,8 +95,20 @@ class Model:
         self.accounting = accounting  # a named convention set (formulas/accountings.toml), applied before `conventions`
         named = accounting_conventions(accounting) if accounting else {}
         self.conventions = self._conventions({**named, **(conventions or {})})
-        self._graphs: dict[str | None, ComponentGraph] = {}
-        self._values, self._arguments = self._split_arguments()
+        self._bind()
+
+    def _bind(self, like: "Model | None" = None, resized: tuple[dict, dict] | None = None) -> None:
+        """Sizes and arguments from the spec, the structure shared with every model like this one, and the checks.
+        ``like``: a model with the same library and conventions, whose structure this one shares where
+        only sizes differ (then nothing is looked up, let alone rebuilt)."""
+        self._values, self._arguments = resized or self._split_arguments()
+        self._evaluators: dict[str, object] = {}  # quantity -> exact function with this model's sizes bound
+        self._evaluations: dict[str, int] = {}
+        self._plain_values = {s.name: int(v) for s, v in self._values.items()}
+        same = like is not None and like._arguments == self._arguments
+        self._structure = like._structure if same else _structure(self.library, self.spec.root, self._arguments, self.conventions)
+        self._bound = like._bound if same and like._values.keys() == self._values.keys() else frozenset(self._values)
+        self._graphs = self._structure.graphs
         self._check_requirements()
 
     # -- construction ---------------------------------------------------------
@@ -142,8 +157,26 @@ class Model:
 
     def with_arguments(self, **arguments: int | str) -> "Model":
         """The same model with some root arguments changed: sizes, 0/1 options, slot components."""
-        spec = replace(self.spec, arguments=MappingProxyType({**self.spec.arguments, **arguments}))
-        return Model(spec, library=self.library, conventions={s.name: v for s, v in self.conventions.items()}, accounting=self.accounting)
+        model = object.__new__(Model)  # the conventions stay as they were checked: only the arguments are new
+        model.spec = replace(self.spec, arguments=MappingProxyType({**self.spec.arguments, **arguments}))
+        model.library, model.vocabulary, model.accounting = self.library, self.vocabulary, self.accounting
+        model.conventions = dict(self.conventions)
+        model._bind(like=self, resized=self._resized(arguments))
+        return model
+
+    def _resized(self, arguments: Mapping[str, object]) -> tuple[dict, dict] | None:
+        """This model's sizes with some changed, where each was and stays above zero (the graph is the same:
+        sizes are symbols there); None where anything else changes, for a split afresh."""
+        sizes = self.vocabulary.architecture
+        for name, value in arguments.items():
+            symbol = self._arguments.get(name)
+            if name not in sizes or symbol is None or symbol not in self._values or value == 0:
+                return None
+        if plain_values(arguments, self.vocabulary) is None:
+            return None
+        values = dict(self._values)
+        values.update({self._arguments[name]: sympy.Integer(value) for name, value in arguments.items()})
+        return values, self._arguments
 
     def with_conventions(self, **conventions: object) -> "Model":
         merged = {s.name: v for s, v in self.conventions.items()} | conventions
@@ -201,13 +234,22 @@ class Model:
 
     def expression(self, quantity: str, *, assume: str | None = None, conventions: bool = True) -> Formula:
         """The whole model's expression for a quantity, over the vocabulary's symbols."""
+        key = (quantity, assume, conventions)
+        formula = self._structure.expressions.get(key)
+        if formula is None:
+            formula = self._structure.expressions[key] = self._expression(quantity, assume, conventions)
+        return formula
+
+    def _expression(self, quantity: str, assume: str | None, conventions: bool) -> Formula:
         quantity = normalise_quantity(quantity)
         graph = self.graph(assume=assume)
         if quantity in QUANTITIES:
             expr = graph.total(quantity)
         else:
-            names = {**{n: self.vocabulary[n] for n in self.vocabulary.names()}, **{q: graph.total(q) for q in QUANTITIES}}
-            expr = parse(derived_quantities()[quantity].expression, names)
+            text = derived_quantities()[quantity].expression
+            used = set(_IDENTIFIER.findall(text))  # the totals it names: each is a whole graph multiplied out
+            names = {**{n: self.vocabulary[n] for n in self.vocabulary.names()}, **{q: graph.total(q) for q in QUANTITIES if q in used}}
+            expr = parse(text, names)
         return self._finish(expr, conventions)
 
     def breakdown(self, quantity: str, *, depth: int | None = 1, assume: str | None = None, conventions: bool = True) -> dict[str, Formula]:
@@ -231,10 +273,41 @@ class Model:
 
     def evaluate(self, quantity: str, **workload: object) -> Number:
         """Exact value of a quantity at this model's sizes and the given workload (batch, seq, tokens, past)."""
+        vocabulary = self.vocabulary
+        # the generated function answers where every value is plainly valid and the count is sound;
+        # anything else takes sympy's route, which gives the same number or words the error
+        if vocabulary.settings.isdisjoint(workload) and plain_values(workload, vocabulary) is not None:
+            # a size given again in the workload overrides the model's: then only the shared function will do
+            own = self._plain_values.keys().isdisjoint(workload)
+            function = (self._evaluators if own else self._structure.evaluators).get(quantity) or self._evaluator(quantity, own)
+            if function is not None:
+                value = run_exact(function, {**self._plain_values, **workload})
+                if value is not None and value >= 0 and (type(value) is int or quantity not in WHOLE_QUANTITIES):
+                    return value
         model, workload = self._with_settings(workload)
         value = model.expression(quantity).evaluate(**model.bindings(**workload))
         _check_count(self.name, quantity, "", value)
         return value
+
+    def _evaluator(self, quantity: str, own: bool):
+        """The generated exact function for a quantity: over every symbol (shared by every model like this
+        one) until this model has evaluated it a few times, then over the workload alone, with this
+        model's sizes multiplied in (fewer terms, smaller numbers)."""
+        shared = self._structure.evaluators
+        if quantity not in shared:
+            shared[quantity] = exact_evaluator(self.expression(quantity).expr, self.vocabulary)
+        if shared[quantity] is None or not own:
+            return shared[quantity]
+        calls = self._evaluations[quantity] = self._evaluations.get(quantity, 0) + 1
+        if calls < _CALLS_BEFORE_BINDING:
+            return shared[quantity]
+        try:
+            bound = expand(self.expression(quantity).expr.xreplace(self._values), f"{self.name}'s {quantity}")
+        except (ZeroDivisionError, SymformError):  # sympy's route words it, call by call
+            bound = None
+        specialised = exact_evaluator(bound, self.vocabulary) if bound is not None else None
+        self._evaluators[quantity] = specialised or shared[quantity]
+        return self._evaluators[quantity]
 
     def _with_settings(self, workload: dict[str, object]) -> tuple["Model", dict[str, object]]:
         """Workload values that have defaults (past) are settings: they select the expression, not just a value."""
@@ -276,16 +349,17 @@ class Model:
     def _split_arguments(self) -> tuple[dict[sympy.Symbol, sympy.Integer], dict[str, object]]:
         """Architecture sizes stay symbolic (their values kept aside); flags and slots are bound now."""
         root = self.library[self.spec.root]
-        architecture = set(self.vocabulary.names("architecture"))
+        architecture = self.vocabulary.architecture
+        declared = {a.name: a for a in root.args}
         values: dict[sympy.Symbol, sympy.Integer] = {}
         arguments: dict[str, object] = {}
         for arg in root.args:  # sizes left unset stay symbolic: every expression still derives and prints
             if arg.name not in self.spec.arguments and arg.default is None and arg.name in architecture:
                 arguments[arg.name] = self.vocabulary[arg.name]
         for name, value in self.spec.arguments.items():
-            if name not in root.arg_names:
+            if name not in declared:
                 raise ConfigError(f"{self.name}: {root.name} has no argument {name!r}; it takes {', '.join(root.arg_names)}")
-            if root.arg(name).is_slot:
+            if declared[name].is_slot:
                 arguments[name] = value
             elif name in architecture:
                 size = _checked_size(self.name, name, value, self.vocabulary)
@@ -299,26 +373,109 @@ class Model:
         return values, arguments
 
     def _check_requirements(self) -> None:
+        """No part's count below zero, every repeat whole, every requirement holding, where the sizes decide it."""
         graph = self.graph()
-        for path in graph.leaves():  # a negative part hides in a positive total: check each where sizes decide it
-            for quantity, expr in graph.graph.nodes[path]["quantities"].items():
-                value = _substituted(expr, self._values, f"{self.name}: {quantity} of {path or 'the root'}")
-                if value.is_Number and value < 0:
-                    raise ConfigError(f"{self.name}: {quantity} of {path or 'the root'} ({graph.graph.nodes[path]['component'].name}) is {value}, below zero; a count cannot be negative: check its declaration")
-        for parent, child, edge in graph.graph.edges(data=True):
-            for count in edge["repeat"].values():
-                count = _substituted(count, self._values, f"{self.name}: the repeat of {child}")
-                if count.is_Number and (not count.is_Integer or count < 0):
-                    raise ConfigError(f"{self.name}: {child} repeats {count} times at these sizes; a repeat is a whole number of 0 or more")
-        for bound in self.graph().requirements:
+        checks = self._structure.size_checks(graph)
+        for i in self._checks_to_run(checks):
+            self._check(graph, checks[i])
+
+    def _checks_to_run(self, checks: list[SizeCheck]) -> list[int]:
+        """All of them, unless the generated checks pass: then those they leave undecided and sympy has
+        not yet passed at the values they read. Generated once a second model shares the graph."""
+        structure = self._structure
+        bound = self._bound
+        generated = structure.generated.get(bound, False)
+        if generated is False:
+            structure.generated[bound] = None  # the first model: sympy checks it
+        elif generated is None:
+            generated = structure.generated[bound] = generate_checks(checks, bound)
+        everything = range(len(checks))
+        if not generated:
+            return list(everything)
+        try:
+            if generated.passes(self._plain_values) is not True:
+                return list(everything)
+        except Exception:  # a division by zero, say: sympy words it
+            return list(everything)
+        if len(structure.passed) > _PASSED_KEPT:
+            structure.passed.clear()
+        for i, names in generated.undecided:
+            key = (i, names, tuple(self._plain_values[n] for n in names))
+            if key not in structure.passed:
+                self._check(self.graph(), checks[i])  # raises where it fails
+                structure.passed.add(key)
+        return []
+
+    def _check(self, graph: ComponentGraph, check: SizeCheck) -> None:
+        """One check at this model's sizes; ConfigError naming the part, repeat or requirement that fails."""
+        if check.kind == "part":
+            path, quantity = check.path, check.quantity
+            value = _substituted(check.expr, self._values, f"{self.name}: {quantity} of {path or 'the root'}")
+            if value.is_Number and value < 0:
+                raise ConfigError(f"{self.name}: {quantity} of {path or 'the root'} ({graph.graph.nodes[path]['component'].name}) is {value}, below zero; a count cannot be negative: check its declaration")
+        elif check.kind == "repeat":
+            count = _substituted(check.expr, self._values, f"{self.name}: the repeat of {check.path}")
+            if count.is_Number and (not count.is_Integer or count < 0):
+                raise ConfigError(f"{self.name}: {check.path} repeats {count} times at these sizes; a repeat is a whole number of 0 or more")
+        else:
+            bound = check.requirement
             holds = _substituted(bound.relation, self._values, f"{self.name}: {bound.requirement.text} in {bound.path or bound.component}")
             if holds.free_symbols:
-                continue  # stays symbolic: checked when the user binds values
+                return  # stays symbolic: checked when the user binds values
             if holds != sympy.true:
                 got = ", ".join(f"{s.name}={self._values[s]}" for s in sorted(bound.relation.free_symbols, key=lambda s: s.name) if s in self._values)
                 raise ConfigError(
                     f"{self.name}: {bound.requirement.text} does not hold ({got}) in {bound.path or bound.component}: {bound.requirement.why}"
                 )
+
+
+_PASSED_KEPT = 4096  # undecided checks remembered as passed, per structure, before forgetting them all
+
+
+class _Structure:
+    """What every model with the same declarations, arguments and conventions shares, whatever its
+    sizes: the graphs and the expressions (sizes stay symbols there; only their values differ)."""
+
+    def __init__(self, library: Library):
+        self.library = library  # held: the key names it by id
+        self.graphs: dict[str | None, ComponentGraph] = {}
+        self.expressions: dict[tuple, Formula] = {}
+        self.generated: dict[frozenset, GeneratedChecks | None] = {}  # bound sizes -> generated checks (None until a second model)
+        self.passed: set[tuple] = set()  # (undecided check, the values it reads) that sympy passed
+        self._checks: list[SizeCheck] | None = None
+        self.evaluators: dict[str, object] = {}  # quantity -> generated exact function (None: sympy's route)
+
+    def size_checks(self, graph: ComponentGraph) -> list[SizeCheck]:
+        if self._checks is None:
+            self._checks = size_checks(graph)
+        return self._checks
+
+
+_STRUCTURES: "OrderedDict[tuple, _Structure]" = OrderedDict()
+_STRUCTURES_KEPT = 64
+
+
+def _structure(library: Library, root: str, arguments: Mapping[str, object], conventions: Mapping[sympy.Symbol, sympy.Rational]) -> _Structure:
+    key = (id(library), root, frozenset(arguments.items()), frozenset(conventions.items()))
+    found = _STRUCTURES.get(key)
+    if found is None:
+        found = _STRUCTURES[key] = _Structure(library)
+        if len(_STRUCTURES) > _STRUCTURES_KEPT:
+            _STRUCTURES.popitem(last=False)
+    else:
+        _STRUCTURES.move_to_end(key)
+    return found
+
+
+def forget_structures() -> None:
+    """Forget every shared graph, expression and generated function: the next model builds from its
+    declarations again (benchmarks measure that cold path; nothing else needs it)."""
+    from .evaluate import _free
+    from .exact import exact_function
+
+    _STRUCTURES.clear()
+    _free.cache_clear()
+    exact_function.cache_clear()
 
 
 def _substituted(expr: sympy.Basic, values: Mapping[sympy.Symbol, sympy.Expr], where: str) -> sympy.Basic:
@@ -328,6 +485,8 @@ def _substituted(expr: sympy.Basic, values: Mapping[sympy.Symbol, sympy.Expr], w
         raise ConfigError(f"{where}: division by zero at these sizes; give sizes that keep every divisor positive") from None
 
 
+_CALLS_BEFORE_BINDING = 8  # evaluations of one quantity on one model before its sizes are multiplied in
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 WHOLE_QUANTITIES = ("params", "active_params")  # tensors hold whole numbers of elements, whatever the conventions
 
 
@@ -359,6 +518,8 @@ def _local_checkpoint(config: Mapping[str, Any], path: Path) -> Checkpoint:
 
 
 def _checked_size(model: str, name: str, value: object, vocabulary) -> sympy.Integer:
+    if plain_values({name: value}, vocabulary) is not None:
+        return sympy.Integer(value)
     try:
         return check_value(name, value, vocabulary)
     except SymformError as e:

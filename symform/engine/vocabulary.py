@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, cached_property
 from types import MappingProxyType
 from typing import Literal, Mapping
 
@@ -104,10 +104,32 @@ class Vocabulary:
 
     def defaults(self) -> dict[sympy.Symbol, sympy.Expr]:
         """Default values of conventions and storage sizes, as exact sympy numbers."""
-        return {e.symbol: sympy.Rational(number_from_text(e.spec.default, e.name)) for e in self.entries.values() if e.spec.default is not None}
+        return dict(self._defaults)
+
+    @cached_property
+    def _defaults(self) -> Mapping[sympy.Symbol, sympy.Expr]:
+        return MappingProxyType({e.symbol: sympy.Rational(number_from_text(e.spec.default, e.name)) for e in self.entries.values() if e.spec.default is not None})
 
     def by_symbol(self, symbol: sympy.Symbol) -> Entry:
         return self.entries[symbol.name]
+
+    @cached_property
+    def domains(self) -> Mapping[str, str]:
+        """Each name's domain, looked up on every exact evaluation."""
+        return MappingProxyType({n: e.spec.domain for n, e in self.entries.items()})
+
+    @cached_property
+    def architecture(self) -> frozenset[str]:
+        return frozenset(self.names("architecture"))
+
+    @cached_property
+    def symbol_set(self) -> frozenset[sympy.Symbol]:
+        return frozenset(e.symbol for e in self.entries.values())
+
+    @cached_property
+    def settings(self) -> frozenset[str]:
+        """Names with a default that select an expression rather than a value (past): not conventions or storage sizes."""
+        return frozenset(e.name for e in self.entries.values() if e.spec.default is not None and e.spec.kind not in ("convention", "dtype"))
 
 
 def vocabulary_from_table(table: Mapping[str, object]) -> Vocabulary:
