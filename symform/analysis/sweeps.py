@@ -53,6 +53,7 @@ import sympy
 from ..engine.budget import ARRAY_ELEMENTS, check_count, quoted
 from ..engine.errors import EvaluationError
 from ..engine.evaluate import check_value, exact_value
+from ..engine.exact import exact_function
 from ..engine.model import Model, normalise_quantity
 from .kernels import INT64_LIMIT, Kernel, polynomial_kernel
 
@@ -280,28 +281,23 @@ def _check_names(model: Model, names: Sequence[str]) -> None:
 # --- exact evaluation -----------------------------------------------------------------------------
 
 
-@lru_cache(maxsize=256)
-def _exact_function(expr: sympy.Expr, names: tuple[str, ...]) -> tuple[Callable | None, int]:
-    """m·expr compiled for Python ints (exact at any size), and m; None where expr is no polynomial."""
-    scale = scale_to_integer(expr)
-    free = sorted(expr.free_symbols, key=lambda s: s.name)
-    if free and not expr.is_polynomial(*free):
-        return None, scale
-    symbols = {s.name: s for s in expr.free_symbols}
-    args = [symbols.get(n, sympy.Symbol(n)) for n in names]
-    integer = sympy.expand(expr * scale)  # whole coefficients: Python's int arithmetic is exact
-    return sympy.lambdify(args, integer, modules="math"), scale
-
-
 def _exact_values(expr: sympy.Expr, names: tuple[str, ...], columns: Sequence[list[int]]) -> list:
-    function, scale = _exact_function(expr, names)
-    if function is None:  # rare: fall back on sympy's exact evaluation, point by point
-        symbols = [sympy.Symbol(n, **_assumptions(expr, n)) for n in names]
-        return [exact_value(expr, dict(zip(symbols, map(sympy.Integer, row)))) for row in zip(*columns)]
+    """expr at every row, exactly: the engine's generated function, else (no exact Python form, or a
+    division by zero at a point) sympy's substitution, which words any refusal."""
+    function = exact_function(expr)
+    symbols = [sympy.Symbol(n, **_assumptions(expr, n)) for n in names]
+
+    def by_sympy(row) -> object:
+        return exact_value(expr, dict(zip(symbols, map(sympy.Integer, row))))
+
+    if function is None:
+        return [by_sympy(row) for row in zip(*columns)]
     out = []
     for row in zip(*columns):
-        value = function(*row)
-        out.append(value // scale if value % scale == 0 else Fraction(value, scale))
+        try:
+            out.append(function(dict(zip(names, row))))
+        except Exception:  # a point it cannot compute (a division by zero): sympy decides and words it
+            out.append(by_sympy(row))
     return out
 
 
