@@ -22,7 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationErr
 
 from .data import formulas_dir, read_toml
 from .errors import DeclarationError, SymformError, describe_validation
-from .safe_expr import is_identifier, parse
+from .names import is_identifier
+from .safe_expr import parse
 from .vocabulary import Vocabulary, default_vocabulary, make_symbol
 
 QUANTITIES = ("params", "active_params", "forward_flops", "backward_flops", "bytes_moved", "saved_activations", "kv_cache", "recurrent_state")
