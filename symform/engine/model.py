@@ -85,16 +85,19 @@ class Model:
     (any declared component with its arguments).
     """
 
-    def __init__(self, spec: ModelSpec, *, library: Library | None = None, conventions: Mapping[str, object] | None = None, accounting: str | None = None):
+    def __init__(self, spec: ModelSpec, *, library: Library | None = None, conventions: Mapping[str, object] | None = None, accounting: str | None = None, _graphs_of: "Model | None" = None):
         self.spec = spec
         self.library = library or default_library()
         self.vocabulary = self.library.vocabulary
         self.accounting = accounting  # a named convention set (formulas/accountings.toml), applied before `conventions`
         named = accounting_conventions(accounting) if accounting else {}
         self.conventions = self._conventions({**named, **(conventions or {})})
-        self._graphs: dict[str | None, ComponentGraph] = {}
+        # conventions enter expressions only as they are finished (_finish): a model that differs from another
+        # in its conventions alone shares that one's graphs, already built and checked
+        self._graphs: dict[str | None, ComponentGraph] = {} if _graphs_of is None else _graphs_of._graphs
         self._values, self._arguments = self._split_arguments()
-        self._check_requirements()
+        if _graphs_of is None:
+            self._check_requirements()
 
     # -- construction ---------------------------------------------------------
 
@@ -147,11 +150,11 @@ class Model:
 
     def with_conventions(self, **conventions: object) -> "Model":
         merged = {s.name: v for s, v in self.conventions.items()} | conventions
-        return Model(self.spec, library=self.library, conventions=merged, accounting=self.accounting)
+        return Model(self.spec, library=self.library, conventions=merged, accounting=self.accounting, _graphs_of=self)
 
     def with_accounting(self, name: str) -> "Model":
         """The same model under a named convention set (``"eager"``): its conventions replace the current ones."""
-        return Model(self.spec, library=self.library, conventions=accounting_conventions(name), accounting=name)
+        return Model(self.spec, library=self.library, conventions=accounting_conventions(name), accounting=name, _graphs_of=self)
 
     @property
     def name(self) -> str:
