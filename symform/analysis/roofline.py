@@ -403,11 +403,17 @@ def _leaves(
     model: Model, quantity: str, keep: tuple[str, ...], weight_bytes: Mapping[str, sympy.Expr] | None = None
 ) -> dict[str, sympy.Expr]:
     replace = _conventions(model, keep)
+    if weight_bytes is None:  # the same conventions give the same leaves: once per graph (shared across conventions)
+        key = ("roofline leaves", quantity, frozenset(replace.items()))
+        return dict(model.graph().derived(key, lambda: _leaves_under(model, quantity, replace)))
     parts = model.breakdown(quantity, depth=None, conventions=False)
-    if weight_bytes is None:
-        return {path: sympy.expand(f.expr.xreplace(replace)) for path, f in parts.items()}
     symbol = model.vocabulary["weight_bytes"]  # each leaf's weights read at their stored width
     return {path: sympy.expand(f.expr.xreplace({symbol: weight_bytes.get(path, replace[symbol])}).xreplace(replace)) for path, f in parts.items()}
+
+
+def _leaves_under(model: Model, quantity: str, replace: Mapping[sympy.Symbol, sympy.Expr]) -> dict[str, sympy.Expr]:
+    parts = model.breakdown(quantity, depth=None, conventions=False)
+    return {path: sympy.expand(f.expr.xreplace(replace)) for path, f in parts.items()}
 
 
 def _group(

@@ -10,7 +10,7 @@ the total.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Any, Callable, Hashable, Mapping
 
 import networkx as nx
 import sympy
@@ -34,16 +34,29 @@ class BoundRequirement:
 class ComponentGraph:
     graph: nx.DiGraph
     requirements: list[BoundRequirement] = field(default_factory=list)
+    # a built graph does not change, and models differing only in conventions share it: what is
+    # derived from it is derived once (sympy expressions are immutable; callers get fresh dicts)
+    _derived: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def derived(self, key: Hashable, compute: Callable[[], Any]) -> Any:
+        """``compute()``'s value, computed once per key for this graph: for what depends on the graph alone."""
+        if key not in self._derived:
+            self._derived[key] = compute()
+        return self._derived[key]
 
     def leaves(self) -> list[str]:
-        return [n for n in self.graph if self.graph.nodes[n]["component"].is_primitive]
+        return list(self.derived("leaves", lambda: [n for n in self.graph if self.graph.nodes[n]["component"].is_primitive]))
 
     def multiplicities(self, quantity: str, shards: Mapping[str, sympy.Expr] | None = None) -> dict[str, sympy.Expr]:
         """Each node's repeat count from the root; a part sharded over a parallel dimension
         (``shards[name]`` ranks) counts its share on one rank."""
-        shards = shards or {}
+        if not shards:
+            return dict(self.derived(("multiplicities", quantity), lambda: self._multiplicities(quantity, {})))
+        return self._multiplicities(quantity, shards)
+
+    def _multiplicities(self, quantity: str, shards: Mapping[str, sympy.Expr]) -> dict[str, sympy.Expr]:
         weight = {"": sympy.Integer(1)}
-        for node in nx.topological_sort(self.graph):
+        for node in self.derived("order", lambda: list(nx.topological_sort(self.graph))):
             for child in self.graph.successors(node):
                 edge = self.graph.edges[node, child]
                 split = shards.get(edge["shard"], 1) if edge["shard"] else 1
@@ -52,15 +65,21 @@ class ComponentGraph:
 
     def leaf_terms(self, quantity: str) -> dict[str, sympy.Expr]:
         """Each leaf's contribution to the whole model: multiplicity × own expression."""
+        return dict(self.derived(("leaf_terms", quantity), lambda: self._leaf_terms(quantity)))
+
+    def _leaf_terms(self, quantity: str) -> dict[str, sympy.Expr]:
         weight = self.multiplicities(quantity)
         # a part repeated zero times for this quantity (the loss for params) is not part of its breakdown
         return {n: weight[n] * self.graph.nodes[n]["quantities"][quantity] for n in self.leaves() if weight[n] != 0}
 
     def total(self, quantity: str) -> sympy.Expr:
-        return expand(sympy.Add(*self.leaf_terms(quantity).values()), f"the model's {quantity}")
+        return self.derived(("total", quantity), lambda: expand(sympy.Add(*self.leaf_terms(quantity).values()), f"the model's {quantity}"))
 
     def breakdown(self, quantity: str, depth: int | None = None) -> dict[str, sympy.Expr]:
         """Sums by path prefix of at most ``depth`` segments (all the way down when None)."""
+        return dict(self.derived(("breakdown", quantity, depth), lambda: self._breakdown(quantity, depth)))
+
+    def _breakdown(self, quantity: str, depth: int | None) -> dict[str, sympy.Expr]:
         groups: dict[str, list[sympy.Expr]] = {}
         for path, term in self.leaf_terms(quantity).items():
             key = path if depth is None else "/".join(path.split("/")[:depth])
