@@ -283,8 +283,14 @@ def saved_activations(model: Model, *, recompute: str = "none", flash: bool = Fa
     unit during backward (its full saved activations), and the kept bytes by
     top-level component. Expressions use the model's conventions.
     """
+    modes = _modes(recompute, flash)  # once per graph and conventions: the planner asks for each layout it reworks
+    key = ("saved activations", modes, frozenset(model.conventions.items()))
+    total, transient, by_component = model.graph().derived(key, lambda: _saved_activations(model, modes))
+    return total, transient, dict(by_component)
+
+
+def _saved_activations(model: Model, modes: tuple[str, ...]) -> tuple[sympy.Expr, sympy.Expr, dict[str, sympy.Expr]]:
     graph = model.graph().graph
-    modes = _modes(recompute, flash)
     transients: list[sympy.Expr] = []
 
     def kept(node: str, modes: tuple[str, ...]) -> sympy.Expr:

@@ -321,6 +321,17 @@ def phase_work(
       (``expert_skew``: a Zipf exponent for skewed routing; symform.routing).
     """
     _check_phase(phase)
+    if weight_bytes is not None:
+        return _phase_work(model, phase, depth, flash, sram_bytes, weight_bytes, expert_skew)
+    # once per graph, conventions and options: a plan asks again for every layout it reworks
+    key = ("phase work", phase, depth, flash, sram_bytes, expert_skew, frozenset(model.conventions.items()))
+    work = model.graph().derived(key, lambda: _phase_work(model, phase, depth, flash, sram_bytes, None, expert_skew))
+    return PhaseWork(work.phase, dict(work.components), work.notes)
+
+
+def _phase_work(
+    model: Model, phase: str, depth: int | None, flash: bool, sram_bytes: int, weight_bytes: Mapping[str, sympy.Expr] | None, expert_skew: float
+) -> PhaseWork:
     if phase != "train":
         model = model.with_conventions(training=0)  # inference runs no loss
     if phase == "decode":

@@ -94,7 +94,12 @@ class ComponentGraph:
     _derived: dict = field(default_factory=dict, repr=False, compare=False)
 
     def derived(self, key: Hashable, compute: Callable[[], Any]) -> Any:
-        """``compute()``'s value, computed once per key for this graph: for what depends on the graph alone."""
+        """``compute()``'s value, computed once per key for this graph: for what depends on the graph alone
+        (or on the graph and what the key names). An unhashable key (a caller's odd argument) is not kept."""
+        try:
+            hash(key)
+        except TypeError:
+            return compute()
         if key not in self._derived:
             self._derived[key] = compute()
         return self._derived[key]
