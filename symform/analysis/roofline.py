@@ -423,8 +423,8 @@ def _leaves(
 
 
 def _leaves_under(model: Model, quantity: str, replace: Mapping[sympy.Symbol, sympy.Expr]) -> dict[str, sympy.Expr]:
-    parts = model.breakdown(quantity, depth=None, conventions=False)
-    return {path: sympy.expand(f.expr.xreplace(replace)) for path, f in parts.items()}
+    parts = model.graph().breakdown(quantity, None)  # expanded already: model.breakdown's Formulas would expand again
+    return {path: sympy.expand(expr.xreplace(replace)) for path, expr in parts.items()}
 
 
 def _group(
