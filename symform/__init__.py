@@ -14,14 +14,29 @@ import importlib.machinery
 import importlib.util
 import sys
 
-from .engine.derive import Derivation, derive, leading_order
-from .engine.errors import ConfigError, DeclarationError, EvaluationError, ExpressionError, SymformError
-from .engine.families import presets, supported_model_types
-from .engine.formula import Formula
-from .engine.model import Model, quantity_names
-from .engine.vocabulary import default_vocabulary as vocabulary
-
-load = Model.load
+# The names users reach for, loaded on first use: ``symform --help`` and ``symform models`` never import sympy.
+_EXPORTS = {
+    "ConfigError": "engine.errors",
+    "DeclarationError": "engine.errors",
+    "EvaluationError": "engine.errors",
+    "ExpressionError": "engine.errors",
+    "SymformError": "engine.errors",
+    "Derivation": "engine.derive",
+    "derive": "engine.derive",
+    "leading_order": "engine.derive",
+    "presets": "engine.families",
+    "supported_model_types": "engine.families",
+    "Formula": "engine.formula",
+    "Model": "engine.model",
+    "quantity_names": "engine.model",
+    "load": "engine.model",
+    "vocabulary": "engine.vocabulary",
+    "device_names": "analysis.hardware",
+    "load_device": "analysis.hardware",
+    "sweep": "analysis.sweeps",  # symform.sweep(model, quantities, grid=...)
+    "SweepResult": "analysis.sweeps",
+}
+_RENAMED = {"load": ("Model", "load"), "vocabulary": ("default_vocabulary",)}
 
 __all__ = [
     "ConfigError",
@@ -70,7 +85,7 @@ class _FlatNames(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def find_spec(self, fullname, path=None, target=None):
         package, _, module = fullname.partition(".")
-        if package != __name__ or "." in module or module in globals() or _floor_of(module) is None:
+        if package != __name__ or "." in module or module in globals() or module in _EXPORTS or _floor_of(module) is None:
             return None  # `symform.derive` stays the function: its module is symform.engine.derive
         return importlib.util.spec_from_loader(fullname, self)
 
@@ -95,10 +110,16 @@ def __getattr__(name: str):
         from .engine.data import version
 
         return version()
+    if name in _EXPORTS:
+        value = importlib.import_module(f".{_EXPORTS[name]}", __name__)
+        for attribute in _RENAMED.get(name, (name,)):
+            value = getattr(value, attribute)
+        globals()[name] = value  # looked up once
+        return value
     if not name.startswith("__") and _floor_of(name) is not None:
         return importlib.import_module(f".{name}", __name__)
-    if name in ("device_names", "load_device"):
-        return getattr(importlib.import_module(".analysis.hardware", __name__), name)
-    if name in ("sweep", "SweepResult"):  # symform.sweep(model, quantities, grid=...)
-        return getattr(importlib.import_module(".analysis.sweeps", __name__), name)
     raise AttributeError(f"module 'symform' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

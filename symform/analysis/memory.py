@@ -287,9 +287,16 @@ def saved_activations(
     (node path, what the node keeps as declared) → what it keeps instead, for
     every primitive and recomputed or fused unit: fine-tuning's frozen weights.
     """
-    kept_by = kept_by or (lambda node, expr: expr)
-    graph = model.graph().graph
     modes = _modes(recompute, flash)
+    if kept_by is not None:  # fine-tuning's own accounting: not shared with other callers
+        return _saved_activations(model, modes, kept_by)
+    key = ("saved activations", modes, frozenset(model.conventions.items()))  # once per graph and conventions: the planner asks for each layout it reworks
+    total, transient, by_component = model.graph().derived(key, lambda: _saved_activations(model, modes, lambda node, expr: expr))
+    return total, transient, dict(by_component)
+
+
+def _saved_activations(model: Model, modes: tuple[str, ...], kept_by: Callable[[str, sympy.Expr], sympy.Expr]) -> tuple[sympy.Expr, sympy.Expr, dict[str, sympy.Expr]]:
+    graph = model.graph().graph
     transients: list[sympy.Expr] = []
 
     def kept(node: str, modes: tuple[str, ...]) -> sympy.Expr:

@@ -321,6 +321,17 @@ def phase_work(
       (``expert_skew``: a Zipf exponent for skewed routing; symform.routing).
     """
     _check_phase(phase)
+    if weight_bytes is not None:
+        return _phase_work(model, phase, depth, flash, sram_bytes, weight_bytes, expert_skew)
+    # once per graph, conventions and options: a plan asks again for every layout it reworks
+    key = ("phase work", phase, depth, flash, sram_bytes, expert_skew, frozenset(model.conventions.items()))
+    work = model.graph().derived(key, lambda: _phase_work(model, phase, depth, flash, sram_bytes, None, expert_skew))
+    return PhaseWork(work.phase, dict(work.components), work.notes)
+
+
+def _phase_work(
+    model: Model, phase: str, depth: int | None, flash: bool, sram_bytes: int, weight_bytes: Mapping[str, sympy.Expr] | None, expert_skew: float
+) -> PhaseWork:
     if phase != "train":
         model = model.with_conventions(training=0)  # inference runs no loss
     if phase == "decode":
@@ -403,11 +414,17 @@ def _leaves(
     model: Model, quantity: str, keep: tuple[str, ...], weight_bytes: Mapping[str, sympy.Expr] | None = None
 ) -> dict[str, sympy.Expr]:
     replace = _conventions(model, keep)
+    if weight_bytes is None:  # the same conventions give the same leaves: once per graph (shared across conventions)
+        key = ("roofline leaves", quantity, frozenset(replace.items()))
+        return dict(model.graph().derived(key, lambda: _leaves_under(model, quantity, replace)))
     parts = model.breakdown(quantity, depth=None, conventions=False)
-    if weight_bytes is None:
-        return {path: sympy.expand(f.expr.xreplace(replace)) for path, f in parts.items()}
     symbol = model.vocabulary["weight_bytes"]  # each leaf's weights read at their stored width
     return {path: sympy.expand(f.expr.xreplace({symbol: weight_bytes.get(path, replace[symbol])}).xreplace(replace)) for path, f in parts.items()}
+
+
+def _leaves_under(model: Model, quantity: str, replace: Mapping[sympy.Symbol, sympy.Expr]) -> dict[str, sympy.Expr]:
+    parts = model.graph().breakdown(quantity, None)  # expanded already: model.breakdown's Formulas would expand again
+    return {path: sympy.expand(expr.xreplace(replace)) for path, expr in parts.items()}
 
 
 def _group(

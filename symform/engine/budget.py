@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import sympy
+if TYPE_CHECKING:  # sympy is imported by the code that builds expressions: reading files and numbers needs none
+    import sympy
 
 from .errors import BudgetError, FileBudgetError
 
@@ -133,7 +135,8 @@ def _parts(value: Any) -> tuple[int, ...]:
         return (value,)
     if isinstance(value, Fraction):
         return (value.numerator, value.denominator)
-    if isinstance(value, sympy.Rational):
+    sympy = sys.modules.get("sympy")  # a sympy number exists only once sympy is loaded
+    if sympy is not None and isinstance(value, sympy.Rational):
         return (int(value.p), int(value.q))
     return ()
 
@@ -164,6 +167,8 @@ def check_expansion(expr: sympy.Basic, what: str) -> None:
 
 def expand(expr: sympy.Basic, what: str = "an expression") -> sympy.Expr:
     """sympy.expand within the expression budget."""
+    import sympy
+
     check_expansion(expr, what)
     return sympy.expand(expr)
 

@@ -17,13 +17,12 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal, Mapping
 
-import sympy
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .budget import LAYERS, check_count, check_nesting, check_number
 from .data import formulas_dir, read_text, read_toml
 from .errors import ConfigError, DeclarationError, describe_validation
-from .safe_expr import is_identifier, parse
+from .names import is_identifier
 
 
 class FieldSpec(BaseModel):
@@ -236,6 +235,8 @@ def family_for_architectures(architectures: Any) -> Family | None:
 
 
 def spec_from_config(config: Any, *, name: str, origin: str) -> ModelSpec:
+    from .safe_expr import parse
+
     if not isinstance(config, Mapping):
         raise ConfigError(f"{origin}: a config must be a JSON object, got {type(config).__name__}")
     family = family_for(config, origin)
@@ -282,6 +283,10 @@ def _context_limit(spec: ContextSpec | None, fields: Mapping[str, Any], config: 
 
 
 def _refuse_unmodelled(refusals: list[RefusalSpec], fields: Mapping[str, Any], origin: str) -> None:
+    import sympy
+
+    from .safe_expr import parse
+
     names = {k: v for k, v in fields.items() if v is not None and not _is_text_list(v)}
     null = {k for k, v in fields.items() if v is None}
     for refusal in refusals:
@@ -305,6 +310,8 @@ def _choose(choice: ChoiceSpec, value: Any, is_bool: bool, origin: str) -> str:
 
 def read_fields(specs: Mapping[str, FieldSpec], config: Mapping[str, Any], origin: str, *, fields_in: str = "") -> dict[str, Any]:
     """Read and type-check each field, applying transformers' defaults in declaration order."""
+    from .safe_expr import parse
+
     values: dict[str, Any] = {}
     for field, spec in specs.items():
         where = fields_in if spec.in_ is None else spec.in_
@@ -356,6 +363,8 @@ _ABSENT = object()
 
 
 def count_layers(name: str, spec: CountSpec, fields: Mapping[str, Any], origin: str) -> sympy.Integer:
+    import sympy
+
     total = int(fields[spec.over])
     if spec.list is not None and fields.get(spec.list):  # an absent, null or empty list falls back to `when`
         kinds = fields[spec.list]
@@ -374,6 +383,10 @@ def count_layers(name: str, spec: CountSpec, fields: Mapping[str, Any], origin: 
 
 
 def _holds(condition: str, names: Mapping[str, Any]) -> bool:
+    import sympy
+
+    from .safe_expr import parse
+
     return parse(condition, names, relation=True).doit() == sympy.true
 
 
@@ -395,6 +408,8 @@ def _kind(spec: FieldSpec) -> str:
 
 
 def _check_type(field: str, raw: Any, spec: FieldSpec, origin: str) -> Any:
+    import sympy
+
     problem = ConfigError(f"{origin}: field {field!r} is {raw!r}; it must be a {_kind(spec)}")
     if spec.type == "bool":
         if not isinstance(raw, bool):

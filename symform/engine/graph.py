@@ -10,9 +10,8 @@ the total.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Any, Callable, Hashable, Iterator, Mapping
 
-import networkx as nx
 import sympy
 
 from .declarations import QUANTITIES, SLOT, Component, Library, Requirement
@@ -20,6 +19,62 @@ from .budget import GRAPH_DEPTH, GRAPH_NODES, expand
 from .errors import BudgetError, DeclarationError
 
 Binding = sympy.Expr | str  # an expression, or a component name for a slot
+
+
+class _Edges(dict):
+    """Edge data by (parent, child); called, the triples (parent, child, data) or the pairs."""
+
+    def __call__(self, data: bool = False):
+        return [(u, v, d) if data else (u, v) for (u, v), d in self.items()]
+
+
+class Tree:
+    """The instances of a model: a tree of slash paths, each node and edge with its data.
+
+    The few graph operations symform needs, in the spelling of networkx's ``DiGraph``
+    (``nodes``, ``edges``, ``successors``, ``add_node``, ``add_edge``) without its import,
+    which would cost more than the rest of a command's start-up. Nodes keep the order they
+    were added in, and a parent is added before its children: that order is topological.
+    """
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, dict] = {}
+        self.edges = _Edges()
+        self._children: dict[str, list[str]] = {}
+        self._parent: dict[str, str] = {}
+
+    def add_node(self, node: str, **data: Any) -> None:
+        self.nodes.setdefault(node, {}).update(data)
+        self._children.setdefault(node, [])
+
+    def add_edge(self, parent: str, child: str, **data: Any) -> None:
+        for node in (parent, child):
+            self.add_node(node)
+        if (parent, child) not in self.edges:
+            self._children[parent].append(child)
+            self._parent[child] = parent
+        self.edges.setdefault((parent, child), {}).update(data)
+
+    def successors(self, node: str) -> Iterator[str]:
+        return iter(self._children[node])
+
+    def predecessors(self, node: str) -> Iterator[str]:
+        return iter([self._parent[node]] if node in self._parent else [])
+
+    def number_of_nodes(self) -> int:
+        return len(self.nodes)
+
+    def topological_order(self) -> list[str]:
+        return list(self.nodes)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.nodes)
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def __contains__(self, node: object) -> bool:
+        return node in self.nodes
 
 
 @dataclass(frozen=True)
@@ -32,19 +87,36 @@ class BoundRequirement:
 
 @dataclass
 class ComponentGraph:
-    graph: nx.DiGraph
+    graph: Tree
     requirements: list[BoundRequirement] = field(default_factory=list)
-    _totals: dict[str, sympy.Expr] = field(default_factory=dict, repr=False, compare=False)  # the graph is not changed once built
+    # a built graph does not change, and models differing only in conventions share it: what is
+    # derived from it is derived once (sympy expressions are immutable; callers get fresh dicts)
+    _derived: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def derived(self, key: Hashable, compute: Callable[[], Any]) -> Any:
+        """``compute()``'s value, computed once per key for this graph: for what depends on the graph alone
+        (or on the graph and what the key names). An unhashable key (a caller's odd argument) is not kept."""
+        try:
+            hash(key)
+        except TypeError:
+            return compute()
+        if key not in self._derived:
+            self._derived[key] = compute()
+        return self._derived[key]
 
     def leaves(self) -> list[str]:
-        return [n for n in self.graph if self.graph.nodes[n]["component"].is_primitive]
+        return list(self.derived("leaves", lambda: [n for n in self.graph if self.graph.nodes[n]["component"].is_primitive]))
 
     def multiplicities(self, quantity: str, shards: Mapping[str, sympy.Expr] | None = None) -> dict[str, sympy.Expr]:
         """Each node's repeat count from the root; a part sharded over a parallel dimension
         (``shards[name]`` ranks) counts its share on one rank."""
-        shards = shards or {}
+        if not shards:
+            return dict(self.derived(("multiplicities", quantity), lambda: self._multiplicities(quantity, {})))
+        return self._multiplicities(quantity, shards)
+
+    def _multiplicities(self, quantity: str, shards: Mapping[str, sympy.Expr]) -> dict[str, sympy.Expr]:
         weight = {"": sympy.Integer(1)}
-        for node in nx.topological_sort(self.graph):
+        for node in self.graph.topological_order():
             for child in self.graph.successors(node):
                 edge = self.graph.edges[node, child]
                 split = shards.get(edge["shard"], 1) if edge["shard"] else 1
@@ -53,17 +125,21 @@ class ComponentGraph:
 
     def leaf_terms(self, quantity: str) -> dict[str, sympy.Expr]:
         """Each leaf's contribution to the whole model: multiplicity × own expression."""
+        return dict(self.derived(("leaf_terms", quantity), lambda: self._leaf_terms(quantity)))
+
+    def _leaf_terms(self, quantity: str) -> dict[str, sympy.Expr]:
         weight = self.multiplicities(quantity)
         # a part repeated zero times for this quantity (the loss for params) is not part of its breakdown
         return {n: weight[n] * self.graph.nodes[n]["quantities"][quantity] for n in self.leaves() if weight[n] != 0}
 
     def total(self, quantity: str) -> sympy.Expr:
-        if quantity not in self._totals:
-            self._totals[quantity] = expand(sympy.Add(*self.leaf_terms(quantity).values()), f"the model's {quantity}")
-        return self._totals[quantity]
+        return self.derived(("total", quantity), lambda: expand(sympy.Add(*self.leaf_terms(quantity).values()), f"the model's {quantity}"))
 
     def breakdown(self, quantity: str, depth: int | None = None) -> dict[str, sympy.Expr]:
         """Sums by path prefix of at most ``depth`` segments (all the way down when None)."""
+        return dict(self.derived(("breakdown", quantity, depth), lambda: self._breakdown(quantity, depth)))
+
+    def _breakdown(self, quantity: str, depth: int | None) -> dict[str, sympy.Expr]:
         groups: dict[str, list[sympy.Expr]] = {}
         for path, term in self.leaf_terms(quantity).items():
             key = path if depth is None else "/".join(path.split("/")[:depth])
@@ -79,7 +155,7 @@ def build_graph(
     assume: str | None = None,
 ) -> ComponentGraph:
     """Instantiate ``root`` with its arguments bound, applying an assumption set if named."""
-    result = ComponentGraph(nx.DiGraph())
+    result = ComponentGraph(Tree())
     component = library[root]
     args = bind_arguments(library, component, dict(bindings), where=f"model ({root})")
     _instantiate(library, component, "", args, assume, result, ())

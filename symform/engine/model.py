@@ -9,7 +9,7 @@ from collections import OrderedDict
 from functools import cache
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import sympy
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -436,9 +436,9 @@ class _Structure:
     """What every model with the same declarations, arguments and conventions shares, whatever its
     sizes: the graphs and the expressions (sizes stay symbols there; only their values differ)."""
 
-    def __init__(self, library: Library):
+    def __init__(self, library: Library, graphs: dict[str | None, ComponentGraph]):
         self.library = library  # held: the key names it by id
-        self.graphs: dict[str | None, ComponentGraph] = {}
+        self.graphs = graphs  # shared with the structures that differ only in conventions
         self.expressions: dict[tuple, Formula] = {}
         self.generated: dict[frozenset, GeneratedChecks | None] = {}  # bound sizes -> generated checks (None until a second model)
         self.passed: set[tuple] = set()  # (undecided check, the values it reads) that sympy passed
@@ -452,19 +452,26 @@ class _Structure:
 
 
 _STRUCTURES: "OrderedDict[tuple, _Structure]" = OrderedDict()
+_GRAPHS: "OrderedDict[tuple, dict]" = OrderedDict()  # conventions enter expressions only as they are finished, so graphs ignore them
 _STRUCTURES_KEPT = 64
 
 
-def _structure(library: Library, root: str, arguments: Mapping[str, object], conventions: Mapping[sympy.Symbol, sympy.Rational]) -> _Structure:
-    key = (id(library), root, frozenset(arguments.items()), frozenset(conventions.items()))
-    found = _STRUCTURES.get(key)
+def _recent(cache: OrderedDict, key: tuple, make: Callable[[], object]) -> object:
+    """cache[key], made on first use; the least recently used entry is forgotten past _STRUCTURES_KEPT."""
+    found = cache.get(key)
     if found is None:
-        found = _STRUCTURES[key] = _Structure(library)
-        if len(_STRUCTURES) > _STRUCTURES_KEPT:
-            _STRUCTURES.popitem(last=False)
+        found = cache[key] = make()
+        if len(cache) > _STRUCTURES_KEPT:
+            cache.popitem(last=False)
     else:
-        _STRUCTURES.move_to_end(key)
+        cache.move_to_end(key)
     return found
+
+
+def _structure(library: Library, root: str, arguments: Mapping[str, object], conventions: Mapping[sympy.Symbol, sympy.Rational]) -> _Structure:
+    shape = (id(library), root, frozenset(arguments.items()))
+    graphs = _recent(_GRAPHS, shape, dict)
+    return _recent(_STRUCTURES, (*shape, frozenset(conventions.items())), lambda: _Structure(library, graphs))
 
 
 def forget_structures() -> None:
@@ -474,6 +481,7 @@ def forget_structures() -> None:
     from .exact import exact_function
 
     _STRUCTURES.clear()
+    _GRAPHS.clear()
     _free.cache_clear()
     exact_function.cache_clear()
 

@@ -18,6 +18,7 @@ import sympy
 
 from .budget import check_constant, check_expansion, power_digits, quoted, CONSTANT_DIGITS
 from .errors import ExpressionError
+from .names import is_identifier  # re-exported: where it was first defined
 
 MAX_LENGTH = 2000
 MAX_NODES = 400
@@ -84,11 +85,6 @@ def parse(text: object, names: Mapping[str, sympy.Basic], *, relation: bool = Fa
     if not relation:
         check_expansion(result, f"expression {quoted(source)}")
     return result
-
-
-def is_identifier(name: object) -> bool:
-    """An ASCII identifier: what names of symbols, components, arguments and parts must be."""
-    return isinstance(name, str) and name.isascii() and name.isidentifier()
 
 
 def _is_condition(node: ast.AST) -> bool:

@@ -14,7 +14,7 @@ from .data import formulas_dir, read_toml
 from .budget import number_from_text
 from .errors import DeclarationError, describe_validation
 from .latex_fragment import latex_problem
-from .safe_expr import is_identifier
+from .names import is_identifier
 
 Kind = Literal["architecture", "workload", "convention", "dtype", "derived"]
 Domain = Literal["positive_integer", "nonnegative_integer", "positive_rational"]

@@ -10,17 +10,18 @@ import importlib
 import json
 import sys
 from fractions import Fraction
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from .cli_args import exact_number, positive_int
 from ..engine.budget import quoted
-from ..engine.safe_expr import is_identifier
-from ..engine.derive import Derivation, derive
+from ..engine.names import is_identifier
 from ..engine.errors import SymformError
-from ..engine.evaluate import Number
 from ..engine.data import version
-from ..engine.families import preset_config, presets, supported_model_types
-from ..engine.model import Model, accountings, quantity_names
+
+if TYPE_CHECKING:  # the commands that build expressions import these; --help and models never load sympy
+    from ..engine.derive import Derivation
+    from ..engine.evaluate import Number
+    from ..engine.model import Model
 
 EXIT_BAD_INPUT = 2
 
@@ -62,7 +63,7 @@ def _setting(text: str) -> tuple[str, Number | str]:
 
 
 def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
-    """The whole command line; with ``verb``, the other verbs' options are left out (and their modules unloaded)."""
+    """The whole command line; with ``verb``, the other verbs' options are left out (their modules not loaded); with "", every verb's are."""
     parser = _Parser(prog="symform", description="Symbolic cost formulas for transformer models.")
     parser.add_argument("--version", action="version", version=f"symform {version()}")
     verbs = parser.add_subparsers(dest="verb", required=True, parser_class=_Parser)
@@ -73,12 +74,14 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     def model_command(name: str, help: str, *, quantity: bool = False) -> argparse.ArgumentParser:
         p = verbs.add_parser(name, help=help, description=help)
         if quantity:
+            from ..engine.model import quantity_names
+
             p.add_argument("quantity", help=f"one of {', '.join(q.replace('_', '-') for q in quantity_names())}")
         p.add_argument("model", help="a bundled preset (symform models), a Hugging Face Hub id (Qwen/Qwen3-8B), a path to a config.json, or an architecture file (.toml)")
         p.add_argument("--revision", metavar="REV", help="with a Hub id: the branch, tag or commit to read (default main)")
         p.add_argument("--set", dest="sizes", action="append", type=_setting, default=[], metavar="NAME=VALUE", help="change one of the model's arguments: a size (--set n_layers=32), an option (--set include_mtp=1) or a slot's component (--set attention=mla_attention_absorbed)")
         p.add_argument("--convention", dest="conventions", action="append", type=_assignment, default=[], metavar="NAME=VALUE", help="counting convention or storage size, e.g. --convention causal=1/2")
-        p.add_argument("--accounting", choices=sorted(accountings()), help="a named convention set, applied before any --convention: eager counts what PyTorch eager keeps (formulas/accountings.toml, docs/memory.md)")
+        p.add_argument("--accounting", choices=_accountings() if wanted(name) else None, help="a named convention set, applied before any --convention: eager counts what PyTorch eager keeps (formulas/accountings.toml, docs/memory.md)")
         p.add_argument("--json", action="store_true", help="print one JSON object")
         return p
 
@@ -126,12 +129,18 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _accountings() -> list[str]:
+    from ..engine.model import accountings
+
+    return sorted(accountings())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["latex"] and "--formulas" in argv:  # models one after another, no quantity: its own parser
         return _print_or_fail(lambda: _from("latex_report", "appendix_command")(argv[1:]))
-    try:
-        args = build_parser(argv[0] if argv and not argv[0].startswith("-") else None).parse_args(argv)
+    try:  # no verb (--help, --version): "" wants none of the verbs' options, only their names and help
+        args = build_parser(argv[0] if argv and not argv[0].startswith("-") else "").parse_args(argv)
     except SystemExit as e:  # --help, or a usage error already reported on one line
         return int(e.code or 0)
     return _print_or_fail(lambda: _run(args), args)
@@ -177,6 +186,8 @@ def _run(args: argparse.Namespace) -> str:
         return _params(model, args)
     if args.verb == "flops":
         return _flops(model, args)
+    from ..engine.derive import derive
+
     workload = {k: getattr(args, k) for k in ("batch", "seq", "tokens") if getattr(args, k) is not None}
     large = [s.strip() for s in args.large.split(",") if s.strip()] if args.large else None
     chain_assume = None if args.assume == "none" else args.assume
@@ -187,6 +198,8 @@ def _run(args: argparse.Namespace) -> str:
 
 
 def _load(args: argparse.Namespace) -> Model:
+    from ..engine.model import Model
+
     model = Model.load(args.model, revision=getattr(args, "revision", None), conventions=dict(args.conventions), accounting=args.accounting)
     if not args.sizes:
         return model
@@ -364,6 +377,8 @@ def _hardware(args: argparse.Namespace) -> str:
 
 
 def _models(args: argparse.Namespace) -> str:
+    from ..engine.families import preset_config, presets, supported_model_types
+
     if args.json:
         return json.dumps(
             {

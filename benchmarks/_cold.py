@@ -1,0 +1,66 @@
+"""Cold figures: each repetition a fresh interpreter, symform and its baseline run alternately.
+
+Alternating the two sides lets load from other work on the machine hit both alike; the
+same number of repetitions is taken for each. A goal is met only when its worst
+repetition meets it (no best-of).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def environment() -> dict[str, str]:
+    """This checkout first on the path, whatever is installed."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def wall_seconds(argv: list[str]) -> float:
+    """Wall time of one fresh interpreter running ``argv`` (output discarded); a failure stops the benchmark."""
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, *argv], env=environment(), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"python {' '.join(argv)} failed ({done.returncode}): {done.stderr.decode()[-2000:]}")
+    return seconds
+
+
+def child_report(code: str) -> dict:
+    """Run ``code`` in a fresh interpreter; it prints one JSON object last, which is returned."""
+    done = subprocess.run([sys.executable, "-c", code], env=environment(), cwd=ROOT, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"benchmark child failed ({done.returncode}): {done.stderr[-2000:]}")
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def paired(symform_argv: list[str], baseline_argv: list[str], repeats: int) -> tuple[list[float], list[float]]:
+    """``repeats`` wall times of each, alternating, after one untimed run of each (file cache, .pyc files)."""
+    wall_seconds(symform_argv), wall_seconds(baseline_argv)
+    measured, baseline = [], []
+    for _ in range(repeats):
+        measured.append(wall_seconds(symform_argv))
+        baseline.append(wall_seconds(baseline_argv))
+    return measured, baseline
+
+
+def row(path: str, goal: str, measured: list[float], goal_met: bool, baseline_name: str | None = None, baseline: list[float] | None = None, **extra) -> dict:
+    return {"path": path, "goal": goal, "unit": "s", "measured": measured, "baseline_name": baseline_name, "baseline": baseline, "goal_met": bool(goal_met), **extra}
+
+
+def print_rows(rows: list[dict]) -> None:
+    for r in rows:
+        spread = f"{min(r['measured']):.3f}–{max(r['measured']):.3f} s"
+        against = ""
+        if r["baseline"]:
+            ratios = [m / b for m, b in zip(r["measured"], r["baseline"])]
+            against = f"  vs {r['baseline_name']} {min(r['baseline']):.3f}–{max(r['baseline']):.3f} s, ratio {min(ratios):.2f}–{max(ratios):.2f}"
+        print(f"{r['path']}: {spread}{against}  goal {r['goal']}: {'met' if r['goal_met'] else 'NOT met'}")

@@ -1,0 +1,53 @@
+"""Start-up: `symform params` against `import sympy`, and the commands that should load no sympy at all.
+
+    python benchmarks/bench_startup.py [REPEATS]
+"""
+
+from __future__ import annotations
+
+import sys
+
+try:
+    from _cold import child_report, paired, print_rows, row
+except ImportError:  # imported as benchmarks.bench_startup
+    from ._cold import child_report, paired, print_rows, row
+
+PARAMS_GOAL = 1.3  # × import sympy, each repetition
+HEAVY = ("sympy", "networkx", "pydantic")
+IMPORT_SYMPY = ["-c", "import sympy"]
+
+_LOADED = """
+import contextlib, io, json, sys
+from symform.interface.cli import main
+with contextlib.redirect_stdout(io.StringIO()):
+    main(%r)
+print(json.dumps([m for m in %r if m in sys.modules]))
+"""
+
+
+def loaded_by(argv: list[str]) -> list[str]:
+    """Which heavy libraries a command imports, in a fresh interpreter."""
+    return child_report(_LOADED % (argv, HEAVY))
+
+
+def rows(repeats: int) -> list[dict]:
+    measured, baseline = paired(["-m", "symform", "params", "qwen3-32b"], IMPORT_SYMPY, repeats)
+    ratios = [m / b for m, b in zip(measured, baseline)]
+    found = [
+        row("symform params qwen3-32b, cold", f"≤ {PARAMS_GOAL}× import sympy", measured, max(ratios) <= PARAMS_GOAL, "import sympy", baseline)
+    ]
+    for argv, forbidden in ((["--help"], HEAVY), (["models"], ("sympy", "networkx"))):
+        measured, baseline = paired(["-m", "symform", *argv], IMPORT_SYMPY, repeats)
+        loaded = loaded_by(argv)
+        bad = [m for m in forbidden if m in loaded]
+        found.append(
+            row(
+                f"symform {' '.join(argv)}, cold", f"imports none of {', '.join(forbidden)} (faster than import sympy)",
+                measured, not bad and max(m / b for m, b in zip(measured, baseline)) < 1, "import sympy", baseline, loaded=loaded,
+            )  # fmt: skip
+        )
+    return found
+
+
+if __name__ == "__main__":
+    print_rows(rows(int(sys.argv[1]) if len(sys.argv) > 1 else 5))

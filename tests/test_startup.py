@@ -1,0 +1,65 @@
+"""Start-up pays only for what a command uses: listing verbs or presets builds no expression, so loads no sympy.
+
+Each command runs in a fresh interpreter (an import already made by the test process would hide one),
+then the child reports which of the heavy libraries it loaded. No timing is asserted here; the
+seconds are measured in benchmarks/bench_startup.py.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("sympy", "networkx", "pydantic")
+
+_CHILD = """
+import contextlib, io, json, sys
+from symform.interface.cli import main
+with contextlib.redirect_stdout(io.StringIO()) as out:
+    code = main(sys.argv[1:])
+print(json.dumps({"code": code, "out": out.getvalue(), "loaded": [m for m in %r if m in sys.modules]}))
+""" % (HEAVY,)
+
+
+def _run_fresh(*argv: str) -> dict:
+    done = subprocess.run([sys.executable, "-c", _CHILD, *argv], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--version"]])
+def test_help_loads_none_of_the_heavy_libraries(argv):
+    child = _run_fresh(*argv)
+    assert child["code"] == 0 and ("usage: symform" in child["out"] or child["out"].startswith("symform "))
+    assert child["loaded"] == [], f"symform {' '.join(argv)} imported {child['loaded']}"
+
+
+def test_top_level_help_lists_every_verb():
+    child = _run_fresh("--help")
+    for verb in ("params", "flops", "derive", "plan", "memory", "sweep", "models", "hardware"):
+        assert verb in child["out"]
+
+
+@pytest.mark.parametrize("argv", [["models"], ["models", "--json"]])
+def test_listing_the_models_builds_no_expression(argv):
+    child = _run_fresh(*argv)
+    assert child["code"] == 0 and "qwen3-32b" in child["out"]
+    assert "sympy" not in child["loaded"] and "networkx" not in child["loaded"], f"symform models imported {child['loaded']}"
+
+
+def test_importing_symform_loads_no_sympy_until_a_name_needs_it():
+    code = "import sys, symform\nbefore = 'sympy' in sys.modules\nsymform.Model\nprint(before, 'sympy' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["False", "True"], done.stderr
+
+
+def test_the_lazy_names_are_the_engines_objects():
+    import symform
+    from symform.engine import derive, model, vocabulary
+
+    assert symform.load == model.Model.load and symform.Model is model.Model
+    assert symform.derive is derive.derive and symform.vocabulary is vocabulary.default_vocabulary
+    assert set(symform.__all__) <= set(dir(symform))
