@@ -16,6 +16,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Annotated, Any, Mapping
 
+import networkx as nx
 import sympy
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError
 
@@ -368,9 +369,9 @@ def _count(text: Scalar, names: Mapping[str, sympy.Basic]) -> sympy.Expr:
 
 def check_library(library: Library, only: Mapping[str, Component] | None = None) -> None:
     """Check every part (of ``only``'s components, if given) against the component it uses, and refuse cycles."""
-    uses: dict[str, list[str]] = {}
+    uses = nx.DiGraph()
     for comp in (only if only is not None else library.components).values():
-        uses.setdefault(comp.name, [])
+        uses.add_node(comp.name)
         for arg in comp.args:
             if arg.is_slot and arg.default is not None:
                 library[arg.default]
@@ -385,37 +386,13 @@ def check_library(library: Library, only: Mapping[str, Component] | None = None)
                         f"declared components: {', '.join(sorted(library.components))}"
                     )
                 check_bindings(comp, part, callee)
-                uses.setdefault(comp.name, []).append(callee.name)
-                uses.setdefault(callee.name, [])
-    cycle = find_cycle(uses)
-    if cycle:
-        chain = " -> ".join(cycle + [cycle[0]])
-        raise DeclarationError(f"components use each other in a cycle ({chain}); a component cannot contain itself")
-
-
-def find_cycle(uses: Mapping[str, list[str]]) -> list[str] | None:
-    """A cycle of ``uses`` (node -> the nodes it uses) as its nodes in order, or None: a depth-first search
-    from each node in turn, without recursion (declarations from users may chain deep)."""
-    done: set[str] = set()
-    for start in uses:
-        if start in done:
-            continue
-        path, on_path, stack = [start], {start}, [iter(uses[start])]
-        while stack:
-            following = next(stack[-1], None)
-            if following is None:  # every use of the path's last node explored
-                finished = path.pop()
-                on_path.discard(finished)
-                done.add(finished)
-                stack.pop()
-                continue
-            if following in on_path:
-                return path[path.index(following) :]
-            if following not in done:
-                path.append(following)
-                on_path.add(following)
-                stack.append(iter(uses[following]))
-    return None
+                uses.add_edge(comp.name, callee.name)
+    try:
+        cycle = nx.find_cycle(uses)
+    except nx.NetworkXNoCycle:
+        return
+    chain = " -> ".join([edge[0] for edge in cycle] + [cycle[0][0]])
+    raise DeclarationError(f"components use each other in a cycle ({chain}); a component cannot contain itself")
 
 
 def _possible_targets(comp: Component, part: Part) -> list[str]:

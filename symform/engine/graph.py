@@ -10,8 +10,9 @@ the total.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable, Iterator, Mapping
+from typing import Any, Callable, Hashable, Mapping
 
+import networkx as nx
 import sympy
 
 from .declarations import QUANTITIES, SLOT, Component, Library, Requirement
@@ -19,62 +20,6 @@ from .budget import GRAPH_DEPTH, GRAPH_NODES, expand
 from .errors import BudgetError, DeclarationError
 
 Binding = sympy.Expr | str  # an expression, or a component name for a slot
-
-
-class _Edges(dict):
-    """Edge data by (parent, child); called, the triples (parent, child, data) or the pairs."""
-
-    def __call__(self, data: bool = False):
-        return [(u, v, d) if data else (u, v) for (u, v), d in self.items()]
-
-
-class Tree:
-    """The instances of a model: a tree of slash paths, each node and edge with its data.
-
-    The few graph operations symform needs, in the spelling of networkx's ``DiGraph``
-    (``nodes``, ``edges``, ``successors``, ``add_node``, ``add_edge``) without its import,
-    which would cost more than the rest of a command's start-up. Nodes keep the order they
-    were added in, and a parent is added before its children: that order is topological.
-    """
-
-    def __init__(self) -> None:
-        self.nodes: dict[str, dict] = {}
-        self.edges = _Edges()
-        self._children: dict[str, list[str]] = {}
-        self._parent: dict[str, str] = {}
-
-    def add_node(self, node: str, **data: Any) -> None:
-        self.nodes.setdefault(node, {}).update(data)
-        self._children.setdefault(node, [])
-
-    def add_edge(self, parent: str, child: str, **data: Any) -> None:
-        for node in (parent, child):
-            self.add_node(node)
-        if (parent, child) not in self.edges:
-            self._children[parent].append(child)
-            self._parent[child] = parent
-        self.edges.setdefault((parent, child), {}).update(data)
-
-    def successors(self, node: str) -> Iterator[str]:
-        return iter(self._children[node])
-
-    def predecessors(self, node: str) -> Iterator[str]:
-        return iter([self._parent[node]] if node in self._parent else [])
-
-    def number_of_nodes(self) -> int:
-        return len(self.nodes)
-
-    def topological_order(self) -> list[str]:
-        return list(self.nodes)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.nodes)
-
-    def __len__(self) -> int:
-        return len(self.nodes)
-
-    def __contains__(self, node: object) -> bool:
-        return node in self.nodes
 
 
 @dataclass(frozen=True)
@@ -87,7 +32,7 @@ class BoundRequirement:
 
 @dataclass
 class ComponentGraph:
-    graph: Tree
+    graph: nx.DiGraph
     requirements: list[BoundRequirement] = field(default_factory=list)
     # a built graph does not change, and models differing only in conventions share it: what is
     # derived from it is derived once (sympy expressions are immutable; callers get fresh dicts)
@@ -116,7 +61,7 @@ class ComponentGraph:
 
     def _multiplicities(self, quantity: str, shards: Mapping[str, sympy.Expr]) -> dict[str, sympy.Expr]:
         weight = {"": sympy.Integer(1)}
-        for node in self.graph.topological_order():
+        for node in self.derived("order", lambda: list(nx.topological_sort(self.graph))):
             for child in self.graph.successors(node):
                 edge = self.graph.edges[node, child]
                 split = shards.get(edge["shard"], 1) if edge["shard"] else 1
@@ -155,7 +100,7 @@ def build_graph(
     assume: str | None = None,
 ) -> ComponentGraph:
     """Instantiate ``root`` with its arguments bound, applying an assumption set if named."""
-    result = ComponentGraph(Tree())
+    result = ComponentGraph(nx.DiGraph())
     component = library[root]
     args = bind_arguments(library, component, dict(bindings), where=f"model ({root})")
     _instantiate(library, component, "", args, assume, result, ())
