@@ -203,6 +203,10 @@ def test_breakdowns_sum_and_recomputation_never_keeps_more(name, batch, seq, rec
     assert sum(report.activations_by_component.values()) == report.values["activations"]
     assert report.total == sum(report.values.values())
     plain = training_memory(model, batch=batch, seq=seq)
+    if flash and seq == 1:
+        # a fused kernel keeps each row's fp32 log-sum-exp (4 bytes per head and token) where eager keeps the
+        # 16-bit scores (2·seq bytes per head and token): fused keeps less only from seq = 2 on
+        return
     assert report.values["activations"] <= plain.values["activations"]
 
 
