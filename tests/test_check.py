@@ -25,17 +25,9 @@ for _name in presets():
 # (tests/test_activations.py); for the others check reports the gap rather than hiding it.
 SAVED_EXACT = {"llama", "mistral", "qwen2", "qwen3", "phi3"}
 
-# New families (i13b) that check cannot yet build or compare at tiny sizes; each names what is left undone.
-# Remove a family once check handles it (check.toml / oracle_check.py): the strict xfail below then fails.
-CHECK_NOT_YET = {
-    "bert": "check's roles (formulas/quantization aliases) know no `bert.`/`cls.` module names, so parameters land in other parts "
-    "(the totals agree); it builds BertLMHeadModel, and an encoder keeps no KV cache (transformers returns none, symform 0)",
-    "nemotron_h": "tiny_config cuts num_hidden_layers to 2 but not hybrid_override_pattern (52 entries), which symform refuses",
-    "qwen3_5": "the config is nested (text_config): tiny_config shrinks only top-level fields, so the full 0.8B model is built, "
-    "and its forward `other` and backward FLOPs differ from the counter (gated DeltaNet's torch scan)",
-    "qwen3_next": "layer_types cut to the first 2 layers leaves only linear-attention layers, and transformers' cache then fails "
-    "(get_seq_length needs an attention layer)",
-}
+# Families that check cannot yet build or compare at tiny sizes, each with what is left undone (none today).
+# A family listed here is expected to fail, strictly: the day check handles it, the test says so.
+CHECK_NOT_YET: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")
