@@ -113,7 +113,6 @@ NOT_YET = {
         "per_layer_config": "an explicit per-layer table of head sizes is not read (global_head_dim and num_global_key_value_heads are)",
         "use_bidirectional_attention": "'all' makes every layer bidirectional and narrows the window to sliding_window // 2 + 1; gemma4_text counts the causal model",
     },
-    "qwen3_next": {"norm_topk_prob": "Qwen3NextSparseMoeBlock divides the top-k weights by their sum (default true); hybrid_recurrent_lm passes no route_norm to its experts yet"},
     "nemotron_h": {
         name: "Nemotron-H's mixture-of-experts layers and block-type list (newer transformers) are not modelled by the nemotron_h family yet"
         for name in (
