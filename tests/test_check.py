@@ -25,17 +25,9 @@ for _name in presets():
 # (tests/test_activations.py); for the others check reports the gap rather than hiding it.
 SAVED_EXACT = {"llama", "mistral", "qwen2", "qwen3", "phi3"}
 
-# New families (i13b) that check cannot yet build or compare at tiny sizes; each names what is left undone.
-# Remove a family once check handles it (check.toml / oracle_check.py): the strict xfail below then fails.
-CHECK_NOT_YET = {
-    "bert": "check's roles (formulas/quantization aliases) know no `bert.`/`cls.` module names, so parameters land in other parts "
-    "(the totals agree); it builds BertLMHeadModel, and an encoder keeps no KV cache (transformers returns none, symform 0)",
-    "nemotron_h": "tiny_config cuts num_hidden_layers to 2 but not hybrid_override_pattern (52 entries), which symform refuses",
-    "qwen3_5": "the config is nested (text_config): tiny_config shrinks only top-level fields, so the full 0.8B model is built, "
-    "and its forward `other` and backward FLOPs differ from the counter (gated DeltaNet's torch scan)",
-    "qwen3_next": "layer_types cut to the first 2 layers leaves only linear-attention layers, and transformers' cache then fails "
-    "(get_seq_length needs an attention layer)",
-}
+# Families that check cannot yet build or compare at tiny sizes, each with what is left undone (none today).
+# A family listed here is expected to fail, strictly: the day check handles it, the test says so.
+CHECK_NOT_YET: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")
@@ -88,3 +80,18 @@ def test_without_the_oracle_extra_check_names_it():
     done = subprocess.run([sys.executable, "-c", code, "check", "qwen3-0.6b"], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
     assert done.returncode == 2 and done.stdout == ""
     assert "pip install 'symform[oracle]'" in done.stderr and done.stderr.count("\n") == 1
+
+
+@pytest.mark.oracle
+def test_a_family_without_a_preset_is_checked_from_its_config(check):
+    """Gemma 4's text stack (no published config is bundled): per-layer embeddings, full layers of their own
+    head size and key/value heads; the sizes are shrunk by check.toml, the kinds of layers kept."""
+    config = dict(
+        model_type="gemma4_text", vocab_size=4096, hidden_size=256, intermediate_size=512, num_hidden_layers=12,
+        num_attention_heads=8, num_key_value_heads=2, head_dim=32, global_head_dim=64, attention_k_eq_v=True,
+        num_global_key_value_heads=1, sliding_window=128, hidden_size_per_layer_input=16, vocab_size_per_layer_input=4096,
+    )  # fmt: skip
+    report = check(Model.from_config(config, name="gemma4-like"))
+    assert report.tiny_config["num_hidden_layers"] == 2  # transformers makes the last layer full: two layers keep both kinds
+    assert [r for r in report.differences if r.quantity != "saved_activations"] == []
+    assert {"ple_embed", "ple_projection"} <= {r.part for r in report.rows if r.quantity == "params"}

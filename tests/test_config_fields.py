@@ -90,6 +90,17 @@ COST_FREE_IN = {
         "time_step_min": "initialisation only (the dt bias)",
         "use_mamba_kernels": "the kernel is the caller's choice (the torch scan here), not a size",
     },
+    "gemma4_text": {
+        **{name: "the multimodal wrapper's audio tower, not the text model" for name in (
+            "attention_chunk_size", "attention_context_left", "attention_context_right", "attention_invalid_logits_value",
+            "attention_logit_cap", "audio_config", "audio_token_id", "conv_kernel_size", "gradient_clipping", "output_proj_dims",
+            "residual_weight", "subsampling_conv_channels",
+        )},
+        **{name: "the multimodal wrapper's vision tower, not the text model" for name in (
+            "patch_size", "pooling_kernel_size", "position_embedding_size", "standardize", "use_clipped_linears", "video_token_id",
+        )},
+        "kv_sharing_modes": "derived from num_kv_shared_layers, which is read (and refused above 0)",
+    },
     "qwen3_5": {
         name: "the multimodal wrapper's vision tower, not the text model"
         for name in ("depth", "in_channels", "num_heads", "num_position_embeddings", "out_hidden_size", "patch_size", "spatial_merge_size", "temporal_patch_size", "video_token_id")
@@ -98,7 +109,10 @@ COST_FREE_IN = {
 # Fields a new family (i13b) reads in transformers that symform does not model yet and does not refuse either:
 # real gaps, listed here so the test names them rather than hiding them. Remove an entry once it is read or refused.
 NOT_YET = {
-    "qwen3_next": {"norm_topk_prob": "Qwen3NextSparseMoeBlock divides the top-k weights by their sum (default true); hybrid_recurrent_lm passes no route_norm to its experts yet"},
+    "gemma4_text": {
+        "per_layer_config": "an explicit per-layer table of head sizes is not read (global_head_dim and num_global_key_value_heads are)",
+        "use_bidirectional_attention": "'all' makes every layer bidirectional and narrows the window to sliding_window // 2 + 1; gemma4_text counts the causal model",
+    },
     "nemotron_h": {
         name: "Nemotron-H's mixture-of-experts layers and block-type list (newer transformers) are not modelled by the nemotron_h family yet"
         for name in (
@@ -108,7 +122,7 @@ NOT_YET = {
     },
 }
 MODELS = Path(transformers.__file__).parent / "models"
-MODULE = {"gemma3_text": "gemma3"}
+MODULE = {"gemma3_text": "gemma3", "gemma4_text": "gemma4"}
 
 
 def fields_the_modeling_code_reads(model_type: str) -> set[str]:

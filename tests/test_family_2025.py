@@ -1,4 +1,4 @@
-"""Oracle: the families of 2025-26 (gpt-oss, ...) against transformers' own models.
+"""Oracle: the families of 2025-26 (gpt-oss, Gemma 4 text) against transformers' own models.
 
 Parameters: the published configs built on the meta device, numel() of the
 whole class. FLOPs: tiny instances (float32, eager attention, eager experts,
@@ -38,6 +38,20 @@ TINY = {
     "gpt_oss, layer_types absent, MQA, no attention bias": dict(
         BASE, model_type="gpt_oss", num_hidden_layers=3, head_dim=8, num_key_value_heads=1, num_local_experts=3,
         num_experts_per_tok=3, sliding_window=6, attention_bias=False,
+    ),
+    "gemma4_text, 2 sliding : 1 full (forced last), per-layer embeddings, full layers of head 16": dict(
+        BASE, model_type="gemma4_text", num_hidden_layers=3, head_dim=8, global_head_dim=16, sliding_window=4,
+        hidden_size_per_layer_input=8, vocab_size_per_layer_input=120,
+    ),
+    "gemma4_text, keys as values in full layers with 1 global head": dict(
+        BASE, model_type="gemma4_text", num_hidden_layers=3, head_dim=8, global_head_dim=16, sliding_window=6,
+        attention_k_eq_v=True, num_global_key_value_heads=1, hidden_size_per_layer_input=8, vocab_size_per_layer_input=120,
+        layer_types=[SLIDING, FULL, FULL],
+    ),
+    "gemma4_text, experts beside every MLP, untied soft-capped head, no per-layer embeddings": dict(
+        BASE, model_type="gemma4_text", num_hidden_layers=2, head_dim=8, global_head_dim=12, sliding_window=4,
+        hidden_size_per_layer_input=0, enable_moe_block=True, num_experts=4, top_k_experts=2, moe_intermediate_size=12,
+        tie_word_embeddings=False, final_logit_softcapping=30.0, layer_types=[SLIDING, FULL],
     ),
 }  # fmt: skip
 

@@ -13,17 +13,18 @@ from __future__ import annotations
 
 import copy
 import importlib
+import math
 from dataclasses import dataclass
 from functools import cache
 from typing import Any, Mapping
 
 from ..engine.data import formulas_dir, read_toml
+from ..engine.families import count_layers, families, read_fields, sub_config
 from ..engine.errors import ConfigError, SymformError
 from ..engine.model import Model
 from .quantization import aliases
 
 BATCH, SEQ = 2, 8  # two sequences: transformers' loss pads a single sequence's labels by one token
-PER_LAYER_LISTS = ("layer_types", "mlp_only_layers")
 DROPPED = ("rope_scaling", "quantization_config")  # per-head rotary factors do not survive new sizes; FLOPs and parameters do not depend on them
 
 
@@ -49,6 +50,11 @@ class CheckReport:
     transformers_class: str
     tiny_config: dict[str, Any]
     rows: list[Row]
+    sizes_in: str = ""  # the sub-config the model's sizes live in (text_config), "" for the top level
+
+    @property
+    def sizes(self) -> dict[str, Any]:
+        return dict(sub_config(self.tiny_config, self.sizes_in, "config")) if self.sizes_in else dict(self.tiny_config)
 
     @property
     def differences(self) -> list[Row]:
@@ -66,10 +72,29 @@ class CheckReport:
         }
 
 
+@dataclass(frozen=True)
+class _Tables:
+    tiny: dict[str, Any]  # config field -> tiny value
+    per_layer: list[str]  # fields with one entry per layer
+    layer_indices: list[str]  # fields listing layer indices
+    renames: dict[tuple[str, ...], list[str]]  # a transformers module name's segments -> symform's
+    classes: dict[str, list[str]]  # a transformers module class -> the symform segments its module name becomes
+    roles: dict[tuple[str, ...], str]  # segments (one or more, consecutive) -> the role they mark
+    skip: list[str]
+
+
 @cache
-def _tables() -> tuple[dict[str, Any], dict[str, list[str]], list[str]]:
-    names = aliases()
-    return read_toml(formulas_dir() / "check.toml")["tiny"], names.roles, names.skip
+def _tables() -> _Tables:
+    names, table = aliases(), read_toml(formulas_dir() / "check.toml")
+    return _Tables(
+        tiny=table["tiny"],
+        per_layer=table["per_layer"]["lists"],
+        layer_indices=table["per_layer"]["indices"],
+        renames={tuple(k.split(".")): v.split(".") for k, v in table["module_names"].items()},
+        classes={k: v.split(".") for k, v in table["module_classes"].items()},
+        roles={tuple(alias.split(".")): role for role, found in names.roles.items() for alias in found},
+        skip=names.skip,
+    )
 
 
 def _oracle():
@@ -81,9 +106,30 @@ def _oracle():
     return torch, transformers
 
 
-def tiny_config(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The config with every size in check.toml's table shrunk, per-layer lists cut to the layer count."""
-    tiny, _, _ = _tables()
+def tiny_config(config: Mapping[str, Any], family: str | None = None) -> dict[str, Any]:
+    """The config with every size in check.toml's table shrunk (in the family's own sub-config too, such as
+    text_config) and per-layer lists cut to the layer count. For a family whose layers come in kinds (a
+    hybrid's linear and full attention, Mamba, MLP and expert layers), the layer count is the smallest, from
+    the table's up, at which every kind the full model has is still there."""
+    spec = families()[family].spec if family is not None else None
+    where = spec.fields_in if spec is not None else ""
+    result = _shrunk(config)
+    if where:
+        result = _replaced(result, where, _shrunk(sub_config(config, where, "config")))
+    layers = sub_config(result, where, "config").get("num_hidden_layers")
+    if spec is None or not spec.counts or not isinstance(layers, int):
+        return _cut(result, where, layers)
+    full = _kinds(spec, config)
+    most = sub_config(config, where, "config").get("num_hidden_layers", layers)
+    for count in range(layers, max(layers, most) + 1):
+        candidate = _cut(result, where, count)
+        if _kinds(spec, candidate) == full:
+            return candidate
+    return _cut(result, where, layers)
+
+
+def _shrunk(config: Mapping[str, Any]) -> dict[str, Any]:
+    tiny = _tables().tiny
     result = {k: copy.deepcopy(v) for k, v in config.items() if k not in DROPPED}
     for field, value in tiny.items():
         if result.get(field) is not None:
@@ -95,11 +141,40 @@ def tiny_config(config: Mapping[str, Any]) -> dict[str, Any]:
         ids = result.get(field)
         if isinstance(vocab, int) and (isinstance(ids, int) and ids >= vocab or isinstance(ids, list) and any(isinstance(i, int) and i >= vocab for i in ids)):
             result[field] = None
-    layers = result.get("num_hidden_layers")
-    for field in PER_LAYER_LISTS:
-        if isinstance(result.get(field), list) and layers is not None:
-            result[field] = [v for v in result[field] if not isinstance(v, int) or v < layers][:layers] if field == "mlp_only_layers" else result[field][:layers]
     return result
+
+
+def _replaced(config: dict[str, Any], where: str, section: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with the sub-config at the dotted path ``where`` replaced by ``section``."""
+    head, _, rest = where.partition(".")
+    inner = section if not rest else _replaced(dict(config.get(head) or {}), rest, section)
+    return {**config, head: inner}
+
+
+def _cut(config: dict[str, Any], where: str, layers: int | None) -> dict[str, Any]:
+    """The config with ``layers`` layers: per-layer lists cut to them, layer indices past them dropped."""
+    if layers is None:
+        return config
+    per_layer, indices = _tables().per_layer, _tables().layer_indices
+    section = dict(sub_config(config, where, "config"))
+    section["num_hidden_layers"] = layers
+    for field in per_layer:
+        if isinstance(section.get(field), (list, str)):
+            section[field] = section[field][:layers]
+    for field in indices:
+        if isinstance(section.get(field), list):
+            section[field] = [v for v in section[field] if not isinstance(v, int) or v < layers]
+    return _replaced(config, where, section) if where else section
+
+
+def _kinds(spec, config: Mapping[str, Any]) -> dict[str, tuple[bool, bool]]:
+    """For each of the family's counts of layers: whether some layers are of its kind, and whether some are not."""
+    fields = read_fields(spec.fields, config, "config", fields_in=spec.fields_in)
+    kinds = {}
+    for name, count in spec.counts.items():
+        of_kind = int(count_layers(name, count, fields, "config"))
+        kinds[name] = (of_kind > 0, of_kind < int(fields[count.over]))
+    return kinds
 
 
 def check(model: Model) -> CheckReport:
@@ -114,24 +189,38 @@ def check(model: Model) -> CheckReport:
     if model.spec.family is None:
         ours, config = model, dict(config)
     else:
-        config = tiny_config(config)
+        config = tiny_config(config, model.spec.family)
         ours = Model.from_config(config, name=model.name)
     verbosity = transformers.logging.get_verbosity()
     transformers.logging.set_verbosity_error()  # the report is the table: transformers' own advice stays out of it
     try:
-        module = _build(torch, transformers, config, model.name)
+        module = _build(torch, transformers, config, model.name, _checkpoint_class(model.spec.family, config))
         ours = ours.with_conventions(act_bytes=4, kv_bytes=4, windowed=0)  # float32 tensors; eager attention masks the full score matrix
-        rows = [*_param_rows(ours, module), *_flop_rows(torch, ours, module, config), _cache_row(torch, ours, module, config), _saved_row(torch, ours, module, config)]
+        rows = [*_param_rows(ours, module), *_flop_rows(torch, ours, module, config), *_cache_rows(torch, ours, module, config), _saved_row(torch, ours, module, config)]
     finally:
         transformers.logging.set_verbosity(verbosity)
-    return CheckReport(model.name, type(module).__name__, config, rows)
+    sizes_in = families()[model.spec.family].spec.fields_in if model.spec.family is not None else ""
+    return CheckReport(model.name, type(module).__name__, config, rows, sizes_in)
 
 
-def _build(torch, transformers, config: Mapping[str, Any], name: str):
+def _checkpoint_class(family: str | None, config: Mapping[str, Any]) -> str | None:
+    """The class `architectures` names, for a family whose parts that class chooses (an encoder's heads);
+    None for the others: transformers' causal LM for the config, the text model of a vision-language one."""
+    if family is None or not any(choice.field == "architectures" for choice in families()[family].spec.choose.values()):
+        return None
+    names = sub_config(config, families()[family].spec.fields_in, "config").get("architectures")
+    return names[0] if isinstance(names, list) and names and isinstance(names[0], str) else None
+
+
+def _build(torch, transformers, config: Mapping[str, Any], name: str, class_name: str | None):
+    options = {"attn_implementation": "eager", "experts_implementation": "eager", "dtype": torch.float32}
     try:
         hf_config = transformers.AutoConfig.for_model(**copy.deepcopy(dict(config)))
         torch.manual_seed(0)
-        module = transformers.AutoModelForCausalLM.from_config(hf_config, attn_implementation="eager", experts_implementation="eager", dtype=torch.float32)
+        if class_name is None:
+            module = transformers.AutoModelForCausalLM.from_config(hf_config, **options)
+        else:
+            module = getattr(transformers, class_name)._from_config(hf_config, **options)
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise ConfigError(f"{name}: transformers cannot build a causal LM from this config ({reason[:200]})") from None
@@ -142,19 +231,51 @@ def _build(torch, transformers, config: Mapping[str, Any], name: str):
 
 
 def _role(segments: list[str]) -> str:
-    _, roles, skip = _tables()
-    lookup = {alias: role for role, aliases in roles.items() for alias in aliases}
-    for segment in reversed(segments):
-        if segment in lookup:
-            return lookup[segment]
-    inner = [s for s in segments if s not in skip and not s.isdigit()]
+    """The role the segments nearest the leaf mark (the longest run of segments that names one, at each step up)."""
+    tables = _tables()
+    longest = max(map(len, tables.roles))
+    for end in range(len(segments), 0, -1):
+        for size in range(min(longest, end), 0, -1):
+            role = tables.roles.get(tuple(segments[end - size : end]))
+            if role is not None:
+                return role
+    inner = [s for s in segments if s not in tables.skip and not s.isdigit()]
     if "layers" in segments or "h" in segments:
         return "layers (other)"
     return inner[0] if inner else "other"
 
 
-def _hf_segments(name: str) -> list[str]:
-    return [s for s in name.split(".") if s not in ("weight", "bias")]
+def _hf_segments(name: str, classes: Mapping[str, str]) -> list[str]:
+    """A transformers module or parameter name as symform's segments: a module whose class check.toml names
+    becomes that class's segments (a hybrid's `mixer` its kind of mixer), then runs of segments are renamed."""
+    parts = name.split(".")
+    segments: list[str] = []
+    for i, part in enumerate(parts):
+        kind = _tables().classes.get(classes.get(".".join(parts[: i + 1]), ""))
+        segments.extend(kind if kind is not None else [part])
+    return _renamed([s for s in segments if s not in ("weight", "bias")])
+
+
+def _renamed(segments: list[str]) -> list[str]:
+    renames = _tables().renames
+    longest = max(map(len, renames), default=0)
+    result: list[str] = []
+    i = 0
+    while i < len(segments):
+        for size in range(min(longest, len(segments) - i), 0, -1):
+            new = renames.get(tuple(segments[i : i + size]))
+            if new is not None:
+                result.extend(new)
+                i += size
+                break
+        else:
+            result.append(segments[i])
+            i += 1
+    return result
+
+
+def _module_classes(module) -> dict[str, str]:
+    return {name: type(sub).__name__ for name, sub in module.named_modules() if name}
 
 
 def _symform_roles(model: Model, quantity: str, **workload: int) -> dict[str, int]:
@@ -173,8 +294,9 @@ def _rows(quantity: str, ours: Mapping[str, int], theirs: Mapping[str, int]) -> 
 
 def _param_rows(model: Model, module) -> list[Row]:
     theirs: dict[str, int] = {}
+    classes = _module_classes(module)
     for name, parameter in module.named_parameters():  # a tied weight is yielded once, as symform counts it
-        role = _role(_hf_segments(name))
+        role = _role(_hf_segments(name, classes))
         theirs[role] = theirs.get(role, 0) + parameter.numel()
     return _rows("params", _symform_roles(model, "params"), theirs)
 
@@ -184,16 +306,20 @@ def _flop_rows(torch, model: Model, module, config: Mapping[str, Any]) -> list[R
 
     ids = _ids(torch, config)
     module.eval()
-    with torch.no_grad(), FlopCounterMode(display=False) as forward:
+    fixes = _counter_fixes(torch)
+    with torch.no_grad(), FlopCounterMode(display=False, custom_mapping=fixes) as forward:
         module(input_ids=ids)
     counts = forward.get_flop_counts()
     theirs: dict[str, int] = {}
+    classes = _module_classes(module)
     for name, ops in counts.items():
-        segments = name.split(".")[1:]  # the first is the model's class
-        if not segments or name == "Global":
+        inner = name.partition(".")[2]  # the first segment is the model's class
+        if not inner or name == "Global":
             continue
+        segments = _hf_segments(inner, classes)
         role = _role(segments)
-        parent = _role(segments[:-1]) if len(segments) > 1 else None
+        parent_name = inner.rpartition(".")[0]
+        parent = _role(_hf_segments(parent_name, classes)) if parent_name else None
         if role != parent and role in ("embed", "attn", "mlp", "final_norm", "lm_head"):  # the outermost module of its role
             theirs[role] = theirs.get(role, 0) + sum(ops.values())
     rest = forward.get_total_flops() - sum(theirs.values())
@@ -203,24 +329,59 @@ def _flop_rows(torch, model: Model, module, config: Mapping[str, Any]) -> list[R
     ours = {**{k: v for k, v in ours.items() if k in theirs or k in ("embed", "attn", "mlp", "final_norm", "lm_head")}, "other": sum(v for k, v in ours.items() if k not in ("embed", "attn", "mlp", "final_norm", "lm_head"))}
     module.train()
     module.zero_grad(set_to_none=True)
-    with FlopCounterMode(display=False) as both:
+    with FlopCounterMode(display=False, custom_mapping=fixes) as both:
         module(input_ids=ids).logits.sum().backward()
     backward = both.get_total_flops() - forward.get_total_flops()
     ours_backward = int(model.with_conventions(training=0).evaluate("backward_flops", batch=BATCH, seq=SEQ))
     return [*_rows("forward_flops", ours, theirs), Row("backward_flops", "total", ours_backward, backward)]
 
 
-def _cache_row(torch, model: Model, module, config: Mapping[str, Any]) -> Row:
+def _counter_fixes(torch) -> dict[Any, Any]:
+    """What PyTorch's FlopCounterMode gets wrong, put right. It has no formula for a triangular solve (Gated
+    DeltaNet's chunked scan solves two unit-triangular systems per chunk), so it counts none: here an n×n
+    solve costs n·(n − 1) FLOPs per right-hand column (one multiply-add per off-diagonal entry), and n more
+    when the diagonal is not unit. Its convolution backward counts the weight gradient as if a grouped
+    (depthwise) convolution were dense, `groups` times over: here each gradient of a convolution costs what
+    its forward does."""
+    from torch.utils.flop_counter import conv_flop_count
+
+    def solve_triangular(a_shape, b_shape, *args, out_shape=None, unitriangular=False, **kwargs) -> int:
+        n = a_shape[-1]
+        columns = math.prod(out_shape) // n if n else 0
+        return columns * (n * (n - 1) + (0 if unitriangular else n))
+
+    def convolution_backward(grad_out_shape, x_shape, w_shape, _bias, _stride, _padding, _dilation, transposed, _output_padding, _groups, output_mask, out_shape=None, **kwargs) -> int:
+        forward = conv_flop_count(x_shape, w_shape, grad_out_shape, transposed=transposed)
+        return forward * (int(output_mask[0]) + int(output_mask[1]))
+
+    aten = torch.ops.aten
+    return {aten.linalg_solve_triangular: solve_triangular, aten.convolution_backward: convolution_backward}
+
+
+def _cache_rows(torch, model: Model, module, config: Mapping[str, Any]) -> list[Row]:
+    """The bytes of the keys and values transformers' cache keeps after one forward, and of the recurrent
+    state (conv windows and state matrices) where the model has recurrent layers."""
     module.eval()
     with torch.no_grad():
         output = module(input_ids=_ids(torch, config), use_cache=True)
     cache = output.get("cache", output.get("past_key_values"))
     layers = getattr(cache, "layers", None)
-    if layers is None:
-        theirs = None
+    if cache is None:
+        keys_values, states = 0, 0  # an encoder keeps nothing
+    elif layers is None:
+        keys_values, states = None, None
     else:
-        theirs = sum(t.numel() * t.element_size() for layer in layers for t in (getattr(layer, "keys", None), getattr(layer, "values", None)) if t is not None and hasattr(t, "numel"))
-    return Row("kv_cache", "total", int(model.evaluate("kv_cache", batch=BATCH, seq=SEQ)), theirs)
+        keys_values = _bytes(torch, (getattr(layer, name, None) for layer in layers for name in ("keys", "values")))
+        states = _bytes(torch, (t for layer in layers for name in ("conv_states", "recurrent_states") for t in (getattr(layer, name, None) or {}).values()))
+    rows = [Row("kv_cache", "total", int(model.evaluate("kv_cache", batch=BATCH, seq=SEQ)), keys_values)]
+    ours_state = int(model.evaluate("recurrent_state", batch=BATCH, seq=SEQ))
+    if ours_state or states:
+        rows.append(Row("recurrent_state", "total", ours_state, states))
+    return rows
+
+
+def _bytes(torch, tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
 
 
 def _saved_row(torch, model: Model, module, config: Mapping[str, Any]) -> Row:

@@ -80,17 +80,21 @@ def structure(model: Model, quantity: str, *, assume: str | None = None, leading
     found = (_block(graph, model, node, quantity, finish, with_parts=True) for node in _block_nodes(graph))
     blocks = merged([b for b in found if b.expr != 0 and not _none_here(b.repeat, model)])
     vocabulary = model.vocabulary
-    large_symbols = [vocabulary[n] for n in large] if large is not None else block_large(model)
+    large_symbols = [vocabulary[n] for n in large] if large is not None else block_large(model, within=sympy.Add(*(b.total for b in blocks)))
     if leading:
         blocks = leading_blocks(blocks, large_symbols)
     return Structure(quantity, model.name, assume, leading, tuple(s.name for s in large_symbols), tuple(blocks))
 
 
-def block_large(model: Model) -> list[sympy.Symbol]:
+def block_large(model: Model, *, within: sympy.Expr | None = None) -> list[sympy.Symbol]:
     """The widths, the vocabulary (an embedding is a V×d matrix) and the sequence (attention's s² next to
-    the projections' s·d²): what a block form keeps at leading order."""
+    the projections' s·d²): what a block form keeps at leading order; with ``within``, only those it holds
+    (the others change no degree, and a reader looks for the symbols of this model)."""
     v = model.vocabulary
-    return sorted(v.large | {v["vocab"], v["seq"]}, key=lambda s: s.name)
+    candidates = v.large | {v["vocab"], v["seq"]}
+    if within is not None:
+        candidates &= within.free_symbols
+    return sorted(candidates, key=lambda s: s.name)
 
 
 def _none_here(repeat: sympy.Expr, model: Model) -> bool:
