@@ -1,0 +1,96 @@
+"""Oracle: the glm4_moe family (GLM-4.5, GLM-4.5-Air, GLM-4.6) against transformers' Glm4MoeForCausalLM.
+
+Parameters: numel() of the whole model. FLOPs: tiny instances (float32, eager
+attention, eager experts) counted by FlopCounterMode, which counts only matrix
+products (mm, addmm, bmm); symform's element-wise work is off by default
+(count_elementwise = 0). Cache: the bytes of every tensor transformers' cache
+holds after a forward.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from oracle import build, cached_bytes, count_forward, count_forward_backward, global_counts, input_ids  # noqa: E402
+
+from symform.engine.model import Model  # noqa: E402
+
+pytestmark = pytest.mark.oracle
+
+BASE = dict(
+    model_type="glm4_moe", vocab_size=101, hidden_size=32, intermediate_size=48, num_attention_heads=4, num_key_value_heads=2,
+    max_position_embeddings=64, moe_intermediate_size=12, n_routed_experts=8, num_experts_per_tok=2,
+)
+
+TINY = {
+    "1 dense then 2 MoE layers, groups, q/k/v bias, qk-norm, head wider than d_model/heads": dict(
+        BASE, num_hidden_layers=3, head_dim=16, n_group=4, topk_group=2, first_k_dense_replace=1, attention_bias=True, use_qk_norm=True,
+    ),
+    "no dense layer, 2 shared experts, MQA, full rotary, unnormalised top-k": dict(
+        BASE, num_hidden_layers=2, num_key_value_heads=1, first_k_dense_replace=0, n_shared_experts=2, partial_rotary_factor=1.0,
+        norm_topk_prob=False, routed_scaling_factor=2.5,
+    ),
+    "all layers dense, tied head": dict(BASE, num_hidden_layers=2, first_k_dense_replace=2, tie_word_embeddings=True),
+}  # fmt: skip
+
+SHAPES = [(2, 7), (1, 3), (1, 1)]
+
+
+def eager(config: dict) -> Model:
+    return Model.from_config(config, name="tiny").with_conventions(windowed=0)
+
+
+@pytest.mark.parametrize("case", list(TINY))
+def test_family_is_glm4_moe(case):
+    assert Model.from_config(TINY[case]).spec.family == "glm4_moe"
+
+
+@pytest.mark.parametrize("case", list(TINY))
+def test_tiny_parameters_equal_numel(case):
+    config = TINY[case]
+    assert Model.from_config(config).evaluate("params") == sum(p.numel() for p in build(config, eager_experts=True).parameters())
+
+
+@pytest.mark.parametrize("case", list(TINY))
+def test_forward_flops_equal_the_counter(case):
+    config = TINY[case]
+    model, sym = build(config, eager_experts=True), eager(config)
+    for batch, seq in SHAPES:
+        counter = count_forward(model, input_ids(config, batch, seq))
+        assert set(global_counts(counter)) <= {"aten.mm", "aten.addmm", "aten.bmm"}
+        assert sym.evaluate("forward_flops", batch=batch, seq=seq) == counter.get_total_flops(), (batch, seq, global_counts(counter))
+
+
+@pytest.mark.parametrize("case", list(TINY))
+def test_forward_and_backward_flops_equal_the_counter(case):
+    """The counter's backward is two matrix products per forward one, as symform's bwd_mult = 2."""
+    config = TINY[case]
+    model, sym = build(config, eager_experts=True), eager(config)
+    batch, seq = 2, 7
+    both = count_forward_backward(model, input_ids(config, batch, seq)).get_total_flops()
+    assert sym.evaluate("train_step_flops", batch=batch, seq=seq) == both
+
+
+@pytest.mark.parametrize("case", list(TINY))
+@pytest.mark.parametrize("seq", (3, 9))
+def test_cache_bytes_equal_the_tensors_transformers_keeps(case, seq):
+    config = TINY[case]
+    expected = cached_bytes(build(config, eager_experts=True), 2, seq)
+    assert Model.from_config(config).with_conventions(kv_bytes=4).evaluate("kv_cache", batch=2, seq=seq) == expected
+
+
+def test_multi_token_prediction_is_counted_only_when_asked():
+    """Hand count of one MTP module (DeepSeek-V3 §2.2, GLM-4.5's layer 46 in Air): two d_model norms, eh_proj
+    2·d_model → d_model, one MoE decoder layer like the model's last, a final norm; the head is the model's."""
+    config = dict(TINY["1 dense then 2 MoE layers, groups, q/k/v bias, qk-norm, head wider than d_model/heads"], num_nextn_predict_layers=1)
+    hidden, heads, kv_heads, head_dim, experts, expert_ff, shared_ff = 32, 4, 2, 16, 8, 12, 12
+    attention = hidden * heads * head_dim + heads * head_dim + 2 * (hidden * kv_heads * head_dim + kv_heads * head_dim) + heads * head_dim * hidden + 2 * head_dim
+    moe = experts * hidden + experts * 3 * hidden * expert_ff + 3 * hidden * shared_ff
+    module = 2 * hidden + 2 * hidden * hidden + (attention + moe + 2 * hidden) + hidden
+    without = Model.from_config(config).evaluate("params")
+    with_mtp = Model.from_config(config).with_arguments(include_mtp=1).evaluate("params")
+    assert without == sum(p.numel() for p in build(config, eager_experts=True).parameters())
+    assert with_mtp - without == module
