@@ -152,6 +152,7 @@ REFUSED = {
     "mixtral with a window": {"model_type": "mixtral", "sliding_window": 4},
     "mixtral with router jitter": {"model_type": "mixtral", "router_jitter_noise": 0.01},
     "qwen3_moe with the router loss": {"model_type": "qwen3_moe", "output_router_logits": True},
+    "glm4_moe with the router loss": {"model_type": "glm4_moe", "n_routed_experts": 4, "output_router_logits": True},
     "gemma2, bidirectional": {"model_type": "gemma2", "use_bidirectional_attention": True},
     "gpt2, reordered upcast": {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "reorder_and_upcast_attn": True},
     "gpt2, an activation written out in products": {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "activation_function": "gelu_fast"},

@@ -94,3 +94,16 @@ def test_multi_token_prediction_is_counted_only_when_asked():
     with_mtp = Model.from_config(config).with_arguments(include_mtp=1).evaluate("params")
     assert without == sum(p.numel() for p in build(config, eager_experts=True).parameters())
     assert with_mtp - without == module
+
+
+@pytest.mark.parametrize("case", list(TINY))
+def test_a_config_saved_by_transformers_reads_as_the_one_written_by_hand(case, tmp_path):
+    """save_pretrained writes partial_rotary_factor inside rope_parameters and leaves out fields equal to the defaults."""
+    from oracle import hf_config
+
+    config = TINY[case]
+    hf_config(config).save_pretrained(tmp_path)
+    saved, by_hand = Model.load(tmp_path / "config.json"), Model.from_config(config)
+    workload = {"batch": 2, "seq": 9, "past": 7}
+    for quantity in ("params", "forward_flops", "saved_activations", "kv_cache"):
+        assert saved.evaluate(quantity, **workload) == by_hand.evaluate(quantity, **workload), quantity
