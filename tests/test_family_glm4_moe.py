@@ -107,3 +107,28 @@ def test_a_config_saved_by_transformers_reads_as_the_one_written_by_hand(case, t
     workload = {"batch": 2, "seq": 9, "past": 7}
     for quantity in ("params", "forward_flops", "saved_activations", "kv_cache"):
         assert saved.evaluate(quantity, **workload) == by_hand.evaluate(quantity, **workload), quantity
+
+
+# the shapes GLM-4.5-Air and GLM-4.6 are described with (no published config.json is bundled); check shrinks the sizes
+SHAPED = {
+    "GLM-4.5-Air-shaped": dict(
+        model_type="glm4_moe", vocab_size=151552, hidden_size=4096, intermediate_size=10944, moe_intermediate_size=1408,
+        num_hidden_layers=46, num_attention_heads=96, num_key_value_heads=8, head_dim=128, n_routed_experts=128, n_shared_experts=1,
+        num_experts_per_tok=8, first_k_dense_replace=1, attention_bias=True, partial_rotary_factor=0.5, num_nextn_predict_layers=1,
+    ),
+    "GLM-4.6-shaped, qk-norm": dict(
+        model_type="glm4_moe", vocab_size=151552, hidden_size=5120, intermediate_size=12288, moe_intermediate_size=1536,
+        num_hidden_layers=92, num_attention_heads=96, num_key_value_heads=8, head_dim=128, n_routed_experts=160, n_shared_experts=1,
+        num_experts_per_tok=8, first_k_dense_replace=3, attention_bias=True, use_qk_norm=True, partial_rotary_factor=0.5,
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(SHAPED))
+def test_check_agrees_with_the_real_module_to_the_byte(case):
+    """symform check builds the shrunk model and compares every part, saved activations included."""
+    from symform.analysis.oracle_check import check
+
+    report = check(Model.from_config(SHAPED[case], name=case))
+    assert report.differences == []
+    assert {"params", "forward_flops", "kv_cache", "saved_activations"} <= {r.quantity for r in report.rows}
