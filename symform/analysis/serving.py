@@ -272,6 +272,7 @@ def paged_pool(
     waste = longest - sequence(lengths.longest, 1)
     # on-demand allocation: a live sequence holds its tokens so far, and on average half a block unused
     mean = sequence(lengths.mean_cached, 1) + (sequence(block, 1) - sequence(0, 1)) * (block - 1) / (2 * block)
+    mean = min(mean, longest)  # a short sequence's half block on average cannot outgrow the blocks its longest holds
     fits = int(pool // longest) if pool > 0 and longest > 0 else 0
     steady = int(pool // mean) if pool > 0 and mean > 0 else 0
     memory_tokens = largest_fitting(lambda n: sequence(n, block), pool, limit=1 << 34) if pool > 0 else 0
