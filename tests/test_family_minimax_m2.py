@@ -15,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from oracle import build, cached_bytes, count_forward, count_forward_backward, global_counts, input_ids  # noqa: E402
+from oracle import build, cached_bytes, count_forward, count_forward_backward, global_counts, hf_config, input_ids, meta_params  # noqa: E402
 
 from symform.engine.errors import ConfigError  # noqa: E402
 from symform.engine.model import Model  # noqa: E402
@@ -108,3 +108,15 @@ def test_a_setting_symform_does_not_model_is_refused_in_one_line(setting):
     with pytest.raises(ConfigError) as refusal:
         Model.from_config({**TINY["GQA, rotary on half of each head (rotary_dim)"], **setting})
     assert "\n" not in str(refusal.value)
+
+
+@pytest.mark.parametrize("case", list(TINY))
+def test_a_config_saved_by_transformers_reads_as_the_one_written_by_hand(case, tmp_path):
+    """save_pretrained writes rotary_dim as rope_parameters.partial_rotary_factor and leaves out default fields."""
+    config = TINY[case]
+    hf_config(config).save_pretrained(tmp_path)
+    saved, by_hand = Model.load(tmp_path / "config.json"), Model.from_config(config)
+    assert saved.evaluate("params") == meta_params(config) == by_hand.evaluate("params")
+    workload = {"batch": 2, "seq": 9, "past": 7}
+    for quantity in ("forward_flops", "saved_activations", "kv_cache"):
+        assert saved.evaluate(quantity, **workload) == by_hand.evaluate(quantity, **workload), quantity
