@@ -120,3 +120,13 @@ def test_a_config_saved_by_transformers_reads_as_the_one_written_by_hand(case, t
     workload = {"batch": 2, "seq": 9, "past": 7}
     for quantity in ("forward_flops", "saved_activations", "kv_cache"):
         assert saved.evaluate(quantity, **workload) == by_hand.evaluate(quantity, **workload), quantity
+
+
+def test_the_defaults_are_transformers_defaults_and_the_published_size():
+    """A config naming only the model type costs what MiniMaxM2Config's defaults build (MiniMax-M2's sizes:
+    transformers' model_doc/minimax_m2.md gives 230 billion parameters in total, 10 billion active)."""
+    config = {"model_type": "minimax_m2"}
+    model = Model.from_config(config)
+    assert model.evaluate("params") == meta_params(config)
+    assert round(model.evaluate("params"), -10) == 230 * 10**9
+    assert round(model.evaluate("active_params"), -10) == 10 * 10**9
