@@ -15,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from oracle import build, cached_bytes, count_forward, count_forward_backward, global_counts, hf_config, input_ids, meta_params  # noqa: E402
+from oracle import build, build_for_training, cached_bytes, count_forward, count_forward_backward, global_counts, hf_config, input_ids, meta_params, saved_for_backward  # noqa: E402
 
 from symform.engine.errors import ConfigError  # noqa: E402
 from symform.engine.model import Model  # noqa: E402
@@ -130,3 +130,15 @@ def test_the_defaults_are_transformers_defaults_and_the_published_size():
     assert model.evaluate("params") == meta_params(config)
     assert round(model.evaluate("params"), -10) == 230 * 10**9
     assert round(model.evaluate("active_params"), -10) == 10 * 10**9
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+@pytest.mark.parametrize("case", list(TINY))
+def test_saved_activations_equal_what_eager_pytorch_keeps(case, dtype):
+    """Every tensor autograd keeps for backward (the fp32 sigmoid scores, the whole-projection norms' statistics)."""
+    config, batch, seq = TINY[case], 2, 8
+    kept = saved_for_backward(build_for_training(config, dtype, experts_implementation="eager"), input_ids(config, batch, seq))
+    # the oracle runs PyTorch's CPU kernels
+    act_bytes = torch.tensor([], dtype=dtype).element_size()
+    model = Model.from_config(config, accounting="eager", conventions={"act_bytes": act_bytes, "cpu_kernels": 1})
+    assert model.evaluate("saved_activations", batch=batch, seq=seq) == kept
