@@ -151,6 +151,8 @@ REFUSED = {
     "qwen3_moe with a window": {"model_type": "qwen3_moe", "use_sliding_window": True, "sliding_window": 4},
     "mixtral with a window": {"model_type": "mixtral", "sliding_window": 4},
     "mixtral with router jitter": {"model_type": "mixtral", "router_jitter_noise": 0.01},
+    "minimax_m2 with router jitter": {"model_type": "minimax_m2", "router_jitter_noise": 0.01},
+    "minimax_m2 with the router loss": {"model_type": "minimax_m2", "output_router_logits": True},
     "qwen3_moe with the router loss": {"model_type": "qwen3_moe", "output_router_logits": True},
     "glm4_moe with the router loss": {"model_type": "glm4_moe", "n_routed_experts": 4, "output_router_logits": True},
     "gemma2, bidirectional": {"model_type": "gemma2", "use_bidirectional_attention": True},
