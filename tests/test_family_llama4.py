@@ -20,7 +20,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from oracle import build, cached_bytes, count_forward, count_forward_backward, global_counts, input_ids  # noqa: E402
+from oracle import build, cached_bytes, count_forward, count_forward_backward, global_counts, input_ids, meta_params  # noqa: E402
 
 from symform.engine.errors import ConfigError  # noqa: E402
 from symform.engine.model import Model  # noqa: E402
@@ -47,6 +47,25 @@ TINY = {
     ),
 }  # fmt: skip
 
+# The text_config sizes of the published checkpoints (huggingface.co/meta-llama/Llama-4-Scout-17B-16E-Instruct and
+# Llama-4-Maverick-17B-128E-Instruct, config.json; their attn_temperature_tuning is 4, which transformers 5 refuses
+# as not a bool, so it is left at its default here), and Meta's model card: 17B active parameters of 109B and 400B
+# total for Scout and Maverick, the vision tower included.
+PUBLISHED_TEXT = {
+    "Llama-4-Scout-17B-16E": dict(
+        model_type="llama4_text", hidden_size=5120, num_hidden_layers=48, num_attention_heads=40, num_key_value_heads=8, head_dim=128,
+        intermediate_size=8192, intermediate_size_mlp=16384, vocab_size=202048, num_local_experts=16, num_experts_per_tok=1,
+        interleave_moe_layer_step=1, attention_chunk_size=8192, use_qk_norm=True, tie_word_embeddings=False, max_position_embeddings=10485760,
+    ),
+    "Llama-4-Maverick-17B-128E": dict(
+        model_type="llama4_text", hidden_size=5120, num_hidden_layers=48, num_attention_heads=40, num_key_value_heads=8, head_dim=128,
+        intermediate_size=8192, intermediate_size_mlp=16384, vocab_size=202048, num_local_experts=128, num_experts_per_tok=1,
+        interleave_moe_layer_step=2, attention_chunk_size=8192, use_qk_norm=False, tie_word_embeddings=False, max_position_embeddings=1048576,
+    ),
+}  # fmt: skip
+# (total without the vision tower, below the card's total; active, which the card rounds to 17B)
+CARD = {"Llama-4-Scout-17B-16E": (109e9, 17e9), "Llama-4-Maverick-17B-128E": (400e9, 17e9)}
+
 SHAPES = [(2, 7), (1, 3), (1, 1)]  # seq above and below every tiny chunk, and one token
 CACHE_SEQS = (3, 9)  # shorter and longer than every tiny chunk
 
@@ -64,6 +83,17 @@ def unrouted_expert_flops(config: dict, model, tokens: int) -> int:
     per token, three d_model x d_ff_expert products (gate, up, down) of 2 FLOPs per multiply-add."""
     idle = model.config.num_local_experts - model.config.num_experts_per_tok
     return expert_layers(model) * tokens * idle * 3 * 2 * config["hidden_size"] * config["intermediate_size"]
+
+
+@pytest.mark.parametrize("name", list(PUBLISHED_TEXT))
+def test_published_text_stacks_equal_numel_and_the_model_card(name):
+    config = PUBLISHED_TEXT[name]
+    model = Model.from_config(config)
+    total, active = model.evaluate("params"), model.evaluate("active_params")
+    assert total == meta_params(config)
+    card_total, card_active = CARD[name]
+    assert card_total - 2e9 < total < card_total + 1e9  # the card's total also holds the vision tower and projector
+    assert round(active / 1e9) == card_active / 1e9
 
 
 @pytest.mark.parametrize("case", list(TINY))
