@@ -146,8 +146,11 @@ def test_an_explicit_no_rope_layers_list_is_refused_in_one_line():
     assert "\n" not in str(refusal.value)
 
 
-def test_layer_types_that_disagree_with_the_rope_pattern_are_refused():
-    config = dict(TINY["Scout-like: every layer experts, 3 experts top-1, qk-norm, temperature"], layer_types=["full_attention"] * 4)
-    with pytest.raises(Exception) as refusal:
-        Model.from_config(config).evaluate("params")
+def test_layer_types_read_when_they_agree_with_the_rope_pattern_and_refused_otherwise():
+    """transformers writes layer_types into a saved config: the RoPE layers chunked, the NoPE ones full."""
+    config = TINY["Scout-like: every layer experts, 3 experts top-1, qk-norm, temperature"]
+    listed = dict(config, layer_types=["chunked_attention"] * 3 + ["full_attention"])
+    assert Model.from_config(listed).evaluate("kv_cache", batch=1, seq=9) == Model.from_config(config).evaluate("kv_cache", batch=1, seq=9)
+    with pytest.raises(ConfigError) as refusal:
+        Model.from_config(dict(config, layer_types=["full_attention"] * 4)).evaluate("params")
     assert "\n" not in str(refusal.value)
