@@ -101,6 +101,16 @@ COST_FREE_IN = {
         )},
         "kv_sharing_modes": "derived from num_kv_shared_layers, which is read (and refused above 0)",
     },
+    "llama4_text": {
+        **{name: "the multimodal wrapper's vision tower, not the text model" for name in (
+            "image_size", "num_channels", "patch_size", "pixel_shuffle_ratio", "projector_dropout", "projector_input_dim", "projector_output_dim",
+        )},
+        "attn_scale": "the temperature's value, not a size (attn_temperature_tuning, which is read, says whether it applies)",
+        "floor_scale": "the temperature's value, not a size (attn_temperature_tuning, which is read, says whether it applies)",
+        "output_attentions": "what forward returns, not what it computes",
+        "output_hidden_states": "what forward returns, not what it computes",
+        "return_dict": "what forward returns, not what it computes",
+    },
     "qwen3_5": {
         name: "the multimodal wrapper's vision tower, not the text model"
         for name in ("depth", "in_channels", "num_heads", "num_position_embeddings", "out_hidden_size", "patch_size", "spatial_merge_size", "temporal_patch_size", "video_token_id")
@@ -122,7 +132,7 @@ NOT_YET = {
     },
 }
 MODELS = Path(transformers.__file__).parent / "models"
-MODULE = {"gemma3_text": "gemma3", "gemma4_text": "gemma4"}
+MODULE = {"gemma3_text": "gemma3", "gemma4_text": "gemma4", "llama4_text": "llama4"}
 
 
 def fields_the_modeling_code_reads(model_type: str) -> set[str]:
@@ -155,6 +165,7 @@ REFUSED = {
     "minimax_m2 with the router loss": {"model_type": "minimax_m2", "output_router_logits": True},
     "qwen3_moe with the router loss": {"model_type": "qwen3_moe", "output_router_logits": True},
     "glm4_moe with the router loss": {"model_type": "glm4_moe", "n_routed_experts": 4, "output_router_logits": True},
+    "llama4_text with an explicit no_rope_layers list": {"model_type": "llama4_text", "no_rope_layers": [1, 0]},
     "gemma2, bidirectional": {"model_type": "gemma2", "use_bidirectional_attention": True},
     "gpt2, reordered upcast": {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "reorder_and_upcast_attn": True},
     "gpt2, an activation written out in products": {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "activation_function": "gelu_fast"},
