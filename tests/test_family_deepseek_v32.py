@@ -23,7 +23,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from oracle import build, build_for_training, cached_bytes, count_forward, count_forward_backward, global_counts, input_ids, meta_params, preset_dict, saved_for_backward  # noqa: E402
+from oracle import build, build_for_training, hf_config, cached_bytes, count_forward, count_forward_backward, global_counts, input_ids, meta_params, preset_dict, saved_for_backward  # noqa: E402
 
 from symform.engine.errors import ConfigError  # noqa: E402
 from symform.engine.model import Model  # noqa: E402
@@ -164,3 +164,15 @@ def test_a_config_without_the_query_bottleneck_is_refused_in_one_line():
     with pytest.raises(ConfigError) as refusal:
         Model.from_config(dict(TINY["2 layers, 1 dense, top-3 keys"], q_lora_rank=None))
     assert "\n" not in str(refusal.value)
+
+
+@pytest.mark.parametrize("case", list(TINY))
+def test_a_config_saved_by_transformers_reads_as_the_one_written_by_hand(case, tmp_path):
+    """transformers writes mlp_layer_types (and layer_types) out in full; the counts must not move."""
+    config = TINY[case]
+    hf_config(config).save_pretrained(tmp_path)
+    saved, by_hand = Model.load(tmp_path / "config.json"), Model.from_config(config)
+    workload = {"batch": 2, "seq": 9, "past": 7}
+    assert saved.evaluate("params") == by_hand.evaluate("params")
+    for quantity in ("forward_flops", "saved_activations", "kv_cache"):
+        assert saved.evaluate(quantity, **workload) == by_hand.evaluate(quantity, **workload), quantity
