@@ -74,6 +74,7 @@ COST_FREE_IN = {
     "gemma3_text": {"attn_logit_softcapping": "Gemma3Attention stores it but never applies it"},
     "deepseek_v2": {"head_dim": "the rotary width, qk_rope_head_dim, which is read", "num_key_value_heads": "MLA's heads are num_attention_heads"},
     "deepseek_v3": {"head_dim": "the rotary width, qk_rope_head_dim, which is read", "num_key_value_heads": "MLA's heads are num_attention_heads"},
+    "deepseek_v32": {"head_dim": "the rotary width, qk_rope_head_dim, which is read (the config class overwrites head_dim with it)", "num_key_value_heads": "MLA's heads are num_attention_heads (DeepseekV32Attention expands keys and values to them)"},
     "gpt_oss": {"swiglu_alpha": "a value inside the clamped SwiGLU, not a size", "swiglu_limit": "the clamp's bound: a value, not a size"},
     "bert": {
         "attention_probs_dropout_prob": "dropout is the `dropout` convention",
@@ -169,6 +170,7 @@ REFUSED = {
     "gemma2, bidirectional": {"model_type": "gemma2", "use_bidirectional_attention": True},
     "gpt2, reordered upcast": {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "reorder_and_upcast_attn": True},
     "gpt2, an activation written out in products": {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "activation_function": "gelu_fast"},
+    "deepseek_v32 without the query bottleneck": {"model_type": "deepseek_v32", "q_lora_rank": None},
 }
 MOE_SIZES = {"num_experts": 4, "num_local_experts": 4, "moe_intermediate_size": 8, "num_experts_per_tok": 2}
 

@@ -359,7 +359,7 @@ def _counter_fixes(torch) -> dict[Any, Any]:
 
 
 def _cache_rows(torch, model: Model, module, config: Mapping[str, Any]) -> list[Row]:
-    """The bytes of the keys and values transformers' cache keeps after one forward, and of the recurrent
+    """The bytes of the keys and values (and a sparse-attention indexer's keys) transformers' cache keeps after one forward, and of the recurrent
     state (conv windows and state matrices) where the model has recurrent layers."""
     module.eval()
     with torch.no_grad():
@@ -371,7 +371,7 @@ def _cache_rows(torch, model: Model, module, config: Mapping[str, Any]) -> list[
     elif layers is None:
         keys_values, states = None, None
     else:
-        keys_values = _bytes(torch, (getattr(layer, name, None) for layer in layers for name in ("keys", "values")))
+        keys_values = _bytes(torch, (getattr(layer, name, None) for layer in layers for name in ("keys", "values", "indexer_keys")))
         states = _bytes(torch, (t for layer in layers for name in ("conv_states", "recurrent_states") for t in (getattr(layer, name, None) or {}).values()))
     rows = [Row("kv_cache", "total", int(model.evaluate("kv_cache", batch=BATCH, seq=SEQ)), keys_values)]
     ours_state = int(model.evaluate("recurrent_state", batch=BATCH, seq=SEQ))
