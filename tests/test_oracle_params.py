@@ -40,9 +40,19 @@ def test_preset_params_match_transformers(name):
     assert Model.load(name).evaluate("params") == expected
 
 
+# Families whose publisher's config.json was not found verbatim: no preset is made up for them; their
+# tiny-model oracle tests (tests/test_family_*.py) check them against transformers instead.
+WITHOUT_PUBLISHED_CONFIG = {
+    "gemma4_text": "no complete Gemma 4 config.json found",
+    "glm4_moe": "GLM-4.5 / GLM-4.5-Air config.json not found verbatim",
+    "llama4_text": "Llama 4 Scout / Maverick config.json not found verbatim",
+    "minimax_m2": "only MiniMax-M2.5 configs with their quantization block removed were found",
+}
+
+
 def test_presets_cover_every_family():
     model_types = {preset_dict(name)["model_type"] for name in presets()}
-    assert model_types == set(supported_model_types())
+    assert model_types == set(supported_model_types()) - set(WITHOUT_PUBLISHED_CONFIG)
 
 
 # -- transformers' defaults on modified configs -------------------------------
