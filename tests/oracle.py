@@ -141,3 +141,41 @@ def saved_for_backward(model, ids) -> int:
         loss = model(input_ids=ids, labels=ids).loss
     assert loss.requires_grad
     return sum(kept.values())
+
+
+# -- the checks every family's oracle tests make ---------------------------------------------------------------
+
+MATMULS = {"aten.mm", "aten.addmm", "aten.bmm"}  # all the counter counts in a decoder: no element-wise work
+
+
+def check_forward_flops(symbolic, model, config: dict, shapes) -> None:
+    """symform's forward FLOPs equal the counter's at each (batch, seq), the counter having seen matrix products only."""
+    for batch, seq in shapes:
+        counter = count_forward(model, input_ids(config, batch, seq))
+        assert set(global_counts(counter)) <= MATMULS
+        assert symbolic.evaluate("forward_flops", batch=batch, seq=seq) == counter.get_total_flops(), (batch, seq, global_counts(counter))
+
+
+def check_train_step_flops(symbolic, model, config: dict, batch: int = 2, seq: int = 7) -> None:
+    """A forward and a backward: the counter's backward is two matrix products per forward one, as symform's bwd_mult = 2."""
+    both = count_forward_backward(model, input_ids(config, batch, seq)).get_total_flops()
+    assert symbolic.evaluate("train_step_flops", batch=batch, seq=seq) == both
+
+
+def check_cache_bytes(config: dict, model, seq: int) -> None:
+    """The KV cache (float32 here) equals the bytes of the tensors transformers' cache holds after a forward of 2 x seq."""
+    from symform.engine.model import Model
+
+    expected = cached_bytes(model, 2, seq)
+    assert Model.from_config(config).with_conventions(kv_bytes=4).evaluate("kv_cache", batch=2, seq=seq) == expected
+
+
+def check_saved_config_reads_the_same(config: dict, directory, quantities=("forward_flops", "saved_activations", "kv_cache")) -> None:
+    """The config transformers writes (save_pretrained) costs what the one written by hand does."""
+    from symform.engine.model import Model
+
+    hf_config(config).save_pretrained(directory)
+    saved, by_hand = Model.load(directory / "config.json"), Model.from_config(config)
+    workload = {"batch": 2, "seq": 9, "past": 7}
+    for quantity in quantities:
+        assert saved.evaluate(quantity, **workload) == by_hand.evaluate(quantity, **workload), quantity

@@ -17,7 +17,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from oracle import build, cached_bytes, count_forward, count_forward_backward, global_counts, input_ids, meta_params, preset_dict  # noqa: E402
+from oracle import build, check_cache_bytes, check_forward_flops, check_train_step_flops, meta_params, preset_dict  # noqa: E402
 
 from symform.engine.model import Model  # noqa: E402
 
@@ -79,26 +79,18 @@ def test_tiny_parameters_equal_numel(case):
 @pytest.mark.parametrize("case", list(TINY))
 def test_forward_flops_equal_the_counter(case):
     config = TINY[case]
-    model, sym = build(config, eager_experts=True), eager(config)
-    for batch, seq in SHAPES:
-        counter = count_forward(model, input_ids(config, batch, seq))
-        assert set(global_counts(counter)) <= {"aten.mm", "aten.addmm", "aten.bmm"}
-        assert sym.evaluate("forward_flops", batch=batch, seq=seq) == counter.get_total_flops(), (batch, seq, global_counts(counter))
+    check_forward_flops(eager(config), build(config, eager_experts=True), config, SHAPES)
 
 
 @pytest.mark.parametrize("case", list(TINY))
 def test_forward_and_backward_flops_equal_the_counter(case):
     """The counter's backward is two matrix products per forward one, as symform's bwd_mult = 2."""
     config = TINY[case]
-    model, sym = build(config, eager_experts=True), eager(config)
-    batch, seq = 2, 7
-    both = count_forward_backward(model, input_ids(config, batch, seq)).get_total_flops()
-    assert sym.evaluate("train_step_flops", batch=batch, seq=seq) == both
+    check_train_step_flops(eager(config), build(config, eager_experts=True), config)
 
 
 @pytest.mark.parametrize("case", list(TINY))
 @pytest.mark.parametrize("seq", CACHE_SEQS)
 def test_cache_bytes_equal_the_tensors_transformers_keeps(case, seq):
     config = TINY[case]
-    expected = cached_bytes(build(config, eager_experts=True), 2, seq)
-    assert Model.from_config(config).with_conventions(kv_bytes=4).evaluate("kv_cache", batch=2, seq=seq) == expected
+    check_cache_bytes(config, build(config, eager_experts=True), seq)

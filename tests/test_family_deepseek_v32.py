@@ -23,7 +23,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from oracle import build, build_for_training, hf_config, cached_bytes, count_forward, count_forward_backward, global_counts, input_ids, meta_params, preset_dict, saved_for_backward  # noqa: E402
+from oracle import build, build_for_training, check_cache_bytes, check_forward_flops, check_saved_config_reads_the_same, check_train_step_flops, count_forward, input_ids, meta_params, preset_dict, saved_for_backward  # noqa: E402
 
 from symform.engine.errors import ConfigError  # noqa: E402
 from symform.engine.model import Model  # noqa: E402
@@ -87,11 +87,7 @@ def test_tiny_parameters_equal_numel(case):
 @pytest.mark.parametrize("case", list(TINY))
 def test_forward_flops_equal_the_counter(case):
     config = TINY[case]
-    model, sym = build(config, eager_experts=True), eager(config)
-    for batch, seq in SHAPES:
-        counter = count_forward(model, input_ids(config, batch, seq))
-        assert set(global_counts(counter)) <= {"aten.mm", "aten.addmm", "aten.bmm"}
-        assert sym.evaluate("forward_flops", batch=batch, seq=seq) == counter.get_total_flops(), (batch, seq, global_counts(counter))
+    check_forward_flops(eager(config), build(config, eager_experts=True), config, SHAPES)
 
 
 @pytest.mark.parametrize("case", list(TINY))
@@ -114,10 +110,7 @@ def test_the_indexer_does_what_the_paper_says(case):
 def test_forward_and_backward_flops_equal_the_counter(case):
     """The counter's backward is two matrix products per forward one, none for the indexer (torch.no_grad)."""
     config = TINY[case]
-    model, sym = build(config, eager_experts=True), eager(config)
-    batch, seq = 2, 7
-    both = count_forward_backward(model, input_ids(config, batch, seq)).get_total_flops()
-    assert sym.evaluate("train_step_flops", batch=batch, seq=seq) == both
+    check_train_step_flops(eager(config), build(config, eager_experts=True), config)
 
 
 @pytest.mark.parametrize("case", list(TINY))
@@ -139,8 +132,7 @@ def test_a_sparse_kernel_counts_min_span_topk_keys_per_query(case, batch, seq, p
 @pytest.mark.parametrize("seq", CACHE_SEQS)
 def test_cache_bytes_equal_the_tensors_transformers_keeps(case, seq):
     config = TINY[case]
-    expected = cached_bytes(build(config, eager_experts=True), 2, seq)
-    assert Model.from_config(config).with_conventions(kv_bytes=4).evaluate("kv_cache", batch=2, seq=seq) == expected
+    check_cache_bytes(config, build(config, eager_experts=True), seq)
 
 
 def test_the_indexer_key_cache_by_hand():
@@ -170,9 +162,4 @@ def test_a_config_without_the_query_bottleneck_is_refused_in_one_line():
 def test_a_config_saved_by_transformers_reads_as_the_one_written_by_hand(case, tmp_path):
     """transformers writes mlp_layer_types (and layer_types) out in full; the counts must not move."""
     config = TINY[case]
-    hf_config(config).save_pretrained(tmp_path)
-    saved, by_hand = Model.load(tmp_path / "config.json"), Model.from_config(config)
-    workload = {"batch": 2, "seq": 9, "past": 7}
-    assert saved.evaluate("params") == by_hand.evaluate("params")
-    for quantity in ("forward_flops", "saved_activations", "kv_cache"):
-        assert saved.evaluate(quantity, **workload) == by_hand.evaluate(quantity, **workload), quantity
+    check_saved_config_reads_the_same(config, tmp_path, ("params", "forward_flops", "saved_activations", "kv_cache"))

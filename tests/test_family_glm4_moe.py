@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from oracle import build, cached_bytes, count_forward, count_forward_backward, global_counts, input_ids  # noqa: E402
+from oracle import build, check_cache_bytes, check_forward_flops, check_saved_config_reads_the_same, check_train_step_flops  # noqa: E402
 
 from symform.engine.model import Model  # noqa: E402
 
@@ -57,29 +57,21 @@ def test_tiny_parameters_equal_numel(case):
 @pytest.mark.parametrize("case", list(TINY))
 def test_forward_flops_equal_the_counter(case):
     config = TINY[case]
-    model, sym = build(config, eager_experts=True), eager(config)
-    for batch, seq in SHAPES:
-        counter = count_forward(model, input_ids(config, batch, seq))
-        assert set(global_counts(counter)) <= {"aten.mm", "aten.addmm", "aten.bmm"}
-        assert sym.evaluate("forward_flops", batch=batch, seq=seq) == counter.get_total_flops(), (batch, seq, global_counts(counter))
+    check_forward_flops(eager(config), build(config, eager_experts=True), config, SHAPES)
 
 
 @pytest.mark.parametrize("case", list(TINY))
 def test_forward_and_backward_flops_equal_the_counter(case):
     """The counter's backward is two matrix products per forward one, as symform's bwd_mult = 2."""
     config = TINY[case]
-    model, sym = build(config, eager_experts=True), eager(config)
-    batch, seq = 2, 7
-    both = count_forward_backward(model, input_ids(config, batch, seq)).get_total_flops()
-    assert sym.evaluate("train_step_flops", batch=batch, seq=seq) == both
+    check_train_step_flops(eager(config), build(config, eager_experts=True), config)
 
 
 @pytest.mark.parametrize("case", list(TINY))
 @pytest.mark.parametrize("seq", (3, 9))
 def test_cache_bytes_equal_the_tensors_transformers_keeps(case, seq):
     config = TINY[case]
-    expected = cached_bytes(build(config, eager_experts=True), 2, seq)
-    assert Model.from_config(config).with_conventions(kv_bytes=4).evaluate("kv_cache", batch=2, seq=seq) == expected
+    check_cache_bytes(config, build(config, eager_experts=True), seq)
 
 
 def test_multi_token_prediction_is_counted_only_when_asked():
@@ -99,14 +91,8 @@ def test_multi_token_prediction_is_counted_only_when_asked():
 @pytest.mark.parametrize("case", list(TINY))
 def test_a_config_saved_by_transformers_reads_as_the_one_written_by_hand(case, tmp_path):
     """save_pretrained writes partial_rotary_factor inside rope_parameters and leaves out fields equal to the defaults."""
-    from oracle import hf_config
-
     config = TINY[case]
-    hf_config(config).save_pretrained(tmp_path)
-    saved, by_hand = Model.load(tmp_path / "config.json"), Model.from_config(config)
-    workload = {"batch": 2, "seq": 9, "past": 7}
-    for quantity in ("params", "forward_flops", "saved_activations", "kv_cache"):
-        assert saved.evaluate(quantity, **workload) == by_hand.evaluate(quantity, **workload), quantity
+    check_saved_config_reads_the_same(config, tmp_path, ("params", "forward_flops", "saved_activations", "kv_cache"))
 
 
 # the shapes GLM-4.5-Air and GLM-4.6 are described with (no published config.json is bundled); check shrinks the sizes

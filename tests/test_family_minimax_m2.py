@@ -15,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from oracle import build, build_for_training, cached_bytes, count_forward, count_forward_backward, global_counts, hf_config, input_ids, meta_params, saved_for_backward  # noqa: E402
+from oracle import build, build_for_training, check_cache_bytes, check_forward_flops, check_saved_config_reads_the_same, check_train_step_flops, input_ids, meta_params, saved_for_backward  # noqa: E402
 
 from symform.engine.errors import ConfigError  # noqa: E402
 from symform.engine.model import Model  # noqa: E402
@@ -70,28 +70,20 @@ def test_the_qk_norms_span_the_whole_projections():
 @pytest.mark.parametrize("case", list(TINY))
 def test_forward_flops_equal_the_counter(case):
     config = TINY[case]
-    model, sym = tiny_model(config), Model.from_config(config)
-    for batch, seq in SHAPES:
-        counter = count_forward(model, input_ids(config, batch, seq))
-        assert set(global_counts(counter)) <= {"aten.mm", "aten.addmm", "aten.bmm"}
-        assert sym.evaluate("forward_flops", batch=batch, seq=seq) == counter.get_total_flops(), (batch, seq, global_counts(counter))
+    check_forward_flops(Model.from_config(config), tiny_model(config), config, SHAPES)
 
 
 @pytest.mark.parametrize("case", list(TINY))
 def test_forward_and_backward_flops_equal_the_counter(case):
     config = TINY[case]
-    model, sym = tiny_model(config), Model.from_config(config)
-    batch, seq = 2, 7
-    both = count_forward_backward(model, input_ids(config, batch, seq)).get_total_flops()
-    assert sym.evaluate("train_step_flops", batch=batch, seq=seq) == both
+    check_train_step_flops(Model.from_config(config), tiny_model(config), config)
 
 
 @pytest.mark.parametrize("case", list(TINY))
 @pytest.mark.parametrize("seq", (3, 9))
 def test_cache_bytes_equal_the_tensors_transformers_keeps(case, seq):
     config = TINY[case]
-    expected = cached_bytes(tiny_model(config), 2, seq)
-    assert Model.from_config(config).with_conventions(kv_bytes=4).evaluate("kv_cache", batch=2, seq=seq) == expected
+    check_cache_bytes(config, tiny_model(config), seq)
 
 
 @pytest.mark.parametrize("case", list(TINY))
@@ -114,12 +106,9 @@ def test_a_setting_symform_does_not_model_is_refused_in_one_line(setting):
 def test_a_config_saved_by_transformers_reads_as_the_one_written_by_hand(case, tmp_path):
     """save_pretrained writes rotary_dim as rope_parameters.partial_rotary_factor and leaves out default fields."""
     config = TINY[case]
-    hf_config(config).save_pretrained(tmp_path)
+    check_saved_config_reads_the_same(config, tmp_path, ("forward_flops", "saved_activations", "kv_cache"))
     saved, by_hand = Model.load(tmp_path / "config.json"), Model.from_config(config)
     assert saved.evaluate("params") == meta_params(config) == by_hand.evaluate("params")
-    workload = {"batch": 2, "seq": 9, "past": 7}
-    for quantity in ("forward_flops", "saved_activations", "kv_cache"):
-        assert saved.evaluate(quantity, **workload) == by_hand.evaluate(quantity, **workload), quantity
 
 
 def test_the_defaults_are_transformers_defaults_and_the_published_size():

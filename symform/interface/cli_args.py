@@ -48,12 +48,24 @@ def non_negative_int(text: str) -> int:
     return value
 
 
-def positive_float(text: str) -> float:
-    """A measured or priced quantity (seconds, dollars, requests/s): a float, since it is data, not a size."""
+def _float(text: str) -> float:
     try:
-        value = float(text)
+        return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{quoted(text)} is not a number") from None
+
+
+def positive_float(text: str) -> float:
+    """A measured or priced quantity (seconds, dollars, requests/s): a float, since it is data, not a size."""
+    value = _float(text)
     if not value > 0 or value == float("inf"):  # `not >` also refuses nan
         raise argparse.ArgumentTypeError(f"{quoted(text)} is not a positive finite number")
+    return value
+
+
+def fraction(text: str) -> float:
+    """A share or a rate from 0 to 1 (memory utilisation, an acceptance rate)."""
+    value = _float(text)
+    if not 0 <= value <= 1:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"{quoted(text)} must be from 0 to 1")
     return value

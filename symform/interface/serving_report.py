@@ -8,7 +8,7 @@ import json
 import re
 from typing import TYPE_CHECKING
 
-from .cli_args import positive_float, positive_int
+from .cli_args import fraction, positive_float, positive_int
 from ..engine.errors import ConfigError
 from ..engine.model import Model
 from .memory_report import kv_dtype, weight_format_name
@@ -30,17 +30,6 @@ def duration(text: str) -> float:
     if not 0 < value < 1e6:
         raise argparse.ArgumentTypeError(f"{text!r} must be a positive duration")
     return value
-
-
-def fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be from 0 to 1")
-    return value
-
 
 
 def serve_arguments(p: argparse.ArgumentParser) -> None:
