@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import weakref
 
 import torch
 import transformers
@@ -126,21 +127,23 @@ def build_for_training(config: dict, dtype=torch.bfloat16, **options):
 
 
 def saved_for_backward(model, ids) -> int:
-    """Bytes of the distinct storages autograd keeps for backward in one training forward (loss included),
-    parameters left out: they are weights, not activations."""
+    """Bytes of the distinct storages autograd still holds for backward after one training forward (loss
+    included), parameters left out: they are weights, not activations. A graph built and dropped within the
+    forward (a router's one-hot mask, DoRA's detached B·A) packs tensors too; they are freed with it and the
+    allocator may hand their address to a later tensor, so only tensors still alive count."""
     parameters = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    kept: dict[int, int] = {}
+    packed: list[tuple[weakref.ref, int, int]] = []
 
     def pack(tensor):
         storage = tensor.untyped_storage()
         if storage.data_ptr() not in parameters:
-            kept[storage.data_ptr()] = storage.nbytes()
+            packed.append((weakref.ref(tensor), storage.data_ptr(), storage.nbytes()))
         return tensor
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
         loss = model(input_ids=ids, labels=ids).loss
     assert loss.requires_grad
-    return sum(kept.values())
+    return sum({ptr: size for alive, ptr, size in packed if alive() is not None}.values())
 
 
 # -- the checks every family's oracle tests make ---------------------------------------------------------------

@@ -17,9 +17,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 peft = pytest.importorskip("peft")
 
-import weakref  # noqa: E402
 
-from oracle import TINY, build_for_training, input_ids  # noqa: E402
+from oracle import TINY, build_for_training, input_ids, saved_for_backward  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 from symform import Model  # noqa: E402
@@ -69,25 +68,6 @@ def peft_model(config: dict, targets: tuple[str, ...], method: str, *, rank: int
 
 def symform_model(config: dict) -> Model:
     return Model.from_config({**TINY, **config}, accounting="eager", conventions={"act_bytes": 4, "cpu_kernels": 1})
-
-
-def saved_for_backward(model, ids) -> int:
-    """Bytes of the distinct storages autograd still holds for backward after one training forward (loss
-    included), parameters left out. A graph built and dropped within the forward (DoRA's B·A, detached for
-    its norm) packs tensors too; they are freed with it, so only tensors still alive count."""
-    parameters = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    packed: list[tuple[weakref.ref, int, int]] = []
-
-    def pack(tensor):
-        storage = tensor.untyped_storage()
-        if storage.data_ptr() not in parameters:
-            packed.append((weakref.ref(tensor), storage.data_ptr(), storage.nbytes()))
-        return tensor
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        loss = model(input_ids=ids, labels=ids).loss
-    assert loss.requires_grad
-    return sum({ptr: size for alive, ptr, size in packed if alive() is not None}.values())
 
 
 def step_flops(model, ids) -> int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import importlib
 import math
+import weakref
 from dataclasses import dataclass
 from functools import cache
 from typing import Any, Mapping
@@ -385,21 +386,25 @@ def _bytes(torch, tensors) -> int:
 
 
 def _saved_row(torch, model: Model, module, config: Mapping[str, Any]) -> Row:
-    """Bytes of the distinct storages autograd keeps in one training forward (loss included), parameters left out."""
+    """Bytes of the distinct storages autograd still holds after one training forward (loss included),
+    parameters left out. Tensors packed by a graph that the forward builds and drops (a router's mask) are
+    freed with it, and the allocator may reuse their address, so only tensors still alive count."""
     module.train()
     parameters = {p.untyped_storage().data_ptr() for p in module.parameters()}
-    kept: dict[int, int] = {}
+    packed: list[tuple[weakref.ref, int, int]] = []
 
     def pack(tensor):
         storage = tensor.untyped_storage()
         if storage.data_ptr() not in parameters:
-            kept[storage.data_ptr()] = storage.nbytes()
+            packed.append((weakref.ref(tensor), storage.data_ptr(), storage.nbytes()))
         return tensor
 
     ids = _ids(torch, config)
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        module(input_ids=ids, labels=ids)
-    return Row("saved_activations", "total", int(model.evaluate("saved_activations", batch=BATCH, seq=SEQ)), sum(kept.values()))
+        output = module(input_ids=ids, labels=ids)
+    kept = sum({ptr: size for alive, ptr, size in packed if alive() is not None}.values())
+    del output
+    return Row("saved_activations", "total", int(model.evaluate("saved_activations", batch=BATCH, seq=SEQ)), kept)
 
 
 def _ids(torch, config: Mapping[str, Any]):
