@@ -21,9 +21,16 @@ FAMILIES = {}
 for _name in presets():
     FAMILIES.setdefault(Model.load(_name).spec.family, _name)
 
-# Families whose saved activations symform counts as transformers' eager modules keep them, to the byte
-# (tests/test_activations.py); for the others check reports the gap rather than hiding it.
-SAVED_EXACT = {"llama", "mistral", "qwen2", "qwen3", "phi3"}
+# Families whose preset's saved activations check does not yet match to the byte, with why; check reports
+# the gap rather than hiding it. Every other family's agree (eager accounting on the CPU, as check counts).
+SAVED_GAP = {
+    "bert": "the preset's dropout (0.1) keeps masks symform counts only under the dropout convention; without dropout 6,788 bytes of 122,628 at check's sizes are still untraced (bert is outside tests/test_activations.py)",
+    "gpt2": "the preset's dropout (embd/attn/resid_pdrop 0.1) keeps masks symform counts only under the dropout convention; with the three at 0 check agrees",
+    "gpt_oss": "untraced: gpt_oss is outside tests/test_activations.py (check: 305,796 counted, 330,628 kept)",
+    "nemotron_h": "untraced: nemotron_h is outside tests/test_activations.py (check: 463,364 counted, 500,044 kept)",
+    "qwen3_5": "the chunked Gated DeltaNet scan keeps padded-chunk fp32 tensors gated_deltanet does not declare, and the gated query's q_norm keeps the gate half alive as a view",
+    "qwen3_next": "the chunked Gated DeltaNet scan keeps padded-chunk fp32 tensors gated_deltanet does not declare, and the gated query's q_norm keeps the gate half alive as a view",
+}
 
 # Families that check cannot yet build or compare at tiny sizes, each with what is left undone (none today).
 # A family listed here is expected to fail, strictly: the day check handles it, the test says so.
@@ -48,8 +55,10 @@ def test_every_family_agrees_with_its_real_module(check, family, request):
     rows = {(r.quantity, r.part): r for r in report.rows}
     assert rows[("params", "total")].pytorch > 0 and rows[("forward_flops", "total")].pytorch > 0
     for row in report.rows:
-        if row.quantity != "saved_activations" or family in SAVED_EXACT:
+        if row.quantity != "saved_activations" or family not in SAVED_GAP:
             assert row.agrees, (family, row)
+    if family in SAVED_GAP:  # strictly: the day a gap closes, this says so
+        assert not rows[("saved_activations", "total")].agrees, f"{family} now agrees: take it out of SAVED_GAP"
 
 
 @pytest.mark.oracle
