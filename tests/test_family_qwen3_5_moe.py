@@ -17,6 +17,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from oracle import TINY, build, check_saved_config_reads_the_same, count_forward, count_forward_backward, input_ids, meta_params  # noqa: E402
+from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 from test_family_recurrent import cache_after, conv_forward, mixer_shapes, tensors_bytes, text, uncounted_solves  # noqa: E402
 
 from symform.engine.errors import ConfigError  # noqa: E402
@@ -68,7 +69,7 @@ def test_the_defaults_are_transformers_defaults_and_the_size_they_are_named_for(
 
 
 @pytest.mark.parametrize("case", CONFIGS)
-@pytest.mark.parametrize("batch, seq", [(2, 7), (1, 1), (1, 70)])
+@pytest.mark.parametrize("batch, seq", [(2, 7), (1, 5), (1, 70)])
 def test_forward_flops_equal_the_counter_but_for_the_triangular_solves(case, batch, seq):
     config = CONFIGS[case]
     counted = count_forward(tiny_model(config), input_ids(text(config), batch, seq)).get_total_flops()
@@ -97,6 +98,19 @@ def test_cache_and_state_bytes_equal_the_tensors_transformers_keeps(case, batch,
     model = Model.from_config(config).with_conventions(kv_bytes=4)  # float32 model; the state is fp32 by default
     assert model.evaluate("kv_cache", batch=batch, seq=seq) == keys_values > 0
     assert model.evaluate("recurrent_state", batch=batch, seq=seq) == states > 0
+
+
+@pytest.mark.parametrize("case", CONFIGS)
+@pytest.mark.parametrize("batch, past", [(2, 9), (1, 70)])
+def test_a_decode_step_takes_the_recurrent_update(case, batch, past):
+    """One token after a cached prefix: the conv updates its window, the delta rule takes one element-wise step."""
+    config = CONFIGS[case]
+    model = tiny_model(config)
+    cache = cache_after(model, config, batch, past)
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        model(input_ids=input_ids(text(config), batch, 1), cache=cache, use_cache=True)
+    symbolic = Model.from_config(config).with_conventions(training=0, decoding=1)
+    assert symbolic.evaluate("forward_flops", batch=batch, seq=1, past=past) == counter.get_total_flops()
 
 
 @pytest.mark.parametrize("case", CONFIGS)
