@@ -16,7 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from oracle import TINY, build, check_saved_config_reads_the_same, count_forward, count_forward_backward, input_ids, meta_params  # noqa: E402
+from oracle import TINY, build, build_for_training, check_saved_config_reads_the_same, count_forward, count_forward_backward, input_ids, meta_params, saved_for_backward  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 from test_family_recurrent import cache_after, conv_forward, mixer_shapes, tensors_bytes, text, uncounted_solves  # noqa: E402
 
@@ -123,3 +123,49 @@ def test_the_router_loss_is_refused_in_one_line():
     config = dict(model_type="qwen3_5_moe", text_config=dict(output_router_logits=True))
     with pytest.raises(ConfigError, match="output_router_logits"):
         Model.from_config(config)
+
+
+# the shape Qwen3_5MoeTextConfig's defaults are named for (Qwen3.5-35B-A3B style; no published config.json is
+# bundled), its layer kinds spelled out as checkpoints write them; check shrinks the sizes
+SHAPED = dict(
+    model_type="qwen3_5_moe",
+    text_config=dict(
+        hidden_size=2048, num_hidden_layers=40, vocab_size=248320, num_attention_heads=16, num_key_value_heads=2, head_dim=256,
+        linear_num_key_heads=16, linear_num_value_heads=32, linear_key_head_dim=128, linear_value_head_dim=128, linear_conv_kernel_dim=4,
+        num_experts=256, num_experts_per_tok=8, moe_intermediate_size=512, shared_expert_intermediate_size=512,
+        layer_types=["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(40)],
+    ),
+)  # fmt: skip
+
+
+def test_check_agrees_with_the_real_module_but_for_saved_activations():
+    """symform check builds the shrunk model and compares every part: parameters per module, forward and backward
+    FLOPs, KV cache and recurrent state agree to the byte; saved activations do not (see the test below)."""
+    from symform.analysis.oracle_check import check
+
+    report = check(Model.from_config(SHAPED, name="Qwen3.5-35B-A3B-shaped"))
+    assert {row.quantity for row in report.differences} == {"saved_activations"}
+    assert {"params", "forward_flops", "backward_flops", "kv_cache", "recurrent_state"} <= {row.quantity for row in report.rows}
+
+
+@pytest.mark.xfail(strict=True, reason="the Qwen3.5 mixers' saved activations are not declared to the byte yet (docstring)")
+def test_saved_activations_equal_what_eager_pytorch_keeps():
+    """Not exact, for reasons in the mixers this family shares with qwen3_5 (and, but for the first, qwen3_next), none
+    in its experts: the routed and shared experts' saved tensors agree to the byte. Measured per module with
+    saved_tensors_hooks on the first tiny config (float32, batch 2, seq 8), PyTorch keeps 1,036,612 bytes, symform
+    counts 819,972; the 216,640 between them, to the byte:
+    - every Qwen3_5MoeRMSNorm scales by (1 + w) in fp32 and keeps that fp32 copy (4·width bytes per norm; symform
+      declares rms_norm, not offset_rms_norm): +256 per d_model norm, +64 per q_norm and k_norm;
+    - q_norm's input is a strided view of q_proj's output, which holds the query and the output gate, so its whole
+      storage stays alive: the gate half, 4·batch·seq·n_heads·d_head bytes more, +4,096 here;
+    - rotary positions cover a quarter of each head (partial_rotary_factor 0.25, which the family does not read), so
+      cos and sin are 512 bytes, not the 1,024 symform counts for the full head;
+    - the Gated DeltaNet layer: transformers' torch_chunk_gated_delta_rule keeps the padded 64-token chunk's
+      fp32 [chunk, chunk] products (four of them per head) and per-chunk copies of Q, K, V, β and the decays that
+      gated_deltanet's parts do not declare: 850,368 bytes kept against 638,720 declared here, and at the
+      default sizes symform counts more than PyTorch keeps (check: +23,554,688 on the shrunk 35B-A3B shape).
+    """
+    config, batch, seq = CONFIGS["1 linear : 1 full from layer_types, 2 value heads per key head"], 2, 8
+    kept = saved_for_backward(build_for_training(config, torch.float32, experts_implementation="eager"), input_ids(text(config), batch, seq))
+    model = Model.from_config(config, accounting="eager", conventions={"act_bytes": 4, "cpu_kernels": 1})
+    assert model.evaluate("saved_activations", batch=batch, seq=seq) == kept
