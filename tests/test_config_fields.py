@@ -116,6 +116,10 @@ COST_FREE_IN = {
         name: "the multimodal wrapper's vision tower, not the text model"
         for name in ("depth", "in_channels", "num_heads", "num_position_embeddings", "out_hidden_size", "patch_size", "spatial_merge_size", "temporal_patch_size", "video_token_id")
     },
+    "qwen3_5_moe": {
+        name: "the multimodal wrapper's vision tower, not the text model (its MLP's intermediate_size too)"
+        for name in ("depth", "in_channels", "intermediate_size", "num_heads", "num_position_embeddings", "out_hidden_size", "patch_size", "spatial_merge_size", "temporal_patch_size", "video_token_id")
+    },
 }
 # Fields a new family (i13b) reads in transformers that symform does not model yet and does not refuse either:
 # real gaps, listed here so the test names them rather than hiding them. Remove an entry once it is read or refused.
