@@ -90,6 +90,8 @@ COST_FREE_IN = {
         "time_step_max": "initialisation only (the dt bias)",
         "time_step_min": "initialisation only (the dt bias)",
         "use_mamba_kernels": "the kernel is the caller's choice (the torch scan here), not a size",
+        "num_hidden_layers": "transformers derives it from layers_block_type (or the pattern), which is read",
+        "num_logits_to_keep": "how many logits generation asks for; symform counts every position's logits",
     },
     "gemma4_text": {
         **{name: "the multimodal wrapper's audio tower, not the text model" for name in (
@@ -127,13 +129,6 @@ NOT_YET = {
     "gemma4_text": {
         "per_layer_config": "an explicit per-layer table of head sizes is not read (global_head_dim and num_global_key_value_heads are)",
         "use_bidirectional_attention": "'all' makes every layer bidirectional and narrows the window to sliding_window // 2 + 1; gemma4_text counts the causal model",
-    },
-    "nemotron_h": {
-        name: "Nemotron-H's mixture-of-experts layers and block-type list (newer transformers) are not modelled by the nemotron_h family yet"
-        for name in (
-            "layer_types", "layers_block_type", "moe_intermediate_size", "moe_latent_size", "moe_shared_expert_intermediate_size",
-            "n_group", "n_routed_experts", "norm_topk_prob", "num_experts_per_tok", "num_local_experts", "topk_group", "num_logits_to_keep",
-        )
     },
 }
 MODELS = Path(transformers.__file__).parent / "models"
@@ -175,6 +170,7 @@ REFUSED = {
     "gpt2, reordered upcast": {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "reorder_and_upcast_attn": True},
     "gpt2, an activation written out in products": {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "activation_function": "gelu_fast"},
     "deepseek_v32 without the query bottleneck": {"model_type": "deepseek_v32", "q_lora_rank": None},
+    "nemotron_h with experts behind a latent projection": {"model_type": "nemotron_h", "hybrid_override_pattern": "ME", "moe_latent_size": 16},
 }
 MOE_SIZES = {"num_experts": 4, "num_local_experts": 4, "moe_intermediate_size": 8, "num_experts_per_tok": 2}
 

@@ -1,6 +1,7 @@
-"""Recurrent-state mixers (Gated DeltaNet, Mamba-2) and the hybrid stacks built from them (Qwen3-Next, Nemotron-H):
-parameters, FLOPs, cache and state bytes against transformers' own models (torch fallback
-paths, float32, eager attention and experts), and the leading order of a Gated DeltaNet layer.
+"""Recurrent-state mixers (Gated DeltaNet, Mamba-2) and the hybrid stacks built from them (Qwen3-Next, Nemotron-H
+with its mixture-of-experts blocks): parameters, FLOPs, cache and state bytes against transformers' own models (torch
+fallback paths, float32, eager attention and experts), configs saved by transformers, and the leading order of a
+Gated DeltaNet layer.
 
 What PyTorch's FLOP counter gets wrong here, and how each test corrects for it:
 
@@ -23,7 +24,7 @@ import sympy
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from oracle import TINY, build, count_forward, count_forward_backward, input_ids  # noqa: E402
+from oracle import TINY, build, check_saved_config_reads_the_same, count_forward, count_forward_backward, input_ids, meta_params  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 import symform  # noqa: E402
@@ -51,6 +52,20 @@ NEMOTRON_H = dict(
     mamba_head_dim=8, ssm_state_size=6, n_groups=2, chunk_size=16, conv_kernel=4,
 )  # fmt: skip
 NEMOTRON_H_NO_BIAS = dict(NEMOTRON_H, hybrid_override_pattern="-MM*", num_hidden_layers=4, use_conv_bias=False, n_groups=1, conv_kernel=3)
+# mixture-of-experts blocks (E): 8 squared-ReLU experts in 4 groups, the best 2 groups kept, 3 experts a token,
+# one shared MLP wider than the experts (n_shared_experts says nothing to transformers)
+NEMOTRON_H_MOE = dict(
+    NEMOTRON_H, hybrid_override_pattern="ME*M-E", num_hidden_layers=6, n_routed_experts=8, num_experts_per_tok=3,
+    moe_intermediate_size=24, moe_shared_expert_intermediate_size=40, n_group=4, topk_group=2, n_shared_experts=3,
+)  # fmt: skip
+# the kinds from layers_block_type instead, old and new names mixed, no num_hidden_layers (transformers counts the
+# list), one group, weights not renormalised; tie_word_embeddings, which NemotronHForCausalLM ignores (no tied keys)
+NEMOTRON_H_BLOCK_TYPES = dict(
+    {k: v for k, v in NEMOTRON_H.items() if k not in ("hybrid_override_pattern", "num_hidden_layers")},
+    layers_block_type=["mamba", "moe", "full_attention", "linear_attention", "mlp", "moe", "attention"], n_routed_experts=6,
+    num_experts_per_tok=2, moe_intermediate_size=16, moe_shared_expert_intermediate_size=24, norm_topk_prob=False,
+    tie_word_embeddings=True,
+)  # fmt: skip
 # Qwen3.5: the same mixers read from text_config, four input projections instead of two; 1 linear : 1 full
 QWEN3_5 = dict(
     model_type="qwen3_5",
@@ -61,8 +76,10 @@ QWEN3_5 = dict(
 )  # fmt: skip
 CONFIGS = {
     "qwen3_next-moe": QWEN3_NEXT, "qwen3_next-dense": QWEN3_NEXT_DENSE, "qwen3_5": QWEN3_5,
-    "nemotron_h": NEMOTRON_H, "nemotron_h-no-conv-bias": NEMOTRON_H_NO_BIAS,
+    "nemotron_h": NEMOTRON_H, "nemotron_h-no-conv-bias": NEMOTRON_H_NO_BIAS, "nemotron_h-moe": NEMOTRON_H_MOE,
+    "nemotron_h-layers_block_type": NEMOTRON_H_BLOCK_TYPES,
 }  # fmt: skip
+NEMOTRON_CASES = [case for case, config in CONFIGS.items() if config["model_type"] == "nemotron_h"]
 
 
 def text(config: dict) -> dict:
@@ -75,7 +92,9 @@ def mixer_shapes(config: dict) -> dict[str, int]:
     if config["model_type"] == "nemotron_h":
         width = config["mamba_num_heads"] * config["mamba_head_dim"]
         channels = width + 2 * config.get("n_groups", 8) * config["ssm_state_size"]
-        return dict(layers=config["hybrid_override_pattern"].count("M"), heads=0, dk=0, dv=0, channels=channels, kernel=config["conv_kernel"])
+        kinds = config.get("layers_block_type") or list(config["hybrid_override_pattern"])
+        mamba = sum(kind in ("M", "mamba", "linear_attention") for kind in kinds)
+        return dict(layers=mamba, heads=0, dk=0, dv=0, channels=channels, kernel=config["conv_kernel"])
     config = text(config)
     kinds = config.get("layer_types") or [
         "full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(config["num_hidden_layers"])
@@ -155,6 +174,40 @@ def test_a_decode_step_takes_the_recurrent_update(case, batch, past):
         model(input_ids=input_ids(text(config), batch, 1), cache=cache, use_cache=True)
     symbolic = Model.from_config(config).with_conventions(training=0, decoding=1)
     assert symbolic.evaluate("forward_flops", batch=batch, seq=1, past=past) == counter.get_total_flops()
+
+
+@pytest.mark.parametrize("case", NEMOTRON_CASES)
+def test_nemotron_h_parameters_equal_numel(case):
+    """Every kind of block, the routers' weights included (their e_score_correction_bias is a buffer)."""
+    assert Model.from_config(CONFIGS[case]).evaluate("params") == meta_params(CONFIGS[case])
+
+
+@pytest.mark.parametrize("case", NEMOTRON_CASES)
+def test_a_nemotron_h_config_saved_by_transformers_reads_the_same(case, tmp_path):
+    """transformers writes layers_block_type (its own names) and no num_hidden_layers nor pattern."""
+    config = CONFIGS[case]
+    written = hf_config_dict(config, tmp_path)
+    assert "layers_block_type" in written and "hybrid_override_pattern" not in written
+    check_saved_config_reads_the_same(config, tmp_path)
+
+
+def hf_config_dict(config: dict, directory) -> dict:
+    import json
+
+    transformers.AutoConfig.for_model(**config).save_pretrained(directory)
+    return json.loads((directory / "config.json").read_text())
+
+
+@pytest.mark.parametrize("case", ["nemotron_h-moe", "nemotron_h-layers_block_type"])
+def test_check_agrees_with_the_real_nemotron_h_module(case):
+    """symform check at its own tiny sizes: every part but saved activations, which it reports for
+    nemotron_h rather than matching (tests/test_check.py's SAVED_EXACT)."""
+    from symform.analysis.oracle_check import check
+
+    report = check(Model.from_config(CONFIGS[case], name=case))
+    assert [r for r in report.differences if r.quantity != "saved_activations"] == []
+    assert {"params", "forward_flops", "kv_cache", "recurrent_state"} <= {r.quantity for r in report.rows}
+    assert {r.part for r in report.rows if r.quantity == "params"} >= {"mlp", "attn"}
 
 
 def test_qwen3_next_cache_of_a_long_context_is_mostly_state_free():

@@ -69,16 +69,18 @@ def test_roofline_decode_reads_the_state_once_and_writes_it_once(capsys, phases)
 
 
 def test_stacks_symform_cannot_read_yet_are_refused_in_one_line():
-    """Nemotron-H MoE blocks (E), unknown pattern characters and Qwen3-Next stacks that mix dense and
-    expert layers: a one-line ConfigError naming the cause, never a silently wrong count."""
+    """Nemotron-H experts behind a latent projection, unknown pattern characters or block types and Qwen3-Next
+    stacks that mix dense and expert layers: a one-line ConfigError naming the cause, never a silently wrong count."""
     import json
 
     from symform.engine.data import formulas_dir
 
-    nemotron = json.loads((formulas_dir() / "presets" / "nemotron-h-8b.json").read_text())
-    moe = {**nemotron, "hybrid_override_pattern": nemotron["hybrid_override_pattern"][:-1] + "E"}
+    nemotron = json.loads((formulas_dir() / "presets" / "nemotron-3-nano-30b-a3b.json").read_text())
+    latent = {**nemotron, "moe_latent_size": 1024}
     unknown = {**nemotron, "hybrid_override_pattern": nemotron["hybrid_override_pattern"][:-1] + "X"}
+    unknown_type = {**nemotron, "layers_block_type": ["mamba", "moe", "sliding_attention"]}
     qwen = json.loads((formulas_dir() / "presets" / "qwen3-next-80b-a3b.json").read_text())
     mixed = {**qwen, "mlp_only_layers": [0, 1]}
-    for config, words in ((moe, "mixture-of-experts"), (unknown, "another character"), (mixed, "mlp_only_layers")):
+    cases = ((latent, "moe_latent_size"), (unknown, "another kind"), (unknown_type, "another kind"), (mixed, "mlp_only_layers"))
+    for config, words in cases:
         one_line_error(symform.ConfigError, lambda c=config: symform.Model.from_config(c), words)

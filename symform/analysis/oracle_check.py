@@ -20,7 +20,7 @@ from functools import cache
 from typing import Any, Mapping
 
 from ..engine.data import formulas_dir, read_toml
-from ..engine.families import count_layers, families, read_fields, sub_config
+from ..engine.families import count_layers, families, layers_in, read_fields, sub_config
 from ..engine.errors import ConfigError, SymformError
 from ..engine.model import Model
 from .quantization import aliases
@@ -174,7 +174,7 @@ def _kinds(spec, config: Mapping[str, Any]) -> dict[str, tuple[bool, bool]]:
     kinds = {}
     for name, count in spec.counts.items():
         of_kind = int(count_layers(name, count, fields, "config"))
-        kinds[name] = (of_kind > 0, of_kind < int(fields[count.over]))
+        kinds[name] = (of_kind > 0, of_kind < layers_in(count, fields))
     return kinds
 
 

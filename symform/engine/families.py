@@ -9,6 +9,7 @@ family by name.
 
 from __future__ import annotations
 
+import builtins
 import json
 import re
 from dataclasses import dataclass
@@ -47,10 +48,20 @@ class CountSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    # the field giving the number of layers; "": the list's length is the number (transformers derives
+    # num_hidden_layers from Nemotron-H's list of block types and ignores the field)
     over: str = "num_hidden_layers"
     when: str | None = None  # a condition over the fields and i
-    list: str | None = None  # a str_list field naming each layer's kind; used when the config has it
-    equals: str | None = None  # the kind counted in that list
+    # str_list or pattern fields naming each layer's kind, first given first (a config may give the kinds under
+    # a newer name or an older spelling); used when the config has one
+    list: str | builtins.list[str] | None = None  # (the field's name hides the built-in here)
+    equals: str | builtins.list[str] | None = None  # the kinds counted in that list; None: every layer it lists
+
+    def lists(self) -> list[str]:
+        return [self.list] if isinstance(self.list, str) else builtins.list(self.list or ())
+
+    def kinds(self) -> set[str] | None:
+        return {self.equals} if isinstance(self.equals, str) else None if self.equals is None else set(self.equals)
 
 
 class RefusalSpec(BaseModel):
@@ -328,7 +339,7 @@ def read_fields(specs: Mapping[str, FieldSpec], config: Mapping[str, Any], origi
             if fallback is None:
                 state = "is null" if key in section else "is missing"
                 raise ConfigError(f"{origin}: field {name!r} {state}; it must be a {_kind(spec)}")
-            raw = fallback if isinstance(fallback, (bool, list)) or spec.type == "str" else parse(fallback, {k: v for k, v in values.items() if not _is_text_list(v)})
+            raw = fallback if isinstance(fallback, (bool, list)) or spec.type in ("str", "pattern") else parse(fallback, {k: v for k, v in values.items() if not _is_text_list(v)})
         values[field] = _check_type(name, raw, spec, origin)
     return values
 
@@ -365,14 +376,15 @@ _ABSENT = object()
 def count_layers(name: str, spec: CountSpec, fields: Mapping[str, Any], origin: str) -> sympy.Integer:
     import sympy
 
+    listed = listed_kinds(spec, fields)
+    if listed is not None:
+        if spec.over and len(listed[1]) != int(fields[spec.over]):
+            raise ConfigError(f"{origin}: field {listed[0]!r} lists {len(listed[1])} layers but {spec.over} is {fields[spec.over]}; make them agree")
+        kinds = spec.kinds()
+        return sympy.Integer(sum(1 for kind in listed[1] if kinds is None or kind in kinds))
+    if spec.when is None or not spec.over:
+        raise DeclarationError(f"count {name!r} needs 'over' and a 'when' condition for configs without {' or '.join(spec.lists())}")
     total = int(fields[spec.over])
-    if spec.list is not None and fields.get(spec.list):  # an absent, null or empty list falls back to `when`
-        kinds = fields[spec.list]
-        if len(kinds) != total:
-            raise ConfigError(f"{origin}: field {spec.list!r} lists {len(kinds)} layers but {spec.over} is {total}; make them agree")
-        return sympy.Integer(sum(1 for kind in kinds if kind == spec.equals))
-    if spec.when is None:
-        raise DeclarationError(f"count {name!r} needs a 'when' condition for configs without {spec.list!r}")
     names = {k: v for k, v in fields.items() if v is not None and not _is_text_list(v)}
     if {k for k, v in fields.items() if v is None} & set(re.findall(r"[A-Za-z_]\w*", spec.when)):
         return sympy.Integer(0)  # a condition on a null field holds for no layer
@@ -380,6 +392,20 @@ def count_layers(name: str, spec: CountSpec, fields: Mapping[str, Any], origin: 
         return sympy.Integer(total if _holds(spec.when, names) else 0)
     check_count(total, LAYERS, f"{origin}: {spec.over} (layers counted one by one for {name})", "LAYERS", f"give a config of at most {LAYERS:,} layers")
     return sympy.Integer(sum(1 for i in range(total) if _holds(spec.when, {**names, "i": sympy.Integer(i)})))
+
+
+def listed_kinds(spec: CountSpec, fields: Mapping[str, Any]) -> tuple[str, tuple] | None:
+    """The first of the count's lists the config gives (an absent, null or empty one is skipped), with its name."""
+    for field in spec.lists():
+        if fields.get(field):
+            return field, fields[field]
+    return None
+
+
+def layers_in(spec: CountSpec, fields: Mapping[str, Any]) -> int:
+    """How many layers the count is taken over: the `over` field, or the length of the list it reads."""
+    listed = listed_kinds(spec, fields)
+    return int(fields[spec.over]) if spec.over or listed is None else len(listed[1])
 
 
 def _holds(condition: str, names: Mapping[str, Any]) -> bool:

@@ -235,7 +235,9 @@ def _fields(spec: FamilySpec) -> list[str]:
         null = "null kept" if s.nullable else ("refused" if s.if_null is None else f"`{_json(s.if_null)}`")
         rows.append(f"| `{f}` | {s.type} | {absent} | {null} |")
     for c, s in spec.counts.items():
-        how = f"entries equal to `{s.equals}` in `{s.list}`" if s.list else ""
+        lists = " or else ".join(f"`{name}`" for name in s.lists())
+        kinds = ", ".join(f"`{kind}`" for kind in sorted(s.kinds())) if s.kinds() is not None else None
+        how = (f"entries equal to {kinds} in {lists}" if kinds else f"entries in {lists}") if lists else ""
         when = f"layers `i` of `{s.over}` where `{s.when}`" if s.when else ""
         rows.append(f"| `{c}` (counted) | int | {' or '.join(x for x in (how, when) if x)} | |")
     return rows + [""]
