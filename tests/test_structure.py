@@ -32,7 +32,11 @@ def one_preset_per_family() -> list[str]:
 
 
 def at(m: Model, expr: sympy.Expr, **workload) -> sympy.Expr:
-    return expr.xreplace({m.vocabulary[k]: v for k, v in {**m.values, **workload}.items()})
+    """``expr`` at the model's sizes, with an MoE's granularity G = d_ff/d_e (Krajewski et al. 2024) where it has experts."""
+    values = {**m.values, **workload}
+    if "d_ff_expert" in values and "d_ff" in values:
+        values["granularity"] = sympy.Rational(values["d_ff"], values["d_ff_expert"])
+    return expr.xreplace({m.vocabulary[k]: v for k, v in values.items()})
 
 
 def test_moe_layers_are_one_block_times_n_minus_n_dense():

@@ -157,7 +157,7 @@ def _checked_values(model: Model, workload: dict[str, object]) -> dict[str, obje
     if unknown:
         raise EvaluationError(f"unknown workload value {unknown[0]!r}; give any of {', '.join(sorted(allowed))}")
     values = {k: check_value(k, v, model.vocabulary) for k, v in workload.items()}
-    return {**model.values, **values}
+    return {**model.values, **model.ratio_values, **values}
 
 
 def _value_and_error(expr: sympy.Expr, exact_at: sympy.Expr, values: dict) -> tuple[float | None, float | None]:

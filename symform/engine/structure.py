@@ -276,7 +276,7 @@ def active_form(model: Model, quantity: str, *, assume: str | None = None, large
     if not by_degree:
         return None
     linear = _leading_of(sympy.Add(*by_degree.values()), widths)
-    values = {v[k]: x for k, x in model.values.items()}
+    values = {v[k]: x for k, x in {**model.values, **model.ratio_values}.items()}
     forms = []
     for base in ("active_params", "params"):  # FLOPs follow the active parameters, stored bytes all of them
         active = structure(model, base, assume=assume, leading=True, large=[s.name for s in widths]).expr
@@ -314,7 +314,7 @@ def default_assumptions(model: Model) -> str | None:
 
 def error_at(model: Model, quantity: str, expr: sympy.Expr, **workload: object) -> float | None:
     """``expr`` against the exact quantity at the model's sizes and the workload; None while symbols remain."""
-    values = {model.vocabulary[k]: sympy.nsimplify(v) for k, v in {**model.values, **workload}.items()}
+    values = {model.vocabulary[k]: sympy.nsimplify(v) for k, v in {**model.values, **model.ratio_values, **workload}.items()}
     at = expr.xreplace(values)
     exact = model.expression(quantity).expr.xreplace(values)
     if at.free_symbols or exact.free_symbols or exact == 0:
