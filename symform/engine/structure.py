@@ -249,6 +249,7 @@ class ActiveForm:
     difference: sympy.Expr
     attention: sympy.Expr
     base: str = "active_params"  # params where the quantity holds every parameter (weights in memory)
+    active_blocks: tuple[Block, ...] = ()  # ``active`` block by block, each repeat a factor
 
     @property
     def expr(self) -> sympy.Expr:
@@ -279,10 +280,11 @@ def active_form(model: Model, quantity: str, *, assume: str | None = None, large
     values = {v[k]: x for k, x in {**model.values, **model.ratio_values}.items()}
     forms = []
     for base in ("active_params", "params"):  # FLOPs follow the active parameters, stored bytes all of them
-        active = structure(model, base, assume=assume, leading=True, large=[s.name for s in widths]).expr
+        blocks = structure(model, base, assume=assume, leading=True, large=[s.name for s in widths]).blocks
+        active = sympy.Add(*(b.total for b in blocks))
         multiple = _common_ratio(linear, sympy.expand(active), set(v.symbols("workload", "convention", "dtype")), values)
         if multiple is not None:
-            forms.append(ActiveForm(quantity, multiple, active, sympy.expand(linear - multiple * active), attention, base))
+            forms.append(ActiveForm(quantity, multiple, active, sympy.expand(linear - multiple * active), attention, base, blocks))
     return min(forms, key=lambda f: len(sympy.Add.make_args(f.difference)) if f.difference != 0 else 0) if forms else None
 
 
