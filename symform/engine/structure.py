@@ -219,6 +219,23 @@ def merged(blocks: list[Block]) -> list[Block]:
     return out
 
 
+def by_layer_kind(blocks: Iterable[Block]) -> list[Block]:
+    """Blocks with a repeat in symbols (a layer kind, n or n − n_dense of them) kept apart, the blocks used a fixed
+    number of times (embedding, head, norms; a bare component's parts) added into one: a sum to print."""
+    out: list[Block] = []
+    fixed: int | None = None
+    for block in blocks:
+        if block.repeat.free_symbols:
+            out.append(block)
+        elif fixed is None:
+            fixed = len(out)
+            out.append(Block(block.name, sympy.S.One, sympy.expand(block.total)))
+        else:
+            first = out[fixed]
+            out[fixed] = Block(f"{first.name}, {block.name}", sympy.S.One, sympy.expand(first.expr + block.total))
+    return out
+
+
 def leading_blocks(blocks: list[Block], large: list[sympy.Symbol]) -> list[Block]:
     """Every block's terms of the highest degree in ``large`` over all blocks; blocks with none left out."""
     degrees = [p for b in blocks for p in _degree_terms(b.expr, large) if b.expr != 0]

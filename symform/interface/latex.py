@@ -29,6 +29,7 @@ from sympy.printing.latex import LatexPrinter
 
 from ..engine.declarations import QUANTITIES, Component, Library, default_library
 from ..engine.derive import Derivation, derive, step_blocks
+from ..engine.structure import by_layer_kind
 from ..engine.errors import EvaluationError
 from ..engine.evaluate import Number
 from ..engine.graph import build_graph
@@ -212,7 +213,7 @@ def derivation_lines(d: Derivation, model: Model) -> list[Line]:
             if grouped is not None:
                 lines.append(grouped)
         elif step.formula.expr != d.steps[i - 1].formula.expr:  # already leading order: no line
-            written = " + ".join(block_latex(b, v) for b in blocks[i]) if blocks[i] else None
+            written = _blocks_latex(blocks[i], v) if _several_kinds(blocks[i]) else None
             lines.append(Line("\\approx", step.formula.expr, step.latex_label + _error_note(step.relative_error, d.model), written))
     if d.in_terms_of_params is not None:
         lines.append(Line("=", d.in_terms_of_params.expr, f"\\text{{with }} N \\approx {latex(d.params_leading.expr, v)}"))
@@ -223,12 +224,19 @@ def _per_layer_line(expr: sympy.Expr, blocks, vocabulary: Vocabulary) -> Line | 
     """The expression per layer kind, a repeat times one layer each (``(n − n_dense)·(…)``), where the model has
     several kinds and its block form is that expression (collected in n alone, n_dense's terms would cancel);
     else collected in the layer count; None when that says no more than the sum."""
-    kinds = [b for b in blocks or () if b.repeat.free_symbols]
-    if len(kinds) > 1 or any(isinstance(b.repeat, sympy.Add) for b in kinds):
-        written = " + ".join(block_latex(b, vocabulary) for b in blocks)
-        return Line("=", sympy.Add(*(b.total for b in blocks)), "\\text{per layer}", written)
+    if _several_kinds(blocks):
+        return Line("=", sympy.Add(*(b.total for b in blocks)), "\\text{per layer}", _blocks_latex(blocks, vocabulary))
     grouped = _per_layer(expr, vocabulary)
     return Line("=", grouped, "\\text{per layer}") if grouped is not None else None
+
+
+def _several_kinds(blocks) -> bool:
+    kinds = [b for b in blocks or () if b.repeat.free_symbols]
+    return len(kinds) > 1 or any(isinstance(b.repeat, sympy.Add) for b in kinds)
+
+
+def _blocks_latex(blocks, vocabulary: Vocabulary) -> str:
+    return " + ".join(block_latex(b, vocabulary) for b in by_layer_kind(blocks))
 
 
 def _per_layer(expr: sympy.Expr, vocabulary: Vocabulary) -> sympy.Expr | None:

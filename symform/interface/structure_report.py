@@ -5,7 +5,7 @@ from __future__ import annotations
 import sympy
 
 from ..engine.model import Model
-from ..engine.structure import ActiveForm, Block, Structure, active_form, default_assumptions, error_at, structure
+from ..engine.structure import ActiveForm, Block, Structure, active_form, by_layer_kind, default_assumptions, error_at, structure
 from . import latex as tex
 
 
@@ -34,7 +34,7 @@ def repeat_text(repeat: sympy.Expr) -> str:
 
 def sum_text(blocks) -> str:
     """Blocks summed as written, ``n_dense_layers*(…) + (n_layers - n_dense_layers)*(…) + …``: each repeat a factor."""
-    return " + ".join(_term_text(b) for b in blocks)
+    return " + ".join(_term_text(b) for b in by_layer_kind(blocks))
 
 
 def _term_text(block: Block) -> str:
