@@ -32,7 +32,11 @@ def one_preset_per_family() -> list[str]:
 
 
 def at(m: Model, expr: sympy.Expr, **workload) -> sympy.Expr:
-    return expr.xreplace({m.vocabulary[k]: v for k, v in {**m.values, **workload}.items()})
+    """``expr`` at the model's sizes, with an MoE's granularity G = d_ff/d_e (Krajewski et al. 2024) where it has experts."""
+    values = {**m.values, **workload}
+    if "d_ff_expert" in values and "d_ff" in values:
+        values["granularity"] = sympy.Rational(values["d_ff"], values["d_ff_expert"])
+    return expr.xreplace({m.vocabulary[k]: v for k, v in values.items()})
 
 
 def test_moe_layers_are_one_block_times_n_minus_n_dense():
@@ -206,3 +210,18 @@ def test_inference_bytes_are_weights_plus_kv_and_derive_as_2n_plus_kv(capsys):
     assert sympy.expand(form.attention - 2 * sympy.Rational(9, 2) * d_nope * n * b * s) == 0
     flops = active_form(m, "forward_flops", assume="standard")
     assert flops.base == "active_params"
+
+
+@pytest.mark.parametrize("name, quantity", [("deepseek-v3", "forward-flops"), ("deepseek-v3", "params"), ("mixtral-8x7b", "params")])
+def test_derive_s_exact_and_leading_lines_are_written_per_layer_kind(capsys, name, quantity):
+    """No n·x − n_dense·x: each layer kind's repeat a factor, the same expression as the expanded one."""
+    report = run_json(capsys, "derive", quantity, name, "--leading")
+    for step in report["steps"]:
+        written = sympy.sympify(step["written"])
+        assert sympy.expand(written - sympy.sympify(step["expression"])) == 0, step["label"]
+        cancelling = step["written"].replace("(n_layers - n_dense_layers)", "")  # the repeat is the one difference
+        assert "Min(" not in cancelling and " - " not in cancelling and not cancelling.startswith("-"), step["written"]
+        if name == "deepseek-v3":
+            assert "(n_layers - n_dense_layers)*" in step["written"] and "n_dense_layers*(" in step["written"].replace("2*batch*n_dense_layers*seq*(", "n_dense_layers*(")
+    code, out, _ = run(capsys, "derive", quantity, name, "--leading")
+    assert code == 0 and all(s["written"] in out for s in report["steps"])

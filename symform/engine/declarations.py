@@ -250,12 +250,14 @@ def _build_component(name: str, decl: ComponentDecl, vocabulary: Vocabulary, bas
 
     requirements = (base.requirements if base else ()) + tuple(Requirement(parse(r.check, names, relation=True), r.check, r.why) for r in decl.require)
     assumptions = {k: dict(v) for k, v in base.assumptions.items()} if base else {}
+    # an assumption may introduce a ratio (granularity G in d_ff_expert = d_ff/G): a symbol no model binds
+    ratios = {n: vocabulary[n] for n in vocabulary.names("ratio")}
     for set_name, subs in decl.assume.items():
         unknown = sorted(set(subs) - set(names) - set(context))
         if unknown or any(k in context for k in subs):
             bad = unknown[0] if unknown else next(k for k in subs if k in context)
             raise DeclarationError(f"assumption set {set_name!r} assigns {bad!r}, which is not a numeric argument")
-        assumptions[set_name] = {**assumptions.get(set_name, {}), **{k: parse(v, names) for k, v in subs.items()}}
+        assumptions[set_name] = {**assumptions.get(set_name, {}), **{k: parse(v, {**ratios, **names}) for k, v in subs.items()}}
     assumptions = {k: MappingProxyType(v) for k, v in assumptions.items()}
 
     inherited = [p for p in base.parts if p.name not in decl.remove] if base else []

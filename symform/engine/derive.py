@@ -18,7 +18,7 @@ from .errors import EvaluationError
 from .evaluate import check_value
 from .formula import Formula, to_latex
 from .model import Model, normalise_quantity
-from .structure import without_flags
+from .structure import Block, structure, without_flags
 
 
 def leading_order(expr: sympy.Expr, large: Iterable[sympy.Symbol]) -> sympy.Expr:
@@ -157,7 +157,7 @@ def _checked_values(model: Model, workload: dict[str, object]) -> dict[str, obje
     if unknown:
         raise EvaluationError(f"unknown workload value {unknown[0]!r}; give any of {', '.join(sorted(allowed))}")
     values = {k: check_value(k, v, model.vocabulary) for k, v in workload.items()}
-    return {**model.values, **values}
+    return {**model.values, **model.ratio_values, **values}
 
 
 def _value_and_error(expr: sympy.Expr, exact_at: sympy.Expr, values: dict) -> tuple[float | None, float | None]:
@@ -166,3 +166,19 @@ def _value_and_error(expr: sympy.Expr, exact_at: sympy.Expr, values: dict) -> tu
     ratio = sympy.cancel(at / exact_at)
     error = float(ratio - 1) if not ratio.free_symbols else None
     return value, error
+
+
+def blocks_of(model: Model, quantity: str, expr: sympy.Expr, *, assume: str | None, leading: bool, large: Iterable[str]) -> tuple[Block, ...] | None:
+    """``expr`` written the way the model is built: one block per layer kind, ``repeat · (one layer)``, so that
+    nothing cancels (``(n − n_dense)·(…)``, not ``n·x − n_dense·x``); None where the block form is not the same
+    expression (blocks a model has none of are left out of a form, not out of its exact expression)."""
+    st = structure(model, quantity, assume=assume, leading=leading, large=list(large) if leading else None)
+    return st.blocks if sympy.expand(st.expr - expr) == 0 else None
+
+
+def step_blocks(model: Model, d: Derivation) -> list[tuple[Block, ...] | None]:
+    """Each step of ``d`` as blocks (``blocks_of``), where they are the step's expression."""
+    return [
+        blocks_of(model, d.quantity, step.formula.expr, assume=d.assumptions if i else None, leading=d.leading and i == len(d.steps) - 1, large=d.large)
+        for i, step in enumerate(d.steps)
+    ]

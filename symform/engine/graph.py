@@ -236,6 +236,28 @@ def assumed_sizes(component: Component, local: Mapping[sympy.Symbol, Binding], a
     return {k: v.xreplace(local) for k, v in applies.items()}
 
 
+def introduced_ratios(graph: "ComponentGraph", values: Mapping[sympy.Symbol, sympy.Expr], ratios: frozenset[sympy.Symbol]) -> dict[sympy.Symbol, sympy.Rational]:
+    """The ratios assumption sets introduce (G in d_ff_expert = d_ff/G), each at the value that makes its
+    assumption exact at the sizes ``values``, found where a set would apply in the unassumed ``graph``; a
+    ratio whose sizes have no value stays without one."""
+    found: dict[sympy.Symbol, sympy.Rational] = {}
+    for node in graph.graph.nodes.values():
+        component = node["component"]
+        local = {component.arg(k).symbol: v for k, v in node["args"].items() if not component.arg(k).is_slot}
+        for subs in component.assumptions.values():
+            for name, expr in subs.items():
+                unknown = (expr.free_symbols & ratios) - set(found)
+                size = local.get(component.arg(name).symbol)
+                if len(unknown) != 1 or getattr(size, "name", None) != name or size not in values:
+                    continue
+                (ratio,) = unknown
+                at = expr.xreplace(local).xreplace(values)
+                solved = [r for r in sympy.solve(sympy.Eq(at, values[size]), ratio) if r.is_Rational and r > 0]
+                if len(solved) == 1:
+                    found[ratio] = solved[0]
+    return found
+
+
 def _resolve(use: str, args: Mapping[str, Binding]) -> str:
     """A part's component: a name, ``@slot`` of the enclosing component, or ``@name`` of a component."""
     if use.startswith(SLOT):

@@ -23,7 +23,7 @@ from .evaluate import Number, check_value, exact_evaluator, plain_values, run_ex
 from . import hub
 from .families import Checkpoint, ContextLimit, ModelSpec, checkpoint_facts, find_preset, load_config_file, preset_config, presets, spec_from_config
 from .formula import Formula
-from .graph import ComponentGraph, assumption_names, build_graph
+from .graph import ComponentGraph, assumption_names, build_graph, introduced_ratios
 from .safe_expr import parse
 from .size_checks import GeneratedChecks, SizeCheck, generate_checks, size_checks
 from .userfile import load_declaration_file
@@ -104,6 +104,7 @@ class Model:
         self._values, self._arguments = resized or self._split_arguments()
         self._evaluators: dict[str, object] = {}  # quantity -> exact function with this model's sizes bound
         self._evaluations: dict[str, int] = {}
+        self._ratios: dict[str, sympy.Rational] | None = None
         self._plain_values = {s.name: int(v) for s, v in self._values.items()}
         same = like is not None and like._arguments == self._arguments
         self._structure = like._structure if same else _structure(self.library, self.spec.root, self._arguments, self.conventions)
@@ -227,6 +228,15 @@ class Model:
             except ZeroDivisionError:  # a part binds a divisor to 0 (sympy folds Mod(x, 0) as it substitutes)
                 raise DeclarationError(f"{self.name}: a part's arguments make a divisor zero; give sizes and bindings that keep every divisor positive") from None
         return self._graphs[assume]
+
+    @property
+    def ratio_values(self) -> dict[str, sympy.Rational]:
+        """The ratios assumption sets introduce (granularity G = d_ff/d_e), at the value that makes each
+        assumption exact at this model's sizes: a derivation's error then comes from the other assumptions."""
+        if self._ratios is None:
+            ratios = frozenset(self.vocabulary.symbols("ratio"))
+            self._ratios = {s.name: v for s, v in introduced_ratios(self.graph(), self._values, ratios).items()} if ratios else {}
+        return dict(self._ratios)
 
     def assumption_sets(self) -> list[str]:
         found = {name for node in self.graph().graph.nodes.values() for name in node["component"].assumptions}

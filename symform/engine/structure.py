@@ -219,6 +219,23 @@ def merged(blocks: list[Block]) -> list[Block]:
     return out
 
 
+def by_layer_kind(blocks: Iterable[Block]) -> list[Block]:
+    """Blocks with a repeat in symbols (a layer kind, n or n − n_dense of them) kept apart, the blocks used a fixed
+    number of times (embedding, head, norms; a bare component's parts) added into one: a sum to print."""
+    out: list[Block] = []
+    fixed: int | None = None
+    for block in blocks:
+        if block.repeat.free_symbols:
+            out.append(block)
+        elif fixed is None:
+            fixed = len(out)
+            out.append(Block(block.name, sympy.S.One, sympy.expand(block.total)))
+        else:
+            first = out[fixed]
+            out[fixed] = Block(f"{first.name}, {block.name}", sympy.S.One, sympy.expand(first.expr + block.total))
+    return out
+
+
 def leading_blocks(blocks: list[Block], large: list[sympy.Symbol]) -> list[Block]:
     """Every block's terms of the highest degree in ``large`` over all blocks; blocks with none left out."""
     degrees = [p for b in blocks for p in _degree_terms(b.expr, large) if b.expr != 0]
@@ -249,6 +266,7 @@ class ActiveForm:
     difference: sympy.Expr
     attention: sympy.Expr
     base: str = "active_params"  # params where the quantity holds every parameter (weights in memory)
+    active_blocks: tuple[Block, ...] = ()  # ``active`` block by block, each repeat a factor
 
     @property
     def expr(self) -> sympy.Expr:
@@ -276,13 +294,14 @@ def active_form(model: Model, quantity: str, *, assume: str | None = None, large
     if not by_degree:
         return None
     linear = _leading_of(sympy.Add(*by_degree.values()), widths)
-    values = {v[k]: x for k, x in model.values.items()}
+    values = {v[k]: x for k, x in {**model.values, **model.ratio_values}.items()}
     forms = []
     for base in ("active_params", "params"):  # FLOPs follow the active parameters, stored bytes all of them
-        active = structure(model, base, assume=assume, leading=True, large=[s.name for s in widths]).expr
+        blocks = structure(model, base, assume=assume, leading=True, large=[s.name for s in widths]).blocks
+        active = sympy.Add(*(b.total for b in blocks))
         multiple = _common_ratio(linear, sympy.expand(active), set(v.symbols("workload", "convention", "dtype")), values)
         if multiple is not None:
-            forms.append(ActiveForm(quantity, multiple, active, sympy.expand(linear - multiple * active), attention, base))
+            forms.append(ActiveForm(quantity, multiple, active, sympy.expand(linear - multiple * active), attention, base, blocks))
     return min(forms, key=lambda f: len(sympy.Add.make_args(f.difference)) if f.difference != 0 else 0) if forms else None
 
 
@@ -314,7 +333,7 @@ def default_assumptions(model: Model) -> str | None:
 
 def error_at(model: Model, quantity: str, expr: sympy.Expr, **workload: object) -> float | None:
     """``expr`` against the exact quantity at the model's sizes and the workload; None while symbols remain."""
-    values = {model.vocabulary[k]: sympy.nsimplify(v) for k, v in {**model.values, **workload}.items()}
+    values = {model.vocabulary[k]: sympy.nsimplify(v) for k, v in {**model.values, **model.ratio_values, **workload}.items()}
     at = expr.xreplace(values)
     exact = model.expression(quantity).expr.xreplace(values)
     if at.free_symbols or exact.free_symbols or exact == 0:

@@ -16,7 +16,7 @@ from .errors import DeclarationError, describe_validation
 from .latex_fragment import latex_problem
 from .names import is_identifier
 
-Kind = Literal["architecture", "workload", "convention", "dtype", "derived"]
+Kind = Literal["architecture", "workload", "convention", "dtype", "derived", "ratio"]
 Domain = Literal["positive_integer", "nonnegative_integer", "positive_rational"]
 
 _ASSUMPTIONS: dict[str, dict[str, bool]] = {

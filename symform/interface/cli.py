@@ -280,9 +280,14 @@ def _flops(model: Model, args: argparse.Namespace) -> str:
 
 
 def _derivation(d: Derivation, args: argparse.Namespace, model: Model, given: dict[str, object]) -> str:
-    from .structure_report import block_forms, structure_json, structure_text
+    from ..engine.derive import blocks_of, step_blocks
+    from .structure_report import block_forms, structure_json, structure_text, sum_text
 
     st, active, note = block_forms(model, d.quantity, assume=args.assume, leading=args.leading, workload=given)
+    # each step as the model is built (n_dense·(…) + (n − n_dense)·(…)) where that is the same expression
+    written = [sum_text(b) if b is not None else str(s.formula) for b, s in zip(step_blocks(model, d), d.steps)]
+    params_blocks = d.params_leading and blocks_of(model, "params", d.params_leading.expr, assume=d.assumptions, leading=True, large=d.large)
+    params_leading = sum_text(params_blocks) if params_blocks else str(d.params_leading)
     if args.json:
         return json.dumps(
             {
@@ -296,26 +301,26 @@ def _derivation(d: Derivation, args: argparse.Namespace, model: Model, given: di
                 "latex": d.result.latex(),
                 "relative_error": d.relative_error,
                 "in_terms_of_params": None if d.in_terms_of_params is None else str(d.in_terms_of_params),
-                "params_leading": None if d.params_leading is None else str(d.params_leading),
+                "params_leading": None if d.params_leading is None else params_leading,
                 "params": d.params_value,
                 "relative_error_with_real_params": d.relative_error_with_real_params,
                 "missing": list(d.missing),
                 "steps": [
-                    {"label": s.label, "expression": str(s.formula), "latex": s.formula.latex(), "value": s.value, "relative_error": s.relative_error}
-                    for s in d.steps
+                    {"label": s.label, "expression": str(s.formula), "written": text, "latex": s.formula.latex(), "value": s.value, "relative_error": s.relative_error}
+                    for s, text in zip(d.steps, written)
                 ],
             }
         )
     lines = [f"{d.quantity.replace('_', '-')} of {d.model}"]
-    for step in d.steps:
+    for step, text in zip(d.steps, written):
         lines.append(f"  {step.label}:")
-        lines.append(f"    {step.formula}")
+        lines.append(f"    {text}")
         if step.relative_error is not None and step is not d.steps[0] and not (step is d.steps[-1] and d.in_terms_of_params is not None):
             lines.append(f"    relative error at {d.model}: {step.relative_error:+.2%}")
     if d.in_terms_of_params is not None:
-        lines.append(f"  = {d.in_terms_of_params}    with n_params = {d.params_leading}")
+        lines.append(f"  = {d.in_terms_of_params}    with n_params = {params_leading}")
         if d.relative_error is not None:
-            lines.append(f"    relative error at {d.model} with n_params ≈ {d.params_leading}: {d.relative_error:+.2%}")
+            lines.append(f"    relative error at {d.model} with n_params ≈ {params_leading}: {d.relative_error:+.2%}")
         if d.relative_error_with_real_params is not None:
             lines.append(f"    relative error at {d.model} with the real n_params = {d.params_value:,}: {d.relative_error_with_real_params:+.2%}")
     if d.missing and len(d.steps) > 1 and d.relative_error is None:

@@ -28,7 +28,8 @@ import sympy
 from sympy.printing.latex import LatexPrinter
 
 from ..engine.declarations import QUANTITIES, Component, Library, default_library
-from ..engine.derive import Derivation, derive
+from ..engine.derive import Derivation, derive, step_blocks
+from ..engine.structure import by_layer_kind
 from ..engine.errors import EvaluationError
 from ..engine.evaluate import Number
 from ..engine.graph import build_graph
@@ -181,6 +182,7 @@ class Line:
     relation: str
     expr: sympy.Expr
     reason: str
+    written: str | None = None  # the LaTeX of expr block by block, each layer kind's repeat a factor
 
 
 def assumption_substitutions(model: Model, assume: str) -> dict[sympy.Symbol, sympy.Expr]:
@@ -197,23 +199,44 @@ def assumption_substitutions(model: Model, assume: str) -> dict[sympy.Symbol, sy
 def derivation_lines(d: Derivation, model: Model) -> list[Line]:
     """The steps of a derivation as lines: exact, grouped per layer, each assumption, leading order, in N and D."""
     v = model.vocabulary
+    blocks = step_blocks(model, d)
     lines = [Line("=", d.steps[0].formula.expr, "\\text{exact}")]
-    per_layer = _per_layer(d.steps[0].formula.expr, v)
+    per_layer = _per_layer_line(d.steps[0].formula.expr, blocks[0], v)
     if per_layer is not None:
-        lines.append(Line("=", per_layer, "\\text{per layer}"))
-    for step in d.steps[1:]:
+        lines.append(per_layer)
+    for i, step in enumerate(d.steps[1:], start=1):
         if step.label.startswith("assuming"):
             subs = assumption_substitutions(model, d.assumptions)
             reason = "\\text{with } " + ",\\ ".join(f"{latex(s, v)} = {latex(e, v)}" for s, e in subs.items()) if subs else step.latex_label
             lines.append(Line("=", step.formula.expr, reason))
-            grouped = _per_layer(step.formula.expr, v)
+            grouped = _per_layer_line(step.formula.expr, blocks[i], v)
             if grouped is not None:
-                lines.append(Line("=", grouped, "\\text{per layer}"))
-        elif step.formula.expr != d.steps[d.steps.index(step) - 1].formula.expr:  # already leading order: no line
-            lines.append(Line("\\approx", step.formula.expr, step.latex_label + _error_note(step.relative_error, d.model)))
+                lines.append(grouped)
+        elif step.formula.expr != d.steps[i - 1].formula.expr:  # already leading order: no line
+            written = _blocks_latex(blocks[i], v) if _several_kinds(blocks[i]) else None
+            lines.append(Line("\\approx", step.formula.expr, step.latex_label + _error_note(step.relative_error, d.model), written))
     if d.in_terms_of_params is not None:
         lines.append(Line("=", d.in_terms_of_params.expr, f"\\text{{with }} N \\approx {latex(d.params_leading.expr, v)}"))
     return lines
+
+
+def _per_layer_line(expr: sympy.Expr, blocks, vocabulary: Vocabulary) -> Line | None:
+    """The expression per layer kind, a repeat times one layer each (``(n − n_dense)·(…)``), where the model has
+    several kinds and its block form is that expression (collected in n alone, n_dense's terms would cancel);
+    else collected in the layer count; None when that says no more than the sum."""
+    if _several_kinds(blocks):
+        return Line("=", sympy.Add(*(b.total for b in blocks)), "\\text{per layer}", _blocks_latex(blocks, vocabulary))
+    grouped = _per_layer(expr, vocabulary)
+    return Line("=", grouped, "\\text{per layer}") if grouped is not None else None
+
+
+def _several_kinds(blocks) -> bool:
+    kinds = [b for b in blocks or () if b.repeat.free_symbols]
+    return len(kinds) > 1 or any(isinstance(b.repeat, sympy.Add) for b in kinds)
+
+
+def _blocks_latex(blocks, vocabulary: Vocabulary) -> str:
+    return " + ".join(block_latex(b, vocabulary) for b in by_layer_kind(blocks))
 
 
 def _per_layer(expr: sympy.Expr, vocabulary: Vocabulary) -> sympy.Expr | None:
@@ -238,7 +261,7 @@ def derivation_latex(d: Derivation, model: Model) -> str:
     """An ``aligned`` block: the quantity's letter, then one line per step, each with its reason."""
     lines = derivation_lines(d, model)
     v = model.vocabulary
-    rows = [f"{quantity_letter(d.quantity) if i == 0 else ''} &{line.relation} {latex(line.expr, v)} && {line.reason}" for i, line in enumerate(lines)]
+    rows = [f"{quantity_letter(d.quantity) if i == 0 else ''} &{line.relation} {line.written or latex(line.expr, v)} && {line.reason}" for i, line in enumerate(lines)]
     return "\\begin{aligned}\n" + " \\\\\n".join(rows) + "\n\\end{aligned}"
 
 

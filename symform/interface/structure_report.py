@@ -5,7 +5,7 @@ from __future__ import annotations
 import sympy
 
 from ..engine.model import Model
-from ..engine.structure import ActiveForm, Block, Structure, active_form, default_assumptions, error_at, structure
+from ..engine.structure import ActiveForm, Block, Structure, active_form, by_layer_kind, default_assumptions, error_at, structure
 from . import latex as tex
 
 
@@ -32,6 +32,20 @@ def repeat_text(repeat: sympy.Expr) -> str:
     return f" × ({text})" if len(terms) > 1 else f" × {text}"
 
 
+def sum_text(blocks) -> str:
+    """Blocks summed as written, ``n_dense_layers*(…) + (n_layers - n_dense_layers)*(…) + …``: each repeat a factor."""
+    return " + ".join(_term_text(b) for b in by_layer_kind(blocks))
+
+
+def _term_text(block: Block) -> str:
+    if not isinstance(block.repeat, sympy.Add):  # n·(…): sympy orders the factors as a reader writes them
+        return str(readable(block.repeat * block.expr))
+    repeat = repeat_text(block.repeat).removeprefix(" × ")
+    coefficient, inner = readable(block.expr).as_coeff_Mul()
+    inner_text = f"({inner})" if isinstance(inner, sympy.Add) else str(inner)
+    return (f"{coefficient}*" if coefficient != 1 else "") + f"{repeat}*{inner_text}"
+
+
 def readable(expr: sympy.Expr) -> sympy.Expr:
     """Common factors (b·s) pulled out, the rest collected as written."""
     return sympy.factor_terms(expr)
@@ -50,7 +64,7 @@ def structure_text(model: Model, st: Structure, active: ActiveForm | None, note:
         letter = "N_active" if active.base == "active_params" else "N"
         lines.append(f"  in terms of {letter}, {note}:")
         lines.append(f"    = {active.with_symbol(model.vocabulary[active.symbol_name])}")
-        lines.append(f"    with {active.symbol_name} ≈ {active.active}")
+        lines.append(f"    with {active.symbol_name} ≈ {sum_text(active.active_blocks) if active.active_blocks else active.active}")
         lines.append("    " + _error_line(model, st.quantity, active.expr, workload))
     return lines
 
