@@ -401,7 +401,8 @@ def _saved_row(torch, model: Model, module, config: Mapping[str, Any]) -> Row:
 
     ids = _ids(torch, config)
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        output = module(input_ids=ids, labels=ids)
+        # labels of their own, as a masked LM's are (its inputs carry mask tokens): a masked-LM loss keeps a view of them
+        output = module(input_ids=ids, labels=ids.clone())
     kept = sum({ptr: size for alive, ptr, size in packed if alive() is not None}.values())
     del output
     return Row("saved_activations", "total", int(model.evaluate("saved_activations", batch=BATCH, seq=SEQ)), kept)
