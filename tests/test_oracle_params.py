@@ -47,6 +47,7 @@ WITHOUT_PUBLISHED_CONFIG = {
     "glm4_moe": "GLM-4.5 / GLM-4.5-Air config.json not found verbatim",
     "llama4_text": "Llama 4 Scout / Maverick config.json not found verbatim",
     "minimax_m2": "only MiniMax-M2.5 configs with their quantization block removed were found",
+    "modernbert": "ModernBERT-base / -large config.json not found verbatim (only fine-tunes' and re-saved copies)",
 }
 
 
