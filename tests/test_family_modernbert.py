@@ -102,6 +102,17 @@ def test_saved_activations_equal_what_eager_pytorch_keeps(dtype, act_bytes, chan
     assert model.evaluate("saved_activations", batch=batch, seq=seq) == kept
 
 
+@pytest.mark.parametrize("batch, seq", [(2, 9), (1, 11)])
+def test_dropout_keeps_a_mask_where_transformers_drops(batch, seq):
+    """Dropout on the embeddings, the attention probabilities, the attention output and the MLP's gated product
+    (d_ff wide). PyTorch's CPU kernel keeps each mask as a tensor of the input's dtype (mask_bytes = act_bytes)."""
+    config = {**TINY_MODERNBERT, "architectures": ["ModernBertForMaskedLM"], "attention_dropout": 0.1, "mlp_dropout": 0.1, "embedding_dropout": 0.1}
+    ids = input_ids(config, batch, seq)
+    kept = saved_for_backward(checkpoint_class(config).train(), ids, labels=ids.clone())
+    conventions = {"act_bytes": 4, "cpu_kernels": 1, "windowed": 0, "dropout": 1, "mask_bytes": 4}
+    assert Model.from_config(config, accounting="eager", conventions=conventions).evaluate("saved_activations", batch=batch, seq=seq) == kept
+
+
 @pytest.mark.parametrize("cls", CLASSES)
 def test_symform_check_agrees_on_every_number(cls):
     report = check(Model.from_config({**TINY_MODERNBERT, "architectures": [cls]}))
