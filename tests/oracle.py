@@ -126,9 +126,9 @@ def build_for_training(config: dict, dtype=torch.bfloat16, **options):
     return model.train()
 
 
-def saved_for_backward(model, ids) -> int:
+def saved_for_backward(model, ids, labels=None) -> int:
     """Bytes of the distinct storages autograd still holds for backward after one training forward (loss
-    included), parameters left out: they are weights, not activations. A graph built and dropped within the
+    included; the labels are ``ids`` unless given), parameters left out: they are weights, not activations. A graph built and dropped within the
     forward (a router's one-hot mask, DoRA's detached B·A) packs tensors too; they are freed with it and the
     allocator may hand their address to a later tensor, so only tensors still alive count."""
     parameters = {p.untyped_storage().data_ptr() for p in model.parameters()}
@@ -141,7 +141,7 @@ def saved_for_backward(model, ids) -> int:
         return tensor
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        loss = model(input_ids=ids, labels=ids).loss
+        loss = model(input_ids=ids, labels=ids if labels is None else labels).loss
     assert loss.requires_grad
     return sum({ptr: size for alive, ptr, size in packed if alive() is not None}.values())
 

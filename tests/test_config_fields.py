@@ -82,6 +82,18 @@ COST_FREE_IN = {
         "layer_norm_eps": "a value, not a size",
         "chunk_size_feed_forward": "the feed-forward runs in chunks of the sequence: the same work, piece by piece",
     },
+    "modernbert": {
+        "classifier_activation": "a one-op activation keeps one tensor whatever it computes",
+        "classifier_pooling": "other heads (sequence classification)",
+        "deterministic_flash_attn": "the flash-attention kernel's determinism, not a size",
+        "embedding_dropout": "dropout is the `dropout` convention",
+        "mlp_dropout": "dropout is the `dropout` convention",
+        "initializer_cutoff_factor": "initialisation only",
+        "norm_eps": "a value, not a size",
+        "sliding_window": "local_attention // 2, read as local_attention",
+        "sparse_pred_ignore_index": "the label sparse prediction drops; sparse_prediction itself is refused",
+        "head_dim": "the rotary tables' width where a config sets it; the attention's heads are hidden_size // num_attention_heads, which is read",
+    },
     "nemotron_h": {
         "mamba_hidden_act": "a one-op activation keeps one tensor whatever it computes",
         "mlp_hidden_act": "a one-op activation keeps one tensor whatever it computes",
@@ -171,6 +183,7 @@ REFUSED = {
     "gpt2, an activation written out in products": {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "activation_function": "gelu_fast"},
     "deepseek_v32 without the query bottleneck": {"model_type": "deepseek_v32", "q_lora_rank": None},
     "nemotron_h with experts behind a latent projection": {"model_type": "nemotron_h", "hybrid_override_pattern": "ME", "moe_latent_size": 16},
+    "modernbert, sparse prediction": {"model_type": "modernbert", "sparse_prediction": True},
 }
 MOE_SIZES = {"num_experts": 4, "num_local_experts": 4, "moe_intermediate_size": 8, "num_experts_per_tok": 2}
 

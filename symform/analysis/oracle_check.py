@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import inspect
 import math
 import weakref
 from dataclasses import dataclass
@@ -332,7 +333,7 @@ def _flop_rows(torch, model: Model, module, config: Mapping[str, Any]) -> list[R
     module.train()
     module.zero_grad(set_to_none=True)
     with FlopCounterMode(display=False, custom_mapping=fixes) as both:
-        module(input_ids=ids).logits.sum().backward()
+        _last_output(module(input_ids=ids)).sum().backward()
     backward = both.get_total_flops() - forward.get_total_flops()
     ours_backward = int(model.with_conventions(training=0).evaluate("backward_flops", batch=BATCH, seq=SEQ))
     return [*_rows("forward_flops", ours, theirs), Row("backward_flops", "total", ours_backward, backward)]
@@ -402,10 +403,22 @@ def _saved_row(torch, model: Model, module, config: Mapping[str, Any]) -> Row:
 
     ids = _ids(torch, config)
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        output = module(input_ids=ids, labels=ids)
+        # labels of their own, as a masked LM's are (its inputs carry mask tokens): a masked-LM loss keeps a view of them;
+        # an encoder without a head (BertModel, ModernBertModel) takes none and computes no loss
+        output = module(input_ids=ids, labels=ids.clone()) if _takes_labels(module) else module(input_ids=ids)
     kept = sum({ptr: size for alive, ptr, size in packed if alive() is not None}.values())
     del output
     return Row("saved_activations", "total", int(model.evaluate("saved_activations", batch=BATCH, seq=SEQ)), kept)
+
+
+def _last_output(output):
+    """The logits, or for an encoder without a head its last hidden state."""
+    logits = output.get("logits")
+    return logits if logits is not None else output["last_hidden_state"]
+
+
+def _takes_labels(module) -> bool:
+    return "labels" in inspect.signature(module.forward).parameters
 
 
 def _ids(torch, config: Mapping[str, Any]):
