@@ -23,6 +23,12 @@ What PyTorch does that surprises (each one declared where it happens):
   the gathered weight, the expert's output and the weighted output, and routers keep
   fp32 probabilities, int64 top-k indices and, in DeepSeek, an fp32 copy of the input
   and bool group masks.
+- gpt-oss's attention sinks: max(dim=-1) over the scores and the sink keeps its int64
+  index, the softmax over span + 1 columns runs and is kept in the logits' dtype, and the
+  weights are a view of it; its router's softmax is over the top_k chosen logits, in
+  their dtype; its clamped SwiGLU's product keeps the clamped gate and the sigmoid; its
+  RMSNorm scales by g in fp32 (keeping fp32 normalised values); its cos and sin are
+  d_head/2 wide.
 - PyTorch's CPU LayerNorm keeps its mean and 1/std in bf16 for bf16 inputs (CUDA keeps
   fp32): the oracle runs on the CPU, so it sets cpu_kernels = 1.
 """
@@ -64,6 +70,8 @@ FAMILIES = {
     "mixtral": {"model_type": "mixtral", "num_local_experts": 4, "num_experts_per_tok": 2},
     "deepseek_v2, greedy": {"model_type": "deepseek_v2", **MLA, "q_lora_rank": None, "n_routed_experts": 8, "num_experts_per_tok": 2, "n_shared_experts": 2, "first_k_dense_replace": 1, "topk_method": "greedy"},
     "deepseek_v2, group-limited": {"model_type": "deepseek_v2", **MLA, "q_lora_rank": 16, "n_routed_experts": 8, "num_experts_per_tok": 2, "n_shared_experts": 1, "first_k_dense_replace": 1, "topk_method": "group_limited_greedy", "n_group": 4, "topk_group": 2},
+    "gpt_oss, window 5 on layer 0": {"model_type": "gpt_oss", "num_local_experts": 4, "num_experts_per_tok": 2, "head_dim": 16, "sliding_window": 5},
+    "gpt_oss, window 16 on layer 0": {"model_type": "gpt_oss", "num_local_experts": 4, "num_experts_per_tok": 2, "head_dim": 16, "sliding_window": 16},
     "deepseek_v3": {"model_type": "deepseek_v3", **MLA, "q_lora_rank": 16, "n_routed_experts": 8, "num_experts_per_tok": 2, "n_group": 4, "topk_group": 2, "n_shared_experts": 1, "first_k_dense_replace": 1},
 }  # fmt: skip
 DTYPES = {torch.bfloat16: 2, torch.float32: 4}
@@ -71,7 +79,7 @@ DTYPES = {torch.bfloat16: 2, torch.float32: 4}
 
 def build_eager(config: dict, dtype):
     """transformers' model with eager attention and, for mixtures of experts, eager experts (the loop over experts)."""
-    if config["model_type"] in ("qwen2_moe", "qwen3_moe", "mixtral", "deepseek_v2", "deepseek_v3"):
+    if config["model_type"] in ("qwen2_moe", "qwen3_moe", "mixtral", "deepseek_v2", "deepseek_v3", "gpt_oss"):
         return build_for_training(config, dtype, experts_implementation="eager")
     return build_for_training(config, dtype)
 
