@@ -75,8 +75,9 @@ FAMILIES = {
     "deepseek_v2, group-limited": {"model_type": "deepseek_v2", **MLA, "q_lora_rank": 16, "n_routed_experts": 8, "num_experts_per_tok": 2, "n_shared_experts": 1, "first_k_dense_replace": 1, "topk_method": "group_limited_greedy", "n_group": 4, "topk_group": 2},
     "gpt_oss, window 5 on layer 0": {"model_type": "gpt_oss", "num_local_experts": 4, "num_experts_per_tok": 2, "head_dim": 16, "sliding_window": 5},
     "gpt_oss, window 16 on layer 0": {"model_type": "gpt_oss", "num_local_experts": 4, "num_experts_per_tok": 2, "head_dim": 16, "sliding_window": 16},
-    # the Mamba-2 mixer's chunked scan is not yet traced (tests/test_check.py's SAVED_GAP): its other three blocks
     "nemotron_h, attention, MLP and MoE": {"model_type": "nemotron_h", "hybrid_override_pattern": "*-E", "num_hidden_layers": 3, "head_dim": 16, "n_routed_experts": 4, "moe_shared_expert_intermediate_size": 48, **MOE},
+    # chunks of 4 tokens: seq 8 fills two, seq 11 pads the scan to three
+    "nemotron_h, Mamba-2, attention and MoE": {"model_type": "nemotron_h", "hybrid_override_pattern": "M*E", "num_hidden_layers": 3, "head_dim": 16, "mamba_num_heads": 8, "mamba_head_dim": 8, "ssm_state_size": 16, "n_groups": 2, "chunk_size": 4, "n_routed_experts": 4, "moe_shared_expert_intermediate_size": 48, **MOE},
     "deepseek_v3": {"model_type": "deepseek_v3", **MLA, "q_lora_rank": 16, "n_routed_experts": 8, "num_experts_per_tok": 2, "n_group": 4, "topk_group": 2, "n_shared_experts": 1, "first_k_dense_replace": 1},
 }  # fmt: skip
 DTYPES = {torch.bfloat16: 2, torch.float32: 4}
