@@ -17,8 +17,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from oracle import TINY, build, build_for_training, check_saved_config_reads_the_same, count_forward, count_forward_backward, input_ids, meta_params, saved_for_backward  # noqa: E402
-from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
-from test_family_recurrent import cache_after, conv_forward, mixer_shapes, tensors_bytes, text, uncounted_solves  # noqa: E402
+from test_family_recurrent import cache_after, check_decode_step_flops, conv_forward, mixer_shapes, tensors_bytes, text, uncounted_solves  # noqa: E402
 
 from symform.engine.errors import ConfigError  # noqa: E402
 from symform.engine.model import Model  # noqa: E402
@@ -105,12 +104,7 @@ def test_cache_and_state_bytes_equal_the_tensors_transformers_keeps(case, batch,
 def test_a_decode_step_takes_the_recurrent_update(case, batch, past):
     """One token after a cached prefix: the conv updates its window, the delta rule takes one element-wise step."""
     config = CONFIGS[case]
-    model = tiny_model(config)
-    cache = cache_after(model, config, batch, past)
-    with torch.no_grad(), FlopCounterMode(display=False) as counter:
-        model(input_ids=input_ids(text(config), batch, 1), cache=cache, use_cache=True)
-    symbolic = Model.from_config(config).with_conventions(training=0, decoding=1)
-    assert symbolic.evaluate("forward_flops", batch=batch, seq=1, past=past) == counter.get_total_flops()
+    check_decode_step_flops(tiny_model(config), config, batch, past)
 
 
 @pytest.mark.parametrize("case", CONFIGS)

@@ -143,6 +143,15 @@ def cache_after(model, config: dict, batch: int, seq: int):
         return model(input_ids=input_ids(text(config), batch, seq), use_cache=True).past_key_values
 
 
+def check_decode_step_flops(model, config: dict, batch: int, past: int) -> None:
+    """One token after a cached prefix of ``past``: symform's decode-step FLOPs equal the counter's."""
+    cache = cache_after(model, config, batch, past)
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        model(input_ids=input_ids(text(config), batch, 1), cache=cache, use_cache=True)
+    symbolic = Model.from_config(config).with_conventions(training=0, decoding=1)
+    assert symbolic.evaluate("forward_flops", batch=batch, seq=1, past=past) == counter.get_total_flops()
+
+
 def tensors_bytes(tensors) -> int:
     return sum(t.numel() * t.element_size() for t in tensors if t is not None)
 
@@ -168,12 +177,7 @@ def test_a_decode_step_takes_the_recurrent_update(case, batch, past):
     """One token after a cached prefix: the conv updates its window (seq + 1 outputs), the delta rule takes
     one element-wise step (no product the counter sees), attention reads past + 1 keys."""
     config = CONFIGS[case]
-    model = build(config, eager_experts=True)
-    cache = cache_after(model, config, batch, past)
-    with torch.no_grad(), FlopCounterMode(display=False) as counter:
-        model(input_ids=input_ids(text(config), batch, 1), cache=cache, use_cache=True)
-    symbolic = Model.from_config(config).with_conventions(training=0, decoding=1)
-    assert symbolic.evaluate("forward_flops", batch=batch, seq=1, past=past) == counter.get_total_flops()
+    check_decode_step_flops(build(config, eager_experts=True), config, batch, past)
 
 
 @pytest.mark.parametrize("case", NEMOTRON_CASES)
