@@ -135,10 +135,13 @@ def saved_for_backward(model, ids, labels=None) -> int:
     packed: list[tuple[weakref.ref, int, int]] = []
 
     def pack(tensor):
+        # a detached alias: a node that saves its own output (exp, sigmoid) would otherwise hold that output, whose
+        # grad_fn is the node, a cycle nothing frees, and a graph the forward drops would still look kept
+        alias = tensor.detach()
         storage = tensor.untyped_storage()
         if storage.data_ptr() not in parameters:
-            packed.append((weakref.ref(tensor), storage.data_ptr(), storage.nbytes()))
-        return tensor
+            packed.append((weakref.ref(alias), storage.data_ptr(), storage.nbytes()))
+        return alias
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
         loss = model(input_ids=ids, labels=ids if labels is None else labels).loss

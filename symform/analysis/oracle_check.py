@@ -396,10 +396,13 @@ def _saved_row(torch, model: Model, module, config: Mapping[str, Any]) -> Row:
     packed: list[tuple[weakref.ref, int, int]] = []
 
     def pack(tensor):
+        # a detached alias: a node that saves its own output (exp, sigmoid) would otherwise hold that output, whose
+        # grad_fn is the node, a cycle nothing frees, and a graph the forward drops would still look kept
+        alias = tensor.detach()
         storage = tensor.untyped_storage()
         if storage.data_ptr() not in parameters:
-            packed.append((weakref.ref(tensor), storage.data_ptr(), storage.nbytes()))
-        return tensor
+            packed.append((weakref.ref(alias), storage.data_ptr(), storage.nbytes()))
+        return alias
 
     ids = _ids(torch, config)
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
