@@ -34,6 +34,15 @@ What PyTorch does that surprises (each one declared where it happens):
   d_head/2 wide.
 - PyTorch's CPU LayerNorm keeps its mean and 1/std in bf16 for bf16 inputs (CUDA keeps
   fp32): the oracle runs on the CPU, so it sets cpu_kernels = 1.
+- Gated DeltaNet's chunked scan (transformers' torch path) runs in fp32 on the sequence
+  padded to whole 64-token chunks and keeps five [chunk, chunk] tensors per head and chunk;
+  without a cache to carry it, the last chunk's state update is dropped with what only it
+  reads. For a sequence of whole chunks in fp32, F.pad copies the scan's strided views with
+  their strides, and matmul keeps contiguous copies of them. With one value head per key
+  head in fp32, the normalised queries and keys are views of the whole SiLU output, and
+  Qwen3-Next's z a view of its whole fused projection. The gated attention's q_norm keeps,
+  in fp32, a view of q_proj's output, gate included; Qwen3.5's cos and sin are a quarter of
+  a head wide and computed per sequence.
 """
 
 from __future__ import annotations
@@ -48,6 +57,11 @@ MOE = {"moe_intermediate_size": 32, "num_experts_per_tok": 2}
 MLA = {"moe_intermediate_size": 8, "num_key_value_heads": 4, "kv_lora_rank": 12, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 6}
 GPT2 = {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 64, "bos_token_id": 0, "eos_token_id": 0}
 NO_DROPOUT = {"attn_pdrop": 0.0, "resid_pdrop": 0.0, "embd_pdrop": 0.0}
+# one linear layer, one gated full-attention layer
+GATED_DELTANET = {
+    "head_dim": 16, "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 8, "linear_value_head_dim": 12,
+    "linear_conv_kernel_dim": 4, "layer_types": ["linear_attention", "full_attention"],
+}  # fmt: skip
 # sequences of 8 and 11 tokens: window 5 is shorter, window 16 longer
 FAMILIES = {
     "llama, GQA": {"model_type": "llama", "head_dim": 16},
@@ -78,6 +92,8 @@ FAMILIES = {
     "nemotron_h, attention, MLP and MoE": {"model_type": "nemotron_h", "hybrid_override_pattern": "*-E", "num_hidden_layers": 3, "head_dim": 16, "n_routed_experts": 4, "moe_shared_expert_intermediate_size": 48, **MOE},
     # chunks of 4 tokens: seq 8 fills two, seq 11 pads the scan to three
     "nemotron_h, Mamba-2, attention and MoE": {"model_type": "nemotron_h", "hybrid_override_pattern": "M*E", "num_hidden_layers": 3, "head_dim": 16, "mamba_num_heads": 8, "mamba_head_dim": 8, "ssm_state_size": 16, "n_groups": 2, "chunk_size": 4, "n_routed_experts": 4, "moe_shared_expert_intermediate_size": 48, **MOE},
+    "qwen3_next, 2 value heads per key head, experts": {"model_type": "qwen3_next", **GATED_DELTANET, "num_experts": 4, "shared_expert_intermediate_size": 16, **MOE},
+    "qwen3_next, as many value heads as key heads": {"model_type": "qwen3_next", **GATED_DELTANET, "linear_num_value_heads": 2, "num_experts": 0},
     "deepseek_v3": {"model_type": "deepseek_v3", **MLA, "q_lora_rank": 16, "n_routed_experts": 8, "num_experts_per_tok": 2, "n_group": 4, "topk_group": 2, "n_shared_experts": 1, "first_k_dense_replace": 1},
 }  # fmt: skip
 DTYPES = {torch.bfloat16: 2, torch.float32: 4}
@@ -85,7 +101,7 @@ DTYPES = {torch.bfloat16: 2, torch.float32: 4}
 
 def build_eager(config: dict, dtype):
     """transformers' model with eager attention and, for mixtures of experts, eager experts (the loop over experts)."""
-    if config["model_type"] in ("qwen2_moe", "qwen3_moe", "mixtral", "deepseek_v2", "deepseek_v3", "gpt_oss", "nemotron_h"):
+    if config["model_type"] in ("qwen2_moe", "qwen3_moe", "mixtral", "deepseek_v2", "deepseek_v3", "gpt_oss", "nemotron_h", "qwen3_next"):
         return build_for_training(config, dtype, experts_implementation="eager")
     return build_for_training(config, dtype)
 
@@ -109,3 +125,21 @@ def test_the_default_accounting_is_eager_without_windows_or_views(family):
     config = {**TINY, **FAMILIES[family]}
     default = Model.from_config(config).evaluate("saved_activations", batch=2, seq=4)
     assert default == Model.from_config(config, accounting="eager").evaluate("saved_activations", batch=2, seq=4)
+
+
+# transformers' Gated DeltaNet scan runs chunks of 64 tokens: one whole chunk, two whole chunks, two with padding
+SCANS = {
+    "qwen3_next, 2 value heads per key head": {**TINY, "model_type": "qwen3_next", **GATED_DELTANET, "num_experts": 0},
+    "qwen3_next, as many value heads as key heads": {**TINY, "model_type": "qwen3_next", **GATED_DELTANET, "linear_num_value_heads": 2, "num_experts": 0},
+    "qwen3_5, as many value heads as key heads": {"model_type": "qwen3_5", "text_config": {**TINY, **GATED_DELTANET, "linear_num_value_heads": 2}},
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("family", SCANS)
+@pytest.mark.parametrize(("batch", "seq"), [(2, 64), (2, 128), (1, 70)])
+def test_the_gated_deltanet_scan_keeps_whole_chunks(family, dtype, batch, seq):
+    config = SCANS[family]
+    kept = saved_for_backward(build_for_training(config, dtype), input_ids(config.get("text_config", config), batch, seq))
+    model = Model.from_config(config, accounting="eager", conventions={"act_bytes": DTYPES[dtype], "cpu_kernels": 1})
+    assert model.evaluate("saved_activations", batch=batch, seq=seq) == kept

@@ -204,8 +204,7 @@ def hf_config_dict(config: dict, directory) -> dict:
 
 @pytest.mark.parametrize("case", ["nemotron_h-moe", "nemotron_h-layers_block_type"])
 def test_check_agrees_with_the_real_nemotron_h_module(case):
-    """symform check at its own tiny sizes: every part but saved activations, which it reports for
-    nemotron_h rather than matching (tests/test_check.py's SAVED_EXACT)."""
+    """symform check at its own tiny sizes: every part (saved activations are tests/test_check.py's)."""
     from symform.analysis.oracle_check import check
 
     report = check(Model.from_config(CONFIGS[case], name=case))
