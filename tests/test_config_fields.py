@@ -39,9 +39,6 @@ def test_a_config_saved_by_transformers_reads_as_the_one_written_by_hand(family,
 COST_FREE = {
     "_attn_implementation": "the attention kernel is the caller's choice (eager here), not a config field",
     "attention_dropout": "dropout is the `dropout` convention",
-    "attn_pdrop": "dropout is the `dropout` convention",
-    "embd_pdrop": "dropout is the `dropout` convention",
-    "resid_pdrop": "dropout is the `dropout` convention",
     "hidden_dropout": "a classification head's dropout",
     "classifier_dropout": "a classification head's dropout",
     "rms_norm_eps": "a value, not a size",
@@ -77,8 +74,6 @@ COST_FREE_IN = {
     "deepseek_v32": {"head_dim": "the rotary width, qk_rope_head_dim, which is read (the config class overwrites head_dim with it)", "num_key_value_heads": "MLA's heads are num_attention_heads (DeepseekV32Attention expands keys and values to them)"},
     "gpt_oss": {"swiglu_alpha": "a value inside the clamped SwiGLU, not a size", "swiglu_limit": "the clamp's bound: a value, not a size"},
     "bert": {
-        "attention_probs_dropout_prob": "dropout is the `dropout` convention",
-        "hidden_dropout_prob": "dropout is the `dropout` convention",
         "layer_norm_eps": "a value, not a size",
         "chunk_size_feed_forward": "the feed-forward runs in chunks of the sequence: the same work, piece by piece",
     },

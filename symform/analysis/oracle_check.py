@@ -405,7 +405,7 @@ def _saved_row(torch, model: Model, module, config: Mapping[str, Any]) -> Row:
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
         # labels of their own, as a masked LM's are (its inputs carry mask tokens): a masked-LM loss keeps a view of them;
         # an encoder without a head (BertModel, ModernBertModel) takes none and computes no loss
-        output = module(input_ids=ids, labels=ids.clone()) if _takes_labels(module) else module(input_ids=ids)
+        output = module(input_ids=ids, **_labels(torch, module, ids))
     kept = sum({ptr: size for alive, ptr, size in packed if alive() is not None}.values())
     del output
     return Row("saved_activations", "total", int(model.evaluate("saved_activations", batch=BATCH, seq=SEQ)), kept)
@@ -419,6 +419,17 @@ def _last_output(output):
 
 def _takes_labels(module) -> bool:
     return "labels" in inspect.signature(module.forward).parameters
+
+
+def _labels(torch, module, ids) -> dict:
+    """A training forward's labels: none for an encoder without a head; the tokens for a language-model head;
+    with a next-sentence head also one sentence label per sequence (it computes its losses only given both)."""
+    if not _takes_labels(module):
+        return {}
+    labels = {"labels": ids.clone()}
+    if "next_sentence_label" in inspect.signature(module.forward).parameters:
+        labels["next_sentence_label"] = torch.zeros(ids.shape[0], dtype=torch.long)
+    return labels
 
 
 def _ids(torch, config: Mapping[str, Any]):
