@@ -24,6 +24,7 @@ from ..engine.data import formulas_dir, read_toml
 from ..engine.families import count_layers, families, layers_in, read_fields, sub_config
 from ..engine.errors import ConfigError, SymformError
 from ..engine.model import Model
+from .memory import dropout_origin
 from .quantization import aliases
 
 BATCH, SEQ = 2, 8  # two sequences: transformers' loss pads a single sequence's labels by one token
@@ -53,6 +54,7 @@ class CheckReport:
     tiny_config: dict[str, Any]
     rows: list[Row]
     sizes_in: str = ""  # the sub-config the model's sizes live in (text_config), "" for the top level
+    dropout: str = ""  # the dropout convention symform counted with, and where it came from
 
     @property
     def sizes(self) -> dict[str, Any]:
@@ -71,6 +73,7 @@ class CheckReport:
             "agree": not self.differences,
             "rows": [{"quantity": r.quantity, "part": r.part, "symform": r.symform, "pytorch": r.pytorch, "agree": r.agrees} for r in self.rows],
             "tiny_config": self.tiny_config,
+            "dropout": self.dropout,
         }
 
 
@@ -203,7 +206,7 @@ def check(model: Model) -> CheckReport:
     finally:
         transformers.logging.set_verbosity(verbosity)
     sizes_in = families()[model.spec.family].spec.fields_in if model.spec.family is not None else ""
-    return CheckReport(model.name, type(module).__name__, config, rows, sizes_in)
+    return CheckReport(model.name, type(module).__name__, config, rows, sizes_in, dropout_origin(ours))
 
 
 def _checkpoint_class(family: str | None, config: Mapping[str, Any]) -> str | None:
