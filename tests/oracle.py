@@ -144,12 +144,18 @@ def saved_for_backward(model, ids, labels=None, **inputs) -> int:
         return tensor
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        if "labels" in inspect.signature(model.forward).parameters:
+        if _takes_labels(model):
             output = model(input_ids=ids, labels=ids if labels is None else labels, **inputs).loss
         else:
             output = model(input_ids=ids, **inputs).last_hidden_state
     assert output.requires_grad
     return sum({ptr: size for alive, ptr, size in packed if alive() is not None}.values())
+
+
+def _takes_labels(model) -> bool:
+    """A head that computes a loss (peft's wrapper passes them on through **kwargs); a bare encoder takes none."""
+    forward = getattr(model, "get_base_model", lambda: model)().forward
+    return "labels" in inspect.signature(forward).parameters
 
 
 # -- the checks every family's oracle tests make ---------------------------------------------------------------
