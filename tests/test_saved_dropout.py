@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from oracle import TINY, build_for_training, hf_config, input_ids, saved_for_backward  # noqa: E402
+from oracle import build_for_training, hf_config, input_ids, saved_for_backward  # noqa: E402
 
 import symform  # noqa: E402
 from symform import Model  # noqa: E402
