@@ -7,6 +7,7 @@ so expected values never come from the code under test.
 from __future__ import annotations
 
 import copy
+import inspect
 import json
 import weakref
 
@@ -126,9 +127,11 @@ def build_for_training(config: dict, dtype=torch.bfloat16, **options):
     return model.train()
 
 
-def saved_for_backward(model, ids, labels=None) -> int:
+def saved_for_backward(model, ids, labels=None, **inputs) -> int:
     """Bytes of the distinct storages autograd still holds for backward after one training forward (loss
-    included; the labels are ``ids`` unless given), parameters left out: they are weights, not activations. A graph built and dropped within the
+    included; the labels are ``ids`` unless given; ``inputs``, further arguments such as a next-sentence label;
+    a model whose forward takes no labels, an encoder without a head, computes no loss), parameters left out:
+    they are weights, not activations. A graph built and dropped within the
     forward (a router's one-hot mask, DoRA's detached B·A) packs tensors too; they are freed with it and the
     allocator may hand their address to a later tensor, so only tensors still alive count."""
     parameters = {p.untyped_storage().data_ptr() for p in model.parameters()}
@@ -144,9 +147,18 @@ def saved_for_backward(model, ids, labels=None) -> int:
         return alias
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        loss = model(input_ids=ids, labels=ids if labels is None else labels).loss
-    assert loss.requires_grad
+        if _takes_labels(model):
+            output = model(input_ids=ids, labels=ids if labels is None else labels, **inputs).loss
+        else:
+            output = model(input_ids=ids, **inputs).last_hidden_state
+    assert output.requires_grad
     return sum({ptr: size for alive, ptr, size in packed if alive() is not None}.values())
+
+
+def _takes_labels(model) -> bool:
+    """A head that computes a loss (peft's wrapper passes them on through **kwargs); a bare encoder takes none."""
+    forward = getattr(model, "get_base_model", lambda: model)().forward
+    return "labels" in inspect.signature(forward).parameters
 
 
 # -- the checks every family's oracle tests make ---------------------------------------------------------------

@@ -24,8 +24,6 @@ for _name in presets():
 # Families whose preset's saved activations check does not yet match to the byte, with why; check reports
 # the gap rather than hiding it. Every other family's agree (eager accounting on the CPU, as check counts).
 SAVED_GAP = {
-    "bert": "the preset's dropout (0.1) keeps masks symform counts only under the dropout convention; without dropout 6,916 bytes of 122,756 at check's sizes are still untraced (bert is outside tests/test_activations.py)",
-    "gpt2": "the preset's dropout (embd/attn/resid_pdrop 0.1) keeps masks symform counts only under the dropout convention; with the three at 0 check agrees",
 }
 
 # Families that check cannot yet build or compare at tiny sizes, each with what is left undone (none today).

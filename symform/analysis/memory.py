@@ -387,6 +387,7 @@ def training_expressions(model: Model, setup: Training = Training()) -> tuple[di
         "layout": asdict(layout),
         "pipeline_in_flight_microbatches": _json(layout.in_flight),
         "accounting": model.accounting or "default",
+        "dropout": dropout_origin(model),
         "conventions": {s.name: _json(v) for s, v in model.conventions.items()},
         "stages_balanced": layout.pipeline > 1,
     }
@@ -446,6 +447,18 @@ def _inference_conventions(setup: Inference) -> dict[str, object]:
 
 def _convention(model: Model, name: str) -> sympy.Rational:
     return next(v for s, v in model.conventions.items() if s.name == name)
+
+
+def dropout_origin(model: Model) -> str:
+    """The dropout convention in force and where it comes from: the config's dropout probabilities (GPT-2,
+    BERT), a convention the user set over them, or the convention's default."""
+    value = _json(_convention(model, "dropout"))
+    config = model.spec.conventions.get("dropout")
+    if config is None:
+        return f"{value} (the dropout convention; this family reads no dropout from its config)"
+    if value == config:
+        return f"{value} (from the config's dropout probabilities)"
+    return f"{value} (set, over the config's {config})"
 
 
 def inference_expressions(model: Model, setup: Inference = Inference(), *, keep: tuple[str, ...] = ()) -> tuple[dict[str, sympy.Expr], dict[str, object]]:

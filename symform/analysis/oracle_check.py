@@ -24,6 +24,7 @@ from ..engine.data import formulas_dir, read_toml
 from ..engine.families import count_layers, families, layers_in, read_fields, sub_config
 from ..engine.errors import ConfigError, SymformError
 from ..engine.model import Model
+from .memory import dropout_origin
 from .quantization import aliases
 
 BATCH, SEQ = 2, 8  # two sequences: transformers' loss pads a single sequence's labels by one token
@@ -53,6 +54,7 @@ class CheckReport:
     tiny_config: dict[str, Any]
     rows: list[Row]
     sizes_in: str = ""  # the sub-config the model's sizes live in (text_config), "" for the top level
+    dropout: str = ""  # the dropout convention symform counted with, and where it came from
 
     @property
     def sizes(self) -> dict[str, Any]:
@@ -71,6 +73,7 @@ class CheckReport:
             "agree": not self.differences,
             "rows": [{"quantity": r.quantity, "part": r.part, "symform": r.symform, "pytorch": r.pytorch, "agree": r.agrees} for r in self.rows],
             "tiny_config": self.tiny_config,
+            "dropout": self.dropout,
         }
 
 
@@ -203,7 +206,7 @@ def check(model: Model) -> CheckReport:
     finally:
         transformers.logging.set_verbosity(verbosity)
     sizes_in = families()[model.spec.family].spec.fields_in if model.spec.family is not None else ""
-    return CheckReport(model.name, type(module).__name__, config, rows, sizes_in)
+    return CheckReport(model.name, type(module).__name__, config, rows, sizes_in, dropout_origin(ours))
 
 
 def _checkpoint_class(family: str | None, config: Mapping[str, Any]) -> str | None:
@@ -408,7 +411,7 @@ def _saved_row(torch, model: Model, module, config: Mapping[str, Any]) -> Row:
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
         # labels of their own, as a masked LM's are (its inputs carry mask tokens): a masked-LM loss keeps a view of them;
         # an encoder without a head (BertModel, ModernBertModel) takes none and computes no loss
-        output = module(input_ids=ids, labels=ids.clone()) if _takes_labels(module) else module(input_ids=ids)
+        output = module(input_ids=ids, **_labels(torch, module, ids))
     # the cache a forward returns holds each recurrent layer's final state, and with it the graph that only the
     # state needs: training drops it (as tests/oracle.py does), so the count leaves it out
     output = {key: value for key, value in output.items() if key not in ("cache", "past_key_values")}
@@ -425,6 +428,17 @@ def _last_output(output):
 
 def _takes_labels(module) -> bool:
     return "labels" in inspect.signature(module.forward).parameters
+
+
+def _labels(torch, module, ids) -> dict:
+    """A training forward's labels: none for an encoder without a head; the tokens for a language-model head;
+    with a next-sentence head also one sentence label per sequence (it computes its losses only given both)."""
+    if not _takes_labels(module):
+        return {}
+    labels = {"labels": ids.clone()}
+    if "next_sentence_label" in inspect.signature(module.forward).parameters:
+        labels["next_sentence_label"] = torch.zeros(ids.shape[0], dtype=torch.long)
+    return labels
 
 
 def _ids(torch, config: Mapping[str, Any]):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import builtins
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from types import MappingProxyType
@@ -109,6 +109,9 @@ class FamilySpec(BaseModel):
     assume: str = ""
     context: ContextSpec | None = None
     refuse: list[RefusalSpec] = Field(default_factory=list)
+    # conventions the config decides (dropout from its dropout probabilities): expressions over the fields, each
+    # a whole number; they are the model's defaults, under any accounting and any convention the user sets
+    conventions: dict[str, str] = Field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -153,6 +156,7 @@ class ModelSpec:
     assume: str = ""  # the family's default assumption sets for derivations ("" for none)
     checkpoint: "Checkpoint | None" = None
     config: Mapping[str, Any] | None = None  # the Hugging Face config it was read from (or a declaration's [model.transformers])
+    conventions: Mapping[str, int] = field(default_factory=dict)  # the defaults the config sets (its family's [conventions])
 
 
 @dataclass(frozen=True)
@@ -246,8 +250,6 @@ def family_for_architectures(architectures: Any) -> Family | None:
 
 
 def spec_from_config(config: Any, *, name: str, origin: str) -> ModelSpec:
-    from .safe_expr import parse
-
     if not isinstance(config, Mapping):
         raise ConfigError(f"{origin}: a config must be a JSON object, got {type(config).__name__}")
     family = family_for(config, origin)
@@ -261,14 +263,21 @@ def spec_from_config(config: Any, *, name: str, origin: str) -> ModelSpec:
     for arg, text in family.spec.bind.items():
         if null & set(re.findall(r"[A-Za-z_]\w*", text)):
             continue  # an argument read from a null field stays unbound: the chosen component does not use it
-        value = parse(text, numbers)
-        if not value.is_Integer:
-            raise ConfigError(f"{origin}: {arg} = {text} is {value}, not an integer; check the config's sizes")
-        arguments[arg] = int(value)
+        arguments[arg] = _whole(arg, text, numbers, origin)
     for slot, choice in family.spec.choose.items():
         arguments[slot] = _choose(choice, fields[choice.field], family.spec.fields[choice.field].type == "bool", origin)
     context = _context_limit(family.spec.context, fields, config, origin)
-    return ModelSpec(name=name, root=family.spec.root, arguments=MappingProxyType(arguments), family=family.name, source=origin, context=context, assume=family.spec.assume, checkpoint=checkpoint_facts(config), config=MappingProxyType(dict(config)))
+    conventions = MappingProxyType({name: _whole(name, text, numbers, origin) for name, text in family.spec.conventions.items()})
+    return ModelSpec(name=name, root=family.spec.root, arguments=MappingProxyType(arguments), family=family.name, source=origin, context=context, assume=family.spec.assume, checkpoint=checkpoint_facts(config), config=MappingProxyType(dict(config)), conventions=conventions)
+
+
+def _whole(name: str, text: str, numbers: Mapping[str, Any], origin: str) -> int:
+    from .safe_expr import parse
+
+    value = parse(text, numbers)
+    if not value.is_Integer:
+        raise ConfigError(f"{origin}: {name} = {text} is {value}, not an integer; check the config's values")
+    return int(value)
 
 
 def _context_limit(spec: ContextSpec | None, fields: Mapping[str, Any], config: Mapping[str, Any], origin: str) -> ContextLimit | None:

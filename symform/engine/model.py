@@ -94,7 +94,8 @@ class Model:
         self.vocabulary = self.library.vocabulary
         self.accounting = accounting  # a named convention set (formulas/accountings.toml), applied before `conventions`
         named = accounting_conventions(accounting) if accounting else {}
-        self.conventions = self._conventions({**named, **(conventions or {})})
+        # the config's own settings (its dropout) first: an accounting and the user's conventions override them
+        self.conventions = self._conventions({**spec.conventions, **named, **(conventions or {})})
         self._bind()
 
     def _bind(self, like: "Model | None" = None, resized: tuple[dict, dict] | None = None) -> None:

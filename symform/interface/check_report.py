@@ -24,6 +24,8 @@ def check_command(model: Model, args: argparse.Namespace) -> str:
 def check_table(report) -> str:
     sizes = ", ".join(f"{k} {v}" for k, v in report.sizes.items() if isinstance(v, int) and not isinstance(v, bool) and k.endswith(("size", "layers", "heads", "dim", "experts", "_tok")))
     lines = [f"check of {report.model} against transformers' {report.transformers_class} (float32, eager attention, batch 2 × seq 8; {sizes})"]
+    if report.dropout:
+        lines.append(f"training forward with dropout {report.dropout}")
     width = max(len(f"{r.quantity} {r.part}") for r in report.rows)
     lines.append(f"{'quantity':<{width}}  {'symform':>14}  {'pytorch':>14}  ")
     for row in report.rows:
