@@ -1,0 +1,172 @@
+"""Oracle: the qwen3_vl family (Qwen3-VL) against transformers' Qwen3VLForConditionalGeneration.
+
+Parameters: numel() of the whole class, vision tower included, on the meta device
+(transformers' defaults) and on tiny instances. FLOPs: tiny instances in float32
+with eager attention, counted by FlopCounterMode, text only (no images: the
+default) and with images in every sequence: the vision tower's patch-embedding
+convolution, ViT blocks (attention within each image), patch merger and DeepStack
+mergers, then the language model over all seq tokens, image tokens among them.
+A still image is one temporal patch: the processor repeats it temporal_patch_size
+times, and the pixel rows given here are what it hands the model.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
+
+from checks import one_line_error  # noqa: E402
+from oracle import global_counts, hf_config  # noqa: E402
+
+from symform.engine.errors import ConfigError  # noqa: E402
+from symform.engine.model import Model  # noqa: E402
+
+pytestmark = pytest.mark.oracle
+
+IMAGE, START, END = 150, 152, 153  # token ids of the tiny vocabulary (160)
+TEXT = dict(
+    hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+    vocab_size=160, max_position_embeddings=512,
+    rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3], "mrope_interleaved": True},
+)
+VISION = dict(
+    depth=3, hidden_size=32, intermediate_size=48, num_heads=2, patch_size=4, temporal_patch_size=2, spatial_merge_size=2,
+    out_hidden_size=64, num_position_embeddings=16, deepstack_visual_indexes=[0, 2],
+)
+IDS = dict(image_token_id=IMAGE, video_token_id=151, vision_start_token_id=START, vision_end_token_id=END)
+
+CONFIGS = {
+    "two DeepStack mergers, untied head": dict(model_type="qwen3_vl", text_config=TEXT, vision_config=VISION, **IDS),
+    "no DeepStack, tied head, attention bias, MHA, 3-frame patches, 1 channel": dict(
+        model_type="qwen3_vl", tie_word_embeddings=True, **IDS,
+        text_config=dict(TEXT, attention_bias=True, num_key_value_heads=4),
+        vision_config=dict(VISION, deepstack_visual_indexes=[], depth=2, num_heads=4, temporal_patch_size=3, in_channels=1, spatial_merge_size=1),
+    ),
+}  # fmt: skip
+
+
+def build(config: dict):
+    torch.manual_seed(0)
+    model = transformers.AutoModelForImageTextToText.from_config(hf_config(config), attn_implementation="eager", dtype=torch.float32)
+    assert type(model).__name__ == "Qwen3VLForConditionalGeneration"
+    assert model.config.text_config._attn_implementation == "eager" and model.config.vision_config._attn_implementation == "eager"
+    return model.eval()
+
+
+def inputs(config: dict, *, batch: int, seq: int, images: int, height: int, width: int) -> dict:
+    """batch sequences of seq tokens, each with `images` images of height x width pixels wrapped in start/end tokens
+    (their placeholder tokens among the seq), and the pixel rows the processor would hand the model."""
+    vision = config["vision_config"]
+    patch, merge = vision["patch_size"], vision["spatial_merge_size"]
+    rows, cols = height // patch, width // patch
+    per_image = rows * cols // merge**2
+    generator = torch.Generator().manual_seed(seq)
+    ids = torch.randint(0, 100, (batch, seq), generator=generator)
+    for b in range(batch):
+        at = 1
+        for _ in range(images):
+            ids[b, at] = START
+            ids[b, at + 1 : at + 1 + per_image] = IMAGE
+            ids[b, at + 1 + per_image] = END
+            at += per_image + 2
+        assert at <= seq, "the sequence must hold the image tokens"
+    pixels = vision.get("in_channels", 3) * vision["temporal_patch_size"] * patch**2
+    return dict(
+        input_ids=ids,
+        pixel_values=torch.randn(batch * images * rows * cols, pixels, generator=generator),
+        image_grid_thw=torch.tensor([[1, rows, cols]] * (batch * images)),
+        mm_token_type_ids=(ids == IMAGE).long(),
+    )
+
+
+def counted(model, **kwargs) -> FlopCounterMode:
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        model(**kwargs)
+    return counter
+
+
+@pytest.mark.parametrize("case", CONFIGS)
+def test_family_is_qwen3_vl(case):
+    assert Model.from_config(CONFIGS[case]).spec.family == "qwen3_vl"
+
+
+def test_the_defaults_are_transformers_defaults():
+    """A config naming only the model type costs what Qwen3VLConfig's defaults build on the meta device, whole class."""
+    config = {"model_type": "qwen3_vl"}
+    with torch.device("meta"):
+        model = transformers.AutoModelForImageTextToText.from_config(hf_config(config))
+    assert Model.from_config(config).evaluate("params") == sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("case", CONFIGS)
+def test_tiny_parameters_equal_numel_per_tower(case):
+    config = CONFIGS[case]
+    real = build(config)
+    model = Model.from_config(config)
+    assert model.evaluate("params") == sum(p.numel() for p in real.parameters())
+    assert model.evaluate_breakdown("params")["visual"] == sum(p.numel() for p in real.model.visual.parameters())
+
+
+@pytest.mark.parametrize("case", CONFIGS)
+@pytest.mark.parametrize("batch, seq", [(2, 7), (1, 30)])
+def test_text_only_forward_flops_equal_the_counter(case, batch, seq):
+    config = CONFIGS[case]
+    ids = torch.randint(0, 100, (batch, seq), generator=torch.Generator().manual_seed(seq))
+    counter = counted(build(config), input_ids=ids)
+    assert set(global_counts(counter)) <= {"aten.mm", "aten.addmm", "aten.bmm"}
+    assert Model.from_config(config).evaluate("forward_flops", batch=batch, seq=seq) == counter.get_total_flops()
+
+
+# (batch, seq, images per sequence, height, width): one image, two per sequence, a tall and a wide one
+IMAGES = [(1, 40, 1, 16, 24), (2, 40, 2, 8, 16), (1, 64, 1, 32, 8)]
+
+
+@pytest.mark.parametrize("case", CONFIGS)
+@pytest.mark.parametrize("batch, seq, images, height, width", IMAGES)
+def test_forward_flops_with_images_equal_the_counter(case, batch, seq, images, height, width):
+    config = CONFIGS[case]
+    real = build(config)
+    counter = counted(real, **inputs(config, batch=batch, seq=seq, images=images, height=height, width=width))
+    assert set(global_counts(counter)) <= {"aten.mm", "aten.addmm", "aten.bmm", "aten.convolution"}
+    workload = dict(batch=batch, seq=seq, images=images, image_height=height, image_width=width)
+    model = Model.from_config(config)
+    assert model.evaluate("forward_flops", **workload) == counter.get_total_flops()
+    tower = counter.get_flop_counts()["Qwen3VLForConditionalGeneration.model.visual"]
+    assert model.evaluate_breakdown("forward_flops", **workload)["visual"] == sum(tower.values())
+
+
+def test_a_forward_and_backward_with_images_equal_the_counter():
+    """The pixels need no gradient, so the patch embedding's backward is its weight's product alone (one forward's
+    worth, not two); every other product's backward is two."""
+    config = CONFIGS["two DeepStack mergers, untied head"]
+    real = build(config).train()
+    given = inputs(config, batch=2, seq=40, images=2, height=8, width=16)
+    real.zero_grad(set_to_none=True)
+    with FlopCounterMode(display=False) as counter:
+        real(**given).logits.sum().backward()
+    workload = dict(batch=2, seq=40, images=2, image_height=8, image_width=16)
+    assert Model.from_config(config).evaluate("train_step_flops", **workload) == counter.get_total_flops()
+
+
+def test_images_are_a_workload_setting_text_only_by_default():
+    model = Model.from_config(CONFIGS["two DeepStack mergers, untied head"])
+    assert model.evaluate("forward_flops", batch=1, seq=20) == model.evaluate("forward_flops", batch=1, seq=20, images=0, image_height=16, image_width=16)
+    assert model.evaluate("forward_flops", batch=1, seq=20, images=1, image_height=16, image_width=16) > model.evaluate("forward_flops", batch=1, seq=20)
+    assert model.evaluate("params") == model.with_conventions(images=3, image_height=16, image_width=16).evaluate("params")
+
+
+@pytest.mark.parametrize(
+    "setting, words",
+    [
+        (dict(images=1, image_height=12, image_width=16), ("image_height % (patch*merge)", "multiples of patch*merge")),
+        (dict(images=1, image_height=16, image_width=20), ("image_width % (patch*merge)", "multiples of patch*merge")),
+        (dict(images=1), ("image_height", "--image-size")),
+    ],
+)
+def test_an_image_the_tower_cannot_read_is_refused_in_one_line(setting, words):
+    model = Model.from_config(CONFIGS["two DeepStack mergers, untied head"])
+    one_line_error(ConfigError, lambda: model.evaluate("forward_flops", batch=1, seq=20, **setting), *words)
