@@ -170,3 +170,61 @@ def test_images_are_a_workload_setting_text_only_by_default():
 def test_an_image_the_tower_cannot_read_is_refused_in_one_line(setting, words):
     model = Model.from_config(CONFIGS["two DeepStack mergers, untied head"])
     one_line_error(ConfigError, lambda: model.evaluate("forward_flops", batch=1, seq=20, **setting), *words)
+
+
+def test_a_decode_step_runs_no_part_of_the_tower():
+    """The tower reads the images with the prompt; a decode step (decoding = 1) neither computes nor reads any of it."""
+    model = Model.from_config(CONFIGS["two DeepStack mergers, untied head"])
+    images = dict(images=2, image_height=16, image_width=16)
+    for quantity in ("forward_flops", "bytes_moved"):
+        text_only = model.with_conventions(decoding=1).evaluate(quantity, batch=2, seq=1, past=30)
+        assert model.with_conventions(decoding=1, **images).evaluate(quantity, batch=2, seq=1, past=30) == text_only, quantity
+
+
+# -- the command line: --images N --image-size HxW -------------------------------------------------------------
+
+
+@pytest.fixture
+def config_file(tmp_path):
+    import json
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(CONFIGS["two DeepStack mergers, untied head"]))
+    return str(path)
+
+
+def test_the_command_line_counts_the_images_as_the_counter_does(capsys, config_file):
+    from checks import run_json
+
+    config = CONFIGS["two DeepStack mergers, untied head"]
+    counter = counted(build(config), **inputs(config, batch=2, seq=40, images=2, height=8, width=16))
+    report = run_json(capsys, "flops", config_file, "--batch", "2", "--seq", "40", "--images", "2", "--image-size", "8x16")
+    assert report["forward"] == counter.get_total_flops()
+    assert (report["images"], report["image_height"], report["image_width"]) == (2, 8, 16)
+    square = run_json(capsys, "flops", config_file, "--batch", "2", "--seq", "40", "--images", "2", "--image-size", "16")
+    assert square["image_height"] == square["image_width"] == 16
+
+
+@pytest.mark.parametrize(
+    "options, words",
+    [
+        (["--images", "1"], ["--image-size"]),
+        (["--image-size", "16"], ["--images"]),
+        (["--images", "1", "--image-size", "16x"], ["HxW"]),
+        (["--images", "0", "--image-size", "16"], ["--images"]),
+        (["--images", "1", "--image-size", "12x16"], ["multiples of patch*merge"]),
+    ],
+)
+def test_images_the_command_line_cannot_count_are_refused_in_one_line(capsys, config_file, options, words):
+    from checks import run
+
+    code, out, err = run(capsys, "flops", config_file, "--batch", "1", "--seq", "40", *options)
+    assert code == 2 and not out and err.count("\n") == 1
+    assert all(word in err for word in words), err
+
+
+def test_images_on_a_model_without_a_vision_tower_are_refused(capsys):
+    from checks import run
+
+    code, _, err = run(capsys, "flops", "qwen3-0.6b", "--batch", "1", "--seq", "40", "--images", "1", "--image-size", "448")
+    assert code == 2 and "no vision tower" in err and err.count("\n") == 1
