@@ -267,3 +267,16 @@ def test_images_on_a_model_without_a_vision_tower_are_refused(capsys):
 
     code, _, err = run(capsys, "flops", "qwen3-0.6b", "--batch", "1", "--seq", "40", "--images", "1", "--image-size", "448")
     assert code == 2 and "no vision tower" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("top, inner", [(None, True), (True, None), (True, False)])
+def test_the_head_is_tied_by_the_top_level_field_alone(top, inner):
+    """Qwen3VLConfig keeps tie_word_embeddings at the top level; a text_config's own is not what ties the head."""
+    config = CONFIGS["two DeepStack mergers, untied head"] | {"text_config": dict(TEXT)}
+    if top is not None:
+        config["tie_word_embeddings"] = top
+    if inner is not None:
+        config["text_config"]["tie_word_embeddings"] = inner
+    with torch.device("meta"):
+        real = transformers.AutoModelForImageTextToText.from_config(hf_config(config))
+    assert Model.from_config(config).evaluate("params") == sum(p.numel() for p in real.parameters())
