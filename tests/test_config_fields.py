@@ -128,6 +128,10 @@ COST_FREE_IN = {
         name: "the multimodal wrapper's vision tower, not the text model"
         for name in ("depth", "in_channels", "num_heads", "num_position_embeddings", "out_hidden_size", "patch_size", "spatial_merge_size", "temporal_patch_size", "video_token_id")
     },
+    "qwen3_vl": {
+        "layer_types": "stored by each text attention layer and never used: every Qwen3-VL text layer attends over the whole sequence",
+        "video_token_id": "videos: images are the workload symform counts (images, image_height, image_width)",
+    },
     "qwen3_5_moe": {
         name: "the multimodal wrapper's vision tower, not the text model (its MLP's intermediate_size too)"
         for name in ("depth", "in_channels", "intermediate_size", "num_heads", "num_position_embeddings", "out_hidden_size", "patch_size", "spatial_merge_size", "temporal_patch_size", "video_token_id")

@@ -391,6 +391,8 @@ def count_layers(name: str, spec: CountSpec, fields: Mapping[str, Any], origin: 
             raise ConfigError(f"{origin}: field {listed[0]!r} lists {len(listed[1])} layers but {spec.over} is {fields[spec.over]}; make them agree")
         kinds = spec.kinds()
         return sympy.Integer(sum(1 for kind in listed[1] if kinds is None or kind in kinds))
+    if spec.when is None and not spec.over and any(fields.get(field) == () for field in spec.lists()):
+        return sympy.Integer(0)  # the list's length is the number, and the list is empty (no DeepStack layers)
     if spec.when is None or not spec.over:
         raise DeclarationError(f"count {name!r} needs 'over' and a 'when' condition for configs without {' or '.join(spec.lists())}")
     total = int(fields[spec.over])

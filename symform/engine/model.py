@@ -430,11 +430,13 @@ class Model:
                 raise ConfigError(f"{self.name}: {check.path} repeats {count} times at these sizes; a repeat is a whole number of 0 or more")
         else:
             bound = check.requirement
-            holds = _substituted(bound.relation, self._values, f"{self.name}: {bound.requirement.text} in {bound.path or bound.component}")
+            # workload settings (an image's size) are known here too: a requirement on them is checked with the sizes
+            known = {**self.conventions, **self._values}
+            holds = _substituted(bound.relation, known, f"{self.name}: {bound.requirement.text} in {bound.path or bound.component}")
             if holds.free_symbols:
                 return  # stays symbolic: checked when the user binds values
             if holds != sympy.true:
-                got = ", ".join(f"{s.name}={self._values[s]}" for s in sorted(bound.relation.free_symbols, key=lambda s: s.name) if s in self._values)
+                got = ", ".join(f"{s.name}={known[s]}" for s in sorted(bound.relation.free_symbols, key=lambda s: s.name) if s in known)
                 raise ConfigError(
                     f"{self.name}: {bound.requirement.text} does not hold ({got}) in {bound.path or bound.component}: {bound.requirement.why}"
                 )

@@ -83,6 +83,7 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
         p.add_argument("--convention", dest="conventions", action="append", type=_assignment, default=[], metavar="NAME=VALUE", help="counting convention or storage size, e.g. --convention causal=1/2")
         p.add_argument("--accounting", choices=_accountings() if wanted(name) else None, help="a named convention set, applied before any --convention: eager counts what PyTorch eager keeps (formulas/accountings.toml, docs/memory.md)")
         p.add_argument("--json", action="store_true", help="print one JSON object")
+        _from("images", "image_arguments")(p)
         return p
 
     def workload(p: argparse.ArgumentParser, *, required: bool) -> None:
@@ -202,9 +203,9 @@ def _load(args: argparse.Namespace) -> Model:
 
     model = Model.load(args.model, revision=getattr(args, "revision", None), conventions=dict(args.conventions), accounting=args.accounting)
     if not args.sizes:
-        return model
+        return _from("images", "with_images")(model, args)
     settings = dict(args.sizes)
-    changed = model.with_arguments(**settings)
+    changed = _from("images", "with_images")(model.with_arguments(**settings), args)
     note = kept_sizes_note(model, settings)
     if note:
         args.notes = [*getattr(args, "notes", []), note]  # printed once the command has succeeded
@@ -265,10 +266,13 @@ def _flops(model: Model, args: argparse.Namespace) -> str:
                 "components": {k: _json_number(v) for k, v in parts.items()},
                 "conventions": _conventions(model),
                 "accounting": model.accounting or "default",
+                **_from("images", "images_in")(model),
             }
         )
     parts = model.evaluate_breakdown("forward_flops", depth=args.depth, **workload)
-    table = _table(f"forward FLOPs of {model.name}, batch {args.batch} × seq {args.seq}", parts, forward, unit="FLOP")
+    images = _from("images", "images_in")(model)
+    seen = f", {images['images']} image{'s' * (images['images'] > 1)} of {images['image_height']}×{images['image_width']} px per sequence" if images else ""
+    table = _table(f"forward FLOPs of {model.name}, batch {args.batch} × seq {args.seq}{seen}", parts, forward, unit="FLOP")
     summary = [
         "",
         f"forward   {_number(forward)}",
