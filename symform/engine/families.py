@@ -163,7 +163,7 @@ class Checkpoint:
     quant_file: Mapping[str, Any] | None = None  # hf_quant_config.json (NVIDIA ModelOpt)
     total_size: int | None = None  # model.safetensors.index.json's metadata.total_size, in bytes
     shards: int | None = None  # files the index maps tensors to
-    dtypes: Mapping[str, Mapping[str, int]] | None = None  # tensors and bytes per dtype, where the safetensors headers were read
+    dtypes: Mapping[str, Mapping[str, int]] | None = None  # tensors, elements and bytes per dtype, where the safetensors headers were read
 
     @property
     def quantised(self) -> bool:
