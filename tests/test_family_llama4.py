@@ -20,7 +20,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from oracle import build, cached_bytes, check_saved_config_reads_the_same, count_forward, count_forward_backward, global_counts, input_ids, meta_params  # noqa: E402
+from oracle import build, build_for_training, cached_bytes, check_saved_config_reads_the_same, count_forward, count_forward_backward, global_counts, input_ids, meta_params, saved_for_backward  # noqa: E402
 
 from symform.engine.errors import ConfigError  # noqa: E402
 from symform.engine.model import Model  # noqa: E402
@@ -184,13 +184,30 @@ def test_metas_integer_attn_temperature_tuning_reads_as_transformers_modelling_t
         for quantity in ("params", "forward_flops", "saved_activations"):
             assert model.evaluate(quantity, batch=2, seq=7) == same.evaluate(quantity, batch=2, seq=7)
     temperature = {v: Model.from_config(dict(config, attn_temperature_tuning=v)).with_conventions(count_elementwise=1) for v in (4, 0)}
-    # on costs one multiply per NoPE-layer query element more: 1 NoPE layer x 14 tokens x 4 heads x 8
-    assert temperature[4].evaluate("forward_flops", batch=2, seq=7) - temperature[0].evaluate("forward_flops", batch=2, seq=7) == 14 * 4 * 8
+    # on costs, in the 1 NoPE layer, one multiply per query element (14 tokens x 4 heads x 8) and the 7 positions'
+    # scales, log1p(floor((pos + 1)/floor_scale))*attn_scale + 1 after the float cast: 6 operations each
+    assert temperature[4].evaluate("forward_flops", batch=2, seq=7) - temperature[0].evaluate("forward_flops", batch=2, seq=7) == 14 * 4 * 8 + 7 * 6
     on = Model.from_config(dict(config, attn_temperature_tuning=4)).with_conventions(windowed=0)
     assert on.evaluate("forward_flops", batch=2, seq=7) == counted - unrouted_expert_flops(config, build(config), 14)
     with pytest.raises(ConfigError) as refusal:
         Model.from_config(dict(config, attn_temperature_tuning=-1))
     assert "\n" not in str(refusal.value)
+
+
+@pytest.mark.parametrize("dtype, act_bytes", [(torch.float32, 4), (torch.bfloat16, 2)])
+def test_the_query_temperature_keeps_what_eager_pytorch_keeps(dtype, act_bytes):
+    """What attn_temperature_tuning adds to the saved activations: the product keeps the float32 per-position
+    scales (the queries need no keeping, the scales no gradient). The eager experts keep every expert's
+    activations, so the test compares the difference the temperature makes, on against off."""
+    config = TINY["explicit no_rope_layers [0, 1, 1, 0], experts every 2nd layer"]
+    batch, seq = 2, 7
+    kept, ours = {}, {}
+    for on in (True, False):
+        tuned = dict(config, attn_temperature_tuning=on)
+        kept[on] = saved_for_backward(build_for_training(tuned, dtype), input_ids(config, batch, seq))
+        model = Model.from_config(tuned, accounting="eager", conventions={"act_bytes": act_bytes, "cpu_kernels": 1})
+        ours[on] = model.evaluate("saved_activations", batch=batch, seq=seq)
+    assert ours[True] - ours[False] == kept[True] - kept[False] == 2 * seq * 4  # two NoPE layers, seq float32 scales each
 
 
 def test_layer_types_read_when_they_agree_with_the_rope_pattern_and_refused_otherwise():
