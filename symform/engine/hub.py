@@ -161,7 +161,10 @@ def checkpoint_dtypes(files: HubFiles) -> dict[str, dict[str, int]] | None:
         return None
     found = remote_dtypes(files)
     if found is not _UNREACHABLE and kept is not None:
-        kept.write_text(json.dumps({"dtypes": found}), encoding="utf-8")
+        try:
+            kept.write_text(json.dumps({"dtypes": found}), encoding="utf-8")
+        except OSError:
+            pass  # a read-only assets folder: the headers are read again next time
     return None if found is _UNREACHABLE else found
 
 
