@@ -179,7 +179,6 @@ REFUSED = {
     "minimax_m2 with the router loss": {"model_type": "minimax_m2", "output_router_logits": True},
     "qwen3_moe with the router loss": {"model_type": "qwen3_moe", "output_router_logits": True},
     "glm4_moe with the router loss": {"model_type": "glm4_moe", "n_routed_experts": 4, "output_router_logits": True},
-    "llama4_text with an explicit no_rope_layers list": {"model_type": "llama4_text", "no_rope_layers": [1, 0]},
     "gemma2, bidirectional": {"model_type": "gemma2", "use_bidirectional_attention": True},
     "gpt2, reordered upcast": {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "reorder_and_upcast_attn": True},
     "gpt2, an activation written out in products": {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "activation_function": "gelu_fast"},

@@ -20,7 +20,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from oracle import build, cached_bytes, count_forward, count_forward_backward, global_counts, input_ids, meta_params  # noqa: E402
+from oracle import build, build_for_training, cached_bytes, check_saved_config_reads_the_same, count_forward, count_forward_backward, global_counts, input_ids, meta_params, saved_for_backward  # noqa: E402
 
 from symform.engine.errors import ConfigError  # noqa: E402
 from symform.engine.model import Model  # noqa: E402
@@ -45,11 +45,19 @@ TINY = {
     "no chunking (attention_chunk_size null), no temperature, MQA": dict(
         BASE, num_hidden_layers=2, num_local_experts=2, num_key_value_heads=1, attention_chunk_size=None, attn_temperature_tuning=False,
     ),
+    # transformers' Llama4TextConfig.no_rope_layers: 1 a RoPE (chunked) layer, 0 a NoPE one; with experts every 2nd
+    # layer, the four layers are one of each kind: NoPE dense, RoPE experts, RoPE dense, NoPE experts
+    "explicit no_rope_layers [0, 1, 1, 0], experts every 2nd layer": dict(
+        BASE, num_hidden_layers=4, num_local_experts=2, interleave_moe_layer_step=2, no_rope_layers=[0, 1, 1, 0],
+    ),
+    "explicit no_rope_layers [1, 0, 1, 1], explicit moe_layers, no chunking": dict(
+        BASE, num_hidden_layers=4, num_local_experts=2, moe_layers=[1, 2], no_rope_layers=[1, 0, 1, 1], attention_chunk_size=None,
+    ),
 }  # fmt: skip
 
 # The text_config sizes of the published checkpoints (huggingface.co/meta-llama/Llama-4-Scout-17B-16E-Instruct and
 # Llama-4-Maverick-17B-128E-Instruct, config.json; their attn_temperature_tuning is 4, which transformers 5 refuses
-# as not a bool, so it is left at its default here), and Meta's model card: 17B active parameters of 109B and 400B
+# as not a bool, so it is left at its default here; symform reads the 4 as on, tested below), and Meta's model card: 17B active parameters of 109B and 400B
 # total for Scout and Maverick, the vision tower included.
 PUBLISHED_TEXT = {
     "Llama-4-Scout-17B-16E": dict(
@@ -140,10 +148,66 @@ def test_the_eager_experts_cost_every_expert_on_every_token():
     assert unrouted_expert_flops(config, model, 14) == 4 * 14 * 2 * 3 * 2 * 32 * 24
 
 
-def test_an_explicit_no_rope_layers_list_is_refused_in_one_line():
+def layer_kinds(model) -> list[tuple[bool, bool]]:
+    """Each transformers layer's (uses rotary positions, has experts), read from the built module."""
+    return [(bool(layer.self_attn.use_rope), bool(layer.is_moe_layer)) for layer in model.model.layers]
+
+
+def test_an_explicit_no_rope_layers_list_makes_the_layers_transformers_builds():
+    config = TINY["explicit no_rope_layers [0, 1, 1, 0], experts every 2nd layer"]
+    assert layer_kinds(build(config)) == [(False, False), (True, True), (True, False), (False, True)]
+    values = Model.from_config(config).values
+    assert (values["n_rope_moe"], values["n_rope_dense"], values["n_nope_moe"], values["n_chunked"]) == (1, 1, 1, 2)
+
+
+def test_the_config_transformers_saves_reads_the_same(tmp_path):
+    """save_pretrained writes no_rope_layers, layer_types and moe_layers as lists: the same model as the interval."""
+    check_saved_config_reads_the_same(TINY["Maverick-like: experts every 2nd layer, no qk-norm, top-2"], tmp_path / "interval")
+    check_saved_config_reads_the_same(TINY["explicit no_rope_layers [0, 1, 1, 0], experts every 2nd layer"], tmp_path / "listed")
+
+
+def test_a_no_rope_layers_list_of_the_wrong_length_is_refused_in_one_line():
     with pytest.raises(ConfigError) as refusal:
-        Model.from_config(dict(TINY["Scout-like: every layer experts, 3 experts top-1, qk-norm, temperature"], no_rope_layers=[1, 1, 1, 0]))
+        Model.from_config(dict(TINY["Scout-like: every layer experts, 3 experts top-1, qk-norm, temperature"], no_rope_layers=[1, 1, 0]))
+    assert "\n" not in str(refusal.value) and "no_rope_layers" in str(refusal.value)
+
+
+def test_metas_integer_attn_temperature_tuning_reads_as_transformers_modelling_tests_it():
+    """Meta's published configs write attn_temperature_tuning: 4; Llama4TextAttention applies the temperature when
+    the value is true (`if self.attn_temperature_tuning and not self.use_rope`), so 4 is on and 0 off. (transformers
+    5's strict config refuses the integer, so the oracle is built with the bool it stands for.)"""
+    config = TINY["Scout-like: every layer experts, 3 experts top-1, qk-norm, temperature"]
+    counted = count_forward(build(config), input_ids(config, 2, 7)).get_total_flops()
+    for written, meaning in ((4, True), (0, False)):
+        model = Model.from_config(dict(config, attn_temperature_tuning=written)).with_conventions(count_elementwise=1)
+        same = Model.from_config(dict(config, attn_temperature_tuning=meaning)).with_conventions(count_elementwise=1)
+        for quantity in ("params", "forward_flops", "saved_activations"):
+            assert model.evaluate(quantity, batch=2, seq=7) == same.evaluate(quantity, batch=2, seq=7)
+    temperature = {v: Model.from_config(dict(config, attn_temperature_tuning=v)).with_conventions(count_elementwise=1) for v in (4, 0)}
+    # on costs, in the 1 NoPE layer, one multiply per query element (14 tokens x 4 heads x 8) and the 7 positions'
+    # scales, log1p(floor((pos + 1)/floor_scale))*attn_scale + 1 after the float cast: 6 operations each
+    assert temperature[4].evaluate("forward_flops", batch=2, seq=7) - temperature[0].evaluate("forward_flops", batch=2, seq=7) == 14 * 4 * 8 + 7 * 6
+    on = Model.from_config(dict(config, attn_temperature_tuning=4)).with_conventions(windowed=0)
+    assert on.evaluate("forward_flops", batch=2, seq=7) == counted - unrouted_expert_flops(config, build(config), 14)
+    with pytest.raises(ConfigError) as refusal:
+        Model.from_config(dict(config, attn_temperature_tuning=-1))
     assert "\n" not in str(refusal.value)
+
+
+@pytest.mark.parametrize("dtype, act_bytes", [(torch.float32, 4), (torch.bfloat16, 2)])
+def test_the_query_temperature_keeps_what_eager_pytorch_keeps(dtype, act_bytes):
+    """What attn_temperature_tuning adds to the saved activations: the product keeps the float32 per-position
+    scales (the queries need no keeping, the scales no gradient). The eager experts keep every expert's
+    activations, so the test compares the difference the temperature makes, on against off."""
+    config = TINY["explicit no_rope_layers [0, 1, 1, 0], experts every 2nd layer"]
+    batch, seq = 2, 7
+    kept, ours = {}, {}
+    for on in (True, False):
+        tuned = dict(config, attn_temperature_tuning=on)
+        kept[on] = saved_for_backward(build_for_training(tuned, dtype), input_ids(config, batch, seq))
+        model = Model.from_config(tuned, accounting="eager", conventions={"act_bytes": act_bytes, "cpu_kernels": 1})
+        ours[on] = model.evaluate("saved_activations", batch=batch, seq=seq)
+    assert ours[True] - ours[False] == kept[True] - kept[False] == 2 * seq * 4  # two NoPE layers, seq float32 scales each
 
 
 def test_layer_types_read_when_they_agree_with_the_rope_pattern_and_refused_otherwise():

@@ -196,7 +196,8 @@ def test_a_saved_checkpoint_is_measured_from_its_safetensors_headers(tmp_path, c
     report = run_json(capsys, "memory", str(tmp_path / "config.json"), "--infer", "--batch", "1", "--seq", "1")
     size = report["assumptions"]["checkpoint_size"]
     assert size["total_size"] == size["symform_weight_bytes"] == report["components"]["weights"] == stored
-    assert size["dtypes"] == {"BF16": {"tensors": len(module.state_dict()), "bytes": stored}}
+    elements = sum(p.numel() for p in module.state_dict().values())
+    assert size["dtypes"] == {"BF16": {"tensors": len(module.state_dict()), "elements": elements, "bytes": stored}}
 
 
 def test_a_broken_safetensors_file_beside_a_config_is_one_line(tmp_path, capsys):

@@ -41,6 +41,9 @@ class FieldSpec(BaseModel):
     # top level) instead of the family's `fields_in`, and under which key (another field may already use the name)
     in_: str | None = Field(None, alias="in")
     key: str | None = None
+    # a bool that a config may also write as a whole number, read by its truth as the modelling code tests it
+    # (Meta's Llama 4 configs write attn_temperature_tuning: 4)
+    truthy: bool = False
 
 
 class CountSpec(BaseModel):
@@ -56,6 +59,9 @@ class CountSpec(BaseModel):
     # a newer name or an older spelling); used when the config has one
     list: str | builtins.list[str] | None = None  # (the field's name hides the built-in here)
     equals: str | builtins.list[str] | None = None  # the kinds counted in that list; None: every layer it lists
+    # for a list of integers (Llama 4's no_rope_layers: 1 a RoPE layer, 0 a NoPE one), a condition over the fields,
+    # i and `kind` (layer i's entry) that a listed layer must meet to be counted, in place of `equals`
+    each: str | None = None
 
     def lists(self) -> list[str]:
         return [self.list] if isinstance(self.list, str) else builtins.list(self.list or ())
@@ -167,7 +173,7 @@ class Checkpoint:
     quant_file: Mapping[str, Any] | None = None  # hf_quant_config.json (NVIDIA ModelOpt)
     total_size: int | None = None  # model.safetensors.index.json's metadata.total_size, in bytes
     shards: int | None = None  # files the index maps tensors to
-    dtypes: Mapping[str, Mapping[str, int]] | None = None  # tensors and bytes per dtype, where the safetensors headers were read
+    dtypes: Mapping[str, Mapping[str, int]] | None = None  # tensors, elements and bytes per dtype, where the safetensors headers were read
 
     @property
     def quantised(self) -> bool:
@@ -389,6 +395,8 @@ def count_layers(name: str, spec: CountSpec, fields: Mapping[str, Any], origin: 
     if listed is not None:
         if spec.over and len(listed[1]) != int(fields[spec.over]):
             raise ConfigError(f"{origin}: field {listed[0]!r} lists {len(listed[1])} layers but {spec.over} is {fields[spec.over]}; make them agree")
+        if spec.each is not None and not _is_text_list(listed[1]):
+            return _count_each(name, spec, listed[1], fields)
         kinds = spec.kinds()
         return sympy.Integer(sum(1 for kind in listed[1] if kinds is None or kind in kinds))
     if spec.when is None and not spec.over and any(fields.get(field) == () for field in spec.lists()):
@@ -403,6 +411,17 @@ def count_layers(name: str, spec: CountSpec, fields: Mapping[str, Any], origin: 
         return sympy.Integer(total if _holds(spec.when, names) else 0)
     check_count(total, LAYERS, f"{origin}: {spec.over} (layers counted one by one for {name})", "LAYERS", f"give a config of at most {LAYERS:,} layers")
     return sympy.Integer(sum(1 for i in range(total) if _holds(spec.when, {**names, "i": sympy.Integer(i)})))
+
+
+def _count_each(name: str, spec: CountSpec, listed: tuple, fields: Mapping[str, Any]) -> sympy.Integer:
+    """The listed layers for which ``spec.each`` holds, with ``kind`` the layer's entry in the list."""
+    import sympy
+
+    if "kind" in fields:
+        raise DeclarationError(f"count {name!r}: a field named 'kind' hides the listed entry in 'each'; rename the field")
+    names = {k: v for k, v in fields.items() if v is not None and not _is_text_list(v)}
+    check_count(len(listed), LAYERS, f"count {name} (layers listed one by one)", "LAYERS", f"give a config of at most {LAYERS:,} layers")
+    return sympy.Integer(sum(1 for i, kind in enumerate(listed) if _holds(spec.each, {**names, "i": sympy.Integer(i), "kind": kind})))
 
 
 def listed_kinds(spec: CountSpec, fields: Mapping[str, Any]) -> tuple[str, tuple] | None:
@@ -435,7 +454,7 @@ def _is_text_list(value: Any) -> bool:
 def _kind(spec: FieldSpec) -> str:
     return {
         "int": "positive integer" if spec.minimum > 0 else f"integer of at least {spec.minimum}",
-        "bool": "boolean (true or false)",
+        "bool": "boolean (true or false)" + (" or a whole number of at least 0" if spec.truthy else ""),
         "number": "number",
         "str": "string",
         "int_list": "list of integers",
@@ -449,6 +468,8 @@ def _check_type(field: str, raw: Any, spec: FieldSpec, origin: str) -> Any:
 
     problem = ConfigError(f"{origin}: field {field!r} is {raw!r}; it must be a {_kind(spec)}")
     if spec.type == "bool":
+        if spec.truthy and isinstance(raw, int) and not isinstance(raw, bool) and raw >= 0:
+            return sympy.Integer(int(raw != 0))
         if not isinstance(raw, bool):
             raise problem
         return sympy.Integer(int(raw))

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from .errors import ConfigError
+from .errors import ConfigError, SymformError
 
 CONFIG = "config.json"
 QUANT_CONFIG = "hf_quant_config.json"
@@ -122,43 +123,167 @@ def _cached_or_download(hub, repo_id: str, filename: str, revision: str | None, 
         raise HubError(f"{repo_id}: cannot fetch {filename} ({reason}); check the network, HF_TOKEN, or give a path to a config.json") from None
 
 
-MAX_HEADER = 100 * 2**20  # a safetensors header longer than this is not one
+MAX_HEADER = 100 * 2**20  # a safetensors header longer than this is not one: the most any header read may cost
+DTYPES_FILE = "safetensors-dtypes.json"  # what the headers said, kept beside the Hub cache (huggingface_hub's assets folder)
+_SHARD_READERS = 8
 
 
 def safetensors_dtypes(folder: Path) -> dict[str, dict[str, int]] | None:
-    """Tensors and bytes per dtype of the *.safetensors files in ``folder``, read from their headers only
-    (eight bytes of length, then JSON); None when the folder has none."""
+    """Tensors, elements and bytes per dtype of the *.safetensors files in ``folder``, read from their headers
+    only (eight bytes of length, then JSON); None when the folder has none."""
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         return None
-    found: dict[str, dict[str, int]] = {}
+    headers = []
     for path in files:
-        for name, entry in _header(path).items():
+        try:
+            with path.open("rb") as f:
+                headers.append(read_header(f.read, str(path)))
+        except OSError as e:
+            raise ConfigError(f"{path}: unreadable safetensors file ({e.strerror or type(e).__name__}); remove it or fix the download") from None
+    return tally(headers)
+
+
+def checkpoint_dtypes(files: HubFiles) -> dict[str, dict[str, int]] | None:
+    """The checkpoint's dtypes from its safetensors headers: the weights in the cache where they are there, else
+    what an earlier run read, else (online) the headers alone over HTTP range reads, kept for the runs after."""
+    local = safetensors_dtypes(files.folder) if files.folder else None
+    if local is not None:
+        return local
+    hub = _import_hub()
+    kept = _kept_dtypes_path(hub, files)
+    if kept is not None and kept.is_file():
+        try:
+            return json.loads(kept.read_text(encoding="utf-8"))["dtypes"]
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError):
+            pass  # a damaged note: read the headers again
+    if hub.constants.HF_HUB_OFFLINE:
+        return None
+    found = remote_dtypes(files)
+    if found is not _UNREACHABLE and kept is not None:
+        try:
+            kept.write_text(json.dumps({"dtypes": found}), encoding="utf-8")
+        except OSError:
+            pass  # a read-only assets folder: the headers are read again next time
+    return None if found is _UNREACHABLE else found
+
+
+_UNREACHABLE = object()
+
+
+def remote_dtypes(files: HubFiles):
+    """Dtypes from the headers of the repository's safetensors files, one ranged read of each file's start, never its
+    weights; None when it has none, _UNREACHABLE when the Hub cannot be asked (the facts are optional)."""
+    hub = _import_hub()
+    weight_map = (files.index or {}).get("weight_map")
+    shards = sorted(set(weight_map.values())) if isinstance(weight_map, Mapping) and weight_map else ["model.safetensors"]
+    if not all(isinstance(s, str) for s in shards):
+        raise ConfigError(f"{files.repo_id}: model.safetensors.index.json maps tensors to something other than file names")
+    from concurrent.futures import ThreadPoolExecutor
+
+    from huggingface_hub import errors
+
+    revision = files.commit or files.revision
+    try:
+        with ThreadPoolExecutor(max_workers=min(_SHARD_READERS, len(shards))) as pool:
+            headers = list(pool.map(lambda shard: _remote_header(hub, files.repo_id, shard, revision), shards))
+    except errors.EntryNotFoundError:
+        return None  # no model.safetensors: weights in another format
+    except SymformError:
+        raise
+    except (errors.HfHubHTTPError, OSError):
+        return _UNREACHABLE
+    except Exception as e:
+        if type(e).__module__.startswith("httpx"):  # the HTTP client's own connection and timeout errors
+            return _UNREACHABLE
+        raise
+    return tally(headers)
+
+
+def _remote_header(hub, repo_id: str, filename: str, revision: str | None) -> dict[str, Any]:
+    """One file's header over HTTP: a range request whose body is read only as far as the header goes."""
+    from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+
+    url = hub.hf_hub_url(repo_id, filename, revision=revision)
+    where = f"{repo_id}/{filename}"
+    request = {**build_hf_headers(), "Range": f"bytes=0-{8 + MAX_HEADER - 1}"}
+    with get_session().stream("GET", url, headers=request, timeout=hub.constants.HF_HUB_DOWNLOAD_TIMEOUT) as response:
+        if response.status_code >= 400:
+            response.read()  # an error's body is its message
+            hf_raise_for_status(response)
+        return read_header(_StreamReader(response.iter_bytes()).read, where)
+
+
+class _StreamReader:
+    """``read(n)`` over an HTTP body: at most n bytes, fewer only at its end; what is not asked for is never fetched
+    (a server that ignores the range sends the whole file, and the connection closes after the header)."""
+
+    def __init__(self, chunks):
+        self._chunks, self._buffer = chunks, bytearray()
+
+    def read(self, size: int) -> bytes:
+        while len(self._buffer) < size:
+            chunk = next(self._chunks, None)
+            if chunk is None:
+                break
+            self._buffer += chunk
+        data, self._buffer = bytes(self._buffer[:size]), self._buffer[size:]
+        return data
+
+
+def read_header(read, where: str) -> dict[str, Any]:
+    """A safetensors header: a little-endian u64 length, then that many bytes of JSON (the format's specification,
+    https://huggingface.co/docs/safetensors#format); ``read(n)`` gives the file's next n bytes."""
+    start = read(8)
+    size = int.from_bytes(start, "little") if len(start) == 8 else 0
+    if not 0 < size <= MAX_HEADER:
+        raise ConfigError(f"{where}: not a safetensors file (header length {size if len(start) == 8 else 'missing'}); remove it or fix the download")
+    text = read(size)
+    if len(text) < size:
+        raise ConfigError(f"{where}: safetensors header cut short ({len(text)} of {size} bytes); remove it or fix the download")
+    try:
+        header = json.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ConfigError(f"{where}: unreadable safetensors header ({type(e).__name__}); remove it or fix the download") from None
+    if not isinstance(header, dict):
+        raise ConfigError(f"{where}: a safetensors header must be a JSON object; remove it or fix the download")
+    for name, entry in header.items():
+        if name != "__metadata__" and not _tensor_entry(entry):
+            raise ConfigError(f"{where}: tensor {name!r} has no dtype, shape and data_offsets in its header; the file is not safetensors")
+    return header
+
+
+def _tensor_entry(entry: object) -> bool:
+    if not isinstance(entry, dict) or not isinstance(entry.get("dtype"), str):
+        return False
+    shape, offsets = entry.get("shape"), entry.get("data_offsets")
+    whole = lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0  # noqa: E731
+    return (isinstance(shape, list) and all(whole(d) for d in shape)
+            and isinstance(offsets, list) and len(offsets) == 2 and all(whole(o) for o in offsets) and offsets[0] <= offsets[1])
+
+
+def tally(headers: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Tensors, elements and bytes per dtype over some files' headers."""
+    found: dict[str, dict[str, int]] = {}
+    for header in headers:
+        for name, entry in header.items():
             if name == "__metadata__":
                 continue
-            try:
-                start, end = entry["data_offsets"]
-                dtype = str(entry["dtype"])
-            except (KeyError, TypeError, ValueError):
-                raise ConfigError(f"{path}: tensor {name!r} has no dtype and data_offsets in its header; the file is not safetensors") from None
-            counts = found.setdefault(dtype, {"tensors": 0, "bytes": 0})
+            counts = found.setdefault(entry["dtype"], {"tensors": 0, "elements": 0, "bytes": 0})
             counts["tensors"] += 1
-            counts["bytes"] += int(end) - int(start)
-    return found
+            counts["elements"] += math.prod(entry["shape"])
+            counts["bytes"] += entry["data_offsets"][1] - entry["data_offsets"][0]
+    return dict(sorted(found.items()))
 
 
-def _header(path: Path) -> dict[str, Any]:
+def _kept_dtypes_path(hub, files: HubFiles) -> Path | None:
+    """Where this commit's header facts are kept: only a pinned commit's, since a branch moves."""
+    if files.commit is None:
+        return None
     try:
-        with path.open("rb") as f:
-            size = int.from_bytes(f.read(8), "little")
-            if not 0 < size <= MAX_HEADER:
-                raise ConfigError(f"{path}: not a safetensors file (header length {size}); remove it or fix the download")
-            header = json.loads(f.read(size))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ConfigError(f"{path}: unreadable safetensors header ({type(e).__name__}); remove it or fix the download") from None
-    if not isinstance(header, dict):
-        raise ConfigError(f"{path}: a safetensors header must be a JSON object")
-    return header
+        return hub.cached_assets_path(library_name="symform", namespace=files.repo_id, subfolder=files.commit) / DTYPES_FILE
+    except (OSError, ValueError):
+        return None  # a read-only or damaged assets folder: the facts are read each time
 
 
 def _read_json(path: Path, repo_id: str, filename: str) -> dict[str, Any]:

@@ -130,8 +130,7 @@ class Model:
             raise ConfigError(f"{quoted(text)}: cannot read ({e.strerror or e.__class__.__name__}); give a preset name or a shorter path") from None
         if not exists and hub.looks_like_repo_id(text):
             files = hub.fetch(text, revision=revision)
-            dtypes = hub.safetensors_dtypes(files.folder) if files.folder else None  # the weights, where the cache has them
-            checkpoint = checkpoint_facts(files.config, quant_file=files.quant_config, index=files.index, dtypes=dtypes)
+            checkpoint = checkpoint_facts(files.config, quant_file=files.quant_config, index=files.index, dtypes=hub.checkpoint_dtypes(files))
             spec = spec_from_config(files.config, name=text, origin=files.origin)
             return cls(replace(spec, checkpoint=checkpoint), **options)
         if not exists and path.suffix == "":

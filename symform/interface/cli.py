@@ -241,12 +241,24 @@ def _params(model: Model, args: argparse.Namespace) -> str:
     active = model.evaluate("active_params")
     if args.json:
         parts = model.evaluate_breakdown("params", depth=args.depth or 1)
-        return json.dumps({"model": model.name, "total": _json_number(total), "active": _json_number(active), "components": {k: _json_number(v) for k, v in parts.items()}, "values": model.values})
+        stored = _stored_dtypes(model)
+        return json.dumps({"model": model.name, "total": _json_number(total), "active": _json_number(active), "components": {k: _json_number(v) for k, v in parts.items()}, "values": model.values, **({"checkpoint_dtypes": stored} if stored else {})})
     parts = model.evaluate_breakdown("params", depth=args.depth)
     table = _table(f"parameters of {model.name}", parts, total, unit="")
     if active != total:
         table += f"\nactive per token {_count_text(active)}  ({_human(active)}; see docs/conventions.md)"
+    stored = _stored_dtypes(model)
+    if stored:
+        elements = sum(d["elements"] for d in stored.values())
+        by_dtype = ", ".join(f"{d} {v['elements']:,} in {v['tensors']} tensors ({v['bytes']:,} bytes)" for d, v in stored.items())
+        table += f"\ncheckpoint stores {elements:,} elements (symform counts {_count_text(total)} parameters): {by_dtype}"
     return table
+
+
+def _stored_dtypes(model: Model) -> dict | None:
+    """Elements, tensors and bytes per dtype as the checkpoint's safetensors headers give them, where they were read."""
+    checkpoint = model.spec.checkpoint
+    return {k: dict(v) for k, v in checkpoint.dtypes.items()} if checkpoint is not None and checkpoint.dtypes else None
 
 
 def _flops(model: Model, args: argparse.Namespace) -> str:

@@ -238,6 +238,9 @@ def _fields(spec: FamilySpec) -> list[str]:
         lists = " or else ".join(f"`{name}`" for name in s.lists())
         kinds = ", ".join(f"`{kind}`" for kind in sorted(s.kinds())) if s.kinds() is not None else None
         how = (f"entries equal to {kinds} in {lists}" if kinds else f"entries in {lists}") if lists else ""
+        if s.each and lists:  # a list of integers: each entry `kind` tested with the fields and its index i
+            each = f"entries `kind` (layer `i`) of a list of integers where `{s.each}`"
+            how = f"{how}; {each}" if kinds else f"{each} in {lists}"
         when = f"layers `i` of `{s.over}` where `{s.when}`" if s.when else ""
         rows.append(f"| `{c}` (counted) | int | {' or '.join(x for x in (how, when) if x)} | |")
     return rows + [""]

@@ -306,7 +306,7 @@ def _checkpoint_line(size: dict) -> str:
             causes.append(f"not explained ({size['unexplained']:+,}: buffers or tensors symform does not model)")
         line += f"; difference {size['difference']:+,}: " + ", ".join(causes)
     if size.get("dtypes"):
-        line += "; stored " + ", ".join(f"{d} {v['tensors']} tensors {v['bytes']:,} bytes" for d, v in size["dtypes"].items())
+        line += "; stored " + ", ".join(f"{d} {v['tensors']} tensors {v['elements']:,} elements {v['bytes']:,} bytes" for d, v in size["dtypes"].items())
     return line
 
 
