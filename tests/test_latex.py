@@ -201,3 +201,29 @@ def test_standalone_document_compiles_with_pdflatex(capsys, tmp_path):
     result = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "doc.tex"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout[-3000:]
     assert (tmp_path / "doc.pdf").stat().st_size > 0
+
+
+def test_no_stray_thin_space_before_a_command_yet_every_line_reads_back(capsys, qwen):
+    """A d that ends a parenthesis or stands before \\cdot needs no space in print (only sympy's parser reads
+    ``d\\right`` as a differential): the derivation's per-layer line ends ``+ 2 d\\right)``."""
+    code, out, _ = run(capsys, "latex", "params", "qwen3-32b", "--derivation")
+    assert code == 0
+    assert "\\,\\right" not in out and "\\, \\cdot" not in out
+    assert "+ 2 d\\right)" in out and "d \\cdot \\left(2 V + 1\\right)" in out
+    symbols = qwen.expression("params").expr.free_symbols
+    v = qwen.vocabulary
+    d, n, V, dff, dh, h, hkv = (v[x] for x in ("d_model", "n_layers", "vocab", "d_ff", "d_head", "n_heads", "n_kv_heads"))
+    per_layer = out.splitlines()[2].split("&")[1].removeprefix("=").strip()
+    # Qwen3's parameters per layer (q, k, v, o projections; q/k norms of d_h; two norms of d; a gated MLP)
+    by_hand = d * (2 * V + 1) + n * (3 * dff * d + 2 * dh * d * h + 2 * dh * d * hkv + 2 * dh + 2 * d)
+    assert sympy.expand(tex.parse_back(per_layer, symbols) - by_hand) == 0
+
+
+@pytest.mark.skipif(shutil.which("pdflatex") is None, reason="no LaTeX engine (apt-get install texlive-latex-base texlive-latex-recommended)")
+def test_a_derivation_compiles_with_pdflatex(capsys, tmp_path):
+    code, out, _ = run(capsys, "latex", "params", "qwen3-32b", "--derivation")
+    assert code == 0
+    document = "\\documentclass{article}\n\\usepackage{amsmath}\n\\begin{document}\n\\[\n" + out + "\\]\n\\end{document}\n"
+    (tmp_path / "d.tex").write_text(document, encoding="utf-8")
+    result = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "d.tex"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout[-3000:]

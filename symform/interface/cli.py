@@ -104,6 +104,8 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
         p.add_argument("--large", metavar="A,B", help="comma-separated symbols to treat as large (default: the vocabulary's widths)")
         workload(p, required=False)
         p.add_argument("--tokens", type=positive_int, help="training tokens D")
+        for degree, what in (("tp", "tensor"), ("pp", "pipeline"), ("dp", "data")):
+            p.add_argument(f"--{degree}", type=positive_int, help=f"{what}-parallel degree (training-bytes; a symbol when not given)")
         if name == "latex" and wanted("latex"):
             _from("latex_report", "latex_arguments")(p)
 
@@ -189,7 +191,7 @@ def _run(args: argparse.Namespace) -> str:
         return _flops(model, args)
     from ..engine.derive import derive
 
-    workload = {k: getattr(args, k) for k in ("batch", "seq", "tokens") if getattr(args, k) is not None}
+    workload = {k: getattr(args, k) for k in DERIVE_WORKLOAD if getattr(args, k) is not None}
     large = [s.strip() for s in args.large.split(",") if s.strip()] if args.large else None
     chain_assume = None if args.assume == "none" else args.assume
     derivation = derive(model, args.quantity, assume=chain_assume, leading=args.leading, large=large, **workload)
@@ -295,6 +297,10 @@ def _flops(model: Model, args: argparse.Namespace) -> str:
     return table + "\n" + "\n".join(summary)
 
 
+# what derive and latex take as options: the workload and the parallel layout (training_bytes)
+DERIVE_WORKLOAD = ("batch", "seq", "tokens", "tp", "pp", "dp")
+
+
 def _derivation(d: Derivation, args: argparse.Namespace, model: Model, given: dict[str, object]) -> str:
     from ..engine.derive import blocks_of, step_blocks
     from .structure_report import block_forms, structure_json, structure_text, sum_text
@@ -340,8 +346,7 @@ def _derivation(d: Derivation, args: argparse.Namespace, model: Model, given: di
         if d.relative_error_with_real_params is not None:
             lines.append(f"    relative error at {d.model} with the real n_params = {d.params_value:,}: {d.relative_error_with_real_params:+.2%}")
     if d.missing and len(d.steps) > 1 and d.relative_error is None:
-        workload = {"batch", "seq", "tokens"}
-        flags = [f"--{m}" for m in d.missing if m in workload - {"tokens"}] + [f"--set {m}=..." for m in d.missing if m not in workload]
+        flags = [f"--{m}" for m in d.missing if m in set(DERIVE_WORKLOAD) - {"tokens"}] + [f"--set {m}=..." for m in d.missing if m not in DERIVE_WORKLOAD]
         if flags:
             lines.append(f"  (give {', '.join(flags)} to see the relative error at {d.model})")
     return "\n".join(lines + structure_text(model, st, active, note, given))

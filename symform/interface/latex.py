@@ -1,12 +1,14 @@
 """LaTeX for papers: formulas, derivations, breakdown tables, a glossary, whole documents.
 
 Every formula printed here parses back with sympy's own LaTeX parser
-(``sympy.parsing.latex.parse_latex``) to the expression it came from, so what
-a reader pastes into a paper is what symform computed. Two habits of sympy's
-printer stop that round trip and are avoided here:
+(``sympy.parsing.latex.parse_latex``, through :func:`parse_back`) to the
+expression it came from, so what a reader pastes into a paper is what symform
+computed. Habits of sympy's printer that stop that round trip are avoided here:
 
 - a bare ``d`` followed by a letter (``d n``) reads as a differential ``dn``,
   so such a ``d`` is followed by a thin space, ``d\\,n`` (typeset as a product should be);
+  before a command (``2 d\\right)``) only the parser misreads it, so :func:`parse_back`
+  adds the space and the printed text has none;
 - a letter before a parenthesis (``n \\left(…\\right)``) reads as a function
   call, so a product with a parenthesised factor is written with ``\\cdot``;
 - a multi-letter name (``rows``) reads as a product of letters, so names
@@ -50,8 +52,12 @@ QUANTITY_LETTERS = {
     "recurrent_state": "M_{\\mathrm{state}}",
 }
 
-# A bare d (not part of \delta, not d_{...}) that sympy's parser would read as a differential (dn, d\right).
-_DIFFERENTIAL = re.compile(r"(?<![A-Za-z\\])d(\s*)(?=(?<=\s)[A-Za-z]|\\[A-Za-z])")
+# A bare d (not part of \delta, not d_{...}) followed by a letter, which reads as a differential (dn) to the
+# parser and to a reader alike: the printer separates the two.
+_DIFFERENTIAL = re.compile(r"(?<![A-Za-z\\])d\s+(?=[A-Za-z])")
+# A bare d before a command (d\right), d \cdot): the parser reads a differential there too, a reader does
+# not, so only parse_back separates them; the printed text keeps no stray space.
+_D_BEFORE_COMMAND = re.compile(r"(?<![A-Za-z\\])d\s*(?=\\[A-Za-z])")
 # A letter or number juxtaposed with a parenthesis: the parser reads n \left(…\right) as a function n(…).
 _CALL = re.compile(r"(?<=[\w}])\s+\\left\(")
 
@@ -88,13 +94,8 @@ def latex(expr: sympy.Basic, vocabulary: Vocabulary | None = None) -> str:
 
 
 def _thin_d(text: str) -> str:
-    """``d\\,n`` for d·n; before a command the space stays (``d\\, \\cdot``)."""
-
-    def thin(m: re.Match) -> str:
-        command = m.string.startswith("\\", m.end())
-        return "d\\," + (m[1] if command else "")
-
-    return _DIFFERENTIAL.sub(thin, text)
+    """``d\\,n`` for d·n."""
+    return _DIFFERENTIAL.sub(lambda m: "d\\,", text)
 
 
 def parse_back(text: str, symbols: Iterable[sympy.Symbol], vocabulary: Vocabulary | None = None) -> sympy.Expr:
@@ -129,7 +130,9 @@ _FUNCTIONS = {"max": sympy.Max, "min": sympy.Min}
 
 def _lexable(text: str) -> str:
     """The parser lexes d followed by a letter as a differential even inside \\mathit{…} (\\mathit{width}
-    fails), so such a d is read as D there; symbol_latex never prints D inside \\mathit."""
+    fails), so such a d is read as D there; symbol_latex never prints D inside \\mathit. A d before a command
+    (``2 d\\right)``) gets the thin space the parser needs to see a symbol."""
+    text = _D_BEFORE_COMMAND.sub(lambda m: "d\\, ", text)
     return _MATHIT.sub(lambda m: "\\mathit{" + re.sub("d(?=[A-Za-z])", "D", m[1]) + "}", text)
 
 

@@ -50,7 +50,7 @@ def latex_command(args: argparse.Namespace, load: Callable[[argparse.Namespace],
 
 
 def _workload(args: argparse.Namespace) -> dict[str, int]:
-    return {k: getattr(args, k) for k in ("batch", "seq", "tokens") if getattr(args, k) is not None}
+    return {k: getattr(args, k, None) for k in ("batch", "seq", "tokens", "tp", "pp", "dp") if getattr(args, k, None) is not None}
 
 
 def _model_sections(args: argparse.Namespace, load: Callable[[argparse.Namespace], Model]) -> list[tuple[str, str]]:
