@@ -33,8 +33,10 @@ from ..engine.evaluate import Number
 from ..engine.graph import ComponentGraph, build_graph
 from ..engine.model import Model
 from .memory import (
+    Layout,
     MemoryReport,
     Training,
+    _activations_per_device,
     _evaluator,
     _json,
     _pick,
@@ -43,6 +45,7 @@ from .memory import (
     recipes,
     saved_activations,
     static_bytes,
+    tensor_split,
     weight_format,
 )
 from .quantization import stored_bytes
@@ -361,27 +364,27 @@ def finetune_memory_expressions(model: Model, setup: FineTune, training: Trainin
     assumptions: the frozen weights in their format, the trained ones with their master copy, gradients and
     optimizer states, and what the forward keeps for backward."""
     layout = training.layout
-    if (layout.tensor, layout.pipeline, layout.expert, layout.context) != (1, 1, 1, 1):
-        raise EvaluationError("fine-tuning memory is for one device or data parallelism (--dp with --zero); drop --tp, --pp, --ep and --cp")
+    check_layout(setup, layout)
     precision = _pick(recipes().precision, training.precision, "precision")
     optimizer = _pick(recipes().optimizer, training.optimizer, "optimizer")
     model = model.with_conventions(act_bytes=precision.act)
     plan = Plan(model, setup)
     shards = {"optimizer_shards": layout.optimizer_shards, "gradient_shards": layout.data if layout.zero >= 2 else 1, "weight_shards": layout.data if layout.zero >= 3 else 1}
-    trained = static_bytes(plan.trainable_params(), precision, optimizer, **shards)
+    rank_share = _rank_share(model, layout)
+    trained = static_bytes(rank_share(plan.trainable_params()), precision, optimizer, **shards)
     kept, transient, by_component = saved_activations(model, recompute=training.recompute, flash=training.flash, kept_by=plan.kept)
     categories = {
-        "frozen_weights": _frozen_weight_bytes(plan, precision.weights) / shards["weight_shards"],
+        "frozen_weights": rank_share(_frozen_weight_bytes(plan, precision.weights)) / shards["weight_shards"],
         "trained_weights": trained["weights"],
         "master_weights": trained["master_weights"],
         "gradients": trained["gradients"],
         "optimizer": trained["optimizer"],
-        "activations": kept,
-        "recompute_buffer": transient,
+        "activations": _activations_per_device(kept, model, layout),
+        "recompute_buffer": _activations_per_device(transient, model, Layout(tensor=layout.tensor)),
     }
     rank = {model.vocabulary["lora_rank"]: sympy.Integer(setup.rank)}
     categories = {k: sympy.expand(sympy.sympify(v).xreplace(rank)) for k, v in categories.items()}
-    components = {k: sympy.expand(v.xreplace(rank)) for k, v in by_component.items()}
+    components = {k: sympy.expand(_activations_per_device(v, model, layout).xreplace(rank)) for k, v in by_component.items()}
     counts = finetune_counts(model, setup)
     assumptions = {
         "fine_tuning": setup.describe(),
@@ -395,6 +398,7 @@ def finetune_memory_expressions(model: Model, setup: FineTune, training: Trainin
         "flash_attention": training.flash,
         "data_parallel": layout.data,
         "zero": layout.zero,
+        **_layout_assumptions(layout),
         "accounting": model.accounting or "default",
         "conventions": {s.name: _json(v) for s, v in model.conventions.items()},
     }
@@ -422,3 +426,60 @@ def _frozen_weight_bytes(plan: Plan, default_bytes: int) -> sympy.Expr:
         one = stored_bytes(fmt, node, leaf, keep) if fmt else default_bytes * node["quantities"]["params"]
         total += weight[leaf] * (1 - share.trained) * one
     return sympy.expand(total)
+
+
+# --- layouts --------------------------------------------------------------------------------------
+
+# peft's LoraParallelLinear (src/peft/tuners/lora/tp_layer.py), for Megatron's tensor-parallel layers: on a
+# column-parallel projection lora_B is split by columns as the weight is and lora_A stays whole; on a
+# row-parallel one lora_A is split by rows and lora_B stays whole. Symform's tensor split divides the
+# projection's sharded width (heads, inner width, vocabulary), which the adapter is bound to, so this
+# layout is what substituting the split into the adapter's own expressions gives.
+TENSOR_PARALLEL_ADAPTERS = "peft LoraParallelLinear (tuners/lora/tp_layer.py): column-parallel projection: lora_A whole, lora_B split by columns; row-parallel: lora_A split by rows, lora_B whole"
+
+
+def check_layout(setup: FineTune, layout: Layout) -> None:
+    """Refuse, in one line each, the layouts whose fine-tuning symform does not model."""
+    if layout.expert > 1:
+        raise EvaluationError("fine-tuning with expert parallelism: which ranks hold the experts' adapters is not modelled; drop --ep")
+    if layout.context > 1:
+        raise EvaluationError("fine-tuning with context parallelism is not modelled; drop --cp")
+    if layout.sequence and setup.adapters:
+        raise EvaluationError("sequence parallelism with adapters: where the adapters gather the sequence is not modelled; drop --sp")
+    if layout.pipeline > 1 and setup.frozen_layers():
+        raise EvaluationError("frozen layer ranges make pipeline stages unequal and symform's stages are equal shares; drop --pp or the layers:... in --freeze")
+
+
+def _rank_share(model: Model, layout: Layout):
+    """One rank's share of a weight total: the tensor split of the sharded widths, 1/pipeline of the model."""
+    split = tensor_split(model, layout.tensor)
+    return lambda expr: sympy.expand(sympy.sympify(expr).xreplace(split) / layout.pipeline)
+
+
+def _layout_assumptions(layout: Layout) -> dict[str, object]:
+    out: dict[str, object] = {}
+    if layout.tensor > 1:
+        out["tensor_parallel"] = layout.tensor
+        out["adapters_under_tensor_parallelism"] = TENSOR_PARALLEL_ADAPTERS
+    if layout.pipeline > 1:
+        out.update(pipeline_parallel=layout.pipeline, schedule=layout.schedule, stages_balanced=True)
+    return out
+
+
+@dataclass(frozen=True)
+class StepWork:
+    """What fine-tuning changes in a training step, as expressions over the sizes, batch and seq (lora_rank bound):
+    ``delta_flops`` is the step's FLOPs minus full training's; ``trainable_params`` the weights whose gradients
+    the data-parallel ranks exchange."""
+
+    delta_flops: sympy.Expr
+    trainable_params: sympy.Expr
+
+
+def step_work(model: Model, setup: FineTune) -> StepWork:
+    plan = Plan(model, setup)
+    full = plan.graph.total("forward_flops") + plan.graph.total("backward_flops")
+    tuned = plan.forward_flops() + plan.backward_flops()
+    rank = {model.vocabulary["lora_rank"]: sympy.Integer(setup.rank)}
+    bind = lambda e: sympy.expand(sympy.sympify(e).xreplace(model.conventions).xreplace(rank))  # noqa: E731
+    return StepWork(bind(tuned - full), bind(plan.trainable_params()))
