@@ -51,6 +51,6 @@ def finetune_setup(args: argparse.Namespace, *, training: bool = True) -> FineTu
     )  # fmt: skip
 
 
-def finetune_text(setup: FineTune) -> str:
-    """One line: method, rank and targets, what is frozen, the base format."""
-    return "; ".join(f"{k.replace('_', ' ')} {','.join(v) if isinstance(v, list) else v}" for k, v in setup.describe().items())
+def finetune_text(described: dict[str, object]) -> str:
+    """One line from ``FineTune.describe()``: method, rank and targets, what is frozen, the base format."""
+    return "; ".join(f"{k.replace('_', ' ')} {','.join(v) if isinstance(v, list) else v}" for k, v in described.items())
