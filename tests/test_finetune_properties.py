@@ -146,7 +146,7 @@ def test_memory_with_lora_reports_the_trainable_parameters(capsys):
         (("--train", "--lora-rank", "8", "--lora-targets", "qkv"), "no projection named 'qkv'"),
         (("--train", "--freeze", "layers:0-99"), "has 28 layers"),
         (("--train", "--freeze", "attention"), "cannot freeze"),
-        (("--train", "--lora-rank", "8", "--lora-targets", "q_proj", "--tp", "2"), "drop --tp"),
+        (("--train", "--lora-rank", "8", "--lora-targets", "q_proj", "--ep", "2"), "drop --ep"),
     ],
 )
 def test_bad_fine_tuning_options_exit_2_with_one_line(capsys, argv, message):

@@ -380,7 +380,7 @@ def finetune_memory_expressions(model: Model, setup: FineTune, training: Trainin
         "gradients": trained["gradients"],
         "optimizer": trained["optimizer"],
         "activations": _activations_per_device(kept, model, layout),
-        "recompute_buffer": _activations_per_device(transient, model, Layout(tensor=layout.tensor)),
+        "recompute_buffer": _activations_per_device(transient, model, Layout(tensor=layout.tensor, sequence=layout.sequence, context=layout.context)),
     }
     rank = {model.vocabulary["lora_rank"]: sympy.Integer(setup.rank)}
     categories = {k: sympy.expand(sympy.sympify(v).xreplace(rank)) for k, v in categories.items()}

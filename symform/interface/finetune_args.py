@@ -53,4 +53,8 @@ def finetune_setup(args: argparse.Namespace, *, training: bool = True) -> FineTu
 
 def finetune_text(described: dict[str, object]) -> str:
     """One line from ``FineTune.describe()``: method, rank and targets, what is frozen, the base format."""
-    return "; ".join(f"{k.replace('_', ' ')} {','.join(v) if isinstance(v, list) else v}" for k, v in described.items())
+    def item(key: str, value: object) -> str:
+        key = key.replace("_", " ")
+        return key if value is True else f"{key} {','.join(value) if isinstance(value, list) else value}"
+
+    return "; ".join(item(k, v) for k, v in described.items())
