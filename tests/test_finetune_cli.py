@@ -1,6 +1,6 @@
 """The fine-tuning options on every command that counts a training step, against peft and PyTorch.
 
-``symform flops`` and ``symform time --train`` give the FLOPs of a step with LoRA adapters or frozen layers,
+``symform flops``, ``symform roofline --phase train`` and ``symform time --train`` give the FLOPs of a step with LoRA adapters or frozen layers,
 equal to FlopCounterMode's count of a peft model's forward and backward; ``time`` exchanges only the
 trainable weights' gradients (peft's count, at 2 bytes each, over a ring all-reduce); ``memory`` under
 tensor parallelism holds each adapter split as peft's LoraParallelLinear splits it on Megatron's layers.
@@ -70,6 +70,12 @@ def test_time_counts_the_lora_step_pytorch_counts(capsys, config_path, tp):
     assert found["hardware_flops"] == expected  # no recomputation, eager attention
 
 
+def test_roofline_of_a_dora_step_counts_what_pytorch_counts(capsys, config_path):
+    expected = step_flops(peft_model(LLAMA, TARGETS, "dora"), input_ids(LLAMA, 2, 7))
+    found = run_json(capsys, "roofline", config_path, "--gpu", "h100-sxm", "--phase", "train", "--batch", "2", "--seq", "7", "--attention", "eager", *EAGER, *lora_options(), "--dora")
+    assert found["flops"] == expected
+
+
 def test_data_parallel_ranks_exchange_only_the_adapters_gradients(capsys, config_path):
     dp = 4
     found = run_json(capsys, "time", config_path, "--gpu", "h100-sxm", "--train", "--global-batch", "4", "--seq", "7", "--dp", str(dp), *lora_options())
@@ -108,8 +114,9 @@ def test_pipeline_stages_hold_equal_shares_of_the_adapters(capsys, config_path):
         (("time", "--gpu", "h100-sxm", "--train", "--global-batch", "2", "--seq", "8", "--dp", "2", "--zero", "3", *lora_options()), ("ZeRO-3", "--zero 2")),
         (("time", "--gpu", "h100-sxm", "--infer", "--batch", "1", "--prompt", "8", "--output", "2", *lora_options()), ("--train",)),
         (("flops", "--batch", "1", "--seq", "8", "--qlora"), ("--lora-rank", "--lora-targets")),
+        (("roofline", "--gpu", "h100-sxm", "--phase", "decode", "--batch", "1", "--context", "8", *lora_options()), ("--phase train",)),
     ],
-    ids=["ep", "cp", "sp", "frozen layers with pp", "zero-3 time", "infer", "qlora alone"],
+    ids=["ep", "cp", "sp", "frozen layers with pp", "zero-3 time", "infer", "qlora alone", "roofline decode"],
 )
 def test_layouts_and_options_fine_tuning_does_not_model_are_refused_in_one_line(capsys, config_path, argv, words):
     code, out, err = run(capsys, argv[0], config_path, *argv[1:])

@@ -96,6 +96,10 @@ class FineTune:
         """Half-open ranges of frozen layer indices."""
         return [_layer_range(entry) for entry in self.freeze if entry != EMBEDDINGS]
 
+    def summary(self) -> str:
+        """One line: method, rank and targets, what is frozen, the base format."""
+        return describe_text(self.describe())
+
     def describe(self) -> dict[str, object]:
         out: dict[str, object] = {"freeze": list(self.freeze)} if self.freeze else {}
         if self.adapters:
@@ -105,6 +109,16 @@ class FineTune:
         if self.base_format:
             out["base_format"] = self.base_format
         return out
+
+
+def describe_text(described: dict[str, object]) -> str:
+    """``FineTune.describe()`` as one line."""
+
+    def item(key: str, value: object) -> str:
+        key = key.replace("_", " ")
+        return key if value is True else f"{key} {','.join(value) if isinstance(value, list) else value}"
+
+    return "; ".join(item(k, v) for k, v in described.items())
 
 
 def _layer_range(entry: str) -> tuple[int, int] | None:
@@ -239,19 +253,28 @@ class Plan:
         return sympy.Add(*(weight[leaf] * self.shares[leaf].adapted * self.adapter(leaf, quantity) for leaf in self._adapted_leaves()))
 
     def forward_flops(self) -> sympy.Expr:
-        return sympy.expand(self.graph.total("forward_flops") + self._adapters_total("forward_flops"))
+        return sympy.expand(sympy.Add(*self.leaf_flops("forward_flops").values()))
 
     def backward_flops(self) -> sympy.Expr:
-        weight = self._multiplicities["backward_flops"]
-        terms = []
+        return sympy.expand(sympy.Add(*self.leaf_flops("backward_flops").values()))
+
+    def leaf_flops(self, quantity: str) -> dict[str, sympy.Expr]:
+        """Each leaf's forward or backward FLOPs in the step, its adapter's on it (path → expression)."""
+        weight = self._multiplicities[quantity]
+        out = {}
         for leaf, share in self.shares.items():
             node = self.nodes[leaf]
-            trained = node["quantities"]["backward_flops"]
-            if node["quantities"]["params"] == 0:
-                terms.append(weight[leaf] * (1 - share.silent) * trained)
+            own = node["quantities"][quantity]
+            if quantity == "forward_flops":
+                term = weight[leaf] * own
+            elif node["quantities"]["params"] == 0:
+                term = weight[leaf] * (1 - share.silent) * own
             else:
-                terms.append(weight[leaf] * (share.trained * trained + (1 - share.trained - share.silent) * node["frozen"]["backward_flops"]))
-        return sympy.expand(sympy.Add(*terms) + self._adapters_total("backward_flops"))
+                term = weight[leaf] * (share.trained * own + (1 - share.trained - share.silent) * node["frozen"]["backward_flops"])
+            if share.adapted != 0:
+                term += weight[leaf] * share.adapted * self.adapter(leaf, quantity)
+            out[leaf] = term
+        return out
 
     def kept(self, node: str, declared: sympy.Expr) -> sympy.Expr:
         """What ``node`` keeps for backward under fine-tuning (the hook of memory.saved_activations)."""
@@ -466,20 +489,15 @@ def _layout_assumptions(layout: Layout) -> dict[str, object]:
     return out
 
 
-@dataclass(frozen=True)
-class StepWork:
-    """What fine-tuning changes in a training step, as expressions over the sizes, batch and seq (lora_rank bound):
-    ``delta_flops`` is the step's FLOPs minus full training's; ``trainable_params`` the weights whose gradients
-    the data-parallel ranks exchange."""
-
-    delta_flops: sympy.Expr
-    trainable_params: sympy.Expr
-
-
-def step_work(model: Model, setup: FineTune) -> StepWork:
+def step_leaf_flops(model: Model, setup: FineTune) -> dict[str, sympy.Expr]:
+    """Each leaf's FLOPs in one fine-tuning step, forward and backward with its adapter's (lora_rank bound,
+    conventions not applied): what symform.roofline.phase_work counts for a training step."""
     plan = Plan(model, setup)
-    full = plan.graph.total("forward_flops") + plan.graph.total("backward_flops")
-    tuned = plan.forward_flops() + plan.backward_flops()
+    forward, backward = plan.leaf_flops("forward_flops"), plan.leaf_flops("backward_flops")
     rank = {model.vocabulary["lora_rank"]: sympy.Integer(setup.rank)}
-    bind = lambda e: sympy.expand(sympy.sympify(e).xreplace(model.conventions).xreplace(rank))  # noqa: E731
-    return StepWork(bind(tuned - full), bind(plan.trainable_params()))
+    return {leaf: sympy.expand((forward[leaf] + backward[leaf]).xreplace(rank)) for leaf in forward}
+
+
+def trainable_params(model: Model, setup: FineTune) -> sympy.Expr:
+    """The weights that train (the data-parallel ranks exchange their gradients), over the sizes (lora_rank bound)."""
+    return sympy.expand(Plan(model, setup).trainable_params().xreplace({model.vocabulary["lora_rank"]: sympy.Integer(setup.rank)}))

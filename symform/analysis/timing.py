@@ -375,24 +375,23 @@ def training_time(
     model = at_dtype(model, dtype)
     peak, bandwidth = place.device.flops_per_s(dtype), place.device.hbm_bytes_per_s
     split = tensor_split(model, layout.tensor)
-    train = phase_work(model, "train", depth=None, flash=flash).total
+    trainable = _finetune_trainable(model, finetune, layout)
+    train = phase_work(model, "train", depth=None, flash=flash, finetune=finetune).total
     extra_flops, extra_bytes = recompute_work(model, recompute, flash=flash)
-    tuned = _finetune_work(model, finetune, layout)
-    delta = tuned.delta_flops if tuned else sympy.Integer(0)
     per_device = _per_device(model, split, layout.pipeline, layout.context)
     m = scaling.MICROBATCHES
-    flops_expr = m * per_device(train.flops + extra_flops + delta)
+    flops_expr = m * per_device(train.flops + extra_flops)
     bytes_expr = m * per_device(train.bytes + extra_bytes)
     workload = {"batch": micro_batch, "seq": seq}
     flops = _bind(model, flops_expr.xreplace({m: microbatches}), **workload)
     moved = _bind(model, bytes_expr.xreplace({m: microbatches}), **workload)
-    trainable = _bind(model, per_device(tuned.trainable_params)) if tuned else None
-    comm = _training_comm(model, place, layout, microbatches, micro_batch, seq // layout.context, recompute, precision, trainable)
+    exchanged = None if trainable is None else _bind(model, per_device(trainable))
+    comm = _training_comm(model, place, layout, microbatches, micro_batch, seq // layout.context, recompute, precision, exchanged)
     ratio = float(scaling.bubble_ratio(layout.schedule, layout.pipeline, microbatches, layout.chunks)) if layout.pipeline > 1 else 0.0
     t_math, t_mem = float(flops) / peak, float(moved) / bandwidth
     lower, upper = _step_bounds(t_math, t_mem, comm, ratio)
-    model_flops = model.evaluate("forward_flops", batch=global_batch, seq=seq) + model.evaluate("backward_flops", batch=global_batch, seq=seq) + _bind(model, delta, batch=global_batch, seq=seq)
-    hardware_flops = _bind(model, train.flops + extra_flops + delta, batch=global_batch, seq=seq)
+    model_flops = _model_flops(model, finetune, global_batch, seq)
+    hardware_flops = _bind(model, train.flops + extra_flops, batch=global_batch, seq=seq)
     return TrainingTime(
         model=model.name,
         gpu=place.name,
@@ -426,13 +425,21 @@ def training_time(
     )
 
 
-def _finetune_work(model: Model, setup: FineTune | None, layout: Layout):
+def _model_flops(model: Model, setup: FineTune | None, global_batch: int, seq: int) -> Number:
+    """Forward + backward of the whole step, as MFU counts it: full training's, or the fine-tuning step's."""
+    if setup is None:
+        return model.evaluate("forward_flops", batch=global_batch, seq=seq) + model.evaluate("backward_flops", batch=global_batch, seq=seq)
+    return finetune.finetune_counts(model, setup, batch=global_batch, seq=seq).step_flops
+
+
+def _finetune_trainable(model: Model, setup: FineTune | None, layout: Layout) -> sympy.Expr | None:
+    """With fine-tuning, the trainable weights (their gradients are what the data-parallel ranks exchange)."""
     if setup is None:
         return None
     if layout.zero >= 3:
         raise ConfigError("fine-tuning under ZeRO-3 times gathers of frozen and trained weights that symform does not model apart; use --zero 2 or lower (symform memory counts ZeRO-3's memory)")
     finetune.check_layout(setup, layout)
-    return finetune.step_work(model, setup)
+    return finetune.trainable_params(model, setup)
 
 
 def _finetune_assumptions(setup: FineTune) -> dict[str, object]:

@@ -253,7 +253,7 @@ def _params(model: Model, args: argparse.Namespace) -> str:
 
 
 def _flops(model: Model, args: argparse.Namespace) -> str:
-    from .finetune_args import finetune_setup, finetune_text
+    from .finetune_args import finetune_setup
 
     workload = {"batch": args.batch, "seq": args.seq}
     forward = model.evaluate("forward_flops", **workload)
@@ -293,7 +293,7 @@ def _flops(model: Model, args: argparse.Namespace) -> str:
         adapters = counts.forward_flops - forward
         summary = [
             "",
-            "fine-tuning: " + finetune_text(tune.describe()),
+            "fine-tuning: " + tune.summary(),
             f"trainable parameters {counts.trainable_params:,} of {counts.params:,} ({counts.trainable_params / counts.params:.3%})",
             f"forward   {_number(counts.forward_flops)}" + (f"  (the model's {_human(forward)} + adapters' {_human(adapters)})" if adapters else ""),
             f"backward  {_number(counts.backward_flops)}  (full training: {_human(backward)})",

@@ -34,15 +34,16 @@ def finetune_arguments(p: argparse.ArgumentParser, *, needs: str = "--train") ->
     tune.add_argument("--freeze", type=names, metavar="PARTS", help="frozen without adapters: embeddings and layer ranges, e.g. embeddings,layers:0-11")
 
 
-def finetune_setup(args: argparse.Namespace, *, training: bool = True) -> FineTune | None:
-    """The setup the options describe, or None for full training; ``training``: whether the command counts a training step."""
+def finetune_setup(args: argparse.Namespace, *, training: bool = True, needs: str = "--train") -> FineTune | None:
+    """The setup the options describe, or None for full training; ``training``: whether the command counts a training
+    step, ``needs``: the option that makes it one."""
     from ..analysis.finetune import QLORA_FORMAT, FineTune
 
     adapters = args.lora_rank is not None or args.lora_targets or args.dora or args.qlora or args.lora_alpha
     if not adapters and not args.freeze:
         return None
     if not training:
-        raise EvaluationError("--lora-rank, --lora-targets, --dora, --qlora and --freeze describe training; add --train")
+        raise EvaluationError(f"--lora-rank, --lora-targets, --dora, --qlora and --freeze describe training; add {needs}")
     if adapters and (args.lora_rank is None or not args.lora_targets):
         raise EvaluationError("adapters need both --lora-rank R and --lora-targets NAMES (e.g. --lora-rank 16 --lora-targets q_proj,v_proj)")
     return FineTune(
@@ -50,11 +51,3 @@ def finetune_setup(args: argparse.Namespace, *, training: bool = True) -> FineTu
         freeze=args.freeze or (), base_format=QLORA_FORMAT if args.qlora else None,
     )  # fmt: skip
 
-
-def finetune_text(described: dict[str, object]) -> str:
-    """One line from ``FineTune.describe()``: method, rank and targets, what is frozen, the base format."""
-    def item(key: str, value: object) -> str:
-        key = key.replace("_", " ")
-        return key if value is True else f"{key} {','.join(value) if isinstance(value, list) else value}"
-
-    return "; ".join(item(k, v) for k, v in described.items())

@@ -7,10 +7,11 @@ import json
 from typing import TYPE_CHECKING
 
 from .cli_args import positive_float, positive_int
-from .finetune_args import finetune_arguments, finetune_setup, finetune_text
+from .finetune_args import finetune_arguments, finetune_setup
 
 
 from ..engine.errors import ConfigError
+from ..analysis.finetune import describe_text
 from ..analysis.memory import RECOMPUTE, SCHEDULES, Layout, matmul_rate, recipes, stored_weights
 from ..engine.model import Model
 
@@ -386,7 +387,7 @@ def training_table(r: TrainingTime) -> str:
     lines = [
         f"training step of {r.model} on {r.devices} × {r.gpu} ({r.dtype}): data {lay['data']} × tensor {lay['tensor']} × pipeline {lay['pipeline']}" + (f" × context {lay['context']}" if lay["context"] > 1 else "") + f", expert {lay['expert']}",
         f"global batch {r.global_batch} × seq {r.seq} = {r.tokens:,} tokens; micro-batch {r.micro_batch}, {r.microbatches} per step; recompute {r.recompute}",
-        *([f"fine-tuning    {finetune_text(r.assumptions['fine_tuning'])}; step FLOPs {_sci(r.model_flops)}: frozen weights take no weight gradient"] if "fine_tuning" in r.assumptions else []),
+        *([f"fine-tuning    {describe_text(r.assumptions['fine_tuning'])}; step FLOPs {_sci(r.model_flops)}: frozen weights take no weight gradient"] if "fine_tuning" in r.assumptions else []),
         f"per device     FLOPs {_sci(r.flops_per_device)}   HBM bytes {_sci(r.bytes_per_device)}",
         f"compute        {_s(r.t_math)}",
         f"memory         {_s(r.t_mem)}",
