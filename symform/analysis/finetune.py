@@ -498,6 +498,24 @@ def step_leaf_flops(model: Model, setup: FineTune) -> dict[str, sympy.Expr]:
     return {leaf: sympy.expand((forward[leaf] + backward[leaf]).xreplace(rank)) for leaf in forward}
 
 
+def kernel_passes(model: Model, setup: FineTune) -> dict[str, sympy.Expr]:
+    """Per leaf, the passes of a training step it runs, as symform.estimate counts full training's three (forward,
+    input gradient, weight gradient): a frozen projection skips the weight gradient, a leaf autograd never records
+    runs its forward only. Averaged over a leaf's instances (a share of its layers frozen)."""
+    plan = Plan(model, setup)
+    out = {}
+    for leaf, share in plan.shares.items():
+        weighted = plan.nodes[leaf]["quantities"]["params"] != 0
+        frozen = (1 - share.trained - share.silent) if weighted else 0
+        out[leaf] = 3 - frozen - 2 * share.silent
+    return out
+
+
+def trained_per_device(model: Model, setup: FineTune, layout: Layout) -> sympy.Expr:
+    """The trainable weights on one rank of ``layout`` (tensor split, 1/pipeline), over the sizes."""
+    return _rank_share(model, layout)(trainable_params(model, setup))
+
+
 def trainable_params(model: Model, setup: FineTune) -> sympy.Expr:
     """The weights that train (the data-parallel ranks exchange their gradients), over the sizes (lora_rank bound)."""
     return sympy.expand(Plan(model, setup).trainable_params().xreplace({model.vocabulary["lora_rank"]: sympy.Integer(setup.rank)}))

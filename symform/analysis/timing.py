@@ -385,7 +385,7 @@ def training_time(
     workload = {"batch": micro_batch, "seq": seq}
     flops = _bind(model, flops_expr.xreplace({m: microbatches}), **workload)
     moved = _bind(model, bytes_expr.xreplace({m: microbatches}), **workload)
-    exchanged = None if trainable is None else _bind(model, per_device(trainable))
+    exchanged = None if trainable is None else _bind(model, trainable)
     comm = _training_comm(model, place, layout, microbatches, micro_batch, seq // layout.context, recompute, precision, exchanged)
     ratio = float(scaling.bubble_ratio(layout.schedule, layout.pipeline, microbatches, layout.chunks)) if layout.pipeline > 1 else 0.0
     t_math, t_mem = float(flops) / peak, float(moved) / bandwidth
@@ -433,13 +433,13 @@ def _model_flops(model: Model, setup: FineTune | None, global_batch: int, seq: i
 
 
 def _finetune_trainable(model: Model, setup: FineTune | None, layout: Layout) -> sympy.Expr | None:
-    """With fine-tuning, the trainable weights (their gradients are what the data-parallel ranks exchange)."""
+    """With fine-tuning, the trainable weights on one rank (their gradients are what the data-parallel ranks exchange)."""
     if setup is None:
         return None
     if layout.zero >= 3:
         raise ConfigError("fine-tuning under ZeRO-3 times gathers of frozen and trained weights that symform does not model apart; use --zero 2 or lower (symform memory counts ZeRO-3's memory)")
     finetune.check_layout(setup, layout)
-    return finetune.trainable_params(model, setup)
+    return finetune.trained_per_device(model, setup, layout)
 
 
 def _finetune_assumptions(setup: FineTune) -> dict[str, object]:

@@ -66,7 +66,7 @@ def time_command(model: Model, args: argparse.Namespace) -> str:
     if args.train:
         args.dtype = args.dtype or "bf16"
         result = _train(model, args, tune)
-        found = FINETUNE_NO_ESTIMATE if tune else _estimate(lambda: estimate.training_estimate(model, args.gpu, global_batch=args.global_batch, micro_batch=args.micro_batch or 1, seq=args.seq, layout=_layout(args), recompute=args.recompute or "none", dtype=args.dtype, attention=args.attention, node_size=args.node_size))
+        found = _estimate(lambda: estimate.training_estimate(model, args.gpu, global_batch=args.global_batch, micro_batch=args.micro_batch or 1, seq=args.seq, layout=_layout(args), recompute=args.recompute or "none", dtype=args.dtype, attention=args.attention, node_size=args.node_size, finetune=tune))
         memory = _memory_fit(model, args, result, tune)
         measured = utilisation.measured(model, result, step_s=args.measured_step, tokens_per_s=args.measured_tokens_per_s) if (args.measured_step or args.measured_tokens_per_s) else None
         run = utilisation.duration(model, result, found, args.tokens, measured) if args.tokens else None
@@ -77,6 +77,8 @@ def time_command(model: Model, args: argparse.Namespace) -> str:
             data = result.as_dict() | {"attention": args.attention, "memory": memory}
             if isinstance(found, estimate.TrainingEstimate):
                 data |= {"estimate_s": found.step.as_dict(), "estimate": found.as_dict()}
+                if tune:
+                    data["estimate"]["fine_tuning"] = FINETUNE_ESTIMATE
             else:
                 data["estimate_missing"] = found
             if measured:
@@ -86,7 +88,7 @@ def time_command(model: Model, args: argparse.Namespace) -> str:
             if priced:
                 data["cost"] = priced
             return json.dumps(data)
-        return _with_attention(training_table(result), args) + _memory_line(memory) + _training_extra(found, measured, run) + _cost_lines(priced)
+        return _with_attention(training_table(result), args) + _memory_line(memory) + _training_extra(found, measured, run, tune) + _cost_lines(priced)
     result = _infer(model, args)
     tp = args.tp or args.gpus or 1
     found = _estimate(lambda: estimate.serving_estimate(model, args.gpu, batch=args.batch, prompt=args.prompt, output=args.output, tensor=tp, dtype=args.dtype, attention=args.attention, node_size=args.node_size, expert_skew=args.expert_skew))
@@ -109,7 +111,7 @@ def time_command(model: Model, args: argparse.Namespace) -> str:
     return _with_attention(inference_table(result), args) + _serving_extra(found) + _serving_offload_line(offloaded) + _cost_lines(priced)
 
 
-FINETUNE_NO_ESTIMATE = "the kernel-by-kernel estimate models full training; fine-tuning has its bounds (and a measured step's MFU) only"
+FINETUNE_ESTIMATE = "fine-tuning at the efficiency factors fitted to full training runs (docs/validation.md); no fine-tuning run has checked them"
 
 
 def _exact_only(measured: dict | None, run: dict | None) -> tuple[dict | None, dict | None]:
@@ -212,7 +214,7 @@ def _memory_line(memory: dict[str, object]) -> str:
     return line
 
 
-def _training_extra(found, measured, run) -> str:
+def _training_extra(found, measured, run, tune=None) -> str:
     if isinstance(found, str):
         lines = [f"estimate       none: {found}"]
     else:
@@ -221,6 +223,8 @@ def _training_extra(found, measured, run) -> str:
             f"estimate       {_s(e.estimate)} (band {_s(e.low)} to {_s(e.high)}), attention {found.attention}: compute {_s(found.compute_s)}, exposed comm {_s(sum(found.exposed_comm_s.values()))}, bubble {_s(found.bubble_s)}, optimizer {_s(found.optimizer_s)}",
             f"at estimate    MFU {found.mfu():.1%}  HFU {found.hfu():.1%}  tokens/s {found.tokens_per_s:,.0f}",
         ]
+        if tune:
+            lines.append(f"               {FINETUNE_ESTIMATE}")
     if measured:
         lines.append("measured       " + "  ".join(f"{k} {v:.1%}" for k, v in measured.items() if k.startswith(("mfu", "hfu"))))
     if run:
