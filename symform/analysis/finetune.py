@@ -474,9 +474,24 @@ def check_layout(setup: FineTune, layout: Layout) -> None:
 
 
 def _rank_share(model: Model, layout: Layout):
-    """One rank's share of a weight total: the tensor split of the sharded widths, 1/pipeline of the model."""
-    split = tensor_split(model, layout.tensor)
-    return lambda expr: sympy.expand(sympy.sympify(expr).xreplace(split) / layout.pipeline)
+    return rank_share(model, layout.tensor, layout.pipeline)
+
+
+def rank_share(model: Model, tensor, pipeline):
+    """One rank's share of a weight total: the tensor split of the sharded widths, 1/pipeline of the model
+    (degrees as numbers, or symbols for a planner's vectorised layouts)."""
+    split = tensor_split(model, tensor)
+    return lambda expr: sympy.expand(sympy.sympify(expr).xreplace(split) / pipeline)
+
+
+def frozen_weight_bytes(model: Model, setup: FineTune, default_bytes: int) -> sympy.Expr:
+    """The frozen weights' bytes, all of them (before any sharding), at the base format or ``default_bytes`` each."""
+    return _frozen_weight_bytes(Plan(model, setup), default_bytes)
+
+
+def kept_by(model: Model, setup: FineTune):
+    """What each node keeps for backward under ``setup``: the hook of symform.memory.saved_activations."""
+    return Plan(model, setup).kept
 
 
 def _layout_assumptions(layout: Layout) -> dict[str, object]:

@@ -34,16 +34,16 @@ def finetune_arguments(p: argparse.ArgumentParser, *, needs: str = "--train") ->
     tune.add_argument("--freeze", type=names, metavar="PARTS", help="frozen without adapters: embeddings and layer ranges, e.g. embeddings,layers:0-11")
 
 
-def finetune_setup(args: argparse.Namespace, *, training: bool = True, needs: str = "--train") -> FineTune | None:
+def finetune_setup(args: argparse.Namespace, *, training: bool = True, hint: str = "add --train") -> FineTune | None:
     """The setup the options describe, or None for full training; ``training``: whether the command counts a training
-    step, ``needs``: the option that makes it one."""
+    step, ``hint``: how to make it one."""
     from ..analysis.finetune import QLORA_FORMAT, FineTune
 
     adapters = args.lora_rank is not None or args.lora_targets or args.dora or args.qlora or args.lora_alpha
     if not adapters and not args.freeze:
         return None
     if not training:
-        raise EvaluationError(f"--lora-rank, --lora-targets, --dora, --qlora and --freeze describe training; add {needs}")
+        raise EvaluationError(f"--lora-rank, --lora-targets, --dora, --qlora and --freeze describe training; {hint}")
     if adapters and (args.lora_rank is None or not args.lora_targets):
         raise EvaluationError("adapters need both --lora-rank R and --lora-targets NAMES (e.g. --lora-rank 16 --lora-targets q_proj,v_proj)")
     return FineTune(

@@ -110,7 +110,7 @@ def roofline_command(model: Model, args: argparse.Namespace) -> str:
         seq=args.seq,
         context=args.context,
         depth=args.depth,
-        finetune=finetune_setup(args, training=args.phase == "train", needs="--phase train"),
+        finetune=finetune_setup(args, training=args.phase == "train", hint="give --phase train"),
         **options,
     )
     if stored is not None:
