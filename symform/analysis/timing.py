@@ -448,7 +448,9 @@ def _finetune_assumptions(setup: FineTune) -> dict[str, object]:
         "fine_tuning_flops": "model and hardware FLOPs are the fine-tuning step's: frozen weights take no weight gradient, nothing before the first trained weight runs backward, the adapters' own forward and backward (symform flops --lora-...)",
         "fine_tuning_bytes": "HBM bytes as full training moves them (frozen weights' gradients not subtracted, adapters' not added)",
         "fine_tuning_gradients": "the data-parallel ranks exchange the trainable weights' gradients only",
-        "adapters_under_tensor_parallelism": finetune.TENSOR_PARALLEL_ADAPTERS,
+        "adapters_under_tensor_parallelism": finetune.TENSOR_PARALLEL_ADAPTERS
+        + "; the all-reduce of a row-parallel adapter's rank-r intermediate (batch × seq × r elements) is not timed",
+        "quantised_base": "a --qlora base is timed as bf16 matrix products, its dequantisation not counted",
     }
 
 
