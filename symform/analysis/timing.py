@@ -450,8 +450,7 @@ def _finetune_assumptions(setup: FineTune) -> dict[str, object]:
         "fine_tuning_gradients": "the data-parallel ranks exchange the trainable weights' gradients only",
         "adapters_under_tensor_parallelism": finetune.TENSOR_PARALLEL_ADAPTERS
         + "; the all-reduce of a row-parallel adapter's rank-r intermediate (batch × seq × r elements) is not timed",
-        "quantised_base": "a --qlora base is timed as bf16 matrix products, its dequantisation not counted",
-    }
+    } | ({"quantised_base": f"the {setup.base_format} base is timed as matrix products at --dtype, its dequantisation not counted"} if setup.base_format else {})
 
 
 def _per_device(model: Model, split: Mapping[sympy.Symbol, sympy.Expr], pipeline: int, context: int = 1):
