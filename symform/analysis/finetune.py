@@ -393,11 +393,11 @@ def finetune_memory_expressions(model: Model, setup: FineTune, training: Trainin
     model = model.with_conventions(act_bytes=precision.act)
     plan = Plan(model, setup)
     shards = {"optimizer_shards": layout.optimizer_shards, "gradient_shards": layout.data if layout.zero >= 2 else 1, "weight_shards": layout.data if layout.zero >= 3 else 1}
-    rank_share = _rank_share(model, layout)
-    trained = static_bytes(rank_share(plan.trainable_params()), precision, optimizer, **shards)
+    share = rank_share(model, layout.tensor, layout.pipeline)
+    trained = static_bytes(share(plan.trainable_params()), precision, optimizer, **shards)
     kept, transient, by_component = saved_activations(model, recompute=training.recompute, flash=training.flash, kept_by=plan.kept)
     categories = {
-        "frozen_weights": rank_share(_frozen_weight_bytes(plan, precision.weights)) / shards["weight_shards"],
+        "frozen_weights": share(_frozen_weight_bytes(plan, precision.weights)) / shards["weight_shards"],
         "trained_weights": trained["weights"],
         "master_weights": trained["master_weights"],
         "gradients": trained["gradients"],
@@ -473,10 +473,6 @@ def check_layout(setup: FineTune, layout: Layout) -> None:
         raise EvaluationError("frozen layer ranges make pipeline stages unequal and symform's stages are equal shares; drop --pp or the layers:... in --freeze")
 
 
-def _rank_share(model: Model, layout: Layout):
-    return rank_share(model, layout.tensor, layout.pipeline)
-
-
 def rank_share(model: Model, tensor, pipeline):
     """One rank's share of a weight total: the tensor split of the sharded widths, 1/pipeline of the model
     (degrees as numbers, or symbols for a planner's vectorised layouts)."""
@@ -528,7 +524,7 @@ def kernel_passes(model: Model, setup: FineTune) -> dict[str, sympy.Expr]:
 
 def trained_per_device(model: Model, setup: FineTune, layout: Layout) -> sympy.Expr:
     """The trainable weights on one rank of ``layout`` (tensor split, 1/pipeline), over the sizes."""
-    return _rank_share(model, layout)(trainable_params(model, setup))
+    return rank_share(model, layout.tensor, layout.pipeline)(trainable_params(model, setup))
 
 
 def trainable_params(model: Model, setup: FineTune) -> sympy.Expr:
