@@ -146,7 +146,7 @@ def test_memory_with_lora_reports_the_trainable_parameters(capsys):
         (("--train", "--lora-rank", "8", "--lora-targets", "qkv"), "no projection named 'qkv'"),
         (("--train", "--freeze", "layers:0-99"), "has 28 layers"),
         (("--train", "--freeze", "attention"), "cannot freeze"),
-        (("--train", "--lora-rank", "8", "--lora-targets", "q_proj", "--tp", "2"), "drop --tp"),
+        (("--train", "--lora-rank", "8", "--lora-targets", "q_proj", "--ep", "2"), "drop --ep"),
     ],
 )
 def test_bad_fine_tuning_options_exit_2_with_one_line(capsys, argv, message):
@@ -154,3 +154,32 @@ def test_bad_fine_tuning_options_exit_2_with_one_line(capsys, argv, message):
 
     code, _, err = run(capsys, "memory", "qwen3-0.6b", "--batch", "1", "--seq", "8", *argv)
     assert code == 2 and message in err and err.count("\n") == 1, err
+
+
+# --- a step's time (symform.timing, symform.estimate) ------------------------------------------------
+
+
+def _step(setup, **layout):
+    from symform.analysis.estimate import training_estimate
+    from symform.analysis.memory import Layout
+
+    return training_estimate(MODEL, "h100-sxm", global_batch=8, micro_batch=1, seq=32, layout=Layout(**layout), finetune=setup)
+
+
+def test_fine_tuning_that_freezes_nothing_times_as_full_training():
+    full, same = _step(None, data=2, pipeline=2), _step(FineTune(), data=2, pipeline=2)
+    assert same.model_flops == full.model_flops and same.hardware_flops == full.hardware_flops
+    assert same.step.estimate == pytest.approx(full.step.estimate) and same.comm_s == pytest.approx(full.comm_s)
+    assert same.optimizer_s == pytest.approx(full.optimizer_s)
+
+
+# ranks well below the widths (64): a rank near them costs the adapters more than freezing saves
+@pytest.mark.parametrize(("rank", "targets", "frozen"), [(4, ("q_proj", "v_proj"), ()), (2, tuple(sorted(SHAPES)), ("layers:0-1",))])
+def test_adapters_make_the_step_cheaper_and_update_only_what_trains(rank, targets, frozen):
+    setup = FineTune(rank=rank, targets=targets, freeze=frozen)
+    full, tuned = _step(None, data=2), _step(setup, data=2)
+    counts = finetune_counts(MODEL, setup, batch=8, seq=32)
+    assert tuned.model_flops == counts.step_flops < full.model_flops
+    assert tuned.step.estimate < full.step.estimate
+    # the optimizer's update reads and writes the trainable weights' bytes only (the base model's params are full training's)
+    assert tuned.optimizer_s == pytest.approx(full.optimizer_s * counts.trainable_params / MODEL.evaluate("params"))

@@ -27,7 +27,9 @@ ACCELERATORS = {
     "h800-sxm", "mi300x", "tpu-v4", "tpu-v5p",
     "h20", "l4", "l40s", "rtx-3090", "rtx-4090", "rtx-5090", "rtx-6000-ada", "rtx-pro-6000-blackwell",
     "mi250x", "mi325x", "mi355x", "tpu-v5e", "tpu-v6e", "tpu7x", "gaudi3",
+    "a10g", "apple-m2-max", "apple-m2-ultra", "apple-m3-ultra", "apple-m4-max",
 }  # fmt: skip
+MEMORY_ONLY = {"a10g", "apple-m2-max", "apple-m2-ultra", "apple-m3-ultra", "apple-m4-max"}  # their vendors publish no FLOP rate
 SYSTEMS = {"hgx-h100-8gpu", "dgx-b200", "gb200-nvl72"}
 GiB = 1 << 30
 
@@ -251,7 +253,6 @@ BAD = {
     "code as a dtype": (replaced("fp8 = 1978.9e12", "\"__import__('os')\" = 1"), "Input should be"),
     "sparse listed as dense": (replaced("[sparse_flops_per_s]\nbf16 = 1978.9e12", "[sparse_flops_per_s]\nbf16 = 3957.8e12"), "at most twice it"),
     "sparse without dense": (replaced("[sparse_flops_per_s]\nbf16 = 1978.9e12", "[sparse_flops_per_s]\nint8 = 1978.9e12"), "sparse_flops_per_s.int8: has no dense figure"),
-    "no dense figures": (replaced("[dense_flops_per_s]\nbf16 = 989.4e12\nfp8 = 1978.9e12\n", "[dense_flops_per_s]\n").replace("[sparse_flops_per_s]\nbf16 = 1978.9e12\n", ""), "dense_flops_per_s"),
     "bad date": (replaced("date = 2025-01-31", 'date = "last year"'), "source.date: a date is needed"),
     "bad url": (replaced('title = "my measurements"', 'title = "my measurements"\nurl = "javascript:alert(1)"'), "source.url"),
     "newline in a title": (replaced('title = "My GPU"', 'title = "My\\nGPU"'), "title: a single line of printable text is needed"),
@@ -333,3 +334,25 @@ def test_an_unknown_name_lists_the_bundled_devices():
     assert "\n" not in message and "h100-sxm" in message and "gb200-nvl72" in message and "docs/hardware.md" in message
     with pytest.raises(ConfigError, match="unknown hardware kind"):
         device_names(kind="gpu")
+
+
+# --- devices with memory figures only -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(MEMORY_ONLY))
+def test_a_device_without_a_published_rate_sizes_memory_and_refuses_times_in_one_line(capsys, name):
+    from checks import run
+
+    device = load_device(name)
+    assert device.dense_flops_per_s == {} and device.memory_bytes > 0 and device.source.url
+    code, out, _ = run(capsys, "memory", "qwen3-0.6b", "--infer", "--batch", "1", "--seq", "8", "--gpu", name)
+    assert code == 0 and f"{name}: " in out
+    for argv in (("time", "qwen3-0.6b", "--gpu", name, "--infer", "--batch", "1", "--prompt", "8", "--output", "2"), ("roofline", "qwen3-0.6b", "--gpu", name, "--phase", "decode", "--batch", "1", "--context", "8")):
+        code, out, err = run(capsys, *argv)
+        assert code == 2 and not out and err.count("\n") == 1 and "no published FLOP rate" in err, err
+
+
+def test_apple_unified_memory_is_read_as_binary_gigabytes():
+    """Apple's "192GB" of unified memory is 192 GiB, as for every other device; the bandwidths are decimal."""
+    assert load_device("apple-m2-ultra").memory_bytes == 192 * GiB and load_device("apple-m2-ultra").hbm_bytes_per_s == 800e9
+    assert load_device("apple-m3-ultra").memory_bytes == 512 * GiB and load_device("apple-m4-max").hbm_bytes_per_s == 546e9

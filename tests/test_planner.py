@@ -99,3 +99,26 @@ def test_bad_plan_input_is_one_line_and_exit_2(capsys, argv):
 def test_no_even_layout_is_a_clear_error():
     with pytest.raises(EvaluationError, match="no layout of 7 devices"):
         plan(load(MODEL), "h100-sxm", devices=7, global_batch=3, seq=8)
+
+
+@pytest.mark.parametrize(
+    "setup",
+    [dict(rank=16, targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"), base_format="nf4-double"), dict(freeze=("embeddings", "layers:0-15"))],
+    ids=["qlora", "frozen half"],
+)
+def test_fine_tuning_screen_equals_its_exact_memory_and_time(setup):
+    """With adapters or frozen layers, the screen is finetune_memory's and training_time's own numbers, layout by layout."""
+    from symform.analysis.finetune import FineTune, finetune_memory
+
+    model, tune = load(MODEL), FineTune(**setup)
+    c = enumerate_layouts(model, 8, 16, finetune=tune)
+    assert np.all(c.expert == 1) and np.all(c.zero < 3) and (np.all(c.pipeline == 1) or not tune.frozen_layers())
+    memory = memory_per_device(model, c, seq=SEQ, global_batch=16, precision="mixed", optimizer="adamw", flash=True, finetune=tune)
+    lower, upper = step_time_bounds(model, c, "h100-sxm", seq=SEQ, global_batch=16, precision="mixed", flash=True, dtype="bf16", node_size=None, finetune=tune)
+    for i in np.random.default_rng(1).choice(len(c), 12, replace=False):
+        layout, micro_batch, recompute = c.layout(int(i), 16)
+        exact = finetune_memory(model, tune, batch=micro_batch, seq=SEQ, training=Training(recompute=recompute, flash=True, layout=layout))
+        assert memory[i] == pytest.approx(float(exact.total), rel=1e-12)
+        timed = training_time(model, "h100-sxm", global_batch=16, micro_batch=micro_batch, seq=SEQ, layout=layout, recompute=recompute, flash=True, finetune=tune)
+        assert lower[i] == pytest.approx(timed.time_lower, rel=1e-9)
+        assert upper[i] == pytest.approx(timed.time_upper, rel=1e-9)

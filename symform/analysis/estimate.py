@@ -37,6 +37,7 @@ from ..engine.errors import ConfigError, EvaluationError
 from ..engine.model import Model
 from . import timing
 from .hardware import Hardware
+from .finetune import FineTune, kernel_passes, trained_per_device
 from .memory import Layout, params_per_device, tensor_split
 from .roofline import phase_work
 
@@ -221,18 +222,21 @@ def kernels(
     recompute: str = "none",
     expert_skew: float = 0,
     context: int = 1,
+    finetune: FineTune | None = None,
 ) -> list[Kernel]:
-    """The leaves of one micro-batch (train, prefill) or one step (decode) on one device, as kernels."""
+    """The leaves of one micro-batch (train, prefill) or one step (decode) on one device, as kernels
+    (``finetune``: a fine-tuning step's FLOPs, each adapter's in the kernel of the projection it adapts)."""
     if attention not in ATTENTION:
         raise EvaluationError(f"unknown attention implementation {attention!r}; choose one of {', '.join(ATTENTION)}")
     flash = attention == "sdpa"
-    leaves = phase_work(model, phase, depth=None, flash=flash, expert_skew=expert_skew).components
+    leaves = phase_work(model, phase, depth=None, flash=flash, expert_skew=expert_skew, finetune=finetune).components
     extra = _recomputed(model, recompute, flash) if phase == "train" else {}
     split = tensor_split(model, tensor)
     layers_here = Fraction(model.values.get("n_layers", 1), pipeline)
     rows = workload["batch"] * workload.get("seq", 1) / context
     batch = model.vocabulary["batch"]
     passes = 3 if phase == "train" else 1  # forward, gradient of the input, gradient of the weights
+    tuned = kernel_passes(model, finetune) if finetune is not None else {}
     found = []
     for path, work in leaves.items():
         both = [(work.flops, work.bytes)] + ([(extra[path].flops, extra[path].bytes)] if path in extra else [])
@@ -241,7 +245,7 @@ def kernels(
         if not flops and not moved:
             continue
         kind = "attention" if flash and (path.endswith("/core") or "/core/" in path) else "gemm" if flops else "elementwise"
-        calls = passes * (float(layers_here) if path.startswith("layers/") else 1.0)
+        calls = float(tuned.get(path, passes)) * (float(layers_here) if path.startswith("layers/") else 1.0)
         found.append(Kernel(path, kind, float(flops), float(moved), calls, float(rows)))
     return found
 
@@ -398,19 +402,23 @@ def training_estimate(
     convention: str = "training",
     bounds: timing.TrainingTime | None = None,
     work: list[Kernel] | None = None,
+    finetune: FineTune | None = None,
 ) -> TrainingEstimate:
-    """The estimated step time of ``symform.timing.training_time``'s step, with its parts and band."""
+    """The estimated step time of ``symform.timing.training_time``'s step, with its parts and band.
+
+    ``finetune``: a fine-tuning step (its FLOPs, its trainable weights' gradient exchange and optimizer
+    update), at the efficiency factors fitted to full training."""
     layout = layout or Layout()
     bounds = bounds or timing.training_time(
         model, gpu, global_batch=global_batch, micro_batch=micro_batch, seq=seq, layout=layout,
-        recompute=recompute, dtype=dtype, flash=attention == "sdpa", precision=precision, node_size=node_size,
+        recompute=recompute, dtype=dtype, flash=attention == "sdpa", precision=precision, node_size=node_size, finetune=finetune,
     )
     place = timing.placement(gpu, node_size)
     model = timing.at_dtype(model, dtype)
     eff = _efficiency_for(place, efficiency_data)
     peak, hbm = _device_rates(place, dtype)
     if work is None:
-        work = kernels(model, "train", workload={"batch": micro_batch, "seq": seq}, tensor=layout.tensor, pipeline=layout.pipeline, attention=attention, recompute=recompute, context=layout.context)
+        work = kernels(model, "train", workload={"batch": micro_batch, "seq": seq}, tensor=layout.tensor, pipeline=layout.pipeline, attention=attention, recompute=recompute, context=layout.context, finetune=finetune)
     fusion, head = _fusion(convention), _head_size(model)
     seconds = [kernel_seconds(k, peak, hbm, eff, fusion, head) for k in work]
     compute = sum(seconds) * bounds.microbatches
@@ -419,7 +427,7 @@ def training_estimate(
     exposed = _exposed(comm, compute, layout, attention_s)
     inside = sum(v for k, v in exposed.items() if k != "data")
     bubble = bounds.bubble_ratio * (compute + inside)
-    params = float(timing._bind(model, params_per_device(model, layout)))
+    params = float(timing._bind(model, params_per_device(model, layout) if finetune is None else trained_per_device(model, finetune, layout)))
     shards = layout.data if (layout.zero >= 1 or layout.distributed_optimizer) else 1
     optimizer = params / shards * rules().optimizer_bytes_per_param / (hbm * eff.memory)
     step = compute + inside + bubble + exposed.get("data", 0.0) + optimizer

@@ -33,8 +33,10 @@ from ..engine.evaluate import Number
 from ..engine.graph import ComponentGraph, build_graph
 from ..engine.model import Model
 from .memory import (
+    Layout,
     MemoryReport,
     Training,
+    _activations_per_device,
     _evaluator,
     _json,
     _pick,
@@ -43,6 +45,7 @@ from .memory import (
     recipes,
     saved_activations,
     static_bytes,
+    tensor_split,
     weight_format,
 )
 from .quantization import stored_bytes
@@ -93,6 +96,10 @@ class FineTune:
         """Half-open ranges of frozen layer indices."""
         return [_layer_range(entry) for entry in self.freeze if entry != EMBEDDINGS]
 
+    def summary(self) -> str:
+        """One line: method, rank and targets, what is frozen, the base format."""
+        return describe_text(self.describe())
+
     def describe(self) -> dict[str, object]:
         out: dict[str, object] = {"freeze": list(self.freeze)} if self.freeze else {}
         if self.adapters:
@@ -102,6 +109,16 @@ class FineTune:
         if self.base_format:
             out["base_format"] = self.base_format
         return out
+
+
+def describe_text(described: dict[str, object]) -> str:
+    """``FineTune.describe()`` as one line."""
+
+    def item(key: str, value: object) -> str:
+        key = key.replace("_", " ")
+        return key if value is True else f"{key} {','.join(value) if isinstance(value, list) else value}"
+
+    return "; ".join(item(k, v) for k, v in described.items())
 
 
 def _layer_range(entry: str) -> tuple[int, int] | None:
@@ -236,19 +253,28 @@ class Plan:
         return sympy.Add(*(weight[leaf] * self.shares[leaf].adapted * self.adapter(leaf, quantity) for leaf in self._adapted_leaves()))
 
     def forward_flops(self) -> sympy.Expr:
-        return sympy.expand(self.graph.total("forward_flops") + self._adapters_total("forward_flops"))
+        return sympy.expand(sympy.Add(*self.leaf_flops("forward_flops").values()))
 
     def backward_flops(self) -> sympy.Expr:
-        weight = self._multiplicities["backward_flops"]
-        terms = []
+        return sympy.expand(sympy.Add(*self.leaf_flops("backward_flops").values()))
+
+    def leaf_flops(self, quantity: str) -> dict[str, sympy.Expr]:
+        """Each leaf's forward or backward FLOPs in the step, its adapter's on it (path → expression)."""
+        weight = self._multiplicities[quantity]
+        out = {}
         for leaf, share in self.shares.items():
             node = self.nodes[leaf]
-            trained = node["quantities"]["backward_flops"]
-            if node["quantities"]["params"] == 0:
-                terms.append(weight[leaf] * (1 - share.silent) * trained)
+            own = node["quantities"][quantity]
+            if quantity == "forward_flops":
+                term = weight[leaf] * own
+            elif node["quantities"]["params"] == 0:
+                term = weight[leaf] * (1 - share.silent) * own
             else:
-                terms.append(weight[leaf] * (share.trained * trained + (1 - share.trained - share.silent) * node["frozen"]["backward_flops"]))
-        return sympy.expand(sympy.Add(*terms) + self._adapters_total("backward_flops"))
+                term = weight[leaf] * (share.trained * own + (1 - share.trained - share.silent) * node["frozen"]["backward_flops"])
+            if share.adapted != 0:
+                term += weight[leaf] * share.adapted * self.adapter(leaf, quantity)
+            out[leaf] = term
+        return out
 
     def kept(self, node: str, declared: sympy.Expr) -> sympy.Expr:
         """What ``node`` keeps for backward under fine-tuning (the hook of memory.saved_activations)."""
@@ -361,27 +387,27 @@ def finetune_memory_expressions(model: Model, setup: FineTune, training: Trainin
     assumptions: the frozen weights in their format, the trained ones with their master copy, gradients and
     optimizer states, and what the forward keeps for backward."""
     layout = training.layout
-    if (layout.tensor, layout.pipeline, layout.expert, layout.context) != (1, 1, 1, 1):
-        raise EvaluationError("fine-tuning memory is for one device or data parallelism (--dp with --zero); drop --tp, --pp, --ep and --cp")
+    check_layout(setup, layout)
     precision = _pick(recipes().precision, training.precision, "precision")
     optimizer = _pick(recipes().optimizer, training.optimizer, "optimizer")
     model = model.with_conventions(act_bytes=precision.act)
     plan = Plan(model, setup)
     shards = {"optimizer_shards": layout.optimizer_shards, "gradient_shards": layout.data if layout.zero >= 2 else 1, "weight_shards": layout.data if layout.zero >= 3 else 1}
-    trained = static_bytes(plan.trainable_params(), precision, optimizer, **shards)
+    share = rank_share(model, layout.tensor, layout.pipeline)
+    trained = static_bytes(share(plan.trainable_params()), precision, optimizer, **shards)
     kept, transient, by_component = saved_activations(model, recompute=training.recompute, flash=training.flash, kept_by=plan.kept)
     categories = {
-        "frozen_weights": _frozen_weight_bytes(plan, precision.weights) / shards["weight_shards"],
+        "frozen_weights": share(_frozen_weight_bytes(plan, precision.weights)) / shards["weight_shards"],
         "trained_weights": trained["weights"],
         "master_weights": trained["master_weights"],
         "gradients": trained["gradients"],
         "optimizer": trained["optimizer"],
-        "activations": kept,
-        "recompute_buffer": transient,
+        "activations": _activations_per_device(kept, model, layout),
+        "recompute_buffer": _activations_per_device(transient, model, Layout(tensor=layout.tensor, sequence=layout.sequence, context=layout.context)),
     }
     rank = {model.vocabulary["lora_rank"]: sympy.Integer(setup.rank)}
     categories = {k: sympy.expand(sympy.sympify(v).xreplace(rank)) for k, v in categories.items()}
-    components = {k: sympy.expand(v.xreplace(rank)) for k, v in by_component.items()}
+    components = {k: sympy.expand(_activations_per_device(v, model, layout).xreplace(rank)) for k, v in by_component.items()}
     counts = finetune_counts(model, setup)
     assumptions = {
         "fine_tuning": setup.describe(),
@@ -395,6 +421,7 @@ def finetune_memory_expressions(model: Model, setup: FineTune, training: Trainin
         "flash_attention": training.flash,
         "data_parallel": layout.data,
         "zero": layout.zero,
+        **_layout_assumptions(layout),
         "accounting": model.accounting or "default",
         "conventions": {s.name: _json(v) for s, v in model.conventions.items()},
     }
@@ -422,3 +449,84 @@ def _frozen_weight_bytes(plan: Plan, default_bytes: int) -> sympy.Expr:
         one = stored_bytes(fmt, node, leaf, keep) if fmt else default_bytes * node["quantities"]["params"]
         total += weight[leaf] * (1 - share.trained) * one
     return sympy.expand(total)
+
+
+# --- layouts --------------------------------------------------------------------------------------
+
+# peft's LoraParallelLinear (src/peft/tuners/lora/tp_layer.py), for Megatron's tensor-parallel layers: on a
+# column-parallel projection lora_B is split by columns as the weight is and lora_A stays whole; on a
+# row-parallel one lora_A is split by rows and lora_B stays whole. Symform's tensor split divides the
+# projection's sharded width (heads, inner width, vocabulary), which the adapter is bound to, so this
+# layout is what substituting the split into the adapter's own expressions gives.
+TENSOR_PARALLEL_ADAPTERS = "peft LoraParallelLinear (tuners/lora/tp_layer.py): column-parallel projection: lora_A whole, lora_B split by columns; row-parallel: lora_A split by rows, lora_B whole"
+
+
+def check_layout(setup: FineTune, layout: Layout) -> None:
+    """Refuse, in one line each, the layouts whose fine-tuning symform does not model."""
+    if layout.expert > 1:
+        raise EvaluationError("fine-tuning with expert parallelism: which ranks hold the experts' adapters is not modelled; drop --ep")
+    if layout.context > 1:
+        raise EvaluationError("fine-tuning with context parallelism is not modelled; drop --cp")
+    if layout.sequence and setup.adapters:
+        raise EvaluationError("sequence parallelism with adapters: where the adapters gather the sequence is not modelled; drop --sp")
+    if layout.pipeline > 1 and setup.frozen_layers():
+        raise EvaluationError("frozen layer ranges make pipeline stages unequal and symform's stages are equal shares; drop --pp or the layers:... in --freeze")
+
+
+def rank_share(model: Model, tensor, pipeline):
+    """One rank's share of a weight total: the tensor split of the sharded widths, 1/pipeline of the model
+    (degrees as numbers, or symbols for a planner's vectorised layouts)."""
+    split = tensor_split(model, tensor)
+    return lambda expr: sympy.expand(sympy.sympify(expr).xreplace(split) / pipeline)
+
+
+def frozen_weight_bytes(model: Model, setup: FineTune, default_bytes: int) -> sympy.Expr:
+    """The frozen weights' bytes, all of them (before any sharding), at the base format or ``default_bytes`` each."""
+    return _frozen_weight_bytes(Plan(model, setup), default_bytes)
+
+
+def kept_by(model: Model, setup: FineTune):
+    """What each node keeps for backward under ``setup``: the hook of symform.memory.saved_activations."""
+    return Plan(model, setup).kept
+
+
+def _layout_assumptions(layout: Layout) -> dict[str, object]:
+    out: dict[str, object] = {}
+    if layout.tensor > 1:
+        out["tensor_parallel"] = layout.tensor
+        out["adapters_under_tensor_parallelism"] = TENSOR_PARALLEL_ADAPTERS
+    if layout.pipeline > 1:
+        out.update(pipeline_parallel=layout.pipeline, schedule=layout.schedule, stages_balanced=True)
+    return out
+
+
+def step_leaf_flops(model: Model, setup: FineTune) -> dict[str, sympy.Expr]:
+    """Each leaf's FLOPs in one fine-tuning step, forward and backward with its adapter's (lora_rank bound,
+    conventions not applied): what symform.roofline.phase_work counts for a training step."""
+    plan = Plan(model, setup)
+    forward, backward = plan.leaf_flops("forward_flops"), plan.leaf_flops("backward_flops")
+    rank = {model.vocabulary["lora_rank"]: sympy.Integer(setup.rank)}
+    return {leaf: sympy.expand((forward[leaf] + backward[leaf]).xreplace(rank)) for leaf in forward}
+
+
+def kernel_passes(model: Model, setup: FineTune) -> dict[str, sympy.Expr]:
+    """Per leaf, the passes of a training step it runs, as symform.estimate counts full training's three (forward,
+    input gradient, weight gradient): a frozen projection skips the weight gradient, a leaf autograd never records
+    runs its forward only. Averaged over a leaf's instances (a share of its layers frozen)."""
+    plan = Plan(model, setup)
+    out = {}
+    for leaf, share in plan.shares.items():
+        weighted = plan.nodes[leaf]["quantities"]["params"] != 0
+        frozen = (1 - share.trained - share.silent) if weighted else 0
+        out[leaf] = 3 - frozen - 2 * share.silent
+    return out
+
+
+def trained_per_device(model: Model, setup: FineTune, layout: Layout) -> sympy.Expr:
+    """The trainable weights on one rank of ``layout`` (tensor split, 1/pipeline), over the sizes."""
+    return rank_share(model, layout.tensor, layout.pipeline)(trainable_params(model, setup))
+
+
+def trainable_params(model: Model, setup: FineTune) -> sympy.Expr:
+    """The weights that train (the data-parallel ranks exchange their gradients), over the sizes (lora_rank bound)."""
+    return sympy.expand(Plan(model, setup).trainable_params().xreplace({model.vocabulary["lora_rank"]: sympy.Integer(setup.rank)}))

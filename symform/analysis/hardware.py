@@ -6,7 +6,8 @@ Every figure is in SI base units (docs/hardware.md): bytes, bytes/s, FLOP/s
 
 - ``dense_flops_per_s`` holds peak rates without sparsity, one per dtype;
   figures with 2:4 structured sparsity go under ``sparse_flops_per_s`` and
-  nowhere else.
+  nowhere else. A device whose vendor publishes no rate (Apple's M-series)
+  leaves it empty: memory and fit use it, the commands that need a rate refuse.
 - Link bandwidths are per direction (``unidirectional_bytes_per_s``); the
   datasheets' NVLink and PCIe figures count both directions and are twice that.
 - Memory capacities quoted as "80GB" are binary (JEDEC): 80 GiB.
@@ -179,7 +180,7 @@ class Device(_Strict):
     memory_type: Text | None = None
     memory_bytes: Number
     hbm_bytes_per_s: Number
-    dense_flops_per_s: dict[Dtype, Number] = Field(min_length=1)
+    dense_flops_per_s: dict[Dtype, Number] = Field(default_factory=dict)  # empty where the vendor publishes no rate
     sparse_flops_per_s: dict[Dtype, Number] = Field(default_factory=dict)
     interconnect: dict[LinkKind, Link] = Field(default_factory=dict)
     tdp_watts: Number | None = None
@@ -195,6 +196,8 @@ class Device(_Strict):
     def flops_per_s(self, dtype: str, *, sparse: bool = False) -> int | float:
         """The peak rate for one dtype, dense unless ``sparse=True`` (2:4 structured sparsity)."""
         table = self.sparse_flops_per_s if sparse else self.dense_flops_per_s
+        if not self.dense_flops_per_s:
+            raise ConfigError(f"{self.name or self.title} has no published FLOP rate, only memory figures: memory and fit use it; for times give a device file with dense_flops_per_s (docs/hardware.md)")
         if dtype not in table:
             kind = "2:4 sparse" if sparse else "dense"
             raise ConfigError(f"{self.name or self.title} has no {kind} {dtype!r} figure; it has {', '.join(table) or 'none'}")

@@ -26,6 +26,7 @@ from ..engine.evaluate import compile_expression
 from .hardware import Hardware
 from .memory import RECOMPUTE, Layout, MemoryReport, Training, params_expression, recipes, saved_activations, static_bytes, tensor_split, training_memory
 from ..engine.model import Model
+from .finetune import FineTune, finetune_memory, frozen_weight_bytes, kept_by, rank_share, trainable_params
 from .roofline import phase_work
 from .timing import TrainingTime, data_comm, expert_comm, pipeline_comm, placement, recompute_work, step_bounds, tensor_comm, training_time
 
@@ -67,17 +68,20 @@ class Candidates:
         return layout, micro_batch, RECOMPUTE[int(self.recompute[i])]
 
 
-def enumerate_layouts(model: Model, devices: int, global_batch: int, *, micro_batches=MICRO_BATCHES, zero_stages=(0, 1, 2, 3), recompute=RECOMPUTE) -> Candidates:
-    """Every layout whose degrees multiply to ``devices``, split the model evenly and the batch into whole micro-batches."""
+def enumerate_layouts(model: Model, devices: int, global_batch: int, *, micro_batches=MICRO_BATCHES, zero_stages=(0, 1, 2, 3), recompute=RECOMPUTE, finetune: FineTune | None = None) -> Candidates:
+    """Every layout whose degrees multiply to ``devices``, split the model evenly and the batch into whole micro-batches;
+    with ``finetune``, only those its memory and time model (no expert parallelism, ZeRO up to 2, no pipeline with frozen layers)."""
     sizes = model.values
+    if finetune is not None:
+        zero_stages = tuple(z for z in zero_stages if z < 3)
     tensor_ok = [t for t in _divisors(devices) if all(sizes.get(s.name, t) % t == 0 for s in model.vocabulary.tensor_parallel)]
     rows = []
     for t in tensor_ok:
         for p in _divisors(devices // t):
-            if sizes.get("n_layers", p) % p:
+            if sizes.get("n_layers", p) % p or (p > 1 and finetune is not None and finetune.frozen_layers()):
                 continue  # stages hold whole, equal numbers of layers
             d = devices // (t * p)
-            experts = [e for e in _divisors(d) if sizes.get("n_experts", 1) % e == 0] if "n_experts" in sizes else [1]
+            experts = [e for e in _divisors(d) if sizes.get("n_experts", 1) % e == 0] if "n_experts" in sizes and finetune is None else [1]
             for e in experts:
                 for b in micro_batches:
                     if global_batch % (b * d) == 0:
@@ -101,15 +105,22 @@ def _compiled(model: Model, expr: sympy.Expr, names: tuple[str, ...], fixed: dic
     return compile_expression(bound, names)
 
 
-def memory_per_device(model: Model, c: Candidates, *, seq: int, global_batch: int, precision: str, optimizer: str, flash: bool) -> np.ndarray:
-    """Bytes per device of every candidate, as ``training_memory`` counts them (1F1B, stages balanced)."""
+def memory_per_device(model: Model, c: Candidates, *, seq: int, global_batch: int, precision: str, optimizer: str, flash: bool, finetune: FineTune | None = None) -> np.ndarray:
+    """Bytes per device of every candidate, as ``training_memory`` (or ``finetune_memory``) counts them (1F1B, stages balanced)."""
     recipe = recipes().precision[precision]
     states = recipes().optimizer[optimizer]
     model = model.with_conventions(act_bytes=recipe.act)
-    params = _compiled(model, params_expression(model, T, P, E), ("tensor", "pipeline", "expert"), {})(c.tensor, c.pipeline, c.expert)
     d = c.data.astype(np.float64)
     shards = {"optimizer_shards": np.where(c.zero >= 1, d, 1.0), "gradient_shards": np.where(c.zero >= 2, d, 1.0), "weight_shards": np.where(c.zero >= 3, d, 1.0)}
-    static = sum(static_bytes(params, recipe, states, **shards).values())
+    if finetune is None:
+        params = _compiled(model, params_expression(model, T, P, E), ("tensor", "pipeline", "expert"), {})(c.tensor, c.pipeline, c.expert)
+        static = sum(static_bytes(params, recipe, states, **shards).values())
+    else:
+        share = rank_share(model, T, P)
+        rank = {"lora_rank": finetune.rank}
+        trained = _compiled(model, share(trainable_params(model, finetune)), ("tensor", "pipeline"), rank)(c.tensor, c.pipeline)
+        frozen = _compiled(model, share(frozen_weight_bytes(model, finetune, recipe.weights)), ("tensor", "pipeline"), rank)(c.tensor, c.pipeline)
+        static = sum(static_bytes(trained, recipe, states, **shards).values()) + frozen / shards["weight_shards"]
     microbatches = global_batch / (c.micro_batch * c.data)
     in_flight = np.minimum(c.pipeline, microbatches)
     activations = np.zeros(len(c))
@@ -118,10 +129,11 @@ def memory_per_device(model: Model, c: Candidates, *, seq: int, global_batch: in
         rows = c.recompute == index
         if not rows.any():
             continue
-        kept, transient, _ = saved_activations(model, recompute=mode, flash=flash)
+        kept, transient, _ = saved_activations(model, recompute=mode, flash=flash, **({"kept_by": kept_by(model, finetune)} if finetune else {}))
         names = ("batch", "tensor")
-        keep = _compiled(model, kept.xreplace(split), names, {"seq": seq})(c.micro_batch[rows], c.tensor[rows])
-        rebuilt = _compiled(model, transient.xreplace(split), names, {"seq": seq})(c.micro_batch[rows], c.tensor[rows])
+        fixed = {"seq": seq} | ({"lora_rank": finetune.rank} if finetune else {})
+        keep = _compiled(model, kept.xreplace(split), names, fixed)(c.micro_batch[rows], c.tensor[rows])
+        rebuilt = _compiled(model, transient.xreplace(split), names, fixed)(c.micro_batch[rows], c.tensor[rows])
         activations[rows] = keep / c.pipeline[rows] * in_flight[rows] + rebuilt
     return static + activations
 
@@ -140,12 +152,12 @@ def _grouped(keys: np.ndarray, compute) -> np.ndarray:
     return values[inverse.reshape(-1)]
 
 
-def step_time_bounds(model: Model, c: Candidates, gpu, *, seq: int, global_batch: int, precision: str, flash: bool, dtype: str, node_size: int | None) -> tuple[np.ndarray, np.ndarray]:
+def step_time_bounds(model: Model, c: Candidates, gpu, *, seq: int, global_batch: int, precision: str, flash: bool, dtype: str, node_size: int | None, finetune: FineTune | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The lower and upper bounds of ``training_time`` for every candidate (full overlap, none; 1F1B bubble)."""
     place = placement(gpu, node_size)
     peak, bandwidth = float(place.device.flops_per_s(dtype)), float(place.device.hbm_bytes_per_s)
     microbatches = global_batch // (c.micro_batch * c.data)
-    train = phase_work(model, "train", depth=None, flash=flash).total
+    train = phase_work(model, "train", depth=None, flash=flash, finetune=finetune).total
     split = tensor_split(model, T)
     t_math = np.zeros(len(c))
     t_mem = np.zeros(len(c))
@@ -177,7 +189,11 @@ def step_time_bounds(model: Model, c: Candidates, gpu, *, seq: int, global_batch
     step = np.zeros(len(c))
     dp = c.data > 1
     if dp.any():
-        params = _compiled(model, params_expression(model, T, P, E), ("tensor", "pipeline", "expert"), {})
+        if finetune is None:
+            params = _compiled(model, params_expression(model, T, P, E), ("tensor", "pipeline", "expert"), {})
+        else:  # the trainable weights' gradients only, on ranks without expert parallelism
+            trained = _compiled(model, rank_share(model, T, P)(trainable_params(model, finetune)), ("tensor", "pipeline"), {})
+            params = lambda t, p, e: trained(t, p)  # noqa: E731
 
         def data(t, p, d, e, z):
             local, replicated = (int(round(float(params(t, p, x)))) for x in (e, 1))
@@ -266,8 +282,10 @@ def plan(
     top: int = 5,
     node_size: int | None = None,
     memory_bytes: int | None = None,
+    finetune: FineTune | None = None,
 ) -> Plan:
-    """The fastest layouts that fit: screened over every candidate, the best ``top`` worked out exactly."""
+    """The fastest layouts that fit: screened over every candidate, the best ``top`` worked out exactly
+    (``finetune``: of a fine-tuning step, symform.finetune)."""
     for name, value in (("devices", devices), ("global_batch", global_batch), ("seq", seq), ("top", top)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise EvaluationError(f"{name} is {quoted(value)}; give a whole number of 1 or more")
@@ -275,19 +293,20 @@ def plan(
     place = placement(gpu, node_size)
     capacity = memory_bytes if memory_bytes is not None else int(place.device.memory_bytes)
     started = clock.perf_counter()
-    c = enumerate_layouts(model, devices, global_batch)
-    memory = memory_per_device(model, c, seq=seq, global_batch=global_batch, precision=precision, optimizer=optimizer, flash=flash)
+    c = enumerate_layouts(model, devices, global_batch, finetune=finetune)
+    memory = memory_per_device(model, c, seq=seq, global_batch=global_batch, precision=precision, optimizer=optimizer, flash=flash, finetune=finetune)
     fits = memory <= capacity
     fitting = c.take(fits)
-    lower, upper = step_time_bounds(model, fitting, gpu, seq=seq, global_batch=global_batch, precision=precision, flash=flash, dtype=dtype, node_size=node_size) if len(fitting) else (np.array([]), np.array([]))
+    lower, upper = step_time_bounds(model, fitting, gpu, seq=seq, global_batch=global_batch, precision=precision, flash=flash, dtype=dtype, node_size=node_size, finetune=finetune) if len(fitting) else (np.array([]), np.array([]))
     order = np.lexsort((memory[fits], upper, lower))  # fastest first; then the better worst case, then less memory
     order = order[undominated(memory[fits][order])]
     screen = clock.perf_counter() - started
     best = []
     for i in order[:top]:
         layout, micro_batch, recompute = fitting.layout(int(i), global_batch)
-        report = training_memory(model, batch=micro_batch, seq=seq, setup=Training(precision=precision, optimizer=optimizer, recompute=recompute, flash=flash, layout=layout))
-        timed = training_time(model, gpu, global_batch=global_batch, micro_batch=micro_batch, seq=seq, layout=layout, recompute=recompute, dtype=dtype, flash=flash, precision=precision, node_size=node_size)
+        setup = Training(precision=precision, optimizer=optimizer, recompute=recompute, flash=flash, layout=layout)
+        report = training_memory(model, batch=micro_batch, seq=seq, setup=setup) if finetune is None else finetune_memory(model, finetune, batch=micro_batch, seq=seq, training=setup)
+        timed = training_time(model, gpu, global_batch=global_batch, micro_batch=micro_batch, seq=seq, layout=layout, recompute=recompute, dtype=dtype, flash=flash, precision=precision, node_size=node_size, finetune=finetune)
         best.append(PlannedLayout(layout, micro_batch, recompute, report, timed))
     return Plan(
         model=model.name,
@@ -307,5 +326,6 @@ def plan(
             "precision": precision,
             "optimizer": optimizer,
             "flash_attention": flash,
-        },
+        }
+        | ({"fine_tuning": finetune.describe(), "fine_tuning_search": "no expert parallelism, ZeRO 0-2, no pipeline with frozen layer ranges (symform.finetune.check_layout and symform time)"} if finetune else {}),
     )

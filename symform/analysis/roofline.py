@@ -26,6 +26,7 @@ from fractions import Fraction
 import sympy
 
 from . import flash_attention, routing
+from .finetune import FineTune, step_leaf_flops
 from ..engine.errors import ConfigError, EvaluationError
 from ..engine.evaluate import exact_value
 from ..engine.formula import to_latex
@@ -305,6 +306,7 @@ def phase_work(
     sram_bytes: int = flash_attention.DEFAULT_SRAM_BYTES,
     weight_bytes: Mapping[str, sympy.Expr] | None = None,
     expert_skew: float = 0,
+    finetune: FineTune | None = None,
 ) -> PhaseWork:
     """FLOPs and HBM bytes of one phase, per component, as expressions in batch, seq (and past when decoding).
 
@@ -319,18 +321,23 @@ def phase_work(
     - mixture of experts, decode: the step reads the weights of every expert any of
       its ``batch`` tokens is routed to, the expected number under uniform routing
       (``expert_skew``: a Zipf exponent for skewed routing; symform.routing).
+    - ``finetune`` (train): the FLOPs of a fine-tuning step (symform.finetune): frozen weights take
+      no weight gradient, each adapter's FLOPs sit on the projection it adapts; the bytes stay full
+      training's.
     """
     _check_phase(phase)
+    if finetune is not None and phase != "train":
+        raise EvaluationError(f"fine-tuning is a training step; give phase train, not {phase}")
     if weight_bytes is not None:
-        return _phase_work(model, phase, depth, flash, sram_bytes, weight_bytes, expert_skew)
+        return _phase_work(model, phase, depth, flash, sram_bytes, weight_bytes, expert_skew, finetune)
     # once per graph, conventions and options: a plan asks again for every layout it reworks
-    key = ("phase work", phase, depth, flash, sram_bytes, expert_skew, frozenset(model.conventions.items()))
-    work = model.graph().derived(key, lambda: _phase_work(model, phase, depth, flash, sram_bytes, None, expert_skew))
+    key = ("phase work", phase, depth, flash, sram_bytes, expert_skew, finetune, frozenset(model.conventions.items()))
+    work = model.graph().derived(key, lambda: _phase_work(model, phase, depth, flash, sram_bytes, None, expert_skew, finetune))
     return PhaseWork(work.phase, dict(work.components), work.notes)
 
 
 def _phase_work(
-    model: Model, phase: str, depth: int | None, flash: bool, sram_bytes: int, weight_bytes: Mapping[str, sympy.Expr] | None, expert_skew: float
+    model: Model, phase: str, depth: int | None, flash: bool, sram_bytes: int, weight_bytes: Mapping[str, sympy.Expr] | None, expert_skew: float, finetune: FineTune | None = None
 ) -> PhaseWork:
     if phase != "train":
         model = model.with_conventions(training=0)  # inference runs no loss
@@ -344,9 +351,14 @@ def _phase_work(
     notes = [
         f"bytes moved as an unfused eager framework moves them ({'FlashAttention in the attention cores' if flash else 'attention scores materialised'})"
     ]
+    if phase == "train" and finetune is not None:
+        replace = _conventions(model, keep)
+        flops = {p: sympy.expand(e.xreplace(replace)) for p, e in step_leaf_flops(model, finetune).items()}
+        notes.append("fine-tuning: " + finetune.summary() + "; frozen weights take no weight gradient, adapters' FLOPs on the projections they adapt, bytes as full training's")
     if phase == "train":
-        backward = _leaves(model, "backward_flops", keep)
-        flops = {p: flops.get(p, 0) + backward.get(p, 0) for p in {**flops, **backward}}
+        if finetune is None:
+            backward = _leaves(model, "backward_flops", keep)
+            flops = {p: flops.get(p, 0) + backward.get(p, 0) for p in {**flops, **backward}}
         traffic = {
             p: (1 + BACKWARD_BYTES_PER_FORWARD_BYTE) * e for p, e in traffic.items()
         }
@@ -595,11 +607,13 @@ def roofline(
     flash: bool = False,
     sram_bytes: int = flash_attention.DEFAULT_SRAM_BYTES,
     weight_bytes: Mapping[str, sympy.Expr] | None = None,
+    finetune: FineTune | None = None,
 ) -> PhaseRoofline:
-    """A phase of ``model`` on ``device``: FLOPs, bytes, intensity, bound and time bounds, whole and per component."""
+    """A phase of ``model`` on ``device``: FLOPs, bytes, intensity, bound and time bounds, whole and per component
+    (``finetune``: a fine-tuning step's FLOPs, phase train)."""
     gpu = accelerator(device)
     workload = workload_values(phase, batch=batch, seq=seq, context=context)
-    work = phase_work(model, phase, depth=depth, flash=flash, sram_bytes=sram_bytes, weight_bytes=weight_bytes)
+    work = phase_work(model, phase, depth=depth, flash=flash, sram_bytes=sram_bytes, weight_bytes=weight_bytes, finetune=finetune)
     values = _values(model, workload)
     peak, bandwidth = gpu.flops_per_s(dtype), gpu.hbm_bytes_per_s
 

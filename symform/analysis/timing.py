@@ -25,7 +25,8 @@ from fractions import Fraction
 import numpy
 import sympy
 
-from . import parallel_comm, scaling
+from . import finetune, parallel_comm, scaling
+from .finetune import FineTune
 from .collectives import ALPHA, BETA, N, P, collective, cost_model, link_bandwidth, link_latency
 from ..engine.budget import ARRAY_ELEMENTS, check_count
 from ..engine.errors import ConfigError, EvaluationError
@@ -355,8 +356,13 @@ def training_time(
     flash: bool = False,
     precision: str = "mixed",
     node_size: int | None = None,
+    finetune: FineTune | None = None,
 ) -> TrainingTime:
     """Bounds on one training step of ``global_batch`` sequences of ``seq`` tokens under ``layout``.
+
+    ``finetune``: adapters or frozen weights (symform.analysis.finetune): the step's FLOPs are the fine-tuning
+    step's (no weight gradients for frozen weights, the adapters' own), and the data-parallel ranks exchange
+    the trainable weights' gradients only; the bytes moved stay full training's.
 
     Devices = data × tensor × pipeline × context (context ranks split every sequence,
     with ring attention's key/value passes); experts are spread over the data-parallel
@@ -369,7 +375,8 @@ def training_time(
     model = at_dtype(model, dtype)
     peak, bandwidth = place.device.flops_per_s(dtype), place.device.hbm_bytes_per_s
     split = tensor_split(model, layout.tensor)
-    train = phase_work(model, "train", depth=None, flash=flash).total
+    trainable = _finetune_trainable(model, finetune, layout)
+    train = phase_work(model, "train", depth=None, flash=flash, finetune=finetune).total
     extra_flops, extra_bytes = recompute_work(model, recompute, flash=flash)
     per_device = _per_device(model, split, layout.pipeline, layout.context)
     m = scaling.MICROBATCHES
@@ -378,11 +385,12 @@ def training_time(
     workload = {"batch": micro_batch, "seq": seq}
     flops = _bind(model, flops_expr.xreplace({m: microbatches}), **workload)
     moved = _bind(model, bytes_expr.xreplace({m: microbatches}), **workload)
-    comm = _training_comm(model, place, layout, microbatches, micro_batch, seq // layout.context, recompute, precision)
+    exchanged = None if trainable is None else _bind(model, trainable)
+    comm = _training_comm(model, place, layout, microbatches, micro_batch, seq // layout.context, recompute, precision, exchanged)
     ratio = float(scaling.bubble_ratio(layout.schedule, layout.pipeline, microbatches, layout.chunks)) if layout.pipeline > 1 else 0.0
     t_math, t_mem = float(flops) / peak, float(moved) / bandwidth
     lower, upper = _step_bounds(t_math, t_mem, comm, ratio)
-    model_flops = model.evaluate("forward_flops", batch=global_batch, seq=seq) + model.evaluate("backward_flops", batch=global_batch, seq=seq)
+    model_flops = _model_flops(model, finetune, global_batch, seq)
     hardware_flops = _bind(model, train.flops + extra_flops, batch=global_batch, seq=seq)
     return TrainingTime(
         model=model.name,
@@ -413,8 +421,36 @@ def training_time(
             "recompute_flops": _sizes(model, extra_flops),
             "bubble_ratio": sympy.sympify(scaling.bubble_ratio(layout.schedule)) if layout.pipeline > 1 else sympy.Integer(0),
         },
-        assumptions=_training_assumptions(place, dtype, layout, recompute, flash, precision, comm),
+        assumptions=_training_assumptions(place, dtype, layout, recompute, flash, precision, comm) | (_finetune_assumptions(finetune) if finetune else {}),
     )
+
+
+def _model_flops(model: Model, setup: FineTune | None, global_batch: int, seq: int) -> Number:
+    """Forward + backward of the whole step, as MFU counts it: full training's, or the fine-tuning step's."""
+    if setup is None:
+        return model.evaluate("forward_flops", batch=global_batch, seq=seq) + model.evaluate("backward_flops", batch=global_batch, seq=seq)
+    return finetune.finetune_counts(model, setup, batch=global_batch, seq=seq).step_flops
+
+
+def _finetune_trainable(model: Model, setup: FineTune | None, layout: Layout) -> sympy.Expr | None:
+    """With fine-tuning, the trainable weights on one rank (their gradients are what the data-parallel ranks exchange)."""
+    if setup is None:
+        return None
+    if layout.zero >= 3:
+        raise ConfigError("fine-tuning under ZeRO-3 times gathers of frozen and trained weights that symform does not model apart; use --zero 2 or lower (symform memory counts ZeRO-3's memory)")
+    finetune.check_layout(setup, layout)
+    return finetune.trained_per_device(model, setup, layout)
+
+
+def _finetune_assumptions(setup: FineTune) -> dict[str, object]:
+    return {
+        "fine_tuning": setup.describe(),
+        "fine_tuning_flops": "model and hardware FLOPs are the fine-tuning step's: frozen weights take no weight gradient, nothing before the first trained weight runs backward, the adapters' own forward and backward (symform flops --lora-...)",
+        "fine_tuning_bytes": "HBM bytes as full training moves them (frozen weights' gradients not subtracted, adapters' not added)",
+        "fine_tuning_gradients": "the data-parallel ranks exchange the trainable weights' gradients only",
+        "adapters_under_tensor_parallelism": finetune.TENSOR_PARALLEL_ADAPTERS
+        + "; the all-reduce of a row-parallel adapter's rank-r intermediate (batch × seq × r elements) is not timed",
+    } | ({"quantised_base": f"the {setup.base_format} base is timed as matrix products at --dtype, its dequantisation not counted"} if setup.base_format else {})
 
 
 def _per_device(model: Model, split: Mapping[sympy.Symbol, sympy.Expr], pipeline: int, context: int = 1):
@@ -466,7 +502,8 @@ def _layers(model: Model) -> tuple[int, int]:
     return layers, layers - _value(model, "n_dense_layers", 0)
 
 
-def _training_comm(model: Model, place: Placement, layout: Layout, microbatches: int, micro_batch: int, seq: int, recompute: str, precision: str) -> dict[str, Comm]:
+def _training_comm(model: Model, place: Placement, layout: Layout, microbatches: int, micro_batch: int, seq: int, recompute: str, precision: str, trainable: Number | None = None) -> dict[str, Comm]:
+    """``trainable``: with frozen weights, the parameters per device whose gradients are exchanged."""
     comm: dict[str, Comm] = {}
     if layout.tensor > 1:
         comm["tensor"] = tensor_comm(model, place, layout, microbatches, micro_batch, seq, recompute)
@@ -479,7 +516,7 @@ def _training_comm(model: Model, place: Placement, layout: Layout, microbatches:
         comm["pipeline"] = pipeline_comm(model, place, layout, microbatches, micro_batch, seq)
     if layout.data * layout.context > 1:
         # gradients reduce over the data and context ranks together (Megatron-LM's data-parallel group with context parallelism)
-        comm["data"] = data_comm(model, place, replace(layout, data=layout.data * layout.context, context=1), precision)
+        comm["data"] = data_comm(model, place, replace(layout, data=layout.data * layout.context, context=1), precision, params=None if trainable is None else (trainable, trainable))
     return comm
 
 

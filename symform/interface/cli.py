@@ -96,6 +96,10 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     p = model_command("flops", "forward, backward and training-step FLOPs for a batch")
     workload(p, required=True)
     p.add_argument("--depth", type=positive_int, default=None, help="breakdown depth in path segments")
+    if wanted("flops"):
+        from .finetune_args import finetune_arguments
+
+        finetune_arguments(p, needs="")
 
     for name, help in (("derive", "closed form of a quantity: exact, under assumptions, leading order"), ("latex", "LaTeX of a quantity's expression or derivation")):
         p = model_command(name, help, quantity=wanted(name))
@@ -264,37 +268,70 @@ def _stored_dtypes(model: Model) -> dict | None:
 
 
 def _flops(model: Model, args: argparse.Namespace) -> str:
+    from .finetune_args import finetune_setup
+
     workload = {"batch": args.batch, "seq": args.seq}
     forward = model.evaluate("forward_flops", **workload)
     backward = model.evaluate("backward_flops", **workload)
+    tune = finetune_setup(args)
+    counts = None
+    if tune is not None:
+        from ..analysis.finetune import finetune_counts
+
+        counts = finetune_counts(model, tune, **workload)
     if args.json:
         parts = model.evaluate_breakdown("forward_flops", depth=args.depth or 1, **workload)
-        return json.dumps(
-            {
-                "model": model.name,
-                "batch": args.batch,
-                "seq": args.seq,
-                "forward": _json_number(forward),
-                "backward": _json_number(backward),
-                "train": _json_number(forward + backward),
-                "components": {k: _json_number(v) for k, v in parts.items()},
-                "conventions": _conventions(model),
-                "accounting": model.accounting or "default",
-                **_from("images", "images_in")(model),
-            }
-        )
+        found = {
+            "model": model.name,
+            "batch": args.batch,
+            "seq": args.seq,
+            "forward": _json_number(forward),
+            "backward": _json_number(backward),
+            "train": _json_number(forward + backward),
+            "components": {k: _json_number(v) for k, v in parts.items()},
+            "conventions": _conventions(model),
+            "accounting": model.accounting or "default",
+            **_from("images", "images_in")(model),
+        }
+        if counts is not None:
+            found.update(_finetune_json(tune, counts, forward, backward))
+        return json.dumps(found)
     parts = model.evaluate_breakdown("forward_flops", depth=args.depth, **workload)
     images = _from("images", "images_in")(model)
     seen = f", {images['images']} image{'s' * (images['images'] > 1)} of {images['image_height']}×{images['image_width']} px per sequence" if images else ""
     table = _table(f"forward FLOPs of {model.name}, batch {args.batch} × seq {args.seq}{seen}", parts, forward, unit="FLOP")
-    summary = [
-        "",
-        f"forward   {_number(forward)}",
-        f"backward  {_number(backward)}",
-        f"train     {_number(forward + backward)}  (one step: forward + backward)",
-        "conventions: " + ", ".join(f"{k}={v}" for k, v in _conventions(model).items()),
-    ]
+    if counts is None:
+        summary = [
+            "",
+            f"forward   {_number(forward)}",
+            f"backward  {_number(backward)}",
+            f"train     {_number(forward + backward)}  (one step: forward + backward)",
+        ]
+    else:
+        adapters = counts.forward_flops - forward
+        summary = [
+            "",
+            "fine-tuning: " + tune.summary(),
+            f"trainable parameters {counts.trainable_params:,} of {counts.params:,} ({counts.trainable_params / counts.params:.3%})",
+            f"forward   {_number(counts.forward_flops)}" + (f"  (the model's {_human(forward)} + adapters' {_human(adapters)})" if adapters else ""),
+            f"backward  {_number(counts.backward_flops)}  (full training: {_human(backward)})",
+            f"train     {_number(counts.step_flops)}  (one step: forward + backward; frozen weights take no weight gradient)",
+        ]
+    summary.append("conventions: " + ", ".join(f"{k}={v}" for k, v in _conventions(model).items()))
     return table + "\n" + "\n".join(summary)
+
+
+def _finetune_json(tune, counts, forward: Number, backward: Number) -> dict[str, object]:
+    """The fine-tuning step's forward, backward and train, full training's beside them."""
+    return {
+        "fine_tuning": tune.describe(),
+        "trainable_params": counts.trainable_params,
+        "frozen_params": counts.frozen_params,
+        "forward": _json_number(counts.forward_flops),
+        "backward": _json_number(counts.backward_flops),
+        "train": _json_number(counts.step_flops),
+        "full_training": {"forward": _json_number(forward), "backward": _json_number(backward), "train": _json_number(forward + backward)},
+    }
 
 
 # what derive and latex take as options: the workload and the parallel layout (training_bytes)

@@ -29,7 +29,8 @@ from ..analysis.memory import (
     training_memory,
 )
 from ..engine.model import Model
-from ..analysis.finetune import QLORA_FORMAT, FineTune, finetune_memory, finetune_memory_expressions
+from ..analysis.finetune import finetune_memory, finetune_memory_expressions
+from .finetune_args import finetune_arguments, finetune_setup
 
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
 KV_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "int4": Fraction(1, 2)}
@@ -83,13 +84,7 @@ def setup_arguments(p: argparse.ArgumentParser) -> None:
     train.add_argument("--schedule", default="1f1b", choices=SCHEDULES, help="pipeline schedule")
     train.add_argument("--microbatches", type=positive_int, help="micro-batches per step (default: as many as pipeline stages)")
     train.add_argument("--chunks", type=positive_int, default=1, help="model chunks per device (interleaved schedule)")
-    tune = p.add_argument_group("fine-tuning (with --train; docs/fine-tuning.md)")
-    tune.add_argument("--lora-rank", type=non_negative_int, metavar="R", help="rank of a LoRA adapter on each target projection; the base weights are frozen")
-    tune.add_argument("--lora-targets", type=_names, metavar="NAMES", help="the projections that get an adapter, by part name: q_proj,v_proj (symform params MODEL --depth 4 lists them)")
-    tune.add_argument("--lora-alpha", type=positive_int, metavar="A", help="the adapters' scale alpha/r (recorded; it costs nothing)")
-    tune.add_argument("--dora", action="store_true", help="DoRA: LoRA plus a trained magnitude per output feature")
-    tune.add_argument("--qlora", action="store_true", help=f"QLoRA: the frozen base weights stored as {QLORA_FORMAT} (NF4 with double-quantised scales; the output head stays unquantised)")
-    tune.add_argument("--freeze", type=_names, metavar="PARTS", help="frozen without adapters: embeddings and layer ranges, e.g. embeddings,layers:0-11")
+    finetune_arguments(p)
     both = p.add_argument_group("both")
     both.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel degree")
     both.add_argument("--flash", action=argparse.BooleanOptionalAction, default=None, help="FlashAttention (default: off for training, on for inference)")
@@ -142,28 +137,6 @@ def _layout(args: argparse.Namespace) -> Layout:
     )  # fmt: skip
 
 
-def _names(text: str) -> tuple[str, ...]:
-    names = tuple(n.strip() for n in text.split(",") if n.strip())
-    if not names:
-        raise argparse.ArgumentTypeError(f"{quoted(text)}: give comma-separated names, such as q_proj,v_proj")
-    return names
-
-
-def _finetune(args: argparse.Namespace) -> FineTune | None:
-    """The fine-tuning setup the options describe, or None for full training."""
-    adapters = args.lora_rank is not None or args.lora_targets or args.dora or args.qlora or args.lora_alpha
-    if not adapters and not args.freeze:
-        return None
-    if not args.train:
-        raise EvaluationError("--lora-rank, --lora-targets, --dora, --qlora and --freeze describe training; add --train")
-    if adapters and (args.lora_rank is None or not args.lora_targets):
-        raise EvaluationError("adapters need both --lora-rank R and --lora-targets NAMES (e.g. --lora-rank 16 --lora-targets q_proj,v_proj)")
-    return FineTune(
-        rank=args.lora_rank or 0, targets=args.lora_targets or (), method="dora" if args.dora else "lora", alpha=args.lora_alpha,
-        freeze=args.freeze or (), base_format=QLORA_FORMAT if args.qlora else None,
-    )  # fmt: skip
-
-
 def _training(args: argparse.Namespace) -> Training:
     return Training(precision=args.precision, optimizer=args.optimizer, recompute=args.recompute, flash=bool(args.flash), layout=_layout(args))
 
@@ -186,7 +159,7 @@ def _gpu_memory(name: str) -> tuple[str, int]:
 
 
 def memory_command(model: Model, args: argparse.Namespace) -> str:
-    tune = _finetune(args)
+    tune = finetune_setup(args, training=args.train)
     if tune is not None:
         report = finetune_memory(model, tune, batch=args.batch, seq=args.seq, training=_training(args))
     elif args.train:
@@ -332,7 +305,7 @@ def fit_command(model: Model, args: argparse.Namespace) -> str:
     missing = [f"--{k}" for k, value in fixed.items() if value is None]
     if missing:
         raise EvaluationError(f"solving for {args.solve} needs {' and '.join(missing)}")
-    tune = _finetune(args)
+    tune = finetune_setup(args, training=args.train)
     if args.train:
         if args.solve == "past":
             raise EvaluationError("past (the cached context) is a serving variable; solve for batch or seq with --train, or use --infer")

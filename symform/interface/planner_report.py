@@ -7,6 +7,7 @@ import json
 from typing import TYPE_CHECKING
 
 from .cli_args import positive_int
+from .finetune_args import finetune_arguments, finetune_setup
 from ..analysis.memory import recipes
 from ..engine.errors import ConfigError
 from .memory_report import memory_budget
@@ -29,10 +30,12 @@ def plan_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--node-size", type=positive_int, help="devices per scale-up domain (default: the system's, or 8)")
     p.add_argument("--top", type=positive_int, default=5, help="layouts to show (default 5)")
     serve_arguments(p)
+    finetune_arguments(p, needs="a training plan (not --serve)")
 
 
 def plan_command(model: Model, args: argparse.Namespace) -> str:
     if args.serve:
+        finetune_setup(args, training=False, hint="plan training instead: drop --serve")
         return serve_command(model, args)
     refuse_serving_options(args)
     missing = [f"--{n.replace('_', '-')}" for n in ("gpus", "global_batch", "seq") if getattr(args, n) is None]
@@ -43,6 +46,7 @@ def plan_command(model: Model, args: argparse.Namespace) -> str:
     result = plan(
         model, args.gpu, devices=args.gpus, global_batch=args.global_batch, seq=args.seq, precision=args.precision,
         optimizer=args.optimizer, flash=args.flash, top=args.top, node_size=args.node_size, memory_bytes=args.memory,
+        finetune=finetune_setup(args),
     )  # fmt: skip
     return json.dumps(result.as_dict()) if args.json else _table(result)
 

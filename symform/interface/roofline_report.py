@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from ..analysis import flash_attention
 from ..analysis.hardware import DTYPE_BYTES
+from .finetune_args import finetune_arguments, finetune_setup
 from .cli_args import non_negative_int, positive_int
 from ..engine.errors import ConfigError
 from ..engine.model import Model
@@ -41,6 +42,7 @@ def roofline_arguments(p: argparse.ArgumentParser) -> None:
         choices=PHASES,
         help="train: one forward+backward step; prefill: a forward pass over the prompts; decode: one new token per sequence",
     )
+    finetune_arguments(p, needs="--phase train")
     p.add_argument("--batch", required=True, type=positive_int, help="sequences per step")
     p.add_argument("--seq", type=positive_int, help="tokens per sequence (train, prefill)")
     p.add_argument(
@@ -108,6 +110,7 @@ def roofline_command(model: Model, args: argparse.Namespace) -> str:
         seq=args.seq,
         context=args.context,
         depth=args.depth,
+        finetune=finetune_setup(args, training=args.phase == "train", hint="give --phase train"),
         **options,
     )
     if stored is not None:

@@ -7,9 +7,11 @@ import json
 from typing import TYPE_CHECKING
 
 from .cli_args import positive_float, positive_int
+from .finetune_args import finetune_arguments, finetune_setup
 
 
 from ..engine.errors import ConfigError
+from ..analysis.finetune import describe_text
 from ..analysis.memory import RECOMPUTE, SCHEDULES, Layout, matmul_rate, recipes, stored_weights
 from ..engine.model import Model
 
@@ -54,23 +56,29 @@ def time_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nvme-drives", type=positive_int, help="drives striped together (default 1)")
     p.add_argument("--price-per-hour", type=positive_float, metavar="DOLLARS", help="price of one device-hour (yours: symform ships no prices): $ per step or run (with --tokens) and $ per million tokens served (docs/cost.md)")
     p.add_argument("--energy", action="store_true", help="energy per token and per step or run, at the device's TDP (an upper bound; docs/cost.md)")
+    finetune_arguments(p)
 
 
 def time_command(model: Model, args: argparse.Namespace) -> str:
     from ..analysis import estimate, utilisation
 
+    tune = finetune_setup(args, training=args.train)
     if args.train:
         args.dtype = args.dtype or "bf16"
-        result = _train(model, args)
-        found = _estimate(lambda: estimate.training_estimate(model, args.gpu, global_batch=args.global_batch, micro_batch=args.micro_batch or 1, seq=args.seq, layout=_layout(args), recompute=args.recompute or "none", dtype=args.dtype, attention=args.attention, node_size=args.node_size))
-        memory = _memory_fit(model, args, result)
+        result = _train(model, args, tune)
+        found = _estimate(lambda: estimate.training_estimate(model, args.gpu, global_batch=args.global_batch, micro_batch=args.micro_batch or 1, seq=args.seq, layout=_layout(args), recompute=args.recompute or "none", dtype=args.dtype, attention=args.attention, node_size=args.node_size, finetune=tune))
+        memory = _memory_fit(model, args, result, tune)
         measured = utilisation.measured(model, result, step_s=args.measured_step, tokens_per_s=args.measured_tokens_per_s) if (args.measured_step or args.measured_tokens_per_s) else None
         run = utilisation.duration(model, result, found, args.tokens, measured) if args.tokens else None
+        if tune:
+            measured, run = _exact_only(measured, run)
         priced = _training_cost(args, result, found, measured, run)
         if args.json:
             data = result.as_dict() | {"attention": args.attention, "memory": memory}
             if isinstance(found, estimate.TrainingEstimate):
                 data |= {"estimate_s": found.step.as_dict(), "estimate": found.as_dict()}
+                if tune:
+                    data["estimate"]["fine_tuning"] = FINETUNE_ESTIMATE
             else:
                 data["estimate_missing"] = found
             if measured:
@@ -80,7 +88,7 @@ def time_command(model: Model, args: argparse.Namespace) -> str:
             if priced:
                 data["cost"] = priced
             return json.dumps(data)
-        return _with_attention(training_table(result), args) + _memory_line(memory) + _training_extra(found, measured, run) + _cost_lines(priced)
+        return _with_attention(training_table(result), args) + _memory_line(memory) + _training_extra(found, measured, run, tune) + _cost_lines(priced)
     result = _infer(model, args)
     tp = args.tp or args.gpus or 1
     found = _estimate(lambda: estimate.serving_estimate(model, args.gpu, batch=args.batch, prompt=args.prompt, output=args.output, tensor=tp, dtype=args.dtype, attention=args.attention, node_size=args.node_size, expert_skew=args.expert_skew))
@@ -101,6 +109,18 @@ def time_command(model: Model, args: argparse.Namespace) -> str:
             data["cost"] = priced
         return json.dumps(data)
     return _with_attention(inference_table(result), args) + _serving_extra(found) + _serving_offload_line(offloaded) + _cost_lines(priced)
+
+
+FINETUNE_ESTIMATE = "fine-tuning at the efficiency factors fitted to full training runs (docs/validation.md); no fine-tuning run has checked them"
+
+
+def _exact_only(measured: dict | None, run: dict | None) -> tuple[dict | None, dict | None]:
+    """Fine-tuning: keep the MFU and HFU of the step's exact FLOPs; PaLM's, Megatron's and Narayanan's Eq. 4 count full training."""
+    if measured:
+        measured = {k: v for k, v in measured.items() if not k.endswith(("_palm", "_megatron"))}
+    if run:
+        run = {k: v for k, v in run.items() if k != "eq4_days"}
+    return measured, run
 
 
 def _estimate(make):
@@ -131,7 +151,7 @@ def _flash(args: argparse.Namespace) -> bool:
     return args.attention == "sdpa"
 
 
-def _memory_fit(model: Model, args: argparse.Namespace, result: TrainingTime) -> dict[str, object]:
+def _memory_fit(model: Model, args: argparse.Namespace, result: TrainingTime, tune=None) -> dict[str, object]:
     """The layout's training memory on one device (symform.memory, as `symform memory --train` counts it) against the device's."""
     from ..analysis.hardware import load_device
     from ..analysis.memory import Training, training_memory
@@ -139,7 +159,13 @@ def _memory_fit(model: Model, args: argparse.Namespace, result: TrainingTime) ->
 
     place = placement(args.gpu, args.node_size)
     flash = _flash(args)
-    report = training_memory(model, batch=args.micro_batch or 1, seq=args.seq, setup=Training(recompute=args.recompute or "none", flash=flash, layout=_layout(args)))
+    setup = Training(recompute=args.recompute or "none", flash=flash, layout=_layout(args))
+    if tune is not None:
+        from ..analysis.finetune import finetune_memory
+
+        report = finetune_memory(model, tune, batch=args.micro_batch or 1, seq=args.seq, training=setup)
+    else:
+        report = training_memory(model, batch=args.micro_batch or 1, seq=args.seq, setup=setup)
     offloaded = _offloaded(report, args, place.device, result) if args.offload else None
     if offloaded is not None:
         report = offloaded.pop("device")
@@ -188,7 +214,7 @@ def _memory_line(memory: dict[str, object]) -> str:
     return line
 
 
-def _training_extra(found, measured, run) -> str:
+def _training_extra(found, measured, run, tune=None) -> str:
     if isinstance(found, str):
         lines = [f"estimate       none: {found}"]
     else:
@@ -197,10 +223,13 @@ def _training_extra(found, measured, run) -> str:
             f"estimate       {_s(e.estimate)} (band {_s(e.low)} to {_s(e.high)}), attention {found.attention}: compute {_s(found.compute_s)}, exposed comm {_s(sum(found.exposed_comm_s.values()))}, bubble {_s(found.bubble_s)}, optimizer {_s(found.optimizer_s)}",
             f"at estimate    MFU {found.mfu():.1%}  HFU {found.hfu():.1%}  tokens/s {found.tokens_per_s:,.0f}",
         ]
+        if tune:
+            lines.append(f"               {FINETUNE_ESTIMATE}")
     if measured:
         lines.append("measured       " + "  ".join(f"{k} {v:.1%}" for k, v in measured.items() if k.startswith(("mfu", "hfu"))))
     if run:
-        lines.append(f"whole run      {run['tokens']:.3g} tokens: {run['days']:.1f} days, {run['gpu_hours']:,.0f} GPU-hours ({run['from']}); Narayanan Eq. 4: {run['eq4_days']:.1f} days")
+        eq4 = f"; Narayanan Eq. 4: {run['eq4_days']:.1f} days" if "eq4_days" in run else ""
+        lines.append(f"whole run      {run['tokens']:.3g} tokens: {run['days']:.1f} days, {run['gpu_hours']:,.0f} GPU-hours ({run['from']}){eq4}")
     return "\n" + "\n".join(lines)
 
 
@@ -307,7 +336,7 @@ def _degrees(args: argparse.Namespace) -> tuple[int, int, int]:
     return dp, tp, pp
 
 
-def _train(model: Model, args: argparse.Namespace) -> TrainingTime:
+def _train(model: Model, args: argparse.Namespace, tune=None) -> TrainingTime:
     _refuse(args, (*INFER_ONLY, "weight_format", "kv_offload"), "--train")
     if args.measured_step and args.measured_tokens_per_s:
         raise ConfigError("give --measured-step or --measured-tokens-per-s, not both")
@@ -316,7 +345,7 @@ def _train(model: Model, args: argparse.Namespace) -> TrainingTime:
 
     return training_time(
         model, args.gpu, global_batch=args.global_batch, micro_batch=args.micro_batch or 1, seq=args.seq,
-        layout=_layout(args), recompute=args.recompute or "none", dtype=args.dtype, flash=_flash(args), node_size=args.node_size,
+        layout=_layout(args), recompute=args.recompute or "none", dtype=args.dtype, flash=_flash(args), node_size=args.node_size, finetune=tune,
     )
 
 
@@ -362,6 +391,7 @@ def training_table(r: TrainingTime) -> str:
     lines = [
         f"training step of {r.model} on {r.devices} × {r.gpu} ({r.dtype}): data {lay['data']} × tensor {lay['tensor']} × pipeline {lay['pipeline']}" + (f" × context {lay['context']}" if lay["context"] > 1 else "") + f", expert {lay['expert']}",
         f"global batch {r.global_batch} × seq {r.seq} = {r.tokens:,} tokens; micro-batch {r.micro_batch}, {r.microbatches} per step; recompute {r.recompute}",
+        *([f"fine-tuning    {describe_text(r.assumptions['fine_tuning'])}; step FLOPs {_sci(r.model_flops)}: frozen weights take no weight gradient"] if "fine_tuning" in r.assumptions else []),
         f"per device     FLOPs {_sci(r.flops_per_device)}   HBM bytes {_sci(r.bytes_per_device)}",
         f"compute        {_s(r.t_math)}",
         f"memory         {_s(r.t_mem)}",
