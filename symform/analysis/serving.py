@@ -377,7 +377,8 @@ class StepModel:
             rates = self.efficiency.link(link)
             bandwidth = timing._bandwidth(self.place, link) * rates.bus_efficiency
             batch, seq = (rows, 1) if decoding else (1, rows)
-            self._comm[key] = timing._inference_comm(self.model, self.place, self.tensor, batch, seq, alpha=rates.latency_s, bandwidth=bandwidth)[0]
+            algorithms = estimate.rules().engine_all_reduce(link)
+            self._comm[key] = timing._inference_comm(self.model, self.place, self.tensor, batch, seq, alpha=rates.latency_s, bandwidth=bandwidth, algorithms=algorithms)[0]
         return self._comm[key]
 
     def step(self, *, decoding: int = 0, past: float = 0.0, queries: int = 1, chunk: int = 0, prompt: float | None = None) -> float:
