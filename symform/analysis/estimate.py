@@ -41,8 +41,10 @@ from .memory import Layout, params_per_device, tensor_split
 from .roofline import phase_work
 
 #: Attention implementations: SDPA / FlashAttention kernels (what transformers and the
-#: serving engines run by default) or eager PyTorch (scores materialised).
-ATTENTION = ("sdpa", "eager")
+#: serving engines run by default), eager PyTorch (scores materialised), or fused kernels
+#: that read each key/value head once per query head rather than once per group
+#: (TensorRT-LLM's masked MHA for generation before its XQA kernel, v0.8).
+ATTENTION = ("sdpa", "eager", "fused_per_head")
 
 
 # --- the data -------------------------------------------------------------------------------
@@ -245,8 +247,8 @@ def kernels(
     """The leaves of one micro-batch (train, prefill) or one step (decode) on one device, as kernels."""
     if attention not in ATTENTION:
         raise EvaluationError(f"unknown attention implementation {attention!r}; choose one of {', '.join(ATTENTION)}")
-    flash = attention == "sdpa"
-    leaves = phase_work(model, phase, depth=None, flash=flash, expert_skew=expert_skew).components
+    flash = attention != "eager"
+    leaves = phase_work(model, phase, depth=None, flash=flash, expert_skew=expert_skew, grouped=attention != "fused_per_head").components
     extra = _recomputed(model, recompute, flash) if phase == "train" else {}
     split = tensor_split(model, tensor)
     layers_here = Fraction(model.values.get("n_layers", 1), pipeline)
@@ -425,7 +427,7 @@ def training_estimate(
     layout = layout or Layout()
     bounds = bounds or timing.training_time(
         model, gpu, global_batch=global_batch, micro_batch=micro_batch, seq=seq, layout=layout,
-        recompute=recompute, dtype=dtype, flash=attention == "sdpa", precision=precision, node_size=node_size,
+        recompute=recompute, dtype=dtype, flash=attention != "eager", precision=precision, node_size=node_size,
     )
     place = timing.placement(gpu, node_size)
     model = timing.at_dtype(model, dtype)

@@ -49,7 +49,7 @@ def _setup(c: calibration.Case) -> str:
         work = f"batch {s['global_batch']} × micro {s['micro_batch']}, seq {s['seq']}, recompute {s.get('recompute', 'none')}, attention {s.get('attention', 'sdpa')}"
     else:
         lay = f"TP {s.get('tensor', 1)}"
-        work = f"batch {s['batch']}, prompt {s['prompt']}, output {s['output']}, {s.get('dtype', 'bf16')}"
+        work = f"batch {s['batch']}, prompt {s['prompt']}, output {s['output']}, {s.get('dtype', 'bf16')}" + (f", attention {s['attention']}" if "attention" in s else "") + "".join(f", {k} {v}" for k, v in s.get("conventions", {}).items())
     return f"{model}; {s['gpu']}; {lay}; {work}"
 
 
