@@ -103,8 +103,11 @@ def test_decode_reads_the_weights_at_the_sustained_bandwidth():
     hbm = tomllib.loads((ROOT / "hardware" / "a100-sxm-80gb.toml").read_text())["hbm_bytes_per_s"]
     weights = 2 * (model.evaluate("params") - model.values["vocab"] * model.values["d_model"])  # the embedding table: one row gathered
     read = weights / (hbm * eff["memory"]["fraction"])
-    # the weights' read, plus the small-GEMM roll-off, which acts as a fixed cost per tiny GEMM (the attention's)
-    assert read < found.tpot.estimate < 1.1 * read
+    # the weights' read, plus a fixed cost for each kernel a fused engine launches: per layer the
+    # seven projections (q, k, v, o, gate, up, down) and the attention core, then the LM head;
+    # the embedding gather and the rotary table are two more, and the cache's attention is tiny
+    launch = eff["kernel"]["launch_s"]
+    assert read + (32 * 8 + 1) * launch < found.tpot.estimate < 1.02 * (read + (32 * 8 + 3) * launch)
 
 
 def test_cli_measured_step_mfu_by_each_definition(capsys):
@@ -134,7 +137,7 @@ def test_cli_serving_json_carries_estimates_beside_bounds(capsys):
 
 
 def test_cli_device_without_efficiency_data_keeps_its_bounds(capsys):
-    code, out, _ = _run(capsys, "time", "llama-3.2-1b", "--gpu", "mi300x", "--infer", "--batch", "1", "--prompt", "64", "--output", "4", "--json")
+    code, out, _ = _run(capsys, "time", "llama-3.2-1b", "--gpu", "l4", "--infer", "--batch", "1", "--prompt", "64", "--output", "4", "--json")
     assert code == 0
     assert "no efficiency data" in json.loads(out)["estimate_missing"]
 
