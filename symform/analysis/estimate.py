@@ -84,13 +84,14 @@ class Efficiency:
         """Fraction of the peak a GEMM of ``rows`` rows (tokens) and ``flops_per_call`` FLOPs sustains.
 
         Rows pad up to whole tiles; fewer rows than one tile run as skinny (GEMV-like)
-        kernels that split the weights over every SM, pad nothing and stay memory-bound, so
-        neither tile nor wave quantisation applies to them. The roll-off acts on the padded
-        work, the work the SMs actually do.
+        kernels that split the weights over every SM and pad nothing, their roll-off
+        shrinking with their rows (none for one row, the whole of it at a full tile: no
+        jump at the tile's edge). The roll-off acts on the padded work, the work the SMs
+        actually do.
         """
         tile = self.tile_m
         if rows < tile:
-            return self.gemm_sustained
+            return self.gemm_sustained * flops_per_call / (flops_per_call + self.half_flops * max(rows - 1, 0) / (tile - 1))
         used = rows / (math.ceil(rows / tile) * tile)
         padded = flops_per_call / used
         return self.gemm_sustained * used * padded / (padded + self.half_flops)
