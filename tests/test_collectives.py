@@ -86,6 +86,8 @@ def test_float_inputs_give_floats():
         ("all_reduce", "recursive_doubling", 3, lambda r: 3),
         ("all_reduce", "recursive_halving", 6, lambda r: Fraction(14, 8)),
         ("all_reduce", "reduce_broadcast", 6, lambda r: 6),
+        # engines' one-shot all-reduce: one synchronisation; each rank reads its 7 peers' whole buffers
+        ("all_reduce", "one_shot", 1, lambda r: 7),
         ("all_to_all", "pairwise", 7, lambda r: Fraction(7, 8)),
         ("all_to_all", "bruck", 3, lambda r: Fraction(3, 2)),
         ("barrier", "dissemination", 3, lambda r: 0),

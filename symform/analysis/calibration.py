@@ -72,16 +72,18 @@ def runs() -> tuple[Run, ...]:
 
 
 def run_model(run: Run) -> Model:
-    """The run's model: a config given inline, or a bundled preset with overrides."""
+    """The run's model: a config given inline, or a bundled preset with overrides; with the run's conventions
+    (an FP8 KV cache's ``kv_bytes = 1``, say)."""
     setup = run.setup
     if "config" in setup:
-        return Model.from_config(dict(setup["config"]), name=run.name)
-    preset = setup["preset"]
-    if "overrides" not in setup:
-        return Model.load(preset)
-    with open(data_root() / "formulas" / "presets" / f"{preset}.json", encoding="utf-8") as f:
-        config = json.load(f)
-    return Model.from_config(config | dict(setup["overrides"]), name=run.name)
+        model = Model.from_config(dict(setup["config"]), name=run.name)
+    elif "overrides" not in setup:
+        model = Model.load(setup["preset"])
+    else:
+        with open(data_root() / "formulas" / "presets" / f"{setup['preset']}.json", encoding="utf-8") as f:
+            config = json.load(f)
+        model = Model.from_config(config | dict(setup["overrides"]), name=run.name)
+    return model.with_conventions(**setup["conventions"]) if "conventions" in setup else model
 
 
 # --- predictions --------------------------------------------------------------------------------
@@ -106,10 +108,11 @@ def _prepare(run: Run) -> _Prepared:
     model, s = run_model(run), run.setup
     if run.kind == "training":
         layout = _layout(s)
-        bounds = timing.training_time(model, s["gpu"], global_batch=s["global_batch"], micro_batch=s["micro_batch"], seq=s["seq"], layout=layout, recompute=s.get("recompute", "none"), dtype=s.get("dtype", "bf16"), flash=s.get("attention", "sdpa") == "sdpa")
+        bounds = timing.training_time(model, s["gpu"], global_batch=s["global_batch"], micro_batch=s["micro_batch"], seq=s["seq"], layout=layout, recompute=s.get("recompute", "none"), dtype=s.get("dtype", "bf16"), flash=s.get("attention", "sdpa") != "eager")
         work = estimate.kernels(model, "train", workload={"batch": s["micro_batch"], "seq": s["seq"]}, tensor=layout.tensor, pipeline=layout.pipeline, recompute=s.get("recompute", "none"), attention=s.get("attention", "sdpa"))
         return _Prepared(run, model, bounds, work)
-    work = estimate.serving_kernels(model, batch=s["batch"], prompt=s["prompt"], output=s["output"], tensor=s.get("tensor", 1))
+    # the kernels at the run's dtype: FP8 weights are read at one byte, as serving_estimate reads them
+    work = estimate.serving_kernels(timing.at_dtype(model, s.get("dtype", "bf16")), batch=s["batch"], prompt=s["prompt"], output=s["output"], tensor=s.get("tensor", 1), attention=s.get("attention", "sdpa"))
     return _Prepared(run, model, None, work)
 
 
@@ -131,7 +134,7 @@ def predict(run: Run, factors: Mapping[str, Any] | None = None) -> float:
         return _training_figure(run, prepared, result.step.estimate)
     result = estimate.serving_estimate(
         prepared.model, s["gpu"], batch=s["batch"], prompt=s["prompt"], output=s["output"], tensor=s.get("tensor", 1),
-        dtype=s.get("dtype", "bf16"), efficiency_data=eff, work=prepared.work,
+        dtype=s.get("dtype", "bf16"), attention=s.get("attention", "sdpa"), efficiency_data=eff, work=prepared.work,
     )
     return _serving_figure(run, result)
 
@@ -143,6 +146,8 @@ def _efficiency(gpu: str, factors: Mapping[str, Any]) -> estimate.Efficiency:
         eff = replace(eff, gemm_sustained=mine["gemm.sustained"])
     if "gemm.half_flops" in mine:
         eff = replace(eff, half_flops=mine["gemm.half_flops"])
+    if "kernel.launch_s" in mine:
+        eff = replace(eff, launch_s=mine["kernel.launch_s"])
     if "links.scale_up.latency_s" in mine:
         links = dict(eff.links)
         links["scale_up"] = replace(links["scale_up"], latency_s=mine["links.scale_up.latency_s"])
@@ -180,7 +185,9 @@ def _serving_figure(run: Run, result: estimate.ServingEstimate) -> float:
         return 1 / result.tpot.estimate
     if what == "tokens_per_s":
         return result.tokens_per_s.estimate
-    raise ConfigError(f"run {run.name}: unknown measured figure {what!r}; use ttft_ms, tokens_per_s_per_sequence or tokens_per_s")
+    if what == "tokens_per_s_per_gpu":
+        return result.tokens_per_s.estimate / run.setup.get("tensor", 1)
+    raise ConfigError(f"run {run.name}: unknown measured figure {what!r}; use ttft_ms, tokens_per_s_per_sequence, tokens_per_s or tokens_per_s_per_gpu")
 
 
 def validate(factors: Mapping[str, Any] | None = None, only: Iterable[Run] | None = None) -> list[Case]:
@@ -213,11 +220,17 @@ def summarise(cases: list[Case]) -> list[Summary]:
 #: The fitted factors: name, the runs that inform it, and the range searched.
 FITTED: tuple[tuple[str, Callable[[Run], bool], tuple[float, float]], ...] = (
     ("a100-sxm-80gb:gemm.sustained", lambda r: r.setup["gpu"] == "a100-sxm-80gb", (0.4, 1.0)),
-    ("h100-sxm:gemm.sustained", lambda r: r.setup["gpu"] == "h100-sxm", (0.3, 1.0)),
+    # the H100's bf16 rate from its training runs; its FP8 serving runs inform the roll-off, launch and latency
+    ("h100-sxm:gemm.sustained", lambda r: r.kind == "training" and r.setup["gpu"] == "h100-sxm", (0.3, 1.0)),
     # a GEMM of half_flops runs at half the sustained rate: up to 10 GFLOP (a few µs of work)
     ("a100-sxm-80gb:gemm.half_flops", lambda r: r.setup["gpu"] == "a100-sxm-80gb", (0.0, 1e10)),
     ("rules:fusion.training.fraction", lambda r: r.kind == "training", (0.0, 1.0)),
-    ("a100-sxm-80gb:links.scale_up.latency_s", lambda r: r.kind == "serving" and r.setup.get("tensor", 1) > 1, (0.5e-6, 20e-6)),
+    # a kernel's fixed cost: the many small kernels of single-device serving show it (a few µs each),
+    # apart from the all-reduces' latency, which the multi-device runs then show
+    ("a100-sxm-80gb:kernel.launch_s", lambda r: r.kind == "serving" and r.setup["gpu"] == "a100-sxm-80gb" and r.setup.get("tensor", 1) == 1, (0.0, 20e-6)),
+    ("a100-sxm-80gb:links.scale_up.latency_s", lambda r: r.kind == "serving" and r.setup["gpu"] == "a100-sxm-80gb" and r.setup.get("tensor", 1) > 1, (0.5e-6, 40e-6)),
+    ("h100-sxm:gemm.half_flops", lambda r: r.setup["gpu"] == "h100-sxm", (0.0, 4e10)),
+    ("h100-sxm:kernel.launch_s", lambda r: r.kind == "serving" and r.setup["gpu"] == "h100-sxm" and r.setup.get("tensor", 1) == 1, (0.0, 20e-6)),
 )
 
 

@@ -60,6 +60,7 @@ _SOURCES = {
     "nccl": "NCCL documentation and nccl-tests PERFORMANCE.md (ring algorithms, pipelined)",
     "nccl_tree": "NCCL 2.4 double binary trees (NVIDIA blog, 2019): full ring bandwidth, latency logarithmic in p",
     "hockney": "Hockney, The communication challenge for MPP, Parallel Computing 20(3), 1994",
+    "one_shot": "serving engines' custom all-reduce within an NVLink/NVSwitch node (NVIDIA TensorRT-LLM cpp/tensorrt_llm/kernels/customAllReduceKernels.cu, oneShotAllReduceKernel; vLLM csrc/custom_all_reduce.cuh, cross_device_reduce_1stage; PyTorch c10d intra-node comm, oneShotAllReduce): every rank reads every peer's whole buffer and reduces it locally, one synchronisation",
 }
 
 
@@ -203,6 +204,7 @@ def _table() -> Mapping[str, Collective]:
             ("recursive_halving", 2 * rounds, 2 * share * N, "thakur"),
             ("recursive_doubling", rounds, rounds * N, "thakur"),
             ("reduce_broadcast", 2 * rounds, 2 * rounds * N, "thakur"),
+            ("one_shot", any_peer, (P - 1) * N, "one_shot"),
             default="ring",
         ),
         _collective(

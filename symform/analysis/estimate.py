@@ -42,8 +42,10 @@ from .memory import Layout, params_per_device, tensor_split
 from .roofline import phase_work
 
 #: Attention implementations: SDPA / FlashAttention kernels (what transformers and the
-#: serving engines run by default) or eager PyTorch (scores materialised).
-ATTENTION = ("sdpa", "eager")
+#: serving engines run by default), eager PyTorch (scores materialised), or fused kernels
+#: that read each key/value head once per query head rather than once per group
+#: (TensorRT-LLM's masked MHA for generation before its XQA kernel, v0.8).
+ATTENTION = ("sdpa", "eager", "fused_per_head")
 
 
 # --- the data -------------------------------------------------------------------------------
@@ -71,6 +73,7 @@ class Efficiency:
     memory: float
     links: Mapping[str, LinkEfficiency]
     sources: Mapping[str, str]
+    launch_s: float = 0.0  # fixed cost of each kernel that runs (launch, ramp-up, tail)
 
     def attention_fraction(self, head_size: int) -> float:
         """The figure for the largest listed head size not above ``head_size`` (the smallest listed if all are)."""
@@ -82,11 +85,15 @@ class Efficiency:
         """Fraction of the peak a GEMM of ``rows`` rows (tokens) and ``flops_per_call`` FLOPs sustains.
 
         Rows pad up to whole tiles; fewer rows than one tile run as skinny (GEMV-like)
-        kernels that pad nothing but stay memory-bound. The roll-off acts on the padded
-        work, the work the SMs actually do.
+        kernels that split the weights over every SM and pad nothing, their roll-off
+        shrinking with their rows (none for one row, the whole of it at a full tile: no
+        jump at the tile's edge). The roll-off acts on the padded work, the work the SMs
+        actually do.
         """
         tile = self.tile_m
-        used = rows / (math.ceil(rows / tile) * tile) if rows >= tile else 1.0
+        if rows < tile:
+            return self.gemm_sustained * flops_per_call / (flops_per_call + self.half_flops * max(rows - 1, 0) / (tile - 1))
+        used = rows / (math.ceil(rows / tile) * tile)
         padded = flops_per_call / used
         return self.gemm_sustained * used * padded / (padded + self.half_flops)
 
@@ -129,6 +136,8 @@ def _parse_efficiency(data: Mapping[str, Any], path: Path) -> Efficiency:
         links[name] = LinkEfficiency(_fraction(link.get("bus_efficiency"), f"{path}: links.{name}.bus_efficiency"), _positive(link.get("latency_s"), f"{path}: links.{name}.latency_s"))
     sources = {name: str(_section(data, name, path).get("source", "")) for name in ("gemm", "attention", "memory")}
     sources |= {f"links.{n}": str(v.get("source", "")) for n, v in data["links"].items()}
+    kernel = data.get("kernel", {})
+    sources["kernel"] = str(kernel.get("source", NO_KERNEL_DATA)) if kernel else NO_KERNEL_DATA
     return Efficiency(
         device=str(data.get("device", path.stem)),
         gemm_sustained=_fraction(gemm.get("sustained"), f"{path}: gemm.sustained"),
@@ -138,7 +147,12 @@ def _parse_efficiency(data: Mapping[str, Any], path: Path) -> Efficiency:
         memory=_fraction(memory.get("fraction"), f"{path}: memory.fraction"),
         links=links,
         sources=sources,
+        launch_s=_positive(kernel.get("launch_s", 0.0), f"{path}: kernel.launch_s"),
     )
+
+
+#: What a device file without a [kernel] section gets: the plain roofline, named as such.
+NO_KERNEL_DATA = "no [kernel] data for this device: no fixed cost per kernel (launch_s = 0)"
 
 
 @cache
@@ -173,6 +187,12 @@ class Rules:
     fusion: Mapping[str, tuple[float, frozenset[str]]]
     band: Mapping[str, tuple[float, float]]
     sources: Mapping[str, str]
+    engine_algorithms: tuple[str, ...] = timing.ALGORITHMS
+    engine_links: frozenset[str] = frozenset()
+
+    def engine_all_reduce(self, link: str) -> tuple[str, ...]:
+        """The all-reduce algorithms a serving engine chooses from on ``link``."""
+        return self.engine_algorithms if link in self.engine_links else timing.ALGORITHMS
 
 
 @cache
@@ -189,7 +209,10 @@ def rules(path: str | None = None) -> Rules:
     sources |= {f"fusion.{k}": str(v.get("source", "")) for k, v in data["fusion"].items()}
     sources |= {f"band.{k}": str(v.get("source", "")) for k, v in data["band"].items()}
     sources["optimizer"] = str(optimizer.get("source", ""))
-    return Rules(dict(_section(data, "overlap", where)), _positive(optimizer.get("bytes_per_param"), f"{where}: optimizer.bytes_per_param"), fusion, band, sources)
+    engine = _section(data, "engine_comm", where)
+    sources["engine_comm"] = str(engine.get("source", ""))
+    algorithms = tuple(str(a) for a in engine.get("algorithms", timing.ALGORITHMS))
+    return Rules(dict(_section(data, "overlap", where)), _positive(optimizer.get("bytes_per_param"), f"{where}: optimizer.bytes_per_param"), fusion, band, sources, algorithms, frozenset(engine.get("links", [])))
 
 
 # --- kernels -----------------------------------------------------------------------------------
@@ -228,8 +251,10 @@ def kernels(
     (``finetune``: a fine-tuning step's FLOPs, each adapter's in the kernel of the projection it adapts)."""
     if attention not in ATTENTION:
         raise EvaluationError(f"unknown attention implementation {attention!r}; choose one of {', '.join(ATTENTION)}")
-    flash = attention == "sdpa"
-    leaves = phase_work(model, phase, depth=None, flash=flash, expert_skew=expert_skew, finetune=finetune).components
+    flash = attention != "eager"
+    leaves = phase_work(
+        model, phase, depth=None, flash=flash, expert_skew=expert_skew, finetune=finetune, grouped=attention != "fused_per_head"
+    ).components
     extra = _recomputed(model, recompute, flash) if phase == "train" else {}
     split = tensor_split(model, tensor)
     layers_here = Fraction(model.values.get("n_layers", 1), pipeline)
@@ -270,17 +295,19 @@ def _recomputed(model: Model, recompute: str, flash: bool) -> dict[str, Any]:
 
 
 def kernel_seconds(kernel: Kernel, peak: float, hbm: float, eff: Efficiency, fusion: tuple[float, frozenset[str]], head_size: int) -> float:
-    """One kernel at the device's sustained rates: the longer of its compute and its memory time."""
+    """One kernel at the device's sustained rates: the longer of its compute and its memory time, plus a fixed
+    cost per launch; a kernel fused away costs nothing."""
     fraction, fused = fusion
     moved = kernel.bytes * (fraction if kernel.leaf in fused else 1.0)
     t_mem = moved / (hbm * eff.memory)
     if kernel.kind == "elementwise":
-        return t_mem
-    if kernel.kind == "attention":
-        rate = eff.attention_fraction(head_size)
+        t_compute = 0.0
     else:
-        rate = eff.gemm_fraction(kernel.rows, kernel.flops / kernel.calls)
-    return max(kernel.flops / (peak * rate), t_mem)
+        rate = eff.attention_fraction(head_size) if kernel.kind == "attention" else eff.gemm_fraction(kernel.rows, kernel.flops / kernel.calls)
+        t_compute = kernel.flops / (peak * rate)
+    if not t_compute and not t_mem:
+        return 0.0
+    return max(t_compute, t_mem) + eff.launch_s * kernel.calls
 
 
 def _head_size(model: Model) -> int:
@@ -411,7 +438,7 @@ def training_estimate(
     layout = layout or Layout()
     bounds = bounds or timing.training_time(
         model, gpu, global_batch=global_batch, micro_batch=micro_batch, seq=seq, layout=layout,
-        recompute=recompute, dtype=dtype, flash=attention == "sdpa", precision=precision, node_size=node_size, finetune=finetune,
+        recompute=recompute, dtype=dtype, flash=attention != "eager", precision=precision, node_size=node_size, finetune=finetune,
     )
     place = timing.placement(gpu, node_size)
     model = timing.at_dtype(model, dtype)
@@ -468,6 +495,7 @@ def _factors(eff: Efficiency, convention: str | tuple, band: str) -> dict[str, o
         "gemm": {"sustained": eff.gemm_sustained, "tile_m": eff.tile_m, "half_flops": eff.half_flops, "source": eff.sources["gemm"]},
         "attention": {"fraction": {str(k): v for k, v in eff.attention.items()}, "source": eff.sources["attention"]},
         "memory": {"fraction": eff.memory, "source": eff.sources["memory"]},
+        "kernel": {"launch_s": eff.launch_s, "source": eff.sources.get("kernel", NO_KERNEL_DATA)},
         "links": {n: {"bus_efficiency": l.bus_efficiency, "latency_s": l.latency_s, "source": eff.sources.get(f"links.{n}", "")} for n, l in eff.links.items()},
         "fusion": {"convention": convention, "fraction": r.fusion[convention][0], "source": r.sources[f"fusion.{convention}"]},
         "overlap": {k: dict(v) for k, v in r.overlap.items()},
@@ -544,8 +572,9 @@ def serving_estimate(
         link = place.link(tensor)
         rates = eff.link(link)
         bandwidth = timing._bandwidth(place, link) * rates.bus_efficiency
-        comm_prefill, _ = timing._inference_comm(model, place, tensor, batch, prompt, alpha=rates.latency_s, bandwidth=bandwidth)
-        comm_decode, _ = timing._inference_comm(model, place, tensor, batch, 1, alpha=rates.latency_s, bandwidth=bandwidth)
+        algorithms = rules().engine_all_reduce(link)
+        comm_prefill, _ = timing._inference_comm(model, place, tensor, batch, prompt, alpha=rates.latency_s, bandwidth=bandwidth, algorithms=algorithms)
+        comm_decode, _ = timing._inference_comm(model, place, tensor, batch, 1, alpha=rates.latency_s, bandwidth=bandwidth, algorithms=algorithms)
     ttft = sum(kernel_seconds(k, peak, hbm, eff, fusion, head) for k in prefill) + comm_prefill
     tpot = sum(kernel_seconds(k, peak, hbm, eff, fusion, head) for k in decode) + comm_decode
     total = ttft + (output - 1) * tpot

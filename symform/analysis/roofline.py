@@ -307,6 +307,7 @@ def phase_work(
     weight_bytes: Mapping[str, sympy.Expr] | None = None,
     expert_skew: float = 0,
     finetune: FineTune | None = None,
+    grouped: bool = True,
 ) -> PhaseWork:
     """FLOPs and HBM bytes of one phase, per component, as expressions in batch, seq (and past when decoding).
 
@@ -315,7 +316,10 @@ def phase_work(
     - ``prefill``: the forward pass at (batch, seq), an empty cache.
     - ``decode``: one new token per sequence (seq = 1) after ``past`` cached ones.
     - ``flash``: each attention core's eager traffic is replaced by
-      FlashAttention's (symform.flash_attention), with SRAM of ``sram_bytes``.
+      FlashAttention's (symform.flash_attention), with SRAM of ``sram_bytes``;
+      ``grouped``: the kernel reads a key/value head once for all the query heads that
+      share it (FlashAttention-2, FlashDecoding), else once per query head (fused
+      kernels without grouped-query packing, such as TensorRT-LLM's masked MHA before XQA).
     - ``weight_bytes``: bytes per parameter by leaf path, as a checkpoint stores
       them (symform.quantization.weight_bytes_by_leaf); else the convention's.
     - mixture of experts, decode: the step reads the weights of every expert any of
@@ -329,15 +333,16 @@ def phase_work(
     if finetune is not None and phase != "train":
         raise EvaluationError(f"fine-tuning is a training step; give phase train, not {phase}")
     if weight_bytes is not None:
-        return _phase_work(model, phase, depth, flash, sram_bytes, weight_bytes, expert_skew, finetune)
+        return _phase_work(model, phase, depth, flash, sram_bytes, weight_bytes, expert_skew, finetune, grouped)
     # once per graph, conventions and options: a plan asks again for every layout it reworks
-    key = ("phase work", phase, depth, flash, sram_bytes, expert_skew, finetune, frozenset(model.conventions.items()))
-    work = model.graph().derived(key, lambda: _phase_work(model, phase, depth, flash, sram_bytes, None, expert_skew, finetune))
+    key = ("phase work", phase, depth, flash, sram_bytes, expert_skew, finetune, grouped, frozenset(model.conventions.items()))
+    work = model.graph().derived(key, lambda: _phase_work(model, phase, depth, flash, sram_bytes, None, expert_skew, finetune, grouped))
     return PhaseWork(work.phase, dict(work.components), work.notes)
 
 
 def _phase_work(
-    model: Model, phase: str, depth: int | None, flash: bool, sram_bytes: int, weight_bytes: Mapping[str, sympy.Expr] | None, expert_skew: float, finetune: FineTune | None = None
+    model: Model, phase: str, depth: int | None, flash: bool, sram_bytes: int, weight_bytes: Mapping[str, sympy.Expr] | None, expert_skew: float,
+    finetune: FineTune | None = None, grouped: bool = True,
 ) -> PhaseWork:
     if phase != "train":
         model = model.with_conventions(training=0)  # inference runs no loss
@@ -366,7 +371,7 @@ def _phase_work(
             f"training bytes = forward bytes × {1 + BACKWARD_BYTES_PER_FORWARD_BYTE} (backward moves twice the forward's bytes); optimizer traffic not counted"
         )
     if flash:
-        _use_flash_attention(model, phase, flops, traffic, keep, sram_bytes)
+        _use_flash_attention(model, phase, flops, traffic, keep, sram_bytes, grouped)
         notes.append(
             f"FlashAttention: SRAM {sram_bytes} bytes per block (M = {flash_attention.sram_elements(sram_bytes, 2)} bf16 elements)"
         )
@@ -476,6 +481,7 @@ def _use_flash_attention(
     traffic: dict,
     keep: tuple[str, ...],
     sram_bytes: int,
+    grouped: bool = True,
 ) -> None:
     """Fold each attention core into one fused kernel: its leaves' FLOPs, FlashAttention's bytes.
 
@@ -499,13 +505,13 @@ def _use_flash_attention(
         node = graph.graph.nodes[core]
         traffic[core] = sympy.expand(
             (
-                weights[core] * _flash_bytes(model, node["args"], phase, sram_bytes)
+                weights[core] * _flash_bytes(model, node["args"], phase, sram_bytes, grouped)
             ).xreplace(replace)
         )
 
 
 def _flash_bytes(
-    model: Model, args: Mapping[str, object], phase: str, sram_bytes: int
+    model: Model, args: Mapping[str, object], phase: str, sram_bytes: int, grouped: bool = True
 ) -> sympy.Expr:
     """FlashAttention's HBM bytes for batch × n_heads heads of one core: seq queries against span keys."""
     v = model.vocabulary
@@ -522,8 +528,12 @@ def _flash_bytes(
         loads = 2
     # grouped-query kernels (FlashAttention-2's GQA packing, FlashDecoding) load a key/value head
     # once for all the query heads that share it
-    shared = (args["n_heads"] - args.get("n_kv_heads", args["n_heads"])) * loads * 2 * keys * width
-    return v["batch"] * element_bytes * (args["n_heads"] * per_head - shared)
+    kv_heads = args.get("n_kv_heads", args["n_heads"]) if grouped else args["n_heads"]
+    shared = (args["n_heads"] - kv_heads) * loads * 2 * keys * width
+    moved = element_bytes * (args["n_heads"] * per_head - shared)
+    if phase == "decode":  # the keys and values come from the KV cache, stored at kv_bytes (an FP8 cache: 1)
+        moved += (v["kv_bytes"] - element_bytes) * kv_heads * 2 * keys * width
+    return v["batch"] * moved
 
 
 # --- numbers on a device -----------------------------------------------------------------

@@ -301,14 +301,14 @@ class _Leaf:
 
 
 @cache
-def _components(model: Model, phase: str, expert_skew: float, weight_format: str | None) -> dict[str, object]:
+def _components(model: Model, phase: str, expert_skew: float, weight_format: str | None, grouped: bool = True) -> dict[str, object]:
     """The phase's leaves, the weights read as they are stored (the checkpoint's format, or ``weight_format``)."""
     _, weight_bytes = stored_weights(model, weight_format)
-    return phase_work(model, phase, depth=None, flash=True, expert_skew=expert_skew, weight_bytes=weight_bytes).components
+    return phase_work(model, phase, depth=None, flash=True, expert_skew=expert_skew, weight_bytes=weight_bytes, grouped=grouped).components
 
 
 @cache
-def _leaves(model: Model, phase: str, tensor: int, names: tuple[str, ...], expert_skew: float, weight_format: str | None = None) -> tuple[_Leaf, ...]:
+def _leaves(model: Model, phase: str, tensor: int, names: tuple[str, ...], expert_skew: float, weight_format: str | None = None, grouped: bool = True) -> tuple[_Leaf, ...]:
     """Each leaf's FLOPs and HBM bytes on one device as float functions of ``names`` (engines run FlashAttention)."""
     split = tensor_split(model, tensor)
     values = model.values
@@ -319,7 +319,7 @@ def _leaves(model: Model, phase: str, tensor: int, names: tuple[str, ...], exper
         return sympy.expand(expr.xreplace({s: sympy.Integer(values[s.name]) / (tensor if s in split else 1) for s in expr.free_symbols if s.name in values}))
 
     found = []
-    for path, work in _components(model, phase, expert_skew, weight_format).items():
+    for path, work in _components(model, phase, expert_skew, weight_format, grouped).items():
         flops, moved = per_device(work.flops), per_device(work.bytes)
         if flops == 0 and moved == 0:
             continue
@@ -338,8 +338,10 @@ def _ideal(device: str) -> estimate.Efficiency:
 class StepModel:
     """Seconds of engine steps of one replica (``tensor`` devices) at the device's sustained rates."""
 
-    def __init__(self, model: Model, gpu: str | os.PathLike[str] | Hardware, *, tensor: int = 1, dtype: str | None = None, weight_format: str | None = None, node_size: int | None = None, expert_skew: float = 0, efficiency_data: estimate.Efficiency | str | None = None):
-        """``dtype``: the matmul rate (default: the stored weights' format where the device has its rate, else bf16), as ``symform time --infer``."""
+    def __init__(self, model: Model, gpu: str | os.PathLike[str] | Hardware, *, tensor: int = 1, dtype: str | None = None, weight_format: str | None = None, node_size: int | None = None, expert_skew: float = 0, efficiency_data: estimate.Efficiency | str | None = None, grouped_kv: bool = True):
+        """``dtype``: the matmul rate (default: the stored weights' format where the device has its rate, else bf16), as ``symform time --infer``;
+        ``grouped_kv``: the attention kernels read a key/value head once per group of query heads (False: once per query head, as
+        TensorRT-LLM's generation kernel did before XQA)."""
         timing._whole("tensor", tensor)
         self.place = timing.placement(gpu, node_size)
         if tensor > self.place.node_size:
@@ -358,8 +360,8 @@ class StepModel:
         self.peak, self.hbm = estimate._device_rates(self.place, dtype)
         self.fusion = estimate._fusion("fused")
         self.head = estimate._head_size(self.model)
-        self.decode = _leaves(self.model, "decode", tensor, ("batch", "past"), expert_skew, weight_format)
-        self.prefill_cores = [leaf for leaf in _leaves(self.model, "prefill", tensor, ("batch", "seq"), 0, weight_format) if leaf.kind == "attention"]
+        self.decode = _leaves(self.model, "decode", tensor, ("batch", "past"), expert_skew, weight_format, grouped_kv)
+        self.prefill_cores = [leaf for leaf in _leaves(self.model, "prefill", tensor, ("batch", "seq"), 0, weight_format, grouped_kv) if leaf.kind == "attention"]
         self._comm: dict[tuple[int, bool], float] = {}
 
     def _seconds(self, leaf: _Leaf, flops: float, moved: float, rows: float) -> float:
@@ -377,7 +379,8 @@ class StepModel:
             rates = self.efficiency.link(link)
             bandwidth = timing._bandwidth(self.place, link) * rates.bus_efficiency
             batch, seq = (rows, 1) if decoding else (1, rows)
-            self._comm[key] = timing._inference_comm(self.model, self.place, self.tensor, batch, seq, alpha=rates.latency_s, bandwidth=bandwidth)[0]
+            algorithms = estimate.rules().engine_all_reduce(link)
+            self._comm[key] = timing._inference_comm(self.model, self.place, self.tensor, batch, seq, alpha=rates.latency_s, bandwidth=bandwidth, algorithms=algorithms)[0]
         return self._comm[key]
 
     def step(self, *, decoding: int = 0, past: float = 0.0, queries: int = 1, chunk: int = 0, prompt: float | None = None) -> float:
@@ -811,8 +814,8 @@ def measured_error(run) -> dict[str, object]:
     from . import calibration
 
     s = run.setup
-    steps = StepModel(calibration.run_model(run), s["gpu"], tensor=s.get("tensor", 1), dtype=s.get("dtype", "bf16"))
+    steps = StepModel(calibration.run_model(run), s["gpu"], tensor=s.get("tensor", 1), dtype=s.get("dtype", "bf16"), grouped_kv=s.get("attention", "sdpa") != "fused_per_head")
     ttft, tpot, rate = static_batch(steps, s["batch"], s["prompt"], s["output"])
     what, measured = run.measured
-    predicted = {"ttft_ms": ttft * 1e3, "tokens_per_s_per_sequence": 1 / tpot, "tokens_per_s": rate}[what]
+    predicted = {"ttft_ms": ttft * 1e3, "tokens_per_s_per_sequence": 1 / tpot, "tokens_per_s": rate, "tokens_per_s_per_gpu": rate / s.get("tensor", 1)}[what]
     return {"run": run.name, "source": run.source, "figure": what, "measured": measured, "predicted": predicted, "error": predicted / measured - 1}

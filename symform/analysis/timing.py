@@ -166,14 +166,14 @@ def recompute_work(model: Model, recompute: str, *, flash: bool = False) -> tupl
 # --- communication ---------------------------------------------------------------------------
 
 
-def transfer_seconds(transfers: Iterable[parallel_comm.Transfer], place: Placement, link: str, *, alpha: float | None = None, bandwidth: float | None = None) -> float:
-    """Seconds of the transfers one after another over ``link``, each by the faster of ring and tree
-    (the link's default latency and datasheet bandwidth unless given)."""
+def transfer_seconds(transfers: Iterable[parallel_comm.Transfer], place: Placement, link: str, *, alpha: float | None = None, bandwidth: float | None = None, algorithms: tuple[str, ...] = ALGORITHMS) -> float:
+    """Seconds of the transfers one after another over ``link``, each by the fastest of ``algorithms`` (ring and tree
+    unless given; the link's default latency and datasheet bandwidth unless given)."""
     alpha = link_latency(link) if alpha is None else alpha
     beta = 1 / (_bandwidth(place, link) if bandwidth is None else bandwidth)
     total = 0.0
     for transfer in transfers:
-        names = [a for a in ALGORITHMS if a in collective(transfer.collective).algorithms] or [collective(transfer.collective).default]
+        names = [a for a in algorithms if a in collective(transfer.collective).algorithms] or [collective(transfer.collective).default]
         ranks, nbytes = float(transfer.ranks), float(transfer.nbytes)
         total += transfer.count * min(_seconds_function(transfer.collective, a)(ranks, nbytes, alpha, beta) for a in names)
     return total
@@ -753,7 +753,7 @@ def _inference_work(model: Model, phase: str, tensor: int, flash: bool, weight_b
     return sympy.expand(total.flops.xreplace(split)), sympy.expand(total.bytes.xreplace(split))
 
 
-def _inference_comm(model: Model, place: Placement, tensor: int, batch: int, seq: int, *, alpha: float | None = None, bandwidth: float | None = None) -> tuple[float, str | None]:
+def _inference_comm(model: Model, place: Placement, tensor: int, batch: int, seq: int, *, alpha: float | None = None, bandwidth: float | None = None, algorithms: tuple[str, ...] = ALGORITHMS) -> tuple[float, str | None]:
     """Forward tensor-parallel communication: two all-reduces per layer, the embedding's, and a gather of the last position's logits."""
     if tensor == 1:
         return 0.0, None
@@ -763,7 +763,7 @@ def _inference_comm(model: Model, place: Placement, tensor: int, batch: int, seq
     ends = parallel_comm.vocab_parallel_embedding(seq=seq, **sizes) + parallel_comm.vocab_parallel_output_head(seq=1, vocab=model.values.get("vocab", 1), fused_cross_entropy=False, **sizes)
     forward = [x for x in [*ends] if x.phase == "forward"]
     link = place.link(tensor)
-    rates = {"alpha": alpha, "bandwidth": bandwidth}
+    rates = {"alpha": alpha, "bandwidth": bandwidth, "algorithms": algorithms}
     return transfer_seconds([x for x in layer if x.phase == "forward"], place, link, **rates) * layers + transfer_seconds(forward, place, link, **rates), link
 
 

@@ -25,7 +25,7 @@ def plan_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seq", type=positive_int, help="tokens per sequence (training)")
     p.add_argument("--precision", default="mixed", choices=list(recipes().precision))
     p.add_argument("--optimizer", default="adamw", choices=list(recipes().optimizer))
-    p.add_argument("--flash", action="store_true", help="FlashAttention in the attention cores")
+    p.add_argument("--flash", action=argparse.BooleanOptionalAction, default=True, help="FlashAttention/SDPA in the attention cores (the default, as time and roofline); --no-flash: eager attention, scores materialised")
     p.add_argument("--memory", type=memory_budget, metavar="BYTES", help="memory per device (default: the device's)")
     p.add_argument("--node-size", type=positive_int, help="devices per scale-up domain (default: the system's, or 8)")
     p.add_argument("--top", type=positive_int, default=5, help="layouts to show (default 5)")
@@ -55,6 +55,7 @@ def _table(result: Plan) -> str:
     lines = [
         f"layouts of {result.model} on {result.devices} × {result.gpu}, global batch {result.global_batch} × seq {result.seq}",
         f"{result.candidates:,} candidates screened in {result.screen_seconds * 1e3:.0f} ms, {result.fitting:,} fit in {result.assumptions['memory_budget_bytes'] / 2**30:.0f} GiB per device",
+        "attention: " + ("sdpa (FlashAttention kernels); --no-flash for eager" if result.assumptions["flash_attention"] else "eager (scores materialised)"),
     ]
     if not result.best:
         lines.append("none fits: add devices, lower the precision's bytes (--precision bf16) or shorten the sequence")
