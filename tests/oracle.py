@@ -74,6 +74,16 @@ def build(config: dict, *, eager_experts: bool = False):
     return model.eval()
 
 
+def save_tiny_qwen3(directory):
+    """transformers' own save_pretrained of a tiny bf16 Qwen3 with an untied head (config.json + model.safetensors)."""
+    config = {"model_type": "qwen3", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 101, "max_position_embeddings": 64, "tie_word_embeddings": False}
+    torch.manual_seed(0)
+    module = transformers.AutoModelForCausalLM.from_config(hf_config(config), dtype=torch.bfloat16)
+    module.save_pretrained(directory)
+    return module
+
+
 def input_ids(config: dict, batch: int, seq: int):
     generator = torch.Generator().manual_seed(batch * 1000 + seq)
     return torch.randint(0, config["vocab_size"], (batch, seq), generator=generator)

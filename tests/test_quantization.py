@@ -185,13 +185,10 @@ def test_roofline_and_time_read_the_checkpoint_weights_at_their_rate(capsys):
 @pytest.mark.oracle
 def test_a_saved_checkpoint_is_measured_from_its_safetensors_headers(tmp_path, capsys):
     """transformers' own save_pretrained of a tiny Qwen3 in bf16: symform reads the headers (never the weights)."""
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    config = {"model_type": "qwen3", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,
-              "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 101, "max_position_embeddings": 64, "tie_word_embeddings": False}
-    torch.manual_seed(0)
-    module = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**config), dtype=torch.bfloat16)
-    module.save_pretrained(tmp_path)
+    pytest.importorskip("transformers")
+    from oracle import save_tiny_qwen3
+
+    module = save_tiny_qwen3(tmp_path)
     stored = sum(p.numel() * p.element_size() for p in module.state_dict().values())
     report = run_json(capsys, "memory", str(tmp_path / "config.json"), "--infer", "--batch", "1", "--seq", "1")
     size = report["assumptions"]["checkpoint_size"]

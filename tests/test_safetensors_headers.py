@@ -227,13 +227,11 @@ def test_a_malformed_remote_header_is_one_line(tmp_path, serve):
 @pytest.mark.oracle
 def test_a_saved_model_served_over_http_stores_as_many_elements_as_symform_counts(tmp_path, serve):
     """transformers' save_pretrained of a tiny Qwen3 (untied head): its header elements are the module's numel()."""
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    config = {"model_type": "qwen3", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,
-              "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 101, "max_position_embeddings": 64, "tie_word_embeddings": False}
-    module = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**config), dtype=torch.bfloat16)
+    pytest.importorskip("transformers")
+    from oracle import save_tiny_qwen3
+
     saved = tmp_path / "saved"
-    module.save_pretrained(saved)
+    module = save_tiny_qwen3(saved)
     cache = tmp_path / "hub"
     hub_cache(cache, "Org/Tiny", {"config.json": (saved / "config.json").read_bytes()}, absent=("hf_quant_config.json", "model.safetensors.index.json"))
     endpoint = serve({f"/Org/Tiny/resolve/{COMMIT}/model.safetensors": (saved / "model.safetensors").read_bytes()})
