@@ -110,6 +110,14 @@ def test_data_parallel_gradient_all_reduce_over_nvlink(small):
     assert result.time_upper == pytest.approx(one.time_upper + result.comm["data"].seconds)
 
 
+def test_a_card_without_a_scale_up_fabric_talks_to_its_node_over_pcie(small):
+    """An RTX 4090's device file has PCIe and no NVLink: tensor and data groups inside a node run over PCIe."""
+    assert "scale_up" not in _device_file("rtx-4090")["interconnect"]
+    result = training_time(small, "rtx-4090", global_batch=8, micro_batch=1, seq=256, layout=Layout(data=2, tensor=2))
+    assert result.comm["tensor"].link == result.comm["data"].link == "pcie"
+    assert result.assumptions["links"]["data"]["bytes_per_s"] == _device_file("rtx-4090")["interconnect"]["pcie"]["unidirectional_bytes_per_s"]
+
+
 def test_groups_leave_the_node_for_scale_out(small):
     result = training_time(small, "h100-sxm", global_batch=8, micro_batch=1, seq=256, layout=Layout(data=4, tensor=8))
     assert result.devices == 32

@@ -66,9 +66,12 @@ class Placement:
 
         A group inside one node uses the scale-up fabric; one that leaves it runs the
         whole collective at the scale-out bandwidth, since a ring moves at the pace of
-        its slowest hop.
+        its slowest hop. A device without a scale-up fabric (consumer and PCIe cards)
+        talks to its node's peers over PCIe.
         """
-        return "scale_up" if span <= self.node_size else "scale_out"
+        if span > self.node_size:
+            return "scale_out"
+        return "scale_up" if "scale_up" in self.device.interconnect else "pcie"
 
 
 def placement(gpu: str | os.PathLike[str] | Hardware, node_size: int | None = None) -> Placement:
