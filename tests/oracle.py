@@ -160,8 +160,9 @@ def saved_for_backward(model, ids, labels=None, **inputs) -> int:
         if _takes_labels(model):
             output = model(input_ids=ids, labels=ids if labels is None else labels, **inputs).loss
         else:
-            output = model(input_ids=ids, **inputs).last_hidden_state
-    assert output.requires_grad
+            # every output alive, as a user's training keeps them (BERT's pooled output beside the hidden states)
+            output = model(input_ids=ids, **inputs)
+    assert (output if isinstance(output, torch.Tensor) else output.last_hidden_state).requires_grad
     return sum({ptr: size for alive, ptr, size in packed if alive() is not None}.values())
 
 

@@ -41,7 +41,10 @@ def configs(draw, model_type=ALL_FAMILIES):
     return config
 
 
-workloads = st.fixed_dictionaries({"batch": st.integers(1, 64), "seq": st.integers(1, 32768), "tokens": st.integers(1, 10**13)})
+# tp, pp, dp: the parallel layout training_bytes is written in (symbols without defaults)
+workloads = st.fixed_dictionaries(
+    {"batch": st.integers(1, 64), "seq": st.integers(1, 32768), "tokens": st.integers(1, 10**13), "tp": st.integers(1, 8), "pp": st.integers(1, 8), "dp": st.integers(1, 64)}
+)
 
 
 def assert_every_path_agrees(model: Model, workload: dict) -> None:
