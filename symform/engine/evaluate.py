@@ -23,6 +23,8 @@ def exact_value(expr: sympy.Expr, values: Mapping[sympy.Symbol, sympy.Expr]) -> 
         result = sympy.sympify(expr).xreplace(dict(values))
     except ZeroDivisionError:  # a modulo or floor division by a size that is zero here
         raise EvaluationError(f"division by zero in {quoted(str(expr))} at these sizes; give sizes that keep every divisor positive") from None
+    except (ValueError, TypeError):  # min/max over an infinity or a complex number (1/0 inside min) cannot compare
+        raise EvaluationError(f"{quoted(str(expr))} has a min or max of incomparable values at these sizes (a division by zero or a complex number inside); give sizes that keep every divisor positive") from None
     if result.free_symbols:
         missing = ", ".join(sorted(s.name for s in result.free_symbols))
         raise EvaluationError(f"cannot evaluate exactly: no value for {missing}; give one (e.g. --set {sorted(s.name for s in result.free_symbols)[0]}=...)")
