@@ -79,6 +79,8 @@ def quantity_expression(model: Model, name: str, *, swept: Iterable[str] = (), t
     Conventions stay symbolic where they are swept, so ``grid={"causal": [...]}`` works.
     """
     swept = set(swept)
+    if hasattr(training, "quantity_expression"):  # a fine-tuning step (symform.finetune.FineTuneStep) counts its own
+        return training.quantity_expression(model, name, swept)
     if name.startswith(MEMORY_PREFIX):
         return _memory_expression(model, name[len(MEMORY_PREFIX):], training)
     expr = model.expression(name, conventions=False).expr
@@ -97,7 +99,9 @@ def _memory_expression(model: Model, category: str, training: Any) -> sympy.Expr
     return categories[category]
 
 
-def _quantity_name(name: str) -> str:
+def _quantity_name(name: str, training: Any = None) -> str:
+    if hasattr(training, "quantity_name"):
+        return training.quantity_name(name)
     if name.startswith(MEMORY_PREFIX):
         return name
     return normalise_quantity(name)
@@ -248,7 +252,7 @@ def compile_quantities(model: Model, quantities: Sequence[str] | str, names: Seq
     if cached is not None:
         return cached
     _check_names(model, names)
-    keys = tuple(_quantity_name(q) for q in quantities)
+    keys = tuple(_quantity_name(q, training) for q in quantities)
     exprs = [quantity_expression(model, q, swept=names, training=training) for q in keys]
     bound = tuple(_bind(model, exprs, names, fixed or {}))
     kernel = _kernel(bound, names)
