@@ -151,6 +151,7 @@ def _csv_cell(value: object) -> str:
 def render_table(header: Sequence[str], rows: Sequence[dict[str, object]]) -> str:
     cells = [[v if isinstance(v, str) else f"{v:,}" if isinstance(v, int) else f"{v:.6g}" for v in (row[k] for k in header)] for row in rows]
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(header)]
-    lines = ["  ".join(h.rjust(w) for h, w in zip(header, widths))]
-    lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in cells]
+    text = [bool(rows) and isinstance(rows[0][k], str) for k in header]  # names read left to right, numbers align right
+    lines = ["  ".join(h.ljust(w) if t else h.rjust(w) for h, w, t in zip(header, widths, text))]
+    lines += ["  ".join(c.ljust(w) if t else c.rjust(w) for c, w, t in zip(r, widths, text)).rstrip() for r in cells]
     return "\n".join(lines)
