@@ -1,8 +1,8 @@
 """Fine-tuning memory against published measurements: ``hardware/finetune/*.toml``, one file per source.
 
 Each run names a model, a fine-tuning setup and a GPU memory, and what its source measured there: the longest
-sequence that trained (``longest_seq``; 0 where every length ran out of memory) or that the run fits
-(``fits``, at a given ``seq``). symform's ``memory --train`` estimate is compared with it as it stands: no factor
+sequence that trained (``longest_seq``; 0 where every length ran out of memory), the peak memory of a step
+(``peak_gib``, at a given ``seq``) or that the run fits (``fits``, at a given ``seq``). symform's ``memory --train`` estimate is compared with it as it stands: no factor
 is fitted. A measurement also holds what symform does not count (docs/fine-tuning.md lists it), so at the
 longest sequence a source reports, symform's estimate is expected below the GPU's memory, by that much.
 """
@@ -20,6 +20,7 @@ from .finetune import FineTune, finetune_memory, finetune_memory_expressions
 from .memory import MemoryReport, Training, solve_fit
 
 MEASURED_DIR = ("hardware", "finetune")
+MEASURES = ("longest_seq", "peak_gib", "fits")
 SETUP_KEYS = ("rank", "targets", "base_format", "precision", "optimizer", "recompute", "flash", "batch")
 
 
@@ -88,8 +89,11 @@ class Case:
 
     @property
     def error(self) -> float | None:
-        """Estimate / GPU memory − 1 at the longest sequence the source trained; None where it gives none."""
+        """Estimate / measured peak − 1, or estimate / GPU memory − 1 at the longest sequence the source trained;
+        None where it gives neither."""
         what, value = self.run.measured
+        if what == "peak_gib":
+            return self.estimate / (value * 2**30) - 1
         return self.estimate / self.run.budget - 1 if what == "longest_seq" and value else None
 
     @cached_property
@@ -103,7 +107,7 @@ class Case:
     def agrees(self) -> bool:
         """Whether symform says what the source found: it fits, or (OOM) it does not."""
         what, value = self.run.measured
-        if what == "fits":
+        if what in ("fits", "peak_gib"):
             return self.estimate <= self.run.budget
         return (self.longest_seq >= value) if value else self.longest_seq == 0
 
@@ -125,8 +129,8 @@ def runs() -> list[Run]:
         for entry in data.get("runs", []):
             setup = {**defaults, **entry}
             missing = [k for k in (*SETUP_KEYS, "measured") if k not in setup] + ([] if "memory_gib" in setup or "memory_gb" in setup else ["memory_gib"])
-            if missing or len(setup["measured"]) != 1 or next(iter(setup["measured"])) not in ("longest_seq", "fits"):
-                raise ConfigError(f"{path}: run {entry.get('name')!r} needs {', '.join(missing) or 'one measured figure, longest_seq or fits'}")
+            if missing or len(setup["measured"]) != 1 or next(iter(setup["measured"])) not in MEASURES:
+                raise ConfigError(f"{path}: run {entry.get('name')!r} needs {', '.join(missing) or 'one measured figure: ' + ', '.join(MEASURES)}")
             found.append(Run(path.stem, setup.pop("name"), setup))
     return found
 

@@ -44,6 +44,9 @@ def _row(c: fv.Case) -> str:
         measured = f"fits at seq {c.seq:,}"
         margin = c.run.budget - c.estimate
         error = f"fits, {margin / 1e9:.2f} GB ({margin / c.run.budget:.0%}) to spare" if margin >= 0 else f"does not fit: {-margin / 1e9:.2f} GB over"
+    elif what == "peak_gib":
+        measured = f"peak {value} GiB at seq {c.seq:,}"
+        error = f"{c.error:+.1%}"
     elif value:
         measured = f"longest seq {value:,}"
         error = f"{c.error:+.1%}"
