@@ -39,7 +39,7 @@ def markdown(cases: list[fv.Case]) -> str:
 
 def _row(c: fv.Case) -> str:
     what, value = c.run.measured
-    at = f"{c.estimate / GIB:.2f} GiB"
+    at = f"{c.estimate / GIB:.2f} GiB" if "memory_gib" in c.run.setup else f"{c.estimate / 1e9:.2f} GB"  # in the unit of the GPU's memory
     if what == "fits":
         measured = f"fits at seq {c.seq:,}"
         margin = c.run.budget - c.estimate
