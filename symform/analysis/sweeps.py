@@ -159,6 +159,8 @@ class Compiled:
             return _map_blocks(self, arrays)
         if self.kernel is None:
             results = self.function(*arrays)
+        elif Kernel.uniform(arrays) and arrays[0].ndim:
+            return self._uniform(arrays)
         else:
             if arrays and all(_is_integer(a) for a in arrays) and any(isinstance(a, (np.ndarray, np.integer)) for a in arrays):
                 self.check_int64(arrays)  # Python ints alone never wrap: only numpy's int64 is checked
@@ -169,6 +171,16 @@ class Compiled:
             return tuple(results)
         shape = tuple(np.broadcast_shapes(*(tuple(a.shape) for a in shaped)))
         return tuple(r if _is_array(r) and tuple(r.shape) == shape else r + _zeros_like(shaped) for r in results)
+
+    def _uniform(self, arrays) -> tuple:
+        """Inputs of one shape and dtype: the kernel's allocation-free form, the results its own arrays
+        (reused for the temporaries, as a hand-written in-place version would)."""
+        first = arrays[0]
+        if first.dtype.kind == "i":
+            self.check_int64(arrays)
+        out = [np.empty_like(first) for _ in self.quantities]
+        self.kernel.into(arrays, out, [np.empty_like(first) for _ in range(self.kernel.slots)])
+        return tuple(r if m == 1 else r / m for r, m in zip(out, self.kernel.scales))
 
     def check_int64(self, arrays) -> None:
         """Refuse int64 inputs unless every result provably fits int64 (see kernels.Kernel.int64_bound)."""
