@@ -799,14 +799,20 @@ def _input_columns(axes: Sequence[Axis], shape: tuple[int, ...], chunk: int) -> 
     return out
 
 
-def _evaluate_into(compiled: Compiled, arrays: Sequence, targets: Sequence[np.ndarray], divide: bool) -> None:
-    """Every quantity at the block's points into ``targets`` (the result arrays' slices)."""
+def _evaluate_into(compiled: Compiled, arrays: Sequence, targets: Sequence[np.ndarray], divide: bool, block: Block, scratch: Sequence[np.ndarray]) -> None:
+    """Every quantity at the block's points into ``targets`` (the result arrays' slices); inputs that
+    fill the block, of the results' dtype, run the kernel's allocation-free form with ``scratch``."""
     if compiled.kernel is None:
         results = compiled.function(*arrays)
         for target, values in zip(targets, results):
             target[...] = values
         return
-    results = compiled.kernel(*arrays, out=targets)
+    if Kernel.uniform(arrays) and arrays[0].shape == block.shape and arrays[0].dtype == targets[0].dtype:
+        size = block.stop - block.start
+        compiled.kernel.into(arrays, targets, [s[:size].reshape(block.shape) for s in scratch])
+        results = targets
+    else:
+        results = compiled.kernel(*arrays, out=targets)
     for target, values, scale in zip(targets, results, compiled.kernel.scales):
         if values is not target:
             target[...] = values
@@ -827,14 +833,7 @@ def _run_float(compiled: Compiled, axes, shape, chunk, progress, inexact, checks
             values = _block_inputs(axes, block, sources)
             targets = [columns[q][block.start:block.stop].reshape(block.shape) for q in compiled.quantities]
             arrays = [np.asarray(values[n], dtype=np.float64) for n in compiled.names]
-            if kernel is not None and Kernel.uniform(arrays) and arrays[0].shape == block.shape:
-                size = block.stop - block.start
-                kernel.into(arrays, targets, [s[:size].reshape(block.shape) for s in scratch])
-                for target, scale in zip(targets, kernel.scales):
-                    if scale != 1:
-                        np.divide(target, scale, out=target)
-            else:
-                _evaluate_into(compiled, arrays, targets, divide=True)
+            _evaluate_into(compiled, arrays, targets, divide=True, block=block, scratch=scratch)
             for q, target in zip(compiled.quantities, targets):
                 high, low = float(np.maximum.reduce(target, axis=None)), float(np.minimum.reduce(target, axis=None))
                 if not (math.isfinite(high) and math.isfinite(low)):
@@ -856,11 +855,12 @@ def _run_int64(compiled: Compiled, axes, shape, chunk, progress, *, strict: bool
     total = math.prod(shape)
     columns = {q: np.empty(total, dtype=np.int64) for q in compiled.quantities}
     sources = {name: column.astype(np.int64, copy=False) for axis in axes for name, column in zip(axis.names, axis.columns)}
+    scratch = [np.empty(min(chunk, total), dtype=np.int64) for _ in range(compiled.kernel.slots)]
     with _Progress(total, progress) as bar:
         for block in _blocks(shape, chunk):
             values = _block_inputs(axes, block, sources)
             targets = [columns[q][block.start:block.stop].reshape(block.shape) for q in compiled.quantities]
-            _evaluate_into(compiled, [values[n] for n in compiled.names], targets, divide=False)
+            _evaluate_into(compiled, [values[n] for n in compiled.names], targets, divide=False, block=block, scratch=scratch)
             bar.update(block.stop - block.start)
     for q, scale in zip(compiled.quantities, compiled.kernel.scales):
         if scale != 1:
