@@ -35,6 +35,8 @@ from typing import Callable, Sequence
 import numpy as np
 import sympy
 
+from ..engine.horner import factor as _factor
+
 INT64_LIMIT = 2**63
 
 
@@ -129,41 +131,6 @@ def _symbol(exprs, name):
             if s.name == name:
                 return s
     return sympy.Symbol(name)
-
-
-# --- factoring ------------------------------------------------------------------------------------
-# nodes: ("c", int) | ("x", index) | ("*", a, b) | ("+", a, b)
-
-
-def _factor(terms: list[tuple[tuple[int, ...], int]], nvars: int):
-    if not terms:
-        return ("c", 0)
-    g = math.gcd(*(c for _, c in terms))
-    if g > 1 and len(terms) > 1:
-        return ("*", _factor([(e, c // g) for e, c in terms], nvars), ("c", g))
-    if len(terms) == 1:
-        return _monomial(*terms[0])
-    counts = [sum(1 for e, _ in terms if e[i] > 0) for i in range(nvars)]
-    best = max(range(nvars), key=lambda i: counts[i]) if nvars else None
-    if best is None or counts[best] < 2:
-        node = _monomial(*terms[0])
-        for t in terms[1:]:
-            node = ("+", node, _monomial(*t))
-        return node
-    inner = [(e[:best] + (e[best] - 1,) + e[best + 1:], c) for e, c in terms if e[best] > 0]
-    rest = [t for t in terms if t[0][best] == 0]
-    node = ("*", _factor(inner, nvars), ("x", best))
-    return ("+", node, _factor(rest, nvars)) if rest else node
-
-
-def _monomial(exponents: tuple[int, ...], coefficient: int):
-    factors = [("x", i) for i, e in enumerate(exponents) for _ in range(e)]
-    if not factors:
-        return ("c", coefficient)
-    node = factors[0]
-    for f in factors[1:]:
-        node = ("*", node, f)
-    return ("*", node, ("c", coefficient)) if coefficient != 1 else node
 
 
 # --- code -----------------------------------------------------------------------------------------
