@@ -270,3 +270,14 @@ def test_a_bad_value_in_a_late_block_is_refused_as_the_full_checks_word_it(colum
     points[column][29] = points[column][0]
     fine = sweep(model, "params", zip=points, chunk=8)
     assert np.all(fine["params"] == model.evaluate("params"))
+
+
+def test_block_screen_keeps_a_whole_number_test_on_every_divisor():
+    """a/b whole proves a whole only where b is: two requirements dividing each other prove nothing."""
+    from symform.analysis.sweeps import Axis, Relation, _Screen
+
+    a, b = sympy.symbols("n_heads n_kv_heads", positive=True, integer=True)
+    relations = [Relation(sympy.Eq(sympy.Mod(a, b), 0), "a", "a"), Relation(sympy.Eq(sympy.Mod(b, a), 0), "b", "b")]
+    columns = (np.array([2.5, 4.0]), np.array([2.5, 4.0]))
+    screen = _Screen.of(Axis(("n_heads", "n_kv_heads"), columns), {"n_heads": "positive_integer", "n_kv_heads": "positive_integer"}, relations, False, 2)
+    assert len(screen.relations) == 2 and not screen.passes(columns)

@@ -592,8 +592,10 @@ class _Screen:
             if ab is not None:
                 divides.append((r, *ab))
         # a/b whole, b whole and 1 <= a < 2**53 imply a whole: a fraction of a would leave a/b
-        # at least ulp(a)/b from every integer, farther than the quotient's rounding error
-        implied = {a for _, a, _ in divides if domains[axis.names[a]] == "positive_integer"}
+        # at least ulp(a)/b from every integer, farther than the quotient's rounding error.
+        # Every b keeps its own test, so no chain of such proofs rests on an unchecked column.
+        denominators = {b for _, _, b in divides}
+        implied = {a for _, a, _ in divides if domains[axis.names[a]] == "positive_integer" and a not in denominators}
         columns = []
         for i, (name, column) in enumerate(zip(axis.names, axis.columns)):
             domain = domains[name]
