@@ -43,6 +43,11 @@ What PyTorch does that surprises (each one declared where it happens):
   Qwen3-Next's z a view of its whole fused projection. The gated attention's q_norm keeps,
   in fp32, a view of q_proj's output, gate included; Qwen3.5's cos and sin are a quarter of
   a head wide and computed per sequence.
+- Mamba-2's forward fills a cache, training's too: over fewer tokens than the convolution's
+  kernel it pads the convolution's input to the kernel, a copy the convolution keeps. Over
+  one chunk einsum folds the scan's batch dimensions without copying: C·S keeps a view of
+  all chunks + 1 states, C·Bᵀ views of C and B for one sequence, and both products with X
+  one view of X·dt, except for one token of several sequences.
 """
 
 from __future__ import annotations
