@@ -43,12 +43,21 @@ What PyTorch does that surprises (each one declared where it happens):
   Qwen3-Next's z a view of its whole fused projection. The gated attention's q_norm keeps,
   in fp32, a view of q_proj's output, gate included; Qwen3.5's cos and sin are a quarter of
   a head wide and computed per sequence.
+- Mamba-2's forward fills a cache, training's too: over fewer tokens than the convolution's
+  kernel it pads the convolution's input to the kernel, a copy the convolution keeps. Over
+  one chunk einsum folds the scan's batch dimensions without copying: C·S keeps a view of
+  all chunks + 1 states, C·Bᵀ views of C and B for one sequence, and both products with X
+  one view of X·dt, except for one token of several sequences.
 """
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from oracle import TINY, build_for_training, input_ids, saved_for_backward
 
 from symform import Model
@@ -120,11 +129,12 @@ def test_saved_activations_equal_what_eager_pytorch_keeps(family, dtype, batch, 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_the_default_accounting_is_eager_without_windows_or_views(family):
     """The defaults differ from eager only where a window is shorter than the sequence (windowed = 1 spans the
-    window) and where a kept tensor is a view (views = 0): several sequences and a window longer than them
-    leave neither, so there the two accountings agree."""
+    window) and where a kept tensor is a view (views = 0): several sequences of 5 tokens, no longer than any
+    window and longer than a Mamba-2 chunk of 4 (over one chunk its scan keeps views), leave neither, so there
+    the two accountings agree."""
     config = {**TINY, **FAMILIES[family]}
-    default = Model.from_config(config).evaluate("saved_activations", batch=2, seq=4)
-    assert default == Model.from_config(config, accounting="eager").evaluate("saved_activations", batch=2, seq=4)
+    default = Model.from_config(config).evaluate("saved_activations", batch=2, seq=5)
+    assert default == Model.from_config(config, accounting="eager").evaluate("saved_activations", batch=2, seq=5)
 
 
 # transformers' Gated DeltaNet scan runs chunks of 64 tokens: one whole chunk, two whole chunks, two with padding
@@ -143,3 +153,40 @@ def test_the_gated_deltanet_scan_keeps_whole_chunks(family, dtype, batch, seq):
     kept = saved_for_backward(build_for_training(config, dtype), input_ids(config.get("text_config", config), batch, seq))
     model = Model.from_config(config, accounting="eager", conventions={"act_bytes": DTYPES[dtype], "cpu_kernels": 1})
     assert model.evaluate("saved_activations", batch=batch, seq=seq) == kept
+
+
+# Mamba-2 over at most one chunk, and over fewer tokens than its convolution's kernel: transformers' forward fills
+# a cache and pads the convolution's input to the kernel; over one chunk einsum folds the scan's batch dimensions
+# into views (of C and B for one sequence, of X·dt unless one token of several sequences, of the start states)
+MAMBA2 = {**TINY, "model_type": "nemotron_h", "hybrid_override_pattern": "M*", "num_hidden_layers": 2, "head_dim": 16,
+          "mamba_num_heads": 8, "mamba_head_dim": 8, "ssm_state_size": 16, "n_groups": 2}  # fmt: skip
+
+
+@functools.cache
+def mamba2_model(chunk: int, kernel: int, dtype):
+    return build_for_training({**MAMBA2, "chunk_size": chunk, "conv_kernel": kernel}, dtype)
+
+
+def assert_mamba2_saved_activations_exact(chunk: int, kernel: int, dtype, batch: int, seq: int) -> None:
+    config = {**MAMBA2, "chunk_size": chunk, "conv_kernel": kernel}
+    kept = saved_for_backward(mamba2_model(chunk, kernel, dtype), input_ids(config, batch, seq))
+    model = Model.from_config(config, accounting="eager", conventions={"act_bytes": DTYPES[dtype], "cpu_kernels": 1})
+    assert model.evaluate("saved_activations", batch=batch, seq=seq) == kept, (chunk, kernel, dtype, batch, seq)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("batch", [1, 2, 3])
+@pytest.mark.parametrize("seq", range(1, 10))
+def test_mamba2_keeps_what_eager_pytorch_keeps_within_and_past_one_chunk(dtype, batch, seq):
+    """Chunks of 4 and a kernel of 4: seq 1 to 3 pad both the convolution and the one chunk, seq 4 fills the
+    chunk, seq 5 to 9 run two or three chunks."""
+    assert_mamba2_saved_activations_exact(4, 4, dtype, batch, seq)
+
+
+@settings(max_examples=12, deadline=None)
+@given(chunk=st.integers(2, 5), kernel=st.integers(2, 4), dtype=st.sampled_from(list(DTYPES)), batch=st.integers(1, 3), seq=st.integers(1, 9))
+@example(chunk=2, kernel=4, dtype=torch.float32, batch=2, seq=2)  # one chunk, the convolution padded
+@example(chunk=4, kernel=2, dtype=torch.bfloat16, batch=2, seq=3)  # one chunk, the convolution not padded
+def test_mamba2_keeps_what_eager_pytorch_keeps_whatever_the_chunk_and_kernel(chunk, kernel, dtype, batch, seq):
+    """The one-chunk views and the convolution's padding apart: chunks shorter or longer than the kernel."""
+    assert_mamba2_saved_activations_exact(chunk, kernel, dtype, batch, seq)
