@@ -125,6 +125,18 @@ def test_forward_flops_equal_the_counter_but_for_the_triangular_solves(case, bat
     assert model.evaluate("forward_flops", batch=batch, seq=seq) - uncounted_solves(config, batch, seq) == counted
 
 
+@pytest.mark.parametrize(
+    "case, seq", [(case, seq) for case in NEMOTRON_CASES for seq in range(1, CONFIGS[case]["conv_kernel"])]
+)
+def test_mamba2_forward_flops_under_conv_kernel_tokens_count_the_padded_convolution(case, seq):
+    """A forward that fills the cache pads the convolution's input to conv_kernel positions first (transformers'
+    update_conv_state), so the convolution computes conv_kernel + conv_kernel - 1 positions, whatever seq < conv_kernel."""
+    config = CONFIGS[case]
+    counted = count_forward(build(config, eager_experts=True), input_ids(text(config), 2, seq)).get_total_flops()
+    model = Model.from_config(config).with_conventions(training=0)
+    assert model.evaluate("forward_flops", batch=2, seq=seq) == counted
+
+
 @pytest.mark.parametrize("case", CONFIGS)
 @pytest.mark.parametrize("batch, seq", [(2, 70), (1, 5), (1, 128)])
 def test_forward_and_backward_flops_equal_the_counter_once_its_mistakes_are_named(case, batch, seq):
