@@ -218,11 +218,18 @@ def _checkpoint_class(family: str | None, config: Mapping[str, Any]) -> str | No
     return names[0] if isinstance(names, list) and names and isinstance(names[0], str) else None
 
 
+def _named_class(config: Mapping[str, Any]) -> str | None:
+    names = config.get("architectures")
+    return names[0] if isinstance(names, list) and names and isinstance(names[0], str) else None
+
+
 def _build(torch, transformers, config: Mapping[str, Any], name: str, class_name: str | None):
     options = {"attn_implementation": "eager", "experts_implementation": "eager", "dtype": torch.float32}
     try:
         hf_config = transformers.AutoConfig.for_model(**copy.deepcopy(dict(config)))
         torch.manual_seed(0)
+        if class_name is None and type(hf_config) not in transformers.MODEL_FOR_CAUSAL_LM_MAPPING:
+            class_name = _named_class(config)  # a vision-language checkpoint with no causal LM of its own (Qwen3-VL)
         if class_name is None:
             module = transformers.AutoModelForCausalLM.from_config(hf_config, **options)
         else:
