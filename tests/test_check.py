@@ -26,13 +26,9 @@ for _name in presets():
 SAVED_GAP = {
 }
 
-# Families that check cannot yet build or compare at tiny sizes, each with what is left undone.
+# Families that check cannot yet build or compare at tiny sizes, each with what is left undone (none today).
 # A family listed here is expected to fail, strictly: the day check handles it, the test says so.
-CHECK_NOT_YET: dict[str, str] = {
-    # every total agrees; check's role table (formulas/checkpoints.toml [roles]) files the DeepStack mergers'
-    # LayerNorms (model.visual.deepstack_merger_list.N.norm) under final_norm, symform's paths under visual
-    "qwen3_vl": "27,648 vision parameters land in final_norm instead of visual",
-}
+CHECK_NOT_YET: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")

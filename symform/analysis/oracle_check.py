@@ -244,8 +244,10 @@ def _build(torch, transformers, config: Mapping[str, Any], name: str, class_name
 
 
 def _role(segments: list[str]) -> str:
-    """The role the segments nearest the leaf mark (the longest run of segments that names one, at each step up)."""
+    """The role the segments nearest the leaf mark (the longest run of segments that names one, at each step up);
+    layer and module-list indices do not break a run (deepstack_merger_list.2.norm is the run deepstack_merger_list.norm)."""
     tables = _tables()
+    segments = [s for s in segments if not s.isdigit()]
     longest = max(map(len, tables.roles))
     for end in range(len(segments), 0, -1):
         for size in range(min(longest, end), 0, -1):
