@@ -53,9 +53,14 @@ def hf_config(config: dict):
 
 
 def meta_model(config: dict):
-    """transformers' model for ``config`` on the meta device: shapes, no memory."""
+    """transformers' model for ``config`` on the meta device: shapes, no memory. The causal LM
+    transformers builds for the config or, for a config it builds none for (a vision-language
+    checkpoint such as Qwen3-VL), the class named first in ``architectures``."""
+    hf = hf_config(config)
     with torch.device("meta"):
-        return transformers.AutoModelForCausalLM.from_config(hf_config(config))
+        if type(hf) in transformers.MODEL_FOR_CAUSAL_LM_MAPPING:
+            return transformers.AutoModelForCausalLM.from_config(hf)
+        return getattr(transformers, config["architectures"][0])._from_config(hf)
 
 
 def meta_params(config: dict) -> int:

@@ -218,11 +218,18 @@ def _checkpoint_class(family: str | None, config: Mapping[str, Any]) -> str | No
     return names[0] if isinstance(names, list) and names and isinstance(names[0], str) else None
 
 
+def _named_class(config: Mapping[str, Any]) -> str | None:
+    names = config.get("architectures")
+    return names[0] if isinstance(names, list) and names and isinstance(names[0], str) else None
+
+
 def _build(torch, transformers, config: Mapping[str, Any], name: str, class_name: str | None):
     options = {"attn_implementation": "eager", "experts_implementation": "eager", "dtype": torch.float32}
     try:
         hf_config = transformers.AutoConfig.for_model(**copy.deepcopy(dict(config)))
         torch.manual_seed(0)
+        if class_name is None and type(hf_config) not in transformers.MODEL_FOR_CAUSAL_LM_MAPPING:
+            class_name = _named_class(config)  # a vision-language checkpoint with no causal LM of its own (Qwen3-VL)
         if class_name is None:
             module = transformers.AutoModelForCausalLM.from_config(hf_config, **options)
         else:
@@ -237,8 +244,10 @@ def _build(torch, transformers, config: Mapping[str, Any], name: str, class_name
 
 
 def _role(segments: list[str]) -> str:
-    """The role the segments nearest the leaf mark (the longest run of segments that names one, at each step up)."""
+    """The role the segments nearest the leaf mark (the longest run of segments that names one, at each step up);
+    layer and module-list indices do not break a run (deepstack_merger_list.2.norm is the run deepstack_merger_list.norm)."""
     tables = _tables()
+    segments = [s for s in segments if not s.isdigit()]
     longest = max(map(len, tables.roles))
     for end in range(len(segments), 0, -1):
         for size in range(min(longest, end), 0, -1):
