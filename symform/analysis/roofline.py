@@ -27,6 +27,7 @@ import sympy
 
 from . import flash_attention, routing
 from .finetune import FineTune, step_leaf_flops
+from ..engine.budget import expand
 from ..engine.errors import ConfigError, EvaluationError
 from ..engine.evaluate import exact_value
 from ..engine.formula import to_latex
@@ -440,8 +441,10 @@ def _leaves(
 
 
 def _leaves_under(model: Model, quantity: str, replace: Mapping[sympy.Symbol, sympy.Expr]) -> dict[str, sympy.Expr]:
-    parts = model.graph().breakdown(quantity, None)  # expanded already: model.breakdown's Formulas would expand again
-    return {path: sympy.expand(expr.xreplace(replace)) for path, expr in parts.items()}
+    # each leaf's term (multiplicity × expression) with the conventions in, multiplied out once: the numbers
+    # they put in leave fewer terms than multiplying out over the convention symbols first
+    parts = model.graph().leaf_terms(quantity)
+    return {path: expand(expr.xreplace(replace), f"{path}'s {quantity}") for path, expr in parts.items()}
 
 
 def _group(
