@@ -19,7 +19,7 @@ docs/roofline.md for the conventions.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -288,14 +288,20 @@ class PhaseWork:
     phase: str
     components: dict[str, Work]
     notes: tuple[str, ...] = ()
+    # the components' sum where it is known already (phase_work's, worked out once per graph and options)
+    summed: Work | None = field(default=None, repr=False, compare=False)
 
     @property
     def total(self) -> Work:
-        parts = self.components.values()
-        return Work(
-            sympy.expand(sum((w.flops for w in parts), sympy.Integer(0))),
-            sympy.expand(sum((w.bytes for w in parts), sympy.Integer(0))),
-        )
+        return self.summed if self.summed is not None else _sum(self.components.values())
+
+
+def _sum(parts: Iterable[Work]) -> Work:
+    parts = list(parts)
+    return Work(
+        sympy.expand(sum((w.flops for w in parts), sympy.Integer(0))),
+        sympy.expand(sum((w.bytes for w in parts), sympy.Integer(0))),
+    )
 
 
 def phase_work(
@@ -337,8 +343,10 @@ def phase_work(
         return _phase_work(model, phase, depth, flash, sram_bytes, weight_bytes, expert_skew, finetune, grouped)
     # once per graph, conventions and options: a plan asks again for every layout it reworks
     key = ("phase work", phase, depth, flash, sram_bytes, expert_skew, finetune, grouped, frozenset(model.conventions.items()))
-    work = model.graph().derived(key, lambda: _phase_work(model, phase, depth, flash, sram_bytes, None, expert_skew, finetune, grouped))
-    return PhaseWork(work.phase, dict(work.components), work.notes)
+    graph = model.graph()
+    work = graph.derived(key, lambda: _phase_work(model, phase, depth, flash, sram_bytes, None, expert_skew, finetune, grouped))
+    total = graph.derived(("total", *key), lambda: work.total)
+    return PhaseWork(work.phase, dict(work.components), work.notes, total)
 
 
 def _phase_work(
