@@ -19,8 +19,9 @@ docs/roofline.md for the conventions.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from fractions import Fraction
 
 import sympy
@@ -288,20 +289,18 @@ class PhaseWork:
     phase: str
     components: dict[str, Work]
     notes: tuple[str, ...] = ()
-    # the components' sum where it is known already (phase_work's, worked out once per graph and options)
-    summed: Work | None = field(default=None, repr=False, compare=False)
+    # the work this one copies (phase_work's, once per graph and options), whose total is summed once
+    source: PhaseWork | None = field(default=None, repr=False, compare=False)
 
-    @property
+    @cached_property
     def total(self) -> Work:
-        return self.summed if self.summed is not None else _sum(self.components.values())
-
-
-def _sum(parts: Iterable[Work]) -> Work:
-    parts = list(parts)
-    return Work(
-        sympy.expand(sum((w.flops for w in parts), sympy.Integer(0))),
-        sympy.expand(sum((w.bytes for w in parts), sympy.Integer(0))),
-    )
+        if self.source is not None:
+            return self.source.total
+        parts = self.components.values()
+        return Work(
+            sympy.expand(sum((w.flops for w in parts), sympy.Integer(0))),
+            sympy.expand(sum((w.bytes for w in parts), sympy.Integer(0))),
+        )
 
 
 def phase_work(
@@ -343,10 +342,8 @@ def phase_work(
         return _phase_work(model, phase, depth, flash, sram_bytes, weight_bytes, expert_skew, finetune, grouped)
     # once per graph, conventions and options: a plan asks again for every layout it reworks
     key = ("phase work", phase, depth, flash, sram_bytes, expert_skew, finetune, grouped, frozenset(model.conventions.items()))
-    graph = model.graph()
-    work = graph.derived(key, lambda: _phase_work(model, phase, depth, flash, sram_bytes, None, expert_skew, finetune, grouped))
-    total = graph.derived(("total", *key), lambda: work.total)
-    return PhaseWork(work.phase, dict(work.components), work.notes, total)
+    work = model.graph().derived(key, lambda: _phase_work(model, phase, depth, flash, sram_bytes, None, expert_skew, finetune, grouped))
+    return PhaseWork(work.phase, dict(work.components), work.notes, work)
 
 
 def _phase_work(
@@ -451,8 +448,16 @@ def _leaves(
 def _leaves_under(model: Model, quantity: str, replace: Mapping[sympy.Symbol, sympy.Expr]) -> dict[str, sympy.Expr]:
     # each leaf's term (multiplicity × expression) with the conventions in, multiplied out once: the numbers
     # they put in leave fewer terms than multiplying out over the convention symbols first
-    parts = model.graph().leaf_terms(quantity)
-    return {path: expand(expr.xreplace(replace), f"{path}'s {quantity}") for path, expr in parts.items()}
+    # Each leaf reads a few conventions at most: one multiplied out under the same values of those is
+    # the same expression whatever the others are (training's and inference's leaves share most terms).
+    graph = model.graph()
+    parts = graph.leaf_terms(quantity)
+    reads = graph.derived(("convention symbols read", quantity), lambda: {path: expr.free_symbols for path, expr in parts.items()})
+    leaves = {}
+    for path, expr in parts.items():
+        used = frozenset((s, replace[s]) for s in reads[path] if s in replace)
+        leaves[path] = graph.derived(("leaf under", quantity, path, used), lambda: expand(expr.xreplace(dict(used)), f"{path}'s {quantity}"))
+    return leaves
 
 
 def _group(
