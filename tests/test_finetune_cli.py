@@ -123,3 +123,20 @@ def test_layouts_and_options_fine_tuning_does_not_model_are_refused_in_one_line(
     assert code == 2 and not out and err.count("\n") == 1, err
     for word in words:
         assert word in err, err
+
+
+def test_sweep_over_ranks_and_target_sets_counts_what_peft_and_pytorch_count(capsys, config_path):
+    target_sets = (("q_proj", "v_proj"), TARGETS)
+    ranks = (1, 2, 4)
+    found = run_json(
+        capsys, "sweep", config_path, "trainable-params", "train-step-flops", "--grid", "lora_rank=" + ",".join(map(str, ranks)),
+        "--fix", "batch=2", "--fix", "seq=7", *EAGER, *(a for t in target_sets for a in ("--lora-targets", ",".join(t))),
+    )  # fmt: skip
+    columns = found["columns"]
+    assert found["shape"] == [2, 3] and columns["lora_targets"] == [",".join(t) for t in target_sets for _ in ranks]
+    ids = input_ids(LLAMA, 2, 7)
+    for i, (targets, rank) in enumerate((t, r) for t in target_sets for r in ranks):
+        model = peft_model(LLAMA, targets, "lora", rank=rank)
+        assert columns["lora_rank"][i] == rank
+        assert columns["trainable_params"][i] == trainable(model)
+        assert columns["train_step_flops"][i] == step_flops(model, ids)

@@ -197,3 +197,87 @@ def test_lazy_sweep_refuses_more_blocks_than_its_budget_at_once():
 
     with pytest.raises(SymformError, match="MAX_BLOCKS"):
         lazy_sweep(symform.load("qwen3-0.6b"), "params", sample={"d_model": (64, 128)}, n=10**15, chunk=10)
+
+
+# --- the block screen: few passes, never more lenient than the full checks ------------------------
+
+SCREENED = ("n_heads", "n_kv_heads", "d_model", "n_local_layers", "causal")  # two divide; positive, nonnegative, rational domains
+TRICKY = st.one_of(
+    st.integers(-3, 40).map(float),
+    st.integers(2**53 - 3, 2**53 + 3).map(float),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([0.5, -0.0, 0.0, 5e-324, 1e-300, 7.5, 2.0**52 + 0.5, 2.0**53, -1.0, float("nan"), float("inf")]),
+)
+
+
+def _screen_and_full_checks():
+    from symform.analysis.sweeps import Axis, _Screen, check_relations, requirement_relations, validate_columns
+
+    model = symform.load("llama-3-8b")
+    domains = {n: model.vocabulary.entry(n).spec.domain for n in SCREENED}
+    relations = requirement_relations(model, list(SCREENED), {})
+
+    def screen(columns):
+        axis = Axis(SCREENED, tuple(columns))
+        return _Screen.of(axis, domains, relations, False, len(columns[0]))
+
+    def full(columns):
+        axis = Axis(SCREENED, tuple(columns))
+        validate_columns(domains, [axis], False, model.vocabulary)
+        check_relations(relations, [axis])
+
+    return screen, full, relations
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data(), n=st.integers(1, 6))
+def test_block_screen_never_passes_what_the_full_checks_refuse(data, n):
+    screen, full, relations = _screen_and_full_checks()
+    kv = data.draw(st.lists(st.integers(1, 8), min_size=n, max_size=n))
+    heads = [k * data.draw(st.integers(1, 4)) for k in kv]
+    columns = [np.array(heads, dtype=np.float64), np.array(kv, dtype=np.float64), np.full(n, 64.0), np.zeros(n), np.full(n, 0.5)]
+    for _ in range(data.draw(st.integers(0, 3))):  # a few cells made tricky, anywhere
+        columns[data.draw(st.integers(0, len(SCREENED) - 1))][data.draw(st.integers(0, n - 1))] = data.draw(TRICKY)
+    s = screen(columns)
+    assert s is not None and len(s.relations) == len(relations) == 1  # n_heads % n_kv_heads == 0, screened
+    if s.passes(columns):
+        full(columns)  # never raises where the screen vouched
+
+
+def test_block_screen_passes_plain_valid_blocks():
+    screen, full, _ = _screen_and_full_checks()
+    columns = [np.array([8.0, 24.0, 7.0]), np.array([8.0, 4.0, 1.0]), np.array([64.0, 1.0, 2.0**53 - 1]), np.array([0.0, -0.0, 3.0]), np.array([0.5, 2.0, 5e-324])]
+    full(columns)
+    assert screen(columns).passes(columns)
+
+
+@pytest.mark.parametrize("column, value, message", [
+    ("d_model", 2.5, "d_model must be a whole number"),
+    ("d_model", 0.0, "d_model must be positive, got 0.0"),
+    ("d_model", float("nan"), "d_model: values must be finite"),
+    ("d_model", float("inf"), "d_model: values must be finite"),
+    ("d_model", 2.0**53, "d_model reaches 9.01e\\+15 >= 2\\*\\*53"),
+    ("n_heads", 12.5, "n_heads must be a whole number"),
+    ("n_heads", 12.0, "n_heads % n_kv_heads == 0 does not hold at n_heads=12.0, n_kv_heads=8.0"),
+    ("n_kv_heads", 0.5, "n_kv_heads must be a whole number"),
+])
+def test_a_bad_value_in_a_late_block_is_refused_as_the_full_checks_word_it(column, value, message):
+    model = symform.load("llama-3-8b")
+    points = {"d_model": np.full(40, 4096.0), "n_heads": np.full(40, 32.0), "n_kv_heads": np.full(40, 8.0)}
+    points[column][29] = value
+    with pytest.raises(symform.EvaluationError, match=message):
+        sweep(model, "params", zip=points, chunk=8)
+    points[column][29] = points[column][0]
+    fine = sweep(model, "params", zip=points, chunk=8)
+    assert np.all(fine["params"] == model.evaluate("params"))
+
+
+def test_block_screen_keeps_a_whole_number_test_on_every_divisor():
+    """a/b whole proves a whole only where b is: two requirements dividing each other prove nothing."""
+    from symform.analysis.sweeps import Axis, Relation, _Screen
+
+    a, b = sympy.symbols("n_heads n_kv_heads", positive=True, integer=True)
+    relations = [Relation(sympy.Eq(sympy.Mod(a, b), 0), "a", "a"), Relation(sympy.Eq(sympy.Mod(b, a), 0), "b", "b")]
+    columns = (np.array([2.5, 4.0]), np.array([2.5, 4.0]))
+    screen = _Screen.of(Axis(("n_heads", "n_kv_heads"), columns), {"n_heads": "positive_integer", "n_kv_heads": "positive_integer"}, relations, False, 2)
+    assert len(screen.relations) == 2 and not screen.passes(columns)

@@ -31,7 +31,8 @@ import sympy
 from ..engine.errors import EvaluationError
 from ..engine.evaluate import Number
 from ..engine.graph import ComponentGraph, build_graph
-from ..engine.model import Model
+from ..engine.model import Model, derived_quantities, quantity_names
+from ..engine.safe_expr import parse
 from .memory import (
     Layout,
     MemoryReport,
@@ -356,16 +357,20 @@ class FineTuneCounts:
 def finetune_expressions(model: Model, setup: FineTune) -> dict[str, sympy.Expr]:
     """Trainable, frozen and total parameters and a training step's forward and backward FLOPs, as
     expressions over the sizes, lora_rank, batch and seq (conventions applied)."""
+    return {k: sympy.expand(v.xreplace(model.conventions)) for k, v in _step_expressions(model, setup).items()}
+
+
+def _step_expressions(model: Model, setup: FineTune) -> dict[str, sympy.Expr]:
+    """finetune_expressions' quantities with the conventions left as symbols."""
     plan = Plan(model, setup)
     trainable, frozen = plan.trainable_params(), plan.frozen_params()
-    raw = {
+    return {
         "params": trainable + frozen,
         "trainable_params": trainable,
         "frozen_params": frozen,
         "forward_flops": plan.forward_flops(),
         "backward_flops": plan.backward_flops(),
     }
-    return {k: sympy.expand(v.xreplace(model.conventions)) for k, v in raw.items()}
 
 
 def finetune_counts(model: Model, setup: FineTune, *, batch: int = 1, seq: int = 1) -> FineTuneCounts:
@@ -382,10 +387,13 @@ def finetune_saved_activations(model: Model, setup: FineTune, *, recompute: str 
     return saved_activations(model, recompute=recompute, flash=flash, kept_by=plan.kept)
 
 
-def finetune_memory_expressions(model: Model, setup: FineTune, training: Training = Training()) -> tuple[dict[str, sympy.Expr], dict[str, sympy.Expr], dict[str, object]]:
+def finetune_memory_expressions(
+    model: Model, setup: FineTune, training: Training = Training(), *, bind_rank: bool = True
+) -> tuple[dict[str, sympy.Expr], dict[str, sympy.Expr], dict[str, object]]:
     """Per-device bytes by category (over the sizes, batch and seq), the activations by component, and the
     assumptions: the frozen weights in their format, the trained ones with their master copy, gradients and
-    optimizer states, and what the forward keeps for backward."""
+    optimizer states, and what the forward keeps for backward. ``bind_rank=False``: the categories alone,
+    over lora_rank too (a sweep's)."""
     layout = training.layout
     check_layout(setup, layout)
     precision = _pick(recipes().precision, training.precision, "precision")
@@ -405,8 +413,10 @@ def finetune_memory_expressions(model: Model, setup: FineTune, training: Trainin
         "activations": _activations_per_device(kept, model, layout),
         "recompute_buffer": _activations_per_device(transient, model, Layout(tensor=layout.tensor, sequence=layout.sequence, context=layout.context)),
     }
-    rank = {model.vocabulary["lora_rank"]: sympy.Integer(setup.rank)}
+    rank = {model.vocabulary["lora_rank"]: sympy.Integer(setup.rank)} if bind_rank else {}
     categories = {k: sympy.expand(sympy.sympify(v).xreplace(rank)) for k, v in categories.items()}
+    if not bind_rank:
+        return categories, {}, {}
     components = {k: sympy.expand(_activations_per_device(v, model, layout).xreplace(rank)) for k, v in by_component.items()}
     counts = finetune_counts(model, setup)
     assumptions = {
@@ -530,3 +540,74 @@ def trained_per_device(model: Model, setup: FineTune, layout: Layout) -> sympy.E
 def trainable_params(model: Model, setup: FineTune) -> sympy.Expr:
     """The weights that train (the data-parallel ranks exchange their gradients), over the sizes (lora_rank bound)."""
     return sympy.expand(Plan(model, setup).trainable_params().xreplace({model.vocabulary["lora_rank"]: sympy.Integer(setup.rank)}))
+
+
+# --- sweeps ---------------------------------------------------------------------------------------
+
+STEP_QUANTITIES = ("params", "trainable_params", "frozen_params", "forward_flops", "backward_flops")
+MEMORY_PREFIX = "memory."
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def step_quantity_names() -> list[str]:
+    """What a fine-tuning step counts: its parameters and FLOPs, and the declared quantities made of them
+    alone (train_step_flops, train_flops); memory categories come as ``memory.NAME``."""
+    derived = derived_quantities()
+    built = [q for q, d in derived.items() if set(_IDENTIFIER.findall(d.expression)) & set(quantity_names()) <= set(STEP_QUANTITIES)]
+    return [*STEP_QUANTITIES, *built]
+
+
+@dataclass(frozen=True)
+class FineTuneStep:
+    """A fine-tuning step, for ``symform.sweep(..., training=FineTuneStep(setup, Training(...)))``: the sweep's
+    quantities and ``memory.NAME`` categories are this step's (frozen weights in their format, adapters,
+    gradients and optimizer states of the trainable weights only). ``lora_rank`` is bound to ``setup.rank``;
+    leave ``rank`` 0 to sweep it (or give it in ``fixed=``)."""
+
+    setup: FineTune
+    training: Training = Training()
+
+    def quantity_name(self, name: str) -> str:
+        if not isinstance(name, str):
+            raise EvaluationError(f"a quantity is named by a string such as 'trainable_params', not {type(name).__name__}")
+        if name.startswith(MEMORY_PREFIX):
+            return name
+        key = name.replace("-", "_")
+        allowed = step_quantity_names()
+        if key in allowed:
+            return key
+        choices = ", ".join([*allowed, "memory.NAME"])
+        if key in quantity_names():
+            raise EvaluationError(f"{name} is not counted for a fine-tuning step; sweep it without the fine-tuning options, or choose one of {choices}")
+        raise EvaluationError(f"unknown quantity {name!r} of a fine-tuning step; choose one of {choices}")
+
+    def quantity_expression(self, model: Model, name: str, swept) -> sympy.Expr:
+        """The step's ``name`` over the swept names; conventions stay symbols where swept."""
+        rank = self._rank(model, set(swept))
+        if name.startswith(MEMORY_PREFIX):
+            return self._memory(model, name[len(MEMORY_PREFIX):]).xreplace(rank)
+        raw = _step_expressions(model, self.setup)
+        if name in raw:
+            expr = raw[name]
+        else:
+            names = {**{n: model.vocabulary[n] for n in model.vocabulary.names()}, **raw}
+            expr = parse(derived_quantities()[name].expression, names)
+        kept = {s: v for s, v in model.conventions.items() if s.name not in swept}
+        return sympy.expand(expr.xreplace(kept).xreplace(rank))
+
+    def _rank(self, model: Model, swept: set[str]) -> dict[sympy.Symbol, sympy.Integer]:
+        if "lora_rank" not in swept:
+            return {model.vocabulary["lora_rank"]: sympy.Integer(self.setup.rank)} if self.setup.rank else {}
+        if not self.setup.adapters:
+            raise EvaluationError("lora_rank is swept but no projection carries an adapter; name the targets (--lora-targets q_proj,v_proj)")
+        if self.setup.rank:
+            raise EvaluationError(f"lora_rank is swept and also given as the adapters' rank ({self.setup.rank}); give it in one place")
+        return {}
+
+    def _memory(self, model: Model, category: str) -> sympy.Expr:
+        categories, _, _ = finetune_memory_expressions(model, self.setup, self.training, bind_rank=False)
+        if category == "total":
+            return sympy.expand(sympy.Add(*categories.values()))
+        if category not in categories:
+            raise EvaluationError(f"unknown memory category {category!r} of a fine-tuning step; choose one of {', '.join(['total', *categories])} (as memory.NAME)")
+        return categories[category]

@@ -13,6 +13,13 @@ which is ``m·q`` itself once ``|m·q| < 2**63``. :meth:`Kernel.int64_bound` pro
 that before anything is computed: the polynomial with every coefficient made
 positive, at the inputs' largest magnitudes, is at least ``|m·q|`` at every point.
 
+Where every input is an array of one shape and dtype (a sweep's block, a zipped
+sweep's columns), a second form runs: every operation writes into one of a few
+arrays the caller lends (``scratch``), reused as soon as its value is dead, and
+each quantity's last operation into its result array, so that nothing is
+allocated and no shape or dtype is looked at per operation. It performs the
+same operations on the same operands, so its values are bit-identical.
+
 The generated source is plain text: a kernel pickles as that text (a dask
 worker rebuilds it once), not as a function object.
 """
@@ -28,6 +35,8 @@ from typing import Callable, Sequence
 import numpy as np
 import sympy
 
+from ..engine.horner import factor as _factor
+
 INT64_LIMIT = 2**63
 
 
@@ -39,16 +48,36 @@ class Kernel:
     source: str
     scales: tuple[int, ...]
     terms: tuple[tuple[tuple[tuple[int, ...], int], ...], ...]
+    uniform_source: str = ""
+    slots: int = 0
     _function: list = field(default_factory=list, compare=False, repr=False)
 
     @property
     def function(self) -> Callable:
         if not self._function:
             self._function.append(_from_source(self.source))
+            self._function.append(_from_source(self.uniform_source, "kernel_into") if self.uniform_source else None)
         return self._function[0]
 
+    def into(self, arrays: Sequence[np.ndarray], out: Sequence[np.ndarray], scratch: Sequence[np.ndarray]) -> None:
+        """``m·q`` for each quantity into ``out``: every input, result and scratch array (``slots`` of them)
+        one ndarray of one shape and dtype (see :meth:`uniform`); nothing is allocated."""
+        self.function  # noqa: B018: builds both forms
+        self._function[1](*arrays, out=out, s=scratch)
+
+    @staticmethod
+    def uniform(arrays: Sequence) -> bool:
+        """Whether the inputs allow :meth:`into`: ndarrays of one shape and one dtype, float64 or int64."""
+        if not arrays:
+            return False
+        first = arrays[0]
+        if type(first) is not np.ndarray or first.dtype not in _UNIFORM_DTYPES:
+            return False
+        shape, dtype = first.shape, first.dtype
+        return all(type(a) is np.ndarray and a.shape == shape and a.dtype == dtype for a in arrays)
+
     def __getstate__(self):
-        return {"names": self.names, "source": self.source, "scales": self.scales, "terms": self.terms}
+        return {"names": self.names, "source": self.source, "scales": self.scales, "terms": self.terms, "uniform_source": self.uniform_source, "slots": self.slots}
 
     def __setstate__(self, state):
         for k, v in state.items():
@@ -91,8 +120,9 @@ def polynomial_kernel(exprs: Sequence[sympy.Expr], names: Sequence[str], scales:
         if any(not sympy.Integer(c) == c for _, c in poly.terms()):
             return None
         all_terms.append(terms)
-    source = _source([_factor(list(t), len(names)) for t in all_terms], names)
-    return Kernel(names, source, tuple(int(s) for s in scales), tuple(all_terms))
+    roots = [_factor(list(t), len(names)) for t in all_terms]
+    uniform_source, slots = _uniform_source(roots, names)
+    return Kernel(names, _source(roots, names), tuple(int(s) for s in scales), tuple(all_terms), uniform_source, slots)
 
 
 def _symbol(exprs, name):
@@ -101,41 +131,6 @@ def _symbol(exprs, name):
             if s.name == name:
                 return s
     return sympy.Symbol(name)
-
-
-# --- factoring ------------------------------------------------------------------------------------
-# nodes: ("c", int) | ("x", index) | ("*", a, b) | ("+", a, b)
-
-
-def _factor(terms: list[tuple[tuple[int, ...], int]], nvars: int):
-    if not terms:
-        return ("c", 0)
-    g = math.gcd(*(c for _, c in terms))
-    if g > 1 and len(terms) > 1:
-        return ("*", _factor([(e, c // g) for e, c in terms], nvars), ("c", g))
-    if len(terms) == 1:
-        return _monomial(*terms[0])
-    counts = [sum(1 for e, _ in terms if e[i] > 0) for i in range(nvars)]
-    best = max(range(nvars), key=lambda i: counts[i]) if nvars else None
-    if best is None or counts[best] < 2:
-        node = _monomial(*terms[0])
-        for t in terms[1:]:
-            node = ("+", node, _monomial(*t))
-        return node
-    inner = [(e[:best] + (e[best] - 1,) + e[best + 1:], c) for e, c in terms if e[best] > 0]
-    rest = [t for t in terms if t[0][best] == 0]
-    node = ("*", _factor(inner, nvars), ("x", best))
-    return ("+", node, _factor(rest, nvars)) if rest else node
-
-
-def _monomial(exponents: tuple[int, ...], coefficient: int):
-    factors = [("x", i) for i, e in enumerate(exponents) for _ in range(e)]
-    if not factors:
-        return ("c", coefficient)
-    node = factors[0]
-    for f in factors[1:]:
-        node = ("*", node, f)
-    return ("*", node, ("c", coefficient)) if coefficient != 1 else node
 
 
 # --- code -----------------------------------------------------------------------------------------
@@ -194,6 +189,76 @@ def _source(roots, names: tuple[str, ...]) -> str:
     return "\n".join(lines) + "\n"
 
 
+_UNIFORM_DTYPES = (np.dtype(np.float64), np.dtype(np.int64))
+
+
+def _uniform_source(roots, names: tuple[str, ...]) -> tuple[str, int]:
+    """``kernel_into(a0, .., out, s)``: the operations of :func:`_source` (each distinct node once),
+    each into ``out[k]`` or a scratch array ``s[i]``. Quantity k's result array holds its last
+    value and, until then, any value dead by that point (the hand-written form's reuse); a scratch
+    array is reused once its value is dead."""
+    order: list = []
+    seen: set = set()
+
+    def visit(node):
+        if node[0] in "*+" and node not in seen:
+            visit(node[1])
+            visit(node[2])
+            seen.add(node)
+            order.append(node)
+
+    for r in roots:
+        visit(r)
+    position = {node: i for i, node in enumerate(order)}
+    last_use = {node: i for i, node in enumerate(order)}
+    for i, node in enumerate(order):
+        for operand in node[1:]:
+            last_use[operand] = i
+    owner = {}  # node -> the quantity whose result array holds it
+    for k, r in enumerate(roots):
+        if r[0] in "*+":
+            owner.setdefault(r, k)
+    result_at = {k: position[r] for r, k in owner.items()}
+    for r, k in owner.items():
+        last_use[r] = len(order)  # a result stays
+    args = [f"a{i}" for i in range(len(names))]
+    where: dict = {}
+    free = [f"out[{k}]" for k in sorted(result_at, key=result_at.get)]
+    slots = 0
+    lines = [f"def kernel_into({', '.join(args + ['out', 's'])}):"]
+
+    def text(node) -> str:
+        if node[0] == "c":
+            return repr(node[1])
+        if node[0] == "x":
+            return args[node[1]]
+        return where[node]
+
+    def fits(place: str, node) -> bool:
+        return not place.startswith("out[") or result_at[int(place[4:-1])] >= last_use[node]
+
+    for i, node in enumerate(order):
+        a, b = text(node[1]), text(node[2])
+        released = [where[o] for o in dict.fromkeys(node[1:]) if o in where and last_use[o] == i]
+        free.extend(released)
+        if node in owner:
+            place = f"out[{owner[node]}]"
+            free.remove(place)
+        else:  # an operand's own array first: in place, still in the cache
+            place = next((p for p in [*released, *free] if fits(p, node)), None)
+            if place is None:
+                place = f"s[{slots}]"
+                slots += 1
+            else:
+                free.remove(place)
+        where[node] = place
+        lines.append(f"    _np.{'multiply' if node[0] == '*' else 'add'}({a}, {b}, out={place})")
+    for k, r in enumerate(roots):
+        if r[0] not in "*+" or owner[r] != k:
+            lines.append(f"    out[{k}][...] = {text(r)}")
+    return "\n".join(lines) + "\n", slots
+
+
 def _inplace(ufunc, a, b):
     """a ⊕ b into a (a temporary of the kernel's own) where shape and dtype allow, else a new array."""
     if type(a) is np.ndarray and a.shape == np.broadcast_shapes(a.shape, getattr(b, "shape", ())) and np.result_type(a, b) == a.dtype:
@@ -224,7 +289,7 @@ def _store(value, out, k):
 
 
 @lru_cache(maxsize=512)
-def _from_source(source: str) -> Callable:
+def _from_source(source: str, name: str = "kernel") -> Callable:
     namespace = {"_np": np, "_inplace": _inplace, "_last": _last, "_store": _store}
     exec(compile(source, "<symform kernel>", "exec"), namespace)  # noqa: S102: text generated above from integers and names a0..aN
-    return namespace["kernel"]
+    return namespace[name]

@@ -79,6 +79,8 @@ def quantity_expression(model: Model, name: str, *, swept: Iterable[str] = (), t
     Conventions stay symbolic where they are swept, so ``grid={"causal": [...]}`` works.
     """
     swept = set(swept)
+    if hasattr(training, "quantity_expression"):  # a fine-tuning step (symform.finetune.FineTuneStep) counts its own
+        return training.quantity_expression(model, name, swept)
     if name.startswith(MEMORY_PREFIX):
         return _memory_expression(model, name[len(MEMORY_PREFIX):], training)
     expr = model.expression(name, conventions=False).expr
@@ -97,7 +99,9 @@ def _memory_expression(model: Model, category: str, training: Any) -> sympy.Expr
     return categories[category]
 
 
-def _quantity_name(name: str) -> str:
+def _quantity_name(name: str, training: Any = None) -> str:
+    if hasattr(training, "quantity_name"):
+        return training.quantity_name(name)
     if name.startswith(MEMORY_PREFIX):
         return name
     return normalise_quantity(name)
@@ -159,6 +163,8 @@ class Compiled:
             return _map_blocks(self, arrays)
         if self.kernel is None:
             results = self.function(*arrays)
+        elif Kernel.uniform(arrays) and arrays[0].ndim:
+            return self._uniform(arrays)
         else:
             if arrays and all(_is_integer(a) for a in arrays) and any(isinstance(a, (np.ndarray, np.integer)) for a in arrays):
                 self.check_int64(arrays)  # Python ints alone never wrap: only numpy's int64 is checked
@@ -169,6 +175,16 @@ class Compiled:
             return tuple(results)
         shape = tuple(np.broadcast_shapes(*(tuple(a.shape) for a in shaped)))
         return tuple(r if _is_array(r) and tuple(r.shape) == shape else r + _zeros_like(shaped) for r in results)
+
+    def _uniform(self, arrays) -> tuple:
+        """Inputs of one shape and dtype: the kernel's allocation-free form, the results its own arrays
+        (reused for the temporaries, as a hand-written in-place version would)."""
+        first = arrays[0]
+        if first.dtype.kind == "i":
+            self.check_int64(arrays)
+        out = [np.empty_like(first) for _ in self.quantities]
+        self.kernel.into(arrays, out, [np.empty_like(first) for _ in range(self.kernel.slots)])
+        return tuple(r if m == 1 else r / m for r, m in zip(out, self.kernel.scales))
 
     def check_int64(self, arrays) -> None:
         """Refuse int64 inputs unless every result provably fits int64 (see kernels.Kernel.int64_bound)."""
@@ -248,7 +264,7 @@ def compile_quantities(model: Model, quantities: Sequence[str] | str, names: Seq
     if cached is not None:
         return cached
     _check_names(model, names)
-    keys = tuple(_quantity_name(q) for q in quantities)
+    keys = tuple(_quantity_name(q, training) for q in quantities)
     exprs = [quantity_expression(model, q, swept=names, training=training) for q in keys]
     bound = tuple(_bind(model, exprs, names, fixed or {}))
     kernel = _kernel(bound, names)
@@ -535,14 +551,99 @@ class _Checks:
         check_relations([r for r in relations if not {s.name for s in r.relation.free_symbols} & names], others)
         self.relations = [r for r in relations if {s.name for s in r.relation.free_symbols} & names]
 
+        self.screen = _Screen.of(axes[self.split], self.domains, self.relations, exact, min(chunk, len(axes[self.split])))
+        self.unscreened = [r for r in self.relations if self.screen is None or r not in self.screen.relations]
+
     def block(self, block: "Block") -> None:
         if self.split is None or any(block.prefix):  # later prefixes see the same slices again
             return
         axis = self.axes[self.split]
         piece = Axis(axis.names, tuple(c[block.low:block.high] for c in axis.columns))
-        validate_columns(self.domains, [piece], self.exact, self.vocabulary)
         axes = [piece if i == self.split else a for i, a in enumerate(self.axes)]
+        if self.screen is not None and self.screen.passes(piece.columns):
+            check_relations(self.unscreened, axes)
+            return
+        validate_columns(self.domains, [piece], self.exact, self.vocabulary)
         check_relations(self.relations, axes)
+
+
+_LEAST = {"positive_integer": 1.0, "nonnegative_integer": 0.0, "positive_rational": float(np.nextafter(0.0, 1.0))}
+_GREATEST = float(FLOAT_EXACT - 1)  # every float64 below 2**53 is at most this
+
+
+class _Screen:
+    """Whether a block of the sliced axis certainly passes its checks, in few passes over it: per float64
+    column its least and greatest values (which NaN fails) and, for whole-number domains, trunc(x) == x;
+    per integer column its least and greatest; each requirement ``b divides a`` (a, b float64 columns)
+    as a/b == trunc(a/b), exact for whole 0 <= a < 2**53 and b >= 1 (a wrong remainder would leave
+    a/b at least 1/b from every integer, farther than its rounding error a/b·2**-53 < 1/b).
+    Anything it cannot vouch for, the full checks decide and word."""
+
+    def __init__(self, columns: list[tuple[int, float, bool]], relations: list[tuple["Relation", int, int]], size: int):
+        self.columns = columns  # (index in the axis, least value, whole numbers required)
+        self.divides = relations  # (relation, index of a, index of b)
+        self.relations = [r for r, _, _ in relations]
+        self.real, self.other = np.empty(size), np.empty(size)
+        self.flags = np.empty(size, dtype=bool)
+
+    @classmethod
+    def of(cls, axis: Axis, domains: Mapping[str, str], relations: Sequence["Relation"], exact: bool, size: int) -> "_Screen | None":
+        if exact:
+            return None
+        divides = []
+        for r in relations:
+            ab = _divides(r.relation, axis, domains)
+            if ab is not None:
+                divides.append((r, *ab))
+        # a/b whole, b whole and 1 <= a < 2**53 imply a whole: a fraction of a would leave a/b
+        # at least ulp(a)/b from every integer, farther than the quotient's rounding error.
+        # Every b keeps its own test, so no chain of such proofs rests on an unchecked column.
+        denominators = {b for _, _, b in divides}
+        implied = {a for _, a, _ in divides if domains[axis.names[a]] == "positive_integer" and a not in denominators}
+        columns = []
+        for i, (name, column) in enumerate(zip(axis.names, axis.columns)):
+            domain = domains[name]
+            if domain not in _LEAST or column.dtype not in (np.float64, np.int64):
+                return None
+            columns.append((i, _LEAST[domain], "integer" in domain and column.dtype == np.float64 and i not in implied))
+        return cls(columns, divides, size)
+
+    def passes(self, columns: Sequence[np.ndarray]) -> bool:
+        n = len(columns[0]) if columns else 0
+        real, flags = self.real[:n], self.flags[:n]
+        for i, least, whole in self.columns:
+            column = columns[i]
+            if not (least <= np.minimum.reduce(column) and np.maximum.reduce(column) <= _GREATEST):
+                return False
+            if whole:
+                np.trunc(column, out=real)
+                if not _all(np.equal(real, column, out=flags)):
+                    return False
+        other = self.other[:n]
+        for _, a, b in self.divides:
+            np.divide(columns[a], columns[b], out=real)
+            np.trunc(real, out=other)
+            if not _all(np.equal(real, other, out=flags)):
+                return False
+        return True
+
+
+_all = np.logical_and.reduce
+
+
+def _divides(relation: sympy.Basic, axis: Axis, domains: Mapping[str, str]) -> tuple[int, int] | None:
+    """(i, j) where ``relation`` is ``Mod(a, b) == 0`` for float64 columns i, j of whole numbers, b >= 1."""
+    if not (isinstance(relation, sympy.Eq) and relation.rhs == 0 and isinstance(relation.lhs, sympy.Mod)):
+        return None
+    a, b = relation.lhs.args
+    if not (a.is_Symbol and b.is_Symbol and a.name in axis.names and b.name in axis.names):
+        return None
+    i, j = axis.names.index(a.name), axis.names.index(b.name)
+    if domains[a.name] not in ("positive_integer", "nonnegative_integer") or domains[b.name] != "positive_integer":
+        return None
+    if axis.columns[i].dtype != np.float64 or axis.columns[j].dtype != np.float64:
+        return None
+    return i, j
 
 
 def _blocks(shape: tuple[int, ...], chunk: int):
@@ -704,14 +805,20 @@ def _input_columns(axes: Sequence[Axis], shape: tuple[int, ...], chunk: int) -> 
     return out
 
 
-def _evaluate_into(compiled: Compiled, arrays: Sequence, targets: Sequence[np.ndarray], divide: bool) -> None:
-    """Every quantity at the block's points into ``targets`` (the result arrays' slices)."""
+def _evaluate_into(compiled: Compiled, arrays: Sequence, targets: Sequence[np.ndarray], divide: bool, block: Block, scratch: Sequence[np.ndarray]) -> None:
+    """Every quantity at the block's points into ``targets`` (the result arrays' slices); inputs that
+    fill the block, of the results' dtype, run the kernel's allocation-free form with ``scratch``."""
     if compiled.kernel is None:
         results = compiled.function(*arrays)
         for target, values in zip(targets, results):
             target[...] = values
         return
-    results = compiled.kernel(*arrays, out=targets)
+    if Kernel.uniform(arrays) and arrays[0].shape == block.shape and arrays[0].dtype == targets[0].dtype:
+        size = block.stop - block.start
+        compiled.kernel.into(arrays, targets, [s[:size].reshape(block.shape) for s in scratch])
+        results = targets
+    else:
+        results = compiled.kernel(*arrays, out=targets)
     for target, values, scale in zip(targets, results, compiled.kernel.scales):
         if values is not target:
             target[...] = values
@@ -724,15 +831,17 @@ def _run_float(compiled: Compiled, axes, shape, chunk, progress, inexact, checks
     columns = {q: np.empty(total, dtype=np.float64) for q in compiled.quantities}
     sources = {name: column for axis in axes for name, column in zip(axis.names, axis.columns)}
     worst = {q: 0.0 for q in compiled.quantities}
-    with _Progress(total, progress) as bar:
+    kernel = compiled.kernel
+    scratch = [np.empty(min(chunk, total)) for _ in range(kernel.slots)] if kernel is not None else []
+    with _Progress(total, progress) as bar, np.errstate(all="ignore"):  # a value past float64's range is refused below, not warned about
         for block in _blocks(shape, chunk):
             checks.block(block)
             values = _block_inputs(axes, block, sources)
             targets = [columns[q][block.start:block.stop].reshape(block.shape) for q in compiled.quantities]
-            with np.errstate(all="ignore"):  # a value past float64's range is refused below, not warned about
-                _evaluate_into(compiled, [np.asarray(values[n], dtype=np.float64) for n in compiled.names], targets, divide=True)
+            arrays = [np.asarray(values[n], dtype=np.float64) for n in compiled.names]
+            _evaluate_into(compiled, arrays, targets, divide=True, block=block, scratch=scratch)
             for q, target in zip(compiled.quantities, targets):
-                high, low = float(target.max()), float(target.min())
+                high, low = float(np.maximum.reduce(target, axis=None)), float(np.minimum.reduce(target, axis=None))
                 if not (math.isfinite(high) and math.isfinite(low)):
                     raise EvaluationError(f"{q} is past float64's range (or undefined) at some points; sweep with exact=True (--exact) or smaller sizes")
                 worst[q] = max(worst[q], high, -low)
@@ -752,11 +861,12 @@ def _run_int64(compiled: Compiled, axes, shape, chunk, progress, *, strict: bool
     total = math.prod(shape)
     columns = {q: np.empty(total, dtype=np.int64) for q in compiled.quantities}
     sources = {name: column.astype(np.int64, copy=False) for axis in axes for name, column in zip(axis.names, axis.columns)}
+    scratch = [np.empty(min(chunk, total), dtype=np.int64) for _ in range(compiled.kernel.slots)]
     with _Progress(total, progress) as bar:
         for block in _blocks(shape, chunk):
             values = _block_inputs(axes, block, sources)
             targets = [columns[q][block.start:block.stop].reshape(block.shape) for q in compiled.quantities]
-            _evaluate_into(compiled, [values[n] for n in compiled.names], targets, divide=False)
+            _evaluate_into(compiled, [values[n] for n in compiled.names], targets, divide=False, block=block, scratch=scratch)
             bar.update(block.stop - block.start)
     for q, scale in zip(compiled.quantities, compiled.kernel.scales):
         if scale != 1:

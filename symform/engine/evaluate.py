@@ -80,15 +80,16 @@ def check_value(name: str, value: object, vocabulary: Vocabulary) -> sympy.Ratio
 _PLAIN_BITS = max(b for b in range(1, 4 * NUMBER_DIGITS) if _digits(2**b - 1) <= NUMBER_DIGITS)
 
 
+_PLAIN_MAX = 2**_PLAIN_BITS - 1
+_NEVER = _PLAIN_MAX + 1  # the least value of a name outside the vocabulary: no int is plain there
+
+
 def plain_values(values: Mapping[str, object], vocabulary: Vocabulary) -> dict[str, int] | None:
     """The values as they are, where each is plainly valid (a known name, an int in its domain and budget);
     None where any needs :func:`check_value`'s closer look, or its message."""
-    domains = vocabulary.domains
+    least = vocabulary.least_ints
     for name, value in values.items():
-        domain = domains.get(name)
-        if type(value) is not int or domain is None or value.bit_length() > _PLAIN_BITS:
-            return None
-        if value < 0 or (value == 0 and domain != "nonnegative_integer"):
+        if type(value) is not int or not least.get(name, _NEVER) <= value <= _PLAIN_MAX:
             return None
     return values  # type: ignore[return-value]
 

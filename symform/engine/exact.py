@@ -20,6 +20,7 @@ from typing import Callable, Sequence
 import sympy
 
 from ._numeric import CeilLog2
+from .horner import factor
 
 Number = int | Fraction
 
@@ -81,7 +82,7 @@ class _Writer:
         if e is sympy.true or e is sympy.false:
             return str(bool(e))
         if e.is_Add:
-            return "(" + " + ".join(self.write(a) for a in e.args) + ")"
+            return self._sum(e.args)
         if e.is_Mul:
             return self._product(e.args)
         if e.is_Pow:
@@ -101,6 +102,32 @@ class _Writer:
             return f"(not {self.write(e.args[0])})"
         raise _Unsupported(type(e).__name__)  # floats, roots, logarithms, piecewise: sympy's business
 
+    def _sum(self, terms) -> str:
+        """The whole multiples of products of symbols factored (:mod:`.horner`: fewer big-int
+        multiplications, the same exact value), every other term as it is."""
+        symbols: dict[sympy.Symbol, int] = {}
+        monomials, others = [], []
+        for term in terms:
+            powers = _powers(term)
+            if powers is None:
+                others.append(self.write(term))
+            else:
+                monomials.append(({symbols.setdefault(s, len(symbols)): e for s, e in powers[0].items()}, powers[1]))
+        if len(monomials) > 1:
+            tree = factor([(tuple(p.get(i, 0) for i in range(len(symbols))), c) for p, c in monomials], len(symbols))
+            if _depth(tree) <= _MAX_DEPTH:
+                names = [self.write(s) for s in symbols]
+                return "(" + " + ".join([self._node(tree, names), *others]) + ")"
+        return "(" + " + ".join([*(self.write(t) for t in terms if _powers(t) is not None), *others]) + ")"
+
+    def _node(self, node, names: list[str]) -> str:
+        kind = node[0]
+        if kind == "c":
+            return f"({node[1]})"
+        if kind == "x":
+            return names[node[1]]
+        return f"({self._node(node[1], names)} {kind} {self._node(node[2], names)})"
+
     def _product(self, factors) -> str:
         """Whole factors multiplied, then one exact division by the rest (Python's / would give a float)."""
         top: list[str] = []
@@ -119,6 +146,27 @@ class _Writer:
                 top.append(self.write(f))
         numerator = "*".join(top) or "1"
         return f"_q({numerator}, {'*'.join(bottom)})" if bottom else f"({numerator})"
+
+
+def _powers(term: sympy.Expr) -> tuple[dict[sympy.Symbol, int], int] | None:
+    """A whole multiple of a product of symbols as (symbol -> exponent, coefficient); None for any other term."""
+    coefficient, rest = term.as_coeff_Mul()
+    if not coefficient.is_Integer:
+        return None
+    powers = {}
+    for f in sympy.Mul.make_args(rest):
+        base, exponent = f.as_base_exp()
+        if not (base.is_Symbol and exponent.is_Integer and exponent > 0):
+            return None
+        powers[base] = int(exponent)
+    return powers, int(coefficient)
+
+
+_MAX_DEPTH = 60  # nested parentheses a factored sum may reach: well inside Python's parser limit (200)
+
+
+def _depth(node) -> int:
+    return 1 + max(_depth(node[1]), _depth(node[2])) if node[0] in "*+" else 1
 
 
 @lru_cache(maxsize=4096)

@@ -119,6 +119,11 @@ class Vocabulary:
         return MappingProxyType({n: e.spec.domain for n, e in self.entries.items()})
 
     @cached_property
+    def least_ints(self) -> dict[str, int]:
+        """Each name's least int value (0 where the domain is nonnegative, else 1), read on every exact evaluation."""
+        return {n: 0 if domain == "nonnegative_integer" else 1 for n, domain in self.domains.items()}
+
+    @cached_property
     def architecture(self) -> frozenset[str]:
         return frozenset(self.names("architecture"))
 

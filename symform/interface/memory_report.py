@@ -66,6 +66,14 @@ def memory_budget(text: str) -> int:
     return int(value)
 
 
+def recipe_arguments(group) -> None:
+    """How a training step stores its copies and keeps its activations: --precision, --optimizer, --recompute."""
+    table = recipes()
+    group.add_argument("--precision", default="mixed", choices=list(table.precision), help="bytes per parameter of each copy (default mixed: bf16 weights and grads, fp32 master and states)")
+    group.add_argument("--optimizer", default="adamw", choices=list(table.optimizer))
+    group.add_argument("--recompute", default="none", choices=RECOMPUTE, help="activation recomputation: selective (attention cores) or full (whole layers)")
+
+
 def setup_arguments(p: argparse.ArgumentParser) -> None:
     """The options both commands share: phase, precision, optimizer, layout, recomputation, formats."""
     phase = p.add_mutually_exclusive_group(required=True)
@@ -73,11 +81,9 @@ def setup_arguments(p: argparse.ArgumentParser) -> None:
     phase.add_argument("--infer", action="store_true", help="serving: weights, KV cache, activations")
     table = recipes()
     train = p.add_argument_group("training")
-    train.add_argument("--precision", default="mixed", choices=list(table.precision), help="bytes per parameter of each copy (default mixed: bf16 weights and grads, fp32 master and states)")
-    train.add_argument("--optimizer", default="adamw", choices=list(table.optimizer))
+    recipe_arguments(train)
     train.add_argument("--zero", type=int, default=0, choices=(0, 1, 2, 3), help="ZeRO stage over the data-parallel ranks")
     train.add_argument("--distributed-optimizer", action="store_true", help="Megatron's distributed optimizer (optimizer states sharded like ZeRO-1)")
-    train.add_argument("--recompute", default="none", choices=RECOMPUTE, help="activation recomputation: selective (attention cores) or full (whole layers)")
     for name, help in (("dp", "data"), ("pp", "pipeline"), ("ep", "expert"), ("cp", "context")):
         train.add_argument(f"--{name}", type=positive_int, default=1, help=f"{help}-parallel degree")
     train.add_argument("--sp", action="store_true", help="sequence parallelism alongside tensor parallelism")

@@ -29,6 +29,13 @@ def sweep_arguments(p) -> None:
     p.add_argument("--exact", action="store_true", help="exact integers (slower; for small sweeps)")
     p.add_argument("--csv", action="store_true", help="print CSV instead of a table")
     p.add_argument("--progress", action="store_true", help="show a progress bar on stderr")
+    from .finetune_args import finetune_arguments
+    from .memory_report import recipe_arguments
+
+    step = p.add_argument_group("training step (memory.NAME, fine-tuning)")
+    recipe_arguments(step)
+    step.add_argument("--flash", action="store_true", help="FlashAttention's saved activations (default: eager attention's)")
+    finetune_arguments(p, needs="", several_targets=True)
 
 
 def _pairs(items: Sequence[str], flag: str) -> dict[str, str]:
@@ -78,28 +85,73 @@ def sweep_command(model: Model, args) -> str:
     # The table prints values past 2**53 to 6 significant digits, so float64's 16 are enough there: the note is
     # for CSV and JSON, which print every digit float64 has.
     inexact = "warn" if args.csv or args.json else "allow"
+    steps = _steps(args, {*grid, *zipped, *sample, *fixed})
     with warnings.catch_warnings(record=True) as caught:  # one plain line on stderr, not a warning's source line
         warnings.simplefilter("always", InexactFloatWarning)
-        result = sweep(model, args.quantities, grid=grid, zip=zipped, sample=sample, n=args.n, seed=args.seed, fixed=fixed, exact=args.exact, inexact=inexact, progress=args.progress)
+        results = [
+            sweep(model, args.quantities, grid=grid, zip=zipped, sample=sample, n=args.n, seed=args.seed, fixed=fixed, exact=args.exact, inexact=inexact, progress=args.progress, training=step)
+            for step in steps
+        ]  # fmt: skip
     for w in caught:  # float64 keeps 16 significant digits: worth a note on stderr, not a failure
         print(f"symform: note: {w.message}", file=sys.stderr)
+    header, rows = _rows(results, steps)
     if args.json:
-        return json.dumps({"model": model.name, "fixed": {k: _plain(v) for k, v in fixed.items()}, "shape": list(result.shape), "columns": {k: [_plain(x) for x in v] for k, v in result.items()}})
+        out = {"model": model.name, "fixed": {k: _plain(v) for k, v in fixed.items()}, "shape": [len(steps), *results[0].shape] if len(steps) > 1 else list(results[0].shape)}
+        if getattr(steps[0], "setup", None) is not None:
+            described = [_described(s.setup) for s in steps]
+            out["fine_tuning"] = described if len(steps) > 1 else described[0]
+        return json.dumps({**out, "columns": {k: [row[k] for row in rows] for k in header}})
     if args.csv:
-        return render_csv(result)
-    return render_table(result)
+        return render_csv(header, rows)
+    return render_table(header, rows)
 
 
-def render_csv(result: SweepResult) -> str:
-    lines = [",".join(result)]
-    lines += [",".join(str(v) for v in row.values()) for row in result.rows()]
+def _steps(args, given: set[str]) -> list:
+    """The training steps to sweep: one per --lora-targets set, or the plain training step."""
+    from ..analysis.memory import Training
+    from .finetune_args import SWEPT_RANK, finetune_setups
+
+    training = Training(precision=args.precision, optimizer=args.optimizer, recompute=args.recompute, flash=args.flash)
+    setups = finetune_setups(args, given)
+    if setups is None:
+        if SWEPT_RANK in given:
+            raise EvaluationError("lora_rank is swept or fixed without fine-tuning; add --lora-targets NAMES for adapters of that rank")
+        return [training]
+    from ..analysis.finetune import FineTuneStep
+
+    return [FineTuneStep(setup, training) for setup in setups]
+
+
+def _described(setup) -> dict[str, object]:
+    out = setup.describe()
+    if setup.adapters and not setup.rank:
+        out.pop("rank")  # the lora_rank column gives it
+    return out
+
+
+def _rows(results: Sequence[SweepResult], steps: Sequence) -> tuple[list[str], list[dict[str, object]]]:
+    """Every point's columns; with several --lora-targets sets, the set first (its own axis, outermost)."""
+    if len(results) == 1:
+        return list(results[0]), results[0].rows()
+    header = ["lora_targets", *results[0]]
+    rows = [{"lora_targets": ",".join(step.setup.targets), **row} for step, result in zip(steps, results) for row in result.rows()]
+    return header, rows
+
+
+def render_csv(header: Sequence[str], rows: Sequence[dict[str, object]]) -> str:
+    lines = [",".join(header)]
+    lines += [",".join(_csv_cell(row[k]) for k in header) for row in rows]
     return "\n".join(lines)
 
 
-def render_table(result: SweepResult) -> str:
-    header = list(result)
-    cells = [[f"{v:,}" if isinstance(v, int) else f"{v:.6g}" for v in row.values()] for row in result.rows()]
+def _csv_cell(value: object) -> str:
+    return f'"{value}"' if isinstance(value, str) and "," in value else str(value)
+
+
+def render_table(header: Sequence[str], rows: Sequence[dict[str, object]]) -> str:
+    cells = [[v if isinstance(v, str) else f"{v:,}" if isinstance(v, int) else f"{v:.6g}" for v in (row[k] for k in header)] for row in rows]
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(header)]
-    lines = ["  ".join(h.rjust(w) for h, w in zip(header, widths))]
-    lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in cells]
+    text = [bool(rows) and isinstance(rows[0][k], str) for k in header]  # names read left to right, numbers align right
+    lines = ["  ".join(h.ljust(w) if t else h.rjust(w) for h, w, t in zip(header, widths, text))]
+    lines += ["  ".join(c.ljust(w) if t else c.rjust(w) for c, w, t in zip(r, widths, text)).rstrip() for r in cells]
     return "\n".join(lines)
