@@ -98,11 +98,11 @@ class Model:
         self.conventions = self._conventions({**spec.conventions, **named, **(conventions or {})})
         self._bind()
 
-    def _bind(self, like: "Model | None" = None, resized: tuple[dict, dict] | None = None, checked: "tuple[Model, frozenset] | None" = None) -> None:
+    def _bind(self, like: "Model | None" = None, resized: tuple[dict, dict] | None = None, changed: frozenset | None = None) -> None:
         """Sizes and arguments from the spec, the structure shared with every model like this one, and the checks.
         ``like``: a model with the same library and conventions, whose structure this one shares where
-        only sizes differ (then nothing is looked up, let alone rebuilt). ``checked``: a model with the same
-        sizes that passed its checks, and the conventions that differ from its own (only the requirements
+        only sizes differ (then nothing is looked up, let alone rebuilt). ``changed``: made from a model with
+        the same sizes, which passed its checks: the conventions that differ from its own (only the requirements
         reading those can fail here: parts and repeats read sizes alone)."""
         self._values, self._arguments = resized or self._split_arguments()
         self._evaluators: dict[str, object] = {}  # quantity -> exact function with this model's sizes bound
@@ -113,10 +113,10 @@ class Model:
         self._structure = like._structure if same else _structure(self.library, self.spec.root, self._arguments, self.conventions)
         self._bound = like._bound if same and like._values.keys() == self._values.keys() else frozenset(self._values)
         self._graphs = self._structure.graphs
-        if checked is None:
+        if changed is None:
             self._check_requirements()
         else:
-            self._check_changed_conventions(checked[1])
+            self._check_changed_conventions(changed)
 
     # -- construction ---------------------------------------------------------
 
@@ -190,7 +190,7 @@ class Model:
         model.spec, model.library, model.vocabulary, model.accounting = self.spec, self.library, self.vocabulary, self.accounting
         model.conventions = model._conventions(merged)
         changed = frozenset(s for s, v in model.conventions.items() if self.conventions.get(s) != v)
-        model._bind(resized=(dict(self._values), self._arguments), checked=(self, changed))
+        model._bind(resized=(dict(self._values), self._arguments), changed=changed)
         return model
 
     def with_accounting(self, name: str) -> "Model":
