@@ -21,12 +21,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from fractions import Fraction
 
 import sympy
 
 from . import flash_attention, routing
 from .finetune import FineTune, step_leaf_flops
+from ..engine.budget import expand
 from ..engine.errors import ConfigError, EvaluationError
 from ..engine.evaluate import exact_value
 from ..engine.formula import to_latex
@@ -287,9 +289,13 @@ class PhaseWork:
     phase: str
     components: dict[str, Work]
     notes: tuple[str, ...] = ()
+    # the work this one copies (phase_work's, once per graph and options), whose total is summed once
+    source: PhaseWork | None = field(default=None, repr=False, compare=False)
 
-    @property
+    @cached_property
     def total(self) -> Work:
+        if self.source is not None:
+            return self.source.total
         parts = self.components.values()
         return Work(
             sympy.expand(sum((w.flops for w in parts), sympy.Integer(0))),
@@ -337,7 +343,7 @@ def phase_work(
     # once per graph, conventions and options: a plan asks again for every layout it reworks
     key = ("phase work", phase, depth, flash, sram_bytes, expert_skew, finetune, grouped, frozenset(model.conventions.items()))
     work = model.graph().derived(key, lambda: _phase_work(model, phase, depth, flash, sram_bytes, None, expert_skew, finetune, grouped))
-    return PhaseWork(work.phase, dict(work.components), work.notes)
+    return PhaseWork(work.phase, dict(work.components), work.notes, work)
 
 
 def _phase_work(
@@ -440,8 +446,18 @@ def _leaves(
 
 
 def _leaves_under(model: Model, quantity: str, replace: Mapping[sympy.Symbol, sympy.Expr]) -> dict[str, sympy.Expr]:
-    parts = model.graph().breakdown(quantity, None)  # expanded already: model.breakdown's Formulas would expand again
-    return {path: sympy.expand(expr.xreplace(replace)) for path, expr in parts.items()}
+    # each leaf's term (multiplicity × expression) with the conventions in, multiplied out once: the numbers
+    # they put in leave fewer terms than multiplying out over the convention symbols first
+    # Each leaf reads a few conventions at most: one multiplied out under the same values of those is
+    # the same expression whatever the others are (training's and inference's leaves share most terms).
+    graph = model.graph()
+    parts = graph.leaf_terms(quantity)
+    reads = graph.derived(("convention symbols read", quantity), lambda: {path: expr.free_symbols for path, expr in parts.items()})
+    leaves = {}
+    for path, expr in parts.items():
+        used = frozenset((s, replace[s]) for s in reads[path] if s in replace)
+        leaves[path] = graph.derived(("leaf under", quantity, path, used), lambda: expand(expr.xreplace(dict(used)), f"{path}'s {quantity}"))
+    return leaves
 
 
 def _group(

@@ -161,6 +161,12 @@ def recompute_work(model: Model, recompute: str, *, flash: bool = False) -> tupl
     units = recomputed_units(model, recompute)
     if flash and recompute == "selective":
         return sympy.Integer(0), sympy.Integer(0)
+    # once per graph, conventions and options: a plan asks again for every layout it reworks
+    key = ("recompute work", recompute, flash, frozenset(model.conventions.items()))
+    return model.graph().derived(key, lambda: _recompute_work(model, units, flash))
+
+
+def _recompute_work(model: Model, units: list[str], flash: bool) -> tuple[sympy.Expr, sympy.Expr]:
     leaves = phase_work(model, "prefill", depth=None, flash=flash).components
     inside = [w for path, w in leaves.items() if any(path == u or path.startswith(f"{u}/") for u in units)]
     return sympy.expand(sympy.Add(*(w.flops for w in inside))), sympy.expand(sympy.Add(*(w.bytes for w in inside)))

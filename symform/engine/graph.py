@@ -200,6 +200,9 @@ def _instantiate(
     args = {**args, **{s.name: v for s, v in local.items()}}
     _check_switches(component, args, path)
     out.graph.add_node(path, component=component, args=args, quantities={}, assumed=assumed)
+    # a size bound to itself needs no substitution: substituting it would rebuild (and compare the
+    # arguments of) every Min and Max around it again
+    local = {s: v for s, v in local.items() if s != v}
     for req in component.requirements:
         out.requirements.append(BoundRequirement(path, component.name, req, req.relation.xreplace(local)))
     out.graph.nodes[path]["saved_when"] = {m: e.xreplace(local) for m, e in component.saved_when.items()}
@@ -208,7 +211,7 @@ def _instantiate(
         out.graph.nodes[path]["frozen"] = {q: e.xreplace(local) for q, e in component.frozen.items()}
         return
     for part in component.parts:
-        repeat = {q: expand(part.repeat[q].xreplace(local), f"the repeat of {part.name}") for q in QUANTITIES}
+        repeat = _repeats(part, local)
         _check_repeat(part.name, repeat, path)
         if all(r == 0 for r in repeat.values()):
             continue
@@ -220,6 +223,15 @@ def _instantiate(
         child_args = bind_arguments(library, callee, given, where=f"{child_path or 'model'}")
         out.graph.add_edge(path, child_path, repeat=repeat, shard=part.shard, shares_input=part.shares_input)
         _instantiate(library, callee, child_path, child_args, assume, out, stack + (component.name,))
+
+
+def _repeats(part, local: Mapping[sympy.Symbol, Binding]) -> dict[str, sympy.Expr]:
+    """A part's repeat per quantity with the enclosing arguments in, multiplied out once per distinct count
+    (most parts repeat the same count for every quantity)."""
+    done: dict[sympy.Expr, sympy.Expr] = {}
+    for count in set(part.repeat.values()):
+        done[count] = expand(count.xreplace(local), f"the repeat of {part.name}")
+    return {q: done[part.repeat[q]] for q in QUANTITIES}
 
 
 def assumption_names(assume: str | None) -> list[str]:

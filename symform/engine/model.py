@@ -98,10 +98,12 @@ class Model:
         self.conventions = self._conventions({**spec.conventions, **named, **(conventions or {})})
         self._bind()
 
-    def _bind(self, like: "Model | None" = None, resized: tuple[dict, dict] | None = None) -> None:
+    def _bind(self, like: "Model | None" = None, resized: tuple[dict, dict] | None = None, changed: frozenset | None = None) -> None:
         """Sizes and arguments from the spec, the structure shared with every model like this one, and the checks.
         ``like``: a model with the same library and conventions, whose structure this one shares where
-        only sizes differ (then nothing is looked up, let alone rebuilt)."""
+        only sizes differ (then nothing is looked up, let alone rebuilt). ``changed``: made from a model with
+        the same sizes, which passed its checks: the conventions that differ from its own (only the requirements
+        reading those can fail here: parts and repeats read sizes alone)."""
         self._values, self._arguments = resized or self._split_arguments()
         self._evaluators: dict[str, object] = {}  # quantity -> exact function with this model's sizes bound
         self._evaluations: dict[str, int] = {}
@@ -111,7 +113,10 @@ class Model:
         self._structure = like._structure if same else _structure(self.library, self.spec.root, self._arguments, self.conventions)
         self._bound = like._bound if same and like._values.keys() == self._values.keys() else frozenset(self._values)
         self._graphs = self._structure.graphs
-        self._check_requirements()
+        if changed is None:
+            self._check_requirements()
+        else:
+            self._check_changed_conventions(changed)
 
     # -- construction ---------------------------------------------------------
 
@@ -181,7 +186,12 @@ class Model:
 
     def with_conventions(self, **conventions: object) -> "Model":
         merged = {s.name: v for s, v in self.conventions.items()} | conventions
-        return Model(self.spec, library=self.library, conventions=merged, accounting=self.accounting)
+        model = object.__new__(Model)  # the sizes stay as they were checked: only the requirements that read a changed convention are checked again
+        model.spec, model.library, model.vocabulary, model.accounting = self.spec, self.library, self.vocabulary, self.accounting
+        model.conventions = model._conventions(merged)
+        changed = frozenset(s for s, v in model.conventions.items() if self.conventions.get(s) != v)
+        model._bind(resized=(dict(self._values), self._arguments), changed=changed)
+        return model
 
     def with_accounting(self, name: str) -> "Model":
         """The same model under a named convention set (``"eager"``): its conventions replace the current ones."""
@@ -386,8 +396,22 @@ class Model:
         """No part's count below zero, every repeat whole, every requirement holding, where the sizes decide it."""
         graph = self.graph()
         checks = self._structure.size_checks(graph)
+        passed: set[tuple[str, sympy.Basic]] = set()
         for i in self._checks_to_run(checks):
-            self._check(graph, checks[i])
+            # a check's verdict is its expression's at these sizes: where many parts share one, the first words a failure
+            key = (checks[i].kind, checks[i].expr)
+            if key not in passed:
+                self._check(graph, checks[i])
+                passed.add(key)
+
+    def _check_changed_conventions(self, changed: frozenset) -> None:
+        """The requirements that read a convention in ``changed``: the rest passed on the model this one was made from."""
+        if not changed:
+            return
+        graph = self.graph()
+        for check in self._structure.size_checks(graph):
+            if check.kind == "requirement" and not changed.isdisjoint(check.expr.free_symbols):
+                self._check(graph, check)
 
     def _checks_to_run(self, checks: list[SizeCheck]) -> list[int]:
         """All of them, unless the generated checks pass: then those they leave undecided and sympy has
@@ -458,8 +482,8 @@ class _Structure:
         self.evaluators: dict[str, object] = {}  # quantity -> generated exact function (None: sympy's route)
 
     def size_checks(self, graph: ComponentGraph) -> list[SizeCheck]:
-        if self._checks is None:
-            self._checks = size_checks(graph)
+        if self._checks is None:  # the graph's alone: shared with the structures that differ only in conventions
+            self._checks = graph.derived("size checks", lambda: size_checks(graph))
         return self._checks
 
 
