@@ -52,7 +52,7 @@ import sympy
 
 from ..engine.budget import ARRAY_ELEMENTS, check_count, quoted
 from ..engine.errors import EvaluationError
-from ..engine.evaluate import check_value, exact_value
+from ..engine.evaluate import check_value, exact_value, numpy_modules
 from ..engine.exact import exact_function
 from ..engine.model import Model, normalise_quantity
 from .kernels import INT64_LIMIT, Kernel, polynomial_kernel
@@ -240,7 +240,7 @@ def _lambdified(exprs: tuple[sympy.Expr, ...], names: tuple[str, ...]) -> Callab
     symbols = {s.name: s for e in exprs for s in e.free_symbols}
     args = [symbols.get(n, sympy.Symbol(n)) for n in names]
     # a tuple of expressions: one function, common subexpressions computed once for all of them
-    return sympy.lambdify(args, exprs, modules="numpy", cse=True)
+    return sympy.lambdify(args, exprs, modules=numpy_modules(), cse=True)
 
 
 @lru_cache(maxsize=256)
@@ -480,7 +480,7 @@ def check_relations(relations: Sequence[Relation], axes: Sequence[Axis]) -> None
 
 @lru_cache(maxsize=256)
 def _relation(relation, symbols):
-    return sympy.lambdify(symbols, relation, modules=[{"mod": _mod, "Mod": _mod}, "numpy"])
+    return sympy.lambdify(symbols, relation, modules=numpy_modules({"mod": _mod, "Mod": _mod}))
 
 
 def _mod(a, b):

@@ -133,11 +133,16 @@ def fast_exact(expr: sympy.Expr, values: Mapping[str, Number], vocabulary: Vocab
 def _compiled(expr: sympy.Expr, names: tuple[str, ...]) -> Callable:
     symbols = {s.name: s for s in expr.free_symbols}
     args = [symbols.get(n, sympy.Symbol(n)) for n in names]
+    return sympy.lambdify(args, expr, modules=numpy_modules(), cse=True)
+
+
+def numpy_modules(*overrides: dict) -> list:
+    """lambdify's modules for numpy code: numpy's own namespace, not modules="numpy", which runs
+    `from numpy import *` and so imports every lazily loaded numpy submodule (f2py, testing, ma, ...) on
+    the first compile, a third of a second. ``overrides`` come first, as lambdify reads them."""
     import numpy
 
-    # numpy's own namespace, not modules="numpy": that runs `from numpy import *`, which imports every
-    # lazily loaded numpy submodule (f2py, testing, ma, ...) on the first compile, a third of a second
-    return sympy.lambdify(args, expr, modules=[_NUMPY_DEFAULTS, numpy], cse=True)
+    return [*overrides, _NUMPY_DEFAULTS, numpy]
 
 
 _NUMPY_DEFAULTS = {"I": 1j}  # what modules="numpy" adds to numpy's names (sympy's NUMPY_DEFAULT)
