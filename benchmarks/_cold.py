@@ -7,47 +7,60 @@ repetition meets it (no best-of).
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def environment() -> dict[str, str]:
-    """This checkout first on the path, whatever is installed."""
+# symform's cache between runs (symform.engine.disk_cache) starts empty for each benchmark run, in a
+# directory of its own: the untimed first run of each command fills it, as a user's first run does.
+CACHE = tempfile.mkdtemp(prefix="symform-bench-cache-")
+atexit.register(shutil.rmtree, CACHE, ignore_errors=True)
+NO_CACHE = {"SYMFORM_CACHE": "off"}  # every run as the very first: nothing kept from an earlier one
+
+
+def environment(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This checkout first on the path, whatever is installed; the benchmark's own cache directory."""
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return env
+    env["SYMFORM_CACHE_DIR"] = CACHE
+    env.pop("SYMFORM_CACHE", None)
+    return {**env, **(extra or {})}
 
 
-def wall_seconds(argv: list[str]) -> float:
+def wall_seconds(argv: list[str], extra: dict[str, str] | None = None) -> float:
     """Wall time of one fresh interpreter running ``argv`` (output discarded); a failure stops the benchmark."""
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, *argv], env=environment(), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
+    done = subprocess.run([sys.executable, *argv], env=environment(extra), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
     seconds = time.perf_counter() - start
     if done.returncode != 0:
         raise SystemExit(f"python {' '.join(argv)} failed ({done.returncode}): {done.stderr.decode()[-2000:]}")
     return seconds
 
 
-def child_report(code: str) -> dict:
+def child_report(code: str, extra: dict[str, str] | None = None) -> dict:
     """Run ``code`` in a fresh interpreter; it prints one JSON object last, which is returned."""
-    done = subprocess.run([sys.executable, "-c", code], env=environment(), cwd=ROOT, capture_output=True, text=True, check=False)
+    done = subprocess.run([sys.executable, "-c", code], env=environment(extra), cwd=ROOT, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"benchmark child failed ({done.returncode}): {done.stderr[-2000:]}")
     return json.loads(done.stdout.splitlines()[-1])
 
 
-def paired(symform_argv: list[str], baseline_argv: list[str], repeats: int) -> tuple[list[float], list[float]]:
-    """``repeats`` wall times of each, alternating, after one untimed run of each (file cache, .pyc files)."""
-    wall_seconds(symform_argv), wall_seconds(baseline_argv)
+def paired(symform_argv: list[str], baseline_argv: list[str], repeats: int, extra: dict[str, str] | None = None) -> tuple[list[float], list[float]]:
+    """``repeats`` wall times of each, alternating, after one untimed run of each (file cache, .pyc files,
+    symform's cache between runs); ``extra`` is added to symform's environment."""
+    wall_seconds(symform_argv, extra), wall_seconds(baseline_argv)
     measured, baseline = [], []
     for _ in range(repeats):
-        measured.append(wall_seconds(symform_argv))
+        measured.append(wall_seconds(symform_argv, extra))
         baseline.append(wall_seconds(baseline_argv))
     return measured, baseline
 
