@@ -33,6 +33,9 @@ def environment(extra: dict[str, str] | None = None) -> dict[str, str]:
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["SYMFORM_CACHE_DIR"] = CACHE
     env.pop("SYMFORM_CACHE", None)
+    # An installed symform has its .pyc files; a shell that forbids writing them would make every
+    # timed run compile symform's sources again, which no user's run does.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     return {**env, **(extra or {})}
 
 
