@@ -66,8 +66,8 @@ def test_every_bundled_component_rebuilds_from_the_cache_node_for_node(fresh_cac
     recalled = {"hits": 0}
     recall = safe_expr._recall
 
-    def counting(key, names):
-        found = recall(key, names)
+    def counting(key, names, relation):
+        found = recall(key, names, relation)
         recalled["hits"] += found is not None
         return found
 
@@ -138,3 +138,56 @@ def test_a_table_with_what_json_cannot_hold_is_not_kept(fresh_cache):
     assert not disk_cache.plain_json({"a": float("nan")})
     assert not disk_cache.plain_json({"a": (1, 2)})
     assert not disk_cache.plain_json({"a": 1.0, "b": sympy.Integer(1)})
+
+
+def _rewrite(store, change) -> None:
+    """Edit a store's entries and write it back with a matching hash, as a hand edit or another program could."""
+    import json
+
+    entries = json.loads(store.read_text().partition("\n")[2])
+    body = json.dumps(change(entries), separators=(",", ":"))
+    store.write_text(f"{disk_cache.digest(body)}\n{body}")
+    store.chmod(0o600)
+    safe_expr._store.cache_clear()
+
+
+@pytest.mark.parametrize(
+    "tree",
+    [
+        ["i", "9" * 200],  # past CONSTANT_DIGITS
+        ["f", "Pow", [["f", "Add", [["n", "d"], ["i", "1"]]], ["i", "100000"]]],  # past the expansion budget
+        ["f", "Add", [["i", "1"]] * 5000],  # more nodes than any parsed text gives
+        ["f", "__import__", [["i", "1"]]],  # no such node: nothing is called by its name from the file
+    ],
+)
+def test_an_edited_entry_past_a_budget_is_parsed_again(fresh_cache, tree):
+    d = sympy.Symbol("d", integer=True, positive=True)
+    first = safe_expr.parse("d + 1", {"d": d})
+    _start_again()
+    (store,) = fresh_cache.glob("expressions-*.json")
+    _rewrite(store, lambda entries: {key: tree for key in entries})
+    assert sympy.srepr(safe_expr.parse("d + 1", {"d": d})) == sympy.srepr(first)
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "getuid"), reason="file ownership is POSIX")
+def test_a_store_others_could_write_is_not_read(fresh_cache):
+    d = sympy.Symbol("d", integer=True, positive=True)
+    first = safe_expr.parse("d + 1", {"d": d})
+    _start_again()
+    (store,) = fresh_cache.glob("expressions-*.json")
+    assert store.stat().st_mode & 0o077 == 0  # written for this user only
+    _rewrite(store, lambda entries: {key: ["f", "Add", [["n", "d"], ["i", "2"]]] for key in entries})
+    assert safe_expr.parse("d + 1", {"d": d}).subs(d, 1) == 3  # this user's own edit is read: trusted as their files are
+    store.chmod(0o666)
+    safe_expr._store.cache_clear()
+    assert safe_expr.parse("d + 1", {"d": d}) == first
+
+
+def test_a_store_past_its_size_bound_is_not_read(fresh_cache, monkeypatch):
+    d = sympy.Symbol("d", integer=True, positive=True)
+    first = safe_expr.parse("d + 1", {"d": d})
+    _start_again()
+    (store,) = fresh_cache.glob("expressions-*.json")
+    _rewrite(store, lambda entries: {key: ["f", "Add", [["n", "d"], ["i", "2"]]] for key in entries})
+    monkeypatch.setattr(disk_cache, "MAX_BYTES", 10)
+    assert safe_expr.parse("d + 1", {"d": d}) == first

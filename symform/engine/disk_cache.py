@@ -2,12 +2,14 @@
 
 A store is one JSON object in the user's cache directory (``$SYMFORM_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/symform``, else ``~/.cache/symform``; ``SYMFORM_CACHE=off`` turns it
-off). Its first line is the SHA-256 of the rest, so a file cut short or changed by
-anything but symform is not read. It holds plain JSON only, never code or pickles:
-what it gives back is rebuilt by symform's own code (see ``safe_expr``), and each
-entry's key is a hash of everything its value depends on. Anything that goes wrong
-(a missing, unreadable, corrupt or unwritable cache) falls back silently to working
-the value out again: the cache only ever saves time.
+off). Its first line is the SHA-256 of the rest, so a file cut short or damaged is not
+read; nor is one that another user owns or could have written (``_trusted``): the cache
+is trusted as far as the user's own files are, no further. It holds plain JSON only,
+never code or pickles: what it gives back is rebuilt by symform's own code through an
+allow-list of node types, within the same budgets as parsing (see ``safe_expr``), and
+each entry's key is a hash of everything its value depends on. Anything that goes wrong
+(a missing, unreadable, corrupt, foreign or unwritable cache) falls back silently to
+working the value out again: the cache only ever saves time.
 """
 
 from __future__ import annotations
@@ -16,12 +18,14 @@ import atexit
 import hashlib
 import json
 import os
+import stat
 import sys
 from pathlib import Path
 from typing import Any
 
 FORMAT = 1
 MAX_ENTRIES = 50_000  # past this a store starts afresh rather than grow without bound
+MAX_BYTES = 32 * 2**20  # a store larger than this is not read (symform's own are well under 1 MiB)
 
 
 def cache_dir() -> Path | None:
@@ -31,7 +35,10 @@ def cache_dir() -> Path | None:
     if chosen:
         return Path(chosen)
     base = os.environ.get("XDG_CACHE_HOME")
-    return (Path(base) if base else Path.home() / ".cache") / "symform"
+    try:
+        return (Path(base) if base else Path.home() / ".cache") / "symform"
+    except RuntimeError:  # no home directory to be found: nothing kept
+        return None
 
 
 def digest(*parts: str | bytes) -> str:
@@ -88,7 +95,8 @@ class Store:
         try:
             body = json.dumps(entries, separators=(",", ":"), allow_nan=False)
             path.parent.mkdir(parents=True, exist_ok=True)
-            temporary.write_text(f"{digest(body)}\n{body}", encoding="utf-8")
+            with open(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as out:
+                out.write(f"{digest(body)}\n{body}")
             os.replace(temporary, path)  # whole or not at all: a reader never sees half a file
         except (OSError, ValueError, TypeError, RecursionError):
             try:
@@ -115,10 +123,24 @@ def _same(a: Any, b: Any) -> bool:
     return a == b
 
 
+def _trusted(path: Path) -> bool:
+    """A store is read only when it is a plain file of at most MAX_BYTES that no one but this user could
+    have written (owned by them, not writable by group or others): one left by someone else in a shared
+    cache directory is ignored."""
+    info = path.stat()
+    if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_BYTES:
+        return False
+    if hasattr(os, "getuid") and (info.st_uid != os.getuid() or info.st_mode & 0o022):
+        return False
+    return True
+
+
 def _read(path: Path | None) -> dict[str, Any]:
     if path is None:
         return {}
     try:
+        if not _trusted(path):
+            return {}
         text = path.read_text(encoding="utf-8")
         check, _, body = text.partition("\n")
         if check != digest(body):

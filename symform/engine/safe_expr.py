@@ -77,7 +77,7 @@ def parse(text: object, names: Mapping[str, sympy.Basic], *, relation: bool = Fa
         raise ExpressionError(f"non-ASCII character {odd!r} (U+{ord(odd):04X}) in {quoted(source)}; write names and operators in ASCII")
     key = _cache_key(source, names, relation)
     if key is not None:
-        kept = _recall(key, names)
+        kept = _recall(key, names, relation)
         if kept is not None:
             return kept
     try:
@@ -265,6 +265,7 @@ _NODES: dict[str, Callable[..., sympy.Basic]] = {
     **{c.__name__: (lambda c: lambda *a: c(*a))(c) for c in (sympy.And, sympy.Or, sympy.Not)},
 }
 _SYMBOLS: dict[sympy.Symbol, str] = {}
+_MAX_KEPT_NODES = 8 * MAX_NODES  # sympy's tree of a parsed text is of the order of its syntax tree
 
 
 @cache
@@ -303,17 +304,24 @@ def _remember(key: str, result: sympy.Basic, names: Mapping[str, sympy.Basic]) -
     symbols = {v: k for k, v in names.items() if isinstance(v, sympy.Symbol)}
     try:
         tree = _encode(result, symbols)
-        if tree is not None and _same(_decode(tree, names), result):
+        if tree is not None and _same(_decode(tree, names, [_MAX_KEPT_NODES]), result):
             _store().put(key, tree)
     except Exception:  # noqa: BLE001: keeping is optional; the parse stands
         return
 
 
-def _recall(key: str, names: Mapping[str, sympy.Basic]) -> sympy.Basic | None:
+def _recall(key: str, names: Mapping[str, sympy.Basic], relation: bool) -> sympy.Basic | None:
+    """The kept expression, held to the budgets its text was parsed within: a tree that does not rebuild
+    or that breaks a budget (only a damaged or edited cache has one) is parsed again from its text."""
     try:
         tree = _store().get(key)
-        return None if tree is None else _decode(tree, names)
-    except Exception:  # noqa: BLE001: a tree that does not rebuild is parsed again
+        if tree is None:
+            return None
+        result = _decode(tree, names, [_MAX_KEPT_NODES])
+        if not relation:
+            check_expansion(result, "a kept expression")
+        return result
+    except Exception:  # noqa: BLE001: parsing the text again is always right
         return None
 
 
@@ -337,19 +345,23 @@ def _encode(expr: sympy.Basic, symbols: Mapping[sympy.Symbol, str]) -> Any:
     return None if any(a is None for a in args) else ["f", name, args]
 
 
-def _decode(tree: Any, names: Mapping[str, sympy.Basic]) -> sympy.Basic:
+def _decode(tree: Any, names: Mapping[str, sympy.Basic], left: list[int]) -> sympy.Basic:
+    """The expression a kept tree describes; ``left`` counts down the nodes it may still have."""
+    left[0] -= 1
+    if left[0] < 0:
+        raise ValueError("too many nodes")
     kind = tree[0]
     if kind == "n":
         value = names[tree[1]]
         if not isinstance(value, sympy.Symbol):
             raise ValueError(tree[1])
         return value
-    if kind == "i":
-        return sympy.Integer(int(tree[1]))
-    if kind == "q":
-        return sympy.Rational(int(tree[1]), int(tree[2]))
+    if kind in ("i", "q"):
+        number = sympy.Integer(int(tree[1])) if kind == "i" else sympy.Rational(int(tree[1]), int(tree[2]))
+        check_constant(number, "a kept expression")
+        return number
     if kind == "b":
         return sympy.true if tree[1] is True else sympy.false
     if kind == "f":
-        return _NODES[tree[1]](*(_decode(a, names) for a in tree[2]))
+        return _NODES[tree[1]](*(_decode(a, names, left) for a in tree[2]))
     raise ValueError(kind)
