@@ -39,13 +39,26 @@ def environment(extra: dict[str, str] | None = None) -> dict[str, str]:
     return {**env, **(extra or {})}
 
 
-def wall_seconds(argv: list[str], extra: dict[str, str] | None = None) -> float:
-    """Wall time of one fresh interpreter running ``argv`` (output discarded); a failure stops the benchmark."""
-    start = time.perf_counter()
+def _children_cpu() -> float:
+    """User + system CPU seconds of the children waited for so far (0 where the platform has no getrusage)."""
+    try:
+        import resource
+    except ImportError:
+        return 0.0
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def wall_seconds(argv: list[str], extra: dict[str, str] | None = None, cpu: list[float] | None = None) -> float:
+    """Wall time of one fresh interpreter running ``argv`` (output discarded); a failure stops the benchmark.
+    Its CPU seconds are appended to ``cpu``: on a machine shared with other work they vary less than wall time."""
+    before, start = _children_cpu(), time.perf_counter()
     done = subprocess.run([sys.executable, *argv], env=environment(extra), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
     seconds = time.perf_counter() - start
     if done.returncode != 0:
         raise SystemExit(f"python {' '.join(argv)} failed ({done.returncode}): {done.stderr.decode()[-2000:]}")
+    if cpu is not None:
+        cpu.append(_children_cpu() - before)
     return seconds
 
 
@@ -57,14 +70,18 @@ def child_report(code: str, extra: dict[str, str] | None = None) -> dict:
     return json.loads(done.stdout.splitlines()[-1])
 
 
-def paired(symform_argv: list[str], baseline_argv: list[str], repeats: int, extra: dict[str, str] | None = None) -> tuple[list[float], list[float]]:
+def paired(
+    symform_argv: list[str], baseline_argv: list[str], repeats: int, extra: dict[str, str] | None = None, cpu: dict[str, list[float]] | None = None
+) -> tuple[list[float], list[float]]:
     """``repeats`` wall times of each, alternating, after one untimed run of each (file cache, .pyc files,
-    symform's cache between runs); ``extra`` is added to symform's environment."""
+    symform's cache between runs); ``extra`` is added to symform's environment. ``cpu``, if given, receives
+    the CPU seconds of each timed run under "measured" and "baseline"."""
     wall_seconds(symform_argv, extra), wall_seconds(baseline_argv)
     measured, baseline = [], []
+    mine, theirs = (cpu.setdefault("measured", []), cpu.setdefault("baseline", [])) if cpu is not None else (None, None)
     for _ in range(repeats):
-        measured.append(wall_seconds(symform_argv, extra))
-        baseline.append(wall_seconds(baseline_argv))
+        measured.append(wall_seconds(symform_argv, extra, mine))
+        baseline.append(wall_seconds(baseline_argv, None, theirs))
     return measured, baseline
 
 
@@ -79,4 +96,6 @@ def print_rows(rows: list[dict]) -> None:
         if r["baseline"]:
             ratios = [m / b for m, b in zip(r["measured"], r["baseline"])]
             against = f"  vs {r['baseline_name']} {min(r['baseline']):.3f}–{max(r['baseline']):.3f} s, ratio {min(ratios):.2f}–{max(ratios):.2f}"
+            if r.get("cpu_ratios"):
+                against += f" (CPU time ratio {min(r['cpu_ratios']):.2f}–{max(r['cpu_ratios']):.2f})"
         print(f"{r['path']}: {spread}{against}  goal {r['goal']}: {'met' if r['goal_met'] else 'NOT met'}")

@@ -33,9 +33,16 @@ def loaded_by(argv: list[str]) -> list[str]:
 def rows(repeats: int) -> list[dict]:
     found = []
     for extra, what in ((None, "cold (a fresh interpreter; symform's cache from an earlier run)"), (NO_CACHE, "cold, nothing cached (SYMFORM_CACHE=off: a first run)")):
-        measured, baseline = paired(["-m", "symform", "params", "qwen3-32b"], IMPORT_SYMPY, repeats, extra)
+        cpu: dict[str, list[float]] = {}
+        measured, baseline = paired(["-m", "symform", "params", "qwen3-32b"], IMPORT_SYMPY, repeats, extra, cpu)
         ratios = [m / b for m, b in zip(measured, baseline)]
-        found.append(row(f"symform params qwen3-32b, {what}", f"≤ {PARAMS_GOAL}× import sympy", measured, max(ratios) <= PARAMS_GOAL, "import sympy", baseline, ratios=ratios))
+        cpu_ratios = [m / b for m, b in zip(cpu["measured"], cpu["baseline"]) if b > 0]  # reported beside the goal, which is wall time
+        found.append(
+            row(
+                f"symform params qwen3-32b, {what}", f"≤ {PARAMS_GOAL}× import sympy", measured, max(ratios) <= PARAMS_GOAL, "import sympy", baseline,
+                ratios=ratios, cpu_measured=cpu["measured"], cpu_baseline=cpu["baseline"], cpu_ratios=cpu_ratios,
+            )  # fmt: skip
+        )
     for argv, forbidden in ((["--help"], HEAVY), (["models"], ("sympy", "networkx"))):
         measured, baseline = paired(["-m", "symform", *argv], IMPORT_SYMPY, repeats)
         loaded = loaded_by(argv)
