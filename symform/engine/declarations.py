@@ -468,8 +468,8 @@ class LazyComponents(Mapping[str, Component]):
     every declaration up front would dominate its start-up time.
     """
 
-    def __init__(self, declarations: Mapping[str, ComponentDecl], vocabulary: Vocabulary, origin: str):
-        self._declarations = dict(declarations)
+    def __init__(self, declarations: Mapping[str, ComponentDecl | Mapping[str, Any]], vocabulary: Vocabulary, origin: str):
+        self._declarations = dict(declarations)  # a raw table is validated when first asked for
         self._vocabulary = vocabulary
         self._origin = origin
         self._parsed: dict[str, Component] = {}
@@ -477,7 +477,7 @@ class LazyComponents(Mapping[str, Component]):
 
     def __getitem__(self, name: str) -> Component:
         if name not in self._parsed:
-            decl = self._declarations[name]
+            decl = self._declaration(name)
             if name in self._parsing:
                 raise DeclarationError(f"{self._origin}: component {name!r} extends itself through {decl.extends!r}: the components extend each other in a cycle")
             self._parsing.add(name)
@@ -489,6 +489,12 @@ class LazyComponents(Mapping[str, Component]):
             finally:
                 self._parsing.discard(name)
         return self._parsed[name]
+
+    def _declaration(self, name: str) -> ComponentDecl:
+        decl = self._declarations[name]
+        if not isinstance(decl, ComponentDecl):
+            decl = self._declarations[name] = validate_declaration(name, decl)
+        return decl
 
     def __contains__(self, name: object) -> bool:
         return name in self._declarations
@@ -513,6 +519,5 @@ def default_library() -> Library:
             if name in table:
                 raise DeclarationError(f"{path.name}: component {name!r} is declared twice")
             table[name] = raw
-    declarations = {name: validate_declaration(name, raw) for name, raw in table.items()}
-    # checked as a whole by the test suite (check_library); each command parses what it uses
-    return Library(LazyComponents(declarations, vocabulary, "formulas/components"), vocabulary)
+    # checked as a whole by the test suite (check_library); each command validates and parses what it uses
+    return Library(LazyComponents(table, vocabulary, "formulas/components"), vocabulary)

@@ -12,10 +12,14 @@ they call ``eval``.
 from __future__ import annotations
 
 import ast
-from typing import Callable, Mapping
+import re
+from functools import cache
+from pathlib import Path
+from typing import Any, Callable, Mapping
 
 import sympy
 
+from . import disk_cache
 from .budget import check_constant, check_expansion, power_digits, quoted, CONSTANT_DIGITS
 from .errors import ExpressionError
 from .names import is_identifier  # re-exported: where it was first defined
@@ -71,6 +75,11 @@ def parse(text: object, names: Mapping[str, sympy.Basic], *, relation: bool = Fa
         # Python folds full-width and other compatibility letters to ASCII (ｄ_model is d_model): refuse them
         odd = next(c for c in source if not c.isascii())
         raise ExpressionError(f"non-ASCII character {odd!r} (U+{ord(odd):04X}) in {quoted(source)}; write names and operators in ASCII")
+    key = _cache_key(source, names, relation)
+    if key is not None:
+        kept = _recall(key, names, relation)
+        if kept is not None:
+            return kept
     try:
         tree = ast.parse(source, mode="eval")
     except SyntaxError as e:
@@ -84,6 +93,8 @@ def parse(text: object, names: Mapping[str, sympy.Basic], *, relation: bool = Fa
     result = _Converter(source, names).visit(body)
     if not relation:
         check_expansion(result, f"expression {quoted(source)}")
+    if key is not None:
+        _remember(key, result, names)
     return result
 
 
@@ -235,3 +246,122 @@ def _describe(node: ast.AST) -> str:
         "GeneratorExp": "a generator",
         "ListComp": "a comprehension",
     }.get(type(node).__name__, f"the construct {type(node).__name__}")
+
+
+# --- parsed expressions kept between runs -------------------------------------------------------------
+# Building sympy expressions is most of what loading a model costs. An expression that parsed is kept
+# in the user's cache (disk_cache) as a tree of plain JSON, keyed by its text and by what each name in
+# it stood for, and rebuilt from the tree node by node with sympy's constructors told not to evaluate
+# (the tree is already what evaluating gave). Only trees that rebuild equal to the parsed expression
+# are kept; the budget checks passed when it was parsed and give the same answer for the same input.
+
+_IDENTIFIERS = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_NODES: dict[str, Callable[..., sympy.Basic]] = {
+    "Add": lambda *a: sympy.Add._from_args(a),
+    "Mul": lambda *a: sympy.Mul._from_args(a),
+    "Pow": lambda b, e: sympy.Pow(b, e, evaluate=False),
+    **{c.__name__: (lambda c: lambda *a: c(*a, evaluate=False))(c) for c in (sympy.Max, sympy.Min, sympy.floor, sympy.ceiling, sympy.Mod, sympy.log)},
+    **{type(c(1, 2, evaluate=False)).__name__: (lambda c: lambda a, b: c(a, b, evaluate=False))(c) for c in _COMPARE.values()},
+    **{c.__name__: (lambda c: lambda *a: c(*a))(c) for c in (sympy.And, sympy.Or, sympy.Not)},
+}
+_SYMBOLS: dict[sympy.Symbol, str] = {}
+_MAX_KEPT_NODES = 8 * MAX_NODES  # sympy's tree of a parsed text is of the order of its syntax tree
+
+
+@cache
+def _store() -> disk_cache.Store:
+    here = Path(__file__).resolve().parent
+    code = b"".join((here / name).read_bytes() for name in ("safe_expr.py", "budget.py"))
+    return disk_cache.Store("expressions", disk_cache.digest(sympy.__version__, code))
+
+
+def _cache_key(source: str, names: Mapping[str, sympy.Basic], relation: bool) -> str | None:
+    """What the parse depends on: the text, and what each name in it is (a symbol with its assumptions,
+    or a list); None where a name stands for an expression or is unknown (not worth keeping)."""
+    if disk_cache.cache_dir() is None:
+        return None
+    parts = [source, "relation" if relation else "value"]
+    for name in sorted(set(_IDENTIFIERS.findall(source))):
+        value = names.get(name)
+        if isinstance(value, sympy.Symbol):
+            described = _SYMBOLS.get(value)
+            if described is None:
+                described = _SYMBOLS[value] = repr(sorted(value.assumptions0.items()))
+            parts.append(f"{name}={value.name}:{described}")
+        elif isinstance(value, tuple) and all(isinstance(v, sympy.Integer) for v in value):
+            parts.append(f"{name}={[int(v) for v in value]}")
+        elif value is None and name in FUNCTIONS:
+            parts.append(name)
+        else:
+            return None
+    try:
+        return disk_cache.digest(*parts)
+    except UnicodeEncodeError:
+        return None
+
+
+def _remember(key: str, result: sympy.Basic, names: Mapping[str, sympy.Basic]) -> None:
+    symbols = {v: k for k, v in names.items() if isinstance(v, sympy.Symbol)}
+    try:
+        tree = _encode(result, symbols)
+        if tree is not None and _same(_decode(tree, names, [_MAX_KEPT_NODES]), result):
+            _store().put(key, tree)
+    except Exception:  # noqa: BLE001: keeping is optional; the parse stands
+        return
+
+
+def _recall(key: str, names: Mapping[str, sympy.Basic], relation: bool) -> sympy.Basic | None:
+    """The kept expression, held to the budgets its text was parsed within: a tree that does not rebuild
+    or that breaks a budget (only a damaged or edited cache has one) is parsed again from its text."""
+    try:
+        tree = _store().get(key)
+        if tree is None:
+            return None
+        result = _decode(tree, names, [_MAX_KEPT_NODES])
+        if not relation:
+            check_expansion(result, "a kept expression")
+        return result
+    except Exception:  # noqa: BLE001: parsing the text again is always right
+        return None
+
+
+def _same(a: sympy.Basic, b: sympy.Basic) -> bool:
+    return type(a) is type(b) and a == b and a.args == b.args and all(_same(x, y) for x, y in zip(a.args, b.args))
+
+
+def _encode(expr: sympy.Basic, symbols: Mapping[sympy.Symbol, str]) -> Any:
+    if isinstance(expr, sympy.Symbol):
+        return ["n", symbols[expr]] if expr in symbols else None
+    if isinstance(expr, sympy.Integer):
+        return ["i", str(int(expr))]
+    if isinstance(expr, sympy.Rational):
+        return ["q", str(int(expr.p)), str(int(expr.q))]
+    if expr is sympy.true or expr is sympy.false:
+        return ["b", bool(expr)]
+    name = type(expr).__name__
+    if name not in _NODES:
+        return None
+    args = [_encode(a, symbols) for a in expr.args]
+    return None if any(a is None for a in args) else ["f", name, args]
+
+
+def _decode(tree: Any, names: Mapping[str, sympy.Basic], left: list[int]) -> sympy.Basic:
+    """The expression a kept tree describes; ``left`` counts down the nodes it may still have."""
+    left[0] -= 1
+    if left[0] < 0:
+        raise ValueError("too many nodes")
+    kind = tree[0]
+    if kind == "n":
+        value = names[tree[1]]
+        if not isinstance(value, sympy.Symbol):
+            raise ValueError(tree[1])
+        return value
+    if kind in ("i", "q"):
+        number = sympy.Integer(int(tree[1])) if kind == "i" else sympy.Rational(int(tree[1]), int(tree[2]))
+        check_constant(number, "a kept expression")
+        return number
+    if kind == "b":
+        return sympy.true if tree[1] is True else sympy.false
+    if kind == "f":
+        return _NODES[tree[1]](*(_decode(a, names, left) for a in tree[2]))
+    raise ValueError(kind)

@@ -35,8 +35,9 @@ from .families import ModelSpec
 from .vocabulary import Vocabulary, vocabulary_from_table
 
 
+# Built on first validation (defer_build): a bundled model never reads a declaration file.
 class ModelDecl(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     root: str
     name: str | None = None
@@ -46,7 +47,7 @@ class ModelDecl(BaseModel):
 
 
 class DeclarationFile(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     model: ModelDecl
     symbols: dict[str, dict[str, Any]] = Field(default_factory=dict)

@@ -6,6 +6,7 @@ Bad input ends with one line on stderr and exit status 2.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import json
 import sys
@@ -143,7 +144,18 @@ def _accountings() -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    code = _main(list(sys.argv[1:] if argv is None else argv))
+    if argv is None:
+        # Run as a program (the console script, python -m symform): the interpreter exits next, and its
+        # last garbage collection would walk every object the command built (sympy's trees, the loaded
+        # libraries: some 90,000 after `symform params`) only to free memory the exit frees anyway.
+        # Exit handlers, flushing and reference-counted clean-up still run; symform's commands close
+        # their files themselves.
+        gc.freeze()
+    return code
+
+
+def _main(argv: list[str]) -> int:
     if argv[:1] == ["latex"] and "--formulas" in argv:  # models one after another, no quantity: its own parser
         return _print_or_fail(lambda: _from("latex_report", "appendix_command")(argv[1:]))
     try:  # no verb (--help, --version): "" wants none of the verbs' options, only their names and help

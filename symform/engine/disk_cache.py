@@ -1,0 +1,151 @@
+"""What symform works out from its bundled files the same way every time, kept between runs.
+
+A store is one JSON object in the user's cache directory (``$SYMFORM_CACHE_DIR``, else
+``$XDG_CACHE_HOME/symform``, else ``~/.cache/symform``; ``SYMFORM_CACHE=off`` turns it
+off). Its first line is the SHA-256 of the rest, so a file cut short or damaged is not
+read; nor is one that another user owns or could have written (``_trusted``): the cache
+is trusted as far as the user's own files are, no further. It holds plain JSON only,
+never code or pickles: what it gives back is rebuilt by symform's own code through an
+allow-list of node types, within the same budgets as parsing (see ``safe_expr``), and
+each entry's key is a hash of everything its value depends on. Anything that goes wrong
+(a missing, unreadable, corrupt, foreign or unwritable cache) falls back silently to
+working the value out again: the cache only ever saves time.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+from typing import Any
+
+FORMAT = 1
+MAX_ENTRIES = 50_000  # past this a store starts afresh rather than grow without bound
+MAX_BYTES = 32 * 2**20  # a store larger than this is not read (symform's own are well under 1 MiB)
+
+
+def cache_dir() -> Path | None:
+    if os.environ.get("SYMFORM_CACHE", "").lower() in ("off", "0", "no", "false"):
+        return None
+    chosen = os.environ.get("SYMFORM_CACHE_DIR")
+    if chosen:
+        return Path(chosen)
+    base = os.environ.get("XDG_CACHE_HOME")
+    try:
+        return (Path(base) if base else Path.home() / ".cache") / "symform"
+    except RuntimeError:  # no home directory to be found: nothing kept
+        return None
+
+
+def digest(*parts: str | bytes) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part.encode() if isinstance(part, str) else part)
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+class Store:
+    """One JSON object of ``name``'s entries, read on first use and written back at exit when it grew."""
+
+    def __init__(self, name: str, salt: str):
+        self.name = f"{name}-{digest(str(FORMAT), f'{sys.version_info[0]}.{sys.version_info[1]}', salt)[:16]}.json"
+        self._entries: dict[str, Any] | None = None
+        self._added: dict[str, Any] = {}
+        self._where: Path | None = None  # the file read, and written back: the directory as it was at first use
+
+    def _path(self) -> Path | None:
+        self._load()
+        return self._where
+
+    def _load(self) -> dict[str, Any]:
+        if self._entries is None:
+            where = cache_dir()
+            self._where = where / self.name if where is not None else None
+            self._entries = _read(self._where)
+        return self._entries
+
+    def get(self, key: str) -> Any:
+        return self._load().get(key)
+
+    def put(self, key: str, value: Any) -> None:
+        entries = self._load()
+        if key in entries or self._path() is None:
+            return
+        entries[key] = value
+        if not self._added:
+            atexit.register(self.save)
+        self._added[key] = value
+
+    def save(self) -> None:
+        """Write what this process added, merged with what the file holds now (another process may have added too)."""
+        path, added = self._path(), self._added
+        self._added = {}
+        if path is None or not added:
+            return
+        entries = _read(path)
+        if len(entries) + len(added) > MAX_ENTRIES:
+            entries = {}
+        entries.update(added)
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            body = json.dumps(entries, separators=(",", ":"), allow_nan=False)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as out:
+                out.write(f"{digest(body)}\n{body}")
+            os.replace(temporary, path)  # whole or not at all: a reader never sees half a file
+        except (OSError, ValueError, TypeError, RecursionError):
+            try:
+                temporary.unlink(missing_ok=True)
+            except OSError:
+                pass
+
+
+def plain_json(value: Any) -> bool:
+    """Whether JSON gives ``value`` back equal and of the same types (no NaN, tuples or datetimes)."""
+    try:
+        return _same(json.loads(json.dumps(value, allow_nan=False)), value)
+    except (ValueError, TypeError, RecursionError):
+        return False
+
+
+def _same(a: Any, b: Any) -> bool:
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def _trusted(path: Path) -> bool:
+    """A store is read only when it is a plain file of at most MAX_BYTES that no one but this user could
+    have written (owned by them, not writable by group or others): one left by someone else in a shared
+    cache directory is ignored."""
+    info = path.stat()
+    if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_BYTES:
+        return False
+    if hasattr(os, "getuid") and (info.st_uid != os.getuid() or info.st_mode & 0o022):
+        return False
+    return True
+
+
+def _read(path: Path | None) -> dict[str, Any]:
+    if path is None:
+        return {}
+    try:
+        if not _trusted(path):
+            return {}
+        text = path.read_text(encoding="utf-8")
+        check, _, body = text.partition("\n")
+        if check != digest(body):
+            return {}
+        entries = json.loads(body)
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return {}
+    return entries if isinstance(entries, dict) else {}

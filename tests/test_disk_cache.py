@@ -1,0 +1,193 @@
+"""The cache of parsed files and expressions kept between runs: what it gives back is what parsing gives,
+node for node, and a missing, corrupt or unwritable cache only costs time."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+import pytest
+import sympy
+
+from symform.engine import data, disk_cache, safe_expr
+from symform.engine.declarations import component_files, parse_components
+from symform.engine.vocabulary import default_vocabulary
+
+
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch):
+    """An empty cache directory, and no store already read in this process."""
+    monkeypatch.setenv("SYMFORM_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("SYMFORM_CACHE", raising=False)
+    monkeypatch.setattr(data, "_TABLES", disk_cache.Store("tables", "tomllib"))
+    safe_expr._store.cache_clear()
+    yield tmp_path
+    safe_expr._store.cache_clear()
+
+
+def _start_again() -> None:
+    """As a new process would: the stores read from disk again."""
+    safe_expr._store().save()
+    data._TABLES.save()
+    safe_expr._store.cache_clear()
+    data._TABLES = disk_cache.Store("tables", "tomllib")
+
+
+def _expressions(value):
+    """Every sympy object in a parsed component, in a fixed order, as sympy's exact repr (structure and assumptions)."""
+    if isinstance(value, sympy.Basic):
+        yield sympy.srepr(value)
+    elif dataclasses.is_dataclass(value):
+        for f in dataclasses.fields(value):
+            yield f.name
+            yield from _expressions(getattr(value, f.name))
+    elif isinstance(value, Mapping):
+        for k, v in value.items():
+            yield repr(k)
+            yield from _expressions(v)
+    elif isinstance(value, (tuple, list, frozenset)):
+        for v in sorted(value) if isinstance(value, frozenset) else value:
+            yield from _expressions(v)
+    else:
+        yield repr(value)
+
+
+def _bundled():
+    tables = {}
+    for path in component_files():
+        tables.update(data.read_toml(path))
+    return parse_components(tables, default_vocabulary(), "formulas/components")
+
+
+def test_every_bundled_component_rebuilds_from_the_cache_node_for_node(fresh_cache):
+    parsed = _bundled()  # nothing kept yet: parsed, and kept
+    _start_again()
+    assert list(fresh_cache.glob("expressions-*.json")) and list(fresh_cache.glob("tables-*.json"))
+    recalled = {"hits": 0}
+    recall = safe_expr._recall
+
+    def counting(key, names, relation):
+        found = recall(key, names, relation)
+        recalled["hits"] += found is not None
+        return found
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(safe_expr, "_recall", counting)
+        cached = _bundled()
+    assert recalled["hits"] > 100  # the cache was used, not parsed around
+    assert list(cached) == list(parsed)
+    for name in parsed:
+        assert list(_expressions(cached[name])) == list(_expressions(parsed[name])), name
+
+
+def test_a_corrupt_cache_is_not_read(fresh_cache):
+    first = safe_expr.parse("2*d + max(d, 3)", {"d": sympy.Symbol("d", integer=True, positive=True)})
+    _start_again()
+    (store,) = fresh_cache.glob("expressions-*.json")
+    check, _, body = store.read_text().partition("\n")
+    store.write_text(check + "\n" + body.replace('"i","2"', '"i","7"'))  # a changed entry no longer matches its hash
+    again = safe_expr.parse("2*d + max(d, 3)", {"d": sympy.Symbol("d", integer=True, positive=True)})
+    assert sympy.srepr(again) == sympy.srepr(first)
+    store.write_text("not json")
+    safe_expr._store.cache_clear()
+    assert sympy.srepr(safe_expr.parse("2*d + max(d, 3)", {"d": sympy.Symbol("d", integer=True, positive=True)})) == sympy.srepr(first)
+
+
+def test_an_entry_that_does_not_rebuild_is_parsed_again(fresh_cache):
+    d = sympy.Symbol("d", integer=True, positive=True)
+    first = safe_expr.parse("d*(d + 1)", {"d": d})
+    store = safe_expr._store()
+    for key in list(store._load()):
+        store._load()[key] = ["f", "NoSuchNode", []]
+    assert sympy.srepr(safe_expr.parse("d*(d + 1)", {"d": d})) == sympy.srepr(first)
+
+
+def test_the_same_text_over_other_symbols_is_another_entry(fresh_cache):
+    positive = safe_expr.parse("d - 1", {"d": sympy.Symbol("d", integer=True, positive=True)})
+    anything = safe_expr.parse("d - 1", {"d": sympy.Symbol("d")})
+    assert positive.free_symbols != anything.free_symbols
+    _start_again()
+    assert safe_expr.parse("d - 1", {"d": sympy.Symbol("d")}) == anything
+
+
+def test_an_unwritable_or_disabled_cache_only_costs_time(tmp_path, monkeypatch):
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    monkeypatch.setenv("SYMFORM_CACHE_DIR", str(blocked / "below"))  # a directory that cannot be made
+    safe_expr._store.cache_clear()
+    d = sympy.Symbol("d", integer=True, positive=True)
+    assert safe_expr.parse("d**2", {"d": d}) == d**2
+    safe_expr._store().save()  # silently nothing
+    monkeypatch.setenv("SYMFORM_CACHE", "off")
+    assert disk_cache.cache_dir() is None
+    assert safe_expr.parse("d**2", {"d": d}) == d**2
+    safe_expr._store.cache_clear()
+
+
+def test_the_cache_directory_follows_the_environment(tmp_path, monkeypatch):
+    monkeypatch.delenv("SYMFORM_CACHE", raising=False)
+    monkeypatch.delenv("SYMFORM_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert disk_cache.cache_dir() == tmp_path / "symform"
+    monkeypatch.setenv("SYMFORM_CACHE_DIR", str(tmp_path / "mine"))
+    assert disk_cache.cache_dir() == tmp_path / "mine"
+
+
+def test_a_table_with_what_json_cannot_hold_is_not_kept(fresh_cache):
+    assert disk_cache.plain_json({"a": [1, 2.5, "x", True, None, {"b": 3}]})
+    assert not disk_cache.plain_json({"a": float("nan")})
+    assert not disk_cache.plain_json({"a": (1, 2)})
+    assert not disk_cache.plain_json({"a": 1.0, "b": sympy.Integer(1)})
+
+
+def _rewrite(store, change) -> None:
+    """Edit a store's entries and write it back with a matching hash, as a hand edit or another program could."""
+    import json
+
+    entries = json.loads(store.read_text().partition("\n")[2])
+    body = json.dumps(change(entries), separators=(",", ":"))
+    store.write_text(f"{disk_cache.digest(body)}\n{body}")
+    store.chmod(0o600)
+    safe_expr._store.cache_clear()
+
+
+@pytest.mark.parametrize(
+    "tree",
+    [
+        ["i", "9" * 200],  # past CONSTANT_DIGITS
+        ["f", "Pow", [["f", "Add", [["n", "d"], ["i", "1"]]], ["i", "100000"]]],  # past the expansion budget
+        ["f", "Add", [["i", "1"]] * 5000],  # more nodes than any parsed text gives
+        ["f", "__import__", [["i", "1"]]],  # no such node: nothing is called by its name from the file
+    ],
+)
+def test_an_edited_entry_past_a_budget_is_parsed_again(fresh_cache, tree):
+    d = sympy.Symbol("d", integer=True, positive=True)
+    first = safe_expr.parse("d + 1", {"d": d})
+    _start_again()
+    (store,) = fresh_cache.glob("expressions-*.json")
+    _rewrite(store, lambda entries: {key: tree for key in entries})
+    assert sympy.srepr(safe_expr.parse("d + 1", {"d": d})) == sympy.srepr(first)
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "getuid"), reason="file ownership is POSIX")
+def test_a_store_others_could_write_is_not_read(fresh_cache):
+    d = sympy.Symbol("d", integer=True, positive=True)
+    first = safe_expr.parse("d + 1", {"d": d})
+    _start_again()
+    (store,) = fresh_cache.glob("expressions-*.json")
+    assert store.stat().st_mode & 0o077 == 0  # written for this user only
+    _rewrite(store, lambda entries: {key: ["f", "Add", [["n", "d"], ["i", "2"]]] for key in entries})
+    assert safe_expr.parse("d + 1", {"d": d}).subs(d, 1) == 3  # this user's own edit is read: trusted as their files are
+    store.chmod(0o666)
+    safe_expr._store.cache_clear()
+    assert safe_expr.parse("d + 1", {"d": d}) == first
+
+
+def test_a_store_past_its_size_bound_is_not_read(fresh_cache, monkeypatch):
+    d = sympy.Symbol("d", integer=True, positive=True)
+    first = safe_expr.parse("d + 1", {"d": d})
+    _start_again()
+    (store,) = fresh_cache.glob("expressions-*.json")
+    _rewrite(store, lambda entries: {key: ["f", "Add", [["n", "d"], ["i", "2"]]] for key in entries})
+    monkeypatch.setattr(disk_cache, "MAX_BYTES", 10)
+    assert safe_expr.parse("d + 1", {"d": d}) == first
