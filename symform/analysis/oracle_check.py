@@ -21,7 +21,7 @@ from functools import cache
 from typing import Any, Mapping
 
 from ..engine.data import formulas_dir, read_toml
-from ..engine.families import count_layers, families, layers_in, read_fields, sub_config
+from ..engine.families import all_families, count_layers, layers_in, read_fields, sub_config
 from ..engine.errors import ConfigError, SymformError
 from ..engine.model import Model
 from .memory import dropout_origin
@@ -116,7 +116,7 @@ def tiny_config(config: Mapping[str, Any], family: str | None = None) -> dict[st
     text_config) and per-layer lists cut to the layer count. For a family whose layers come in kinds (a
     hybrid's linear and full attention, Mamba, MLP and expert layers), the layer count is the smallest, from
     the table's up, at which every kind the full model has is still there."""
-    spec = families()[family].spec if family is not None else None
+    spec = all_families()[family].spec if family is not None else None
     where = spec.fields_in if spec is not None else ""
     result = _shrunk(config)
     if where:
@@ -205,16 +205,16 @@ def check(model: Model) -> CheckReport:
         rows = [*_param_rows(ours, module), *_flop_rows(torch, ours, module, config), *_cache_rows(torch, ours, module, config), _saved_row(torch, ours, module, config)]
     finally:
         transformers.logging.set_verbosity(verbosity)
-    sizes_in = families()[model.spec.family].spec.fields_in if model.spec.family is not None else ""
+    sizes_in = all_families()[model.spec.family].spec.fields_in if model.spec.family is not None else ""
     return CheckReport(model.name, type(module).__name__, config, rows, sizes_in, dropout_origin(ours))
 
 
 def _checkpoint_class(family: str | None, config: Mapping[str, Any]) -> str | None:
     """The class `architectures` names, for a family whose parts that class chooses (an encoder's heads);
     None for the others: transformers' causal LM for the config, the text model of a vision-language one."""
-    if family is None or not any(choice.field == "architectures" for choice in families()[family].spec.choose.values()):
+    if family is None or not any(choice.field == "architectures" for choice in all_families()[family].spec.choose.values()):
         return None
-    names = sub_config(config, families()[family].spec.fields_in, "config").get("architectures")
+    names = sub_config(config, all_families()[family].spec.fields_in, "config").get("architectures")
     return names[0] if isinstance(names, list) and names and isinstance(names[0], str) else None
 
 
