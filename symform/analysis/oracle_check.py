@@ -134,7 +134,8 @@ def tiny_config(config: Mapping[str, Any], family: str | None = None) -> dict[st
     if spec is None or not spec.counts or not isinstance(layers, int):
         return _cut(result, where, layers)
     full = _kinds(spec, config)
-    most = sub_config(config, where, "config").get("num_hidden_layers", layers)
+    # the full model's layer count, its family's default where the config gives none
+    most = read_fields(spec.fields, config, "config", fields_in=where).get("num_hidden_layers", layers)
     for count in range(layers, max(layers, most) + 1):
         candidate = _cut(result, where, count)
         if _kinds(spec, candidate) == full:
