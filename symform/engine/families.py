@@ -29,7 +29,9 @@ from .names import is_identifier
 class FieldSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    type: Literal["int", "bool", "number", "str", "int_list", "str_list", "pattern"]  # pattern: a string, one character per layer
+    # pattern: a string, one character per layer; present: 1 where the config has the key (not null), else 0 (a
+    # sub-config whose presence adds a part to the class, such as an audio tower)
+    type: Literal["int", "bool", "number", "str", "int_list", "str_list", "pattern", "present"]
     default: str | bool | list | None = None  # used when the field is absent; None: required
     # other names the field is written under: transformers' attribute_map aliases, which save_pretrained
     # writes (qwen3_moe's num_local_experts for num_experts), or a path into a nested object ("rope_parameters.x")
@@ -362,6 +364,8 @@ def _choose(choice: ChoiceSpec, value: Any, is_bool: bool, origin: str) -> str:
 
 def read_fields(specs: Mapping[str, FieldSpec], config: Mapping[str, Any], origin: str, *, fields_in: str = "") -> dict[str, Any]:
     """Read and type-check each field, applying transformers' defaults in declaration order."""
+    import sympy
+
     from .safe_expr import parse
 
     values: dict[str, Any] = {}
@@ -370,6 +374,9 @@ def read_fields(specs: Mapping[str, FieldSpec], config: Mapping[str, Any], origi
         key = spec.key or field
         section = _with_alias(sub_config(config, where, origin), key, spec.aliases)
         name = f"{where}.{key}" if where else key
+        if spec.type == "present":
+            values[field] = sympy.Integer(int(section.get(key) is not None))
+            continue
         if key in section and section[key] is not None:
             raw = section[key]
         elif spec.nullable and (key in section or spec.default is None):
@@ -486,6 +493,7 @@ def _kind(spec: FieldSpec) -> str:
         "int_list": "list of integers",
         "str_list": "list of strings",
         "pattern": "string with one character per layer",
+        "present": "JSON object or null",
     }[spec.type]
 
 
