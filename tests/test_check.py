@@ -110,6 +110,7 @@ VL_CHECKS = {
     "qwen3_vl defaults": ({"model_type": "qwen3_vl"}, "Qwen3VLForConditionalGeneration"),
     "qwen3_5_moe defaults, vision_config": ({"model_type": "qwen3_5_moe", "vision_config": {}}, "Qwen3_5MoeForConditionalGeneration"),
     "qwen3_5 text only (the 0.8B preset without its vision_config)": (None, "Qwen3_5ForCausalLM"),
+    "gemma4 defaults, vision_config": ({"model_type": "gemma4", "vision_config": {}}, "Gemma4ForConditionalGeneration"),
 }
 
 
@@ -122,7 +123,9 @@ def test_a_vision_language_config_is_checked_against_its_checkpoint_class(check,
     config = config if config is not None else _without_vision(preset_config("qwen3.5-0.8b")[0])
     report = check(Model.from_config(config, name=case))
     assert report.transformers_class == cls
-    assert report.differences == []
+    # Gemma 4's text stack keeps a few kilobytes symform does not count yet (as in the gemma4_text check above)
+    gaps = {"saved_activations"} if config["model_type"] == "gemma4" else set()
+    assert [r for r in report.differences if r.quantity not in gaps] == []
     tower = [r for r in report.rows if r.quantity == "params" and r.part == "visual"]
-    assert bool(tower) == ("vision_config" in config or config["model_type"] == "qwen3_vl")
+    assert bool(tower) == ("vision_config" in config or config["model_type"] == "qwen3_vl")  # Qwen3VLConfig's tower is not optional
     assert all(r.pytorch > 0 for r in tower)
