@@ -53,9 +53,13 @@ def hf_config(config: dict):
 
 
 def meta_model(config: dict):
-    """transformers' model for ``config`` on the meta device: shapes, no memory."""
+    """transformers' model for ``config`` on the meta device: shapes, no memory. The checkpoint class its
+    ``architectures`` names where that is an image-text-to-text class (Qwen3.5's: the vision tower too), else the
+    causal LM."""
+    image_text = set(transformers.models.auto.modeling_auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES.values())
+    auto = transformers.AutoModelForImageTextToText if set(config.get("architectures") or ()) & image_text else transformers.AutoModelForCausalLM
     with torch.device("meta"):
-        return transformers.AutoModelForCausalLM.from_config(hf_config(config))
+        return auto.from_config(hf_config(config))
 
 
 def meta_params(config: dict) -> int:
