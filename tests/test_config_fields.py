@@ -20,7 +20,7 @@ from test_activations import FAMILIES  # noqa: E402
 
 from symform import Model  # noqa: E402
 from symform.engine.errors import ConfigError  # noqa: E402
-from symform.engine.families import families  # noqa: E402
+from symform.engine.families import all_families, families  # noqa: E402
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -114,6 +114,17 @@ COST_FREE_IN = {
         )},
         "kv_sharing_modes": "derived from num_kv_shared_layers, which is read (and refused above 0)",
     },
+    "gemma4": {
+        **{name: "the audio tower's, which symform refuses (audio_config)" for name in (
+            "attention_chunk_size", "attention_context_left", "attention_context_right", "attention_invalid_logits_value",
+            "attention_logit_cap", "audio_token_id", "conv_kernel_size", "gradient_clipping", "output_proj_dims",
+            "residual_weight", "subsampling_conv_channels",
+        )},
+        "standardize": "the vision tower's standardisation: buffers (not parameters) and element-wise work the counter does not see",
+        "use_clipped_linears": "clamps around the vision tower's projections: buffers (not parameters), no products",
+        "video_token_id": "videos: images are the workload symform counts (images, image_height, image_width)",
+        "kv_sharing_modes": "derived from num_kv_shared_layers, which is read (and refused above 0)",
+    },
     "llama4_text": {
         **{name: "the multimodal wrapper's vision tower, not the text model" for name in (
             "image_size", "num_channels", "patch_size", "pixel_shuffle_ratio", "projector_dropout", "projector_input_dim", "projector_output_dim",
@@ -145,6 +156,7 @@ NOT_YET = {
         "use_bidirectional_attention": "'all' makes every layer bidirectional and narrows the window to sliding_window // 2 + 1; gemma4_text counts the causal model",
     },
 }
+NOT_YET["gemma4"] = NOT_YET["gemma4_text"]  # the same text stack, read from text_config
 MODELS = Path(transformers.__file__).parent / "models"
 MODULE = {"gemma3_text": "gemma3", "gemma4_text": "gemma4", "llama4_text": "llama4"}
 
@@ -156,9 +168,13 @@ def fields_the_modeling_code_reads(model_type: str) -> set[str]:
 
 
 def handled(model_type: str) -> tuple[set[str], set[str]]:
-    spec = families()[model_type].spec
-    read = set(spec.fields) | {alias.split(".")[0] for field in spec.fields.values() for alias in field.aliases}
-    refused = {name for refusal in spec.refuse for name in re.findall(r"[A-Za-z_]\w*", refusal.when)}
+    """What the families reading the model type read (with or without a vision_config) and refuse."""
+    read, refused = set(), set()
+    for family in all_families().values():
+        spec = family.spec
+        if model_type in spec.model_types:
+            read |= set(spec.fields) | {f.key for f in spec.fields.values() if f.key} | {alias.split(".")[0] for field in spec.fields.values() for alias in field.aliases}
+            refused |= {name for refusal in spec.refuse for name in re.findall(r"[A-Za-z_]\w*", refusal.when)}
     return read, refused
 
 

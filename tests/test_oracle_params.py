@@ -44,6 +44,7 @@ def test_preset_params_match_transformers(name):
 # tiny-model oracle tests (tests/test_family_*.py) check them against transformers instead.
 WITHOUT_PUBLISHED_CONFIG = {
     "gemma4_text": "no complete Gemma 4 config.json found",
+    "gemma4": "no complete Gemma 4 config.json found",
     "glm4_moe": "GLM-4.5 / GLM-4.5-Air config.json not found verbatim",
     "llama4_text": "Llama 4 Scout / Maverick config.json not found verbatim",
     "minimax_m2": "only MiniMax-M2.5 configs with their quantization block removed were found",

@@ -14,7 +14,7 @@ import sympy
 from checks import run, run_json
 from symform import Model
 from symform.engine.errors import ConfigError
-from symform.engine.families import families, presets
+from symform.engine.families import all_families, presets
 from symform.engine.structure import active_form, default_assumptions, error_at, structure, without_flags
 from symform.interface import latex as tex
 from symform.interface.appendix import COLUMNS, cell
@@ -84,14 +84,15 @@ def _family_members(family: str) -> list[Model]:
     members = [model(n) for n in presets() if model(n).spec.family == family]
     if members:
         return members
-    model_type = next(t for t, f in families().items() if f.name == family)
+    spec = all_families()[family].spec
+    config = {"model_type": spec.model_types[0], **({spec.when_present: {}} if spec.when_present else {})}
     try:
-        return [Model.from_config({"model_type": model_type}, name=f"{family} defaults")]
+        return [Model.from_config(config, name=f"{family} defaults")]
     except ConfigError:  # glm4_moe: neither a preset nor defaults for its sizes
         return []
 
 
-@pytest.mark.parametrize("family", sorted({f.name for f in families().values()}))
+@pytest.mark.parametrize("family", sorted(all_families()))
 def test_each_family_s_default_assumptions_are_within_20_percent_at_every_preset(family):
     """The appendix columns to leading order under the family's default sets (or none, where it declares no
     simple form) against the exact counts at every bundled preset of the family, or its defaults."""

@@ -21,7 +21,7 @@ from functools import cache
 from typing import Any, Mapping
 
 from ..engine.data import formulas_dir, read_toml
-from ..engine.families import count_layers, families, layers_in, read_fields, sub_config
+from ..engine.families import FamilySpec, all_families, count_layers, layers_in, read_fields, sub_config
 from ..engine.errors import ConfigError, SymformError
 from ..engine.model import Model
 from .memory import dropout_origin
@@ -80,11 +80,13 @@ class CheckReport:
 @dataclass(frozen=True)
 class _Tables:
     tiny: dict[str, Any]  # config field -> tiny value
+    sub_configs: dict[str, dict[str, Any]]  # a sub-config beside the language model's (vision_config) -> its tiny values
     per_layer: list[str]  # fields with one entry per layer
     layer_indices: list[str]  # fields listing layer indices
     renames: dict[tuple[str, ...], list[str]]  # a transformers module name's segments -> symform's
     classes: dict[str, list[str]]  # a transformers module class -> the symform segments its module name becomes
     roles: dict[tuple[str, ...], str]  # segments (one or more, consecutive) -> the role they mark
+    towers: dict[str, str]  # a segment -> the tower it is, one role for everything under it
     skip: list[str]
 
 
@@ -93,12 +95,14 @@ def _tables() -> _Tables:
     names, table = aliases(), read_toml(formulas_dir() / "check.toml")
     return _Tables(
         tiny=table["tiny"],
+        sub_configs=table.get("sub_configs", {}),
         per_layer=table["per_layer"]["lists"],
         layer_indices=table["per_layer"]["indices"],
         renames={tuple(k.split(".")): v.split(".") for k, v in table["module_names"].items()},
         classes={k: v.split(".") for k, v in table["module_classes"].items()},
         roles={tuple(alias.split(".")): role for role, found in names.roles.items() for alias in found},
         skip=names.skip,
+        towers={name: tower for tower, names in table.get("towers", {}).items() for name in names},
     )
 
 
@@ -116,16 +120,22 @@ def tiny_config(config: Mapping[str, Any], family: str | None = None) -> dict[st
     text_config) and per-layer lists cut to the layer count. For a family whose layers come in kinds (a
     hybrid's linear and full attention, Mamba, MLP and expert layers), the layer count is the smallest, from
     the table's up, at which every kind the full model has is still there."""
-    spec = families()[family].spec if family is not None else None
+    spec = all_families()[family].spec if family is not None else None
     where = spec.fields_in if spec is not None else ""
     result = _shrunk(config)
     if where:
-        result = _replaced(result, where, _shrunk(sub_config(config, where, "config")))
+        result = _replaced(result, where, _shrunk(sub_config(config, where, "config"), _read_in(spec, None)))
+    for name, sizes in _tables().sub_configs.items():
+        given = config.get(name) if isinstance(config.get(name), Mapping) else {}
+        read = _read_in(spec, name)
+        if given or read:
+            result[name] = {**given, **{k: copy.deepcopy(v) for k, v in sizes.items() if k in given or k in read}}
     layers = sub_config(result, where, "config").get("num_hidden_layers")
     if spec is None or not spec.counts or not isinstance(layers, int):
         return _cut(result, where, layers)
     full = _kinds(spec, config)
-    most = sub_config(config, where, "config").get("num_hidden_layers", layers)
+    # the full model's layer count, its family's default where the config gives none
+    most = read_fields(spec.fields, config, "config", fields_in=where).get("num_hidden_layers", layers)
     for count in range(layers, max(layers, most) + 1):
         candidate = _cut(result, where, count)
         if _kinds(spec, candidate) == full:
@@ -133,11 +143,17 @@ def tiny_config(config: Mapping[str, Any], family: str | None = None) -> dict[st
     return _cut(result, where, layers)
 
 
-def _shrunk(config: Mapping[str, Any]) -> dict[str, Any]:
+def _read_in(spec: FamilySpec | None, where: str | None) -> set[str]:
+    """The keys the family reads in a sub-config (None: its `fields_in`). A sub-config the config leaves out is
+    transformers' defaults, full-sized: those keys are given their tiny values too."""
+    return {f.key or name for name, f in spec.fields.items() if f.in_ == where} if spec is not None else set()
+
+
+def _shrunk(config: Mapping[str, Any], read: set[str] = frozenset()) -> dict[str, Any]:
     tiny = _tables().tiny
     result = {k: copy.deepcopy(v) for k, v in config.items() if k not in DROPPED}
     for field, value in tiny.items():
-        if result.get(field) is not None:
+        if result.get(field) is not None or field in read and field not in result:
             result[field] = value
     if config.get("num_key_value_heads") is not None and config.get("num_key_value_heads") == config.get("num_attention_heads"):
         result["num_key_value_heads"] = result["num_attention_heads"]  # multi-head attention stays multi-head (MLA needs it)
@@ -199,23 +215,28 @@ def check(model: Model) -> CheckReport:
     verbosity = transformers.logging.get_verbosity()
     transformers.logging.set_verbosity_error()  # the report is the table: transformers' own advice stays out of it
     try:
-        module = _build(torch, transformers, config, model.name, _checkpoint_class(model.spec.family, config))
+        module = _build(torch, transformers, config, model.name, _checkpoint_class(transformers, model.spec.family, config))
         # float32 tensors, counted as eager PyTorch on the CPU keeps them (the whole masked score matrix, views at their storage)
         ours = ours.with_accounting("eager").with_conventions(act_bytes=4, kv_bytes=4, cpu_kernels=1)
         rows = [*_param_rows(ours, module), *_flop_rows(torch, ours, module, config), *_cache_rows(torch, ours, module, config), _saved_row(torch, ours, module, config)]
     finally:
         transformers.logging.set_verbosity(verbosity)
-    sizes_in = families()[model.spec.family].spec.fields_in if model.spec.family is not None else ""
+    sizes_in = all_families()[model.spec.family].spec.fields_in if model.spec.family is not None else ""
     return CheckReport(model.name, type(module).__name__, config, rows, sizes_in, dropout_origin(ours))
 
 
-def _checkpoint_class(family: str | None, config: Mapping[str, Any]) -> str | None:
-    """The class `architectures` names, for a family whose parts that class chooses (an encoder's heads);
-    None for the others: transformers' causal LM for the config, the text model of a vision-language one."""
-    if family is None or not any(choice.field == "architectures" for choice in families()[family].spec.choose.values()):
+def _checkpoint_class(transformers, family: str | None, config: Mapping[str, Any]) -> str | None:
+    """The class `architectures` names, for a family whose parts that class chooses (an encoder's heads); the
+    family's own class where transformers' causal LM for the config is another (the whole class of a
+    vision-language checkpoint: tower and language model); None for the others, transformers' causal LM."""
+    if family is None:
         return None
-    names = sub_config(config, families()[family].spec.fields_in, "config").get("architectures")
-    return names[0] if isinstance(names, list) and names and isinstance(names[0], str) else None
+    spec = all_families()[family].spec
+    if any(choice.field == "architectures" for choice in spec.choose.values()):
+        names = sub_config(config, spec.fields_in, "config").get("architectures")
+        return names[0] if isinstance(names, list) and names and isinstance(names[0], str) else None
+    causal = transformers.models.auto.modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(config.get("model_type"))
+    return None if causal == spec.transformers_class else spec.transformers_class
 
 
 def _named_class(config: Mapping[str, Any]) -> str | None:
@@ -236,7 +257,7 @@ def _build(torch, transformers, config: Mapping[str, Any], name: str, class_name
             module = getattr(transformers, class_name)._from_config(hf_config, **options)
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise ConfigError(f"{name}: transformers cannot build a causal LM from this config ({reason[:200]})") from None
+        raise ConfigError(f"{name}: transformers cannot build {class_name or 'a causal LM'} from this config ({reason[:200]})") from None
     return module
 
 
@@ -247,6 +268,9 @@ def _role(segments: list[str]) -> str:
     """The role the segments nearest the leaf mark (the longest run of segments that names one, at each step up);
     layer and module-list indices do not break a run (deepstack_merger_list.2.norm is the run deepstack_merger_list.norm)."""
     tables = _tables()
+    tower = next((tables.towers[s] for s in segments if s in tables.towers), None)
+    if tower is not None:
+        return tower
     segments = [s for s in segments if not s.isdigit()]
     longest = max(map(len, tables.roles))
     for end in range(len(segments), 0, -1):

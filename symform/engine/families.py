@@ -29,7 +29,9 @@ from .names import is_identifier
 class FieldSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    type: Literal["int", "bool", "number", "str", "int_list", "str_list", "pattern"]  # pattern: a string, one character per layer
+    # pattern: a string, one character per layer; present: 1 where the config has the key (not null), else 0 (a
+    # sub-config whose presence adds a part to the class, such as an audio tower)
+    type: Literal["int", "bool", "number", "str", "int_list", "str_list", "pattern", "present"]
     default: str | bool | list | None = None  # used when the field is absent; None: required
     # other names the field is written under: transformers' attribute_map aliases, which save_pretrained
     # writes (qwen3_moe's num_local_experts for num_experts), or a path into a nested object ("rope_parameters.x")
@@ -105,6 +107,9 @@ class FamilySpec(BaseModel):
     # the sub-config the fields live in by default ("text_config" for a vision-language class); "" is the top level.
     # A sub-config that is absent or null reads as empty: transformers builds it from its class defaults.
     fields_in: str = ""
+    # a config key whose presence (not null) selects this family over the one that reads the same model type
+    # without it: a vision-language checkpoint's vision_config, for the class that holds the tower too
+    when_present: str = ""
     fields: dict[str, FieldSpec]
     counts: dict[str, CountSpec] = Field(default_factory=dict)
     bind: dict[str, str]
@@ -207,16 +212,39 @@ def _family_file(path: Path) -> Family:
 
 
 @cache
-def families() -> Mapping[str, Family]:
-    found: dict[str, Family] = {}
-    for path in sorted((formulas_dir() / "families").glob("*.toml")):
-        family = _family_file(path)
-        spec = family.spec
-        for model_type in spec.model_types:
-            if model_type in found:
-                raise DeclarationError(f"{path.name}: model_type {model_type!r} is already read by {found[model_type].name}")
-            found[model_type] = family
+def all_families() -> Mapping[str, Family]:
+    """Every family file, by name."""
+    return MappingProxyType({path.stem: _family_file(path) for path in sorted((formulas_dir() / "families").glob("*.toml"))})
+
+
+@cache
+def _readers() -> Mapping[tuple[str, str], Family]:
+    """The family reading each model type, with the config key whose presence selects it ("" for none)."""
+    found: dict[tuple[str, str], Family] = {}
+    for family in all_families().values():
+        for model_type in family.spec.model_types:
+            key = (model_type, family.spec.when_present)
+            if key in found:
+                raise DeclarationError(f"{family.name}.toml: model_type {model_type!r} is already read by {found[key].name}")
+            found[key] = family
+    for model_type, present in found:
+        if present and (model_type, "") not in found:
+            raise DeclarationError(f"{found[model_type, present].name}.toml: reads model_type {model_type!r} only with {present!r}, but no family reads it without")
     return MappingProxyType(found)
+
+
+@cache
+def families() -> Mapping[str, Family]:
+    """The family reading each model type in a config without any family's `when_present` key."""
+    return MappingProxyType({model_type: family for (model_type, present), family in _readers().items() if not present})
+
+
+def _variant(family: Family, model_type: str, config: Mapping[str, Any]) -> Family:
+    """The family that reads this config of `model_type`: one selected by a key the config has, else `family`."""
+    for (known, present), other in _readers().items():
+        if present and known == model_type and config.get(present) is not None:
+            return other
+    return family
 
 
 def supported_model_types() -> list[str]:
@@ -230,8 +258,8 @@ def family_for(config: Mapping[str, Any], origin: str) -> Family:
     if isinstance(model_type, str) and is_identifier(model_type):
         # the family file named after the model type, when it reads that type: one file instead of all of them
         path = formulas_dir() / "families" / f"{model_type}.toml"
-        if path.is_file() and model_type in _family_file(path).spec.model_types:
-            return _family_file(path)
+        if path.is_file() and model_type in _family_file(path).spec.model_types and not _family_file(path).spec.when_present:
+            return _variant(_family_file(path), model_type, config)
     if not isinstance(model_type, str) or model_type not in families():
         by_class = family_for_architectures(config.get("architectures"))
         if by_class is not None:
@@ -240,7 +268,7 @@ def family_for(config: Mapping[str, Any], origin: str) -> Family:
             f"{origin}: model_type {model_type!r} is not supported; supported: {', '.join(supported_model_types())}"
             " (or declare the architecture yourself: see docs/declaring-architectures.md)"
         )
-    return families()[model_type]
+    return _variant(families()[model_type], model_type, config)
 
 
 def family_for_architectures(architectures: Any) -> Family | None:
@@ -248,7 +276,7 @@ def family_for_architectures(architectures: Any) -> Family | None:
     not know that reuses a known class (Kimi K2: model_type kimi_k2, DeepseekV3ForCausalLM)."""
     if not isinstance(architectures, list):
         return None
-    by_class = {family.spec.transformers_class: family for family in families().values()}
+    by_class = {family.spec.transformers_class: family for family in all_families().values()}
     for name in architectures:
         if isinstance(name, str) and name in by_class:
             return by_class[name]
@@ -336,6 +364,8 @@ def _choose(choice: ChoiceSpec, value: Any, is_bool: bool, origin: str) -> str:
 
 def read_fields(specs: Mapping[str, FieldSpec], config: Mapping[str, Any], origin: str, *, fields_in: str = "") -> dict[str, Any]:
     """Read and type-check each field, applying transformers' defaults in declaration order."""
+    import sympy
+
     from .safe_expr import parse
 
     values: dict[str, Any] = {}
@@ -344,6 +374,9 @@ def read_fields(specs: Mapping[str, FieldSpec], config: Mapping[str, Any], origi
         key = spec.key or field
         section = _with_alias(sub_config(config, where, origin), key, spec.aliases)
         name = f"{where}.{key}" if where else key
+        if spec.type == "present":
+            values[field] = sympy.Integer(int(section.get(key) is not None))
+            continue
         if key in section and section[key] is not None:
             raw = section[key]
         elif spec.nullable and (key in section or spec.default is None):
@@ -460,6 +493,7 @@ def _kind(spec: FieldSpec) -> str:
         "int_list": "list of integers",
         "str_list": "list of strings",
         "pattern": "string with one character per layer",
+        "present": "JSON object or null",
     }[spec.type]
 
 

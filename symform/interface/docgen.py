@@ -25,7 +25,7 @@ from ..engine.declarations import QUANTITIES, Component, component_files, defaul
 from ..engine.derive import derive
 from ..engine.errors import ConfigError, OutputError, SymformError
 from .output import writing
-from ..engine.families import FamilySpec, ModelSpec, _choose, families, preset_config, presets
+from ..engine.families import FamilySpec, ModelSpec, _choose, all_families, family_for, preset_config, presets
 from ..engine.model import Model
 from ..engine.safe_expr import parse
 
@@ -63,7 +63,8 @@ def component_page(name: str, where: str) -> str:
 
 def family_page(name: str, spec: FamilySpec) -> str:
     lines = [HEADER + f"# `{name}` family", ""]
-    lines.append(f"Hugging Face `model_type`: {', '.join(f'`{t}`' for t in spec.model_types)}; transformers class `{spec.transformers_class}`.")
+    present = f", in configs with `{spec.when_present}`" if spec.when_present else ""
+    lines.append(f"Hugging Face `model_type`: {', '.join(f'`{t}`' for t in spec.model_types)}{present}; transformers class `{spec.transformers_class}`.")
     lines += ["", f"Declared in `formulas/families/{name}.toml`. Source: {spec.source}", ""]
     lines.append(f"Root component: [`{spec.root}`](../components/{spec.root}.md).")
     lines += ["", *_fields(spec), *_bindings(spec), *_choices(spec), *_presets(name)]
@@ -276,8 +277,10 @@ def _presets(family: str) -> list[str]:
 
 def _family_of(preset: str) -> str | None:
     config, _ = preset_config(preset)
-    family = families().get(config.get("model_type"))
-    return family.name if family else None
+    try:
+        return family_for(config, preset).name
+    except ConfigError:
+        return None
 
 
 # --- writing ---------------------------------------------------------------------------------------
@@ -289,7 +292,7 @@ def declared_in() -> dict[str, str]:
 
 
 def family_specs() -> dict[str, FamilySpec]:
-    return {f.name: f.spec for f in sorted({f.name: f for f in families().values()}.values(), key=lambda f: f.name)}
+    return {name: f.spec for name, f in all_families().items()}
 
 
 def pages() -> dict[str, str]:
