@@ -135,7 +135,9 @@ def tiny_config(config: Mapping[str, Any], family: str | None = None) -> dict[st
         return _cut(result, where, layers)
     full = _kinds(spec, config)
     # the full model's layer count, its family's default where the config gives none
-    most = read_fields(spec.fields, config, "config", fields_in=where).get("num_hidden_layers", layers)
+    most = sub_config(config, where, "config").get("num_hidden_layers")
+    if not isinstance(most, int):
+        most = read_fields(spec.fields, config, "config", fields_in=where).get("num_hidden_layers", layers)
     for count in range(layers, max(layers, most) + 1):
         candidate = _cut(result, where, count)
         if _kinds(spec, candidate) == full:
