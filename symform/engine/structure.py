@@ -82,7 +82,7 @@ def structure(model: Model, quantity: str, *, assume: str | None = None, leading
     vocabulary = model.vocabulary
     large_symbols = [vocabulary[n] for n in large] if large is not None else block_large(model, within=sympy.Add(*(b.total for b in blocks)))
     if leading:
-        blocks = leading_blocks(blocks, large_symbols)
+        blocks = leading_blocks(blocks, large_symbols, model.leading_rewrites(assume=assume))
     return Structure(quantity, model.name, assume, leading, tuple(s.name for s in large_symbols), tuple(blocks))
 
 
@@ -236,8 +236,11 @@ def by_layer_kind(blocks: Iterable[Block]) -> list[Block]:
     return out
 
 
-def leading_blocks(blocks: list[Block], large: list[sympy.Symbol]) -> list[Block]:
-    """Every block's terms of the highest degree in ``large`` over all blocks; blocks with none left out."""
+def leading_blocks(blocks: list[Block], large: list[sympy.Symbol], rewrites: Mapping[sympy.Expr, sympy.Expr] | None = None) -> list[Block]:
+    """Every block's terms of the highest degree in ``large`` over all blocks, after the ``rewrites`` the
+    components declare for leading order (``Model.leading_rewrites``); blocks with none left out."""
+    if rewrites:
+        blocks = [rewritten(b, rewrites) for b in blocks]
     degrees = [p for b in blocks for p in _degree_terms(b.expr, large) if b.expr != 0]
     if not degrees:
         return blocks
@@ -247,6 +250,11 @@ def leading_blocks(blocks: list[Block], large: list[sympy.Symbol]) -> list[Block
         return replace(b, expr=_degree_terms(b.expr, large).get(top, sympy.S.Zero), parts=tuple(p for p in map(keep, b.parts) if p.expr != 0))
 
     return merged([k for k in map(keep, blocks) if k.expr != 0])
+
+
+def rewritten(block: Block, rewrites: Mapping[sympy.Expr, sympy.Expr]) -> Block:
+    """``block`` with its parts written as leading-order forms write them (ceil(seq/chunk) → seq/chunk)."""
+    return replace(block, expr=sympy.expand(block.expr.xreplace(dict(rewrites))), parts=tuple(rewritten(p, rewrites) for p in block.parts))
 
 
 # --- in terms of N_active ------------------------------------------------------------------------
@@ -267,6 +275,9 @@ class ActiveForm:
     attention: sympy.Expr
     base: str = "active_params"  # params where the quantity holds every parameter (weights in memory)
     active_blocks: tuple[Block, ...] = ()  # ``active`` block by block, each repeat a factor
+    # difference + attention by layer kind, each repeat a factor ((n − n_lin)·s²·…, not n·s²·… − n_lin·s²·…);
+    # empty where the layer kinds' repeats cannot write it so
+    rest_blocks: tuple[Block, ...] = ()
 
     @property
     def expr(self) -> sympy.Expr:
@@ -286,7 +297,7 @@ def active_form(model: Model, quantity: str, *, assume: str | None = None, large
     quantity = normalise_quantity(quantity)
     v = model.vocabulary
     widths = [v[n] for n in large] if large is not None else sorted(v.large | {v["vocab"]}, key=lambda s: s.name)
-    exact = without_flags(model.expression(quantity, assume=assume).expr, model.values)
+    exact = without_flags(model.expression(quantity, assume=assume).expr, model.values).xreplace(model.leading_rewrites(assume=assume))
     seq = v["seq"]
     by_degree = _degree_terms(exact, [seq])  # a windowed span, Min(seq, window), counts as degree 0 in seq
     top = max(by_degree, key=lambda p: sympy.N(p))
@@ -302,7 +313,36 @@ def active_form(model: Model, quantity: str, *, assume: str | None = None, large
         multiple = _common_ratio(linear, sympy.expand(active), set(v.symbols("workload", "convention", "dtype")), values)
         if multiple is not None:
             forms.append(ActiveForm(quantity, multiple, active, sympy.expand(linear - multiple * active), attention, base, blocks))
-    return min(forms, key=lambda f: len(sympy.Add.make_args(f.difference)) if f.difference != 0 else 0) if forms else None
+    if not forms:
+        return None
+    form = min(forms, key=lambda f: len(sympy.Add.make_args(f.difference)) if f.difference != 0 else 0)
+    kinds = structure(model, quantity, assume=assume).blocks
+    return replace(form, rest_blocks=tuple(merged(per_repeat(form.difference + form.attention, kinds) or [])))
+
+
+def per_repeat(expr: sympy.Expr, blocks: Iterable[Block]) -> list[Block] | None:
+    """``expr`` written with the ``blocks``' repeats as factors, Σ r_i·F_i + F_0 (a term n·x − n_lin·x is
+    (n − n_lin)·x under repeats n_lin and n − n_lin), each F_i named after its block; None where ``expr`` is
+    not linear in the repeats' counts or the repeats are no basis of them."""
+    kinds = {}
+    for b in blocks:
+        if b.repeat.free_symbols:
+            kinds.setdefault(b.repeat, b.name)
+    repeats = list(kinds)
+    counts = sorted(set().union(*(r.free_symbols for r in repeats)), key=lambda c: c.name) if repeats else []
+    expr = sympy.expand(expr)
+    if len(counts) != len(repeats) or any(sympy.Poly(t, *counts).total_degree() > 1 for t in [expr, *repeats] if counts):
+        return None
+    if any(r.xreplace({c: 0 for c in counts}) != 0 for r in repeats):
+        return None
+    matrix = sympy.Matrix([[sympy.diff(r, c) for c in counts] for r in repeats])  # r_i = Σ_c a_ic·c
+    if matrix.det() == 0:
+        return None
+    per_count = sympy.Matrix([sympy.diff(expr, c) for c in counts])  # expr's coefficient of each count c
+    inner = matrix.T.solve(per_count)  # Σ_i a_ic·F_i = expr's coefficient of c
+    out = [Block(kinds[r], r, sympy.expand(f)) for r, f in zip(repeats, inner) if sympy.expand(f) != 0]
+    fixed = sympy.expand(expr.xreplace({c: 0 for c in counts}))
+    return out + ([Block("", sympy.S.One, fixed)] if fixed != 0 else [])
 
 
 def _leading_of(expr: sympy.Expr, large: list[sympy.Symbol]) -> sympy.Expr:

@@ -48,10 +48,11 @@ def cell(model: Model, quantity: str, seq: int) -> Cell:
     value = model.evaluate(quantity, **workload)
     per_token = {"forward_flops": {v["batch"]: 1}, "kv_cache": {v["batch"]: 1, v["seq"]: 1, v["past"]: 0}}.get(quantity, {})
     divide = v["seq"] if quantity == "forward_flops" else 1
-    exact = structure(model, quantity, assume=default_assumptions(model)).blocks
+    assume = default_assumptions(model)
+    exact = structure(model, quantity, assume=assume).blocks
     blocks = [replace(b, expr=sympy.expand(b.expr.xreplace(per_token) / divide), parts=()) for b in exact]
     large = [s for s in block_large(model) if quantity == "forward_flops" or s != v["seq"]]
-    return Cell(tuple(leading_blocks(blocks, large)), value / seq if quantity == "forward_flops" else value)
+    return Cell(tuple(leading_blocks(blocks, large, model.leading_rewrites(assume=assume))), value / seq if quantity == "forward_flops" else value)
 
 
 def cell_latex(c: Cell, model: Model) -> str:
