@@ -13,7 +13,9 @@ from typing import Sequence
 
 import sympy
 
+from ..engine.errors import ConfigError
 from ..engine.evaluate import Number
+from ..engine.families import families, presets
 from ..engine.model import Model
 from ..engine.structure import Block, block_large, default_assumptions, leading_blocks, structure
 from . import latex as tex
@@ -92,3 +94,38 @@ def appendix(models: Sequence[Model], *, seq: int, standalone: bool = False) -> 
     if standalone:
         return tex.standalone([("", body), ("Symbols", glossary)], title="Model costs")
     return body + "\n\n" + glossary
+
+
+def family_members(family: str) -> list[Model]:
+    """The family's bundled presets; a family with none (llama4_text, gemma4_text), at its config's defaults
+    (transformers' Llama4TextConfig defaults are Llama 4 Scout's text sizes); none where it has neither."""
+    members = [m for m in map(Model.load, presets()) if m.spec.family == family]
+    if members:
+        return members
+    model_type = next(t for t, f in families().items() if f.name == family)
+    try:
+        return [Model.from_config({"model_type": model_type}, name=f"{family} defaults")]
+    except ConfigError:  # glm4_moe: neither a preset nor defaults for its sizes
+        return []
+
+
+def family_row(family: str, assume: str, members: Sequence[Model], *, seq: int = 4096) -> str:
+    """One row of the family table in docs/block-forms.md: the default sets, N to leading order (at the first
+    member) and, at each member, the error of every column's leading form against its exact count."""
+    if not members:
+        return f"| `{family}` | `{assume or 'none (no simple form)'}` | (no bundled preset; its config fields have no defaults) | |"
+    errors = []
+    for m in members:
+        cells = [cell(m, q, seq) for q, _, _ in COLUMNS]
+        parts = [_error(m, c, q, seq) for c, (q, _, _) in zip(cells, COLUMNS)]
+        errors.append(f"{m.name}: " + " / ".join(parts))
+    formula = cell_latex(cell(members[0], "params", seq), members[0])
+    return f"| `{family}` | `{assume or 'none (no simple form)'}` | ${formula}$ | {'<br>'.join(errors)} |"
+
+
+def _error(model: Model, c: Cell, quantity: str, seq: int) -> str:
+    values = {**model.values, **model.ratio_values, **per_token_workload(quantity, seq)}
+    at = c.formula.xreplace({model.vocabulary[k]: sympy.nsimplify(v) for k, v in values.items()})
+    if c.value == 0:
+        return "+0.0%" if at == 0 else "n/a"
+    return f"{float(at) / float(c.value) - 1:+.1%}"
