@@ -15,7 +15,7 @@ import sympy
 
 from ..engine.errors import ConfigError
 from ..engine.evaluate import Number
-from ..engine.families import families, presets
+from ..engine.families import families, family_for, preset_config, presets
 from ..engine.model import Model
 from ..engine.structure import Block, block_large, default_assumptions, leading_blocks, structure
 from . import latex as tex
@@ -99,7 +99,7 @@ def appendix(models: Sequence[Model], *, seq: int, standalone: bool = False) -> 
 def family_members(family: str) -> list[Model]:
     """The family's bundled presets; a family with none (llama4_text, gemma4_text), at its config's defaults
     (transformers' Llama4TextConfig defaults are Llama 4 Scout's text sizes); none where it has neither."""
-    members = [m for m in map(Model.load, presets()) if m.spec.family == family]
+    members = [Model.load(n) for n in presets() if family_for(preset_config(n)[0], n).name == family]
     if members:
         return members
     model_type = next(t for t, f in families().items() if f.name == family)
