@@ -196,3 +196,15 @@ def test_doc_rows_of_the_recurrent_families_are_current(family):
     spec = next(f.spec for f in families().values() if f.name == family)
     row = family_row(family, spec.assume, family_members(family), seq=SEQ)
     assert row in DOC.read_text(encoding="utf-8").splitlines()
+
+
+def test_per_repeat_writes_a_sum_with_the_layer_kinds_counts_as_factors():
+    from symform.engine.structure import Block, per_repeat
+
+    n, n_lin, x, y, z = sympy.symbols("n n_lin x y z", positive=True)
+    kinds = [Block("linear", n_lin, y), Block("full", n - n_lin, x), Block("head", sympy.S.One, z)]
+    written = {b.name: (b.repeat, b.expr) for b in per_repeat(n * x - n_lin * x + n_lin * y + z, kinds)}
+    assert written == {"linear": (n_lin, y), "full": (n - n_lin, x), "": (1, z)}
+    assert per_repeat(n**2 * x, kinds) is None  # not linear in the counts
+    assert per_repeat(sympy.Min(n, x), kinds) is None
+    assert per_repeat(x, [Block("head", sympy.S.One, z)]) is None  # no layer kinds to write it with

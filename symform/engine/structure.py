@@ -324,14 +324,14 @@ def per_repeat(expr: sympy.Expr, blocks: Iterable[Block]) -> list[Block] | None:
     """``expr`` written with the ``blocks``' repeats as factors, Σ r_i·F_i + F_0 (a term n·x − n_lin·x is
     (n − n_lin)·x under repeats n_lin and n − n_lin), each F_i named after its block; None where ``expr`` is
     not linear in the repeats' counts or the repeats are no basis of them."""
-    kinds = {}
+    kinds: dict[sympy.Expr, str] = {}
     for b in blocks:
         if b.repeat.free_symbols:
             kinds.setdefault(b.repeat, b.name)
     repeats = list(kinds)
     counts = sorted(set().union(*(r.free_symbols for r in repeats)), key=lambda c: c.name) if repeats else []
     expr = sympy.expand(expr)
-    if len(counts) != len(repeats) or any(sympy.Poly(t, *counts).total_degree() > 1 for t in [expr, *repeats] if counts):
+    if not repeats or len(counts) != len(repeats) or not all(_linear_in(t, counts) for t in [expr, *repeats]):
         return None
     if any(r.xreplace({c: 0 for c in counts}) != 0 for r in repeats):
         return None
@@ -343,6 +343,13 @@ def per_repeat(expr: sympy.Expr, blocks: Iterable[Block]) -> list[Block] | None:
     out = [Block(kinds[r], r, sympy.expand(f)) for r, f in zip(repeats, inner) if sympy.expand(f) != 0]
     fixed = sympy.expand(expr.xreplace({c: 0 for c in counts}))
     return out + ([Block("", sympy.S.One, fixed)] if fixed != 0 else [])
+
+
+def _linear_in(expr: sympy.Expr, counts: list[sympy.Symbol]) -> bool:
+    try:
+        return sympy.Poly(expr, *counts).total_degree() <= 1
+    except sympy.PolynomialError:  # a count inside Min(·) or ceil(·)
+        return False
 
 
 def _leading_of(expr: sympy.Expr, large: list[sympy.Symbol]) -> sympy.Expr:
