@@ -82,16 +82,22 @@ def structure(model: Model, quantity: str, *, assume: str | None = None, leading
     vocabulary = model.vocabulary
     large_symbols = [vocabulary[n] for n in large] if large is not None else block_large(model, within=sympy.Add(*(b.total for b in blocks)))
     if leading:
-        blocks = leading_blocks(blocks, large_symbols, model.leading_rewrites(assume=assume))
+        rewrites = model.leading_rewrites(assume=assume)
+        if any(b.expr.has(k) for b in blocks for k in rewrites):  # chunks scale with the sequence (derive's _in_chunks)
+            blocks = leading_blocks(blocks, block_large(model), rewrites)
+        blocks = leading_blocks(blocks, large_symbols, rewrites)
     return Structure(quantity, model.name, assume, leading, tuple(s.name for s in large_symbols), tuple(blocks))
 
 
 def block_large(model: Model, *, within: sympy.Expr | None = None) -> list[sympy.Symbol]:
-    """The widths, the vocabulary (an embedding is a V×d matrix) and the sequence (attention's s² next to
-    the projections' s·d²): what a block form keeps at leading order; with ``within``, only those it holds
+    """The widths, the vocabulary (an embedding is a V×d matrix), the sequence (attention's s² next to the
+    projections' s·d²) and its chunks: what a block form keeps at leading order; with ``within``, only those it holds
     (the others change no degree, and a reader looks for the symbols of this model)."""
     v = model.vocabulary
-    candidates = v.large | {v["vocab"], v["seq"]}
+    # where the sequence is large so is what a declared leading form divides it into (seq/chunk chunks: a
+    # chunk of 64 to 256 tokens is a head's width, and the sequence many chunks)
+    tiles = {s for stand_in in model.leading_rewrites().values() for s in stand_in.free_symbols}
+    candidates = v.large | {v["vocab"], v["seq"]} | tiles
     if within is not None:
         candidates &= within.free_symbols
     return sorted(candidates, key=lambda s: s.name)
@@ -297,7 +303,10 @@ def active_form(model: Model, quantity: str, *, assume: str | None = None, large
     quantity = normalise_quantity(quantity)
     v = model.vocabulary
     widths = [v[n] for n in large] if large is not None else sorted(v.large | {v["vocab"]}, key=lambda s: s.name)
-    exact = without_flags(model.expression(quantity, assume=assume).expr, model.values).xreplace(model.leading_rewrites(assume=assume))
+    rewrites = model.leading_rewrites(assume=assume)
+    exact = without_flags(model.expression(quantity, assume=assume).expr, model.values).xreplace(rewrites)
+    if rewrites:  # the sequence in chunks: those scale with it, and what is of lower degree then goes first
+        exact = _leading_of(exact, block_large(model))  # (Mamba-2's pass between chunks, (s/C)²·P·N per head)
     seq = v["seq"]
     by_degree = _degree_terms(exact, [seq])  # a windowed span, Min(seq, window), counts as degree 0 in seq
     top = max(by_degree, key=lambda p: sympy.N(p))
