@@ -79,7 +79,7 @@ class ComponentDecl(BaseModel):
     source: str = ""
     require: list[RequireDecl] = Field(default_factory=list)
     assume: dict[str, dict[str, Scalar]] = Field(default_factory=dict)
-    # what a leading-order form writes in place of an expression of the arguments, and why it may:
+    # what a leading-order form writes in place of an expression of the arguments, a comment saying why it may:
     # { "ceil(seq/chunk)" = "seq/chunk" } (padding to whole chunks is less than one chunk per sequence)
     leading: dict[str, Scalar] = Field(default_factory=dict)
     parts: list[PartDecl] = Field(default_factory=list)
@@ -313,8 +313,8 @@ def _build_component(name: str, decl: ComponentDecl, vocabulary: Vocabulary, bas
 
 
 def _leading(decl: ComponentDecl, names: Mapping[str, sympy.Basic], base: Component | None) -> Mapping[sympy.Expr, sympy.Expr]:
-    """The expressions a leading-order form replaces: each of the component's arguments, one a form may write
-    otherwise (ceil(seq/chunk) chunks as seq/chunk); a variant keeps its base's."""
+    """What leading-order forms write in place of an expression of the component's arguments (ceil(seq/chunk)
+    chunks as seq/chunk); a variant keeps its base's."""
     out = dict(base.leading) if base else {}
     for text, stand_in in decl.leading.items():
         expr = parse(text, names)
