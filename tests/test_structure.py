@@ -13,11 +13,10 @@ import sympy
 
 from checks import run, run_json
 from symform import Model
-from symform.engine.errors import ConfigError
 from symform.engine.families import all_families, presets
 from symform.engine.structure import active_form, default_assumptions, error_at, structure, without_flags
 from symform.interface import latex as tex
-from symform.interface.appendix import COLUMNS, cell
+from symform.interface.appendix import COLUMNS, cell, family_members
 
 
 @cache
@@ -78,25 +77,11 @@ def test_min_flags_only_go_where_the_part_is_present():
     assert without_flags(flag, {"n_shared_experts": 0}) == flag  # kept where it would be wrong
 
 
-def _family_members(family: str) -> list[Model]:
-    """The family's bundled presets; a family with none (llama4_text, gemma4_text), at its config's defaults
-    (transformers' Llama4TextConfig defaults are Llama 4 Scout's text sizes)."""
-    members = [model(n) for n in presets() if model(n).spec.family == family]
-    if members:
-        return members
-    spec = all_families()[family].spec
-    config = {"model_type": spec.model_types[0], **({spec.when_present: {}} if spec.when_present else {})}
-    try:
-        return [Model.from_config(config, name=f"{family} defaults")]
-    except ConfigError:  # glm4_moe: neither a preset nor defaults for its sizes
-        return []
-
-
 @pytest.mark.parametrize("family", sorted(all_families()))
 def test_each_family_s_default_assumptions_are_within_20_percent_at_every_preset(family):
     """The appendix columns to leading order under the family's default sets (or none, where it declares no
     simple form) against the exact counts at every bundled preset of the family, or its defaults."""
-    for m in _family_members(family):
+    for m in family_members(family):
         name = m.name
         for quantity, _, _ in COLUMNS:
             c = cell(m, quantity, 4096)

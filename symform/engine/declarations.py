@@ -79,6 +79,9 @@ class ComponentDecl(BaseModel):
     source: str = ""
     require: list[RequireDecl] = Field(default_factory=list)
     assume: dict[str, dict[str, Scalar]] = Field(default_factory=dict)
+    # what a leading-order form writes in place of an expression of the arguments, a comment saying why it may:
+    # { "ceil(seq/chunk)" = "seq/chunk" } (padding to whole chunks is less than one chunk per sequence)
+    leading: dict[str, Scalar] = Field(default_factory=dict)
     parts: list[PartDecl] = Field(default_factory=list)
     params: Scalar | None = None
     active_params: Scalar | None = None
@@ -142,6 +145,7 @@ class Component:
     switches: frozenset[str] = frozenset()
     frozen: Mapping[str, sympy.Expr] = field(default_factory=dict)  # primitives with weights: quantities when frozen
     adapters: Mapping[str, str] = field(default_factory=dict)  # method -> the adapter component
+    leading: Mapping[sympy.Expr, sympy.Expr] = field(default_factory=dict)  # leading-order forms: expression -> its stand-in
 
     @property
     def is_primitive(self) -> bool:
@@ -304,7 +308,20 @@ def _build_component(name: str, decl: ComponentDecl, vocabulary: Vocabulary, bas
         switches=_switches(decl, args, base),
         frozen=_frozen(decl, names, exprs),
         adapters=MappingProxyType(dict(decl.adapters)),
+        leading=_leading(decl, names, base),
     )
+
+
+def _leading(decl: ComponentDecl, names: Mapping[str, sympy.Basic], base: Component | None) -> Mapping[sympy.Expr, sympy.Expr]:
+    """What leading-order forms write in place of an expression of the component's arguments (ceil(seq/chunk)
+    chunks as seq/chunk); a variant keeps its base's."""
+    out = dict(base.leading) if base else {}
+    for text, stand_in in decl.leading.items():
+        expr = parse(text, names)
+        if not expr.free_symbols or expr.is_Symbol:
+            raise DeclarationError(f"leading replaces {text!r}; name an expression of the arguments (such as 'ceil(seq/chunk)'), not a symbol or a number")
+        out[expr] = parse(stand_in, names)
+    return MappingProxyType(out)
 
 
 def _frozen(decl: ComponentDecl, names: Mapping[str, sympy.Basic], exprs: Mapping[str, sympy.Expr]) -> Mapping[str, sympy.Expr]:

@@ -77,6 +77,20 @@ class ComponentGraph:
         # a part repeated zero times for this quantity (the loss for params) is not part of its breakdown
         return {n: weight[n] * self.graph.nodes[n]["quantities"][quantity] for n in self.leaves() if weight[n] != 0}
 
+    def leading_rewrites(self) -> dict[sympy.Expr, sympy.Expr]:
+        """What leading-order forms write in place of an expression, as the components declare it
+        (``leading``), in the model's symbols: ceil(seq/chunk) → seq/chunk."""
+        return dict(self.derived("leading", self._leading_rewrites))
+
+    def _leading_rewrites(self) -> dict[sympy.Expr, sympy.Expr]:
+        found: dict[sympy.Expr, sympy.Expr] = {}
+        for node in self.graph.nodes.values():
+            component = node["component"]
+            if component.leading:
+                local = {component.arg(k).symbol: v for k, v in node["args"].items() if not component.arg(k).is_slot}
+                found.update({k.xreplace(local): v.xreplace(local) for k, v in component.leading.items()})
+        return found
+
     def total(self, quantity: str) -> sympy.Expr:
         return self.derived(("total", quantity), lambda: expand(sympy.Add(*self.leaf_terms(quantity).values()), f"the model's {quantity}"))
 

@@ -248,6 +248,11 @@ class Model:
             self._ratios = {s.name: v for s, v in introduced_ratios(self.graph(), self._values, ratios).items()} if ratios else {}
         return dict(self._ratios)
 
+    def leading_rewrites(self, *, assume: str | None = None) -> dict[sympy.Expr, sympy.Expr]:
+        """What this model's leading-order forms write in place of an expression, as its components declare
+        (a chunked scan's ceil(seq/chunk) chunks: seq/chunk)."""
+        return self.graph(assume=assume).leading_rewrites()
+
     def assumption_sets(self) -> list[str]:
         found = {name for node in self.graph().graph.nodes.values() for name in node["component"].assumptions}
         return sorted(found)

@@ -82,16 +82,22 @@ def structure(model: Model, quantity: str, *, assume: str | None = None, leading
     vocabulary = model.vocabulary
     large_symbols = [vocabulary[n] for n in large] if large is not None else block_large(model, within=sympy.Add(*(b.total for b in blocks)))
     if leading:
-        blocks = leading_blocks(blocks, large_symbols)
+        rewrites = model.leading_rewrites(assume=assume)
+        if any(b.expr.has(k) for b in blocks for k in rewrites):  # chunks scale with the sequence (derive's _in_chunks)
+            blocks = leading_blocks(blocks, block_large(model), rewrites)
+        blocks = leading_blocks(blocks, large_symbols, rewrites)
     return Structure(quantity, model.name, assume, leading, tuple(s.name for s in large_symbols), tuple(blocks))
 
 
 def block_large(model: Model, *, within: sympy.Expr | None = None) -> list[sympy.Symbol]:
-    """The widths, the vocabulary (an embedding is a V×d matrix) and the sequence (attention's s² next to
-    the projections' s·d²): what a block form keeps at leading order; with ``within``, only those it holds
+    """The widths, the vocabulary (an embedding is a V×d matrix), the sequence (attention's s² next to the
+    projections' s·d²) and its chunks: what a block form keeps at leading order; with ``within``, only those it holds
     (the others change no degree, and a reader looks for the symbols of this model)."""
     v = model.vocabulary
-    candidates = v.large | {v["vocab"], v["seq"]}
+    # where the sequence is large so is what a declared leading form divides it into (seq/chunk chunks: a
+    # chunk of 64 to 256 tokens is a head's width, and the sequence many chunks)
+    tiles = {s for stand_in in model.leading_rewrites().values() for s in stand_in.free_symbols}
+    candidates = v.large | {v["vocab"], v["seq"]} | tiles
     if within is not None:
         candidates &= within.free_symbols
     return sorted(candidates, key=lambda s: s.name)
@@ -236,8 +242,11 @@ def by_layer_kind(blocks: Iterable[Block]) -> list[Block]:
     return out
 
 
-def leading_blocks(blocks: list[Block], large: list[sympy.Symbol]) -> list[Block]:
-    """Every block's terms of the highest degree in ``large`` over all blocks; blocks with none left out."""
+def leading_blocks(blocks: list[Block], large: list[sympy.Symbol], rewrites: Mapping[sympy.Expr, sympy.Expr] | None = None) -> list[Block]:
+    """Every block's terms of the highest degree in ``large`` over all blocks, after the ``rewrites`` the
+    components declare for leading order (``Model.leading_rewrites``); blocks with none left out."""
+    if rewrites:
+        blocks = [rewritten(b, rewrites) for b in blocks]
     degrees = [p for b in blocks for p in _degree_terms(b.expr, large) if b.expr != 0]
     if not degrees:
         return blocks
@@ -247,6 +256,11 @@ def leading_blocks(blocks: list[Block], large: list[sympy.Symbol]) -> list[Block
         return replace(b, expr=_degree_terms(b.expr, large).get(top, sympy.S.Zero), parts=tuple(p for p in map(keep, b.parts) if p.expr != 0))
 
     return merged([k for k in map(keep, blocks) if k.expr != 0])
+
+
+def rewritten(block: Block, rewrites: Mapping[sympy.Expr, sympy.Expr]) -> Block:
+    """``block`` with its parts written as leading-order forms write them (ceil(seq/chunk) → seq/chunk)."""
+    return replace(block, expr=sympy.expand(block.expr.xreplace(dict(rewrites))), parts=tuple(rewritten(p, rewrites) for p in block.parts))
 
 
 # --- in terms of N_active ------------------------------------------------------------------------
@@ -267,6 +281,9 @@ class ActiveForm:
     attention: sympy.Expr
     base: str = "active_params"  # params where the quantity holds every parameter (weights in memory)
     active_blocks: tuple[Block, ...] = ()  # ``active`` block by block, each repeat a factor
+    # difference + attention by layer kind, each repeat a factor ((n − n_lin)·s²·…, not n·s²·… − n_lin·s²·…);
+    # empty where the layer kinds' repeats cannot write it so
+    rest_blocks: tuple[Block, ...] = ()
 
     @property
     def expr(self) -> sympy.Expr:
@@ -286,7 +303,10 @@ def active_form(model: Model, quantity: str, *, assume: str | None = None, large
     quantity = normalise_quantity(quantity)
     v = model.vocabulary
     widths = [v[n] for n in large] if large is not None else sorted(v.large | {v["vocab"]}, key=lambda s: s.name)
-    exact = without_flags(model.expression(quantity, assume=assume).expr, model.values)
+    rewrites = model.leading_rewrites(assume=assume)
+    exact = without_flags(model.expression(quantity, assume=assume).expr, model.values).xreplace(rewrites)
+    if rewrites:  # the sequence in chunks: those scale with it, and what is of lower degree then goes first
+        exact = _leading_of(exact, block_large(model))  # (Mamba-2's pass between chunks, (s/C)²·P·N per head)
     seq = v["seq"]
     by_degree = _degree_terms(exact, [seq])  # a windowed span, Min(seq, window), counts as degree 0 in seq
     top = max(by_degree, key=lambda p: sympy.N(p))
@@ -302,7 +322,43 @@ def active_form(model: Model, quantity: str, *, assume: str | None = None, large
         multiple = _common_ratio(linear, sympy.expand(active), set(v.symbols("workload", "convention", "dtype")), values)
         if multiple is not None:
             forms.append(ActiveForm(quantity, multiple, active, sympy.expand(linear - multiple * active), attention, base, blocks))
-    return min(forms, key=lambda f: len(sympy.Add.make_args(f.difference)) if f.difference != 0 else 0) if forms else None
+    if not forms:
+        return None
+    form = min(forms, key=lambda f: len(sympy.Add.make_args(f.difference)) if f.difference != 0 else 0)
+    kinds = structure(model, quantity, assume=assume).blocks
+    return replace(form, rest_blocks=tuple(merged(per_repeat(form.difference + form.attention, kinds) or [])))
+
+
+def per_repeat(expr: sympy.Expr, blocks: Iterable[Block]) -> list[Block] | None:
+    """``expr`` written with the ``blocks``' repeats as factors, Σ r_i·F_i + F_0 (a term n·x − n_lin·x is
+    (n − n_lin)·x under repeats n_lin and n − n_lin), each F_i named after its block; None where ``expr`` is
+    not linear in the repeats' counts or the repeats are no basis of them."""
+    kinds: dict[sympy.Expr, str] = {}
+    for b in blocks:
+        if b.repeat.free_symbols:
+            kinds.setdefault(b.repeat, b.name)
+    repeats = list(kinds)
+    counts = sorted(set().union(*(r.free_symbols for r in repeats)), key=lambda c: c.name) if repeats else []
+    expr = sympy.expand(expr)
+    if not repeats or len(counts) != len(repeats) or not all(_linear_in(t, counts) for t in [expr, *repeats]):
+        return None
+    if any(r.xreplace({c: 0 for c in counts}) != 0 for r in repeats):
+        return None
+    matrix = sympy.Matrix([[sympy.diff(r, c) for c in counts] for r in repeats])  # r_i = Σ_c a_ic·c
+    if matrix.det() == 0:
+        return None
+    per_count = sympy.Matrix([sympy.diff(expr, c) for c in counts])  # expr's coefficient of each count c
+    inner = matrix.T.solve(per_count)  # Σ_i a_ic·F_i = expr's coefficient of c
+    out = [Block(kinds[r], r, sympy.expand(f)) for r, f in zip(repeats, inner) if sympy.expand(f) != 0]
+    fixed = sympy.expand(expr.xreplace({c: 0 for c in counts}))
+    return out + ([Block("", sympy.S.One, fixed)] if fixed != 0 else [])
+
+
+def _linear_in(expr: sympy.Expr, counts: list[sympy.Symbol]) -> bool:
+    try:
+        return sympy.Poly(expr, *counts).total_degree() <= 1
+    except sympy.PolynomialError:  # a count inside Min(·) or ceil(·)
+        return False
 
 
 def _leading_of(expr: sympy.Expr, large: list[sympy.Symbol]) -> sympy.Expr:

@@ -13,7 +13,9 @@ from typing import Sequence
 
 import sympy
 
+from ..engine.errors import ConfigError
 from ..engine.evaluate import Number
+from ..engine.families import all_families, family_for, preset_config, presets
 from ..engine.model import Model
 from ..engine.structure import Block, block_large, default_assumptions, leading_blocks, structure
 from . import latex as tex
@@ -48,10 +50,11 @@ def cell(model: Model, quantity: str, seq: int) -> Cell:
     value = model.evaluate(quantity, **workload)
     per_token = {"forward_flops": {v["batch"]: 1}, "kv_cache": {v["batch"]: 1, v["seq"]: 1, v["past"]: 0}}.get(quantity, {})
     divide = v["seq"] if quantity == "forward_flops" else 1
-    exact = structure(model, quantity, assume=default_assumptions(model)).blocks
+    assume = default_assumptions(model)
+    exact = structure(model, quantity, assume=assume).blocks
     blocks = [replace(b, expr=sympy.expand(b.expr.xreplace(per_token) / divide), parts=()) for b in exact]
     large = [s for s in block_large(model) if quantity == "forward_flops" or s != v["seq"]]
-    return Cell(tuple(leading_blocks(blocks, large)), value / seq if quantity == "forward_flops" else value)
+    return Cell(tuple(leading_blocks(blocks, large, model.leading_rewrites(assume=assume))), value / seq if quantity == "forward_flops" else value)
 
 
 def cell_latex(c: Cell, model: Model) -> str:
@@ -91,3 +94,39 @@ def appendix(models: Sequence[Model], *, seq: int, standalone: bool = False) -> 
     if standalone:
         return tex.standalone([("", body), ("Symbols", glossary)], title="Model costs")
     return body + "\n\n" + glossary
+
+
+def family_members(family: str) -> list[Model]:
+    """The family's bundled presets; a family with none (llama4_text, gemma4_text), at its config's defaults
+    (transformers' Llama4TextConfig defaults are Llama 4 Scout's text sizes); none where it has neither."""
+    members = [Model.load(n) for n in presets() if family_for(preset_config(n)[0], n).name == family]
+    if members:
+        return members
+    spec = all_families()[family].spec
+    config = {"model_type": spec.model_types[0], **({spec.when_present: {}} if spec.when_present else {})}
+    try:
+        return [Model.from_config(config, name=f"{family} defaults")]
+    except ConfigError:  # glm4_moe: neither a preset nor defaults for its sizes
+        return []
+
+
+def family_row(family: str, assume: str, members: Sequence[Model], *, seq: int = 4096) -> str:
+    """One row of the family table in docs/block-forms.md: the default sets, N to leading order (at the first
+    member) and, at each member, the error of every column's leading form against its exact count."""
+    if not members:
+        return f"| `{family}` | `{assume or 'none (no simple form)'}` | (no bundled preset; its config fields have no defaults) | |"
+    errors = []
+    for m in members:
+        cells = [cell(m, q, seq) for q, _, _ in COLUMNS]
+        parts = [_error(m, c, q, seq) for c, (q, _, _) in zip(cells, COLUMNS)]
+        errors.append(f"{m.name}: " + " / ".join(parts))
+    formula = cell_latex(cell(members[0], "params", seq), members[0])
+    return f"| `{family}` | `{assume or 'none (no simple form)'}` | ${formula}$ | {'<br>'.join(errors)} |"
+
+
+def _error(model: Model, c: Cell, quantity: str, seq: int) -> str:
+    values = {**model.values, **model.ratio_values, **per_token_workload(quantity, seq)}
+    at = c.formula.xreplace({model.vocabulary[k]: sympy.nsimplify(v) for k, v in values.items()})
+    if c.value == 0:
+        return "+0.0%" if at == 0 else "n/a"
+    return f"{float(at) / float(c.value) - 1:+.1%}"

@@ -54,7 +54,7 @@ def component_page(name: str, where: str) -> str:
     lines.append(f"Declared in `{where}`" + (f", extending [`{_extends(name)}`]({_extends(name)}.md)" if _extends(name) else "") + ".")
     if comp.source:
         lines += ["", f"Source: {comp.source}"]
-    lines += ["", *_arguments(comp), *_requirements(comp), *_assumptions(comp), *_parts(comp)]
+    lines += ["", *_arguments(comp), *_requirements(comp), *_assumptions(comp), *_leading(comp), *_parts(comp)]
     lines += _quantities(tex.component_expressions(name), "with the arguments' defaults and the default counting conventions")
     lines += _fine_tuning(comp)
     lines += _component_derivation(name)
@@ -128,6 +128,13 @@ def _requirements(comp: Component) -> list[str]:
     if not comp.requirements:
         return []
     return ["## Requirements", "", *[f"- `{r.text}`: {r.why}" for r in comp.requirements], ""]
+
+
+def _leading(comp: Component) -> list[str]:
+    if not comp.leading:
+        return []
+    pairs = ", ".join(f"${tex.latex(k)} \\to {tex.latex(v)}$" for k, v in comp.leading.items())
+    return ["## Leading order", "", f"Leading-order forms (`symform derive --leading`, block forms) write {pairs}.", ""]
 
 
 def _assumptions(comp: Component) -> list[str]:

@@ -446,5 +446,14 @@ def structure_latex(st, model: Model, active=None) -> str:
         rows.append(f"{lhs}{block_latex(block, v)} && \\text{{{_text(block.name)}}}")
     if active is not None:
         letter = v.entry(active.symbol_name).latex
-        rows.append(f" &\\approx {latex(active.with_symbol(v[active.symbol_name]), v)} && \\text{{in terms of }} {letter}")
+        rows.append(f" &\\approx {active_latex(active, v)} && \\text{{in terms of }} {letter}")
     return "\\begin{aligned}\n" + " \\\\\n".join(rows) + "\n\\end{aligned}"
+
+
+def active_latex(active, vocabulary: Vocabulary) -> str:
+    """The N_active form: the multiple of N_active, then what that leaves out, one term per layer kind."""
+    n_active = vocabulary[active.symbol_name]
+    if not active.rest_blocks:
+        return latex(active.with_symbol(n_active), vocabulary)
+    terms = [block_latex(b, vocabulary) for b in by_layer_kind(active.rest_blocks)]
+    return latex(active.multiple * n_active, vocabulary) + "".join(f" - {t.lstrip('- ')}" if t.startswith("-") else f" + {t}" for t in terms)

@@ -34,7 +34,20 @@ def repeat_text(repeat: sympy.Expr) -> str:
 
 def sum_text(blocks) -> str:
     """Blocks summed as written, ``n_dense_layers*(…) + (n_layers - n_dense_layers)*(…) + …``: each repeat a factor."""
-    return " + ".join(_term_text(b) for b in by_layer_kind(blocks))
+    first, *rest = [_term_text(b) for b in by_layer_kind(blocks)]
+    return first + _signed(rest)
+
+
+def _signed(texts: list[str]) -> str:
+    return "".join(f" - {t[1:]}" if t.startswith("-") else f" + {t}" for t in texts)
+
+
+def active_text(model: Model, active: ActiveForm) -> str:
+    """The N_active form as written: the multiple of N_active, then what that leaves out, by layer kind."""
+    lead = active.multiple * model.vocabulary[active.symbol_name]
+    if not active.rest_blocks:
+        return str(active.with_symbol(model.vocabulary[active.symbol_name]))
+    return str(lead) + _signed([_term_text(b) for b in by_layer_kind(active.rest_blocks)])
 
 
 def _term_text(block: Block) -> str:
@@ -63,7 +76,7 @@ def structure_text(model: Model, st: Structure, active: ActiveForm | None, note:
     if active is not None:
         letter = "N_active" if active.base == "active_params" else "N"
         lines.append(f"  in terms of {letter}, {note}:")
-        lines.append(f"    = {active.with_symbol(model.vocabulary[active.symbol_name])}")
+        lines.append(f"    = {active_text(model, active)}")
         lines.append(f"    with {active.symbol_name} ≈ {sum_text(active.active_blocks) if active.active_blocks else active.active}")
         lines.append("    " + _error_line(model, st.quantity, active.expr, workload))
     return lines
@@ -95,6 +108,7 @@ def structure_json(model: Model, st: Structure, active: ActiveForm | None, note:
     if active is not None:
         out["in_terms_of_" + active.base] = {
             "expression": str(active.with_symbol(model.vocabulary[active.symbol_name])),
+            "written": active_text(model, active),
             "multiple": str(active.multiple),
             active.symbol_name: str(active.active),
             "difference": str(active.difference),
