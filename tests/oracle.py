@@ -97,6 +97,23 @@ def input_ids(config: dict, batch: int, seq: int):
     return torch.randint(0, config["vocab_size"], (batch, seq), generator=generator)
 
 
+def image_token_ids(batch: int, seq: int, images: int, per_image: int, tokens: tuple[int, int, int]):
+    """batch random sequences of seq tokens (seeded by seq), each holding ``images`` images of ``per_image``
+    placeholder tokens wrapped in start/end tokens; ``tokens`` = (image, start, end) ids."""
+    image, start, end = tokens
+    generator = torch.Generator().manual_seed(seq)
+    ids = torch.randint(0, 100, (batch, seq), generator=generator)
+    for b in range(batch):
+        at = 1
+        for _ in range(images):
+            ids[b, at] = start
+            ids[b, at + 1 : at + 1 + per_image] = image
+            ids[b, at + 1 + per_image] = end
+            at += per_image + 2
+        assert at <= seq, "the sequence must hold the image tokens"
+    return ids, generator
+
+
 def cached_bytes(model, batch: int, seq: int) -> int:
     """Bytes of every tensor the model's cache holds after one forward of batch x seq tokens (vocabulary 101);
     0-dimensional tensors are bookkeeping (a sliding layer's window), not cached tokens."""

@@ -19,7 +19,7 @@ transformers = pytest.importorskip("transformers")
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 from checks import one_line_error  # noqa: E402
-from oracle import global_counts, hf_config  # noqa: E402
+from oracle import global_counts, hf_config, image_token_ids  # noqa: E402
 
 from symform.engine.errors import ConfigError  # noqa: E402
 from symform.engine.model import Model  # noqa: E402
@@ -65,16 +65,7 @@ def inputs(config: dict, *, batch: int, seq: int, images: int, height: int, widt
     patch, pool = vision["patch_size"], vision["pooling_kernel_size"]
     rows, cols = height // patch, width // patch
     soft = rows * cols // pool**2
-    generator = torch.Generator().manual_seed(seq)
-    ids = torch.randint(0, 100, (batch, seq), generator=generator)
-    for b in range(batch):
-        at = 1
-        for _ in range(images):
-            ids[b, at] = START
-            ids[b, at + 1 : at + 1 + soft] = IMAGE
-            ids[b, at + 1 + soft] = END
-            at += soft + 2
-        assert at <= seq, "the sequence must hold the image tokens"
+    ids, generator = image_token_ids(batch, seq, images, soft, (IMAGE, START, END))
     x, y = torch.meshgrid(torch.arange(cols), torch.arange(rows), indexing="xy")
     positions = torch.stack([x, y], dim=-1).reshape(1, rows * cols, 2).expand(batch * images, -1, -1).contiguous()
     return dict(

@@ -16,7 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from oracle import TINY, build, build_for_training, check_saved_config_reads_the_same, count_forward, count_forward_backward, input_ids, meta_params, saved_for_backward  # noqa: E402
+from oracle import TINY, build, build_for_training, check_saved_config_reads_the_same, hf_config, count_forward, count_forward_backward, input_ids, meta_params, saved_for_backward  # noqa: E402
 from test_family_recurrent import cache_after, check_decode_step_flops, conv_forward, mixer_shapes, tensors_bytes, text, uncounted_solves  # noqa: E402
 
 from symform.engine.errors import ConfigError  # noqa: E402
@@ -109,8 +109,20 @@ def test_a_decode_step_takes_the_recurrent_update(case, batch, past):
 
 @pytest.mark.parametrize("case", CONFIGS)
 def test_a_config_saved_by_transformers_reads_as_the_one_written_by_hand(case, tmp_path):
-    """save_pretrained writes the text config's every field (layer_types spelled out) inside text_config."""
-    check_saved_config_reads_the_same(CONFIGS[case], tmp_path, ("params", "forward_flops", "kv_cache", "recurrent_state"))
+    """save_pretrained writes the text config's every field (layer_types spelled out) inside text_config, and a
+    vision_config at its defaults beside it: `architectures` naming the causal LM keeps the checkpoint text-only."""
+    config = dict(CONFIGS[case], architectures=["Qwen3_5MoeForCausalLM"])
+    check_saved_config_reads_the_same(config, tmp_path, ("params", "forward_flops", "kv_cache", "recurrent_state"))
+
+
+def test_a_causal_lm_checkpoint_with_a_vision_config_is_text_only():
+    """transformers' Qwen3_5MoeForCausalLM builds no vision tower, whatever vision_config its config keeps."""
+    config = dict(CONFIGS[next(iter(CONFIGS))], vision_config={}, architectures=["Qwen3_5MoeForCausalLM"])
+    with torch.device("meta"):
+        real = transformers.AutoModelForCausalLM.from_config(hf_config(config))
+    assert type(real).__name__ == "Qwen3_5MoeForCausalLM"
+    assert Model.from_config(config).spec.family == "qwen3_5_moe"
+    assert Model.from_config(config).evaluate("params") == sum(p.numel() for p in real.parameters())
 
 
 def test_the_router_loss_is_refused_in_one_line():

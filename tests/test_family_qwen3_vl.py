@@ -24,7 +24,7 @@ transformers = pytest.importorskip("transformers")
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 from checks import one_line_error  # noqa: E402
-from oracle import global_counts, hf_config  # noqa: E402
+from oracle import global_counts, hf_config, image_token_ids  # noqa: E402
 
 from symform.engine.errors import ConfigError  # noqa: E402
 from symform.engine.model import Model  # noqa: E402
@@ -68,16 +68,7 @@ def inputs(config: dict, *, batch: int, seq: int, images: int, height: int, widt
     patch, merge = vision["patch_size"], vision["spatial_merge_size"]
     rows, cols = height // patch, width // patch
     per_image = rows * cols // merge**2
-    generator = torch.Generator().manual_seed(seq)
-    ids = torch.randint(0, 100, (batch, seq), generator=generator)
-    for b in range(batch):
-        at = 1
-        for _ in range(images):
-            ids[b, at] = START
-            ids[b, at + 1 : at + 1 + per_image] = IMAGE
-            ids[b, at + 1 + per_image] = END
-            at += per_image + 2
-        assert at <= seq, "the sequence must hold the image tokens"
+    ids, generator = image_token_ids(batch, seq, images, per_image, (IMAGE, START, END))
     pixels = vision.get("in_channels", 3) * vision["temporal_patch_size"] * patch**2
     return dict(
         input_ids=ids,

@@ -240,9 +240,17 @@ def families() -> Mapping[str, Family]:
 
 
 def _variant(family: Family, model_type: str, config: Mapping[str, Any]) -> Family:
-    """The family that reads this config of `model_type`: one selected by a key the config has, else `family`."""
-    for (known, present), other in _readers().items():
-        if present and known == model_type and config.get(present) is not None:
+    """The family that reads this config of `model_type`: the one whose class `architectures` names (a text-only
+    checkpoint keeps the vision_config transformers writes for its model type), else one selected by a key the
+    config has, else `family`."""
+    variants = [other for (known, present), other in _readers().items() if present and known == model_type]
+    names = config.get("architectures")
+    named = {n for n in names if isinstance(n, str)} if isinstance(names, list) else set()
+    for candidate in [family, *variants]:
+        if candidate.spec.transformers_class in named:
+            return candidate
+    for other in variants:
+        if config.get(other.spec.when_present) is not None:
             return other
     return family
 
