@@ -38,7 +38,10 @@ What PyTorch does that surprises (each one declared where it happens):
   output, in fp32 the very storage k_norm keeps. Its sliding and full layers get cos and sin
   of their own widths, each layer keeps its one-element layer_scalar (a buffer), the
   per-layer embeddings look up the token ids the token embedding keeps, and their
-  projection's input is, in fp32, the storage the first layer's norm keeps.
+  projection's input is, in fp32, the storage the first layer's norm keeps. Its experts'
+  router norms the residual without a scale, keeps the scaled normalised values, and
+  multiplies the fp32 renormalised weights by the chosen experts' scales, keeping both;
+  the router's and the experts' norms read the residual the pre-MLP norm keeps.
 - PyTorch's CPU LayerNorm keeps its mean and 1/std in bf16 for bf16 inputs (CUDA keeps
   fp32): the oracle runs on the CPU, so it sets cpu_kernels = 1.
 - Gated DeltaNet's chunked scan (transformers' torch path) runs in fp32 on the sequence
@@ -102,6 +105,7 @@ FAMILIES = {
     "gemma3_text, window 5": {"model_type": "gemma3_text", "head_dim": 16, "sliding_window": 5, "sliding_window_pattern": 2},
     "gemma4_text, window 5, per-layer embeddings, keys as values": GEMMA4 | {"sliding_window": 5},
     "gemma4_text, window 16, without per-layer embeddings": GEMMA4 | {"sliding_window": 16, "hidden_size_per_layer_input": 0, "attention_k_eq_v": False},
+    "gemma4_text, window 5, experts beside the MLP": GEMMA4 | {"sliding_window": 5, "enable_moe_block": True, "num_experts": 4, "top_k_experts": 2, "moe_intermediate_size": 32},
     "gpt2, gelu_new": GPT2 | NO_DROPOUT,
     "gpt2, relu, layer-scaled attention": GPT2 | NO_DROPOUT | {"activation_function": "relu", "scale_attn_by_inverse_layer_idx": True},
     "qwen2_moe": {"model_type": "qwen2_moe", "num_experts": 4, "shared_expert_intermediate_size": 48, **MOE},
@@ -124,7 +128,7 @@ DTYPES = {torch.bfloat16: 2, torch.float32: 4}
 
 def build_eager(config: dict, dtype):
     """transformers' model with eager attention and, for mixtures of experts, eager experts (the loop over experts)."""
-    if config["model_type"] in ("qwen2_moe", "qwen3_moe", "mixtral", "deepseek_v2", "deepseek_v3", "gpt_oss", "nemotron_h", "qwen3_next"):
+    if config["model_type"] in ("qwen2_moe", "qwen3_moe", "mixtral", "deepseek_v2", "deepseek_v3", "gpt_oss", "nemotron_h", "qwen3_next", "gemma4_text"):
         return build_for_training(config, dtype, experts_implementation="eager")
     return build_for_training(config, dtype)
 
