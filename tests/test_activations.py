@@ -32,6 +32,16 @@ What PyTorch does that surprises (each one declared where it happens):
   their dtype; its clamped SwiGLU's product keeps the clamped gate and the sigmoid; its
   RMSNorm scales by g in fp32 (keeping fp32 normalised values); its cos and sin are
   d_head/2 wide.
+- Gemma 4's RMSNorm raises mean(x²) + ε to the power -0.5, and pow keeps its input as well
+  as the product its output; it scales by an fp32 copy of g (`pow_rms_norm`). Its values'
+  norm has no g; with keys as values (attention_k_eq_v) it normalises the key projection's
+  output, in fp32 the very storage k_norm keeps. Its sliding and full layers get cos and sin
+  of their own widths, each layer keeps its one-element layer_scalar (a buffer), the
+  per-layer embeddings look up the token ids the token embedding keeps, and their
+  projection's input is, in fp32, the storage the first layer's norm keeps. Its experts'
+  router norms the residual without a scale, keeps the scaled normalised values, and
+  multiplies the fp32 renormalised weights by the chosen experts' scales, keeping both;
+  the router's and the experts' norms read the residual the pre-MLP norm keeps.
 - PyTorch's CPU LayerNorm keeps its mean and 1/std in bf16 for bf16 inputs (CUDA keeps
   fp32): the oracle runs on the CPU, so it sets cpu_kernels = 1.
 - Gated DeltaNet's chunked scan (transformers' torch path) runs in fp32 on the sequence
@@ -71,6 +81,11 @@ GATED_DELTANET = {
     "head_dim": 16, "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 8, "linear_value_head_dim": 12,
     "linear_conv_kernel_dim": 4, "layer_types": ["linear_attention", "full_attention"],
 }  # fmt: skip
+# a sliding and a full layer, the full one with heads of its own width and one key/value head
+GEMMA4 = {
+    "model_type": "gemma4_text", "head_dim": 16, "global_head_dim": 32, "layer_types": ["sliding_attention", "full_attention"],
+    "num_global_key_value_heads": 1, "attention_k_eq_v": True, "hidden_size_per_layer_input": 8, "vocab_size_per_layer_input": 101,
+}  # fmt: skip
 # sequences of 8 and 11 tokens: window 5 is shorter, window 16 longer
 FAMILIES = {
     "llama, GQA": {"model_type": "llama", "head_dim": 16},
@@ -88,6 +103,9 @@ FAMILIES = {
     "gemma2, window 5": {"model_type": "gemma2", "head_dim": 16, "sliding_window": 5},
     "gemma2, window 16": {"model_type": "gemma2", "head_dim": 16, "sliding_window": 16},
     "gemma3_text, window 5": {"model_type": "gemma3_text", "head_dim": 16, "sliding_window": 5, "sliding_window_pattern": 2},
+    "gemma4_text, window 5, per-layer embeddings, keys as values": GEMMA4 | {"sliding_window": 5},
+    "gemma4_text, window 16, without per-layer embeddings": GEMMA4 | {"sliding_window": 16, "hidden_size_per_layer_input": 0, "attention_k_eq_v": False},
+    "gemma4_text, window 5, experts beside the MLP": GEMMA4 | {"sliding_window": 5, "enable_moe_block": True, "num_experts": 4, "top_k_experts": 2, "moe_intermediate_size": 32},
     "gpt2, gelu_new": GPT2 | NO_DROPOUT,
     "gpt2, relu, layer-scaled attention": GPT2 | NO_DROPOUT | {"activation_function": "relu", "scale_attn_by_inverse_layer_idx": True},
     "qwen2_moe": {"model_type": "qwen2_moe", "num_experts": 4, "shared_expert_intermediate_size": 48, **MOE},
@@ -110,7 +128,7 @@ DTYPES = {torch.bfloat16: 2, torch.float32: 4}
 
 def build_eager(config: dict, dtype):
     """transformers' model with eager attention and, for mixtures of experts, eager experts (the loop over experts)."""
-    if config["model_type"] in ("qwen2_moe", "qwen3_moe", "mixtral", "deepseek_v2", "deepseek_v3", "gpt_oss", "nemotron_h", "qwen3_next"):
+    if config["model_type"] in ("qwen2_moe", "qwen3_moe", "mixtral", "deepseek_v2", "deepseek_v3", "gpt_oss", "nemotron_h", "qwen3_next", "gemma4_text"):
         return build_for_training(config, dtype, experts_implementation="eager")
     return build_for_training(config, dtype)
 

@@ -96,7 +96,7 @@ def test_a_family_without_a_preset_is_checked_from_its_config(check):
     )  # fmt: skip
     report = check(Model.from_config(config, name="gemma4-like"))
     assert report.tiny_config["num_hidden_layers"] == 2  # transformers makes the last layer full: two layers keep both kinds
-    assert [r for r in report.differences if r.quantity != "saved_activations"] == []
+    assert report.differences == []
     assert {"ple_embed", "ple_projection"} <= {r.part for r in report.rows if r.quantity == "params"}
 
 
@@ -123,9 +123,7 @@ def test_a_vision_language_config_is_checked_against_its_checkpoint_class(check,
     config = config if config is not None else _without_vision(preset_config("qwen3.5-0.8b")[0])
     report = check(Model.from_config(config, name=case))
     assert report.transformers_class == cls
-    # Gemma 4's text stack keeps a few kilobytes symform does not count yet (as in the gemma4_text check above)
-    gaps = {"saved_activations"} if config["model_type"] == "gemma4" else set()
-    assert [r for r in report.differences if r.quantity not in gaps] == []
+    assert report.differences == []
     tower = [r for r in report.rows if r.quantity == "params" and r.part == "visual"]
     assert bool(tower) == ("vision_config" in config or config["model_type"] == "qwen3_vl")  # Qwen3VLConfig's tower is not optional
     assert all(r.pytorch > 0 for r in tower)

@@ -23,7 +23,12 @@ from symform.engine.errors import ConfigError  # noqa: E402
 from symform.engine.families import all_families, families  # noqa: E402
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+# transformers saves Gemma 4's global_head_dim (and num_global_key_value_heads) inside per_layer_config, which
+# symform does not read yet: the saved config reads at the defaults (global heads 512 wide)
+PER_LAYER_CONFIG = pytest.mark.xfail(strict=True, reason="Gemma 4's per_layer_config is not read yet")
+
+
+@pytest.mark.parametrize("family", [pytest.param(f, marks=PER_LAYER_CONFIG) if "gemma4" in f else f for f in FAMILIES])
 def test_a_config_saved_by_transformers_reads_as_the_one_written_by_hand(family, tmp_path):
     config = {**TINY, **FAMILIES[family]}
     hf_config(config).save_pretrained(tmp_path)
