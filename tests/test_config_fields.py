@@ -23,12 +23,8 @@ from symform.engine.errors import ConfigError  # noqa: E402
 from symform.engine.families import all_families, families  # noqa: E402
 
 
-# transformers saves Gemma 4's global_head_dim (and num_global_key_value_heads) inside per_layer_config, which
-# symform does not read yet: the saved config reads at the defaults (global heads 512 wide)
-PER_LAYER_CONFIG = pytest.mark.xfail(strict=True, reason="Gemma 4's per_layer_config is not read yet")
-
-
-@pytest.mark.parametrize("family", [pytest.param(f, marks=PER_LAYER_CONFIG) if "gemma4" in f else f for f in FAMILIES])
+# transformers saves Gemma 4's global_head_dim (and num_global_key_value_heads) only inside per_layer_config
+@pytest.mark.parametrize("family", FAMILIES)
 def test_a_config_saved_by_transformers_reads_as_the_one_written_by_hand(family, tmp_path):
     config = {**TINY, **FAMILIES[family]}
     hf_config(config).save_pretrained(tmp_path)
@@ -157,7 +153,6 @@ COST_FREE_IN = {
 # real gaps, listed here so the test names them rather than hiding them. Remove an entry once it is read or refused.
 NOT_YET = {
     "gemma4_text": {
-        "per_layer_config": "an explicit per-layer table of head sizes is not read (global_head_dim and num_global_key_value_heads are)",
         "use_bidirectional_attention": "'all' makes every layer bidirectional and narrows the window to sliding_window // 2 + 1; gemma4_text counts the causal model",
     },
 }
@@ -180,6 +175,7 @@ def handled(model_type: str) -> tuple[set[str], set[str]]:
         if model_type in spec.model_types:
             read |= set(spec.fields) | {f.key for f in spec.fields.values() if f.key} | {alias.split(".")[0] for field in spec.fields.values() for alias in field.aliases}
             refused |= {name for refusal in spec.refuse for name in re.findall(r"[A-Za-z_]\w*", refusal.when)}
+            read |= {"per_layer_config"} if spec.per_layer else set()  # read where declared, refused unless one per kind
     return read, refused
 
 
@@ -216,3 +212,32 @@ def test_a_setting_symform_does_not_model_is_refused_in_one_line(case):
     with pytest.raises(ConfigError) as refusal:
         Model.from_config(config)
     assert "\n" not in str(refusal.value)
+
+
+@pytest.mark.parametrize(
+    "per_layer_config, says",
+    [
+        ({"1": {"head_dim": 32}, "0": {"head_dim": 32}}, "differ between them, miss some of them, or are not read"),
+        ({"1": {"head_dim": 32, "intermediate_size": 8}}, "not read"),
+        ({"7": {"head_dim": 32}}, "must be a layer index"),
+        ({"1" * 5000: {"head_dim": 32}}, "must be a layer index"),
+        ({"1": 32}, "must be a layer index"),
+        ([32], "must be a JSON object"),
+    ],
+)
+def test_a_per_layer_config_symform_cannot_read_per_kind_is_refused_in_one_line(per_layer_config, says):
+    """Sizes per layer that are not one value per kind of layer (symform's sizes are per kind) are refused."""
+    config = {"model_type": "gemma4_text", **TINY, "head_dim": 16, "layer_types": ["sliding_attention", "full_attention"],
+              "num_hidden_layers": 2, "per_layer_config": per_layer_config}  # fmt: skip
+    with pytest.raises(ConfigError, match=says) as refused:
+        Model.from_config(config)
+    assert "\n" not in str(refused.value)
+
+
+def test_per_layer_config_reads_as_the_fields_the_hub_names():
+    """{"1": {"head_dim": 32}} on a sliding/full stack is global_head_dim 32; a contradicting field is refused."""
+    base = {"model_type": "gemma4_text", **TINY, "head_dim": 16, "layer_types": ["sliding_attention", "full_attention"], "num_hidden_layers": 2}
+    assert Model.from_config({**base, "per_layer_config": {"1": {"head_dim": 32}}}).evaluate("params") == Model.from_config({**base, "global_head_dim": 32}).evaluate("params")
+    assert Model.from_config({**base, "global_head_dim": 32}).evaluate("params") != Model.from_config(base).evaluate("params")
+    with pytest.raises(ConfigError, match="contradicts global_head_dim"):
+        Model.from_config({**base, "global_head_dim": 64, "per_layer_config": {"1": {"head_dim": 32}}})

@@ -97,6 +97,16 @@ class ContextSpec(BaseModel):
     rope_scaling: str | None = None  # the config key of its RoPE scaling (a JSON object), reported with the limit
 
 
+class PerLayerSpec(BaseModel):
+    """How to read transformers' per_layer_config (layer index -> that layer's sizes), where save_pretrained
+    writes sizes the Hub's files name as fields of their own (Gemma 4's global_head_dim)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kinds: str  # the per-layer list of layer kinds (layer_types)
+    fields: dict[str, dict[str, str]]  # a kind -> {a key of its layers' overrides -> the field it stands for}
+
+
 class FamilySpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -123,6 +133,7 @@ class FamilySpec(BaseModel):
     # conventions the config decides (dropout from its dropout probabilities): expressions over the fields, each
     # a whole number; they are the model's defaults, under any accounting and any convention the user sets
     conventions: dict[str, str] = Field(default_factory=dict)
+    per_layer: PerLayerSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -240,17 +251,14 @@ def families() -> Mapping[str, Family]:
 
 
 def _variant(family: Family, model_type: str, config: Mapping[str, Any]) -> Family:
-    """The family that reads this config of `model_type`: the one whose class `architectures` names (a text-only
-    checkpoint keeps the vision_config transformers writes for its model type), else one selected by a key the
-    config has, else `family`."""
-    variants = [other for (known, present), other in _readers().items() if present and known == model_type]
+    """The family that reads this config of `model_type`: `family` where `architectures` names its class (a
+    text-only checkpoint keeps the vision_config transformers writes for its model type), else one selected by
+    a key the config has, else `family`."""
     names = config.get("architectures")
-    named = {n for n in names if isinstance(n, str)} if isinstance(names, list) else set()
-    for candidate in [family, *variants]:
-        if candidate.spec.transformers_class in named:
-            return candidate
-    for other in variants:
-        if config.get(other.spec.when_present) is not None:
+    if isinstance(names, list) and family.spec.transformers_class in names:
+        return family
+    for (known, present), other in _readers().items():
+        if present and known == model_type and config.get(present) is not None:
             return other
     return family
 
@@ -295,6 +303,7 @@ def spec_from_config(config: Any, *, name: str, origin: str) -> ModelSpec:
     if not isinstance(config, Mapping):
         raise ConfigError(f"{origin}: a config must be a JSON object, got {type(config).__name__}")
     family = family_for(config, origin)
+    config = per_layer_read(family.spec, config, origin)
     fields = read_fields(family.spec.fields, config, origin, fields_in=family.spec.fields_in)
     _refuse_unmodelled(family.spec.refuse, fields, origin)
     for count_name, count in family.spec.counts.items():
@@ -398,6 +407,49 @@ def read_fields(specs: Mapping[str, FieldSpec], config: Mapping[str, Any], origi
             raw = fallback if isinstance(fallback, (bool, list)) or spec.type in ("str", "pattern") else parse(fallback, {k: v for k, v in values.items() if not _is_text_list(v)})
         values[field] = _check_type(name, raw, spec, origin)
     return values
+
+
+def per_layer_read(spec: FamilySpec, config: Mapping[str, Any], origin: str) -> Mapping[str, Any]:
+    """The config with transformers' per_layer_config read into the fields its overrides stand for, where the
+    family declares them: one value per kind of layer, the same for every layer of that kind, or a one-line
+    refusal (symform's sizes are per kind, not per layer)."""
+    declared, section = spec.per_layer, sub_config(config, spec.fields_in, origin)
+    table = section.get("per_layer_config")
+    if declared is None or table is None:
+        return config
+    kinds = section.get(declared.kinds)
+    if not isinstance(table, Mapping) or not isinstance(kinds, list):
+        raise ConfigError(f"{origin}: per_layer_config must be a JSON object (layer index -> sizes) beside a {declared.kinds} list")
+    by_kind: dict[Any, list[dict]] = {}
+    for index, overrides in table.items():
+        layer = int(index) if isinstance(index, str) and index.isdigit() and len(index) < 7 else len(kinds)
+        if layer >= len(kinds) or not isinstance(overrides, Mapping):
+            raise ConfigError(f"{origin}: per_layer_config key {str(index)[:40]!r} must be a layer index of {declared.kinds} (0 to {len(kinds) - 1}) with an object of sizes")
+        by_kind.setdefault(kinds[layer], []).append(dict(overrides))
+    updates: dict[str, Any] = {}
+    for kind, entries in by_kind.items():
+        reads = declared.fields.get(kind, {}) if isinstance(kind, str) else {}
+        if len(entries) != kinds.count(kind) or any(e != entries[0] for e in entries) or set(entries[0]) - set(reads):
+            raise ConfigError(
+                f"{origin}: per_layer_config gives {str(kind)[:40]} layers sizes that differ between them, miss some of them, or "
+                f"are not read ({', '.join(sorted(map(str, entries[0])))[:120]}); symform reads {', '.join(sorted(reads)) or 'none'} "
+                f"for every {str(kind)[:40]} layer alike"
+            )
+        for key, value in entries[0].items():
+            field = reads[key]
+            if section.get(field) is not None and section.get(field) != value:
+                raise ConfigError(f"{origin}: per_layer_config's {key} {value!r} for {kind} layers contradicts {field} {section[field]!r}; keep one of them")
+            updates[field] = value
+    return _with_section(config, spec.fields_in, {k: v for k, v in section.items() if k != "per_layer_config"} | updates)
+
+
+def _with_section(config: Mapping[str, Any], path: str, section: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with the sub-config at the dotted ``path`` ("" for the top level) replaced by ``section``."""
+    if not path:
+        return section
+    head, _, rest = path.partition(".")
+    inner = config.get(head) if isinstance(config.get(head), Mapping) else {}
+    return {**config, head: _with_section(inner, rest, section)}
 
 
 def sub_config(config: Mapping[str, Any], path: str, origin: str) -> Mapping[str, Any]:
