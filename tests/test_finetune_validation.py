@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from symform.analysis import finetune_validation as fv
-from symform.engine.data import data_root
 from symform.engine.errors import ConfigError
 from symform.interface.finetune_validation_report import markdown, section
 
-ROOT = data_root()
+ROOT = Path(__file__).resolve().parent.parent  # the checkout: docs/ is not installed with the package
 
 
 @pytest.fixture(scope="module")
