@@ -153,7 +153,6 @@ COST_FREE_IN = {
 # real gaps, listed here so the test names them rather than hiding them. Remove an entry once it is read or refused.
 NOT_YET = {
     "gemma4_text": {
-        "use_bidirectional_attention": "'all' makes every layer bidirectional and narrows the window to sliding_window // 2 + 1; gemma4_text counts the causal model",
     },
 }
 NOT_YET["gemma4"] = NOT_YET["gemma4_text"]  # the same text stack, read from text_config
@@ -175,6 +174,7 @@ def handled(model_type: str) -> tuple[set[str], set[str]]:
         if model_type in spec.model_types:
             read |= set(spec.fields) | {f.key for f in spec.fields.values() if f.key} | {alias.split(".")[0] for field in spec.fields.values() for alias in field.aliases}
             refused |= {name for refusal in spec.refuse for name in re.findall(r"[A-Za-z_]\w*", refusal.when)}
+            refused |= {refusal.field for refusal in spec.refuse if refusal.field}
             read |= {"per_layer_config"} if spec.per_layer else set()  # read where declared, refused unless one per kind
     return read, refused
 
@@ -241,3 +241,16 @@ def test_per_layer_config_reads_as_the_fields_the_hub_names():
     assert Model.from_config({**base, "global_head_dim": 32}).evaluate("params") != Model.from_config(base).evaluate("params")
     with pytest.raises(ConfigError, match="contradicts global_head_dim"):
         Model.from_config({**base, "global_head_dim": 64, "per_layer_config": {"1": {"head_dim": 32}}})
+
+
+@pytest.mark.parametrize("model_type", ["gemma4_text", "gemma4"])
+def test_gemma4_every_layer_bidirectional_is_refused_and_vision_is_read(model_type):
+    """'all' changes the windows (sliding_window // 2 + 1) and the masks: refused; 'vision' costs nothing more."""
+    text = {**TINY, "head_dim": 16, "layer_types": ["sliding_attention", "full_attention"], "num_hidden_layers": 2}
+    config = {"model_type": model_type, **text} if model_type == "gemma4_text" else {"model_type": model_type, "text_config": text}
+    section = config if model_type == "gemma4_text" else config["text_config"]
+    with pytest.raises(ConfigError, match="use_bidirectional_attention 'all'") as refused:
+        Model.from_config({**config, **({"use_bidirectional_attention": "all"} if section is config else {"text_config": {**text, "use_bidirectional_attention": "all"}})})
+    assert "\n" not in str(refused.value)
+    vision = {**config, **({"use_bidirectional_attention": "vision"} if section is config else {"text_config": {**text, "use_bidirectional_attention": "vision"}})}
+    assert Model.from_config(vision).evaluate("params") == Model.from_config(config).evaluate("params")

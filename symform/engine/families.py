@@ -77,7 +77,9 @@ class RefusalSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    when: str  # a condition over the fields
+    when: str = ""  # a condition over the number fields
+    field: str = ""  # or a string field (a mode a config names) ...
+    equals: list[str] = Field(default_factory=list)  # ... whose value is one of these
     why: str  # the one line the user reads: what is not modelled and what to do
 
 
@@ -361,6 +363,10 @@ def _refuse_unmodelled(refusals: list[RefusalSpec], fields: Mapping[str, Any], o
     names = {k: v for k, v in fields.items() if v is not None and not _is_text_list(v)}
     null = {k for k, v in fields.items() if v is None}
     for refusal in refusals:
+        if refusal.field:
+            if fields.get(refusal.field) in refusal.equals:
+                raise ConfigError(f"{origin}: {refusal.why}")
+            continue
         if null & set(re.findall(r"[A-Za-z_]\w*", refusal.when)):
             continue  # a condition on a null field does not hold
         if parse(refusal.when, names, relation=True).doit() == sympy.true:
