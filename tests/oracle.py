@@ -114,6 +114,15 @@ def image_token_ids(batch: int, seq: int, images: int, per_image: int, tokens: t
     return ids, generator
 
 
+def check_params_per_tower(config: dict, real) -> None:
+    """symform's parameters equal the real vision-language module's numel, whole and for its vision tower."""
+    from symform.engine.model import Model
+
+    model = Model.from_config(config)
+    assert model.evaluate("params") == sum(p.numel() for p in real.parameters())
+    assert model.evaluate_breakdown("params")["visual"] == sum(p.numel() for p in real.model.visual.parameters())
+
+
 def cached_bytes(model, batch: int, seq: int) -> int:
     """Bytes of every tensor the model's cache holds after one forward of batch x seq tokens (vocabulary 101);
     0-dimensional tensors are bookkeeping (a sliding layer's window), not cached tokens."""
