@@ -142,6 +142,8 @@ def predict(run: Run, factors: Mapping[str, Any] | None = None) -> float:
 def _efficiency(gpu: str, factors: Mapping[str, Any]) -> estimate.Efficiency:
     eff = estimate.efficiency(gpu)
     mine = {k.split(":", 1)[1]: v for k, v in factors.items() if k.startswith(f"{eff.device}:")}
+    if "gemm.model" in mine:  # first: the model's own fit, then any factor given beside it
+        eff = eff.with_gemm_model(mine["gemm.model"])
     if "gemm.sustained" in mine:
         eff = replace(eff, gemm_sustained=mine["gemm.sustained"])
     if "gemm.half_flops" in mine:
@@ -238,10 +240,11 @@ def _loss(factors: Mapping[str, Any], chosen: list[Run]) -> float:
     return statistics.fmean(abs(math.log(predict(r, factors) / r.measured[1])) for r in chosen)
 
 
-def fit_factors(rounds: int = 2, steps: int = 24) -> dict[str, float]:
-    """The fitted factors, by coordinate search of the mean |log error| over the ``fit`` split."""
+def fit_factors(rounds: int = 2, steps: int = 24, given: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The fitted factors, by coordinate search of the mean |log error| over the ``fit`` split, with the
+    ``given`` factors (a GEMM model, say) held as they are."""
     fit_runs = [r for r in runs() if r.split == "fit"]
-    factors: dict[str, float] = {}
+    factors: dict[str, Any] = dict(given or {})
     for _ in range(rounds):
         for name, informs, (floor, ceiling) in FITTED:
             chosen = [r for r in fit_runs if informs(r)]

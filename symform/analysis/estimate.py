@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from functools import cache
 from pathlib import Path
@@ -74,6 +74,22 @@ class Efficiency:
     links: Mapping[str, LinkEfficiency]
     sources: Mapping[str, str]
     launch_s: float = 0.0  # fixed cost of each kernel that runs (launch, ramp-up, tail)
+    gemm_model: str = "rows"  # one of GEMM_MODELS
+    tile_n: int = 128
+    sms: int = 0  # streaming multiprocessors (compute units) a GEMM's tiles spread over
+    # another GEMM model's fitted (sustained, half_flops), by model: [gemm.<model>] in the file
+    gemm_fits: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+
+    def with_gemm_model(self, model: str) -> "Efficiency":
+        """This device under another GEMM model, with that model's fitted sustained fraction and roll-off."""
+        if model == self.gemm_model:
+            return self
+        if model not in self.gemm_fits:
+            raise ConfigError(f"{self.device}'s efficiency file has no [gemm.{model}] fit; choose one of {', '.join([self.gemm_model, *self.gemm_fits])}")
+        if model == "waves" and not self.sms:
+            raise ConfigError(f"{self.device}'s efficiency file has no gemm.sms; the waves model needs the SM count and tile_n")
+        sustained, half = self.gemm_fits[model]
+        return replace(self, gemm_model=model, gemm_sustained=sustained, half_flops=half)
 
     def attention_fraction(self, head_size: int) -> float:
         """The figure for the largest listed head size not above ``head_size`` (the smallest listed if all are)."""
@@ -81,8 +97,13 @@ class Efficiency:
         below = [s for s in sizes if s <= head_size]
         return self.attention[below[-1] if below else sizes[0]]
 
-    def gemm_fraction(self, rows: float, flops_per_call: float) -> float:
+    def gemm_fraction(self, rows: float, flops_per_call: float, products: tuple[tuple[float, float, float], ...] = ()) -> float:
         """Fraction of the peak a GEMM of ``rows`` rows (tokens) and ``flops_per_call`` FLOPs sustains.
+
+        ``waves`` (with the GEMM's ``products``, its output grids): each product's tiles spread over the SMs
+        in waves, the product running at sustained × :func:`wave_efficiency`, the products of one call
+        (equal FLOPs each) one after another; then the roll-off. Fewer rows than one tile, or no shape
+        declared: as ``rows`` does.
 
         Rows pad up to whole tiles; fewer rows than one tile run as skinny (GEMV-like)
         kernels that split the weights over every SM and pad nothing, their roll-off
@@ -91,6 +112,9 @@ class Efficiency:
         actually do.
         """
         tile = self.tile_m
+        if self.gemm_model == "waves" and products and rows >= tile:
+            waves = len(products) / sum(1 / wave_efficiency(b, m, n, tile, self.tile_n, self.sms) for b, m, n in products)
+            return self.gemm_sustained * waves * flops_per_call / (flops_per_call + self.half_flops)
         if rows < tile:
             return self.gemm_sustained * flops_per_call / (flops_per_call + self.half_flops * max(rows - 1, 0) / (tile - 1))
         used = rows / (math.ceil(rows / tile) * tile)
@@ -101,6 +125,22 @@ class Efficiency:
         if name not in self.links:
             raise ConfigError(f"{self.device}'s efficiency file has no [links.{name}]; add its bus_efficiency and latency_s")
         return self.links[name]
+
+
+#: How a GEMM's rate follows its shape: "rows" (tile quantisation of its rows, a roll-off for small GEMMs)
+#: or "waves" (tile and wave quantisation of its output over the SMs, then the roll-off).
+GEMM_MODELS = ("rows", "waves")
+
+
+def wave_efficiency(batches: float, rows: float, width: float, tile_m: int, tile_n: int, sms: int) -> float:
+    """The fraction of the SMs' tile slots that do useful work for a product with a ``batches`` × ``rows`` ×
+    ``width`` output. The output is cut into ⌈rows/tile_m⌉·⌈width/tile_n⌉ tiles per batch, each SM working
+    on one at a time; a grid of fewer tiles than SMs has its reduction split among ⌊sms/tiles⌋ of them
+    (split-K), so ⌈tiles·split/sms⌉ waves of ``sms`` slots run, each slot 1/split of a tile's work."""
+    tiles = math.ceil(batches) * math.ceil(rows / tile_m) * math.ceil(width / tile_n)
+    split = max(1, sms // tiles)
+    waves = math.ceil(tiles * split / sms)
+    return batches * rows * width * split / (waves * sms * tile_m * tile_n)
 
 
 def _fraction(value: Any, where: str) -> float:
@@ -148,7 +188,26 @@ def _parse_efficiency(data: Mapping[str, Any], path: Path) -> Efficiency:
         links=links,
         sources=sources,
         launch_s=_positive(kernel.get("launch_s", 0.0), f"{path}: kernel.launch_s"),
+        **_gemm_shape_data(gemm, path),
     )
+
+
+def _gemm_shape_data(gemm: Mapping[str, Any], path: Path) -> dict[str, Any]:
+    model = gemm.get("model", "rows")
+    if model not in GEMM_MODELS:
+        raise ConfigError(f"{path}: gemm.model is {model!r}; choose one of {', '.join(GEMM_MODELS)}")
+    fits = {}
+    for other in GEMM_MODELS:
+        if isinstance(gemm.get(other), dict):
+            fit = gemm[other]
+            fits[other] = (_fraction(fit.get("sustained"), f"{path}: gemm.{other}.sustained"), _positive(fit.get("half_flops"), f"{path}: gemm.{other}.half_flops"))
+    if model == "rows" and "sms" not in gemm:
+        return {"gemm_model": model, "gemm_fits": fits}
+    sms = int(_positive(gemm.get("sms"), f"{path}: gemm.sms"))
+    tile_n = int(_positive(gemm.get("tile_n"), f"{path}: gemm.tile_n"))
+    if not sms or not tile_n:
+        raise ConfigError(f"{path}: gemm.sms and gemm.tile_n must be whole numbers of 1 or more")
+    return {"gemm_model": model, "sms": sms, "tile_n": tile_n, "gemm_fits": fits}
 
 
 #: What a device file without a [kernel] section gets: the plain roofline, named as such.
@@ -228,6 +287,19 @@ class Kernel:
     bytes: float
     calls: float
     rows: float
+    # a matrix product's shape on this device, from its declaration: (batches, m, n, k) of the forward
+    # product (output rows, output width, reduction); None where the leaf declares none
+    shape: tuple[float, float, float, float] | None = None
+    backward: bool = False  # its two backward products run too (training)
+
+    @property
+    def products(self) -> tuple[tuple[float, float, float], ...]:
+        """The output grids (batches, rows, width) of the products each call runs: the forward's, and in
+        training the input gradient's (m × k) and the weight gradient's (k × n)."""
+        if self.shape is None:
+            return ()
+        b, m, n, k = self.shape
+        return ((b, m, n), (b, m, k), (b, k, n)) if self.backward else ((b, m, n),)
 
     @property
     def leaf(self) -> str:
@@ -271,8 +343,30 @@ def kernels(
             continue
         kind = "attention" if flash and (path.endswith("/core") or "/core/" in path) else "gemm" if flops else "elementwise"
         calls = float(tuned.get(path, passes)) * (float(layers_here) if path.startswith("layers/") else 1.0)
-        found.append(Kernel(path, kind, float(flops), float(moved), calls, float(rows)))
+        shape = _gemm_shape(model, path, split, workload, context) if kind == "gemm" else None
+        found.append(Kernel(path, kind, float(flops), float(moved), calls, float(rows), shape, phase == "train"))
     return found
+
+
+def _gemm_shape(model: Model, path: str, split, workload, context: int) -> tuple[float, float, float, float] | None:
+    """The declared (batches, m, n, k) of the leaf at ``path`` on one device: the tensor split and the
+    model's conventions in, the workload bound (one new token per sequence when decoding), a context
+    rank's share of the tokens taken from the size that grows with the batch."""
+    node = model.graph().graph.nodes.get(path)
+    declared = node.get("gemm") if node is not None else None
+    if not declared:
+        return None
+    fixed = {s: v for s, v in model.conventions.items() if s.name not in workload}
+    bound = {"seq": 1, **workload}
+    batch = model.vocabulary["batch"]
+    sizes = {}
+    shared = False
+    for name in ("batches", "m", "n", "k"):
+        expr = sympy.sympify(declared[name]).xreplace(split).xreplace(fixed)
+        if context > 1 and not shared and name in ("batches", "m") and batch in expr.free_symbols:
+            expr, shared = expr / context, True
+        sizes[name] = float(timing._bind(model, expr, **bound))
+    return sizes["batches"], sizes["m"], sizes["n"], sizes["k"]
 
 
 def _per_device(model: Model, expr: sympy.Expr, split, pipeline: int, workload) -> Number:
@@ -303,7 +397,7 @@ def kernel_seconds(kernel: Kernel, peak: float, hbm: float, eff: Efficiency, fus
     if kernel.kind == "elementwise":
         t_compute = 0.0
     else:
-        rate = eff.attention_fraction(head_size) if kernel.kind == "attention" else eff.gemm_fraction(kernel.rows, kernel.flops / kernel.calls)
+        rate = eff.attention_fraction(head_size) if kernel.kind == "attention" else eff.gemm_fraction(kernel.rows, kernel.flops / kernel.calls, kernel.products)
         t_compute = kernel.flops / (peak * rate)
     if not t_compute and not t_mem:
         return 0.0
@@ -492,7 +586,8 @@ def _factors(eff: Efficiency, convention: str | tuple, band: str) -> dict[str, o
         return {"efficiency_file": eff.device, "fusion": {"convention": "given", "fraction": convention[0]}}
     return {
         "efficiency_file": eff.device,
-        "gemm": {"sustained": eff.gemm_sustained, "tile_m": eff.tile_m, "half_flops": eff.half_flops, "source": eff.sources["gemm"]},
+        "gemm": {"sustained": eff.gemm_sustained, "tile_m": eff.tile_m, "half_flops": eff.half_flops, "source": eff.sources["gemm"]}
+        | ({"model": "waves", "tile_n": eff.tile_n, "sms": eff.sms} if eff.gemm_model == "waves" else {}),
         "attention": {"fraction": {str(k): v for k, v in eff.attention.items()}, "source": eff.sources["attention"]},
         "memory": {"fraction": eff.memory, "source": eff.sources["memory"]},
         "kernel": {"launch_s": eff.launch_s, "source": eff.sources.get("kernel", NO_KERNEL_DATA)},

@@ -98,6 +98,9 @@ class ComponentDecl(BaseModel):
     # components that are its adapters, by method ({ lora = "lora_adapter" })
     frozen: dict[str, Scalar] = Field(default_factory=dict)
     adapters: dict[str, str] = Field(default_factory=dict)
+    # a primitive that is a matrix product: its shape as expressions of the arguments, output rows m,
+    # output width n, reduction k (and independent products, batches), for the tile-and-wave estimate
+    gemm: dict[str, Scalar] = Field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -146,6 +149,7 @@ class Component:
     frozen: Mapping[str, sympy.Expr] = field(default_factory=dict)  # primitives with weights: quantities when frozen
     adapters: Mapping[str, str] = field(default_factory=dict)  # method -> the adapter component
     leading: Mapping[sympy.Expr, sympy.Expr] = field(default_factory=dict)  # leading-order forms: expression -> its stand-in
+    gemm: Mapping[str, sympy.Expr] = field(default_factory=dict)  # a matrix product's m, n, k (and batches)
 
     @property
     def is_primitive(self) -> bool:
@@ -309,7 +313,25 @@ def _build_component(name: str, decl: ComponentDecl, vocabulary: Vocabulary, bas
         frozen=_frozen(decl, names, exprs),
         adapters=MappingProxyType(dict(decl.adapters)),
         leading=_leading(decl, names, base),
+        gemm=_gemm(decl, names),
     )
+
+
+GEMM_SIZES = ("m", "n", "k", "batches")
+
+
+def _gemm(decl: ComponentDecl, names: Mapping[str, sympy.Basic]) -> Mapping[str, sympy.Expr]:
+    """A matrix product's shape: output rows m, output width n, reduction k, and batches (1 unless given)."""
+    if not decl.gemm:
+        return MappingProxyType({})
+    if decl.parts:
+        raise DeclarationError("'gemm' gives a primitive's matrix shape; a composite's parts declare their own")
+    unknown = sorted(set(decl.gemm) - set(GEMM_SIZES))
+    missing = [s for s in GEMM_SIZES[:3] if s not in decl.gemm]
+    if unknown or missing:
+        raise DeclarationError(f"gemm needs m, n, k (and may give batches), not {unknown[0]!r}" if unknown else f"gemm needs m, n, k (and may give batches); {missing[0]!r} is missing")
+    shape = {s: parse(str(decl.gemm[s]), names) for s in GEMM_SIZES if s in decl.gemm}
+    return MappingProxyType({"batches": sympy.Integer(1), **shape})
 
 
 def _leading(decl: ComponentDecl, names: Mapping[str, sympy.Basic], base: Component | None) -> Mapping[sympy.Expr, sympy.Expr]:
