@@ -236,6 +236,15 @@ FITTED: tuple[tuple[str, Callable[[Run], bool], tuple[float, float]], ...] = (
 )
 
 
+def gemm_model_factors(model: str | None) -> dict[str, str]:
+    """The factors that put every fitted device under GEMM ``model`` (at that model's own fit); none for
+    the bundled model (or ``None``)."""
+    devices = sorted({name.split(":", 1)[0] for name, _, _ in FITTED if not name.startswith("rules:")})
+    if model is None:
+        return {}
+    return {f"{d}:gemm.model": model for d in devices if estimate.efficiency(d).gemm_model != model}
+
+
 def _loss(factors: Mapping[str, Any], chosen: list[Run]) -> float:
     return statistics.fmean(abs(math.log(predict(r, factors) / r.measured[1])) for r in chosen)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..analysis import calibration
+from ..analysis import calibration, estimate
 
 
 def validate_arguments(p: argparse.ArgumentParser) -> None:
@@ -13,14 +13,16 @@ def validate_arguments(p: argparse.ArgumentParser) -> None:
     form.add_argument("--markdown", action="store_true", help="the whole of docs/validation.md")
     form.add_argument("--fit", action="store_true", help="refit the factors marked fitted on the fit split and print them (slow)")
     form.add_argument("--json", action="store_true", help="every case and the summary as one JSON object")
+    p.add_argument("--gemm-model", choices=estimate.GEMM_MODELS, help="estimate (or with --fit, fit) every fitted device's GEMMs by this model, at its own fit")
 
 
 def validate_command(args: argparse.Namespace) -> str:
+    given = calibration.gemm_model_factors(args.gemm_model) if getattr(args, "gemm_model", None) else {}
     if args.fit:
-        cases = calibration.validate(factors := calibration.fit_factors())
+        cases = calibration.validate(factors := calibration.fit_factors(given=given))
         bands = {k: calibration.band(cases, k) for k in ("training", "serving")}
         return json.dumps({"factors": factors, "band": bands, "summary": [s.__dict__ for s in calibration.summarise(cases)]}, indent=1)
-    cases = calibration.validate()
+    cases = calibration.validate(given or None)
     if args.markdown:
         return markdown(cases).rstrip("\n")  # print ends the line
     if args.json:
@@ -82,8 +84,35 @@ def markdown(cases: list[calibration.Case]) -> str:
         out += ["| run | split | setup | figure | measured | estimate | error |", "|---|---|---|---|---:|---:|---:|"]
         for c in chosen:
             out.append(f"| {c.run.name} | {c.run.split} | {_setup(c)} | {c.run.measured[0]} | {_figure(c.run.measured[1])} | {_figure(c.predicted)} | {c.error:+.1%} |")
-    out += ["", MISSES.strip()]
+    out += ["", *gemm_models_section(cases), "", MISSES.strip()]
     return "\n".join(out) + "\n"
+
+
+def gemm_models_section(cases: list[calibration.Case]) -> list[str]:
+    """The bundled GEMM model's errors beside the other model's, each at its own fit."""
+    models = {}
+    for model in estimate.GEMM_MODELS:
+        given = calibration.gemm_model_factors(model)
+        models[model] = cases if given == calibration.gemm_model_factors(None) else calibration.validate(given)
+    out = [
+        "## GEMM models compared",
+        "",
+        "Each model at its own fit on the `fit` split (`symform validate --fit --gemm-model NAME`; the",
+        "fitted values in `hardware/efficiency/`, the other model's under `[gemm.NAME]`). `rows`: a GEMM",
+        "of M rows runs at sustained × M / (⌈M/128⌉·128) × F / (F + half_flops). `waves`: each product's",
+        "output (forward, and in training the input and weight gradients) is cut into tile_m × tile_n tiles",
+        "spread over the SMs in waves (split-K where one wave is not full), sustained × wave efficiency ×",
+        "F / (F + half_flops) (docs/time.md shows one GEMM's numbers). `symform validate --gemm-model NAME`",
+        "prints a model's table.",
+        "",
+        "| GEMM model | kind | split | median abs error | worst abs error | worst case |",
+        "|---|---|---|---:|---:|---|",
+    ]
+    for model, chosen in models.items():
+        for s in calibration.summarise(chosen):
+            if s.split != "all":
+                out.append(f"| {model} | {s.kind} | {s.split} | {s.median:.1%} | {s.worst:.1%} | {s.worst_case} |")
+    return out
 
 
 MISSES = """## The misses, explained

@@ -1,0 +1,132 @@
+"""The tile-and-wave GEMM model: hand-counted tiles and waves, its bounds, and the GEMM shapes the kernels carry.
+
+Expected values are hand arithmetic (tiles, waves, split-K) or read from a preset's config JSON, never from
+symform.analysis.estimate itself.
+"""
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import symform
+from symform import DeclarationError
+from symform.analysis import calibration, estimate
+from symform.analysis.estimate import wave_efficiency
+from symform.engine.declarations import default_library, parse_components
+
+from checks import run as _run
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_a_square_gemm_on_132_sms_runs_eight_waves_the_last_of_100_tiles():
+    # 4096/128 = 32 tiles a side: 1,024 tiles; 7 full waves of 132 and a last one of 1,024 - 7·132 = 100 tiles
+    assert wave_efficiency(1, 4096, 4096, 128, 128, 132) == pytest.approx(1024 / (8 * 132), rel=1e-15)
+
+
+def test_a_grid_under_one_wave_splits_its_reduction():
+    # 128 × 4096 output: 32 tiles; split-K over ⌊132/32⌋ = 4 SMs each: 128 of 132 slots busy in one wave
+    assert wave_efficiency(1, 128, 4096, 128, 128, 132) == pytest.approx(128 / 132, rel=1e-15)
+    # 200 rows pad to 2 tiles of 128 (256 rows): split 66 ways, 132 slots, one wave, 200/256 of each tile useful
+    assert wave_efficiency(1, 200, 128, 128, 128, 132) == pytest.approx(200 / 256, rel=1e-15)
+
+
+def test_batches_of_products_share_the_waves():
+    # 64 products of 512 × 512 on 108 SMs, 128 × 256 tiles: 64·4·2 = 512 tiles, ⌈512/108⌉ = 5 waves
+    assert wave_efficiency(64, 512, 512, 128, 256, 108) == pytest.approx(512 / (5 * 108), rel=1e-15)
+
+
+def _waves_eff(sms: int, tile_m: int, tile_n: int, sustained: float):
+    base = estimate.efficiency("h100-sxm")
+    return replace(base, gemm_model="waves", sms=sms, tile_m=tile_m, tile_n=tile_n, gemm_sustained=sustained, half_flops=0.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sms=st.integers(1, 160),
+    tile_m=st.sampled_from([64, 128, 256]),
+    tile_n=st.sampled_from([64, 128, 256]),
+    rows=st.integers(1, 20000),
+    width=st.integers(1, 20000),
+    batches=st.integers(1, 64),
+    sustained=st.floats(0.05, 1.0),
+)
+def test_a_gemm_never_beats_the_sustained_fraction(sms, tile_m, tile_n, rows, width, batches, sustained):
+    eff = _waves_eff(sms, tile_m, tile_n, sustained)
+    rows = max(rows, tile_m)  # fewer rows than one tile run as skinny kernels, outside the wave model
+    fraction = eff.gemm_fraction(rows, 2.0 * batches * rows * width * 4096, ((batches, rows, width),))
+    assert 0 < fraction <= sustained * (1 + 1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(sms=st.integers(1, 160), tile_m=st.sampled_from([64, 128]), tile_n=st.sampled_from([128, 256]), a=st.integers(1, 12), waves=st.integers(1, 6), sustained=st.floats(0.05, 1.0))
+def test_whole_tiles_in_whole_waves_run_at_the_sustained_fraction(sms, tile_m, tile_n, a, waves, sustained):
+    # a·tile_m rows by (waves·sms/a)·tile_n columns when a divides waves·sms: exactly waves·sms whole tiles
+    if (waves * sms) % a:
+        a = 1
+    rows, width = a * tile_m, (waves * sms // a) * tile_n
+    eff = _waves_eff(sms, tile_m, tile_n, sustained)
+    assert eff.gemm_fraction(rows, 1e12, ((1, rows, width),)) == pytest.approx(sustained, rel=1e-12)
+
+
+def _config(name):
+    return json.loads((ROOT / "formulas" / "presets" / f"{name}.json").read_text(encoding="utf-8"))
+
+
+def test_kernels_carry_the_declared_shapes_split_over_tensor_ranks():
+    c = _config("llama-3.2-1b")
+    h, heads, kv, d_head, ff, vocab = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"], c["intermediate_size"], c["vocab_size"]
+    model = symform.load("llama-3.2-1b")
+    found = {k.leaf: k for k in estimate.kernels(model, "train", workload={"batch": 2, "seq": 512}, tensor=2)}
+    tokens = 2 * 512
+    assert found["q_proj"].shape == (1, tokens, heads * d_head / 2, h)  # column-parallel: the width splits
+    assert found["k_proj"].shape == (1, tokens, kv * d_head / 2, h)
+    assert found["o_proj"].shape == (1, tokens, h, heads * d_head / 2)  # row-parallel: the reduction splits
+    assert found["down_proj"].shape == (1, tokens, h, ff / 2)
+    lm_head = next(k for k in found.values() if k.path.startswith("lm_head"))  # tied: lm_head/shared
+    assert lm_head.shape == (1, tokens, vocab / 2, h)
+    assert found["q_proj"].products == ((1, tokens, heads * d_head / 2), (1, tokens, h), (1, h, heads * d_head / 2))
+    assert "rms_norm" not in {k.kind for k in found.values()} and found["attn_norm"].shape is None
+
+
+def test_decode_and_eager_attention_shapes():
+    c = _config("llama-3.2-1b")
+    model = symform.load("llama-3.2-1b")
+    decode = {k.leaf: k for k in estimate.kernels(model, "decode", workload={"batch": 8, "past": 100})}
+    assert decode["q_proj"].shape == (1, 8, c["num_attention_heads"] * c["head_dim"], c["hidden_size"])  # one token per sequence
+    assert decode["q_proj"].products == ((1, 8, c["num_attention_heads"] * c["head_dim"]),)
+    eager = estimate.kernels(model, "prefill", workload={"batch": 2, "seq": 64}, attention="eager")
+    assert next(k for k in eager if k.path.endswith("core/scores")).shape == (2 * c["num_attention_heads"], 64, 64, c["head_dim"])
+
+
+def test_context_parallel_ranks_take_a_share_of_the_rows():
+    model = symform.load("llama-3.2-1b")
+    found = {k.leaf: k for k in estimate.kernels(model, "train", workload={"batch": 1, "seq": 4096}, context=4)}
+    assert found["q_proj"].shape[1] == 1024
+
+
+@pytest.mark.parametrize("gemm, phrase", [({"m": "d_in", "n": "d_out"}, "'k' is missing"), ({"m": "d_in", "n": "d_out", "k": "1", "q": "2"}, "not 'q'")])
+def test_a_bad_gemm_declaration_is_refused_in_one_line(gemm, phrase):
+    library = default_library()
+    table = {"p": {"doc": "", "args": ["d_in", "d_out"], "params": "d_in*d_out", "forward_flops": "2*d_in*d_out", "bytes_moved": "0", "saved_activations": "0", "gemm": gemm}}
+    with pytest.raises(DeclarationError, match=phrase) as info:
+        library.merged(parse_components(table, library.vocabulary, "test", existing=library.components))
+    assert "\n" not in str(info.value)
+
+
+def test_the_other_gemm_model_needs_its_fit():
+    eff = estimate.efficiency("b200")
+    with pytest.raises(symform.SymformError, match=r"no \[gemm.waves\] fit"):
+        eff.with_gemm_model("waves")
+    waves = estimate.efficiency("h100-sxm").with_gemm_model("waves")
+    assert (waves.gemm_model, waves.sms, waves.tile_n) == ("waves", 132, 128)
+
+
+def test_cli_validate_under_the_waves_model(capsys):
+    code, out, _ = _run(capsys, "validate", "--gemm-model", "waves")
+    assert code == 0 and out.splitlines()[0].startswith("kind")
+    assert calibration.gemm_model_factors("waves") == {"a100-sxm-80gb:gemm.model": "waves", "h100-sxm:gemm.model": "waves"}
