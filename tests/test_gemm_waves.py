@@ -130,3 +130,10 @@ def test_cli_validate_under_the_waves_model(capsys):
     code, out, _ = _run(capsys, "validate", "--gemm-model", "waves")
     assert code == 0 and out.splitlines()[0].startswith("kind")
     assert calibration.gemm_model_factors("waves") == {"a100-sxm-80gb:gemm.model": "waves", "h100-sxm:gemm.model": "waves"}
+
+
+def test_models_of_one_architecture_keep_their_own_shapes():
+    for name in ("llama-3.2-1b", "llama-3.2-3b", "llama-3.2-1b"):
+        c = _config(name)
+        found = {k.leaf: k for k in estimate.kernels(symform.load(name), "prefill", workload={"batch": 1, "seq": 256})}
+        assert found["up_proj"].shape == (1, 256, c["intermediate_size"], c["hidden_size"])

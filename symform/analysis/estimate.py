@@ -6,7 +6,9 @@ rate the device sustains for work of its kind and size, one after another:
 
 - a GEMM at ``peak × sustained × tile(M) × F / (F + half_flops)``: the fraction of the
   peak large GEMMs reach, the tile quantisation of its M rows (tokens), and a roll-off
-  for GEMMs too small to fill the SMs (wave quantisation, launch overhead);
+  for GEMMs too small to fill the SMs (wave quantisation, launch overhead); or, as an option
+  (``gemm.model = "waves"``), each product's output tiles spread over the SMs in waves, from the
+  shape (batches, M, N, K) its primitive declares (``gemm`` in formulas/components/);
 - an attention core (FlashAttention/SDPA) at FlashAttention's achieved fraction by head size;
 - memory-bound work at a fraction of the HBM bandwidth, its bytes scaled by a fusion
   convention (a serving engine fuses norms, rotary and activations into their neighbours);
@@ -358,6 +360,12 @@ def _gemm_shape(model: Model, path: str, split, workload, context: int) -> tuple
         return None
     fixed = {s: v for s, v in model.conventions.items() if s.name not in workload}
     bound = {"seq": 1, **workload}
+    # a graph serves every model of its architecture, whatever the sizes: they are in the key
+    key = ("gemm shape", path, frozenset(model.values.items()), frozenset(split.items()), frozenset(fixed.items()), frozenset(bound.items()), context)
+    return model.graph().derived(key, lambda: _bound_shape(model, declared, split, fixed, bound, context))
+
+
+def _bound_shape(model: Model, declared, split, fixed, bound, context: int) -> tuple[float, float, float, float]:
     batch = model.vocabulary["batch"]
     sizes = {}
     shared = False
