@@ -137,3 +137,27 @@ def test_models_of_one_architecture_keep_their_own_shapes():
         c = _config(name)
         found = {k.leaf: k for k in estimate.kernels(symform.load(name), "prefill", workload={"batch": 1, "seq": 256})}
         assert found["up_proj"].shape == (1, 256, c["intermediate_size"], c["hidden_size"])
+
+
+def test_time_takes_the_waves_model_and_names_it(capsys):
+    from checks import run_json
+
+    rows = run_json(capsys, "time", "llama-3.2-1b", "--gpu", "h100-sxm", "--infer", "--batch", "1", "--prompt", "512", "--output", "8")
+    waves = run_json(capsys, "time", "llama-3.2-1b", "--gpu", "h100-sxm", "--infer", "--batch", "1", "--prompt", "512", "--output", "8", "--gemm-model", "waves")
+    assert "model" not in rows["estimate"]["factors"]["gemm"]
+    assert waves["estimate"]["factors"]["gemm"] | {"source": ""} == {"model": "waves", "sustained": 0.568, "tile_m": 128, "tile_n": 128, "sms": 132, "half_flops": 2.15e10, "source": ""}
+    assert waves["ttft_s"]["estimate"] != rows["ttft_s"]["estimate"]
+    code, _, err = _run(capsys, "time", "llama-3.2-1b", "--gpu", "b200", "--infer", "--batch", "1", "--prompt", "512", "--output", "8", "--gemm-model", "waves")
+    assert code == 2 and "no [gemm.waves] fit" in err and err.count("\n") == 1
+
+
+def test_every_gemm_model_fit_names_its_source_and_the_sms_it_needs():
+    import tomllib
+
+    for path in (ROOT / "hardware" / "efficiency").glob("*.toml"):
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        gemm = data.get("gemm", {})
+        for model in estimate.GEMM_MODELS:
+            if isinstance(gemm.get(model), dict):
+                assert gemm[model]["source"], (path.name, model)
+                assert gemm.get("sms") and gemm.get("tile_n"), path.name

@@ -84,6 +84,8 @@ class Efficiency:
 
     def with_gemm_model(self, model: str) -> "Efficiency":
         """This device under another GEMM model, with that model's fitted sustained fraction and roll-off."""
+        if model not in GEMM_MODELS:
+            raise ConfigError(f"unknown GEMM model {model!r}; choose one of {', '.join(GEMM_MODELS)}")
         if model == self.gemm_model:
             return self
         if model not in self.gemm_fits:
@@ -91,7 +93,8 @@ class Efficiency:
         if model == "waves" and not self.sms:
             raise ConfigError(f"{self.device}'s efficiency file has no gemm.sms; the waves model needs the SM count and tile_n")
         sustained, half = self.gemm_fits[model]
-        return replace(self, gemm_model=model, gemm_sustained=sustained, half_flops=half)
+        sources = {**self.sources, "gemm": f"{self.sources['gemm']}; model {model}: {self.sources.get(f'gemm.{model}', '')}"}
+        return replace(self, gemm_model=model, gemm_sustained=sustained, half_flops=half, sources=sources)
 
     def attention_fraction(self, head_size: int) -> float:
         """The figure for the largest listed head size not above ``head_size`` (the smallest listed if all are)."""
@@ -178,6 +181,7 @@ def _parse_efficiency(data: Mapping[str, Any], path: Path) -> Efficiency:
         links[name] = LinkEfficiency(_fraction(link.get("bus_efficiency"), f"{path}: links.{name}.bus_efficiency"), _positive(link.get("latency_s"), f"{path}: links.{name}.latency_s"))
     sources = {name: str(_section(data, name, path).get("source", "")) for name in ("gemm", "attention", "memory")}
     sources |= {f"links.{n}": str(v.get("source", "")) for n, v in data["links"].items()}
+    sources |= {f"gemm.{m}": str(gemm[m].get("source", "")) for m in GEMM_MODELS if isinstance(gemm.get(m), dict)}
     kernel = data.get("kernel", {})
     sources["kernel"] = str(kernel.get("source", NO_KERNEL_DATA)) if kernel else NO_KERNEL_DATA
     return Efficiency(
@@ -423,7 +427,12 @@ def _device_rates(place: timing.Placement, dtype: str) -> tuple[float, float]:
     return float(place.device.flops_per_s(dtype)), float(place.device.hbm_bytes_per_s)
 
 
-def _efficiency_for(place: timing.Placement, given: Efficiency | str | os.PathLike[str] | None) -> Efficiency:
+def _efficiency_for(place: timing.Placement, given: Efficiency | str | os.PathLike[str] | None, gemm_model: str | None = None) -> Efficiency:
+    found = _device_efficiency(place, given)
+    return found.with_gemm_model(gemm_model) if gemm_model else found
+
+
+def _device_efficiency(place: timing.Placement, given: Efficiency | str | os.PathLike[str] | None) -> Efficiency:
     if isinstance(given, Efficiency):
         return given
     if given is not None:
@@ -532,11 +541,13 @@ def training_estimate(
     bounds: timing.TrainingTime | None = None,
     work: list[Kernel] | None = None,
     finetune: FineTune | None = None,
+    gemm_model: str | None = None,
 ) -> TrainingEstimate:
     """The estimated step time of ``symform.timing.training_time``'s step, with its parts and band.
 
     ``finetune``: a fine-tuning step (its FLOPs, its trainable weights' gradient exchange and optimizer
-    update), at the efficiency factors fitted to full training."""
+    update), at the efficiency factors fitted to full training. ``gemm_model``: one of GEMM_MODELS at its own
+    fit, in place of the device's default."""
     layout = layout or Layout()
     bounds = bounds or timing.training_time(
         model, gpu, global_batch=global_batch, micro_batch=micro_batch, seq=seq, layout=layout,
@@ -544,7 +555,7 @@ def training_estimate(
     )
     place = timing.placement(gpu, node_size)
     model = timing.at_dtype(model, dtype)
-    eff = _efficiency_for(place, efficiency_data)
+    eff = _efficiency_for(place, efficiency_data, gemm_model)
     peak, hbm = _device_rates(place, dtype)
     if work is None:
         work = kernels(model, "train", workload={"batch": micro_batch, "seq": seq}, tensor=layout.tensor, pipeline=layout.pipeline, attention=attention, recompute=recompute, context=layout.context, finetune=finetune)
@@ -656,6 +667,7 @@ def serving_estimate(
     convention: str = "fused",
     work: tuple[list[Kernel], list[Kernel]] | None = None,
     expert_skew: float = 0,
+    gemm_model: str | None = None,
 ) -> ServingEstimate:
     """TTFT, TPOT and tokens/s of ``batch`` requests (static batching), each kernel at its sustained rate.
 
@@ -666,7 +678,7 @@ def serving_estimate(
         timing._whole(name, value)
     place = timing.placement(gpu, node_size)
     model = timing.at_dtype(model, dtype)
-    eff = _efficiency_for(place, efficiency_data)
+    eff = _efficiency_for(place, efficiency_data, gemm_model)
     peak, hbm = _device_rates(place, dtype)
     fusion, head = _fusion(convention), _head_size(model)
     prefill, decode = work or serving_kernels(model, batch=batch, prompt=prompt, output=output, tensor=tensor, attention=attention, expert_skew=expert_skew)

@@ -46,6 +46,7 @@ def time_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--flash", action="store_true", help="FlashAttention in the attention cores (the default; kept for older command lines)")
     p.add_argument("--node-size", type=positive_int, help="accelerators per scale-up domain (default: the system's, or 8 for an accelerator)")
     p.add_argument("--expert-skew", type=float, default=0.0, metavar="S", help="mixture of experts, decode: Zipf exponent of the routing (default 0: uniform), which sets how many distinct experts a step reads")
+    p.add_argument("--gemm-model", choices=("rows", "waves"), help="the estimate's GEMM model at its own fit: rows (the default) or waves (tiles and waves over the SMs; docs/time.md)")
     p.add_argument("--attention", choices=("sdpa", "eager"), default="sdpa", help="attention kernels: sdpa (FlashAttention, the default, as transformers and serving engines run) or eager (scores materialised), for the bounds, the estimate and the memory check")
     p.add_argument("--measured-step", type=positive_float, metavar="SECONDS", help="a measured training step: MFU and HFU by the PaLM, Megatron and exact definitions")
     p.add_argument("--measured-tokens-per-s", type=positive_float, metavar="TOKENS", help="a measured training throughput (tokens/s of the whole run), as --measured-step")
@@ -66,7 +67,7 @@ def time_command(model: Model, args: argparse.Namespace) -> str:
     if args.train:
         args.dtype = args.dtype or "bf16"
         result = _train(model, args, tune)
-        found = _estimate(lambda: estimate.training_estimate(model, args.gpu, global_batch=args.global_batch, micro_batch=args.micro_batch or 1, seq=args.seq, layout=_layout(args), recompute=args.recompute or "none", dtype=args.dtype, attention=args.attention, node_size=args.node_size, finetune=tune))
+        found = _estimate(lambda: estimate.training_estimate(model, args.gpu, global_batch=args.global_batch, micro_batch=args.micro_batch or 1, seq=args.seq, layout=_layout(args), recompute=args.recompute or "none", dtype=args.dtype, attention=args.attention, node_size=args.node_size, finetune=tune, gemm_model=args.gemm_model))
         memory = _memory_fit(model, args, result, tune)
         measured = utilisation.measured(model, result, step_s=args.measured_step, tokens_per_s=args.measured_tokens_per_s) if (args.measured_step or args.measured_tokens_per_s) else None
         run = utilisation.duration(model, result, found, args.tokens, measured) if args.tokens else None
@@ -91,7 +92,7 @@ def time_command(model: Model, args: argparse.Namespace) -> str:
         return _with_attention(training_table(result), args) + _memory_line(memory) + _training_extra(found, measured, run, tune) + _cost_lines(priced)
     result = _infer(model, args)
     tp = args.tp or args.gpus or 1
-    found = _estimate(lambda: estimate.serving_estimate(model, args.gpu, batch=args.batch, prompt=args.prompt, output=args.output, tensor=tp, dtype=args.dtype, attention=args.attention, node_size=args.node_size, expert_skew=args.expert_skew))
+    found = _estimate(lambda: estimate.serving_estimate(model, args.gpu, batch=args.batch, prompt=args.prompt, output=args.output, tensor=tp, dtype=args.dtype, attention=args.attention, node_size=args.node_size, expert_skew=args.expert_skew, gemm_model=args.gemm_model))
     priced = _serving_cost(args, result, found)
     offloaded = _serving_offload(model, args, result)
     if args.json:
