@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 
 from ..analysis import calibration, estimate
 
@@ -112,7 +113,31 @@ def gemm_models_section(cases: list[calibration.Case]) -> list[str]:
         for s in calibration.summarise(chosen):
             if s.split != "all":
                 out.append(f"| {model} | {s.kind} | {s.split} | {s.median:.1%} | {s.worst:.1%} | {s.worst_case} |")
-    return out
+    out.append("")
+    for model, chosen in models.items():
+        narayanan = max((c for c in chosen if c.run.source == "narayanan2021"), key=lambda c: abs(c.error), default=None)
+        if narayanan is not None:
+            out.append(f"- `{model}`: Narayanan et al.'s rows within {abs(narayanan.error):.1%} (worst {narayanan.run.name}).")
+    return out + _waves_worst_case(models["waves"])
+
+
+def _waves_worst_case(cases: list[calibration.Case]) -> list[str]:
+    """Why `waves` misses its worst serving case: the widest GEMM of that run's first token, tile by tile."""
+    worst = max((c for c in cases if c.run.kind == "serving"), key=lambda c: abs(c.error))
+    s = worst.run.setup
+    eff = estimate.efficiency(s["gpu"])
+    prefill = calibration.prepared_work(worst.run)[0]
+    widest = max((k for k in prefill if k.shape is not None and k.shape[0] == 1), key=lambda k: k.shape[2])
+    _, rows, width, _ = widest.shape
+    tiles = math.ceil(rows / eff.tile_m) * math.ceil(width / eff.tile_n)
+    busy = estimate.wave_efficiency(1, rows, width, eff.tile_m, eff.tile_n, eff.sms)
+    return [
+        "",
+        f"`waves` misses most on {worst.run.name} ({worst.error:+.1%}): each rank's {widest.leaf} has a",
+        f"{rows:,.0f} × {width:,.0f} output, {tiles} tiles of {eff.tile_m} × {eff.tile_n} on {eff.sms} SMs, more than half a",
+        f"wave, so no split-K and {busy:.0%} of the SMs busy; cuBLAS picks narrower tiles or stream-K",
+        "there, which one tile shape per device does not know.",
+    ]
 
 
 MISSES = """## The misses, explained
