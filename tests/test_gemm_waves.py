@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import symform
 from symform import DeclarationError
 from symform.analysis import calibration, estimate
-from symform.analysis.estimate import wave_efficiency
+from symform.analysis.estimate import best_tile_efficiency, wave_efficiency
 from symform.engine.declarations import default_library, parse_components
 
 from checks import run as _run
@@ -40,9 +40,18 @@ def test_batches_of_products_share_the_waves():
     assert wave_efficiency(64, 512, 512, 128, 256, 108) == pytest.approx(512 / (5 * 108), rel=1e-15)
 
 
+def test_the_library_takes_the_tile_that_fills_the_sms_best():
+    # 128 × 8192 on 108 SMs: 128 × 128 tiles give 64 (one wave, no split: 64/108 busy); 128 × 256 give 32,
+    # split-K 3 ways: 96/108; 64 × 128 give 128 tiles, 2 waves: 128/216
+    tiles = ((128, 128), (128, 256), (64, 128))
+    assert wave_efficiency(1, 128, 8192, 128, 128, 108) == pytest.approx(64 / 108, rel=1e-15)
+    assert wave_efficiency(1, 128, 8192, 64, 128, 108) == pytest.approx(128 / 216, rel=1e-15)
+    assert best_tile_efficiency(1, 128, 8192, tiles, 108) == pytest.approx(96 / 108, rel=1e-15)
+
+
 def _waves_eff(sms: int, tile_m: int, tile_n: int, sustained: float):
     base = estimate.efficiency("h100-sxm")
-    return replace(base, gemm_model="waves", sms=sms, tile_m=tile_m, tile_n=tile_n, gemm_sustained=sustained, half_flops=0.0)
+    return replace(base, gemm_model="waves", sms=sms, tile_m=tile_m, tiles=((tile_m, tile_n),), gemm_sustained=sustained, half_flops=0.0)
 
 
 @settings(max_examples=60, deadline=None)
@@ -123,7 +132,7 @@ def test_the_other_gemm_model_needs_its_fit():
     with pytest.raises(symform.SymformError, match=r"no \[gemm.waves\] fit"):
         eff.with_gemm_model("waves")
     waves = estimate.efficiency("h100-sxm").with_gemm_model("waves")
-    assert (waves.gemm_model, waves.sms, waves.tile_n) == ("waves", 132, 128)
+    assert (waves.gemm_model, waves.sms, (128, 128) in waves.tiles) == ("waves", 132, True)
 
 
 def test_cli_validate_under_the_waves_model(capsys):
@@ -145,7 +154,9 @@ def test_time_takes_the_waves_model_and_names_it(capsys):
     rows = run_json(capsys, "time", "llama-3.2-1b", "--gpu", "h100-sxm", "--infer", "--batch", "1", "--prompt", "512", "--output", "8")
     waves = run_json(capsys, "time", "llama-3.2-1b", "--gpu", "h100-sxm", "--infer", "--batch", "1", "--prompt", "512", "--output", "8", "--gemm-model", "waves")
     assert "model" not in rows["estimate"]["factors"]["gemm"]
-    assert waves["estimate"]["factors"]["gemm"] | {"source": ""} == {"model": "waves", "sustained": 0.568, "tile_m": 128, "tile_n": 128, "sms": 132, "half_flops": 2.15e10, "source": ""}
+    gemm = waves["estimate"]["factors"]["gemm"]
+    assert (gemm["model"], gemm["sms"], [128, 128] in gemm["tiles"]) == ("waves", 132, True)
+    assert "model waves: fitted" in gemm["source"]
     assert waves["ttft_s"]["estimate"] != rows["ttft_s"]["estimate"]
     code, _, err = _run(capsys, "time", "llama-3.2-1b", "--gpu", "b200", "--infer", "--batch", "1", "--prompt", "512", "--output", "8", "--gemm-model", "waves")
     assert code == 2 and "no [gemm.waves] fit" in err and err.count("\n") == 1
@@ -160,4 +171,4 @@ def test_every_gemm_model_fit_names_its_source_and_the_sms_it_needs():
         for model in estimate.GEMM_MODELS:
             if isinstance(gemm.get(model), dict):
                 assert gemm[model]["source"], (path.name, model)
-                assert gemm.get("sms") and gemm.get("tile_n"), path.name
+                assert gemm.get("sms") and gemm.get("tiles"), path.name

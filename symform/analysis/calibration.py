@@ -121,11 +121,6 @@ def _prepared(run: Run) -> _Prepared:
     return _prepare(run)
 
 
-def prepared_work(run: Run):
-    """The run's kernels (a training micro-batch's, or serving's prefill and decode), as its estimate uses them."""
-    return _prepared(run).work
-
-
 def predict(run: Run, factors: Mapping[str, Any] | None = None) -> float:
     """symform's estimate of the figure ``run`` reports, with the bundled factors or ``factors`` replacing some."""
     prepared, s = _prepared(run), run.setup

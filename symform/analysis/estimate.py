@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import sympy
 
@@ -77,7 +77,7 @@ class Efficiency:
     sources: Mapping[str, str]
     launch_s: float = 0.0  # fixed cost of each kernel that runs (launch, ramp-up, tail)
     gemm_model: str = "rows"  # one of GEMM_MODELS
-    tile_n: int = 128
+    tiles: tuple[tuple[int, int], ...] = ()  # the (rows, width) output tiles the GEMM library has kernels for
     sms: int = 0  # streaming multiprocessors (compute units) a GEMM's tiles spread over
     # another GEMM model's fitted (sustained, half_flops), by model: [gemm.<model>] in the file
     gemm_fits: Mapping[str, tuple[float, float]] = field(default_factory=dict)
@@ -91,7 +91,7 @@ class Efficiency:
         if model not in self.gemm_fits:
             raise ConfigError(f"{self.device}'s efficiency file has no [gemm.{model}] fit; choose one of {', '.join([self.gemm_model, *self.gemm_fits])}")
         if model == "waves" and not self.sms:
-            raise ConfigError(f"{self.device}'s efficiency file has no gemm.sms; the waves model needs the SM count and tile_n")
+            raise ConfigError(f"{self.device}'s efficiency file has no gemm.sms; the waves model needs the SM count and the tiles")
         sustained, half = self.gemm_fits[model]
         sources = {**self.sources, "gemm": f"{self.sources['gemm']}; model {model}: {self.sources.get(f'gemm.{model}', '')}"}
         return replace(self, gemm_model=model, gemm_sustained=sustained, half_flops=half, sources=sources)
@@ -105,10 +105,10 @@ class Efficiency:
     def gemm_fraction(self, rows: float, flops_per_call: float, products: tuple[tuple[float, float, float], ...] = ()) -> float:
         """Fraction of the peak a GEMM of ``rows`` rows (tokens) and ``flops_per_call`` FLOPs sustains.
 
-        ``waves`` (with the GEMM's ``products``, its output grids): each product's tiles spread over the SMs
-        in waves, the product running at sustained × :func:`wave_efficiency`, the products of one call
-        (equal FLOPs each) one after another; then the roll-off. Fewer rows than one tile, or no shape
-        declared: as ``rows`` does.
+        ``waves`` (with the GEMM's ``products``, its output grids): each product runs at sustained ×
+        :func:`best_tile_efficiency` over the device's tiles, the products of one call (equal FLOPs each)
+        one after another; then the roll-off. Fewer rows than ``tile_m``, or no shape declared: as
+        ``rows`` does.
 
         Rows pad up to whole tiles; fewer rows than one tile run as skinny (GEMV-like)
         kernels that split the weights over every SM and pad nothing, their roll-off
@@ -118,7 +118,7 @@ class Efficiency:
         """
         tile = self.tile_m
         if self.gemm_model == "waves" and products and rows >= tile:
-            waves = len(products) / sum(1 / wave_efficiency(b, m, n, tile, self.tile_n, self.sms) for b, m, n in products)
+            waves = len(products) / sum(1 / best_tile_efficiency(b, m, n, self.tiles, self.sms) for b, m, n in products)
             return self.gemm_sustained * waves * flops_per_call / (flops_per_call + self.half_flops)
         if rows < tile:
             return self.gemm_sustained * flops_per_call / (flops_per_call + self.half_flops * max(rows - 1, 0) / (tile - 1))
@@ -146,6 +146,12 @@ def wave_efficiency(batches: float, rows: float, width: float, tile_m: int, tile
     split = max(1, sms // tiles)
     waves = math.ceil(tiles * split / sms)
     return batches * rows * width * split / (waves * sms * tile_m * tile_n)
+
+
+def best_tile_efficiency(batches: float, rows: float, width: float, tiles: Sequence[tuple[int, int]], sms: int) -> float:
+    """:func:`wave_efficiency` at the tile that keeps most of the SMs busy: the library's choice among the
+    tile shapes it has kernels for (cuBLAS's heuristics and autotuners choose per problem size)."""
+    return max(wave_efficiency(batches, rows, width, tile_m, tile_n, sms) for tile_m, tile_n in tiles)
 
 
 def _fraction(value: Any, where: str) -> float:
@@ -210,10 +216,14 @@ def _gemm_shape_data(gemm: Mapping[str, Any], path: Path) -> dict[str, Any]:
     if model == "rows" and "sms" not in gemm:
         return {"gemm_model": model, "gemm_fits": fits}
     sms = int(_positive(gemm.get("sms"), f"{path}: gemm.sms"))
-    tile_n = int(_positive(gemm.get("tile_n"), f"{path}: gemm.tile_n"))
-    if not sms or not tile_n:
-        raise ConfigError(f"{path}: gemm.sms and gemm.tile_n must be whole numbers of 1 or more")
-    return {"gemm_model": model, "sms": sms, "tile_n": tile_n, "gemm_fits": fits}
+    tiles = gemm.get("tiles")
+    if not sms or not isinstance(tiles, list) or not tiles or not all(_is_tile(t) for t in tiles):
+        raise ConfigError(f"{path}: the waves model needs gemm.sms (a whole number) and gemm.tiles = [[rows, width], ...] (whole numbers of 1 or more)")
+    return {"gemm_model": model, "sms": sms, "tiles": tuple((int(a), int(b)) for a, b in tiles), "gemm_fits": fits}
+
+
+def _is_tile(tile: Any) -> bool:
+    return isinstance(tile, list) and len(tile) == 2 and all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in tile)
 
 
 #: What a device file without a [kernel] section gets: the plain roofline, named as such.
@@ -606,7 +616,7 @@ def _factors(eff: Efficiency, convention: str | tuple, band: str) -> dict[str, o
     return {
         "efficiency_file": eff.device,
         "gemm": {"sustained": eff.gemm_sustained, "tile_m": eff.tile_m, "half_flops": eff.half_flops, "source": eff.sources["gemm"]}
-        | ({"model": "waves", "tile_n": eff.tile_n, "sms": eff.sms} if eff.gemm_model == "waves" else {}),
+        | ({"model": "waves", "tiles": [list(t) for t in eff.tiles], "sms": eff.sms} if eff.gemm_model == "waves" else {}),
         "attention": {"fraction": {str(k): v for k, v in eff.attention.items()}, "source": eff.sources["attention"]},
         "memory": {"fraction": eff.memory, "source": eff.sources["memory"]},
         "kernel": {"launch_s": eff.launch_s, "source": eff.sources.get("kernel", NO_KERNEL_DATA)},

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 
 from ..analysis import calibration, estimate
 
@@ -101,10 +100,10 @@ def gemm_models_section(cases: list[calibration.Case]) -> list[str]:
         "Each model at its own fit on the `fit` split (`symform validate --fit --gemm-model NAME`; the",
         "fitted values in `hardware/efficiency/`, the other model's under `[gemm.NAME]`). `rows`: a GEMM",
         "of M rows runs at sustained × M / (⌈M/128⌉·128) × F / (F + half_flops). `waves`: each product's",
-        "output (forward, and in training the input and weight gradients) is cut into tile_m × tile_n tiles",
-        "spread over the SMs in waves (split-K where one wave is not full), sustained × wave efficiency ×",
-        "F / (F + half_flops) (docs/time.md shows one GEMM's numbers). `symform validate --gemm-model NAME`",
-        "prints a model's table.",
+        "output (forward, and in training the input and weight gradients) is cut into the one of the",
+        "device's `tiles` that keeps most SMs busy, the tiles spread over the SMs in waves (split-K where",
+        "one wave is not full), at sustained × wave efficiency × F / (F + half_flops) (docs/time.md shows",
+        "one GEMM's numbers). `symform validate --gemm-model NAME` prints a model's table.",
         "",
         "| GEMM model | kind | split | median abs error | worst abs error | worst case |",
         "|---|---|---|---:|---:|---|",
@@ -118,26 +117,15 @@ def gemm_models_section(cases: list[calibration.Case]) -> list[str]:
         narayanan = max((c for c in chosen if c.run.source == "narayanan2021"), key=lambda c: abs(c.error), default=None)
         if narayanan is not None:
             out.append(f"- `{model}`: Narayanan et al.'s rows within {abs(narayanan.error):.1%} (worst {narayanan.run.name}).")
-    return out + _waves_worst_case(models["waves"])
+    return out + _largest_differences(models)
 
 
-def _waves_worst_case(cases: list[calibration.Case]) -> list[str]:
-    """Why `waves` misses its worst serving case: the widest GEMM of that run's first token, tile by tile."""
-    worst = max((c for c in cases if c.run.kind == "serving"), key=lambda c: abs(c.error))
-    s = worst.run.setup
-    eff = estimate.efficiency(s["gpu"])
-    prefill = calibration.prepared_work(worst.run)[0]
-    widest = max((k for k in prefill if k.shape is not None and k.shape[0] == 1), key=lambda k: k.shape[2])
-    _, rows, width, _ = widest.shape
-    tiles = math.ceil(rows / eff.tile_m) * math.ceil(width / eff.tile_n)
-    busy = estimate.wave_efficiency(1, rows, width, eff.tile_m, eff.tile_n, eff.sms)
-    return [
-        "",
-        f"`waves` misses most on {worst.run.name} ({worst.error:+.1%}): each rank's {widest.leaf} has a",
-        f"{rows:,.0f} × {width:,.0f} output, {tiles} tiles of {eff.tile_m} × {eff.tile_n} on {eff.sms} SMs, more than half a",
-        f"wave, so no split-K and {busy:.0%} of the SMs busy; cuBLAS picks narrower tiles or stream-K",
-        "there, which one tile shape per device does not know.",
-    ]
+def _largest_differences(models: dict[str, list[calibration.Case]], count: int = 5) -> list[str]:
+    """The held-out cases the two models estimate most differently, with both errors."""
+    rows, waves = models["rows"], models["waves"]
+    pairs = sorted(((a, b) for a, b in zip(rows, waves) if a.run.split == "check"), key=lambda p: -abs(p[1].error - p[0].error))
+    out = ["", f"The {count} held-out cases the two models estimate most differently:", "", "| run | kind | rows error | waves error |", "|---|---|---:|---:|"]
+    return out + [f"| {a.run.name} | {a.run.kind} | {a.error:+.1%} | {b.error:+.1%} |" for a, b in pairs[:count]]
 
 
 MISSES = """## The misses, explained
