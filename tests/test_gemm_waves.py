@@ -172,3 +172,17 @@ def test_every_gemm_model_fit_names_its_source_and_the_sms_it_needs():
             if isinstance(gemm.get(model), dict):
                 assert gemm[model]["source"], (path.name, model)
                 assert gemm.get("sms") and gemm.get("tiles"), path.name
+
+
+def test_an_efficiency_file_may_make_waves_its_default(tmp_path):
+    text = (ROOT / "hardware" / "efficiency" / "h100-sxm.toml").read_text(encoding="utf-8")
+    mine = tmp_path / "mine.toml"
+    mine.write_text(text.replace("[gemm]\n", '[gemm]\nmodel = "waves"\n', 1), encoding="utf-8")
+    assert estimate.efficiency(str(mine)).gemm_model == "waves"
+    mine.write_text(text.replace("[gemm]\n", '[gemm]\nmodel = "waves"\n', 1).replace("tiles = [", "no_tiles = [", 1), encoding="utf-8")
+    with pytest.raises(symform.SymformError, match="gemm.tiles") as info:
+        estimate.efficiency(str(mine))
+    assert "\n" not in str(info.value)
+    mine.write_text(text.replace("[gemm]\n", '[gemm]\nmodel = "tiles"\n', 1), encoding="utf-8")
+    with pytest.raises(symform.SymformError, match="choose one of rows, waves"):
+        estimate.efficiency(str(mine))
