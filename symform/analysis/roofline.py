@@ -314,6 +314,7 @@ def phase_work(
     expert_skew: float = 0,
     finetune: FineTune | None = None,
     grouped: bool = True,
+    values: Mapping[sympy.Symbol, sympy.Expr] | None = None,
 ) -> PhaseWork:
     """FLOPs and HBM bytes of one phase, per component, as expressions in batch, seq (and past when decoding).
 
@@ -334,22 +335,26 @@ def phase_work(
     - ``finetune`` (train): the FLOPs of a fine-tuning step (symform.finetune): frozen weights take
       no weight gradient, each adapter's FLOPs sit on the projection it adapts; the bytes stay full
       training's.
+    - ``values``: put into every leaf before it is multiplied out (sizes, a workload size, a
+      parallel degree's share): the same work as substituting them afterwards, in far fewer terms.
     """
     _check_phase(phase)
     if finetune is not None and phase != "train":
         raise EvaluationError(f"fine-tuning is a training step; give phase train, not {phase}")
     if weight_bytes is not None:
-        return _phase_work(model, phase, depth, flash, sram_bytes, weight_bytes, expert_skew, finetune, grouped)
+        return _phase_work(model, phase, depth, flash, sram_bytes, weight_bytes, expert_skew, finetune, grouped, values or {})
     # once per graph, conventions and options: a plan asks again for every layout it reworks
-    key = ("phase work", phase, depth, flash, sram_bytes, expert_skew, finetune, grouped, frozenset(model.conventions.items()))
-    work = model.graph().derived(key, lambda: _phase_work(model, phase, depth, flash, sram_bytes, None, expert_skew, finetune, grouped))
+    given = frozenset((values or {}).items())
+    key = ("phase work", phase, depth, flash, sram_bytes, expert_skew, finetune, grouped, frozenset(model.conventions.items()), given)
+    work = model.graph().derived(key, lambda: _phase_work(model, phase, depth, flash, sram_bytes, None, expert_skew, finetune, grouped, dict(given)))
     return PhaseWork(work.phase, dict(work.components), work.notes, work)
 
 
 def _phase_work(
     model: Model, phase: str, depth: int | None, flash: bool, sram_bytes: int, weight_bytes: Mapping[str, sympy.Expr] | None, expert_skew: float,
-    finetune: FineTune | None = None, grouped: bool = True,
+    finetune: FineTune | None = None, grouped: bool = True, values: Mapping[sympy.Symbol, sympy.Expr] | None = None,
 ) -> PhaseWork:
+    values = dict(values or {})
     if phase != "train":
         model = model.with_conventions(training=0)  # inference runs no loss
     if phase == "decode":
@@ -357,18 +362,18 @@ def _phase_work(
     keep = ("past",) if phase == "decode" else ()
     for name in keep:
         _symbol(model, name)
-    flops = _leaves(model, "forward_flops", keep)
-    traffic = _leaves(model, "bytes_moved", keep, weight_bytes)
+    flops = _leaves(model, "forward_flops", keep, values=values)
+    traffic = _leaves(model, "bytes_moved", keep, weight_bytes, values)
     notes = [
         f"bytes moved as an unfused eager framework moves them ({'FlashAttention in the attention cores' if flash else 'attention scores materialised'})"
     ]
     if phase == "train" and finetune is not None:
-        replace = _conventions(model, keep)
+        replace = _conventions(model, keep) | values
         flops = {p: sympy.expand(e.xreplace(replace)) for p, e in step_leaf_flops(model, finetune).items()}
         notes.append("fine-tuning: " + finetune.summary() + "; frozen weights take no weight gradient, adapters' FLOPs on the projections they adapt, bytes as full training's")
     if phase == "train":
         if finetune is None:
-            backward = _leaves(model, "backward_flops", keep)
+            backward = _leaves(model, "backward_flops", keep, values=values)
             flops = {p: flops.get(p, 0) + backward.get(p, 0) for p in {**flops, **backward}}
         traffic = {
             p: (1 + BACKWARD_BYTES_PER_FORWARD_BYTE) * e for p, e in traffic.items()
@@ -377,7 +382,7 @@ def _phase_work(
             f"training bytes = forward bytes × {1 + BACKWARD_BYTES_PER_FORWARD_BYTE} (backward moves twice the forward's bytes); optimizer traffic not counted"
         )
     if flash:
-        _use_flash_attention(model, phase, flops, traffic, keep, sram_bytes, grouped)
+        _use_flash_attention(model, phase, flops, traffic, keep, sram_bytes, grouped, values)
         notes.append(
             f"FlashAttention: SRAM {sram_bytes} bytes per block (M = {flash_attention.sram_elements(sram_bytes, 2)} bf16 elements)"
         )
@@ -434,9 +439,10 @@ def _conventions(model: Model, keep: tuple[str, ...]) -> dict[sympy.Symbol, symp
 
 
 def _leaves(
-    model: Model, quantity: str, keep: tuple[str, ...], weight_bytes: Mapping[str, sympy.Expr] | None = None
+    model: Model, quantity: str, keep: tuple[str, ...], weight_bytes: Mapping[str, sympy.Expr] | None = None,
+    values: Mapping[sympy.Symbol, sympy.Expr] | None = None,
 ) -> dict[str, sympy.Expr]:
-    replace = _conventions(model, keep)
+    replace = _conventions(model, keep) | dict(values or {})
     if weight_bytes is None:  # the same conventions give the same leaves: once per graph (shared across conventions)
         key = ("roofline leaves", quantity, frozenset(replace.items()))
         return dict(model.graph().derived(key, lambda: _leaves_under(model, quantity, replace)))
@@ -498,13 +504,14 @@ def _use_flash_attention(
     keep: tuple[str, ...],
     sram_bytes: int,
     grouped: bool = True,
+    values: Mapping[sympy.Symbol, sympy.Expr] | None = None,
 ) -> None:
     """Fold each attention core into one fused kernel: its leaves' FLOPs, FlashAttention's bytes.
 
     A training step's FlashAttention backward also recomputes Q·Kᵀ, whose FLOPs are added.
     """
     graph = model.graph()
-    replace = _conventions(model, keep)
+    replace = _conventions(model, keep) | dict(values or {})
     weights = graph.multiplicities("bytes_moved")
     for core in _attention_cores(model):
         inside = [p for p in {**flops, **traffic} if p.startswith(core + "/")]
