@@ -528,16 +528,20 @@ def _use_flash_attention(
         node = graph.graph.nodes[core]
         traffic[core] = sympy.expand(
             (
-                weights[core] * _flash_bytes(model, node["args"], phase, sram_bytes, grouped)
+                weights[core] * _flash_bytes(model, node["args"], phase, sram_bytes, grouped, replace)
             ).xreplace(replace)
         )
 
 
 def _flash_bytes(
-    model: Model, args: Mapping[str, object], phase: str, sram_bytes: int, grouped: bool = True
+    model: Model, args: Mapping[str, object], phase: str, sram_bytes: int, grouped: bool = True,
+    values: Mapping[sympy.Symbol, sympy.Expr] | None = None,
 ) -> sympy.Expr:
-    """FlashAttention's HBM bytes for batch × n_heads heads of one core: seq queries against span keys."""
-    v = model.vocabulary
+    """FlashAttention's HBM bytes for batch × n_heads heads of one core: seq queries against span keys
+    (``values`` put in first: the block counts, maxima and floors come out as numbers where they can)."""
+    values = dict(values or {})
+    v = {name: model.vocabulary[name].xreplace(values) for name in ("act_bytes", "seq", "kv_bytes", "batch")}
+    args = {name: sympy.sympify(args[name]).xreplace(values) for name in ("d_qk", "d_v", "span", "n_heads", "n_kv_heads") if name in args}
     width = sympy.Max(
         args["d_qk"], args["d_v"]
     )  # the blocks must hold the wider of the two
