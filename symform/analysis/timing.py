@@ -457,8 +457,9 @@ def training_time(
 
 def _model_flops(model: Model, setup: FineTune | None, global_batch: int, seq: int) -> Number:
     """Forward + backward of the whole step, as MFU counts it: full training's, or the fine-tuning step's."""
-    if setup is None:
-        return model.evaluate("forward_flops", batch=global_batch, seq=seq) + model.evaluate("backward_flops", batch=global_batch, seq=seq)
+    if setup is None:  # the declared forward and backward FLOPs (no FlashAttention), summed leaf by leaf with the sizes in
+        train = phase_work(model, "train", depth=None, values=rank_sizes(model)).total
+        return _bind(model, train.flops.xreplace({TENSOR: 1}), batch=global_batch, seq=seq)
     return finetune.finetune_counts(model, setup, batch=global_batch, seq=seq).step_flops
 
 
