@@ -297,9 +297,9 @@ class PhaseWork:
         if self.source is not None:
             return self.source.total
         parts = self.components.values()
-        return Work(
-            sympy.expand(sum((w.flops for w in parts), sympy.Integer(0))),
-            sympy.expand(sum((w.bytes for w in parts), sympy.Integer(0))),
+        return Work(  # one Add of every part: summing one by one would flatten the growing sum again each time
+            sympy.expand(sympy.Add(*(w.flops for w in parts))),
+            sympy.expand(sympy.Add(*(w.bytes for w in parts))),
         )
 
 
