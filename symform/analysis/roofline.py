@@ -335,12 +335,14 @@ def phase_work(
     - ``finetune`` (train): the FLOPs of a fine-tuning step (symform.finetune): frozen weights take
       no weight gradient, each adapter's FLOPs sit on the projection it adapts; the bytes stay full
       training's.
-    - ``values``: put into every leaf before it is multiplied out (sizes, a workload size, a
-      parallel degree's share): the same work as substituting them afterwards, in far fewer terms.
+    - ``values`` (train and prefill): put into every leaf before it is multiplied out (sizes, a workload
+      size, a parallel degree's share): the same work as substituting them afterwards, in far fewer terms.
     """
     _check_phase(phase)
     if finetune is not None and phase != "train":
         raise EvaluationError(f"fine-tuning is a training step; give phase train, not {phase}")
+    if values and phase == "decode":  # a decode step's expert routing reads top_k and n_experts in the leaves
+        raise EvaluationError("sizes put into the leaves first are for train and prefill; for decode, substitute them in the result")
     if weight_bytes is not None:
         return _phase_work(model, phase, depth, flash, sram_bytes, weight_bytes, expert_skew, finetune, grouped, values or {})
     # once per graph, conventions and options: a plan asks again for every layout it reworks
