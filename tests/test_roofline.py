@@ -316,3 +316,34 @@ def test_rooflines_crossovers_and_transfers_render_as_latex():
     assert "R" in crossover and f"= {decode_crossover(model, 'h100-sxm', context=16).value:.1f}$" in crossover
     (first, *_) = parallel_comm.tensor_parallel_layer(batch=1, seq=4096, d_model=4096, bytes_per_element=2, tensor=8)
     assert first._repr_latex_() == "$t = 28 \\alpha + 117440512 \\beta$"  # 2 runs × ring: 2·2·(8−1) α, 2·2·(7/8)·2²⁵ β
+
+
+@pytest.mark.parametrize("preset", ["llama-3-8b", "qwen3-30b-a3b"])
+@pytest.mark.parametrize("phase,flash", [("train", False), ("train", True), ("prefill", True)])
+def test_sizes_put_into_each_leaf_give_the_work_with_sizes_put_in_afterwards(preset, phase, flash):
+    # the planner's screen and training_time put the sizes (per tensor-parallel rank) into each leaf before
+    # multiplying out; it must be the same work as the symbolic one with the sizes put in afterwards
+    from symform.analysis.roofline import phase_work
+    from symform.analysis.timing import TENSOR, rank_sizes
+
+    model = symform.load(preset)
+    v = model.vocabulary
+    seq = {v["seq"]: sympy.Integer(1000)}
+    later = phase_work(model, phase, depth=None, flash=flash)
+    first = phase_work(model, phase, depth=None, flash=flash, values=rank_sizes(model, seq=1000))
+    split = {s: s / TENSOR for s in v.tensor_parallel}
+    plain = {v[name]: sympy.Integer(value) for name, value in model.values.items() if name in v} | seq
+    for symbolic, sized in ((later.total.flops, first.total.flops), (later.total.bytes, first.total.bytes)):
+        assert sized.free_symbols <= {v["batch"], TENSOR}
+        assert sympy.expand(symbolic.xreplace(split).xreplace(plain)) == sized
+    assert set(later.components) == set(first.components)
+
+
+def test_sizes_put_into_the_leaves_first_are_refused_for_decode():
+    # a decode step's expert routing reads top_k and n_experts in the leaves: they must still be there
+    from symform.analysis.roofline import phase_work
+    from symform.analysis.timing import rank_sizes
+
+    model = symform.load("qwen3-30b-a3b")
+    with pytest.raises(symform.EvaluationError, match="train and prefill"):
+        phase_work(model, "decode", values=rank_sizes(model))

@@ -22,6 +22,8 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
+from fractions import Fraction
+from functools import cache
 from typing import Literal
 
 import sympy
@@ -453,11 +455,32 @@ def bytes_per_rank(
     transfers: Iterable[Transfer], phase: str | None = None
 ) -> sympy.Expr | float:
     """Bytes each rank sends over all transfers (optionally one phase: forward, backward or step)."""
+    chosen = list(_in_phase(transfers, phase))
+    exact = _exact_bytes_per_rank(chosen)
+    if exact is not None:
+        return exact
     return settled(
-        sympy.Add(
-            *(sympy.sympify(t.bytes_per_rank()) for t in _in_phase(transfers, phase))
-        )
+        sympy.Add(*(sympy.sympify(t.bytes_per_rank()) for t in chosen))
     )
+
+
+def _exact_bytes_per_rank(transfers: list[Transfer]) -> sympy.Rational | None:
+    """The same exact sum in Python fractions where every group and buffer is a number (None otherwise):
+    the planner asks for thousands, and sympy builds an expression for each."""
+    total = Fraction(0)
+    for t in transfers:
+        if not (t.ranks.is_Rational and t.nbytes.is_Rational):
+            return None
+        sent = _bus_bytes(t.collective)(Fraction(int(t.ranks.p), int(t.ranks.q)), Fraction(int(t.nbytes.p), int(t.nbytes.q)))
+        if not isinstance(sent, (int, Fraction)):  # a coefficient printed as a float: sympy's route
+            return None
+        total += t.count * sent
+    return sympy.Rational(total.numerator, total.denominator)
+
+
+@cache
+def _bus_bytes(name: str):
+    return sympy.lambdify((P, N), collective(name).bus_bytes, modules="math")
 
 
 def comm_time(

@@ -27,10 +27,9 @@ from .hardware import Hardware
 from .memory import RECOMPUTE, Layout, MemoryReport, Training, params_expression, recipes, saved_activations, static_bytes, tensor_split, training_memory
 from ..engine.model import Model
 from .finetune import FineTune, finetune_memory, frozen_weight_bytes, kept_by, rank_share, trainable_params
-from .roofline import phase_work
-from .timing import TrainingTime, data_comm, expert_comm, pipeline_comm, placement, recompute_work, step_bounds, tensor_comm, training_time
+from .timing import TENSOR, TrainingTime, data_comm, expert_comm, pipeline_comm, placement, rank_work, step_bounds, tensor_comm, training_time
 
-T, P, E, B = sympy.symbols("tensor pipeline expert micro_batch", positive=True)
+T, P, E, B = TENSOR, *sympy.symbols("pipeline expert micro_batch", positive=True)
 MICRO_BATCHES = (1, 2, 4, 8, 16, 32)
 
 
@@ -157,17 +156,15 @@ def step_time_bounds(model: Model, c: Candidates, gpu, *, seq: int, global_batch
     place = placement(gpu, node_size)
     peak, bandwidth = float(place.device.flops_per_s(dtype)), float(place.device.hbm_bytes_per_s)
     microbatches = global_batch // (c.micro_batch * c.data)
-    train = phase_work(model, "train", depth=None, flash=flash, finetune=finetune).total
-    split = tensor_split(model, T)
     t_math = np.zeros(len(c))
     t_mem = np.zeros(len(c))
     for index, mode in enumerate(RECOMPUTE):
         rows = c.recompute == index
         if not rows.any():
             continue
-        extra_flops, extra_bytes = recompute_work(model, mode, flash=flash)
+        train, (extra_flops, extra_bytes) = rank_work(model, mode, flash=flash, finetune=finetune)
         for target, work, rate in ((t_math, train.flops + extra_flops, peak), (t_mem, train.bytes + extra_bytes, bandwidth)):
-            per_batch = _compiled(model, sympy.sympify(work).xreplace(split), ("batch", "tensor"), {"seq": seq})
+            per_batch = _compiled(model, sympy.sympify(work), ("batch", "tensor"), {"seq": seq})
             target[rows] = microbatches[rows] * per_batch(c.micro_batch[rows], c.tensor[rows]) / c.pipeline[rows] / rate
 
     def layout(t, p, d, e, zero=0):

@@ -297,9 +297,9 @@ class PhaseWork:
         if self.source is not None:
             return self.source.total
         parts = self.components.values()
-        return Work(
-            sympy.expand(sum((w.flops for w in parts), sympy.Integer(0))),
-            sympy.expand(sum((w.bytes for w in parts), sympy.Integer(0))),
+        return Work(  # one Add of every part: summing one by one would flatten the growing sum again each time
+            sympy.expand(sympy.Add(*(w.flops for w in parts))),
+            sympy.expand(sympy.Add(*(w.bytes for w in parts))),
         )
 
 
@@ -314,6 +314,7 @@ def phase_work(
     expert_skew: float = 0,
     finetune: FineTune | None = None,
     grouped: bool = True,
+    values: Mapping[sympy.Symbol, sympy.Expr] | None = None,
 ) -> PhaseWork:
     """FLOPs and HBM bytes of one phase, per component, as expressions in batch, seq (and past when decoding).
 
@@ -334,22 +335,28 @@ def phase_work(
     - ``finetune`` (train): the FLOPs of a fine-tuning step (symform.finetune): frozen weights take
       no weight gradient, each adapter's FLOPs sit on the projection it adapts; the bytes stay full
       training's.
+    - ``values`` (train and prefill): put into every leaf before it is multiplied out (sizes, a workload
+      size, a parallel degree's share): the same work as substituting them afterwards, in far fewer terms.
     """
     _check_phase(phase)
     if finetune is not None and phase != "train":
         raise EvaluationError(f"fine-tuning is a training step; give phase train, not {phase}")
+    if values and phase == "decode":  # a decode step's expert routing reads top_k and n_experts in the leaves
+        raise EvaluationError("sizes put into the leaves first are for train and prefill; for decode, substitute them in the result")
     if weight_bytes is not None:
-        return _phase_work(model, phase, depth, flash, sram_bytes, weight_bytes, expert_skew, finetune, grouped)
+        return _phase_work(model, phase, depth, flash, sram_bytes, weight_bytes, expert_skew, finetune, grouped, values or {})
     # once per graph, conventions and options: a plan asks again for every layout it reworks
-    key = ("phase work", phase, depth, flash, sram_bytes, expert_skew, finetune, grouped, frozenset(model.conventions.items()))
-    work = model.graph().derived(key, lambda: _phase_work(model, phase, depth, flash, sram_bytes, None, expert_skew, finetune, grouped))
+    given = frozenset((values or {}).items())
+    key = ("phase work", phase, depth, flash, sram_bytes, expert_skew, finetune, grouped, frozenset(model.conventions.items()), given)
+    work = model.graph().derived(key, lambda: _phase_work(model, phase, depth, flash, sram_bytes, None, expert_skew, finetune, grouped, dict(given)))
     return PhaseWork(work.phase, dict(work.components), work.notes, work)
 
 
 def _phase_work(
     model: Model, phase: str, depth: int | None, flash: bool, sram_bytes: int, weight_bytes: Mapping[str, sympy.Expr] | None, expert_skew: float,
-    finetune: FineTune | None = None, grouped: bool = True,
+    finetune: FineTune | None = None, grouped: bool = True, values: Mapping[sympy.Symbol, sympy.Expr] | None = None,
 ) -> PhaseWork:
+    values = dict(values or {})
     if phase != "train":
         model = model.with_conventions(training=0)  # inference runs no loss
     if phase == "decode":
@@ -357,18 +364,18 @@ def _phase_work(
     keep = ("past",) if phase == "decode" else ()
     for name in keep:
         _symbol(model, name)
-    flops = _leaves(model, "forward_flops", keep)
-    traffic = _leaves(model, "bytes_moved", keep, weight_bytes)
+    flops = _leaves(model, "forward_flops", keep, values=values)
+    traffic = _leaves(model, "bytes_moved", keep, weight_bytes, values)
     notes = [
         f"bytes moved as an unfused eager framework moves them ({'FlashAttention in the attention cores' if flash else 'attention scores materialised'})"
     ]
     if phase == "train" and finetune is not None:
-        replace = _conventions(model, keep)
+        replace = _conventions(model, keep) | values
         flops = {p: sympy.expand(e.xreplace(replace)) for p, e in step_leaf_flops(model, finetune).items()}
         notes.append("fine-tuning: " + finetune.summary() + "; frozen weights take no weight gradient, adapters' FLOPs on the projections they adapt, bytes as full training's")
     if phase == "train":
         if finetune is None:
-            backward = _leaves(model, "backward_flops", keep)
+            backward = _leaves(model, "backward_flops", keep, values=values)
             flops = {p: flops.get(p, 0) + backward.get(p, 0) for p in {**flops, **backward}}
         traffic = {
             p: (1 + BACKWARD_BYTES_PER_FORWARD_BYTE) * e for p, e in traffic.items()
@@ -377,7 +384,7 @@ def _phase_work(
             f"training bytes = forward bytes × {1 + BACKWARD_BYTES_PER_FORWARD_BYTE} (backward moves twice the forward's bytes); optimizer traffic not counted"
         )
     if flash:
-        _use_flash_attention(model, phase, flops, traffic, keep, sram_bytes, grouped)
+        _use_flash_attention(model, phase, flops, traffic, keep, sram_bytes, grouped, values)
         notes.append(
             f"FlashAttention: SRAM {sram_bytes} bytes per block (M = {flash_attention.sram_elements(sram_bytes, 2)} bf16 elements)"
         )
@@ -434,9 +441,10 @@ def _conventions(model: Model, keep: tuple[str, ...]) -> dict[sympy.Symbol, symp
 
 
 def _leaves(
-    model: Model, quantity: str, keep: tuple[str, ...], weight_bytes: Mapping[str, sympy.Expr] | None = None
+    model: Model, quantity: str, keep: tuple[str, ...], weight_bytes: Mapping[str, sympy.Expr] | None = None,
+    values: Mapping[sympy.Symbol, sympy.Expr] | None = None,
 ) -> dict[str, sympy.Expr]:
-    replace = _conventions(model, keep)
+    replace = _conventions(model, keep) | dict(values or {})
     if weight_bytes is None:  # the same conventions give the same leaves: once per graph (shared across conventions)
         key = ("roofline leaves", quantity, frozenset(replace.items()))
         return dict(model.graph().derived(key, lambda: _leaves_under(model, quantity, replace)))
@@ -498,13 +506,14 @@ def _use_flash_attention(
     keep: tuple[str, ...],
     sram_bytes: int,
     grouped: bool = True,
+    values: Mapping[sympy.Symbol, sympy.Expr] | None = None,
 ) -> None:
     """Fold each attention core into one fused kernel: its leaves' FLOPs, FlashAttention's bytes.
 
     A training step's FlashAttention backward also recomputes Q·Kᵀ, whose FLOPs are added.
     """
     graph = model.graph()
-    replace = _conventions(model, keep)
+    replace = _conventions(model, keep) | dict(values or {})
     weights = graph.multiplicities("bytes_moved")
     for core in _attention_cores(model):
         inside = [p for p in {**flops, **traffic} if p.startswith(core + "/")]
@@ -521,16 +530,20 @@ def _use_flash_attention(
         node = graph.graph.nodes[core]
         traffic[core] = sympy.expand(
             (
-                weights[core] * _flash_bytes(model, node["args"], phase, sram_bytes, grouped)
+                weights[core] * _flash_bytes(model, node["args"], phase, sram_bytes, grouped, replace)
             ).xreplace(replace)
         )
 
 
 def _flash_bytes(
-    model: Model, args: Mapping[str, object], phase: str, sram_bytes: int, grouped: bool = True
+    model: Model, args: Mapping[str, object], phase: str, sram_bytes: int, grouped: bool = True,
+    values: Mapping[sympy.Symbol, sympy.Expr] | None = None,
 ) -> sympy.Expr:
-    """FlashAttention's HBM bytes for batch × n_heads heads of one core: seq queries against span keys."""
-    v = model.vocabulary
+    """FlashAttention's HBM bytes for batch × n_heads heads of one core: seq queries against span keys
+    (``values`` put in first: the block counts, maxima and floors come out as numbers where they can)."""
+    values = dict(values or {})
+    v = {name: model.vocabulary[name].xreplace(values) for name in ("act_bytes", "seq", "kv_bytes", "batch")}
+    args = {name: sympy.sympify(args[name]).xreplace(values) for name in ("d_qk", "d_v", "span", "n_heads", "n_kv_heads") if name in args}
     width = sympy.Max(
         args["d_qk"], args["d_v"]
     )  # the blocks must hold the wider of the two

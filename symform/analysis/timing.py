@@ -34,13 +34,15 @@ from ..engine.evaluate import compile_expression, exact_value
 from .hardware import DTYPE_BYTES, Device, Hardware, System, load_device
 from .memory import RECOMPUTE, Layout, params_per_device, recipes, tensor_split
 from ..engine.model import Model
-from .roofline import phase_work
+from .roofline import Work, phase_work
 
 #: Accelerators sharing one scale-up fabric (NVLink domain) when an accelerator rather
 #: than a system is named: the 8-GPU HGX/DGX server.
 DEFAULT_NODE_SIZE = 8
 #: For each collective the faster of these algorithms is taken, as NCCL picks by size.
 ALGORITHMS = ("ring", "tree")
+#: The tensor-parallel degree as a symbol, where work is derived once for every degree.
+TENSOR = sympy.Symbol("tensor", positive=True)
 
 Number = int | float | Fraction
 
@@ -151,23 +153,42 @@ def recomputed_units(model: Model, recompute: str) -> list[str]:
     return [n for n in marked if not any(n.startswith(f"{m}/") for m in marked)]
 
 
-def recompute_work(model: Model, recompute: str, *, flash: bool = False) -> tuple[sympy.Expr, sympy.Expr]:
+def recompute_work(model: Model, recompute: str, *, flash: bool = False, values: Mapping[sympy.Symbol, sympy.Expr] | None = None) -> tuple[sympy.Expr, sympy.Expr]:
     """Extra forward FLOPs and HBM bytes of one step's recomputation, over batch and seq.
 
     With FlashAttention, selective recomputation adds nothing: FlashAttention's backward
     already recomputes the attention scores (counted in its own FLOPs) and keeps no
-    score matrix to drop.
+    score matrix to drop. ``values``: put into every leaf first (roofline.phase_work's).
     """
     units = recomputed_units(model, recompute)
     if flash and recompute == "selective":
         return sympy.Integer(0), sympy.Integer(0)
     # once per graph, conventions and options: a plan asks again for every layout it reworks
-    key = ("recompute work", recompute, flash, frozenset(model.conventions.items()))
-    return model.graph().derived(key, lambda: _recompute_work(model, units, flash))
+    given = frozenset((values or {}).items())
+    key = ("recompute work", recompute, flash, frozenset(model.conventions.items()), given)
+    return model.graph().derived(key, lambda: _recompute_work(model, units, flash, dict(given)))
 
 
-def _recompute_work(model: Model, units: list[str], flash: bool) -> tuple[sympy.Expr, sympy.Expr]:
-    leaves = phase_work(model, "prefill", depth=None, flash=flash).components
+def rank_sizes(model: Model, seq: int | None = None) -> dict[sympy.Symbol, sympy.Expr]:
+    """The model's sizes as one rank of TENSOR tensor-parallel ranks holds them (memory.tensor_split's shares),
+    and ``seq``'s value if given: put into each leaf before it is multiplied out (roofline.phase_work's
+    ``values``), they leave polynomials in the workload and the degree alone."""
+    vocabulary, split = model.vocabulary, tensor_split(model, TENSOR)
+    sizes = {vocabulary[name]: sympy.Integer(value) for name, value in model.values.items() if name in vocabulary}
+    given = {} if seq is None else {vocabulary["seq"]: sympy.Integer(seq)}
+    return {s: split[s].xreplace(sizes) if s in split else value for s, value in sizes.items()} | given
+
+
+def rank_work(model: Model, recompute: str, *, flash: bool, finetune: FineTune | None = None) -> tuple[Work, tuple[sympy.Expr, sympy.Expr]]:
+    """A training step's FLOPs and bytes and its recomputation's (recompute_work), over batch, seq and
+    TENSOR, the model's sizes in: what training_time and the planner's screen evaluate."""
+    sized = rank_sizes(model)
+    train = phase_work(model, "train", depth=None, flash=flash, finetune=finetune, values=sized).total
+    return train, recompute_work(model, recompute, flash=flash, values=sized)
+
+
+def _recompute_work(model: Model, units: list[str], flash: bool, values: Mapping[sympy.Symbol, sympy.Expr]) -> tuple[sympy.Expr, sympy.Expr]:
+    leaves = phase_work(model, "prefill", depth=None, flash=flash, values=values).components
     inside = [w for path, w in leaves.items() if any(path == u or path.startswith(f"{u}/") for u in units)]
     return sympy.expand(sympy.Add(*(w.flops for w in inside))), sympy.expand(sympy.Add(*(w.bytes for w in inside)))
 
@@ -383,11 +404,10 @@ def training_time(
     place = placement(gpu, node_size)
     model = at_dtype(model, dtype)
     peak, bandwidth = place.device.flops_per_s(dtype), place.device.hbm_bytes_per_s
-    split = tensor_split(model, layout.tensor)
+    tensor_split(model, layout.tensor)  # the degree divides every size it splits
     trainable = _finetune_trainable(model, finetune, layout)
-    train = phase_work(model, "train", depth=None, flash=flash, finetune=finetune).total
-    extra_flops, extra_bytes = recompute_work(model, recompute, flash=flash)
-    per_device = _per_device(model, split, layout.pipeline, layout.context)
+    train, (extra_flops, extra_bytes) = rank_work(model, recompute, flash=flash, finetune=finetune)
+    per_device = _per_device(model, {TENSOR: layout.tensor}, layout.pipeline, layout.context)
     m = scaling.MICROBATCHES
     flops_expr = m * per_device(train.flops + extra_flops)
     bytes_expr = m * per_device(train.bytes + extra_bytes)
@@ -400,7 +420,8 @@ def training_time(
     t_math, t_mem = float(flops) / peak, float(moved) / bandwidth
     lower, upper = _step_bounds(t_math, t_mem, comm, ratio)
     model_flops = _model_flops(model, finetune, global_batch, seq)
-    hardware_flops = _bind(model, train.flops + extra_flops, batch=global_batch, seq=seq)
+    whole = {TENSOR: 1}  # the step on one device, unsplit
+    hardware_flops = _bind(model, (train.flops + extra_flops).xreplace(whole), batch=global_batch, seq=seq)
     return TrainingTime(
         model=model.name,
         gpu=place.name,
@@ -427,7 +448,7 @@ def training_time(
         expressions={
             "flops_per_device": _sizes(model, flops_expr),
             "bytes_per_device": _sizes(model, bytes_expr),
-            "recompute_flops": _sizes(model, extra_flops),
+            "recompute_flops": _sizes(model, extra_flops.xreplace(whole)),
             "bubble_ratio": sympy.sympify(scaling.bubble_ratio(layout.schedule)) if layout.pipeline > 1 else sympy.Integer(0),
         },
         assumptions=_training_assumptions(place, dtype, layout, recompute, flash, precision, comm) | (_finetune_assumptions(finetune) if finetune else {}),
@@ -436,8 +457,9 @@ def training_time(
 
 def _model_flops(model: Model, setup: FineTune | None, global_batch: int, seq: int) -> Number:
     """Forward + backward of the whole step, as MFU counts it: full training's, or the fine-tuning step's."""
-    if setup is None:
-        return model.evaluate("forward_flops", batch=global_batch, seq=seq) + model.evaluate("backward_flops", batch=global_batch, seq=seq)
+    if setup is None:  # the declared forward and backward FLOPs (no FlashAttention), summed leaf by leaf with the sizes in
+        train = phase_work(model, "train", depth=None, values=rank_sizes(model)).total
+        return _bind(model, train.flops.xreplace({TENSOR: 1}), batch=global_batch, seq=seq)
     return finetune.finetune_counts(model, setup, batch=global_batch, seq=seq).step_flops
 
 
