@@ -106,7 +106,7 @@ def family_members(family: str) -> list[Model]:
     config = {"model_type": spec.model_types[0], **({spec.when_present: {}} if spec.when_present else {})}
     try:
         return [Model.from_config(config, name=f"{family} defaults")]
-    except ConfigError:  # glm4_moe: neither a preset nor defaults for its sizes
+    except ConfigError:  # neither a preset nor defaults for its sizes
         return []
 
 
