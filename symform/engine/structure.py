@@ -61,13 +61,18 @@ class Structure:
 def without_flags(expr: sympy.Expr, values: Mapping[str, int]) -> sympy.Expr:
     """``Min(1, c)`` → 1 for a count c the model has: how an optional part is encoded, not a formula. A count
     bound to 0 is no symbol any more (the model removes the part), so a count left a symbol, with a value or
-    without one, is taken as present: the form is that of the models that have the part."""
+    without one, is taken as present: the form is that of the models that have the part. ``Min(1, e)`` of an
+    expression e whose every symbol has a value is 1 where e is at least 1 (a windowed layer's Min(seq, w − 1)
+    cached tokens, at one token)."""
 
     def is_flag(e: sympy.Basic) -> bool:
         if not isinstance(e, sympy.Min) or len(e.args) != 2 or sympy.S.One not in e.args:
             return False
         other = next(a for a in e.args if a != 1)
-        return isinstance(other, sympy.Symbol) and values.get(other.name, 1) >= 1
+        if isinstance(other, sympy.Symbol):
+            return values.get(other.name, 1) >= 1
+        at = other.xreplace({s: values[s.name] for s in other.free_symbols if s.name in values})
+        return bool(other.free_symbols) and not at.free_symbols and bool(at >= 1)
 
     return expr.replace(is_flag, lambda e: sympy.S.One)
 
