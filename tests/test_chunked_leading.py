@@ -245,3 +245,18 @@ def test_training_s_first_chunk_saving_is_exact_only(name):
     for form in (derived, blocks, active):
         assert not any(t.has(1 / v["seq"]) for t in sympy.Add.make_args(form)), form
         assert form.has(v["d_k_lin"] * v["d_v_lin"])  # the per-chunk state work stays
+
+
+def test_derive_train_flops_prints_no_per_sequence_term(capsys):
+    """`derive train-flops --leading` on Gated DeltaNet: no −C·d_k·d_v/seq in any leading line, block or N_active form."""
+    report = run_json(capsys, "derive", "train-flops", "qwen3-next-80b-a3b", "--leading", "--batch", "1", "--seq", str(SEQ), "--tokens", str(SEQ))
+    exact, *approximations = report["steps"]
+    assert "/seq" in exact["expression"]  # the exact count keeps it
+    structure_json = report["structure"]
+    texts = [step["written"] for step in approximations] + [structure_json["expression"]]
+    texts += [blk["expression"] for blk in structure_json["blocks"]]
+    written = structure_json["in_terms_of_active_params"]["written"]
+    for text in texts + [written]:
+        assert "/seq" not in text and not re.search(r"ceiling|Max\(|Min\(", text), text
+    assert " - " not in written.replace("(n_layers - n_linear_layers)", "").replace(" - 6*d_model*tokens*vocab", ""), written
+    assert abs(structure_json["relative_error"]) < 0.2 and abs(structure_json["in_terms_of_active_params"]["relative_error"]) < 0.2
