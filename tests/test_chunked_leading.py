@@ -227,7 +227,7 @@ def test_a_sequence_is_many_chunks_so_a_cost_per_sequence_beside_one_per_chunk_g
     assert sympy.expand(in_stand_ins(per_token, rewrites) - t * (9 * d**2 + 8 * C * d * k + 2 * d * s * h + sympy.Min(s, w) * d)) == 0
     per_sequence = b * sympy.ceiling(s / C) * C * 9 * d**2 - 4 * b * C * d**2
     assert sympy.expand(in_stand_ins(per_sequence, rewrites) - 9 * b * s * d**2) == 0
-    assert in_stand_ins(per_token, {}) == sympy.expand(per_token)  # no stand-in, no ratio declared large
+    assert in_stand_ins(per_token, {}) == per_token  # no stand-in, no ratio declared large
 
 
 @pytest.mark.parametrize("name", ["qwen3-next-80b-a3b", "qwen3.5-0.8b"])

@@ -273,6 +273,8 @@ def in_stand_ins(expr: sympy.Expr, rewrites: Mapping[sympy.Expr, sympy.Expr]) ->
     stand-in that is a ratio declares that ratio large (a sequence is many chunks), without the terms that are
     another term times a negative power of it (a cost once per sequence next to the same cost once per chunk: the
     first chunk's state that needs no gradient, -C·d_k·d_v per sequence beside 2·s·d_k·d_v)."""
+    if not rewrites:
+        return expr
     expr = sympy.expand(expr.xreplace(dict(rewrites)))
     for stand_in in rewrites.values():
         many, few = sympy.fraction(sympy.together(stand_in))
