@@ -213,3 +213,50 @@ def test_per_repeat_writes_a_sum_with_the_layer_kinds_counts_as_factors():
     assert per_repeat(n**2 * x, kinds) is None  # not linear in the counts
     assert per_repeat(sympy.Min(n, x), kinds) is None
     assert per_repeat(x, [Block("head", sympy.S.One, z)]) is None  # no layer kinds to write it with
+
+
+def test_a_sequence_is_many_chunks_so_a_cost_per_sequence_beside_one_per_chunk_goes():
+    """The stand-in seq/chunk declares the number of chunks large: a term that is another times (chunk/seq)^k is of
+    lower order (once per sequence next to once per chunk), whether written per token or per sequence; terms of
+    other shapes stay (C·d per token within a chunk, s·d attention, a window's Min)."""
+    from symform.engine.structure import in_stand_ins
+
+    s, C, d, k, h, b, t, w = sympy.symbols("seq chunk d k h b tokens w", positive=True)
+    rewrites = {sympy.ceiling(s / C): s / C}
+    per_token = t * (9 * d**2 - 4 * C * d**2 / s + 8 * C * d * k + 2 * d * s * h + sympy.Min(s, w) * d)
+    assert sympy.expand(in_stand_ins(per_token, rewrites) - t * (9 * d**2 + 8 * C * d * k + 2 * d * s * h + sympy.Min(s, w) * d)) == 0
+    per_sequence = b * sympy.ceiling(s / C) * C * 9 * d**2 - 4 * b * C * d**2
+    assert sympy.expand(in_stand_ins(per_sequence, rewrites) - 9 * b * s * d**2) == 0
+    assert in_stand_ins(per_token, {}) == per_token  # no stand-in, no ratio declared large
+
+
+@pytest.mark.parametrize("name", ["qwen3-next-80b-a3b", "qwen3.5-0.8b"])
+def test_training_s_first_chunk_saving_is_exact_only(name):
+    """The backward forms no state gradient for the first chunk (state_reads' backward repeat 2 − 1/ceil(seq/chunk)
+    in formulas/components/recurrent.toml): the exact count subtracts it once per sequence, a leading form not."""
+    m = model(name)
+    v = m.vocabulary
+    once_per_sequence = v["chunk"] * v["d_k_lin"] * v["d_v_lin"] * v["tokens"] / v["seq"]
+    exact = sympy.expand(m.expression("train_flops").expr)
+    assert any(t.has(once_per_sequence) and t.as_coeff_Mul()[0] < 0 for t in sympy.Add.make_args(exact))
+    derived = sympy.expand(symform.derive(m, "train_flops", leading=True).result.expr)
+    blocks = sympy.expand(structure(m, "train_flops", leading=True).expr)
+    active = sympy.expand(active_form(m, "train_flops").expr)
+    for form in (derived, blocks, active):
+        assert not any(t.has(1 / v["seq"]) for t in sympy.Add.make_args(form)), form
+        assert form.has(v["d_k_lin"] * v["d_v_lin"])  # the per-chunk state work stays
+
+
+def test_derive_train_flops_prints_no_per_sequence_term(capsys):
+    """`derive train-flops --leading` on Gated DeltaNet: no −C·d_k·d_v/seq in any leading line, block or N_active form."""
+    report = run_json(capsys, "derive", "train-flops", "qwen3-next-80b-a3b", "--leading", "--batch", "1", "--seq", str(SEQ), "--tokens", str(SEQ))
+    exact, *approximations = report["steps"]
+    assert "/seq" in exact["expression"]  # the exact count keeps it
+    structure_json = report["structure"]
+    texts = [step["written"] for step in approximations] + [structure_json["expression"]]
+    texts += [blk["expression"] for blk in structure_json["blocks"]]
+    written = structure_json["in_terms_of_active_params"]["written"]
+    for text in texts + [written]:
+        assert "/seq" not in text and not re.search(r"ceiling|Max\(|Min\(", text), text
+    assert " - " not in written.replace("(n_layers - n_linear_layers)", "").replace(" - 6*d_model*tokens*vocab", ""), written
+    assert abs(structure_json["relative_error"]) < 0.2 and abs(structure_json["in_terms_of_active_params"]["relative_error"]) < 0.2

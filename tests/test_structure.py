@@ -77,20 +77,72 @@ def test_min_flags_only_go_where_the_part_is_present():
     assert without_flags(flag, {"n_shared_experts": 0}) == flag  # kept where it would be wrong
 
 
+@cache
+def members(family: str) -> tuple[Model, ...]:
+    """The family's presets (or its config's defaults), loaded once: their expressions are cached on them."""
+    return tuple(family_members(family))
+
+
 @pytest.mark.parametrize("family", sorted(all_families()))
 def test_each_family_s_default_assumptions_are_within_20_percent_at_every_preset(family):
     """The appendix columns to leading order under the family's default sets (or none, where it declares no
     simple form) against the exact counts at every bundled preset of the family, or its defaults."""
-    for m in family_members(family):
+    for m in members(family):
         name = m.name
         for quantity, _, _ in COLUMNS:
             c = cell(m, quantity, 4096)
+            assert not c.formula.atoms(sympy.Min, sympy.Max, sympy.ceiling), (name, quantity, c.formula)
             got = at(m, c.formula, seq=4096)
             if c.value == 0:  # an encoder (bert) keeps no KV cache: its formula must be 0 too
                 assert got == 0, (name, quantity, got)
                 continue
             error = float(got) / float(c.value) - 1
             assert abs(error) <= 0.20, (name, quantity, default_assumptions(m), f"{error:+.1%}")
+
+
+DERIVED = {"params": {}, "forward_flops": {"batch": 1, "seq": 4096}, "train_flops": {"batch": 1, "seq": 4096, "tokens": 4096}}
+
+
+def _plain(block, where) -> None:
+    """No Min/Max/ceil of how a part is encoded, in the block or its parts."""
+    for part in (block, *block.parts):
+        assert not part.expr.atoms(sympy.Min, sympy.Max, sympy.ceiling, sympy.floor), (*where, part.name, str(part.expr))
+
+
+def _positive_and_plain(block, where) -> None:
+    """Every term of the block (and of its parts) added, none subtracted, and plain (``_plain``)."""
+    _plain(block, where)
+    for part in (block, *block.parts):
+        terms = sympy.Add.make_args(sympy.expand(part.expr))
+        assert all(t.as_coeff_Mul()[0] > 0 for t in terms), (*where, part.name, str(part.expr))
+
+
+@pytest.mark.parametrize("family", sorted(all_families()))
+def test_derive_s_leading_forms_of_every_family_add_positive_blocks_within_20_percent(family):
+    """What `derive QUANTITY MODEL --leading` prints under the family's default sets, for parameters, forward and
+    training FLOPs at every preset (or the config's defaults): blocks that only add, no encoding artefacts, an
+    error that can be printed (every symbol has a value) and is within 20 %; the same for the N_active form, whose
+    blocks are what a multiple of N_active leaves out and so may subtract (lookups that cost no FLOPs, weights
+    without a gradient)."""
+    found = members(family)
+    assert found, f"{family}: no preset and no config defaults to check its leading order at"
+    for m in found:
+        assume = default_assumptions(m)
+        for quantity, workload in DERIVED.items():
+            where = (m.name, quantity, assume)
+            st = structure(m, quantity, assume=assume, leading=True)
+            for block in st.blocks:
+                _positive_and_plain(block, where)
+            error = error_at(m, quantity, st.expr, **workload)
+            assert error is not None and abs(error) <= 0.20, (*where, error)
+            if quantity == "params":
+                continue
+            form = active_form(m, quantity, assume=assume)
+            assert form is not None, where
+            for block in form.rest_blocks:
+                _plain(block, where)
+            error = error_at(m, quantity, form.expr, **workload)
+            assert error is not None and abs(error) <= 0.20, (*where, "N_active", error)
 
 
 def test_experts_keep_their_width_under_the_dense_assumptions():
@@ -161,7 +213,7 @@ def test_block_latex_reads_back():
         assert sympy.expand(tex.parse_back(text, block.total.free_symbols, m.vocabulary) - block.total) == 0
 
 
-APPENDIX = ["qwen3-32b", "deepseek-v3", "mixtral-8x7b", "gemma-2-9b"]
+APPENDIX = ["qwen3-32b", "deepseek-v3", "mixtral-8x7b", "gemma-2-9b", "gpt-oss-120b", "qwen3-next-80b-a3b", "nemotron-h-8b", "deepseek-v3.2", "glm-4.7"]
 
 
 def test_appendix_numbers_are_the_cli_s(capsys):

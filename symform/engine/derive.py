@@ -18,7 +18,7 @@ from .errors import EvaluationError
 from .evaluate import check_value
 from .formula import Formula, to_latex
 from .model import Model, normalise_quantity
-from .structure import Block, block_large, structure, without_flags
+from .structure import Block, block_large, in_stand_ins, structure, without_flags
 
 
 def leading_order(expr: sympy.Expr, large: Iterable[sympy.Symbol], rewrites: Mapping[sympy.Expr, sympy.Expr] | None = None) -> sympy.Expr:
@@ -26,7 +26,7 @@ def leading_order(expr: sympy.Expr, large: Iterable[sympy.Symbol], rewrites: Map
     the ``rewrites`` the components declare for leading order (``Model.leading_rewrites``: ceil(seq/chunk) → seq/chunk)."""
     large = frozenset(large)
     scale = sympy.Dummy("lambda", positive=True)
-    scaled = sympy.expand(_without_rounding(expr.xreplace(dict(rewrites or {})), large).xreplace({s: scale * s for s in large}))
+    scaled = sympy.expand(_without_rounding(in_stand_ins(expr, rewrites or {}), large).xreplace({s: scale * s for s in large}))
     terms: dict[sympy.Expr, list[sympy.Expr]] = {}
     for term in sympy.Add.make_args(scaled):
         _, power = term.as_coeff_exponent(scale)

@@ -61,13 +61,18 @@ class Structure:
 def without_flags(expr: sympy.Expr, values: Mapping[str, int]) -> sympy.Expr:
     """``Min(1, c)`` → 1 for a count c the model has: how an optional part is encoded, not a formula. A count
     bound to 0 is no symbol any more (the model removes the part), so a count left a symbol, with a value or
-    without one, is taken as present: the form is that of the models that have the part."""
+    without one, is taken as present: the form is that of the models that have the part. ``Min(1, e)`` of an
+    expression e whose every symbol has a value is 1 where e is at least 1 (a windowed layer's Min(seq, w − 1)
+    cached tokens, at one token)."""
 
     def is_flag(e: sympy.Basic) -> bool:
         if not isinstance(e, sympy.Min) or len(e.args) != 2 or sympy.S.One not in e.args:
             return False
         other = next(a for a in e.args if a != 1)
-        return isinstance(other, sympy.Symbol) and values.get(other.name, 1) >= 1
+        if isinstance(other, sympy.Symbol):
+            return values.get(other.name, 1) >= 1
+        at = other.xreplace({s: values[s.name] for s in other.free_symbols if s.name in values})
+        return bool(other.free_symbols) and not at.free_symbols and bool(at >= 1)
 
     return expr.replace(is_flag, lambda e: sympy.S.One)
 
@@ -260,7 +265,47 @@ def leading_blocks(blocks: list[Block], large: list[sympy.Symbol], rewrites: Map
 
 def rewritten(block: Block, rewrites: Mapping[sympy.Expr, sympy.Expr]) -> Block:
     """``block`` with its parts written as leading-order forms write them (ceil(seq/chunk) → seq/chunk)."""
-    return replace(block, expr=sympy.expand(block.expr.xreplace(dict(rewrites))), parts=tuple(rewritten(p, rewrites) for p in block.parts))
+    return replace(block, expr=in_stand_ins(block.expr, rewrites), parts=tuple(rewritten(p, rewrites) for p in block.parts))
+
+
+def in_stand_ins(expr: sympy.Expr, rewrites: Mapping[sympy.Expr, sympy.Expr]) -> sympy.Expr:
+    """``expr`` as leading-order forms write it: the ``rewrites`` made (ceil(seq/chunk) → seq/chunk), and, since a
+    stand-in that is a ratio declares that ratio large (a sequence is many chunks), without the terms that are
+    another term times a negative power of it (a cost once per sequence next to the same cost once per chunk: the
+    first chunk's state that needs no gradient, -C·d_k·d_v per sequence beside 2·s·d_k·d_v)."""
+    if not rewrites:
+        return expr
+    expr = sympy.expand(expr.xreplace(dict(rewrites)))
+    for stand_in in rewrites.values():
+        many, few = sympy.fraction(sympy.together(stand_in))
+        if many.free_symbols and few.free_symbols and not many.free_symbols & few.free_symbols:
+            expr = _without_fewer(expr, many.free_symbols, few.free_symbols)
+    return expr
+
+
+def _without_fewer(expr: sympy.Expr, many: set[sympy.Symbol], few: set[sympy.Symbol]) -> sympy.Expr:
+    """The terms of ``expr`` less those that are another's times (few/many)^k, k > 0 (many/few is large)."""
+    ratio, scale = sympy.Dummy("mu", positive=True), sympy.Dummy("lambda", positive=True)
+    groups: dict[tuple, list[tuple[sympy.Expr, sympy.Expr]]] = {}
+    for term in sympy.Add.make_args(expr):
+        rest, own = term.as_independent(*many, *few, as_Add=False)
+        if not all(_is_power_of_symbol(f) for f in sympy.Mul.make_args(own)):  # Min(seq, window): no monomial
+            groups[(term,)] = [(sympy.S.Zero, term)]
+            continue
+        scaled = own.xreplace({s: ratio * scale * s for s in many} | {s: scale * s for s in few})
+        power = scaled.as_coeff_exponent(ratio)[1]
+        degree = scaled.xreplace({ratio: 1}).as_coeff_exponent(scale)[1]
+        groups.setdefault((rest.as_coeff_Mul()[1], degree), []).append((power, term))
+    kept = []
+    for members in groups.values():
+        top = max(p for p, _ in members)
+        kept += [t for p, t in members if p == top]
+    return sympy.Add(*kept)
+
+
+def _is_power_of_symbol(factor: sympy.Expr) -> bool:
+    base, exponent = factor.as_base_exp()
+    return factor == 1 or (base.is_Symbol and exponent.is_Rational)
 
 
 # --- in terms of N_active ------------------------------------------------------------------------
@@ -304,7 +349,7 @@ def active_form(model: Model, quantity: str, *, assume: str | None = None, large
     v = model.vocabulary
     widths = [v[n] for n in large] if large is not None else sorted(v.large | {v["vocab"]}, key=lambda s: s.name)
     rewrites = model.leading_rewrites(assume=assume)
-    exact = without_flags(model.expression(quantity, assume=assume).expr, model.values).xreplace(rewrites)
+    exact = in_stand_ins(without_flags(model.expression(quantity, assume=assume).expr, model.values), rewrites)
     if rewrites:  # the sequence in chunks: those scale with it, and what is of lower degree then goes first
         exact = _leading_of(exact, block_large(model))  # (Mamba-2's pass between chunks, (s/C)²·P·N per head)
     seq = v["seq"]

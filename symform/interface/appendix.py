@@ -17,7 +17,7 @@ from ..engine.errors import ConfigError
 from ..engine.evaluate import Number
 from ..engine.families import all_families, family_for, preset_config, presets
 from ..engine.model import Model
-from ..engine.structure import Block, block_large, default_assumptions, leading_blocks, structure
+from ..engine.structure import Block, block_large, default_assumptions, leading_blocks, structure, without_flags
 from . import latex as tex
 
 COLUMNS = (
@@ -52,7 +52,7 @@ def cell(model: Model, quantity: str, seq: int) -> Cell:
     divide = v["seq"] if quantity == "forward_flops" else 1
     assume = default_assumptions(model)
     exact = structure(model, quantity, assume=assume).blocks
-    blocks = [replace(b, expr=sympy.expand(b.expr.xreplace(per_token) / divide), parts=()) for b in exact]
+    blocks = [replace(b, expr=without_flags(sympy.expand(b.expr.xreplace(per_token) / divide), model.values), parts=()) for b in exact]
     large = [s for s in block_large(model) if quantity == "forward_flops" or s != v["seq"]]
     return Cell(tuple(leading_blocks(blocks, large, model.leading_rewrites(assume=assume))), value / seq if quantity == "forward_flops" else value)
 
@@ -106,7 +106,7 @@ def family_members(family: str) -> list[Model]:
     config = {"model_type": spec.model_types[0], **({spec.when_present: {}} if spec.when_present else {})}
     try:
         return [Model.from_config(config, name=f"{family} defaults")]
-    except ConfigError:  # glm4_moe: neither a preset nor defaults for its sizes
+    except ConfigError:  # neither a preset nor defaults for its sizes
         return []
 
 
