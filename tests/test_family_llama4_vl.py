@@ -60,6 +60,7 @@ CONFIGS = {
             projector_input_dim=48, projector_output_dim=48, vision_output_dim=48),
     ),
 }  # fmt: skip
+DENSE = "dense text stack, tied head, patch 2, 3 blocks, 1 channel, ratio 1/4"
 
 
 def build(config: dict, dtype=torch.float32):
@@ -162,3 +163,39 @@ def test_the_head_is_tied_by_text_configs_field_alone(top, inner):
     if inner is not None:
         config["text_config"]["tie_word_embeddings"] = inner
     assert Model.from_config(config).evaluate("params") == meta_numel(config)
+
+
+def saved_for_backward(model, given: dict) -> int:
+    """Bytes of the distinct storages autograd holds for backward after a training forward (loss included),
+    parameters left out (as oracle.saved_for_backward, with the tiles' pixels beside the ids)."""
+    parameters = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    packed = []
+
+    def pack(tensor):
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in parameters:
+            packed.append((weakref.ref(tensor), storage.data_ptr(), storage.nbytes()))
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        loss = model(**given, labels=given["input_ids"]).loss
+    assert loss.requires_grad  # held until the bytes are summed: the graph keeps the saved tensors alive
+    return sum({ptr: size for alive, ptr, size in packed if alive() is not None}.values())
+
+
+@pytest.mark.parametrize("case", [DENSE])
+@pytest.mark.parametrize("batch, seq, images, height, width", [(1, 20, 0, 0, 0), (2, 20, 0, 0, 0), (2, 30, 2, 16, 16), (1, 60, 1, 32, 16)])
+def test_saved_activations_equal_what_eager_pytorch_keeps(case, batch, seq, images, height, width):
+    """bf16 on the CPU: the eager accounting (views count at their storage's size) with the CPU's LayerNorm statistics.
+    The text stack is dense: transformers' eager experts keep every expert's activations for every token, where
+    symform counts the top_k a routed engine keeps."""
+    config = CONFIGS[case]
+    real = build(config, torch.bfloat16).train()
+    if images:
+        given = inputs(config, batch=batch, seq=seq, images=images, height=height, width=width)
+        given["pixel_values"] = given["pixel_values"].to(torch.bfloat16)
+    else:
+        given = dict(input_ids=torch.randint(0, 100, (batch, seq), generator=torch.Generator().manual_seed(seq)))
+    model = Model.from_config(config, accounting="eager", conventions={"act_bytes": 2, "cpu_kernels": 1})
+    workload = dict(images=images, image_height=height, image_width=width) if images else {}
+    assert model.evaluate("saved_activations", batch=batch, seq=seq, **workload) == saved_for_backward(real, given)
