@@ -136,6 +136,14 @@ COST_FREE_IN = {
         "output_hidden_states": "what forward returns, not what it computes",
         "return_dict": "what forward returns, not what it computes",
     },
+    "llama4": {
+        "attn_scale": "the temperature's value, not a size (attn_temperature_tuning, which is read, says whether it applies)",
+        "floor_scale": "the temperature's value, not a size (attn_temperature_tuning, which is read, says whether it applies)",
+        "projector_dropout": "dropout is the `dropout` convention (the vision adapter's, as attention_dropout)",
+        "output_attentions": "what forward returns, not what it computes",
+        "output_hidden_states": "what forward returns, not what it computes",
+        "return_dict": "what forward returns, not what it computes",
+    },
     "qwen3_5": {
         name: "the multimodal wrapper's vision tower, not the text model"
         for name in ("depth", "in_channels", "num_heads", "num_position_embeddings", "out_hidden_size", "patch_size", "spatial_merge_size", "temporal_patch_size", "video_token_id")
