@@ -199,3 +199,70 @@ def test_saved_activations_equal_what_eager_pytorch_keeps(case, batch, seq, imag
     model = Model.from_config(config, accounting="eager", conventions={"act_bytes": 2, "cpu_kernels": 1})
     workload = dict(images=images, image_height=height, image_width=width) if images else {}
     assert model.evaluate("saved_activations", batch=batch, seq=seq, **workload) == saved_for_backward(real, given)
+
+
+def test_images_are_a_workload_setting_text_only_by_default():
+    model = ours(CONFIGS["experts every 2nd layer, patch 4, untied head"])
+    assert model.evaluate("forward_flops", batch=1, seq=20) == model.evaluate("forward_flops", batch=1, seq=20, images=0, image_height=16, image_width=16)
+    assert model.evaluate("forward_flops", batch=1, seq=20, images=1, image_height=16, image_width=16) > model.evaluate("forward_flops", batch=1, seq=20)
+    assert model.evaluate("params") == model.with_conventions(images=3, image_height=16, image_width=16).evaluate("params")
+
+
+def test_an_image_of_several_tiles_adds_the_global_tile():
+    """A 32x16 image is two 16x16 tiles and the global one: three tiles' work in the tower; one tile, no global."""
+    model = ours(CONFIGS["experts every 2nd layer, patch 4, untied head"])
+    tower = {size: model.evaluate_breakdown("forward_flops", batch=1, seq=40, images=1, image_height=size[0], image_width=size[1])["visual"] for size in ((16, 16), (32, 16), (32, 32))}
+    assert tower[(32, 16)] == 3 * tower[(16, 16)] and tower[(32, 32)] == 5 * tower[(16, 16)]
+
+
+@pytest.mark.parametrize(
+    "setting, words",
+    [
+        (dict(images=1, image_height=24, image_width=16), ("image_height % tile", "image_size")),
+        (dict(images=1, image_height=16, image_width=20), ("image_width % tile", "image_size")),
+        (dict(images=1), ("image_height", "--image-size")),
+    ],
+)
+def test_an_image_the_processor_cannot_tile_is_refused_in_one_line(setting, words):
+    model = ours(CONFIGS["experts every 2nd layer, patch 4, untied head"])
+    one_line_error(ConfigError, lambda: model.evaluate("forward_flops", batch=1, seq=20, **setting), *words)
+
+
+@pytest.mark.parametrize(
+    "vision, words",
+    [
+        (dict(intermediate_size=96), ("intermediate_size", "pixel_shuffle_ratio")),
+        (dict(projector_input_dim=24), ("projector_input_dim", "projector_output_dim")),
+        (dict(vision_output_dim=48), ("vision_output_dim", "projector_output_dim")),
+        (dict(image_size=20), ("image_size", "patch_size/pixel_shuffle_ratio")),
+    ],
+)
+def test_a_tower_whose_forward_cannot_run_costs_its_parameters_and_refuses_images(vision, words):
+    """transformers builds these towers (their parameters equal numel) but cannot run images through them."""
+    config = dict(CONFIGS["experts every 2nd layer, patch 4, untied head"])
+    config["vision_config"] = dict(VISION, **vision)
+    model = ours(config)
+    assert model.evaluate("params") == meta_numel(config)
+    one_line_error(ConfigError, lambda: model.evaluate("forward_flops", batch=1, seq=40, images=1, image_height=20 if "image_size" in vision else 16, image_width=20 if "image_size" in vision else 16), *words)
+
+
+def test_a_decode_step_runs_no_part_of_the_tower():
+    """The tower reads the images with the prompt; a decode step (decoding = 1) neither computes nor reads any of it."""
+    model = ours(CONFIGS["experts every 2nd layer, patch 4, untied head"])
+    images = dict(images=2, image_height=16, image_width=16)
+    for quantity in ("forward_flops", "bytes_moved", "saved_activations"):
+        text_only = model.with_conventions(decoding=1).evaluate(quantity, batch=2, seq=1, past=30)
+        assert model.with_conventions(decoding=1, **images).evaluate(quantity, batch=2, seq=1, past=30) == text_only, quantity
+
+
+def test_the_command_line_counts_the_images_as_the_counter_does(capsys, tmp_path):
+    import json
+
+    from checks import run_json
+
+    config = CONFIGS["experts every 2nd layer, patch 4, untied head"]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    counter = counted(build(config), **inputs(config, batch=1, seq=60, images=1, height=32, width=16))
+    report = run_json(capsys, "flops", str(path), "--batch", "1", "--seq", "60", "--images", "1", "--image-size", "32x16", "--convention", "windowed=0")
+    assert report["forward"] == counter.get_total_flops()
