@@ -114,6 +114,35 @@ VL_CHECKS = {
 }
 
 
+def _llama4_forward_fails() -> bool:
+    from transformers.modeling_outputs import MoeCausalLMOutputWithPast
+
+    return not hasattr(MoeCausalLMOutputWithPast, "image_outputs")
+
+
+@pytest.mark.oracle
+def test_a_llama4_config_is_checked_against_the_whole_class(check, monkeypatch):
+    """Llama4ForConditionalGeneration, its tower a `visual` row. Its eager experts run every expert on every token
+    (tests/test_family_llama4.py), so only the experts' FLOPs and what they keep differ from symform's top_k.
+    transformers 5.24's forward reads `image_outputs` from its language model's output, which has none: given one."""
+    from transformers.modeling_outputs import MoeCausalLMOutputWithPast
+
+    if _llama4_forward_fails():
+        monkeypatch.setattr(MoeCausalLMOutputWithPast, "image_outputs", None, raising=False)
+    report = check(Model.from_config({"model_type": "llama4"}, name="llama4 defaults"))
+    assert report.transformers_class == "Llama4ForConditionalGeneration"
+    assert [r for r in report.differences if r.quantity in ("params", "kv_cache")] == []
+    assert [r.part for r in report.differences if r.quantity == "forward_flops"] == ["mlp", "total"]
+    assert [r.pytorch > 0 for r in report.rows if r.quantity == "params" and r.part == "visual"] == [True]
+
+
+@pytest.mark.oracle
+def test_a_module_whose_own_forward_fails_is_refused_in_one_line(check):
+    if not _llama4_forward_fails():
+        pytest.skip("this transformers' Llama4ForConditionalGeneration runs")
+    one_line_error(ConfigError, lambda: check(Model.from_config({"model_type": "llama4"}, name="llama4")), "fails in its own forward", "image_outputs")
+
+
 @pytest.mark.oracle
 @pytest.mark.parametrize("case", VL_CHECKS)
 def test_a_vision_language_config_is_checked_against_its_checkpoint_class(check, case):

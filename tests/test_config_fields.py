@@ -136,6 +136,14 @@ COST_FREE_IN = {
         "output_hidden_states": "what forward returns, not what it computes",
         "return_dict": "what forward returns, not what it computes",
     },
+    "llama4": {
+        "attn_scale": "the temperature's value, not a size (attn_temperature_tuning, which is read, says whether it applies)",
+        "floor_scale": "the temperature's value, not a size (attn_temperature_tuning, which is read, says whether it applies)",
+        "projector_dropout": "dropout is the `dropout` convention (the vision adapter's, as attention_dropout)",
+        "output_attentions": "what forward returns, not what it computes",
+        "output_hidden_states": "what forward returns, not what it computes",
+        "return_dict": "what forward returns, not what it computes",
+    },
     "qwen3_5": {
         name: "the multimodal wrapper's vision tower, not the text model"
         for name in ("depth", "in_channels", "num_heads", "num_position_embeddings", "out_hidden_size", "patch_size", "spatial_merge_size", "temporal_patch_size", "video_token_id")
@@ -200,7 +208,7 @@ REFUSED = {
     "gpt2, reordered upcast": {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "reorder_and_upcast_attn": True},
     "gpt2, an activation written out in products": {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "activation_function": "gelu_fast"},
     "deepseek_v32 without the query bottleneck": {"model_type": "deepseek_v32", "q_lora_rank": None},
-    "nemotron_h with experts behind a latent projection": {"model_type": "nemotron_h", "hybrid_override_pattern": "ME", "moe_latent_size": 16},
+    "nemotron_h with 0-wide latent experts": {"model_type": "nemotron_h", "hybrid_override_pattern": "ME", "moe_latent_size": 0},
     "modernbert, sparse prediction": {"model_type": "modernbert", "sparse_prediction": True},
 }
 MOE_SIZES = {"num_experts": 4, "num_local_experts": 4, "moe_intermediate_size": 8, "num_experts_per_tok": 2}

@@ -218,3 +218,15 @@ def test_layer_types_read_when_they_agree_with_the_rope_pattern_and_refused_othe
     with pytest.raises(ConfigError) as refusal:
         Model.from_config(dict(config, layer_types=["full_attention"] * 4)).evaluate("params")
     assert "\n" not in str(refusal.value)
+
+
+@pytest.mark.parametrize("dtype, act_bytes", [(torch.float32, 4), (torch.bfloat16, 2)])
+@pytest.mark.parametrize("case", ["explicit no_rope_layers [0, 1, 1, 0], experts every 2nd layer", "no chunking (attention_chunk_size null), no temperature, MQA"])
+def test_a_dense_stack_keeps_what_eager_pytorch_keeps(case, dtype, act_bytes):
+    """Without expert layers (moe_layers []) nothing differs from a routed engine, so the saved bytes are equal
+    outright: Llama 4's eager attention runs its softmax in the scores' dtype, keeping one copy of the weights."""
+    config = dict(TINY[case], moe_layers=[])
+    batch, seq = 2, 7
+    kept = saved_for_backward(build_for_training(config, dtype), input_ids(config, batch, seq))
+    model = Model.from_config(config, accounting="eager", conventions={"act_bytes": act_bytes, "cpu_kernels": 1})
+    assert model.evaluate("saved_activations", batch=batch, seq=seq) == kept

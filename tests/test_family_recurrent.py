@@ -58,6 +58,9 @@ NEMOTRON_H_MOE = dict(
     NEMOTRON_H, hybrid_override_pattern="ME*M-E", num_hidden_layers=6, n_routed_experts=8, num_experts_per_tok=3,
     moe_intermediate_size=24, moe_shared_expert_intermediate_size=40, n_group=4, topk_group=2, n_shared_experts=3,
 )  # fmt: skip
+# the routed experts behind a latent projection (moe_latent_size): 12 wide, projected from and back to the 64-wide
+# stream, with biases (mlp_bias) on the projections and the MLPs
+NEMOTRON_H_LATENT = dict(NEMOTRON_H_MOE, moe_latent_size=12, mlp_bias=True)
 # the kinds from layers_block_type instead, old and new names mixed, no num_hidden_layers (transformers counts the
 # list), one group, weights not renormalised; tie_word_embeddings, which NemotronHForCausalLM ignores (no tied keys)
 NEMOTRON_H_BLOCK_TYPES = dict(
@@ -77,7 +80,7 @@ QWEN3_5 = dict(
 CONFIGS = {
     "qwen3_next-moe": QWEN3_NEXT, "qwen3_next-dense": QWEN3_NEXT_DENSE, "qwen3_5": QWEN3_5,
     "nemotron_h": NEMOTRON_H, "nemotron_h-no-conv-bias": NEMOTRON_H_NO_BIAS, "nemotron_h-moe": NEMOTRON_H_MOE,
-    "nemotron_h-layers_block_type": NEMOTRON_H_BLOCK_TYPES,
+    "nemotron_h-layers_block_type": NEMOTRON_H_BLOCK_TYPES, "nemotron_h-moe-latent": NEMOTRON_H_LATENT,
 }  # fmt: skip
 NEMOTRON_CASES = [case for case, config in CONFIGS.items() if config["model_type"] == "nemotron_h"]
 
@@ -214,7 +217,7 @@ def hf_config_dict(config: dict, directory) -> dict:
     return json.loads((directory / "config.json").read_text())
 
 
-@pytest.mark.parametrize("case", ["nemotron_h-moe", "nemotron_h-layers_block_type"])
+@pytest.mark.parametrize("case", ["nemotron_h-moe", "nemotron_h-layers_block_type", "nemotron_h-moe-latent"])
 def test_check_agrees_with_the_real_nemotron_h_module(case):
     """symform check at its own tiny sizes: every part (saved activations are tests/test_check.py's)."""
     from symform.analysis.oracle_check import check
@@ -243,3 +246,24 @@ def test_gated_deltanet_flops_are_linear_in_seq_to_leading_order():
     # the scan's products: 2·C·d_k·d_v (state update) + 2·2·C·d_k·d_v (state reads) per chunk of C tokens
     scan = sympy.expand(result).coeff(v["d_k_lin"] * v["d_v_lin"])
     assert sympy.simplify(scan - 6 * v["batch"] * v["lin_v_heads"] * v["seq"]) == 0
+
+
+@pytest.mark.parametrize("latent", [12, None])
+@pytest.mark.parametrize("batch, seq", [(2, 7), (1, 20)])
+def test_nemotron_h_latent_experts_keep_what_eager_pytorch_keeps(latent, batch, seq):
+    """bf16 training forward, eager experts: the saved bytes with and without the latent projection (the
+    projection's input is the shared MLP's; the back-projection keeps the experts' summed output)."""
+    from oracle import build_for_training, saved_for_backward
+
+    config = dict(NEMOTRON_H_LATENT, moe_latent_size=latent)
+    kept = saved_for_backward(build_for_training(config, torch.bfloat16, experts_implementation="eager"), input_ids(config, batch, seq))
+    model = Model.from_config(config, accounting="eager", conventions={"act_bytes": 2, "cpu_kernels": 1})
+    assert model.evaluate("saved_activations", batch=batch, seq=seq) == kept
+
+
+def test_a_zero_wide_latent_projection_is_refused_in_one_line():
+    """moe_latent_size 0 is not 'no projection' to transformers (that is null): it builds 0-wide experts."""
+    from checks import one_line_error
+
+    one_line_error(symform.ConfigError, lambda: Model.from_config(dict(NEMOTRON_H_LATENT, moe_latent_size=0)), "moe_latent_size 0", "null")
+    assert Model.from_config(dict(NEMOTRON_H_LATENT, moe_latent_size=None)).evaluate("params") == meta_params(dict(NEMOTRON_H_LATENT, moe_latent_size=None))

@@ -69,14 +69,14 @@ def test_roofline_decode_reads_the_state_once_and_writes_it_once(capsys, phases)
 
 
 def test_stacks_symform_cannot_read_yet_are_refused_in_one_line():
-    """Nemotron-H experts behind a latent projection, unknown pattern characters or block types and Qwen3-Next
+    """Nemotron-H experts behind a 0-wide latent projection, unknown pattern characters or block types and Qwen3-Next
     stacks that mix dense and expert layers: a one-line ConfigError naming the cause, never a silently wrong count."""
     import json
 
     from symform.engine.data import formulas_dir
 
     nemotron = json.loads((formulas_dir() / "presets" / "nemotron-3-nano-30b-a3b.json").read_text())
-    latent = {**nemotron, "moe_latent_size": 1024}
+    latent = {**nemotron, "moe_latent_size": 0}
     unknown = {**nemotron, "hybrid_override_pattern": nemotron["hybrid_override_pattern"][:-1] + "X"}
     unknown_type = {**nemotron, "layers_block_type": ["mamba", "moe", "sliding_attention"]}
     qwen = json.loads((formulas_dir() / "presets" / "qwen3-next-80b-a3b.json").read_text())
