@@ -86,6 +86,31 @@ def test_without_the_oracle_extra_check_names_it():
 
 
 @pytest.mark.oracle
+def test_sizes_a_config_leaves_to_transformers_defaults_are_shrunk_too(check):
+    """A bare Llama 4 text config: transformers' defaults are a 5 GB expert tensor. The sizes the family reads are
+    given check.toml's tiny values, so the module is as small as any other check's."""
+    import tomllib
+
+    tiny = tomllib.loads((ROOT / "formulas" / "check.toml").read_text())["tiny"]
+    report = check(Model.from_config({"model_type": "llama4_text"}, name="bare llama4_text"))
+    assert report.tiny_config["hidden_size"] == tiny["hidden_size"] and report.tiny_config["vocab_size"] == tiny["vocab_size"]
+    assert [r for r in report.differences if r.quantity in ("params", "kv_cache")] == []
+
+
+def test_a_declaration_too_large_to_build_is_refused_before_anything_is_allocated(tmp_path, check):
+    """A user's declaration is checked at its own sizes: 32 layers of 4096 wide Llama (~6.7·10⁹ parameters, 27 GB
+    in float32) would fill the machine. The count comes from the meta device, so nothing is allocated."""
+    text = (DATA / "right_ffn.toml").read_text()
+    big = {"hidden_size = 64": "hidden_size = 4096", "intermediate_size = 96": "intermediate_size = 11008", "num_hidden_layers = 2": "num_hidden_layers = 32", "vocab_size = 101": "vocab_size = 32000", "head_dim = 16": "head_dim = 128", "num_attention_heads = 4": "num_attention_heads = 32", "num_key_value_heads = 2": "num_key_value_heads = 32"}
+    for small, large in big.items():
+        text = text.replace(small, large)
+    text = text.replace("arguments = { d_model = 64, n_layers = 2, vocab = 101, d_ff = 96, n_heads = 4, n_kv_heads = 2, d_head = 16 }", "arguments = { d_model = 4096, n_layers = 32, vocab = 32000, d_ff = 11008, n_heads = 32, n_kv_heads = 32, d_head = 128 }")
+    path = tmp_path / "big.toml"
+    path.write_text(text)
+    one_line_error(ConfigError, lambda: check(Model.load(path)), "6,738,415,616 parameters", "budget")
+
+
+@pytest.mark.oracle
 def test_a_family_without_a_preset_is_checked_from_its_config(check):
     """Gemma 4's text stack (no published config is bundled): per-layer embeddings, full layers of their own
     head size and key/value heads; the sizes are shrunk by check.toml, the kinds of layers kept."""

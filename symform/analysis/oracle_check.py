@@ -28,6 +28,7 @@ from .memory import dropout_origin
 from .quantization import aliases
 
 BATCH, SEQ = 2, 8  # two sequences: transformers' loss pads a single sequence's labels by one token
+MAX_PARAMS = 10**8  # the module is built in float32 and trained one step on the CPU: 10⁸ parameters is ~1.6 GB with gradients
 DROPPED = ("rope_scaling", "quantization_config")  # per-head rotary factors do not survive new sizes; FLOPs and parameters do not depend on them
 
 
@@ -122,7 +123,7 @@ def tiny_config(config: Mapping[str, Any], family: str | None = None) -> dict[st
     the table's up, at which every kind the full model has is still there."""
     spec = all_families()[family].spec if family is not None else None
     where = spec.fields_in if spec is not None else ""
-    result = _shrunk(config)
+    result = _shrunk(config, set() if where else _read_in(spec, None))
     if where:
         result = _replaced(result, where, _shrunk(sub_config(config, where, "config"), _read_in(spec, None)))
     for name, sizes in _tables().sub_configs.items():
@@ -253,14 +254,23 @@ def _build(torch, transformers, config: Mapping[str, Any], name: str, class_name
         torch.manual_seed(0)
         if class_name is None and type(hf_config) not in transformers.MODEL_FOR_CAUSAL_LM_MAPPING:
             class_name = _named_class(config)  # a vision-language checkpoint with no causal LM of its own (Qwen3-VL)
-        if class_name is None:
-            module = transformers.AutoModelForCausalLM.from_config(hf_config, **options)
-        else:
-            module = getattr(transformers, class_name)._from_config(hf_config, **options)
+        construct = (lambda: transformers.AutoModelForCausalLM.from_config(hf_config, **options)) if class_name is None else (lambda: getattr(transformers, class_name)._from_config(hf_config, **options))
+        _within_budget(torch, construct, name)
+        module = construct()
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise ConfigError(f"{name}: transformers cannot build {class_name or 'a causal LM'} from this config ({reason[:200]})") from None
     return module
+
+
+def _within_budget(torch, construct, name: str) -> None:
+    """Count the module's parameters on the meta device (nothing allocated) before it is built for real: a
+    config whose sizes the tiny table does not reach (a user's declaration at its own sizes, a field transformers
+    defaults to full size) is refused instead of filling the machine's memory."""
+    with torch.device("meta"):
+        count = sum(p.numel() for p in construct().parameters())
+    if count > MAX_PARAMS:
+        raise ConfigError(f"{name}: the module symform check would build has {count:,} parameters, more than its budget of {MAX_PARAMS:,}; give the config small sizes (check shrinks only the sizes formulas/check.toml names)")
 
 
 # --- roles: which part of the model a module or path is ------------------------------------------
