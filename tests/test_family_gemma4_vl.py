@@ -149,6 +149,18 @@ def test_saved_activations_equal_what_eager_pytorch_keeps(case, dtype, batch, se
     assert model.evaluate("saved_activations", batch=batch, seq=seq, images=images, image_height=height, image_width=width) == kept
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_clamped_projections_and_standardised_soft_tokens_keep_what_eager_pytorch_keeps(dtype):
+    """use_clipped_linears clamps every block projection's input and output between bound buffers; standardize
+    shifts and scales the pooled soft tokens by buffers in fp32."""
+    config = dict(CONFIGS["grouped-query tower, pool 2, tied head"])
+    config["vision_config"] = dict(VISION, use_clipped_linears=True, standardize=True)
+    batch, seq, images, height, width = IMAGES[0]
+    kept = saved_with_images(config, given_for(config, batch, seq, images, height, width, inputs), dtype)
+    model = Model.from_config(config, accounting="eager", conventions={"act_bytes": DTYPES[dtype], "cpu_kernels": 1})
+    assert model.evaluate("saved_activations", batch=batch, seq=seq, images=images, image_height=height, image_width=width) == kept
+
+
 def test_an_audio_tower_is_refused_in_one_line():
     config = dict(CONFIGS["grouped-query tower, pool 2, tied head"], audio_config={})
     one_line_error(ConfigError, lambda: Model.from_config(config), "audio_config", "audio tower")
