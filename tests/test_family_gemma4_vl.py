@@ -153,9 +153,19 @@ def test_saved_activations_equal_what_eager_pytorch_keeps(case, dtype, batch, se
 def test_clamped_projections_and_standardised_soft_tokens_keep_what_eager_pytorch_keeps(dtype):
     """use_clipped_linears clamps every block projection's input and output between bound buffers; standardize
     shifts and scales the pooled soft tokens by buffers in fp32."""
-    config = dict(CONFIGS["grouped-query tower, pool 2, tied head"])
-    config["vision_config"] = dict(VISION, use_clipped_linears=True, standardize=True)
+    config = dict(CONFIGS["grouped-query tower, pool 2, tied head"], vision_config=dict(VISION, use_clipped_linears=True, standardize=True))
     batch, seq, images, height, width = IMAGES[0]
+    kept = saved_with_images(config, given_for(config, batch, seq, images, height, width, inputs), dtype)
+    model = Model.from_config(config, accounting="eager", conventions={"act_bytes": DTYPES[dtype], "cpu_kernels": 1})
+    assert model.evaluate("saved_activations", batch=batch, seq=seq, images=images, image_height=height, image_width=width) == kept
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("batch, seq, images, height, width", IMAGES)
+def test_one_key_head_of_one_image_is_kept_as_a_view(dtype, batch, seq, images, height, width):
+    """A tower with one key/value head: for a single image the keys and values repeated to the query heads are views
+    of that head (the products keep its storage), for several images copies."""
+    config = dict(CONFIGS["grouped-query tower, pool 2, tied head"], vision_config=dict(VISION, num_key_value_heads=1))
     kept = saved_with_images(config, given_for(config, batch, seq, images, height, width, inputs), dtype)
     model = Model.from_config(config, accounting="eager", conventions={"act_bytes": DTYPES[dtype], "cpu_kernels": 1})
     assert model.evaluate("saved_activations", batch=batch, seq=seq, images=images, image_height=height, image_width=width) == kept
