@@ -200,6 +200,17 @@ def saved_for_backward(model, ids, labels=None, **inputs) -> int:
     return sum({ptr: size for alive, ptr, size in packed if alive() is not None}.values())
 
 
+def saved_with_images(config: dict, given: dict, dtype) -> int:
+    """saved_for_backward of the whole image-text checkpoint class in training mode, every parameter and the pixels
+    in ``dtype``, eager attention and eager experts; ``given``: the token ids and what a processor hands the model
+    beside them (pixel rows, grids or patch positions), or the ids alone for a text-only forward."""
+    torch.manual_seed(0)
+    options = dict(attn_implementation="eager", experts_implementation="eager", dtype=dtype)
+    model = transformers.AutoModelForImageTextToText.from_config(hf_config(config), **options).train()
+    inputs = {name: value.to(dtype) if name.startswith("pixel") else value for name, value in given.items()}
+    return saved_for_backward(model, inputs.pop("input_ids"), **inputs)
+
+
 def _takes_labels(model) -> bool:
     """A head that computes a loss (peft's wrapper passes them on through **kwargs); a bare encoder takes none."""
     forward = getattr(model, "get_base_model", lambda: model)().forward

@@ -121,8 +121,6 @@ COST_FREE_IN = {
             "attention_logit_cap", "audio_token_id", "conv_kernel_size", "gradient_clipping", "output_proj_dims",
             "residual_weight", "subsampling_conv_channels",
         )},
-        "standardize": "the vision tower's standardisation: buffers (not parameters) and element-wise work the counter does not see",
-        "use_clipped_linears": "clamps around the vision tower's projections: buffers (not parameters), no products",
         "video_token_id": "videos: images are the workload symform counts (images, image_height, image_width)",
         "kv_sharing_modes": "derived from num_kv_shared_layers, which is read (and refused above 0)",
     },

@@ -5,8 +5,9 @@ tower) and on tiny instances, the vision tower and its embedder per tower. FLOPs
 eager attention, counted by FlopCounterMode, text only and with images in every sequence. Each image is given as
 the processor hands it over: rows of 3·patch² pixels, one per patch, with their (x, y) positions, no padding.
 The counter computes every sliding-window layer's whole score matrix and masks it, so symform is matched with
-the convention windowed = 0 (tests/test_family_gemma.py checks what windowed = 1 changes). An audio tower is not
-modelled: a config with one is refused.
+the convention windowed = 0 (tests/test_family_gemma.py checks what windowed = 1 changes). Saved activations: the
+bytes autograd keeps for backward in a training forward in bf16 and fp32, text only and with images of two sizes,
+under the eager accounting. An audio tower is not modelled: a config with one is refused.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ transformers = pytest.importorskip("transformers")
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 from checks import one_line_error  # noqa: E402
-from oracle import global_counts, hf_config, image_token_ids  # noqa: E402
+from oracle import global_counts, hf_config, image_token_ids, saved_with_images  # noqa: E402
+from test_family_qwen3_vl import DTYPES, given_for  # noqa: E402
 
 from symform.engine.errors import ConfigError  # noqa: E402
 from symform.engine.model import Model  # noqa: E402
@@ -134,6 +136,39 @@ def test_forward_flops_with_images_equal_the_counter(case, batch, seq, images, h
     by_module = counter.get_flop_counts()
     tower = sum(sum(by_module.get(f"Gemma4ForConditionalGeneration.model.{part}", {}).values()) for part in ("vision_tower", "embed_vision"))
     assert model.evaluate_breakdown("forward_flops", **workload)["visual"] == tower
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("case", CONFIGS)
+@pytest.mark.parametrize("batch, seq, images, height, width", [(2, 40, 0, 0, 0), *IMAGES])
+def test_saved_activations_equal_what_eager_pytorch_keeps(case, dtype, batch, seq, images, height, width):
+    """On the CPU, the eager accounting (whole score matrices in the sliding layers, views at their storage's size)."""
+    config = CONFIGS[case]
+    kept = saved_with_images(config, given_for(config, batch, seq, images, height, width, inputs), dtype)
+    model = Model.from_config(config, accounting="eager", conventions={"act_bytes": DTYPES[dtype], "cpu_kernels": 1})
+    assert model.evaluate("saved_activations", batch=batch, seq=seq, images=images, image_height=height, image_width=width) == kept
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_clamped_projections_and_standardised_soft_tokens_keep_what_eager_pytorch_keeps(dtype):
+    """use_clipped_linears clamps every block projection's input and output between bound buffers; standardize
+    shifts and scales the pooled soft tokens by buffers in fp32."""
+    config = dict(CONFIGS["grouped-query tower, pool 2, tied head"], vision_config=dict(VISION, use_clipped_linears=True, standardize=True))
+    batch, seq, images, height, width = IMAGES[0]
+    kept = saved_with_images(config, given_for(config, batch, seq, images, height, width, inputs), dtype)
+    model = Model.from_config(config, accounting="eager", conventions={"act_bytes": DTYPES[dtype], "cpu_kernels": 1})
+    assert model.evaluate("saved_activations", batch=batch, seq=seq, images=images, image_height=height, image_width=width) == kept
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("batch, seq, images, height, width", IMAGES)
+def test_one_key_head_of_one_image_is_kept_as_a_view(dtype, batch, seq, images, height, width):
+    """A tower with one key/value head: for a single image the keys and values repeated to the query heads are views
+    of that head (the products keep its storage), for several images copies."""
+    config = dict(CONFIGS["grouped-query tower, pool 2, tied head"], vision_config=dict(VISION, num_key_value_heads=1))
+    kept = saved_with_images(config, given_for(config, batch, seq, images, height, width, inputs), dtype)
+    model = Model.from_config(config, accounting="eager", conventions={"act_bytes": DTYPES[dtype], "cpu_kernels": 1})
+    assert model.evaluate("saved_activations", batch=batch, seq=seq, images=images, image_height=height, image_width=width) == kept
 
 
 def test_an_audio_tower_is_refused_in_one_line():

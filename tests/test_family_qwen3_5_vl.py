@@ -5,7 +5,9 @@ Parameters: numel() of the whole class, vision tower included, on the meta devic
 bundled Qwen3.5-0.8B) and on tiny instances. FLOPs: tiny instances in float32 with eager attention and experts,
 counted by FlopCounterMode, text only and with images in every sequence; the counter sees none of the Gated
 DeltaNet's triangular solves (tests/test_family_recurrent.py names them), the vision tower none of them at all.
-The tower is Qwen3-VL's without DeepStack. A config without vision_config stays the text stack alone.
+Saved activations: the bytes autograd keeps for backward in a training forward in bf16 and fp32, with images of
+two sizes, under the eager accounting (eager experts). The tower is Qwen3-VL's without DeepStack. A config without
+vision_config stays the text stack alone.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ transformers = pytest.importorskip("transformers")
 
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
-from oracle import check_params_per_tower, global_counts, hf_config  # noqa: E402
-from test_family_qwen3_vl import IDS, inputs  # noqa: E402
+from oracle import check_params_per_tower, global_counts, hf_config, saved_with_images  # noqa: E402
+from test_family_qwen3_vl import DTYPES, IDS, given_for, inputs  # noqa: E402
 from test_family_recurrent import uncounted_solves  # noqa: E402
 
 from symform.engine.families import preset_config  # noqa: E402
@@ -114,3 +116,15 @@ def test_forward_flops_with_images_equal_the_counter(case, batch, seq, images, h
     tower = counter.get_flop_counts()[f"{CLASSES[config['model_type']]}.model.visual"]
     assert model.evaluate_breakdown("forward_flops", **workload)["visual"] == sum(tower.values())
 
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("case", CONFIGS)
+@pytest.mark.parametrize("batch, seq, images, height, width", [(1, 40, 1, 16, 24), (2, 40, 2, 8, 16)])
+def test_saved_activations_with_images_equal_what_eager_pytorch_keeps(case, dtype, batch, seq, images, height, width):
+    """On the CPU (its LayerNorm statistics): one image, and two of another size in each of two sequences; the
+    Gated DeltaNet's scan runs one chunk, padded."""
+    config = CONFIGS[case]
+    kept = saved_with_images(config, given_for(config, batch, seq, images, height, width), dtype)
+    model = Model.from_config(config, accounting="eager", conventions={"act_bytes": DTYPES[dtype], "cpu_kernels": 1})
+    assert model.evaluate("saved_activations", batch=batch, seq=seq, images=images, image_height=height, image_width=width) == kept

@@ -6,15 +6,13 @@ with eager attention, counted by FlopCounterMode, text only (no images: the
 default) and with images in every sequence: the vision tower's patch-embedding
 convolution, ViT blocks (attention within each image), patch merger and DeepStack
 mergers, then the language model over all seq tokens, image tokens among them.
-Saved activations: the bytes autograd keeps for backward in a bf16 training
-forward, text only and with images, under the eager accounting.
+Saved activations: the bytes autograd keeps for backward in a training forward in
+bf16 and fp32, text only and with images, under the eager accounting.
 A still image is one temporal patch: the processor repeats it temporal_patch_size
 times, and the pixel rows given here are what it hands the model.
 """
 
 from __future__ import annotations
-
-import weakref
 
 import pytest
 
@@ -24,7 +22,7 @@ transformers = pytest.importorskip("transformers")
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 from checks import one_line_error  # noqa: E402
-from oracle import check_params_per_tower, global_counts, hf_config, image_token_ids  # noqa: E402
+from oracle import check_params_per_tower, global_counts, hf_config, image_token_ids, saved_with_images  # noqa: E402
 
 from symform.engine.errors import ConfigError  # noqa: E402
 from symform.engine.model import Model  # noqa: E402
@@ -143,39 +141,28 @@ def test_a_forward_and_backward_with_images_equal_the_counter():
     assert Model.from_config(config).evaluate("train_step_flops", **workload) == counter.get_total_flops()
 
 
-def saved_for_backward(model, given: dict) -> int:
-    """Bytes of the distinct storages autograd holds for backward after a training forward (loss included),
-    parameters left out (as oracle.saved_for_backward, with the pixels and grids beside the ids)."""
-    parameters = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    packed = []
-
-    def pack(tensor):
-        storage = tensor.untyped_storage()
-        if storage.data_ptr() not in parameters:
-            packed.append((weakref.ref(tensor), storage.data_ptr(), storage.nbytes()))
-        return tensor
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        loss = model(**given, labels=given["input_ids"]).loss
-    assert loss.requires_grad  # held until the bytes are summed: the graph keeps the saved tensors alive
-    return sum({ptr: size for alive, ptr, size in packed if alive() is not None}.values())
-
-
-@pytest.mark.parametrize("case", CONFIGS)
-@pytest.mark.parametrize("batch, seq, images, height, width", [(1, 40, 0, 0, 0), (2, 40, 0, 0, 0), (1, 40, 1, 16, 24), (2, 40, 2, 8, 16)])
-def test_saved_activations_equal_what_eager_pytorch_keeps(case, batch, seq, images, height, width):
-    """bf16 on the CPU: the eager accounting (views count at their storage's size) with the CPU's LayerNorm statistics."""
-    config = CONFIGS[case]
-    torch.manual_seed(0)
-    real = transformers.AutoModelForImageTextToText.from_config(hf_config(config), attn_implementation="eager", dtype=torch.bfloat16).train()
+def given_for(config: dict, batch: int, seq: int, images: int, height: int, width: int, make_inputs=None) -> dict:
+    """What the model is handed: ``make_inputs``' token ids and pixels (this module's ``inputs`` unless given) with
+    images, random ids alone without."""
     if images:
-        given = inputs(config, batch=batch, seq=seq, images=images, height=height, width=width)
-        given["pixel_values"] = given["pixel_values"].to(torch.bfloat16)
-    else:
-        given = dict(input_ids=torch.randint(0, 100, (batch, seq), generator=torch.Generator().manual_seed(seq)))
-    model = Model.from_config(config, accounting="eager", conventions={"act_bytes": 2, "cpu_kernels": 1})
-    workload = dict(images=images, image_height=height, image_width=width) if images else {}
-    assert model.evaluate("saved_activations", batch=batch, seq=seq, **workload) == saved_for_backward(real, given)
+        return (make_inputs or inputs)(config, batch=batch, seq=seq, images=images, height=height, width=width)
+    return dict(input_ids=torch.randint(0, 100, (batch, seq), generator=torch.Generator().manual_seed(seq)))
+
+
+DTYPES = {torch.bfloat16: 2, torch.float32: 4}
+# (batch, seq, images per sequence, height, width): text only, one image, two per sequence of another size
+SAVED = [(1, 40, 0, 0, 0), (2, 40, 0, 0, 0), (1, 40, 1, 16, 24), (2, 40, 2, 8, 16)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("case", CONFIGS)
+@pytest.mark.parametrize("batch, seq, images, height, width", SAVED)
+def test_saved_activations_equal_what_eager_pytorch_keeps(case, dtype, batch, seq, images, height, width):
+    """On the CPU: the eager accounting (views count at their storage's size) with the CPU's LayerNorm statistics."""
+    config = CONFIGS[case]
+    kept = saved_with_images(config, given_for(config, batch, seq, images, height, width), dtype)
+    model = Model.from_config(config, accounting="eager", conventions={"act_bytes": DTYPES[dtype], "cpu_kernels": 1})
+    assert model.evaluate("saved_activations", batch=batch, seq=seq, images=images, image_height=height, image_width=width) == kept
 
 
 def test_images_are_a_workload_setting_text_only_by_default():
