@@ -91,6 +91,9 @@ class ComponentDecl(BaseModel):
     saved_activations: Scalar | None = None
     kv_cache: Scalar | None = None
     recurrent_state: Scalar | None = None  # what a recurrent mixer carries from one forward to the next, whatever the context
+    # a primitive: the bytes its backward holds at once besides what it keeps, freed before the next op's backward
+    # (the loss's logits gradients); the training memory counts the largest
+    backward_peak: Scalar | None = None
     # what the component keeps for backward instead of its parts' sum, in a named mode of running it:
     # recomputed from its inputs ("selective", "full") or as one fused kernel ("flash")
     saved_activations_when: dict[str, Scalar] = Field(default_factory=dict)
@@ -146,6 +149,7 @@ class Component:
     frozen: Mapping[str, sympy.Expr] = field(default_factory=dict)  # primitives with weights: quantities when frozen
     adapters: Mapping[str, str] = field(default_factory=dict)  # method -> the adapter component
     leading: Mapping[sympy.Expr, sympy.Expr] = field(default_factory=dict)  # leading-order forms: expression -> its stand-in
+    backward_peak: sympy.Expr = sympy.Integer(0)  # primitives: what their backward holds at once besides what they keep
 
     @property
     def is_primitive(self) -> bool:
@@ -309,7 +313,16 @@ def _build_component(name: str, decl: ComponentDecl, vocabulary: Vocabulary, bas
         frozen=_frozen(decl, names, exprs),
         adapters=MappingProxyType(dict(decl.adapters)),
         leading=_leading(decl, names, base),
+        backward_peak=_backward_peak(decl, names, exprs),
     )
+
+
+def _backward_peak(decl: ComponentDecl, names: Mapping[str, sympy.Basic], exprs: Mapping[str, sympy.Expr]) -> sympy.Expr:
+    if decl.backward_peak is None:
+        return sympy.Integer(0)
+    if decl.parts:
+        raise DeclarationError("'backward_peak' belongs to the primitive whose backward allocates it; declare it there")
+    return parse(decl.backward_peak, {**names, **exprs})
 
 
 def _leading(decl: ComponentDecl, names: Mapping[str, sympy.Basic], base: Component | None) -> Mapping[sympy.Expr, sympy.Expr]:

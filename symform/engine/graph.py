@@ -223,6 +223,7 @@ def _instantiate(
     if component.is_primitive:
         out.graph.nodes[path]["quantities"] = {q: e.xreplace(local) for q, e in component.quantities.items()}
         out.graph.nodes[path]["frozen"] = {q: e.xreplace(local) for q, e in component.frozen.items()}
+        out.graph.nodes[path]["backward_peak"] = component.backward_peak.xreplace(local)
         return
     for part in component.parts:
         repeat = _repeats(part, local)
