@@ -376,7 +376,7 @@ def backward_categories(model: Model, transient: sympy.Expr, layout: Layout) -> 
 
 BACKWARD_PEAK = (
     "the loss's logits gradients, alive only during its backward: two batch·seq·vocab tensors in the log-probabilities' dtype "
-    "(fp32 where the loss upcasts the logits); with recomputation, only what exceeds the recompute buffer, which never coexists with them"
+    "(fp32 where the loss upcasts the logits); with recomputation, only the part above the recompute buffer, which never coexists with them"
 )
 
 
