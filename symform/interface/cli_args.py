@@ -83,7 +83,7 @@ def attention_arguments(p) -> None:
     p.add_argument("--flash", action=argparse.BooleanOptionalAction, default=None, help="the same as --attention sdpa; --no-flash: as --attention eager")
 
 
-def flash_attention(args: argparse.Namespace) -> bool:
+def uses_flash(args: argparse.Namespace) -> bool:
     """True for FlashAttention/SDPA (the default), False for eager; --attention and --flash/--no-flash contradicting refused."""
     if args.attention is not None and args.flash is not None and args.flash != (args.attention == "sdpa"):
         given = "--flash" if args.flash else "--no-flash"

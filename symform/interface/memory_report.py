@@ -8,7 +8,7 @@ import re
 from dataclasses import asdict
 from fractions import Fraction
 
-from .cli_args import attention_arguments, flash_attention, non_negative_int, positive_int
+from .cli_args import attention_arguments, uses_flash, non_negative_int, positive_int
 from ..engine.budget import number_from_text, quoted
 from ..engine.errors import EvaluationError
 from ..engine.evaluate import Number
@@ -144,11 +144,11 @@ def _layout(args: argparse.Namespace) -> Layout:
 
 
 def _training(args: argparse.Namespace) -> Training:
-    return Training(precision=args.precision, optimizer=args.optimizer, recompute=args.recompute, flash=flash_attention(args), layout=_layout(args))
+    return Training(precision=args.precision, optimizer=args.optimizer, recompute=args.recompute, flash=uses_flash(args), layout=_layout(args))
 
 
 def _inference(args: argparse.Namespace) -> Inference:
-    flash = flash_attention(args)
+    flash = uses_flash(args)
     conventions = dict(args.conventions)
     for option, name, value in (("--kv-dtype", "kv_bytes", args.kv_dtype), ("--kv-block", "kv_block", args.kv_block)):
         if value is not None and name in conventions and Fraction(conventions[name]) != value:

@@ -8,7 +8,7 @@ import warnings
 from fractions import Fraction
 from typing import TYPE_CHECKING, Sequence
 
-from .cli_args import attention_arguments, flash_attention, non_negative_int, positive_int
+from .cli_args import attention_arguments, uses_flash, non_negative_int, positive_int
 from ..engine.budget import number_from_text, quoted
 from ..engine.errors import EvaluationError
 from ..engine.model import Model
@@ -111,7 +111,7 @@ def _steps(args, given: set[str]) -> list:
     from ..analysis.memory import Training
     from .finetune_args import SWEPT_RANK, finetune_setups
 
-    training = Training(precision=args.precision, optimizer=args.optimizer, recompute=args.recompute, flash=flash_attention(args))
+    training = Training(precision=args.precision, optimizer=args.optimizer, recompute=args.recompute, flash=uses_flash(args))
     setups = finetune_setups(args, given)
     if setups is None:
         if SWEPT_RANK in given:
