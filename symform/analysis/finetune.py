@@ -34,7 +34,6 @@ from ..engine.graph import ComponentGraph, build_graph
 from ..engine.model import Model, derived_quantities, quantity_names
 from ..engine.safe_expr import parse
 from .memory import (
-    BACKWARD_PEAK,
     Layout,
     MemoryReport,
     Training,
@@ -45,6 +44,7 @@ from .memory import (
     _report,
     attention_accounting,
     backward_categories,
+    backward_peak_assumptions,
     optimizer_state_bytes,
     recipes,
     saved_activations,
@@ -433,7 +433,7 @@ def finetune_memory_expressions(
         "recompute": training.recompute,
         "flash_attention": training.flash,
         "attention": attention_accounting(training.flash),
-        "backward_peak": BACKWARD_PEAK,
+        **backward_peak_assumptions(layout),
         "data_parallel": layout.data,
         "zero": layout.zero,
         **_layout_assumptions(layout),

@@ -380,6 +380,14 @@ BACKWARD_PEAK = (
 )
 
 
+def backward_peak_assumptions(layout: Layout) -> dict[str, str]:
+    """What the backward peak line is, and, with pipeline stages, where it is counted."""
+    found = {"backward_peak": BACKWARD_PEAK}
+    if layout.pipeline > 1:  # the first stage holds the most activations, the last one the loss
+        found["backward_peak_stage"] = "the loss runs on the last pipeline stage: counted here beside the first stage's activations, an upper bound"
+    return found
+
+
 def attention_accounting(flash: bool) -> str:
     """Which attention the activations assume, in the words every memory report uses."""
     return "sdpa (FlashAttention kernels: no score matrices kept)" if flash else "eager (score and probability matrices kept)"
@@ -422,7 +430,7 @@ def training_expressions(model: Model, setup: Training = Training()) -> tuple[di
         "recompute": setup.recompute,
         "flash_attention": setup.flash,
         "attention": attention_accounting(setup.flash),
-        "backward_peak": BACKWARD_PEAK,
+        **backward_peak_assumptions(layout),
         "layout": asdict(layout),
         "pipeline_in_flight_microbatches": _json(layout.in_flight),
         "accounting": model.accounting or "default",
