@@ -52,12 +52,12 @@ def training(model):
 
 def test_zero_offload_keeps_2_bytes_per_parameter_on_the_gpu_and_14_on_the_cpu(training, psi):
     placed = place(training, Offload(optimizer="cpu"))
-    model_states = {k: v for k, v in placed.device.values.items() if k not in ("activations", "recompute_buffer")}
+    model_states = {k: v for k, v in placed.device.values.items() if k not in ("activations", "recompute_buffer", "backward_peak")}
     assert model_states == {"weights": 2 * psi}
     assert placed.tier_total("cpu") == 14 * psi
     assert set(placed.offloaded["cpu"]) == {"gradients", "master_weights", "optimizer"}
     # the paper's 8x: 16Ψ of model states on the GPU without offload, 2Ψ with it
-    before = sum(v for k, v in training.values.items() if k not in ("activations", "recompute_buffer"))
+    before = sum(v for k, v in training.values.items() if k not in ("activations", "recompute_buffer", "backward_peak"))
     assert before == 16 * psi and before / sum(model_states.values()) == 8
 
 

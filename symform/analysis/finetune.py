@@ -42,6 +42,9 @@ from .memory import (
     _json,
     _pick,
     _report,
+    attention_accounting,
+    backward_categories,
+    backward_peak_assumptions,
     optimizer_state_bytes,
     recipes,
     saved_activations,
@@ -411,7 +414,7 @@ def finetune_memory_expressions(
         "gradients": trained["gradients"],
         "optimizer": trained["optimizer"],
         "activations": _activations_per_device(kept, model, layout),
-        "recompute_buffer": _activations_per_device(transient, model, Layout(tensor=layout.tensor, sequence=layout.sequence, context=layout.context)),
+        **backward_categories(model, transient, layout),
     }
     rank = {model.vocabulary["lora_rank"]: sympy.Integer(setup.rank)} if bind_rank else {}
     categories = {k: sympy.expand(sympy.sympify(v).xreplace(rank)) for k, v in categories.items()}
@@ -429,6 +432,8 @@ def finetune_memory_expressions(
         "act_bytes": precision.act,
         "recompute": training.recompute,
         "flash_attention": training.flash,
+        "attention": attention_accounting(training.flash),
+        **backward_peak_assumptions(layout),
         "data_parallel": layout.data,
         "zero": layout.zero,
         **_layout_assumptions(layout),

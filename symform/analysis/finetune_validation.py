@@ -2,7 +2,8 @@
 
 Each run names a model, a fine-tuning setup and a GPU memory, and what its source measured there: the longest
 sequence that trained (``longest_seq``; 0 where every length ran out of memory), the peak memory of a step
-(``peak_gib``, at a given ``seq``) or that the run fits (``fits``, at a given ``seq``). symform's ``memory --train`` estimate is compared with it as it stands: no factor
+(``peak_gib``, at a given ``seq``) or that the run fits (``fits``, at a given ``seq``); ``conventions`` names
+what its stack computes differently from transformers' eager modules (torchtune's chunked loss: ``loss_chunks``). symform's ``memory --train`` estimate is compared with it as it stands: no factor
 is fitted. A measurement also holds what symform does not count (docs/fine-tuning.md lists it), so at the
 longest sequence a source reports, symform's estimate is expected below the GPU's memory, by that much.
 """
@@ -48,10 +49,10 @@ class Run:
         return next(iter(self.setup["measured"].items()))
 
     def model(self) -> Model:
+        """The run's model, under the conventions its stack declares (a chunked, compiled loss: loss_chunks)."""
         s = self.setup
-        if "preset" in s:
-            return Model.load(s["preset"])
-        return Model.from_config(dict(s["config"]), name=self.name)
+        model = Model.load(s["preset"]) if "preset" in s else Model.from_config(dict(s["config"]), name=self.name)
+        return model.with_conventions(**s["conventions"]) if s.get("conventions") else model
 
     def tune(self) -> FineTune:
         s = self.setup

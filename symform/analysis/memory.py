@@ -348,6 +348,51 @@ def _activations_per_device(expr: sympy.Expr, model: Model, layout: Layout) -> s
     return sympy.expand(expr / layout.context / layout.pipeline * layout.in_flight)
 
 
+def backward_peak(model: Model, layout: Layout = Layout()) -> sympy.Expr:
+    """The most bytes one primitive's backward holds at once besides what the forward kept (its declared
+    ``backward_peak``: the loss's logits gradients), per device: the vocabulary split over the tensor-parallel
+    ranks, the tokens over the context-parallel ones. Expressions use the model's conventions."""
+    graph = model.graph()
+    conventions = model.conventions
+    runs = graph.multiplicities("saved_activations")  # parts absent from training (training = 0) have no backward
+    peaks = set()
+    for node, data in graph.graph.nodes.items():
+        peak = data.get("backward_peak", 0)
+        if peak != 0 and runs[node].xreplace(conventions) != 0:
+            peaks.add(sympy.expand(peak.xreplace(conventions)))
+    largest = sympy.Max(*peaks) if peaks else sympy.Integer(0)
+    return sympy.expand(largest.xreplace(tensor_split(model, layout.tensor)) / layout.context)
+
+
+def backward_categories(model: Model, transient: sympy.Expr, layout: Layout) -> dict[str, sympy.Expr]:
+    """What backward alone holds, as two lines that add up to its peak: the recompute buffer (one checkpointed unit
+    rebuilt) and the backward peak beyond it. The loss's backward runs first and frees its gradients before any unit
+    is rebuilt, so the two never coexist: the peak is the larger, not the sum."""
+    rebuilt = _activations_per_device(transient, model, Layout(tensor=layout.tensor, sequence=layout.sequence, context=layout.context))
+    peak = backward_peak(model, layout)
+    beyond = peak if rebuilt == 0 or peak == 0 else sympy.Max(0, peak - rebuilt)
+    return {"recompute_buffer": rebuilt, "backward_peak": beyond}
+
+
+BACKWARD_PEAK = (
+    "the loss's logits gradients, alive only during its backward: two batch·seq·vocab tensors in the log-probabilities' dtype "
+    "(fp32 where the loss upcasts the logits); with recomputation, only the part above the recompute buffer, which never coexists with them"
+)
+
+
+def backward_peak_assumptions(layout: Layout) -> dict[str, str]:
+    """What the backward peak line is, and, with pipeline stages, where it is counted."""
+    found = {"backward_peak": BACKWARD_PEAK}
+    if layout.pipeline > 1:  # the first stage holds the most activations, the last one the loss
+        found["backward_peak_stage"] = "the loss runs on the last pipeline stage: counted here beside the first stage's activations, an upper bound"
+    return found
+
+
+def attention_accounting(flash: bool) -> str:
+    """Which attention the activations assume, in the words every memory report uses."""
+    return "sdpa (FlashAttention kernels: no score matrices kept)" if flash else "eager (score and probability matrices kept)"
+
+
 # --- training -------------------------------------------------------------------------------
 
 
@@ -356,7 +401,7 @@ class Training:
     precision: str = "mixed"
     optimizer: str = "adamw"
     recompute: str = "none"
-    flash: bool = False
+    flash: bool = True  # FlashAttention/SDPA, as time, roofline and plan assume; False: eager attention
     layout: Layout = Layout()
 
 
@@ -373,7 +418,7 @@ def training_expressions(model: Model, setup: Training = Training()) -> tuple[di
     categories = {
         **static_bytes(params_per_device(model, layout), precision, optimizer, **shards),
         "activations": _activations_per_device(kept, model, layout),
-        "recompute_buffer": _activations_per_device(transient, model, Layout(tensor=layout.tensor, sequence=layout.sequence, context=layout.context)),
+        **backward_categories(model, transient, layout),
     }
     components = {k: _activations_per_device(v, model, layout) for k, v in by_component.items()}
     assumptions = {
@@ -384,6 +429,8 @@ def training_expressions(model: Model, setup: Training = Training()) -> tuple[di
         "act_bytes": precision.act,
         "recompute": setup.recompute,
         "flash_attention": setup.flash,
+        "attention": attention_accounting(setup.flash),
+        **backward_peak_assumptions(layout),
         "layout": asdict(layout),
         "pipeline_in_flight_microbatches": _json(layout.in_flight),
         "accounting": model.accounting or "default",
@@ -495,6 +542,7 @@ def inference_expressions(model: Model, setup: Inference = Inference(), *, keep:
         "tensor_parallel": setup.tensor,
         "activations": "computed peak: the largest single op's activation inputs and outputs plus the residual stream",
         "flash_attention": setup.flash,
+        "attention": attention_accounting(setup.flash),
         "activations_rule_of_thumb_bytes": "0.4 × parameters (the notes' rule, batch 1)",
         "accounting": model.accounting or "default",
     }

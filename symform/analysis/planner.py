@@ -24,7 +24,7 @@ from ..engine.budget import DEVICES, check_count, quoted
 from ..engine.errors import EvaluationError
 from ..engine.evaluate import compile_expression
 from .hardware import Hardware
-from .memory import RECOMPUTE, Layout, MemoryReport, Training, params_expression, recipes, saved_activations, static_bytes, tensor_split, training_memory
+from .memory import RECOMPUTE, Layout, MemoryReport, Training, backward_peak, params_expression, recipes, saved_activations, static_bytes, tensor_split, training_memory
 from ..engine.model import Model
 from .finetune import FineTune, finetune_memory, frozen_weight_bytes, kept_by, rank_share, trainable_params
 from .timing import TENSOR, TrainingTime, data_comm, expert_comm, pipeline_comm, placement, rank_work, step_bounds, tensor_comm, training_time
@@ -133,7 +133,8 @@ def memory_per_device(model: Model, c: Candidates, *, seq: int, global_batch: in
         fixed = {"seq": seq} | ({"lora_rank": finetune.rank} if finetune else {})
         keep = _compiled(model, kept.xreplace(split), names, fixed)(c.micro_batch[rows], c.tensor[rows])
         rebuilt = _compiled(model, transient.xreplace(split), names, fixed)(c.micro_batch[rows], c.tensor[rows])
-        activations[rows] = keep / c.pipeline[rows] * in_flight[rows] + rebuilt
+        loss = _compiled(model, backward_peak(model).xreplace(split), names, fixed)(c.micro_batch[rows], c.tensor[rows])
+        activations[rows] = keep / c.pipeline[rows] * in_flight[rows] + np.maximum(rebuilt, loss)  # never together (memory.backward_categories)
     return static + activations
 
 

@@ -91,6 +91,9 @@ class ComponentDecl(BaseModel):
     saved_activations: Scalar | None = None
     kv_cache: Scalar | None = None
     recurrent_state: Scalar | None = None  # what a recurrent mixer carries from one forward to the next, whatever the context
+    # a primitive: the bytes its backward holds at once besides what it keeps, freed before the next op's backward
+    # (the loss's logits gradients); the training memory counts the largest
+    backward_peak: Scalar | None = None
     # what the component keeps for backward instead of its parts' sum, in a named mode of running it:
     # recomputed from its inputs ("selective", "full") or as one fused kernel ("flash")
     saved_activations_when: dict[str, Scalar] = Field(default_factory=dict)
@@ -150,6 +153,7 @@ class Component:
     adapters: Mapping[str, str] = field(default_factory=dict)  # method -> the adapter component
     leading: Mapping[sympy.Expr, sympy.Expr] = field(default_factory=dict)  # leading-order forms: expression -> its stand-in
     gemm: Mapping[str, sympy.Expr] = field(default_factory=dict)  # a matrix product's m, n, k (and batches)
+    backward_peak: sympy.Expr = sympy.Integer(0)  # primitives: what their backward holds at once besides what they keep
 
     @property
     def is_primitive(self) -> bool:
@@ -314,6 +318,7 @@ def _build_component(name: str, decl: ComponentDecl, vocabulary: Vocabulary, bas
         adapters=MappingProxyType(dict(decl.adapters)),
         leading=_leading(decl, names, base),
         gemm=_gemm(decl, names),
+        backward_peak=_backward_peak(decl, names, exprs),
     )
 
 
@@ -332,6 +337,14 @@ def _gemm(decl: ComponentDecl, names: Mapping[str, sympy.Basic]) -> Mapping[str,
         raise DeclarationError(f"gemm needs m, n, k (and may give batches), not {unknown[0]!r}" if unknown else f"gemm needs m, n, k (and may give batches); {missing[0]!r} is missing")
     shape = {s: parse(str(decl.gemm[s]), names) for s in GEMM_SIZES if s in decl.gemm}
     return MappingProxyType({"batches": sympy.Integer(1), **shape})
+
+
+def _backward_peak(decl: ComponentDecl, names: Mapping[str, sympy.Basic], exprs: Mapping[str, sympy.Expr]) -> sympy.Expr:
+    if decl.backward_peak is None:
+        return sympy.Integer(0)
+    if decl.parts:
+        raise DeclarationError("'backward_peak' belongs to the primitive whose backward allocates it; declare it there")
+    return parse(decl.backward_peak, {**names, **exprs})
 
 
 def _leading(decl: ComponentDecl, names: Mapping[str, sympy.Basic], base: Component | None) -> Mapping[sympy.Expr, sympy.Expr]:

@@ -224,6 +224,7 @@ def _instantiate(
         out.graph.nodes[path]["quantities"] = {q: e.xreplace(local) for q, e in component.quantities.items()}
         out.graph.nodes[path]["frozen"] = {q: e.xreplace(local) for q, e in component.frozen.items()}
         out.graph.nodes[path]["gemm"] = {s: e.xreplace(local) for s, e in component.gemm.items()}
+        out.graph.nodes[path]["backward_peak"] = component.backward_peak.xreplace(local)
         return
     for part in component.parts:
         repeat = _repeats(part, local)

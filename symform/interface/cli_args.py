@@ -11,6 +11,7 @@ import argparse
 from fractions import Fraction
 
 from ..engine.budget import number_from_text, quoted
+from ..engine.errors import ConfigError
 
 
 def exact_number(text: str) -> int | Fraction:
@@ -69,3 +70,24 @@ def fraction(text: str) -> float:
     if not 0 <= value <= 1:  # also refuses nan
         raise argparse.ArgumentTypeError(f"{quoted(text)} must be from 0 to 1")
     return value
+
+
+ATTENTION = ("sdpa", "eager")
+
+
+def attention_arguments(p) -> None:
+    """The attention kernels a command assumes, defined once for every command: --attention sdpa (FlashAttention
+    kernels, the default, as transformers, training frameworks and serving engines run) or eager (score matrices
+    materialised, as PyTorch eager keeps them), and the same as --flash / --no-flash."""
+    p.add_argument("--attention", choices=ATTENTION, default=None, help="attention kernels: sdpa (FlashAttention, the default, as transformers and serving engines run) or eager (scores materialised, as PyTorch eager keeps them)")
+    p.add_argument("--flash", action=argparse.BooleanOptionalAction, default=None, help="the same as --attention sdpa; --no-flash: as --attention eager")
+
+
+def uses_flash(args: argparse.Namespace) -> bool:
+    """True for FlashAttention/SDPA (the default), False for eager; --attention and --flash/--no-flash contradicting refused."""
+    if args.attention is not None and args.flash is not None and args.flash != (args.attention == "sdpa"):
+        given = "--flash" if args.flash else "--no-flash"
+        raise ConfigError(f"{given} and --attention {args.attention} contradict each other; drop one")
+    if args.attention is not None:
+        return args.attention == "sdpa"
+    return True if args.flash is None else args.flash

@@ -57,6 +57,7 @@ def component_page(name: str, where: str) -> str:
     lines += ["", *_arguments(comp), *_requirements(comp), *_assumptions(comp), *_leading(comp), *_parts(comp)]
     lines += _quantities(tex.component_expressions(name), "with the arguments' defaults and the default counting conventions")
     lines += _fine_tuning(comp)
+    lines += _backward_peak(comp)
     lines += _component_derivation(name)
     return "\n".join(lines).rstrip() + "\n"
 
@@ -189,6 +190,18 @@ def _fine_tuning(comp: Component) -> list[str]:
     if comp.adapters:
         rows += ["Adapters: " + ", ".join(f"{method} [`{name}`]({name}.md)" for method, name in comp.adapters.items()) + ".", ""]
     return rows
+
+
+def _backward_peak(comp: Component) -> list[str]:
+    """What the primitive's backward holds at once besides what it keeps ([memory](../../memory.md#backward-peak))."""
+    if comp.backward_peak == 0:
+        return []
+    return [
+        "## Backward peak", "",
+        "Bytes its backward holds at once besides what it keeps, freed before the next op's backward; the training "
+        "memory counts the largest ([memory](../../memory.md#backward-peak)), before the conventions are applied:", "",
+        "$$", f"M_{{\\mathrm{{bwd}}}} = {tex.latex(comp.backward_peak)}", "$$", "",
+    ]  # fmt: skip
 
 
 def _component_derivation(name: str) -> list[str]:

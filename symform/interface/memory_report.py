@@ -8,7 +8,7 @@ import re
 from dataclasses import asdict
 from fractions import Fraction
 
-from .cli_args import non_negative_int, positive_int
+from .cli_args import attention_arguments, uses_flash, non_negative_int, positive_int
 from ..engine.budget import number_from_text, quoted
 from ..engine.errors import EvaluationError
 from ..engine.evaluate import Number
@@ -93,7 +93,7 @@ def setup_arguments(p: argparse.ArgumentParser) -> None:
     finetune_arguments(p)
     both = p.add_argument_group("both")
     both.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel degree")
-    both.add_argument("--flash", action=argparse.BooleanOptionalAction, default=None, help="FlashAttention (default: off for training, on for inference)")
+    attention_arguments(both)
     infer = p.add_argument_group("inference")
     infer.add_argument("--past", type=non_negative_int, default=0, help="tokens already in the KV cache (the context when decoding)")
     infer.add_argument("--weight-format", type=weight_format_name, default=None, metavar="FORMAT", help=f"stored weights: {', '.join(table.weight_format)}, or any bit width of the linear layers' weights (6bit); default: as the checkpoint says (its quantization_config or hf_quant_config.json), bf16 when it names none")
@@ -144,11 +144,11 @@ def _layout(args: argparse.Namespace) -> Layout:
 
 
 def _training(args: argparse.Namespace) -> Training:
-    return Training(precision=args.precision, optimizer=args.optimizer, recompute=args.recompute, flash=bool(args.flash), layout=_layout(args))
+    return Training(precision=args.precision, optimizer=args.optimizer, recompute=args.recompute, flash=uses_flash(args), layout=_layout(args))
 
 
 def _inference(args: argparse.Namespace) -> Inference:
-    flash = True if args.flash is None else args.flash
+    flash = uses_flash(args)
     conventions = dict(args.conventions)
     for option, name, value in (("--kv-dtype", "kv_bytes", args.kv_dtype), ("--kv-block", "kv_block", args.kv_block)):
         if value is not None and name in conventions and Fraction(conventions[name]) != value:
@@ -206,6 +206,11 @@ def _memory_table(report: MemoryReport, device: tuple[str, int] | None) -> str:
     if "trainable_params" in report.assumptions:
         trainable, params = report.assumptions["trainable_params"], report.assumptions["params"]
         lines.append(f"trainable parameters {trainable:,} of {params:,} ({trainable / params:.3%})")
+    if report.values.get("backward_peak"):
+        lines.append(f"backward_peak: {report.assumptions['backward_peak']}")
+    if "attention" in report.assumptions:
+        other = "--attention sdpa (--flash)" if report.assumptions["attention"].startswith("eager") else "--attention eager (--no-flash)"
+        lines.append(f"attention: {report.assumptions['attention']}; {other} for the other")
     if report.activations_by_component:
         lines.append("activations by component: " + ", ".join(f"{k} {float(v) / 1e9:.3f} GB" for k, v in report.activations_by_component.items() if v))
     if device:
@@ -290,7 +295,7 @@ def _checkpoint_line(size: dict) -> str:
 
 
 def _assumptions_line(assumptions: dict) -> str:
-    skip = {"conventions", "workload", "layout", "checkpoint_size", "trainable_params", "params"}
+    skip = {"conventions", "workload", "layout", "checkpoint_size", "trainable_params", "params", "attention", "backward_peak", "flash_attention"}
     items = [f"{k}={v}" for k, v in assumptions.items() if k not in skip]
     layout = assumptions.get("layout")
     if layout:

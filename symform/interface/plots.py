@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from fractions import Fraction
 from pathlib import Path
 
-from .cli_args import positive_int as _positive
+from .cli_args import attention_arguments, uses_flash, positive_int as _positive
 from ..engine.errors import EvaluationError
 from ..engine.evaluate import Number
 from ..analysis.memory import RECOMPUTE, Layout, MemoryReport, Training, recipes, training_memory
@@ -214,6 +214,7 @@ MEMORY_COLOURS = {
     "optimizer": "#CC79A7",
     "activations": "#009E73",
     "recompute_buffer": "#F0E442",
+    "backward_peak": "#D55E00",
 }
 GIB = 2**30
 
@@ -325,7 +326,7 @@ def plot_arguments(p: argparse.ArgumentParser) -> None:
     q.add_argument("--precision", default="mixed", choices=list(recipes().precision))
     q.add_argument("--optimizer", default="adamw", choices=list(recipes().optimizer))
     q.add_argument("--recompute", default="none", choices=RECOMPUTE, help="activation recomputation")
-    q.add_argument("--flash", action="store_true", help="FlashAttention (no score matrices kept)")
+    attention_arguments(q)
     q.add_argument("--zero", type=int, default=0, choices=(0, 1, 2, 3), help="ZeRO stage over --dp ranks")
     q.add_argument("--dp", type=_positive, default=1, metavar="N", help="data-parallel degree")
     q.add_argument("--tp", type=_positive, default=1, metavar="N", help="tensor-parallel degree")
@@ -361,7 +362,7 @@ def _figure_for(args: argparse.Namespace):
     if args.chart == "flops-share":
         return flops_share_figure(model, args.seq, batch=args.batch)
     layout = Layout(data=args.dp, tensor=args.tp, zero=args.zero)
-    setup = Training(precision=args.precision, optimizer=args.optimizer, recompute=args.recompute, flash=args.flash, layout=layout)
+    setup = Training(precision=args.precision, optimizer=args.optimizer, recompute=args.recompute, flash=uses_flash(args), layout=layout)
     return memory_figure(model, args.gpu, args.batch, args.seq, setup=setup)
 
 

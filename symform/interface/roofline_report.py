@@ -9,7 +9,7 @@ from dataclasses import replace
 from ..analysis import flash_attention
 from ..analysis.hardware import DTYPE_BYTES
 from .finetune_args import finetune_arguments, finetune_setup
-from .cli_args import non_negative_int, positive_int
+from .cli_args import attention_arguments, uses_flash, non_negative_int, positive_int
 from ..engine.errors import ConfigError
 from ..engine.model import Model
 from ..analysis.memory import matmul_rate, recipes, stored_weights
@@ -65,17 +65,7 @@ def roofline_arguments(p: argparse.ArgumentParser) -> None:
         default=1,
         help="component breakdown depth in path segments (default 1)",
     )
-    p.add_argument(
-        "--attention",
-        choices=("sdpa", "eager"),
-        default="sdpa",
-        help="attention kernels: sdpa (FlashAttention's IO, the default, as transformers and serving engines run) or eager (scores materialised, as PyTorch eager moves them)",
-    )
-    p.add_argument(
-        "--flash",
-        action="store_true",
-        help="FlashAttention in the attention cores (the default; kept for older command lines)",
-    )
+    attention_arguments(p)
     p.add_argument(
         "--sram-bytes",
         type=positive_int,
@@ -97,9 +87,7 @@ def roofline_command(model: Model, args: argparse.Namespace) -> str:
     args.dtype = matmul_rate(stored, gpu.dense_flops_per_s, args.dtype)
     gpu.flops_per_s(args.dtype)  # an unknown dtype fails here, before any algebra
     model = _in_dtype(model, widths, given=dict(args.conventions))
-    if args.flash and args.attention == "eager":
-        raise ConfigError("--flash and --attention eager contradict each other; drop one")
-    options = {"dtype": args.dtype, "flash": args.attention == "sdpa", "sram_bytes": args.sram_bytes}
+    options = {"dtype": args.dtype, "flash": uses_flash(args), "sram_bytes": args.sram_bytes}
     if weight_bytes is not None:
         options["weight_bytes"] = weight_bytes
     result = roofline(

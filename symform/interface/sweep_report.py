@@ -8,7 +8,7 @@ import warnings
 from fractions import Fraction
 from typing import TYPE_CHECKING, Sequence
 
-from .cli_args import non_negative_int, positive_int
+from .cli_args import attention_arguments, uses_flash, non_negative_int, positive_int
 from ..engine.budget import number_from_text, quoted
 from ..engine.errors import EvaluationError
 from ..engine.model import Model
@@ -34,7 +34,7 @@ def sweep_arguments(p) -> None:
 
     step = p.add_argument_group("training step (memory.NAME, fine-tuning)")
     recipe_arguments(step)
-    step.add_argument("--flash", action="store_true", help="FlashAttention's saved activations (default: eager attention's)")
+    attention_arguments(step)
     finetune_arguments(p, needs="", several_targets=True)
 
 
@@ -111,7 +111,7 @@ def _steps(args, given: set[str]) -> list:
     from ..analysis.memory import Training
     from .finetune_args import SWEPT_RANK, finetune_setups
 
-    training = Training(precision=args.precision, optimizer=args.optimizer, recompute=args.recompute, flash=args.flash)
+    training = Training(precision=args.precision, optimizer=args.optimizer, recompute=args.recompute, flash=uses_flash(args))
     setups = finetune_setups(args, given)
     if setups is None:
         if SWEPT_RANK in given:
