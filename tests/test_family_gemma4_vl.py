@@ -5,8 +5,8 @@ tower) and on tiny instances, the vision tower and its embedder per tower. FLOPs
 eager attention, counted by FlopCounterMode, text only and with images in every sequence. Each image is given as
 the processor hands it over: rows of 3·patch² pixels, one per patch, with their (x, y) positions, no padding.
 The counter computes every sliding-window layer's whole score matrix and masks it, so symform is matched with
-the convention windowed = 0 (tests/test_family_gemma.py checks what windowed = 1 changes). An audio tower is not
-modelled: a config with one is refused.
+the convention windowed = 0 (tests/test_family_gemma.py checks what windowed = 1 changes). A config with an audio
+tower too: tests/test_family_gemma4_audio.py.
 """
 
 from __future__ import annotations
@@ -134,11 +134,6 @@ def test_forward_flops_with_images_equal_the_counter(case, batch, seq, images, h
     by_module = counter.get_flop_counts()
     tower = sum(sum(by_module.get(f"Gemma4ForConditionalGeneration.model.{part}", {}).values()) for part in ("vision_tower", "embed_vision"))
     assert model.evaluate_breakdown("forward_flops", **workload)["visual"] == tower
-
-
-def test_an_audio_tower_is_refused_in_one_line():
-    config = dict(CONFIGS["grouped-query tower, pool 2, tied head"], audio_config={})
-    one_line_error(ConfigError, lambda: Model.from_config(config), "audio_config", "audio tower")
 
 
 @pytest.mark.parametrize("size, words", [((12, 16), ("image_height", "patch*pool")), ((16, 12), ("image_width", "patch*pool"))])
