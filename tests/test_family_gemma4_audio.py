@@ -5,7 +5,8 @@ cost the audio tower and its embedder as the part `audio`. Parameters: numel() o
 (transformers' defaults) and on tiny instances, whole and per tower. FLOPs: tiny instances in float32 with eager
 attention, counted by FlopCounterMode, with audio clips (and images) in every sequence. Each clip is given as the
 feature extractor hands it over: audio_frames mel frames of 4·⌊subsampling_conv_channels[0]/4⌋ bins, every frame
-valid (no padding), so each clip fills audio_frames/4 audio-token positions.
+valid (no padding), so each clip fills audio_frames/4 audio-token positions. Saved activations: bf16 and fp32 on the
+CPU under the eager accounting, against the storages autograd holds (the tower's and the whole class's).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ transformers = pytest.importorskip("transformers")
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 from checks import one_line_error  # noqa: E402
-from oracle import check_params_per_tower, global_counts, hf_config  # noqa: E402
+from oracle import check_params_per_tower, global_counts, hf_config, saved_for_backward  # noqa: E402
 
 from symform.engine.errors import ConfigError  # noqa: E402
 from symform.engine.model import Model  # noqa: E402
@@ -175,3 +176,39 @@ def test_a_decode_step_runs_no_part_of_the_tower():
 def test_audio_the_tower_cannot_read_is_refused_in_one_line(workload, words):
     model = ours(CONFIGS["audio, no vision, tied head"])
     one_line_error(ConfigError, lambda: model.evaluate("forward_flops", batch=1, seq=20, **workload), *words)
+
+
+DTYPES = {torch.bfloat16: 2, torch.float32: 4}
+
+
+def clamp_and_cap_buffers(config: dict, act_bytes: int) -> int:
+    """Bytes of the model's buffers the graph holds: per audio layer the soft cap, and with clipped linears the four
+    bounds of each of its ten clippable linears (two feed-forward networks of two, q, k, v, post, the convolution
+    module's two). They are the model's state, there whatever the batch, so symform counts no activation for them."""
+    audio = config["audio_config"]
+    return act_bytes * audio["num_hidden_layers"] * (1 + 4 * 10 * audio.get("use_clipped_linears", True))
+
+
+@pytest.mark.parametrize("case", [c for c in CONFIGS if "vision_config" not in CONFIGS[c]])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("batch, seq, audios, frames", [(2, 40, 1, 40), (1, 48, 2, 24)])
+def test_saved_activations_with_audio_equal_what_eager_pytorch_keeps(case, dtype, batch, seq, audios, frames):
+    """On the CPU: the eager accounting with the CPU's LayerNorm statistics (cpu_kernels = 1); the buffers aside."""
+    config = CONFIGS[case]
+    torch.manual_seed(0)
+    real = transformers.AutoModelForImageTextToText.from_config(hf_config(config), attn_implementation="eager", dtype=dtype).train()
+    given = audio_inputs(config, batch=batch, seq=seq, audios=audios, frames=frames)
+    given["input_features"] = given["input_features"].to(dtype)
+    kept = saved_for_backward(real, given.pop("input_ids"), **given)
+    model = Model.from_config(config, accounting="eager", conventions={"act_bytes": DTYPES[dtype], "cpu_kernels": 1})
+    ours = model.evaluate("saved_activations", batch=batch, seq=seq, audios=audios, audio_frames=frames)
+    assert ours == kept - clamp_and_cap_buffers(config, DTYPES[dtype])
+
+
+def test_text_only_saved_activations_keep_nothing_of_the_tower():
+    config = CONFIGS["audio, no vision, tied head"]
+    without = {k: v for k, v in config.items() if k != "audio_config"}
+    for dtype, size in DTYPES.items():
+        conventions = {"act_bytes": size, "cpu_kernels": 1}
+        saved = [Model.from_config(c, accounting="eager", conventions=conventions).evaluate("saved_activations", batch=2, seq=40) for c in (config, without)]
+        assert saved[0] == saved[1]
