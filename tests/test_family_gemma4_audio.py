@@ -212,3 +212,44 @@ def test_text_only_saved_activations_keep_nothing_of_the_tower():
         conventions = {"act_bytes": size, "cpu_kernels": 1}
         saved = [Model.from_config(c, accounting="eager", conventions=conventions).evaluate("saved_activations", batch=2, seq=40) for c in (config, without)]
         assert saved[0] == saved[1]
+
+
+# -- the command line: --audio N --audio-frames F ------------------------------------------------------------------
+
+
+@pytest.fixture
+def config_file(tmp_path):
+    import json
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(CONFIGS["audio, no vision, tied head"]))
+    return str(path)
+
+
+def test_the_command_line_counts_the_audio_as_the_counter_does(capsys, config_file):
+    from checks import run_json
+
+    config = CONFIGS["audio, no vision, tied head"]
+    counter = counted(build(config), **audio_inputs(config, batch=1, seq=48, audios=2, frames=43))
+    report = run_json(capsys, "flops", config_file, "--batch", "1", "--seq", "48", "--audio", "2", "--audio-frames", "43", "--convention", "windowed=0")
+    assert report["forward"] == counter.get_total_flops()
+    assert (report["audios"], report["audio_frames"]) == (2, 43)
+
+
+@pytest.mark.parametrize(
+    "options, words",
+    [(["--audio", "1"], ["--audio-frames"]), (["--audio-frames", "40"], ["--audio"]), (["--audio", "0", "--audio-frames", "40"], ["--audio"])],
+)
+def test_audio_the_command_line_cannot_count_is_refused_in_one_line(capsys, config_file, options, words):
+    from checks import run
+
+    code, out, err = run(capsys, "flops", config_file, "--batch", "1", "--seq", "40", *options)
+    assert code == 2 and not out and err.count("\n") == 1
+    assert all(word in err for word in words), err
+
+
+def test_audio_on_a_model_without_an_audio_tower_is_refused(capsys):
+    from checks import run
+
+    code, _, err = run(capsys, "flops", "qwen3-0.6b", "--batch", "1", "--seq", "40", "--audio", "1", "--audio-frames", "40")
+    assert code == 2 and "no audio tower" in err and err.count("\n") == 1
