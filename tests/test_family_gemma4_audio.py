@@ -3,10 +3,11 @@
 A config with an audio tower and no vision tower is read by the gemma4 family, one with both by gemma4_vl; both
 cost the audio tower and its embedder as the part `audio`. Parameters: numel() of the whole class on the meta device
 (transformers' defaults) and on tiny instances, whole and per tower. FLOPs: tiny instances in float32 with eager
-attention, counted by FlopCounterMode, with audio clips (and images) in every sequence. Each clip is given as the
-feature extractor hands it over: audio_frames mel frames of 4·⌊subsampling_conv_channels[0]/4⌋ bins, every frame
-valid (no padding), so each clip fills ⌈audio_frames/4⌉ audio-token positions (each stride-2 halving rounds up). Saved activations: bf16 and fp32 on the
-CPU under the eager accounting, against the storages autograd holds (the tower's and the whole class's).
+attention, counted by FlopCounterMode, with audio clips (and images) in every sequence, forward and backward. Each
+clip is given as the feature extractor hands it over: audio_frames mel frames of 4·⌊subsampling_conv_channels[0]/4⌋
+bins, every frame valid (no padding), so each clip fills ⌈audio_frames/4⌉ audio-token positions (each stride-2
+halving rounds up). Saved activations: bf16 and fp32 on the CPU under the eager accounting, against the storages
+autograd holds for the whole class.
 """
 
 from __future__ import annotations
@@ -253,3 +254,22 @@ def test_audio_on_a_model_without_an_audio_tower_is_refused(capsys):
 
     code, _, err = run(capsys, "flops", "qwen3-0.6b", "--batch", "1", "--seq", "40", "--audio", "1", "--audio-frames", "40")
     assert code == 2 and "no audio tower" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("case", [c for c in CONFIGS if "vision_config" not in CONFIGS[c]])
+def test_a_forward_and_backward_with_audio_equal_the_counter_but_its_depthwise_weight_gradient(case):
+    """Backward: the first convolution and relative_k_proj compute their weights' gradients alone (the mel frames
+    and the positions' table need none). The counter takes the depthwise convolution's weight gradient for a dense
+    one (its groups left out: d_audio times 2·clips·tokens·kernel·d_audio FLOPs); symform counts the grouped one,
+    and the test names the difference."""
+    config, batch, seq, audios, frames = CONFIGS[case], 2, 40, 1, 43
+    real = build(config).train()
+    given = audio_inputs(config, batch=batch, seq=seq, audios=audios, frames=frames)
+    with FlopCounterMode(display=False) as counter:
+        real(**given, labels=given["input_ids"]).loss.backward()
+    workload = dict(batch=batch, seq=seq, audios=audios, audio_frames=frames)
+    model = ours(config)
+    audio = config["audio_config"]
+    width, kernel, tokens = audio["hidden_size"], audio["conv_kernel_size"], -(-frames // 4)
+    dense_as_counted = audio["num_hidden_layers"] * 2 * batch * audios * tokens * kernel * width * (width - 1)
+    assert model.evaluate("forward_flops", **workload) + model.evaluate("backward_flops", **workload) == counter.get_total_flops() - dense_as_counted
