@@ -114,13 +114,16 @@ def image_token_ids(batch: int, seq: int, images: int, per_image: int, tokens: t
     return ids, generator
 
 
-def check_params_per_tower(config: dict, real) -> None:
-    """symform's parameters equal the real vision-language module's numel, whole and for its vision tower."""
+def check_params_per_tower(config: dict, real, towers: dict[str, tuple[str, ...]] | None = None) -> None:
+    """symform's parameters equal the real multimodal module's numel, whole and for each tower: symform's part ->
+    the modules of real.model it stands for (by default the vision tower `visual`)."""
     from symform.engine.model import Model
 
     model = Model.from_config(config)
     assert model.evaluate("params") == sum(p.numel() for p in real.parameters())
-    assert model.evaluate_breakdown("params")["visual"] == sum(p.numel() for p in real.model.visual.parameters())
+    parts = model.evaluate_breakdown("params")
+    for part, modules in (towers or {"visual": ("visual",)}).items():
+        assert parts[part] == sum(p.numel() for name in modules for p in getattr(real.model, name).parameters()), part
 
 
 def cached_bytes(model, batch: int, seq: int) -> int:

@@ -116,11 +116,10 @@ COST_FREE_IN = {
         "kv_sharing_modes": "derived from num_kv_shared_layers, which is read (and refused above 0)",
     },
     "gemma4": {
-        **{name: "the audio tower's, which symform refuses (audio_config)" for name in (
-            "attention_chunk_size", "attention_context_left", "attention_context_right", "attention_invalid_logits_value",
-            "attention_logit_cap", "audio_token_id", "conv_kernel_size", "gradient_clipping", "output_proj_dims",
-            "residual_weight", "subsampling_conv_channels",
+        **{name: "the audio tower's values (a cap, a mask value, a clamp bound, a residual scale), not sizes" for name in (
+            "attention_invalid_logits_value", "attention_logit_cap", "gradient_clipping", "residual_weight",
         )},
+        "audio_token_id": "the audio placeholder's token id: audio is the workload symform counts (audios, audio_frames)",
         "video_token_id": "videos: images are the workload symform counts (images, image_height, image_width)",
         "kv_sharing_modes": "derived from num_kv_shared_layers, which is read (and refused above 0)",
     },

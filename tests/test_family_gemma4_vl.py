@@ -7,7 +7,7 @@ the processor hands it over: rows of 3·patch² pixels, one per patch, with thei
 The counter computes every sliding-window layer's whole score matrix and masks it, so symform is matched with
 the convention windowed = 0 (tests/test_family_gemma.py checks what windowed = 1 changes). Saved activations: the
 bytes autograd keeps for backward in a training forward in bf16 and fp32, text only and with images of two sizes,
-under the eager accounting. An audio tower is not modelled: a config with one is refused.
+under the eager accounting. A config with an audio tower too: tests/test_family_gemma4_audio.py.
 """
 
 from __future__ import annotations
@@ -169,11 +169,6 @@ def test_one_key_head_of_one_image_is_kept_as_a_view(dtype, batch, seq, images, 
     kept = saved_with_images(config, given_for(config, batch, seq, images, height, width, inputs), dtype)
     model = Model.from_config(config, accounting="eager", conventions={"act_bytes": DTYPES[dtype], "cpu_kernels": 1})
     assert model.evaluate("saved_activations", batch=batch, seq=seq, images=images, image_height=height, image_width=width) == kept
-
-
-def test_an_audio_tower_is_refused_in_one_line():
-    config = dict(CONFIGS["grouped-query tower, pool 2, tied head"], audio_config={})
-    one_line_error(ConfigError, lambda: Model.from_config(config), "audio_config", "audio tower")
 
 
 @pytest.mark.parametrize("size, words", [((12, 16), ("image_height", "patch*pool")), ((16, 12), ("image_width", "patch*pool"))])

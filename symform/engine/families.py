@@ -35,6 +35,7 @@ class FieldSpec(BaseModel):
     default: str | bool | list | None = None  # used when the field is absent; None: required
     # other names the field is written under: transformers' attribute_map aliases, which save_pretrained
     # writes (qwen3_moe's num_local_experts for num_experts), or a path into a nested object ("rope_parameters.x")
+    # whose steps may also be a list's positions ("subsampling_conv_channels.0": its first entry)
     aliases: list[str] = Field(default_factory=list)
     if_null: str | bool | list | None = None  # used when the field is null; None: null is refused
     minimum: int = 1  # smallest integer allowed (0 for counts such as first_k_dense_replace)
@@ -478,13 +479,22 @@ def _with_alias(config: Mapping[str, Any], field: str, aliases: list[str]) -> Ma
     for alias in aliases:
         value: Any = config
         for key in alias.split("."):
-            value = value.get(key, _ABSENT) if isinstance(value, Mapping) else _ABSENT
+            value = _entry(value, key)
         if value is not _ABSENT:
             return {**config, field: value}
     return config
 
 
 _ABSENT = object()
+
+
+def _entry(value: Any, key: str) -> Any:
+    """One step of an alias path: an object's key, or a list's entry by its position ("channels.0")."""
+    if isinstance(value, Mapping):
+        return value.get(key, _ABSENT)
+    if isinstance(value, list) and key.isdigit() and int(key) < len(value):
+        return value[int(key)]
+    return _ABSENT
 
 
 def count_layers(name: str, spec: CountSpec, fields: Mapping[str, Any], origin: str) -> sympy.Integer:

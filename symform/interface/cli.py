@@ -85,6 +85,7 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
         p.add_argument("--accounting", choices=_accountings() if wanted(name) else None, help="a named convention set, applied before any --convention: eager counts what PyTorch eager keeps (formulas/accountings.toml, docs/memory.md)")
         p.add_argument("--json", action="store_true", help="print one JSON object")
         _from("images", "image_arguments")(p)
+        _from("audio", "audio_arguments")(p)
         return p
 
     def workload(p: argparse.ArgumentParser, *, required: bool) -> None:
@@ -216,14 +217,19 @@ def _run(args: argparse.Namespace) -> str:
     return _derivation(derivation, args, model, workload)
 
 
+def _with_media(model: Model, args: argparse.Namespace) -> Model:
+    """The model with the images and audio clips the command line gives each sequence."""
+    return _from("audio", "with_audio")(_from("images", "with_images")(model, args), args)
+
+
 def _load(args: argparse.Namespace) -> Model:
     from ..engine.model import Model
 
     model = Model.load(args.model, revision=getattr(args, "revision", None), conventions=dict(args.conventions), accounting=args.accounting)
     if not args.sizes:
-        return _from("images", "with_images")(model, args)
+        return _with_media(model, args)
     settings = dict(args.sizes)
-    changed = _from("images", "with_images")(model.with_arguments(**settings), args)
+    changed = _with_media(model.with_arguments(**settings), args)
     note = kept_sizes_note(model, settings)
     if note:
         args.notes = [*getattr(args, "notes", []), note]  # printed once the command has succeeded
@@ -304,13 +310,16 @@ def _flops(model: Model, args: argparse.Namespace) -> str:
             "conventions": _conventions(model),
             "accounting": model.accounting or "default",
             **_from("images", "images_in")(model),
+            **_from("audio", "audio_in")(model),
         }
         if counts is not None:
             found.update(_finetune_json(tune, counts, forward, backward))
         return json.dumps(found)
     parts = model.evaluate_breakdown("forward_flops", depth=args.depth, **workload)
     images = _from("images", "images_in")(model)
+    audio = _from("audio", "audio_in")(model)
     seen = f", {images['images']} image{'s' * (images['images'] > 1)} of {images['image_height']}×{images['image_width']} px per sequence" if images else ""
+    seen += f", {audio['audios']} audio clip{'s' * (audio['audios'] > 1)} of {audio['audio_frames']} mel frames per sequence" if audio else ""
     table = _table(f"forward FLOPs of {model.name}, batch {args.batch} × seq {args.seq}{seen}", parts, forward, unit="FLOP")
     if counts is None:
         summary = [
