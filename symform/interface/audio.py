@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from ..engine.errors import ConfigError
 from .cli_args import positive_int
+from .media import media_in, with_media
 
 if TYPE_CHECKING:
     from ..engine.model import Model
@@ -29,19 +29,15 @@ def audio_arguments(p: argparse.ArgumentParser) -> None:
 def with_audio(model: "Model", args: argparse.Namespace) -> "Model":
     """The model with the clips of --audio and --audio-frames; refused where they do not apply."""
     audios, frames = getattr(args, "audios", None), getattr(args, "audio_frames", None)
-    if audios is None and frames is None:
-        return model
-    if audios is None:
-        raise ConfigError("--audio-frames needs --audio N (how many audio clips each sequence carries)")
-    if frames is None:
-        raise ConfigError("--audio needs --audio-frames F (mel frames per clip, 100 a second), the length the audio tower reads")
-    changed = model.with_conventions(audios=audios, audio_frames=frames)
-    if changed.evaluate("forward_flops", batch=1, seq=1) == model.evaluate("forward_flops", batch=1, seq=1):
-        raise ConfigError(f"{model.name} has no audio tower (no cost depends on audio); --audio applies to models with one, such as Gemma 4 configs with an audio_config")
-    return changed
+    return with_media(
+        model, audios, frames,
+        settings=lambda: {"audios": audios, "audio_frames": frames},
+        count_missing="--audio-frames needs --audio N (how many audio clips each sequence carries)",
+        size_missing="--audio needs --audio-frames F (mel frames per clip, 100 a second), the length the audio tower reads",
+        no_tower=f"{model.name} has no audio tower (no cost depends on audio); --audio applies to models with one, such as Gemma 4 configs with an audio_config",
+    )  # fmt: skip
 
 
 def audio_in(model: "Model") -> dict[str, int]:
     """The model's audio settings, where it has any audio."""
-    values = {s.name: int(v) for s, v in model.conventions.items() if s.name in SETTINGS}
-    return values if values.get("audios") else {}
+    return media_in(model, SETTINGS)

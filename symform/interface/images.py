@@ -12,8 +12,8 @@ import argparse
 from typing import TYPE_CHECKING
 
 from ..engine.budget import quoted
-from ..engine.errors import ConfigError
 from .cli_args import positive_int
+from .media import media_in, with_media
 
 if TYPE_CHECKING:
     from ..engine.model import Model
@@ -38,19 +38,15 @@ def image_arguments(p: argparse.ArgumentParser) -> None:
 def with_images(model: "Model", args: argparse.Namespace) -> "Model":
     """The model with the images of --images and --image-size; refused where they do not apply."""
     images, size = getattr(args, "images", None), getattr(args, "image_size", None)
-    if images is None and size is None:
-        return model
-    if images is None:
-        raise ConfigError("--image-size needs --images N (how many images each sequence carries)")
-    if size is None:
-        raise ConfigError("--images needs --image-size HxW (pixels), the size the vision tower reads each image at")
-    changed = model.with_conventions(images=images, image_height=size[0], image_width=size[1])
-    if changed.evaluate("forward_flops", batch=1, seq=1) == model.evaluate("forward_flops", batch=1, seq=1):
-        raise ConfigError(f"{model.name} has no vision tower (no cost depends on images); --images applies to vision-language models such as qwen3_vl")
-    return changed
+    return with_media(
+        model, images, size,
+        settings=lambda: {"images": images, "image_height": size[0], "image_width": size[1]},
+        count_missing="--image-size needs --images N (how many images each sequence carries)",
+        size_missing="--images needs --image-size HxW (pixels), the size the vision tower reads each image at",
+        no_tower=f"{model.name} has no vision tower (no cost depends on images); --images applies to vision-language models such as qwen3_vl",
+    )  # fmt: skip
 
 
 def images_in(model: "Model") -> dict[str, int]:
     """The model's image settings, where it has any images."""
-    values = {s.name: int(v) for s, v in model.conventions.items() if s.name in SETTINGS}
-    return values if values.get("images") else {}
+    return media_in(model, SETTINGS)
