@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import TYPE_CHECKING
 
-from .cli_args import positive_int
+from .cli_args import attention_arguments, positive_int, uses_flash
 from .finetune_args import finetune_arguments, finetune_setup
 from ..analysis.memory import recipes
 from ..engine.errors import ConfigError
@@ -25,7 +25,7 @@ def plan_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seq", type=positive_int, help="tokens per sequence (training)")
     p.add_argument("--precision", default="mixed", choices=list(recipes().precision))
     p.add_argument("--optimizer", default="adamw", choices=list(recipes().optimizer))
-    p.add_argument("--flash", action=argparse.BooleanOptionalAction, default=True, help="FlashAttention/SDPA in the attention cores (the default, as time and roofline); --no-flash: eager attention, scores materialised")
+    attention_arguments(p)
     p.add_argument("--memory", type=memory_budget, metavar="BYTES", help="memory per device (default: the device's)")
     p.add_argument("--node-size", type=positive_int, help="devices per scale-up domain (default: the system's, or 8)")
     p.add_argument("--top", type=positive_int, default=5, help="layouts to show (default 5)")
@@ -45,7 +45,7 @@ def plan_command(model: Model, args: argparse.Namespace) -> str:
 
     result = plan(
         model, args.gpu, devices=args.gpus, global_batch=args.global_batch, seq=args.seq, precision=args.precision,
-        optimizer=args.optimizer, flash=args.flash, top=args.top, node_size=args.node_size, memory_bytes=args.memory,
+        optimizer=args.optimizer, flash=uses_flash(args), top=args.top, node_size=args.node_size, memory_bytes=args.memory,
         finetune=finetune_setup(args),
     )  # fmt: skip
     return json.dumps(result.as_dict()) if args.json else _table(result)
@@ -55,7 +55,7 @@ def _table(result: Plan) -> str:
     lines = [
         f"layouts of {result.model} on {result.devices} × {result.gpu}, global batch {result.global_batch} × seq {result.seq}",
         f"{result.candidates:,} candidates screened in {result.screen_seconds * 1e3:.0f} ms, {result.fitting:,} fit in {result.assumptions['memory_budget_bytes'] / 2**30:.0f} GiB per device",
-        "attention: " + ("sdpa (FlashAttention kernels); --no-flash for eager" if result.assumptions["flash_attention"] else "eager (scores materialised)"),
+        "attention: " + ("sdpa (FlashAttention kernels); --attention eager (--no-flash) for the other" if result.assumptions["flash_attention"] else "eager (scores materialised)"),
     ]
     if not result.best:
         lines.append("none fits: add devices, lower the precision's bytes (--precision bf16) or shorten the sequence")

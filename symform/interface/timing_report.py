@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import TYPE_CHECKING
 
-from .cli_args import positive_float, positive_int
+from .cli_args import attention_arguments, positive_float, positive_int, uses_flash
 from .finetune_args import finetune_arguments, finetune_setup
 
 
@@ -43,11 +43,10 @@ def time_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output", type=positive_int, help="tokens generated per request (inference)")
     p.add_argument("--dtype", default=None, help="matmul dtype: bf16, fp16, fp8, …; sets the peak rate, and fp8/int8/fp4 also the bytes of each weight read (default: bf16, or for serving the rate of the checkpoint's weight format where the device has one)")
     p.add_argument("--weight-format", default=None, choices=list(recipes().weight_format), help="serving: how the weights are stored and read (default: as the checkpoint says)")
-    p.add_argument("--flash", action="store_true", help="FlashAttention in the attention cores (the default; kept for older command lines)")
     p.add_argument("--node-size", type=positive_int, help="accelerators per scale-up domain (default: the system's, or 8 for an accelerator)")
     p.add_argument("--expert-skew", type=float, default=0.0, metavar="S", help="mixture of experts, decode: Zipf exponent of the routing (default 0: uniform), which sets how many distinct experts a step reads")
     p.add_argument("--gemm-model", choices=("rows", "waves"), help="the estimate's GEMM model at its own fit: rows (the default) or waves (tiles and waves over the SMs; docs/time.md)")
-    p.add_argument("--attention", choices=("sdpa", "eager"), default="sdpa", help="attention kernels: sdpa (FlashAttention, the default, as transformers and serving engines run) or eager (scores materialised), for the bounds, the estimate and the memory check")
+    attention_arguments(p)  # for the bounds, the estimate and the memory check alike
     p.add_argument("--measured-step", type=positive_float, metavar="SECONDS", help="a measured training step: MFU and HFU by the PaLM, Megatron and exact definitions")
     p.add_argument("--measured-tokens-per-s", type=positive_float, metavar="TOKENS", help="a measured training throughput (tokens/s of the whole run), as --measured-step")
     p.add_argument("--tokens", type=positive_float, metavar="N", help="tokens of a whole training run (e.g. 15e12): its duration in days and GPU-hours")
@@ -64,6 +63,7 @@ def time_command(model: Model, args: argparse.Namespace) -> str:
     from ..analysis import estimate, utilisation
 
     tune = finetune_setup(args, training=args.train)
+    args.attention = "sdpa" if uses_flash(args) else "eager"  # one name from here on, whichever option gave it
     if args.train:
         args.dtype = args.dtype or "bf16"
         result = _train(model, args, tune)
@@ -142,13 +142,12 @@ def _layout(args: argparse.Namespace) -> Layout:
 def _with_attention(table: str, args: argparse.Namespace) -> str:
     first, _, rest = table.partition("\n")
     which = "sdpa: FlashAttention kernels in the attention cores" if args.attention == "sdpa" else "eager: scores materialised"
-    return f"{first}\nattention      {which}; --attention {'eager' if args.attention == 'sdpa' else 'sdpa'} for the other\n{rest}"
+    other = "--attention eager (--no-flash)" if args.attention == "sdpa" else "--attention sdpa (--flash)"
+    return f"{first}\nattention      {which}; {other} for the other\n{rest}"
 
 
 def _flash(args: argparse.Namespace) -> bool:
-    """FlashAttention (SDPA) unless --attention eager: the bounds, the estimate and the memory check agree."""
-    if args.flash and args.attention == "eager":
-        raise ConfigError("--flash and --attention eager contradict each other; drop one")
+    """FlashAttention (SDPA) unless eager was asked for: the bounds, the estimate and the memory check agree."""
     return args.attention == "sdpa"
 
 
