@@ -7,6 +7,8 @@ use_double_wide_mlp their MLP is twice intermediate_size wide. Parameters: numel
 image-text class on the meta device). FLOPs: FlopCounterMode on tiny float32 instances with eager attention;
 the counter computes every sliding layer's whole score matrix and masks it, so symform runs with windowed = 0.
 Cache: the bytes of every tensor transformers' cache holds after a forward, shorter and longer than the window.
+Saved activations (accounting "eager"): the distinct storages autograd keeps in a training forward; a shared
+layer's attention keeps the earlier layer's keys and values, new storage only where repeat_kv copies them.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from checks import one_line_error  # noqa: E402
-from oracle import build, check_cache_bytes, check_forward_flops, check_train_step_flops, hf_config  # noqa: E402
+from oracle import build, build_for_training, check_cache_bytes, check_forward_flops, check_train_step_flops, hf_config, input_ids, saved_for_backward  # noqa: E402
 
 from symform.engine.errors import SymformError  # noqa: E402
 from symform.engine.model import Model  # noqa: E402
@@ -126,3 +128,21 @@ def test_shared_layers_without_an_earlier_layer_of_their_kind_are_refused(change
     """transformers raises for these configs: a kind of layer whose every layer is shared has no keys to read."""
     config = dict(TINY["3 of 6 layers shared, MLP as wide as the others"], **changes)
     one_line_error(SymformError, lambda: Model.from_config(config).evaluate("params"), *words)
+
+
+SAVED = {
+    **TINY,
+    "3 of 6 layers shared, as many key/value heads as query heads (repeat_kv copies nothing)": dict(
+        TINY["3 of 6 layers shared (2 sliding, 1 full), double-wide MLP"], num_key_value_heads=4,
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(SAVED))
+@pytest.mark.parametrize("dtype, act_bytes", [(torch.bfloat16, 2), (torch.float32, 4)], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("batch, seq", [(1, 3), (2, 8)])  # one sequence, where one key/value head is a view; a window of 4 shorter
+def test_saved_activations_equal_what_eager_pytorch_keeps(case, dtype, act_bytes, batch, seq):
+    config = SAVED[case]
+    kept = saved_for_backward(build_for_training(config, dtype, experts_implementation="eager"), input_ids(config, batch, seq))
+    model = Model.from_config(config, accounting="eager", conventions={"act_bytes": act_bytes, "cpu_kernels": 1})
+    assert model.evaluate("saved_activations", batch=batch, seq=seq) == kept
