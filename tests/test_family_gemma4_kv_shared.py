@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from checks import one_line_error  # noqa: E402
-from oracle import build, build_for_training, check_cache_bytes, check_forward_flops, check_train_step_flops, hf_config, input_ids, saved_for_backward  # noqa: E402
+from oracle import build, build_for_training, check_cache_bytes, check_forward_flops, check_saved_config_reads_the_same, check_train_step_flops, hf_config, input_ids, saved_for_backward  # noqa: E402
 
 from symform.engine.errors import SymformError  # noqa: E402
 from symform.engine.model import Model  # noqa: E402
@@ -115,6 +115,11 @@ def test_shared_layers_keep_no_cache():
     unshared = dict(shared, num_kv_shared_layers=0)
     cache = {name: Model.from_config(c).with_conventions(kv_bytes=4).evaluate("kv_cache", batch=2, seq=9) for name, c in (("shared", shared), ("unshared", unshared))}
     assert cache["unshared"] - cache["shared"] == 4 * 2 * (2 * 3 * 2 * 2 * 8 + 9 * 2 * 2 * 16)
+
+
+def test_the_config_transformers_saves_reads_the_same(tmp_path):
+    config = TINY["3 of 6 layers shared (2 sliding, 1 full), double-wide MLP"]
+    check_saved_config_reads_the_same(config, tmp_path, ("params", "forward_flops", "saved_activations", "kv_cache"))
 
 
 @pytest.mark.parametrize(
