@@ -19,7 +19,10 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from checks import one_line_error  # noqa: E402
-from oracle import build, build_for_training, check_cache_bytes, check_forward_flops, check_saved_config_reads_the_same, check_train_step_flops, hf_config, input_ids, saved_for_backward  # noqa: E402
+from oracle import (  # noqa: E402
+    build, build_for_training, check_cache_bytes, check_forward_flops, check_saved_config_reads_the_same, check_train_step_flops,
+    hf_config, input_ids, saved_for_backward,
+)  # fmt: skip
 
 from symform.engine.errors import SymformError  # noqa: E402
 from symform.engine.model import Model  # noqa: E402
