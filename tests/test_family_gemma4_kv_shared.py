@@ -14,6 +14,8 @@ layer's attention keeps the earlier layer's keys and values, new storage only wh
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -154,3 +156,27 @@ def test_saved_activations_equal_what_eager_pytorch_keeps(case, dtype, act_bytes
     kept = saved_for_backward(build_for_training(config, dtype, experts_implementation="eager"), input_ids(config, batch, seq))
     model = Model.from_config(config, accounting="eager", conventions={"act_bytes": act_bytes, "cpu_kernels": 1})
     assert model.evaluate("saved_activations", batch=batch, seq=seq) == kept
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    kinds=st.lists(st.sampled_from([SLIDING, FULL]), min_size=2, max_size=12),
+    listed=st.booleans(),
+    data=st.data(),
+)
+def test_shared_layer_counts_match_transformers_sharing_modes(kinds, listed, data):
+    """The sliding and full layers symform reads as shared are those transformers builds with kv_sharing_mode
+    "reuse", with layer_types given or left to transformers' default pattern; configs transformers refuses are
+    refused."""
+    kinds = [*kinds[:-1], FULL]  # transformers makes the last layer full
+    shared = data.draw(st.integers(0, len(kinds) - 1))
+    config = dict(TEXT, num_hidden_layers=len(kinds), num_kv_shared_layers=shared, **({"layer_types": kinds} if listed else {}))
+    hf = hf_config(config)
+    try:
+        modes = hf.kv_sharing_modes
+    except ValueError:  # a kind of layer with no earlier layer of its kind to read
+        one_line_error(SymformError, lambda: Model.from_config(config).evaluate("params"), "share fewer layers")
+        return
+    reused = [kind for kind, mode in zip(hf.layer_types, modes) if mode == "reuse"]
+    arguments = Model.from_config(config).spec.arguments
+    assert (arguments["n_shared_local"], arguments["n_shared_global"]) == (reused.count(SLIDING), reused.count(FULL))
