@@ -113,7 +113,7 @@ COST_FREE_IN = {
         **{name: "the multimodal wrapper's vision tower, not the text model" for name in (
             "patch_size", "pooling_kernel_size", "position_embedding_size", "standardize", "use_clipped_linears", "video_token_id",
         )},
-        "kv_sharing_modes": "derived from num_kv_shared_layers, which is read (and refused above 0)",
+        "kv_sharing_modes": "derived from num_kv_shared_layers and layer_types, which are read",
     },
     "gemma4": {
         **{name: "the audio tower's values (a cap, a mask value, a clamp bound, a residual scale), not sizes" for name in (
@@ -121,7 +121,7 @@ COST_FREE_IN = {
         )},
         "audio_token_id": "the audio placeholder's token id: audio is the workload symform counts (audios, audio_frames)",
         "video_token_id": "videos: images are the workload symform counts (images, image_height, image_width)",
-        "kv_sharing_modes": "derived from num_kv_shared_layers, which is read (and refused above 0)",
+        "kv_sharing_modes": "derived from num_kv_shared_layers and layer_types, which are read",
     },
     "llama4_text": {
         **{name: "the multimodal wrapper's vision tower, not the text model" for name in (

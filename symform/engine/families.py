@@ -63,7 +63,8 @@ class CountSpec(BaseModel):
     list: str | builtins.list[str] | None = None  # (the field's name hides the built-in here)
     equals: str | builtins.list[str] | None = None  # the kinds counted in that list; None: every layer it lists
     # for a list of integers (Llama 4's no_rope_layers: 1 a RoPE layer, 0 a NoPE one), a condition over the fields,
-    # i and `kind` (layer i's entry) that a listed layer must meet to be counted, in place of `equals`
+    # i and `kind` (layer i's entry) that a listed layer must meet to be counted, in place of `equals`; for a list
+    # of kinds, a condition over the fields and i that narrows the `equals` kinds to some layers
     each: str | None = None
 
     def lists(self) -> list[str]:
@@ -504,7 +505,7 @@ def count_layers(name: str, spec: CountSpec, fields: Mapping[str, Any], origin: 
     if listed is not None:
         if spec.over and len(listed[1]) != int(fields[spec.over]):
             raise ConfigError(f"{origin}: field {listed[0]!r} lists {len(listed[1])} layers but {spec.over} is {fields[spec.over]}; make them agree")
-        if spec.each is not None and not _is_text_list(listed[1]):
+        if spec.each is not None:
             return _count_each(name, spec, listed[1], fields)
         kinds = spec.kinds()
         return sympy.Integer(sum(1 for kind in listed[1] if kinds is None or kind in kinds))
@@ -523,8 +524,15 @@ def count_layers(name: str, spec: CountSpec, fields: Mapping[str, Any], origin: 
 
 
 def _count_each(name: str, spec: CountSpec, listed: tuple, fields: Mapping[str, Any]) -> sympy.Integer:
-    """The listed layers for which ``spec.each`` holds, with ``kind`` the layer's entry in the list."""
+    """The listed layers for which ``spec.each`` holds, with ``kind`` the layer's entry in a list of integers; in a
+    list of kinds (text), the layers of the `equals` kinds for which ``spec.each`` holds over the fields and i."""
     import sympy
+
+    if _is_text_list(listed):
+        kinds = spec.kinds()
+        names = {k: v for k, v in fields.items() if v is not None and not _is_text_list(v)}
+        check_count(len(listed), LAYERS, f"count {name} (layers listed one by one)", "LAYERS", f"give a config of at most {LAYERS:,} layers")
+        return sympy.Integer(sum(1 for i, kind in enumerate(listed) if (kinds is None or kind in kinds) and _holds(spec.each, {**names, "i": sympy.Integer(i)})))
 
     if "kind" in fields:
         raise DeclarationError(f"count {name!r}: a field named 'kind' hides the listed entry in 'each'; rename the field")
