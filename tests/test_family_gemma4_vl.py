@@ -95,9 +95,16 @@ def meta_numel(config: dict) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-@pytest.mark.parametrize("config", [{"model_type": "gemma4"}, {"model_type": "gemma4", "vision_config": {}}, {"model_type": "gemma4", "vision_config": {}, "tie_word_embeddings": False}])
+ARCHITECTURES = {"architectures": ["Gemma4ForConditionalGeneration"]}  # as published checkpoints name their class
+
+
+@pytest.mark.parametrize("config", [
+    {"model_type": "gemma4"}, {"model_type": "gemma4", "vision_config": {}}, {"model_type": "gemma4", "vision_config": {}, "tie_word_embeddings": False},
+    {"model_type": "gemma4", **ARCHITECTURES}, {"model_type": "gemma4", "vision_config": {}, **ARCHITECTURES},
+])  # fmt: skip
 def test_the_defaults_are_transformers_defaults(config):
-    """Gemma4Config's towers are optional: without a vision_config the class is the language model and its head."""
+    """Gemma4Config's towers are optional: without a vision_config the class is the language model and its head.
+    With one, the class is the same whether or not `architectures` names it: the vision_config decides."""
     assert Model.from_config(config).spec.family == ("gemma4_vl" if "vision_config" in config else "gemma4")
     assert Model.from_config(config).evaluate("params") == meta_numel(config)
 

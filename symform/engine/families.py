@@ -258,12 +258,13 @@ def _variant(family: Family, model_type: str, config: Mapping[str, Any]) -> Fami
     """The family that reads this config of `model_type`: `family` where `architectures` names its class (a
     text-only checkpoint keeps the vision_config transformers writes for its model type), else one selected by
     a key the config has, else `family`."""
-    names = config.get("architectures")
-    if isinstance(names, list) and family.spec.transformers_class in names:
-        return family
+    names = config.get("architectures") if isinstance(config.get("architectures"), list) else []
     for (known, present), other in _readers().items():
         if present and known == model_type and config.get(present) is not None:
-            return other
+            # the key's reader, unless `architectures` names a class of the plain family's that the reader is not
+            # (Qwen3.5's text-only class beside a vision_config); where both build one class (Gemma 4's), the key decides
+            plain_named = family.spec.transformers_class in names and other.spec.transformers_class != family.spec.transformers_class
+            return family if plain_named else other
     return family
 
 
