@@ -10,6 +10,8 @@ import subprocess
 from concurrent.futures import ProcessPoolExecutor
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import sympy
 from checks import run
 
@@ -227,3 +229,16 @@ def test_a_derivation_compiles_with_pdflatex(capsys, tmp_path):
     (tmp_path / "d.tex").write_text(document, encoding="utf-8")
     result = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "d.tex"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout[-3000:]
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.text())
+def test_any_description_is_made_of_characters_pdflatex_typesets(text):
+    """Descriptions and docs come from declarations, a user's among them: whatever they hold, the text LaTeX gets is
+    printable ASCII or Latin-1 (pdflatex's utf8 input with T1 fonts), so no character stops the document."""
+    typeset = tex._text(text)
+    assert all(32 <= ord(c) < 127 or c in "\n\t" or 0xA0 <= ord(c) < 256 for c in typeset)
+
+
+def test_characters_outside_latin_1_become_their_plain_form_or_their_code_point():
+    assert tex._text("4·⌊c₀/4⌋ ☃") == "4$\\cdot$$\\lfloor$c0/4$\\rfloor$ [U+2603]"

@@ -21,6 +21,7 @@ symform's symbols through the vocabulary.
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import cache
@@ -301,16 +302,25 @@ def _figures(x: float) -> str:
 
 def _text(s: str) -> str:
     """Plain text made safe for LaTeX (pdflatex's default encoding)."""
-    out = []
-    for ch in s:
-        out.append(_TEXT_ESCAPES.get(ch, ch))
-    return "".join(out)
+    return "".join(_TEXT_ESCAPES.get(ch) or _typesettable(ch) for ch in s)
+
+
+def _typesettable(ch: str) -> str:
+    """A character pdflatex's utf8 input and T1 fonts typeset (ASCII and Latin-1), else its compatibility form where
+    that is such text (₀ → 0), else its code point in brackets: a user's description never stops the document."""
+    if 32 <= ord(ch) < 127 or ch in "\n\t" or 0xA0 <= ord(ch) < 256:
+        return ch
+    plain = unicodedata.normalize("NFKD", ch)
+    if plain and all(32 <= ord(c) < 127 for c in plain):
+        return "".join(_TEXT_ESCAPES.get(c, c) for c in plain)
+    return f"[U+{ord(ch):04X}]"
 
 
 _TEXT_ESCAPES = {
     "\\": "\\textbackslash{}", "_": "\\_", "%": "\\%", "&": "\\&", "#": "\\#", "$": "\\$", "{": "\\{", "}": "\\}",
     "^": "\\^{}", "~": "\\~{}", "·": "$\\cdot$", "×": "$\\times$", "→": "$\\to$", "≈": "$\\approx$",
     "√": "$\\surd$", "ᵀ": "$^{T}$", "⊙": "$\\odot$", "§": "\\S{}", "≤": "$\\le$", "≥": "$\\ge$", "½": "$\\frac12$",
+    "⌊": "$\\lfloor$", "⌋": "$\\rfloor$", "⌈": "$\\lceil$", "⌉": "$\\rceil$", "−": "$-$", "∞": "$\\infty$",
 }
 
 
