@@ -10,6 +10,8 @@ swap one component for another without touching the declarations around it.
 
 from __future__ import annotations
 
+import difflib
+
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -184,7 +186,7 @@ class Library:
         try:
             return self.components[name]
         except KeyError:
-            raise DeclarationError(f"unknown component {name!r}; declared components: {', '.join(sorted(self.components))}") from None
+            raise DeclarationError(f"unknown component {name!r}; {_closest(name, self.components)}") from None
 
     def merged(self, other: Mapping[str, Component]) -> "Library":
         clash = sorted(set(other) & set(self.components))
@@ -435,10 +437,7 @@ def check_library(library: Library, only: Mapping[str, Component] | None = None)
             for target in _possible_targets(comp, part):
                 callee = library[target] if target in library else None
                 if callee is None:
-                    raise DeclarationError(
-                        f"component {comp.name!r}, part {part.name!r}: uses unknown component {target!r}; "
-                        f"declared components: {', '.join(sorted(library.components))}"
-                    )
+                    raise DeclarationError(f"component {comp.name!r}, part {part.name!r}: uses unknown component {target!r}; {_closest(target, library.components)}")
                 check_bindings(comp, part, callee)
                 uses.add_edge(comp.name, callee.name)
     try:
@@ -573,3 +572,9 @@ def default_library() -> Library:
             table[name] = raw
     # checked as a whole by the test suite (check_library); each command validates and parses what it uses
     return Library(LazyComponents(table, vocabulary, "formulas/components"), vocabulary)
+
+
+def _closest(name: object, components) -> str:
+    """The declared names nearest a wrong one: a short message however many components a library declares."""
+    close = difflib.get_close_matches(str(name), list(components), n=5)
+    return f"did you mean {', '.join(close)}?" if close else f"docs/reference/components lists the {len(components)} declared ones"

@@ -506,7 +506,9 @@ def count_layers(name: str, spec: CountSpec, fields: Mapping[str, Any], origin: 
     if listed is not None:
         if spec.over and len(listed[1]) != int(fields[spec.over]):
             raise ConfigError(f"{origin}: field {listed[0]!r} lists {len(listed[1])} layers but {spec.over} is {fields[spec.over]}; make them agree")
-        if spec.each is not None:
+        # a condition reading `kind` is about the entries of a list of integers; a list of kinds read in its place
+        # (the layer_types transformers saves) is selected by `equals` alone
+        if spec.each is not None and not (_is_text_list(listed[1]) and re.search(r"\bkind\b", spec.each)):
             return _count_each(name, spec, listed[1], fields)
         kinds = spec.kinds()
         return sympy.Integer(sum(1 for kind in listed[1] if kinds is None or kind in kinds))
