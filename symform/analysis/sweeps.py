@@ -590,7 +590,8 @@ class _Screen:
         self.divides = relations  # (relation, index of a, index of b)
         self.relations = [r for r, _, _ in relations]
         self.real, self.other = np.empty(size), np.empty(size)
-        self.flags = np.empty(size, dtype=bool)
+        # one row per test of whole numbers (columns, then quotients): all of them are reduced at once
+        self.flags = np.empty((sum(whole for _, _, whole in columns) + len(relations), size), dtype=bool)
         self.greatest = [0.0] * len(columns)  # each column's greatest value in the block last passed
 
     @classmethod
@@ -617,27 +618,28 @@ class _Screen:
 
     def passes(self, columns: Sequence[np.ndarray]) -> bool:
         n = len(columns[0]) if columns else 0
-        real, flags = self.real[:n], self.flags[:n]
-        greatest = self.greatest
+        real, flags = self.real[:n], self.flags[:, :n]
+        greatest, row = self.greatest, 0
         for i, least, whole in self.columns:
             column = columns[i]
-            high = np.maximum.reduce(column)
-            if not (least <= np.minimum.reduce(column) and high <= _GREATEST):
+            high = _greatest(column)
+            if not (least <= _least(column) and high <= _GREATEST):
                 return False
             greatest[i] = high
             if whole:
                 np.trunc(column, out=real)
-                if not _all(np.equal(real, column, out=flags)):
-                    return False
+                np.equal(real, column, out=flags[row])
+                row += 1
         other = self.other[:n]
         for _, a, b in self.divides:
             np.divide(columns[a], columns[b], out=real)
             np.trunc(real, out=other)
-            if not _all(np.equal(real, other, out=flags)):
-                return False
-        return True
+            np.equal(real, other, out=flags[row])
+            row += 1
+        return bool(_all(flags, axis=None)) if row and n else True
 
 
+_greatest, _least = np.maximum.reduce, np.minimum.reduce
 _all = np.logical_and.reduce
 
 
