@@ -590,7 +590,7 @@ class _Screen:
         self.divides = relations  # (relation, index of a, index of b)
         self.relations = [r for r, _, _ in relations]
         self.real, self.other = np.empty(size), np.empty(size)
-        # one row per test of whole numbers (columns, then quotients): all of them are reduced at once
+        # one row per test of whole numbers (quotients, then columns): all of them are reduced at once
         self.flags = np.empty((sum(whole for _, _, whole in columns) + len(relations), size), dtype=bool)
         self.greatest = [0.0] * len(columns)  # each column's greatest value in the block last passed
 
@@ -617,25 +617,27 @@ class _Screen:
         return cls(columns, divides, size)
 
     def passes(self, columns: Sequence[np.ndarray]) -> bool:
+        # a column's first pass reads it from memory: the passes that compute more go first (the
+        # quotients read two columns at once), the least and greatest values then find it in the cache
         n = len(columns[0]) if columns else 0
-        real, flags = self.real[:n], self.flags[:, :n]
-        greatest, row = self.greatest, 0
-        for i, least, whole in self.columns:
-            column = columns[i]
-            high = _greatest(column)
-            if not (least <= _least(column) and high <= _GREATEST):
-                return False
-            greatest[i] = high
-            if whole:
-                np.trunc(column, out=real)
-                np.equal(real, column, out=flags[row])
-                row += 1
-        other = self.other[:n]
+        real, other, flags = self.real[:n], self.other[:n], self.flags[:, :n]
+        row = 0
         for _, a, b in self.divides:
             np.divide(columns[a], columns[b], out=real)
             np.trunc(real, out=other)
             np.equal(real, other, out=flags[row])
             row += 1
+        greatest = self.greatest
+        for i, least, whole in self.columns:
+            column = columns[i]
+            if whole:
+                np.trunc(column, out=real)
+                np.equal(real, column, out=flags[row])
+                row += 1
+            high = _greatest(column)
+            if not (least <= _least(column) and high <= _GREATEST):
+                return False
+            greatest[i] = high
         return bool(_all(flags, axis=None)) if row and n else True
 
 
