@@ -622,11 +622,13 @@ class _Screen:
         n = len(columns[0]) if columns else 0
         real, other, flags = self.real[:n], self.other[:n], self.flags[:, :n]
         row = 0
-        for _, a, b in self.divides:
-            np.divide(columns[a], columns[b], out=real)
-            np.trunc(real, out=other)
-            np.equal(real, other, out=flags[row])
-            row += 1
+        if self.divides:
+            with np.errstate(all="ignore"):  # b < 1 is refused below, with every column's range
+                for _, a, b in self.divides:
+                    np.divide(columns[a], columns[b], out=real)
+                    np.trunc(real, out=other)
+                    np.equal(real, other, out=flags[row])
+                    row += 1
         greatest = self.greatest
         for i, least, whole in self.columns:
             column = columns[i]
