@@ -5,6 +5,7 @@ numpy's sweep bit for bit; and a lazy sweep ships a description, not its inputs.
 from __future__ import annotations
 
 import pickle
+import re
 
 import numpy as np
 import pytest
@@ -281,3 +282,20 @@ def test_block_screen_keeps_a_whole_number_test_on_every_divisor():
     columns = (np.array([2.5, 4.0]), np.array([2.5, 4.0]))
     screen = _Screen.of(Axis(("n_heads", "n_kv_heads"), columns), {"n_heads": "positive_integer", "n_kv_heads": "positive_integer"}, relations, False, 2)
     assert len(screen.relations) == 2 and not screen.passes(columns)
+
+
+def test_a_late_block_past_2_53_is_warned_of_after_blocks_proven_below_it():
+    """Blocks whose inputs' greatest values prove every result below 2**53 are not scanned; a later
+    block with larger inputs is, and the warning names the greatest value, as Python's integers give it."""
+    from symform.analysis.sweeps import InexactFloatError, InexactFloatWarning
+
+    model = symform.load("qwen3-0.6b")
+    width = np.array([1024.0] * 20 + [2.0**24])
+    points = {"d_model": width, "d_ff": width}
+    huge = int(model.evaluate("params", d_model=2**24, d_ff=2**24))
+    assert huge >= 2**53 > int(model.evaluate("params", d_model=1024, d_ff=1024))
+    with pytest.warns(InexactFloatWarning, match=re.escape(f"params reaches {float(huge):.3g}")):
+        sweep(model, "params", zip=points, chunk=4)
+    with pytest.raises(InexactFloatError, match=re.escape(f"params reaches {float(huge):.3g}")):
+        sweep(model, "params", zip=points, chunk=4, inexact="raise")
+    sweep(model, "params", zip={k: v[:20] for k, v in points.items()}, chunk=4, inexact="raise")  # every block proven: silent

@@ -554,17 +554,23 @@ class _Checks:
         self.screen = _Screen.of(axes[self.split], self.domains, self.relations, exact, min(chunk, len(axes[self.split])))
         self.unscreened = [r for r in self.relations if self.screen is None or r not in self.screen.relations]
 
-    def block(self, block: "Block") -> None:
+    def block(self, block: "Block") -> list[float] | None:
+        """Check the block's slice of the sliced axis; its columns' greatest values where the screen passed it, else None."""
         if self.split is None or any(block.prefix):  # later prefixes see the same slices again
-            return
+            return None
         axis = self.axes[self.split]
-        piece = Axis(axis.names, tuple(c[block.low:block.high] for c in axis.columns))
-        axes = [piece if i == self.split else a for i, a in enumerate(self.axes)]
-        if self.screen is not None and self.screen.passes(piece.columns):
-            check_relations(self.unscreened, axes)
-            return
+        columns = tuple(c[block.low:block.high] for c in axis.columns)
+        if self.screen is not None and self.screen.passes(columns):
+            if self.unscreened:
+                check_relations(self.unscreened, self._with(Axis(axis.names, columns)))
+            return self.screen.greatest
+        piece = Axis(axis.names, columns)
         validate_columns(self.domains, [piece], self.exact, self.vocabulary)
-        check_relations(self.relations, axes)
+        check_relations(self.relations, self._with(piece))
+        return None
+
+    def _with(self, piece: Axis) -> list[Axis]:
+        return [piece if i == self.split else a for i, a in enumerate(self.axes)]
 
 
 _LEAST = {"positive_integer": 1.0, "nonnegative_integer": 0.0, "positive_rational": float(np.nextafter(0.0, 1.0))}
@@ -584,7 +590,9 @@ class _Screen:
         self.divides = relations  # (relation, index of a, index of b)
         self.relations = [r for r, _, _ in relations]
         self.real, self.other = np.empty(size), np.empty(size)
-        self.flags = np.empty(size, dtype=bool)
+        # one row per test of whole numbers (quotients, then columns): all of them are reduced at once
+        self.flags = np.empty((sum(whole for _, _, whole in columns) + len(relations), size), dtype=bool)
+        self.greatest = [0.0] * len(columns)  # each column's greatest value in the block last passed
 
     @classmethod
     def of(cls, axis: Axis, domains: Mapping[str, str], relations: Sequence["Relation"], exact: bool, size: int) -> "_Screen | None":
@@ -609,25 +617,33 @@ class _Screen:
         return cls(columns, divides, size)
 
     def passes(self, columns: Sequence[np.ndarray]) -> bool:
+        # a column's first pass reads it from memory: the passes that compute more go first (the
+        # quotients read two columns at once), the least and greatest values then find it in the cache
         n = len(columns[0]) if columns else 0
-        real, flags = self.real[:n], self.flags[:n]
+        real, other, flags = self.real[:n], self.other[:n], self.flags[:, :n]
+        row = 0
+        if self.divides:
+            with np.errstate(all="ignore"):  # b < 1 is refused below, with every column's range
+                for _, a, b in self.divides:
+                    np.divide(columns[a], columns[b], out=real)
+                    np.trunc(real, out=other)
+                    np.equal(real, other, out=flags[row])
+                    row += 1
+        greatest = self.greatest
         for i, least, whole in self.columns:
             column = columns[i]
-            if not (least <= np.minimum.reduce(column) and np.maximum.reduce(column) <= _GREATEST):
-                return False
             if whole:
                 np.trunc(column, out=real)
-                if not _all(np.equal(real, column, out=flags)):
-                    return False
-        other = self.other[:n]
-        for _, a, b in self.divides:
-            np.divide(columns[a], columns[b], out=real)
-            np.trunc(real, out=other)
-            if not _all(np.equal(real, other, out=flags)):
+                np.equal(real, column, out=flags[row])
+                row += 1
+            high = _greatest(column)
+            if not (least <= _least(column) and high <= _GREATEST):
                 return False
-        return True
+            greatest[i] = high
+        return bool(_all(flags, axis=None)) if row and n else True
 
 
+_greatest, _least = np.maximum.reduce, np.minimum.reduce
 _all = np.logical_and.reduce
 
 
@@ -833,14 +849,15 @@ def _run_float(compiled: Compiled, axes, shape, chunk, progress, inexact, checks
     worst = {q: 0.0 for q in compiled.quantities}
     kernel = compiled.kernel
     scratch = [np.empty(min(chunk, total)) for _ in range(kernel.slots)] if kernel is not None else []
+    inputs = _kernel_inputs(axes, sources, compiled.names, np.float64)
+    bounds = _ResultBounds(compiled, axes, checks, inexact)
     with _Progress(total, progress) as bar, np.errstate(all="ignore"):  # a value past float64's range is refused below, not warned about
         for block in _blocks(shape, chunk):
-            checks.block(block)
-            values = _block_inputs(axes, block, sources)
+            greatest = checks.block(block)
             targets = [columns[q][block.start:block.stop].reshape(block.shape) for q in compiled.quantities]
-            arrays = [np.asarray(values[n], dtype=np.float64) for n in compiled.names]
-            _evaluate_into(compiled, arrays, targets, divide=True, block=block, scratch=scratch)
-            for q, target in zip(compiled.quantities, targets):
+            _evaluate_into(compiled, inputs(block), targets, divide=True, block=block, scratch=scratch)
+            for k in bounds.unproven(greatest):
+                q, target = compiled.quantities[k], targets[k]
                 high, low = float(np.maximum.reduce(target, axis=None)), float(np.minimum.reduce(target, axis=None))
                 if not (math.isfinite(high) and math.isfinite(low)):
                     raise EvaluationError(f"{q} is past float64's range (or undefined) at some points; sweep with exact=True (--exact) or smaller sizes")
@@ -848,6 +865,74 @@ def _run_float(compiled: Compiled, axes, shape, chunk, progress, inexact, checks
             bar.update(block.stop - block.start)
     _check_range(worst, dict(zip(compiled.quantities, compiled.scales)), inexact)
     return columns
+
+
+def _kernel_inputs(axes: Sequence[Axis], sources: Mapping[str, np.ndarray], names: Sequence[str], dtype) -> Callable[[Block], list]:
+    """A block's kernel arguments, of ``dtype``, in the order of ``names``: for one axis, slices of its columns."""
+    if len(axes) != 1:
+        def arrays(block: Block) -> list:
+            values = _block_inputs(axes, block, sources)
+            return [np.asarray(values[n], dtype=dtype) for n in names]
+        return arrays
+    ordered = [sources[n] for n in names]
+
+    def sliced(block: Block) -> list:
+        low, high = block.low, block.high
+        return [c[low:high] if c.dtype == dtype else np.asarray(c[low:high], dtype=dtype) for c in ordered]
+    return sliced
+
+
+FINITE_BOUND = 2**1000  # far below float64's greatest (~2**1024), whatever rounding a kernel's operations add
+
+
+class _ResultBounds:
+    """Which quantities' blocks need their least and greatest values: none whose values the inputs' greatest
+    values already prove finite (``inexact="allow"``), or finite and below 2**53/m (nothing to warn of).
+
+    Every array the kernel computes is, by the nested form's construction (engine/horner.py: whole factors
+    and variables pulled out of sums of the polynomial's terms), a sum of some of the scaled polynomial's terms
+    divided by a product of variables and a whole number; at inputs of magnitude at most M >= 1 it is at most
+    the polynomial with every coefficient made positive, at M (Kernel.int64_bound). Each float64 operation adds
+    a relative error of at most 2**-53, so a bound B with 2B < 2**53 keeps every computed value below 2**53
+    (exact, where the inputs are whole), and B < 2**1000 keeps it finite. Magnitudes are rounded up to
+    powers of two, so that a new bound is worked out only when a block reaches past every earlier one."""
+
+    def __init__(self, compiled: Compiled, axes: Sequence[Axis], checks: _Checks, inexact: str):
+        self.all = tuple(range(len(compiled.quantities)))
+        self.kernel, self.limit = compiled.kernel, (FINITE_BOUND if inexact == "allow" else FLOAT_EXACT // 2)
+        self.split: list[tuple[int, int]] = []  # (argument, column of the sliced axis)
+        self.magnitudes: list[int] = []
+        self.pending = self.all
+        if self.kernel is None or checks.split is None or getattr(checks, "screen", None) is None:
+            self.kernel = None
+            return
+        for k, name in enumerate(compiled.names):
+            i, column = _axis_of(axes, name)
+            if i == checks.split:
+                self.split.append((k, axes[i].names.index(name)))
+                self.magnitudes.append(0)
+            elif column.dtype in (np.float64, np.int64) and len(column):  # checked finite and in its domain up front
+                self.magnitudes.append(_power_of_two(max(abs(column.min()), abs(column.max()))))
+            else:
+                self.kernel = None
+                return
+
+    def unproven(self, greatest: Sequence | None) -> Sequence[int]:
+        """The quantities whose values in this block must be looked at; ``greatest``: the sliced axis's
+        greatest values in the block (None: not known)."""
+        if greatest is None or self.kernel is None:
+            return self.all
+        magnitudes = self.magnitudes
+        if any(greatest[i] > magnitudes[k] for k, i in self.split):
+            for k, i in self.split:
+                magnitudes[k] = max(magnitudes[k], _power_of_two(greatest[i]))
+            self.pending = tuple(q for q, bound in enumerate(self.kernel.int64_bound(magnitudes)) if not bound < self.limit)
+        return self.pending
+
+
+def _power_of_two(value) -> int:
+    """The least power of two above ``value`` (1 or more): an upper bound of any value at most ``value``."""
+    return 1 << int(value).bit_length()
 
 
 def _run_int64(compiled: Compiled, axes, shape, chunk, progress, *, strict: bool) -> dict[str, np.ndarray] | None:
