@@ -47,7 +47,6 @@ WITHOUT_PUBLISHED_CONFIG = {
     "gemma4": "no complete Gemma 4 config.json found",
     "llama4_text": "Llama 4 Scout / Maverick config.json not found verbatim",
     "llama4": "Llama 4 Scout / Maverick config.json not found verbatim (test fixtures only: modified or abridged copies)",
-    "modernbert": "ModernBERT-base / -large config.json not found verbatim (only fine-tunes' and re-saved copies)",
 }
 
 
