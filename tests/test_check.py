@@ -26,9 +26,12 @@ for _name in presets():
 SAVED_GAP = {
 }
 
-# Families that check cannot yet build or compare at tiny sizes, each with what is left undone (none today).
+# Families that check cannot yet build or compare at tiny sizes, each with what is left undone.
 # A family listed here is expected to fail, strictly: the day check handles it, the test says so.
-CHECK_NOT_YET: dict[str, str] = {}
+CHECK_NOT_YET: dict[str, str] = {
+    "llama4_vl": "transformers 5.24's Llama4ForConditionalGeneration fails in its own forward (it reads image_outputs "
+    "from its language model's output, which has none); tests/test_family_llama4_vl.py patches that for its oracles",
+}
 
 
 @pytest.fixture(scope="module")
