@@ -10,8 +10,8 @@ replace_video_token); the sequences here are laid out the same way, the timestam
 
 FLOPs: tiny instances in float32 with eager attention, counted by FlopCounterMode, with one and two videos per
 sequence of an even and an odd frame count, with images and videos together, forward and backward. Saved
-activations: the bytes autograd keeps for backward in a training forward in bf16 and fp32 with videos, under the
-eager accounting. Parameters: unchanged by any workload.
+activations: the bytes autograd keeps for backward in a training forward in bf16 and fp32 with videos, and with
+images and videos together, under the eager accounting. Parameters: unchanged by any workload.
 """
 
 from __future__ import annotations
@@ -135,6 +135,16 @@ def test_saved_activations_with_videos_equal_what_eager_pytorch_keeps(case, dtyp
     kept = saved_with_images(config, visual_inputs(config, batch=batch, seq=seq, videos=videos, frames=frames, height=height, width=width), dtype)
     model = Model.from_config(config, accounting="eager", conventions={"act_bytes": DTYPES[dtype], "cpu_kernels": 1})
     assert model.evaluate("saved_activations", **workload(batch, seq, videos, frames, height, width)) == kept
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("case", CONFIGS)
+def test_saved_activations_with_images_and_videos_equal_what_eager_pytorch_keeps(case, dtype):
+    """With both, DeepStack's visual positions are a mask of their own and its features are scattered through two more."""
+    config, shape = CONFIGS[case], dict(batch=2, seq=150, videos=1, frames=3, height=8, width=16, images=2, image_size=16)
+    kept = saved_with_images(config, visual_inputs(config, **shape), dtype)
+    model = Model.from_config(config, accounting="eager", conventions={"act_bytes": DTYPES[dtype], "cpu_kernels": 1})
+    assert model.evaluate("saved_activations", **workload(**shape)) == kept
 
 
 @pytest.mark.parametrize("case", CONFIGS)
