@@ -85,6 +85,7 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
         p.add_argument("--accounting", choices=_accountings() if wanted(name) else None, help="a named convention set, applied before any --convention: eager counts what PyTorch eager keeps (formulas/accountings.toml, docs/memory.md)")
         p.add_argument("--json", action="store_true", help="print one JSON object")
         _from("images", "image_arguments")(p)
+        _from("videos", "video_arguments")(p)
         _from("audio", "audio_arguments")(p)
         return p
 
@@ -218,8 +219,9 @@ def _run(args: argparse.Namespace) -> str:
 
 
 def _with_media(model: Model, args: argparse.Namespace) -> Model:
-    """The model with the images and audio clips the command line gives each sequence."""
-    return _from("audio", "with_audio")(_from("images", "with_images")(model, args), args)
+    """The model with the images, videos and audio clips the command line gives each sequence."""
+    with_images = _from("images", "with_images")(model, args)
+    return _from("audio", "with_audio")(_from("videos", "with_videos")(with_images, args), args)
 
 
 def _load(args: argparse.Namespace) -> Model:
@@ -310,6 +312,7 @@ def _flops(model: Model, args: argparse.Namespace) -> str:
             "conventions": _conventions(model),
             "accounting": model.accounting or "default",
             **_from("images", "images_in")(model),
+            **_from("videos", "videos_in")(model),
             **_from("audio", "audio_in")(model),
         }
         if counts is not None:
@@ -318,7 +321,9 @@ def _flops(model: Model, args: argparse.Namespace) -> str:
     parts = model.evaluate_breakdown("forward_flops", depth=args.depth, **workload)
     images = _from("images", "images_in")(model)
     audio = _from("audio", "audio_in")(model)
+    videos = _from("videos", "videos_in")(model)
     seen = f", {images['images']} image{'s' * (images['images'] > 1)} of {images['image_height']}×{images['image_width']} px per sequence" if images else ""
+    seen += f", {videos['videos']} video{'s' * (videos['videos'] > 1)} of {videos['video_frames']} frames of {videos['video_height']}×{videos['video_width']} px per sequence" if videos else ""
     seen += f", {audio['audios']} audio clip{'s' * (audio['audios'] > 1)} of {audio['audio_frames']} mel frames per sequence" if audio else ""
     table = _table(f"forward FLOPs of {model.name}, batch {args.batch} × seq {args.seq}{seen}", parts, forward, unit="FLOP")
     if counts is None:
