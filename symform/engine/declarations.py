@@ -18,10 +18,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Annotated, Any, Mapping
 
-import networkx as nx
 import sympy
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError
 
+from . import digraph as nx  # networkx's interface for the little of it symform uses, without its 0.2 s import
 from .data import formulas_dir, read_toml
 from .errors import DeclarationError, SymformError, describe_validation
 from .names import is_identifier

@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Mapping
 
-import networkx as nx
 import sympy
 
+from . import digraph as nx  # networkx's interface for the little of it symform uses, without its 0.2 s import
 from .declarations import QUANTITIES, SLOT, Component, Library, Requirement
 from .budget import GRAPH_DEPTH, GRAPH_NODES, expand
 from .errors import BudgetError, DeclarationError
