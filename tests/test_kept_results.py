@@ -18,12 +18,17 @@ from symform.engine import disk_cache
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# as `symform ...` run from a shell (results kept), then which heavy libraries the run loaded
+# as `symform ...` run from a shell (results kept), then which heavy libraries the run loaded ("built":
+# whether it built the declarations' library, which every model is made of)
 _CHILD = """
 import json, sys
 from symform.interface.cli import main
 code = main(sys.argv[1:], keep_results=True)
-print(json.dumps({"code": code, "loaded": [m for m in ("sympy", "networkx", "pydantic") if m in sys.modules]}))
+loaded = [m for m in ("sympy", "networkx", "pydantic") if m in sys.modules]
+declarations = sys.modules.get("symform.engine.declarations")
+if declarations is not None and declarations.default_library.cache_info().currsize:
+    loaded.append("built")
+print(json.dumps({"code": code, "loaded": loaded}))
 """
 
 
@@ -56,8 +61,17 @@ def test_a_command_run_again_prints_the_same_without_building_the_model(tmp_path
     first, loaded_first = _symform(*argv, cache=tmp_path)
     again, loaded_again = _symform(*argv, cache=tmp_path)
     assert first == fresh and again == fresh
-    assert "sympy" in loaded_first and loaded_again == []
+    assert "sympy" in loaded_first and "built" in loaded_first and loaded_again == []
     assert list(tmp_path.glob("results-*.json"))
+
+
+@pytest.mark.parametrize("argv", [["flops", "qwen3-0.6b", "--batch", "2", "--seq", "64", "--accounting", "eager"], ["flops", "gemma-3-1b", "--batch", "1", "--seq", "16", "--json", "--depth", "2"]])
+def test_flops_run_again_prints_the_same_without_building_the_model(tmp_path, argv):
+    fresh, _ = _symform(*argv, cache=tmp_path, off=True)
+    first, loaded_first = _symform(*argv, cache=tmp_path)
+    again, loaded_again = _symform(*argv, cache=tmp_path)
+    assert first == fresh and again == fresh
+    assert "built" in loaded_first and "built" not in loaded_again  # its options' help still loads the fine-tuning analysis
 
 
 def test_nothing_is_kept_when_the_cache_is_off(tmp_path):
@@ -114,3 +128,10 @@ def test_the_fingerprint_follows_every_source_and_data_file(tmp_path):
     last = now()
     disk_cache.fingerprint.cache_clear()
     assert len(seen) == 4 and last in seen
+
+
+def test_a_fine_tuning_setup_is_worked_out_on_every_run(tmp_path):
+    argv = ["flops", "qwen3-0.6b", "--batch", "1", "--seq", "32", "--lora-rank", "8", "--lora-targets", "q_proj,v_proj", "--json"]
+    first, _ = _symform(*argv, cache=tmp_path)
+    again, loaded = _symform(*argv, cache=tmp_path)
+    assert again == first and "built" in loaded and json.loads(first.splitlines()[0])["trainable_params"] > 0

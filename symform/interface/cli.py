@@ -207,12 +207,12 @@ def _run(args: argparse.Namespace) -> str:
         return docs_command(args)
     if args.verb == "params":
         return _params_text(_kept_facts(args, _params_facts), args)
+    if args.verb == "flops":
+        return _flops_text(_kept_facts(args, _flops_facts), args)
     model = _load(args)
     if args.verb in _MODULE_VERBS:
         module, _, command, _ = _MODULE_VERBS[args.verb]
         return _from(module, command)(model, args)
-    if args.verb == "flops":
-        return _flops(model, args)
     from ..engine.derive import derive
 
     workload = {k: getattr(args, k) for k in DERIVE_WORKLOAD if getattr(args, k) is not None}
@@ -271,7 +271,7 @@ def _conventions(model: Model) -> dict[str, int | float]:
 # What a command prints about a bundled preset follows from its command line, symform's code and its
 # bundled files alone. Run as a program, the numbers it printed are kept (disk_cache, plain JSON) under a
 # hash of all three, and the next run with the same command line prints them again without building the
-# model: it imports none of sympy, networkx or pydantic. Models from files or the Hub are not kept (their
+# model (`symform params` then imports none of sympy or pydantic). Models from files or the Hub are not kept (their
 # files can change behind a path or a name); nor is a number JSON would not give back as it was.
 
 _KEEP_RESULTS = False
@@ -342,7 +342,8 @@ def _stored_dtypes(model: Model) -> dict | None:
     return {k: dict(v) for k, v in checkpoint.dtypes.items()} if checkpoint is not None and checkpoint.dtypes else None
 
 
-def _flops(model: Model, args: argparse.Namespace) -> str:
+def _flops_facts(model: Model, args: argparse.Namespace) -> dict[str, Any]:
+    """What ``symform flops`` prints: kept between runs where it is plain numbers (no fine-tuning setup)."""
     from .finetune_args import finetune_setup
 
     workload = {"batch": args.batch, "seq": args.seq}
@@ -354,30 +355,37 @@ def _flops(model: Model, args: argparse.Namespace) -> str:
         from ..analysis.finetune import finetune_counts
 
         counts = finetune_counts(model, tune, **workload)
+    parts = model.evaluate_breakdown("forward_flops", depth=args.depth or 1 if args.json else args.depth, **workload)
+    return {
+        "name": model.name, "forward": forward, "backward": backward, "parts": parts, "conventions": _conventions(model),
+        "accounting": model.accounting or "default", "images": _from("images", "images_in")(model), "audio": _from("audio", "audio_in")(model),
+        **({"tune": tune, "counts": counts} if tune is not None else {}),  # objects: such facts are not kept
+    }  # fmt: skip
+
+
+def _flops_text(facts: dict[str, Any], args: argparse.Namespace) -> str:
+    forward, backward, parts, tune, counts = facts["forward"], facts["backward"], facts["parts"], facts.get("tune"), facts.get("counts")
+    images, audio = facts["images"], facts["audio"]
     if args.json:
-        parts = model.evaluate_breakdown("forward_flops", depth=args.depth or 1, **workload)
         found = {
-            "model": model.name,
+            "model": facts["name"],
             "batch": args.batch,
             "seq": args.seq,
             "forward": _json_number(forward),
             "backward": _json_number(backward),
             "train": _json_number(forward + backward),
             "components": {k: _json_number(v) for k, v in parts.items()},
-            "conventions": _conventions(model),
-            "accounting": model.accounting or "default",
-            **_from("images", "images_in")(model),
-            **_from("audio", "audio_in")(model),
+            "conventions": facts["conventions"],
+            "accounting": facts["accounting"],
+            **images,
+            **audio,
         }
         if counts is not None:
             found.update(_finetune_json(tune, counts, forward, backward))
         return json.dumps(found)
-    parts = model.evaluate_breakdown("forward_flops", depth=args.depth, **workload)
-    images = _from("images", "images_in")(model)
-    audio = _from("audio", "audio_in")(model)
     seen = f", {images['images']} image{'s' * (images['images'] > 1)} of {images['image_height']}×{images['image_width']} px per sequence" if images else ""
     seen += f", {audio['audios']} audio clip{'s' * (audio['audios'] > 1)} of {audio['audio_frames']} mel frames per sequence" if audio else ""
-    table = _table(f"forward FLOPs of {model.name}, batch {args.batch} × seq {args.seq}{seen}", parts, forward, unit="FLOP")
+    table = _table(f"forward FLOPs of {facts['name']}, batch {args.batch} × seq {args.seq}{seen}", parts, forward, unit="FLOP")
     if counts is None:
         summary = [
             "",
@@ -395,7 +403,7 @@ def _flops(model: Model, args: argparse.Namespace) -> str:
             f"backward  {_number(counts.backward_flops)}  (full training: {_human(backward)})",
             f"train     {_number(counts.step_flops)}  (one step: forward + backward; frozen weights take no weight gradient)",
         ]
-    summary.append("conventions: " + ", ".join(f"{k}={v}" for k, v in _conventions(model).items()))
+    summary.append("conventions: " + ", ".join(f"{k}={v}" for k, v in facts["conventions"].items()))
     return table + "\n" + "\n".join(summary)
 
 
