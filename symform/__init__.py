@@ -9,7 +9,6 @@
 """
 
 import importlib
-import importlib.abc
 import importlib.machinery
 import importlib.util
 import sys
@@ -77,8 +76,10 @@ def _floor_of(module: str) -> str | None:
     return None
 
 
-class _FlatNames(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Resolves ``symform.<module>`` to ``symform.<floor>.<module>``: one module object under both names."""
+class _FlatNames:
+    """Resolves ``symform.<module>`` to ``symform.<floor>.<module>``: one module object under both names.
+    A meta path finder and its loader by their methods (importlib.abc's base classes would import
+    importlib.resources, a tenth of the start-up of a command answered from kept results)."""
 
     def __init__(self) -> None:
         self.own_specs: dict[str, importlib.machinery.ModuleSpec] = {}

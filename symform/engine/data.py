@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import tomllib
 from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ _DATA_DIRS = ("formulas", "hardware")
 
 @cache
 def data_root() -> Path:
-    packaged = Path(str(resources.files("symform"))) / "_data"
+    packaged = Path(__file__).resolve().parents[1] / "_data"  # symform/engine/data.py; importlib.resources costs more to import
     if (packaged / "formulas").is_dir():
         return packaged
     checkout = Path(__file__).resolve().parents[2]  # symform/engine/data.py

@@ -20,6 +20,7 @@ import json
 import os
 import stat
 import sys
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,33 @@ def digest(*parts: str | bytes) -> str:
         h.update(part.encode() if isinstance(part, str) else part)
         h.update(b"\0")
     return h.hexdigest()
+
+
+@cache
+def fingerprint(*roots: Path) -> str:
+    """A hash of every source and data file (.py, .toml, .json) under ``roots`` (a file among them is hashed
+    itself): what a result worked out from symform's code and bundled files depends on. Any edit to one of
+    them, or a file added or removed, gives another fingerprint."""
+    h = hashlib.sha256()
+    for root in roots:
+        for path in sorted(_files_under(root)):
+            h.update(f"{path}\0".encode())
+            try:
+                h.update(path.read_bytes())
+            except OSError:
+                h.update(b"unreadable")
+            h.update(b"\0")
+    return h.hexdigest()
+
+
+def _files_under(root: Path) -> list[Path]:
+    if root.is_file():
+        return [root]
+    found = []
+    for folder, subfolders, names in os.walk(root):
+        subfolders[:] = [d for d in subfolders if d != "__pycache__"]
+        found += [Path(folder) / n for n in names if n.endswith((".py", ".toml", ".json"))]
+    return found
 
 
 class Store:

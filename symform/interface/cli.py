@@ -11,13 +11,16 @@ import importlib
 import json
 import sys
 from fractions import Fraction
-from typing import TYPE_CHECKING, Sequence
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from .cli_args import exact_number, positive_int
 from ..engine.budget import quoted
 from ..engine.names import is_identifier
 from ..engine.errors import SymformError
-from ..engine.data import version
+from ..engine.data import data_root, formulas_dir, read_toml, version
+from ..engine.disk_cache import Store, cache_dir, digest, fingerprint, plain_json
 
 if TYPE_CHECKING:  # the commands that build expressions import these; --help and models never load sympy
     from ..engine.derive import Derivation
@@ -140,12 +143,16 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
 
 
 def _accountings() -> list[str]:
-    from ..engine.model import accountings
+    """The named convention sets' names, as engine.model.accountings() gives them, read without building
+    the engine (a command answered from the kept results loads none of it)."""
+    return sorted(read_toml(formulas_dir() / "accountings.toml"))
 
-    return sorted(accountings())
 
-
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, keep_results: bool | None = None) -> int:
+    """Run one command. ``keep_results`` (by default: when run as a program, argv from the command line)
+    answers a command from the results an earlier run kept, and keeps its own for the next run."""
+    global _KEEP_RESULTS
+    _KEEP_RESULTS = argv is None if keep_results is None else keep_results
     code = _main(list(sys.argv[1:] if argv is None else argv))
     if argv is None:
         # Run as a program (the console script, python -m symform): the interpreter exits next, and its
@@ -199,14 +206,14 @@ def _run(args: argparse.Namespace) -> str:
         from .docgen import docs_command
 
         return docs_command(args)
+    if args.verb == "params":
+        return _params_text(_kept_facts(args, _params_facts), args)
+    if args.verb == "flops":
+        return _flops_text(_kept_facts(args, _flops_facts), args)
     model = _load(args)
     if args.verb in _MODULE_VERBS:
         module, _, command, _ = _MODULE_VERBS[args.verb]
         return _from(module, command)(model, args)
-    if args.verb == "params":
-        return _params(model, args)
-    if args.verb == "flops":
-        return _flops(model, args)
     from ..engine.derive import derive
 
     workload = {k: getattr(args, k) for k in DERIVE_WORKLOAD if getattr(args, k) is not None}
@@ -262,18 +269,68 @@ def _conventions(model: Model) -> dict[str, int | float]:
     return {s.name: _json_number(Fraction(int(v.p), int(v.q))) for s, v in model.conventions.items() if s.name in kinds}
 
 
-def _params(model: Model, args: argparse.Namespace) -> str:
+# --- results kept between runs ------------------------------------------------------------------------
+# What a command prints about a bundled preset follows from its command line, symform's code and its
+# bundled files alone. Run as a program, the numbers it printed are kept (disk_cache, plain JSON) under a
+# hash of all three, and the next run with the same command line prints them again without building the
+# model (`symform params` then imports none of sympy or pydantic). Models from files or the Hub are not kept (their
+# files can change behind a path or a name); nor is a number JSON would not give back as it was.
+
+_KEEP_RESULTS = False
+
+
+@cache
+def _results() -> Store:
+    package = Path(__file__).resolve().parents[1]
+    return Store("results", fingerprint(package, data_root(), *_sympy_release()))
+
+
+def _sympy_release() -> tuple[Path, ...]:
+    """sympy's release file (its version): the numbers come out of sympy's arithmetic."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("sympy")
+    return (Path(spec.origin).with_name("release.py"),) if spec is not None and spec.origin else ()
+
+
+def _kept_facts(args: argparse.Namespace, work: Callable[[Model, argparse.Namespace], dict[str, Any]]) -> dict[str, Any]:
+    """``work``'s facts about the model the command line names: kept from an earlier run, or worked out (and kept)."""
+    key = digest(repr(sorted(vars(args).items()))) if _KEEP_RESULTS and cache_dir() is not None else None
+    kept = _results().get(key) if key is not None else None
+    if isinstance(kept, dict) and isinstance(kept.get("facts"), dict) and isinstance(kept.get("notes"), list):
+        if kept["notes"]:
+            args.notes = kept["notes"]
+        return kept["facts"]
+    model = _load(args)
+    facts = work(model, args)
+    if key is not None and args.revision is None and _is_preset(args.model):
+        entry = {"facts": facts, "notes": list(getattr(args, "notes", []))}
+        if plain_json(entry):
+            _results().put(key, entry)
+    return facts
+
+
+def _is_preset(name: str) -> bool:
+    from ..engine.families import find_preset
+
+    return find_preset(name) is not None
+
+
+def _params_facts(model: Model, args: argparse.Namespace) -> dict[str, Any]:
+    """The numbers ``symform params`` prints: tables break down all the way down by default, JSON one level."""
     total = model.evaluate("params")
     active = model.evaluate("active_params")
+    parts = model.evaluate_breakdown("params", depth=args.depth or 1 if args.json else args.depth)
+    return {"name": model.name, "total": total, "active": active, "parts": parts, "values": model.values, "stored": _stored_dtypes(model)}
+
+
+def _params_text(facts: dict[str, Any], args: argparse.Namespace) -> str:
+    name, total, active, parts, stored = facts["name"], facts["total"], facts["active"], facts["parts"], facts["stored"]
     if args.json:
-        parts = model.evaluate_breakdown("params", depth=args.depth or 1)
-        stored = _stored_dtypes(model)
-        return json.dumps({"model": model.name, "total": _json_number(total), "active": _json_number(active), "components": {k: _json_number(v) for k, v in parts.items()}, "values": model.values, **({"checkpoint_dtypes": stored} if stored else {})})
-    parts = model.evaluate_breakdown("params", depth=args.depth)
-    table = _table(f"parameters of {model.name}", parts, total, unit="")
+        return json.dumps({"model": name, "total": _json_number(total), "active": _json_number(active), "components": {k: _json_number(v) for k, v in parts.items()}, "values": facts["values"], **({"checkpoint_dtypes": stored} if stored else {})})
+    table = _table(f"parameters of {name}", parts, total, unit="")
     if active != total:
         table += f"\nactive per token {_count_text(active)}  ({_human(active)}; see docs/conventions.md)"
-    stored = _stored_dtypes(model)
     if stored:
         elements = sum(d["elements"] for d in stored.values())
         by_dtype = ", ".join(f"{d} {v['elements']:,} in {v['tensors']} tensors ({v['bytes']:,} bytes)" for d, v in stored.items())
@@ -287,7 +344,8 @@ def _stored_dtypes(model: Model) -> dict | None:
     return {k: dict(v) for k, v in checkpoint.dtypes.items()} if checkpoint is not None and checkpoint.dtypes else None
 
 
-def _flops(model: Model, args: argparse.Namespace) -> str:
+def _flops_facts(model: Model, args: argparse.Namespace) -> dict[str, Any]:
+    """What ``symform flops`` prints: kept between runs where it is plain numbers (no fine-tuning setup)."""
     from .finetune_args import finetune_setup
 
     workload = {"batch": args.batch, "seq": args.seq}
@@ -299,33 +357,40 @@ def _flops(model: Model, args: argparse.Namespace) -> str:
         from ..analysis.finetune import finetune_counts
 
         counts = finetune_counts(model, tune, **workload)
+    parts = model.evaluate_breakdown("forward_flops", depth=args.depth or 1 if args.json else args.depth, **workload)
+    return {
+        "name": model.name, "forward": forward, "backward": backward, "parts": parts, "conventions": _conventions(model),
+        "accounting": model.accounting or "default", "images": _from("images", "images_in")(model),
+        "videos": _from("videos", "videos_in")(model), "audio": _from("audio", "audio_in")(model),
+        **({"tune": tune, "counts": counts} if tune is not None else {}),  # objects: such facts are not kept
+    }  # fmt: skip
+
+
+def _flops_text(facts: dict[str, Any], args: argparse.Namespace) -> str:
+    forward, backward, parts, tune, counts = facts["forward"], facts["backward"], facts["parts"], facts.get("tune"), facts.get("counts")
+    images, videos, audio = facts["images"], facts["videos"], facts["audio"]
     if args.json:
-        parts = model.evaluate_breakdown("forward_flops", depth=args.depth or 1, **workload)
         found = {
-            "model": model.name,
+            "model": facts["name"],
             "batch": args.batch,
             "seq": args.seq,
             "forward": _json_number(forward),
             "backward": _json_number(backward),
             "train": _json_number(forward + backward),
             "components": {k: _json_number(v) for k, v in parts.items()},
-            "conventions": _conventions(model),
-            "accounting": model.accounting or "default",
-            **_from("images", "images_in")(model),
-            **_from("videos", "videos_in")(model),
-            **_from("audio", "audio_in")(model),
+            "conventions": facts["conventions"],
+            "accounting": facts["accounting"],
+            **images,
+            **videos,
+            **audio,
         }
         if counts is not None:
             found.update(_finetune_json(tune, counts, forward, backward))
         return json.dumps(found)
-    parts = model.evaluate_breakdown("forward_flops", depth=args.depth, **workload)
-    images = _from("images", "images_in")(model)
-    audio = _from("audio", "audio_in")(model)
-    videos = _from("videos", "videos_in")(model)
     seen = f", {images['images']} image{'s' * (images['images'] > 1)} of {images['image_height']}×{images['image_width']} px per sequence" if images else ""
     seen += f", {videos['videos']} video{'s' * (videos['videos'] > 1)} of {videos['video_frames']} frames of {videos['video_height']}×{videos['video_width']} px per sequence" if videos else ""
     seen += f", {audio['audios']} audio clip{'s' * (audio['audios'] > 1)} of {audio['audio_frames']} mel frames per sequence" if audio else ""
-    table = _table(f"forward FLOPs of {model.name}, batch {args.batch} × seq {args.seq}{seen}", parts, forward, unit="FLOP")
+    table = _table(f"forward FLOPs of {facts['name']}, batch {args.batch} × seq {args.seq}{seen}", parts, forward, unit="FLOP")
     if counts is None:
         summary = [
             "",
@@ -343,7 +408,7 @@ def _flops(model: Model, args: argparse.Namespace) -> str:
             f"backward  {_number(counts.backward_flops)}  (full training: {_human(backward)})",
             f"train     {_number(counts.step_flops)}  (one step: forward + backward; frozen weights take no weight gradient)",
         ]
-    summary.append("conventions: " + ", ".join(f"{k}={v}" for k, v in _conventions(model).items()))
+    summary.append("conventions: " + ", ".join(f"{k}={v}" for k, v in facts["conventions"].items()))
     return table + "\n" + "\n".join(summary)
 
 
