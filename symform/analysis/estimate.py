@@ -34,6 +34,7 @@ from typing import Any, Sequence
 
 import sympy
 
+from ..engine.budget import quoted
 from ..engine.data import data_root, read_toml
 from ..engine.errors import ConfigError, EvaluationError
 from ..engine.model import Model
@@ -157,13 +158,13 @@ def best_tile_efficiency(batches: float, rows: float, width: float, tiles: Seque
 
 def _fraction(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-        raise ConfigError(f"{where} is {value!r}; give a fraction in (0, 1]")
+        raise ConfigError(f"{where} is {quoted(value)}; give a fraction in (0, 1]")
     return float(value)
 
 
 def _positive(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise ConfigError(f"{where} is {value!r}; give a number of 0 or more")
+        raise ConfigError(f"{where} is {quoted(value)}; give a number of 0 or more")
     return float(value)
 
 
@@ -208,7 +209,7 @@ def _parse_efficiency(data: Mapping[str, Any], path: Path) -> Efficiency:
 def _gemm_shape_data(gemm: Mapping[str, Any], path: Path) -> dict[str, Any]:
     model = gemm.get("model", "rows")
     if model not in GEMM_MODELS:
-        raise ConfigError(f"{path}: gemm.model is {model!r}; choose one of {', '.join(GEMM_MODELS)}")
+        raise ConfigError(f"{path}: gemm.model is {quoted(model)}; choose one of {', '.join(GEMM_MODELS)}")
     fits = {}
     for other in GEMM_MODELS:
         if isinstance(gemm.get(other), dict):

@@ -21,6 +21,7 @@ from typing import Any, Mapping
 import sympy
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ..engine.budget import quoted
 from ..engine.data import formulas_dir, read_toml
 from ..engine.errors import ConfigError, DeclarationError, describe_validation
 from ..engine.families import Checkpoint
@@ -185,7 +186,7 @@ def _fp8(config: Mapping[str, Any], formats: Mapping[str, WeightFormat]) -> Stor
     if block is None:
         return StoredFormat("fp8", formats["fp8"], keep, "quantization_config: fp8, one scale per tensor")
     if not (isinstance(block, list) and len(block) == 2 and all(isinstance(b, int) and b > 0 for b in block)):
-        raise ConfigError(f"the checkpoint's weight_block_size is {block!r}; expected two positive integers [rows, columns]")
+        raise ConfigError(f"the checkpoint's weight_block_size is {quoted(block)}; expected two positive integers [rows, columns]")
     fmt = _with(formats, "fp8-block", block_out=block[0], block_in=block[1])
     return StoredFormat("fp8-block", fmt, keep, f"quantization_config: fp8 ({config.get('fmt', 'e4m3')}) in blocks of {block[0]}×{block[1]} with a float32 scale each")
 

@@ -38,6 +38,8 @@ LAYERS = 10_000
 ARRAY_ELEMENTS = 1_000_000
 # devices a layout may span
 DEVICES = 2**24
+# tokens of one training step (global batch × seq) laid out over float64 and int64 arrays: their whole numbers
+STEP_TOKENS = 2**53
 # bytes read from one model, declaration or device file, and its nesting depth
 FILE_BYTES = 16 * 2**20
 NESTING_DEPTH = 64

@@ -1,0 +1,73 @@
+"""Findings of a hostile review (tests/hostile_table.py runs the whole table): one test per class of finding.
+
+Each bad input ends in one line naming the problem and the fix (exit 2, a SymformError from the API),
+never a traceback, a message that echoes a huge value back, or a silent number for an impossible layout.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import symform
+from symform import ConfigError, EvaluationError
+from symform.engine.errors import BudgetError
+from symform.analysis.memory import Layout, Training, training_memory
+
+from checks import one_line_error, run
+
+PRESETS = Path(__file__).resolve().parent.parent / "formulas" / "presets"
+QWEN = json.loads((PRESETS / "qwen3-0.6b.json").read_text())
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("num_hidden_layers", list(range(200_000))),  # a layer_types-sized list where a size belongs
+        ("hidden_size", "M*-" * 100_000),  # a pattern-sized string
+        ("model_type", "x" * 100_000),
+        ("rope_scaling", "y" * 100_000),
+    ],
+)
+def test_a_huge_bad_value_is_quoted_short_not_echoed_whole(tmp_path, field, value):
+    path = tmp_path / "config.json"
+    config = dict(QWEN, **{field: value})
+    if field == "model_type":
+        config.pop("architectures")  # else the class name finds the family: the type is never looked up
+    path.write_text(json.dumps(config), encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        symform.load(str(path))
+    message = str(caught.value)
+    assert "\n" not in message and len(message) < 600 + len(str(path)), message[:300]
+
+
+def test_more_pipeline_stages_than_layers_is_refused_not_a_fractional_layer_per_stage():
+    model = symform.load("qwen3-0.6b")  # 28 layers
+    setup = Training(layout=Layout(pipeline=1000))
+    one_line_error(EvaluationError, lambda: training_memory(model, batch=1, seq=8, setup=setup), "1000 pipeline stages", "28 layers", "at most 28")
+    assert training_memory(model, batch=1, seq=8, setup=Training(layout=Layout(pipeline=28))).total > 0
+
+
+def test_more_pipeline_stages_than_layers_in_the_cli(capsys):
+    for argv in (
+        ["memory", "qwen3-0.6b", "--train", "--batch", "1", "--seq", "8", "--pp", "29"],
+        ["time", "qwen3-0.6b", "--gpu", "h100-sxm", "--train", "--global-batch", "64", "--seq", "512", "--gpus", "64", "--pp", "64"],
+    ):
+        code, out, err = run(capsys, *argv)
+        assert code == 2 and err.count("\n") == 1 and "a stage holds at least one layer" in err, err
+
+
+def test_a_plan_past_int64_tokens_is_refused_by_its_budget(capsys):
+    from symform.analysis.planner import plan
+
+    model = symform.load("qwen3-0.6b")
+    one_line_error(BudgetError, lambda: plan(model, "h100-sxm", devices=8, global_batch=10**30, seq=128), "STEP_TOKENS")
+    code, _, err = run(capsys, "plan", "qwen3-0.6b", "--gpu", "h100-sxm", "--gpus", "8", "--global-batch", str(10**30), "--seq", "128")
+    assert code == 2 and "STEP_TOKENS" in err and err.count("\n") == 1
+
+
+def test_an_adapter_of_rank_zero_is_refused_on_the_command_line(capsys):
+    code, _, err = run(capsys, "flops", "qwen3-0.6b", "--batch", "1", "--seq", "8", "--lora-rank", "0", "--lora-targets", "q_proj")
+    assert code == 2 and "--lora-rank" in err and "must be positive" in err and err.count("\n") == 1
