@@ -71,3 +71,19 @@ def test_a_plan_past_int64_tokens_is_refused_by_its_budget(capsys):
 def test_an_adapter_of_rank_zero_is_refused_on_the_command_line(capsys):
     code, _, err = run(capsys, "flops", "qwen3-0.6b", "--batch", "1", "--seq", "8", "--lora-rank", "0", "--lora-targets", "q_proj")
     assert code == 2 and "--lora-rank" in err and "must be positive" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "preset, field, value",
+    [
+        ("qwen3-next-80b-a3b", "layer_types", ["linear_attention"] * 10**5),
+        ("nemotron-h-8b", "hybrid_override_pattern", "M" * 10**5),
+        ("gpt-oss-20b", "layer_types", ["full_attention"] * 10**5),
+    ],
+)
+def test_a_per_layer_list_past_the_layer_budget_is_refused_before_it_is_read(tmp_path, preset, field, value):
+    config = json.loads((PRESETS / f"{preset}.json").read_text())
+    config[field] = value
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config), encoding="utf-8")
+    one_line_error(BudgetError, lambda: symform.load(str(path)), field, "LAYERS")

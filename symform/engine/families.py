@@ -591,6 +591,9 @@ def _check_type(field: str, raw: Any, spec: FieldSpec, origin: str) -> Any:
     import sympy
 
     problem = ConfigError(f"{origin}: field {field!r} is {quoted(raw)}; it must be a {_kind(spec)}")
+    if spec.type in ("int_list", "str_list", "pattern") and isinstance(raw, (list, str)):
+        # one entry per layer: a longer list is refused before its entries are read
+        check_count(len(raw), LAYERS, f"{origin}: field {field!r} (entries, one per layer)", "LAYERS", f"give a config of at most {LAYERS:,} layers")
     if spec.type == "bool":
         if spec.truthy and isinstance(raw, int) and not isinstance(raw, bool) and raw >= 0:
             return sympy.Integer(int(raw != 0))
