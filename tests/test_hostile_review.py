@@ -87,3 +87,20 @@ def test_a_per_layer_list_past_the_layer_budget_is_refused_before_it_is_read(tmp
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config), encoding="utf-8")
     one_line_error(BudgetError, lambda: symform.load(str(path)), field, "LAYERS")
+
+
+@pytest.mark.parametrize(
+    "quantization, words",
+    [
+        ("x", "quantization_config is 'x'"),  # was read as no quantisation: bf16 bytes for a quantised checkpoint
+        ([], "quantization_config is []"),
+        ({"quant_method": "compressed-tensors", "config_groups": "x"}, "config_groups"),  # was an AttributeError traceback
+        ({"quant_method": "fp8", "modules_to_not_convert": "lm_head"}, "list of module names"),  # was ignored: every module quantised
+        ({"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": {"num_bits": 8, "type": "float", "strategy": "block", "block_structure": [0, 128]}}}}, "block_structure"),
+    ],
+)
+def test_a_malformed_quantization_config_is_one_line(tmp_path, capsys, quantization, words):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(dict(QWEN, quantization_config=quantization)), encoding="utf-8")
+    code, out, err = run(capsys, "memory", str(path), "--infer", "--batch", "1", "--seq", "8")
+    assert code == 2 and err.count("\n") == 1 and words in err, err

@@ -203,6 +203,8 @@ class Checkpoint:
 def checkpoint_facts(config: Mapping[str, Any], *, quant_file: Mapping[str, Any] | None = None, index: Mapping[str, Any] | None = None, total_size: int | None = None, dtypes: Mapping[str, Mapping[str, int]] | None = None) -> Checkpoint:
     """The checkpoint facts of a config and, where present, its hf_quant_config.json and safetensors index."""
     quantization = config.get("quantization_config")
+    if quantization is not None and not isinstance(quantization, Mapping):
+        raise ConfigError(f"quantization_config is {quoted(quantization)}; it must be a JSON object (how the weights are stored) or absent")
     shards = None
     if isinstance(index, Mapping):
         size = (index.get("metadata") or {}).get("total_size") if isinstance(index.get("metadata"), Mapping) else None
