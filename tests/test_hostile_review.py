@@ -104,3 +104,10 @@ def test_a_malformed_quantization_config_is_one_line(tmp_path, capsys, quantizat
     path.write_text(json.dumps(dict(QWEN, quantization_config=quantization)), encoding="utf-8")
     code, out, err = run(capsys, "memory", str(path), "--infer", "--batch", "1", "--seq", "8")
     assert code == 2 and err.count("\n") == 1 and words in err, err
+
+
+def test_bert_heads_that_do_not_divide_the_width_are_refused_as_transformers_refuses_them():
+    # BertSelfAttention raises on hidden_size % num_attention_heads != 0: no model exists to count
+    config = json.loads((PRESETS / "bert-base-uncased.json").read_text())
+    one_line_error(ConfigError, lambda: symform.Model.from_config(dict(config, hidden_size=770)), "multiple of num_attention_heads")
+    assert symform.Model.from_config(dict(config, hidden_size=780)).evaluate("params") > 0  # 12 × 65
