@@ -111,3 +111,13 @@ def test_bert_heads_that_do_not_divide_the_width_are_refused_as_transformers_ref
     config = json.loads((PRESETS / "bert-base-uncased.json").read_text())
     one_line_error(ConfigError, lambda: symform.Model.from_config(dict(config, hidden_size=770)), "multiple of num_attention_heads")
     assert symform.Model.from_config(dict(config, hidden_size=780)).evaluate("params") > 0  # 12 × 65
+
+
+@pytest.mark.parametrize("name", ["config.json", "arch.toml"])
+def test_a_named_pipe_is_refused_not_waited_on(tmp_path, capsys, name):
+    import os
+
+    pipe = tmp_path / name
+    os.mkfifo(pipe)  # opening it for reading would wait for a writer: the run would never end
+    code, out, err = run(capsys, "params", str(pipe))
+    assert code == 2 and "pipe or socket" in err and err.count("\n") == 1, err

@@ -10,7 +10,9 @@ with one line that names the budget and how to stay within it.
 from __future__ import annotations
 
 import math
+import os
 import re
+import stat
 import sys
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
@@ -218,6 +220,9 @@ def check_count(count: int, budget: int, what: str, name: str, fix: str) -> None
 
 def read_bounded(path, what: str) -> bytes:
     """A file's bytes, FILE_BYTES at most: a link to /dev/zero or a huge file is refused after one read."""
+    mode = os.stat(path).st_mode
+    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):  # reading would wait for a writer that may never come
+        raise FileBudgetError(f"{path}: {what} is a pipe or socket, which symform does not wait on; give the file itself")
     with open(path, "rb") as f:
         data = f.read(FILE_BYTES + 1)
     if len(data) > FILE_BYTES:
