@@ -121,3 +121,10 @@ def test_a_named_pipe_is_refused_not_waited_on(tmp_path, capsys, name):
     os.mkfifo(pipe)  # opening it for reading would wait for a writer: the run would never end
     code, out, err = run(capsys, "params", str(pipe))
     assert code == 2 and "pipe or socket" in err and err.count("\n") == 1, err
+
+
+def test_a_deepseek_v32_indexer_head_narrower_than_its_rotary_part_is_refused():
+    # DeepseekV32Indexer splits q and k into [qk_rope_head_dim, index_head_dim - qk_rope_head_dim]: a negative size fails
+    config = json.loads((PRESETS / "deepseek-v3.2.json").read_text())
+    one_line_error(ConfigError, lambda: symform.Model.from_config(dict(config, index_head_dim=config["qk_rope_head_dim"] - 1)), "index_head_dim")
+    assert symform.Model.from_config(dict(config, index_head_dim=config["qk_rope_head_dim"])).evaluate("params") > 0
