@@ -16,6 +16,7 @@ import symform
 from symform import DeclarationError
 from symform.analysis import calibration, estimate
 from symform.analysis.estimate import best_tile_efficiency, wave_efficiency
+from symform.analysis.finetune import FineTune
 from symform.engine.declarations import default_library, parse_components
 
 from checks import run as _run
@@ -186,3 +187,33 @@ def test_an_efficiency_file_may_make_waves_its_default(tmp_path):
     mine.write_text(text.replace("[gemm]\n", '[gemm]\nmodel = "tiles"\n', 1), encoding="utf-8")
     with pytest.raises(symform.SymformError, match="choose one of rows, waves"):
         estimate.efficiency(str(mine))
+
+
+def _k_proj(finetune=None):
+    model = symform.load("llama-3.2-1b")
+    found = estimate.kernels(model, "train", workload={"batch": 1, "seq": 1024}, finetune=finetune)
+    return next(k for k in found if k.leaf == "k_proj")
+
+
+@pytest.mark.parametrize(
+    "finetune, weights, fraction",
+    [
+        # hand count, 128 × 128 tiles on 96 SMs, T = 1,024 tokens, k_proj 2,048 → 512 (llama-3.2-1b):
+        # forward T × 512: 32 tiles split-K 3 ways, one full wave: 1; input gradient T × 2,048: 128 tiles
+        # in 2 waves: 128/192 = 2/3; weight gradient 2,048 × 512: 64 tiles in one wave: 2/3
+        (None, (1, 1, 1), 3 / (1 + 3 / 2 + 3 / 2)),
+        # LoRA freezes every base weight: k_proj's weight gradient never runs
+        (FineTune(rank=8, targets=("q_proj", "v_proj")), (1, 1), 2 / (1 + 3 / 2)),
+        # half of the 16 layers frozen: half of the k_proj calls run a weight gradient
+        (FineTune(freeze=("layers:0-7",)), (1, 1, 0.5), 2.5 / (1 + 3 / 2 + 0.5 * 3 / 2)),
+        # embeddings and the first half frozen: autograd records nothing there, its k_proj runs forward only
+        (FineTune(freeze=("embeddings", "layers:0-7")), (1, 0.5, 0.5), 2 / (1 + 0.5 * 3 / 2 + 0.5 * 3 / 2)),
+    ],
+)
+def test_frozen_weights_run_no_weight_gradient_product_under_the_waves_model(finetune, weights, fraction):
+    kernel = _k_proj(finetune)
+    assert kernel.product_weights == weights
+    assert kernel.calls == pytest.approx(sum(weights) * 16)
+    eff = replace(_waves_eff(96, 128, 128, 0.5), tile_m=128)
+    got = eff.gemm_fraction(kernel.rows, kernel.flops / kernel.calls, kernel.products, kernel.product_weights)
+    assert got == pytest.approx(0.5 * fraction, rel=1e-12)

@@ -34,6 +34,7 @@ from typing import Any, Sequence
 
 import sympy
 
+from ..engine.budget import quoted
 from ..engine.data import data_root, read_toml
 from ..engine.errors import ConfigError, EvaluationError
 from ..engine.model import Model
@@ -102,12 +103,12 @@ class Efficiency:
         below = [s for s in sizes if s <= head_size]
         return self.attention[below[-1] if below else sizes[0]]
 
-    def gemm_fraction(self, rows: float, flops_per_call: float, products: tuple[tuple[float, float, float], ...] = ()) -> float:
+    def gemm_fraction(self, rows: float, flops_per_call: float, products: tuple[tuple[float, float, float], ...] = (), weights: tuple[float, ...] = ()) -> float:
         """Fraction of the peak a GEMM of ``rows`` rows (tokens) and ``flops_per_call`` FLOPs sustains.
 
         ``waves`` (with the GEMM's ``products``, its output grids): each product runs at sustained ×
-        :func:`best_tile_efficiency` over the device's tiles, the products of one call (equal FLOPs each)
-        one after another; then the roll-off. Fewer rows than ``tile_m``, or no shape declared: as
+        :func:`best_tile_efficiency` over the device's tiles, the products of one call (equal FLOPs each,
+        product i run ``weights[i]`` times, once each where not given) one after another; then the roll-off. Fewer rows than ``tile_m``, or no shape declared: as
         ``rows`` does.
 
         Rows pad up to whole tiles; fewer rows than one tile run as skinny (GEMV-like)
@@ -118,7 +119,8 @@ class Efficiency:
         """
         tile = self.tile_m
         if self.gemm_model == "waves" and products and rows >= tile:
-            waves = len(products) / sum(1 / best_tile_efficiency(b, m, n, self.tiles, self.sms) for b, m, n in products)
+            weights = weights or (1.0,) * len(products)
+            waves = sum(weights) / sum(w / best_tile_efficiency(b, m, n, self.tiles, self.sms) for w, (b, m, n) in zip(weights, products))
             return self.gemm_sustained * waves * flops_per_call / (flops_per_call + self.half_flops)
         if rows < tile:
             return self.gemm_sustained * flops_per_call / (flops_per_call + self.half_flops * max(rows - 1, 0) / (tile - 1))
@@ -156,13 +158,13 @@ def best_tile_efficiency(batches: float, rows: float, width: float, tiles: Seque
 
 def _fraction(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-        raise ConfigError(f"{where} is {value!r}; give a fraction in (0, 1]")
+        raise ConfigError(f"{where} is {quoted(value)}; give a fraction in (0, 1]")
     return float(value)
 
 
 def _positive(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise ConfigError(f"{where} is {value!r}; give a number of 0 or more")
+        raise ConfigError(f"{where} is {quoted(value)}; give a number of 0 or more")
     return float(value)
 
 
@@ -207,7 +209,7 @@ def _parse_efficiency(data: Mapping[str, Any], path: Path) -> Efficiency:
 def _gemm_shape_data(gemm: Mapping[str, Any], path: Path) -> dict[str, Any]:
     model = gemm.get("model", "rows")
     if model not in GEMM_MODELS:
-        raise ConfigError(f"{path}: gemm.model is {model!r}; choose one of {', '.join(GEMM_MODELS)}")
+        raise ConfigError(f"{path}: gemm.model is {quoted(model)}; choose one of {', '.join(GEMM_MODELS)}")
     fits = {}
     for other in GEMM_MODELS:
         if isinstance(gemm.get(other), dict):
@@ -306,16 +308,27 @@ class Kernel:
     # a matrix product's shape on this device, from its declaration: (batches, m, n, k) of the forward
     # product (output rows, output width, reduction); None where the leaf declares none
     shape: tuple[float, float, float, float] | None = None
-    backward: bool = False  # its two backward products run too (training)
+    # how often each product runs per forward call: (forward, input gradient, weight gradient); training
+    # runs all three, a fine-tuning step none of a frozen weight's gradient and only the forward of a leaf
+    # autograd never records
+    passes: tuple[float, float, float] = (1.0, 0.0, 0.0)
 
     @property
     def products(self) -> tuple[tuple[float, float, float], ...]:
-        """The output grids (batches, rows, width) of the products each call runs: the forward's, and in
-        training the input gradient's (m × k) and the weight gradient's (k × n)."""
+        """The output grids (batches, rows, width) of the products the calls run: the forward's, and in
+        training the input gradient's (m × k) and the weight gradient's (k × n), where they run at all."""
+        return tuple(grid for grid, _ in self._weighted_products())
+
+    @property
+    def product_weights(self) -> tuple[float, ...]:
+        """How often each of :attr:`products` runs, per forward call."""
+        return tuple(weight for _, weight in self._weighted_products())
+
+    def _weighted_products(self) -> list[tuple[tuple[float, float, float], float]]:
         if self.shape is None:
-            return ()
+            return []
         b, m, n, k = self.shape
-        return ((b, m, n), (b, m, k), (b, k, n)) if self.backward else ((b, m, n),)
+        return [(grid, w) for grid, w in zip(((b, m, n), (b, m, k), (b, k, n)), self.passes) if w > 0]
 
     @property
     def leaf(self) -> str:
@@ -348,7 +361,7 @@ def kernels(
     layers_here = Fraction(model.values.get("n_layers", 1), pipeline)
     rows = workload["batch"] * workload.get("seq", 1) / context
     batch = model.vocabulary["batch"]
-    passes = 3 if phase == "train" else 1  # forward, gradient of the input, gradient of the weights
+    passes = (1, 1, 1) if phase == "train" else (1, 0, 0)  # forward, gradient of the input, gradient of the weights
     tuned = kernel_passes(model, finetune) if finetune is not None else {}
     found = []
     for path, work in leaves.items():
@@ -358,9 +371,10 @@ def kernels(
         if not flops and not moved:
             continue
         kind = "attention" if flash and (path.endswith("/core") or "/core/" in path) else "gemm" if flops else "elementwise"
-        calls = float(tuned.get(path, passes)) * (float(layers_here) if path.startswith("layers/") else 1.0)
+        runs = tuple(float(p) for p in tuned.get(path, passes))
+        calls = sum(runs) * (float(layers_here) if path.startswith("layers/") else 1.0)
         shape = _gemm_shape(model, path, split, workload, context) if kind == "gemm" else None
-        found.append(Kernel(path, kind, float(flops), float(moved), calls, float(rows), shape, phase == "train"))
+        found.append(Kernel(path, kind, float(flops), float(moved), calls, float(rows), shape, runs))
     return found
 
 
@@ -419,7 +433,7 @@ def kernel_seconds(kernel: Kernel, peak: float, hbm: float, eff: Efficiency, fus
     if kernel.kind == "elementwise":
         t_compute = 0.0
     else:
-        rate = eff.attention_fraction(head_size) if kernel.kind == "attention" else eff.gemm_fraction(kernel.rows, kernel.flops / kernel.calls, kernel.products)
+        rate = eff.attention_fraction(head_size) if kernel.kind == "attention" else eff.gemm_fraction(kernel.rows, kernel.flops / kernel.calls, kernel.products, kernel.product_weights)
         t_compute = kernel.flops / (peak * rate)
     if not t_compute and not t_mem:
         return 0.0

@@ -524,16 +524,16 @@ def step_leaf_flops(model: Model, setup: FineTune) -> dict[str, sympy.Expr]:
     return {leaf: sympy.expand((forward[leaf] + backward[leaf]).xreplace(rank)) for leaf in forward}
 
 
-def kernel_passes(model: Model, setup: FineTune) -> dict[str, sympy.Expr]:
-    """Per leaf, the passes of a training step it runs, as symform.estimate counts full training's three (forward,
-    input gradient, weight gradient): a frozen projection skips the weight gradient, a leaf autograd never records
-    runs its forward only. Averaged over a leaf's instances (a share of its layers frozen)."""
+def kernel_passes(model: Model, setup: FineTune) -> dict[str, tuple[sympy.Expr, sympy.Expr, sympy.Expr]]:
+    """Per leaf, how often a training step runs each of the three products symform.estimate counts for full
+    training (forward, input gradient, weight gradient): a frozen projection skips the weight gradient, a leaf
+    autograd never records runs its forward only. Averaged over a leaf's instances (a share of its layers frozen)."""
     plan = Plan(model, setup)
     out = {}
     for leaf, share in plan.shares.items():
         weighted = plan.nodes[leaf]["quantities"]["params"] != 0
         frozen = (1 - share.trained - share.silent) if weighted else 0
-        out[leaf] = 3 - frozen - 2 * share.silent
+        out[leaf] = (ONE, 1 - share.silent, 1 - share.silent - frozen)
     return out
 
 

@@ -203,8 +203,16 @@ def tensor_split(model: Model, tensor: int | sympy.Expr) -> dict[sympy.Symbol, s
     return {s: s / tensor for s in model.vocabulary.tensor_parallel}
 
 
+def check_pipeline(model: Model, pipeline: Degree) -> None:
+    """A pipeline of no more stages than the model has layers: a stage holds at least one layer."""
+    layers = model.values.get("n_layers")
+    if isinstance(pipeline, int) and layers is not None and pipeline > layers:
+        raise EvaluationError(f"{pipeline} pipeline stages for {model.name}'s {layers} layers: a stage holds at least one layer; choose a pipeline degree of at most {layers}")
+
+
 def _param_terms(model: Model, tensor: Degree, pipeline: Degree, expert: Degree) -> dict[str, sympy.Expr]:
     """Each leaf's parameters on one rank: expert-sharded parts split over expert ranks, then the tensor split."""
+    check_pipeline(model, pipeline)
     graph = model.graph()
     weight = graph.multiplicities("params", shards={"expert": sympy.sympify(expert)})
     split = tensor_split(model, tensor)

@@ -20,7 +20,7 @@ import numpy as np
 import sympy
 
 from . import scaling
-from ..engine.budget import DEVICES, check_count, quoted
+from ..engine.budget import DEVICES, STEP_TOKENS, check_count, quoted
 from ..engine.errors import EvaluationError
 from ..engine.evaluate import compile_expression
 from .hardware import Hardware
@@ -288,6 +288,7 @@ def plan(
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise EvaluationError(f"{name} is {quoted(value)}; give a whole number of 1 or more")
     check_count(devices, DEVICES, "devices", "DEVICES", f"plan for at most {DEVICES:,} devices")
+    check_count(global_batch * seq, STEP_TOKENS, "tokens per step (global batch × seq)", "STEP_TOKENS", "give a smaller global batch or sequence")
     place = placement(gpu, node_size)
     capacity = memory_bytes if memory_bytes is not None else int(place.device.memory_bytes)
     started = clock.perf_counter()

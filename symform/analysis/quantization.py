@@ -21,6 +21,7 @@ from typing import Any, Mapping
 import sympy
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ..engine.budget import quoted
 from ..engine.data import formulas_dir, read_toml
 from ..engine.errors import ConfigError, DeclarationError, describe_validation
 from ..engine.families import Checkpoint
@@ -161,8 +162,11 @@ def _keep(config: Mapping[str, Any], *keys: str) -> tuple[str, ...]:
     names: list[str] = []
     for key in keys:
         value = config.get(key)
-        if isinstance(value, list):
-            names += [str(v) for v in value]
+        if value is None:
+            continue
+        if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            raise ConfigError(f"the checkpoint's quantization_config has {key} = {quoted(value)}; it must be a list of module names")
+        names += value
     return tuple(dict.fromkeys([*names, "lm_head"]))
 
 
@@ -184,10 +188,14 @@ def _fp8(config: Mapping[str, Any], formats: Mapping[str, WeightFormat]) -> Stor
     block = config.get("weight_block_size")
     if block is None:
         return StoredFormat("fp8", formats["fp8"], keep, "quantization_config: fp8, one scale per tensor")
-    if not (isinstance(block, list) and len(block) == 2 and all(isinstance(b, int) and b > 0 for b in block)):
-        raise ConfigError(f"the checkpoint's weight_block_size is {block!r}; expected two positive integers [rows, columns]")
+    _check_block(block, "weight_block_size")
     fmt = _with(formats, "fp8-block", block_out=block[0], block_in=block[1])
     return StoredFormat("fp8-block", fmt, keep, f"quantization_config: fp8 ({config.get('fmt', 'e4m3')}) in blocks of {block[0]}×{block[1]} with a float32 scale each")
+
+
+def _check_block(block: Any, key: str) -> None:
+    if not (isinstance(block, list) and len(block) == 2 and all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)):
+        raise ConfigError(f"the checkpoint's {key} is {quoted(block)}; expected two positive integers [rows, columns]")
 
 
 def _mxfp4(config: Mapping[str, Any], formats: Mapping[str, WeightFormat]) -> StoredFormat:
@@ -221,6 +229,8 @@ def _bitsandbytes(config: Mapping[str, Any], formats: Mapping[str, WeightFormat]
 
 def _compressed_tensors(config: Mapping[str, Any], formats: Mapping[str, WeightFormat]) -> StoredFormat:
     groups = config.get("config_groups") or {}
+    if not isinstance(groups, Mapping):
+        raise ConfigError(f"the checkpoint's compressed-tensors config_groups is {quoted(groups)}; it must be a JSON object of schemes")
     schemes = [g.get("weights") for g in groups.values() if isinstance(g, Mapping) and isinstance(g.get("weights"), Mapping)]
     if len(schemes) != 1:
         raise ConfigError(f"the checkpoint's compressed-tensors config has {len(schemes)} weight schemes; symform reads one (give --weight-format)")
@@ -231,6 +241,7 @@ def _compressed_tensors(config: Mapping[str, Any], formats: Mapping[str, WeightF
     if kind == "float" and bits == 8:
         if strategy == "block":
             block = weights.get("block_structure") or [128, 128]
+            _check_block(block, "block_structure")
             return StoredFormat("fp8-block", _with(formats, "fp8-block", block_out=block[0], block_in=block[1]), keep, f"compressed-tensors: fp8 in blocks of {block[0]}×{block[1]}")
         return StoredFormat("fp8-channel", formats["fp8-channel"], keep, f"compressed-tensors: fp8 with one bf16 scale per {strategy or 'channel'}")
     if kind == "float" and bits == 4 and weights.get("group_size") == 16:

@@ -32,7 +32,7 @@ from ..engine.budget import ARRAY_ELEMENTS, check_count
 from ..engine.errors import ConfigError, EvaluationError
 from ..engine.evaluate import compile_expression, exact_value
 from .hardware import DTYPE_BYTES, Device, Hardware, System, load_device
-from .memory import RECOMPUTE, Layout, params_per_device, recipes, tensor_split
+from .memory import RECOMPUTE, Layout, check_pipeline, params_per_device, recipes, tensor_split
 from ..engine.model import Model
 from .roofline import Work, phase_work
 
@@ -405,6 +405,7 @@ def training_time(
     model = at_dtype(model, dtype)
     peak, bandwidth = place.device.flops_per_s(dtype), place.device.hbm_bytes_per_s
     tensor_split(model, layout.tensor)  # the degree divides every size it splits
+    check_pipeline(model, layout.pipeline)
     trainable = _finetune_trainable(model, finetune, layout)
     train, (extra_flops, extra_bytes) = rank_work(model, recompute, flash=flash, finetune=finetune)
     per_device = _per_device(model, {TENSOR: layout.tensor}, layout.pipeline, layout.context)

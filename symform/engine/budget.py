@@ -10,7 +10,9 @@ with one line that names the budget and how to stay within it.
 from __future__ import annotations
 
 import math
+import os
 import re
+import stat
 import sys
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
@@ -38,6 +40,8 @@ LAYERS = 10_000
 ARRAY_ELEMENTS = 1_000_000
 # devices a layout may span
 DEVICES = 2**24
+# tokens of one training step (global batch × seq) laid out over float64 and int64 arrays: their whole numbers
+STEP_TOKENS = 2**53
 # bytes read from one model, declaration or device file, and its nesting depth
 FILE_BYTES = 16 * 2**20
 NESTING_DEPTH = 64
@@ -216,6 +220,9 @@ def check_count(count: int, budget: int, what: str, name: str, fix: str) -> None
 
 def read_bounded(path, what: str) -> bytes:
     """A file's bytes, FILE_BYTES at most: a link to /dev/zero or a huge file is refused after one read."""
+    mode = os.stat(path).st_mode
+    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):  # reading would wait for a writer that may never come
+        raise FileBudgetError(f"{path}: {what} is a pipe or socket, which symform does not wait on; give the file itself")
     with open(path, "rb") as f:
         data = f.read(FILE_BYTES + 1)
     if len(data) > FILE_BYTES:

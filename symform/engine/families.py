@@ -20,7 +20,7 @@ from typing import Any, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .budget import LAYERS, check_count, check_nesting, check_number
+from .budget import LAYERS, check_count, check_nesting, check_number, quoted
 from .data import formulas_dir, read_text, read_toml
 from .errors import ConfigError, DeclarationError, describe_validation
 from .names import is_identifier
@@ -203,6 +203,8 @@ class Checkpoint:
 def checkpoint_facts(config: Mapping[str, Any], *, quant_file: Mapping[str, Any] | None = None, index: Mapping[str, Any] | None = None, total_size: int | None = None, dtypes: Mapping[str, Mapping[str, int]] | None = None) -> Checkpoint:
     """The checkpoint facts of a config and, where present, its hf_quant_config.json and safetensors index."""
     quantization = config.get("quantization_config")
+    if quantization is not None and not isinstance(quantization, Mapping):
+        raise ConfigError(f"quantization_config is {quoted(quantization)}; it must be a JSON object (how the weights are stored) or absent")
     shards = None
     if isinstance(index, Mapping):
         size = (index.get("metadata") or {}).get("total_size") if isinstance(index.get("metadata"), Mapping) else None
@@ -272,11 +274,14 @@ def supported_model_types() -> list[str]:
     return sorted(families())
 
 
+_NAME_MAX = 200  # a model type longer than a file name is no family's: not looked up as a file
+
+
 def family_for(config: Mapping[str, Any], origin: str) -> Family:
     model_type = config.get("model_type")
     if model_type is None:
         raise ConfigError(f"{origin}: no 'model_type' field; a Hugging Face config.json names its family there")
-    if isinstance(model_type, str) and is_identifier(model_type):
+    if isinstance(model_type, str) and is_identifier(model_type) and len(model_type) <= _NAME_MAX:
         # the family file named after the model type, when it reads that type: one file instead of all of them
         path = formulas_dir() / "families" / f"{model_type}.toml"
         if path.is_file() and model_type in _family_file(path).spec.model_types and not _family_file(path).spec.when_present:
@@ -286,7 +291,7 @@ def family_for(config: Mapping[str, Any], origin: str) -> Family:
         if by_class is not None:
             return by_class
         raise ConfigError(
-            f"{origin}: model_type {model_type!r} is not supported; supported: {', '.join(supported_model_types())}"
+            f"{origin}: model_type {quoted(model_type)} is not supported; supported: {', '.join(supported_model_types())}"
             " (or declare the architecture yourself: see docs/declaring-architectures.md)"
         )
     return _variant(families()[model_type], model_type, config)
@@ -343,7 +348,7 @@ def _context_limit(spec: ContextSpec | None, fields: Mapping[str, Any], config: 
         raise DeclarationError(f"context field {spec.field!r} is not among the family's fields; declare it under [fields]")
     rope = config.get(spec.rope_scaling) if spec.rope_scaling else None
     if rope is not None and not isinstance(rope, Mapping):
-        raise ConfigError(f"{origin}: field {spec.rope_scaling!r} is {rope!r}; it must be a JSON object or null")
+        raise ConfigError(f"{origin}: field {spec.rope_scaling!r} is {quoted(rope)}; it must be a JSON object or null")
     summary = None
     if rope:
         kind = rope.get("rope_type", rope.get("type"))
@@ -385,7 +390,7 @@ def _choose(choice: ChoiceSpec, value: Any, is_bool: bool, origin: str) -> str:
         return choice.cases[key]
     if value is not None and "default" in choice.cases:
         return choice.cases["default"]
-    raise ConfigError(f"{origin}: field {choice.field!r} is {value!r}; expected one of {', '.join(choice.cases)}")
+    raise ConfigError(f"{origin}: field {choice.field!r} is {quoted(value)}; expected one of {', '.join(choice.cases)}")
 
 
 def read_fields(specs: Mapping[str, FieldSpec], config: Mapping[str, Any], origin: str, *, fields_in: str = "") -> dict[str, Any]:
@@ -447,7 +452,7 @@ def per_layer_read(spec: FamilySpec, config: Mapping[str, Any], origin: str) -> 
         for key, value in entries[0].items():
             field = reads[key]
             if section.get(field) is not None and section.get(field) != value:
-                raise ConfigError(f"{origin}: per_layer_config's {key} {value!r} for {kind} layers contradicts {field} {section[field]!r}; keep one of them")
+                raise ConfigError(f"{origin}: per_layer_config's {key} {quoted(value)} for {kind} layers contradicts {field} {quoted(section[field])}; keep one of them")
             updates[field] = value
     return _with_section(config, spec.fields_in, {k: v for k, v in section.items() if k != "per_layer_config"} | updates)
 
@@ -469,7 +474,7 @@ def sub_config(config: Mapping[str, Any], path: str, origin: str) -> Mapping[str
         if inner is None:
             return {}
         if not isinstance(inner, Mapping):
-            raise ConfigError(f"{origin}: field {step!r} is {inner!r}; it must be a JSON object (a nested config)")
+            raise ConfigError(f"{origin}: field {step!r} is {quoted(inner)}; it must be a JSON object (a nested config)")
         section = inner
     return section
 
@@ -587,7 +592,10 @@ def _kind(spec: FieldSpec) -> str:
 def _check_type(field: str, raw: Any, spec: FieldSpec, origin: str) -> Any:
     import sympy
 
-    problem = ConfigError(f"{origin}: field {field!r} is {raw!r}; it must be a {_kind(spec)}")
+    problem = ConfigError(f"{origin}: field {field!r} is {quoted(raw)}; it must be a {_kind(spec)}")
+    if spec.type in ("int_list", "str_list", "pattern") and isinstance(raw, (list, str)):
+        # one entry per layer: a longer list is refused before its entries are read
+        check_count(len(raw), LAYERS, f"{origin}: field {field!r} (entries, one per layer)", "LAYERS", f"give a config of at most {LAYERS:,} layers")
     if spec.type == "bool":
         if spec.truthy and isinstance(raw, int) and not isinstance(raw, bool) and raw >= 0:
             return sympy.Integer(int(raw != 0))

@@ -393,7 +393,7 @@ class Model:
                 values[self.vocabulary[name]] = size
             else:
                 if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                    raise ConfigError(f"{self.name}: argument {name!r} is {value!r}; it must be a non-negative integer")
+                    raise ConfigError(f"{self.name}: argument {name!r} is {quoted(value)}; it must be a non-negative integer")
                 arguments[name] = sympy.Integer(value)
         return values, arguments
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from .cli_args import non_negative_int, positive_int
+from .cli_args import positive_int
 from ..engine.budget import quoted
 from ..engine.errors import EvaluationError
 
@@ -27,7 +27,7 @@ def finetune_arguments(p: argparse.ArgumentParser, *, needs: str = "--train", se
 
     title = "fine-tuning (" + (f"with {needs}; " if needs else "") + "docs/fine-tuning.md)"
     tune = p.add_argument_group(title)
-    tune.add_argument("--lora-rank", type=non_negative_int, metavar="R", help="rank of a LoRA adapter on each target projection; the base weights are frozen")
+    tune.add_argument("--lora-rank", type=positive_int, metavar="R", help="rank of a LoRA adapter on each target projection; the base weights are frozen")
     targets = "the projections that get an adapter, by part name: q_proj,v_proj (symform params MODEL --depth 4 lists them)"
     if several_targets:
         tune.add_argument("--lora-targets", type=names, action="append", metavar="NAMES", help=targets + "; repeat it to sweep several sets")

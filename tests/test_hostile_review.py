@@ -1,0 +1,130 @@
+"""Findings of a hostile review (tests/hostile_table.py runs the whole table): one test per class of finding.
+
+Each bad input ends in one line naming the problem and the fix (exit 2, a SymformError from the API),
+never a traceback, a message that echoes a huge value back, or a silent number for an impossible layout.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import symform
+from symform import ConfigError, EvaluationError
+from symform.engine.errors import BudgetError
+from symform.analysis.memory import Layout, Training, training_memory
+
+from checks import one_line_error, run
+
+PRESETS = Path(__file__).resolve().parent.parent / "formulas" / "presets"
+QWEN = json.loads((PRESETS / "qwen3-0.6b.json").read_text())
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("num_hidden_layers", list(range(200_000))),  # a layer_types-sized list where a size belongs
+        ("hidden_size", "M*-" * 100_000),  # a pattern-sized string
+        ("model_type", "x" * 100_000),
+        ("rope_scaling", "y" * 100_000),
+    ],
+)
+def test_a_huge_bad_value_is_quoted_short_not_echoed_whole(tmp_path, field, value):
+    path = tmp_path / "config.json"
+    config = dict(QWEN, **{field: value})
+    if field == "model_type":
+        config.pop("architectures")  # else the class name finds the family: the type is never looked up
+    path.write_text(json.dumps(config), encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        symform.load(str(path))
+    message = str(caught.value)
+    assert "\n" not in message and len(message) < 600 + len(str(path)), message[:300]
+
+
+def test_more_pipeline_stages_than_layers_is_refused_not_a_fractional_layer_per_stage():
+    model = symform.load("qwen3-0.6b")  # 28 layers
+    setup = Training(layout=Layout(pipeline=1000))
+    one_line_error(EvaluationError, lambda: training_memory(model, batch=1, seq=8, setup=setup), "1000 pipeline stages", "28 layers", "at most 28")
+    assert training_memory(model, batch=1, seq=8, setup=Training(layout=Layout(pipeline=28))).total > 0
+
+
+def test_more_pipeline_stages_than_layers_in_the_cli(capsys):
+    for argv in (
+        ["memory", "qwen3-0.6b", "--train", "--batch", "1", "--seq", "8", "--pp", "29"],
+        ["time", "qwen3-0.6b", "--gpu", "h100-sxm", "--train", "--global-batch", "64", "--seq", "512", "--gpus", "64", "--pp", "64"],
+    ):
+        code, out, err = run(capsys, *argv)
+        assert code == 2 and err.count("\n") == 1 and "a stage holds at least one layer" in err, err
+
+
+def test_a_plan_past_int64_tokens_is_refused_by_its_budget(capsys):
+    from symform.analysis.planner import plan
+
+    model = symform.load("qwen3-0.6b")
+    one_line_error(BudgetError, lambda: plan(model, "h100-sxm", devices=8, global_batch=10**30, seq=128), "STEP_TOKENS")
+    code, _, err = run(capsys, "plan", "qwen3-0.6b", "--gpu", "h100-sxm", "--gpus", "8", "--global-batch", str(10**30), "--seq", "128")
+    assert code == 2 and "STEP_TOKENS" in err and err.count("\n") == 1
+
+
+def test_an_adapter_of_rank_zero_is_refused_on_the_command_line(capsys):
+    code, _, err = run(capsys, "flops", "qwen3-0.6b", "--batch", "1", "--seq", "8", "--lora-rank", "0", "--lora-targets", "q_proj")
+    assert code == 2 and "--lora-rank" in err and "must be positive" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "preset, field, value",
+    [
+        ("qwen3-next-80b-a3b", "layer_types", ["linear_attention"] * 10**5),
+        ("nemotron-h-8b", "hybrid_override_pattern", "M" * 10**5),
+        ("gpt-oss-20b", "layer_types", ["full_attention"] * 10**5),
+    ],
+)
+def test_a_per_layer_list_past_the_layer_budget_is_refused_before_it_is_read(tmp_path, preset, field, value):
+    config = json.loads((PRESETS / f"{preset}.json").read_text())
+    config[field] = value
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config), encoding="utf-8")
+    one_line_error(BudgetError, lambda: symform.load(str(path)), field, "LAYERS")
+
+
+@pytest.mark.parametrize(
+    "quantization, words",
+    [
+        ("x", "quantization_config is 'x'"),  # was read as no quantisation: bf16 bytes for a quantised checkpoint
+        ([], "quantization_config is []"),
+        ({"quant_method": "compressed-tensors", "config_groups": "x"}, "config_groups"),  # was an AttributeError traceback
+        ({"quant_method": "fp8", "modules_to_not_convert": "lm_head"}, "list of module names"),  # was ignored: every module quantised
+        ({"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": {"num_bits": 8, "type": "float", "strategy": "block", "block_structure": [0, 128]}}}}, "block_structure"),
+    ],
+)
+def test_a_malformed_quantization_config_is_one_line(tmp_path, capsys, quantization, words):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(dict(QWEN, quantization_config=quantization)), encoding="utf-8")
+    code, out, err = run(capsys, "memory", str(path), "--infer", "--batch", "1", "--seq", "8")
+    assert code == 2 and err.count("\n") == 1 and words in err, err
+
+
+def test_bert_heads_that_do_not_divide_the_width_are_refused_as_transformers_refuses_them():
+    # BertSelfAttention raises on hidden_size % num_attention_heads != 0: no model exists to count
+    config = json.loads((PRESETS / "bert-base-uncased.json").read_text())
+    one_line_error(ConfigError, lambda: symform.Model.from_config(dict(config, hidden_size=770)), "multiple of num_attention_heads")
+    assert symform.Model.from_config(dict(config, hidden_size=780)).evaluate("params") > 0  # 12 × 65
+
+
+@pytest.mark.parametrize("name", ["config.json", "arch.toml"])
+def test_a_named_pipe_is_refused_not_waited_on(tmp_path, capsys, name):
+    import os
+
+    pipe = tmp_path / name
+    os.mkfifo(pipe)  # opening it for reading would wait for a writer: the run would never end
+    code, out, err = run(capsys, "params", str(pipe))
+    assert code == 2 and "pipe or socket" in err and err.count("\n") == 1, err
+
+
+def test_a_deepseek_v32_indexer_head_narrower_than_its_rotary_part_is_refused():
+    # DeepseekV32Indexer splits q and k into [qk_rope_head_dim, index_head_dim - qk_rope_head_dim]: a negative size fails
+    config = json.loads((PRESETS / "deepseek-v3.2.json").read_text())
+    one_line_error(ConfigError, lambda: symform.Model.from_config(dict(config, index_head_dim=config["qk_rope_head_dim"] - 1)), "index_head_dim")
+    assert symform.Model.from_config(dict(config, index_head_dim=config["qk_rope_head_dim"])).evaluate("params") > 0
