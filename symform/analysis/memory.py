@@ -221,7 +221,9 @@ def params_per_device(model: Model, layout: Layout = Layout()) -> sympy.Expr:
 
 def params_expression(model: Model, tensor: Degree = 1, pipeline: Degree = 1, expert: Degree = 1) -> sympy.Expr:
     """Parameters on one rank, the degrees given as numbers or as symbols (for vectorised layouts)."""
-    return sympy.expand(sympy.Add(*_param_terms(model, tensor, pipeline, expert).values()))
+    tensor_split(model, tensor)  # the degree divides every size it splits, whether or not the sum is known
+    key = ("params per rank", *(sympy.sympify(d) for d in (tensor, pipeline, expert)))  # parameters take no conventions
+    return model.graph().derived(key, lambda: sympy.expand(sympy.Add(*_param_terms(model, tensor, pipeline, expert).values())))
 
 
 def weight_bytes_per_device(model: Model, fmt: WeightFormat, layout: Layout = Layout(), keep: tuple[str, ...] = ()) -> sympy.Expr:
@@ -352,6 +354,12 @@ def backward_peak(model: Model, layout: Layout = Layout()) -> sympy.Expr:
     """The most bytes one primitive's backward holds at once besides what the forward kept (its declared
     ``backward_peak``: the loss's logits gradients), per device: the vocabulary split over the tensor-parallel
     ranks, the tokens over the context-parallel ones. Expressions use the model's conventions."""
+    split = tensor_split(model, layout.tensor)
+    key = ("backward peak", frozenset(model.conventions.items()), sympy.sympify(layout.tensor), sympy.sympify(layout.context))
+    return model.graph().derived(key, lambda: sympy.expand(_largest_backward_peak(model).xreplace(split) / layout.context))
+
+
+def _largest_backward_peak(model: Model) -> sympy.Expr:
     graph = model.graph()
     conventions = model.conventions
     runs = graph.multiplicities("saved_activations")  # parts absent from training (training = 0) have no backward
@@ -360,15 +368,20 @@ def backward_peak(model: Model, layout: Layout = Layout()) -> sympy.Expr:
         peak = data.get("backward_peak", 0)
         if peak != 0 and runs[node].xreplace(conventions) != 0:
             peaks.add(sympy.expand(peak.xreplace(conventions)))
-    largest = sympy.Max(*peaks) if peaks else sympy.Integer(0)
-    return sympy.expand(largest.xreplace(tensor_split(model, layout.tensor)) / layout.context)
+    return sympy.Max(*peaks) if peaks else sympy.Integer(0)
 
 
 def backward_categories(model: Model, transient: sympy.Expr, layout: Layout) -> dict[str, sympy.Expr]:
     """What backward alone holds, as two lines that add up to its peak: the recompute buffer (one checkpointed unit
     rebuilt) and the backward peak beyond it. The loss's backward runs first and frees its gradients before any unit
     is rebuilt, so the two never coexist: the peak is the larger, not the sum."""
-    rebuilt = _activations_per_device(transient, model, Layout(tensor=layout.tensor, sequence=layout.sequence, context=layout.context))
+    split = Layout(tensor=layout.tensor, sequence=layout.sequence, context=layout.context)  # all that these lines depend on
+    key = ("backward categories", frozenset(model.conventions.items()), transient, split)  # the planner reworks layouts sharing them
+    return dict(model.graph().derived(key, lambda: _backward_categories(model, transient, split)))
+
+
+def _backward_categories(model: Model, transient: sympy.Expr, layout: Layout) -> dict[str, sympy.Expr]:
+    rebuilt = _activations_per_device(transient, model, layout)
     peak = backward_peak(model, layout)
     beyond = peak if rebuilt == 0 or peak == 0 else sympy.Max(0, peak - rebuilt)
     return {"recompute_buffer": rebuilt, "backward_peak": beyond}
