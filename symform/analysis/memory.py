@@ -226,6 +226,19 @@ def params_expression(model: Model, tensor: Degree = 1, pipeline: Degree = 1, ex
     return model.graph().derived(key, lambda: sympy.expand(sympy.Add(*_param_terms(model, tensor, pipeline, expert).values())))
 
 
+def params_at_sizes(model: Model, tensor: Degree = 1, pipeline: Degree = 1, expert: Degree = 1) -> sympy.Expr:
+    """params_expression with the model's sizes put into each leaf's term before the sum is multiplied out:
+    the same polynomial in the degrees left symbolic, in far fewer steps (the planner's screen)."""
+    tensor_split(model, tensor)
+    values = model.values
+    key = ("params per rank at sizes", *(sympy.sympify(d) for d in (tensor, pipeline, expert)), frozenset(values.items()))
+
+    def sized(term: sympy.Expr) -> sympy.Expr:
+        return sympy.expand(term.xreplace({s: sympy.Integer(values[s.name]) for s in term.free_symbols if s.name in values}))
+
+    return model.graph().derived(key, lambda: sympy.expand(sympy.Add(*map(sized, _param_terms(model, tensor, pipeline, expert).values()))))
+
+
 def weight_bytes_per_device(model: Model, fmt: WeightFormat, layout: Layout = Layout(), keep: tuple[str, ...] = ()) -> sympy.Expr:
     """Stored weights: leaves the format covers at its stored bytes (scales included), the others and the
     modules in ``keep`` (a checkpoint's unquantised modules) at other_bits."""
@@ -297,9 +310,22 @@ def saved_activations(
     return total, transient, dict(by_component)
 
 
-def _saved_activations(model: Model, modes: tuple[str, ...], kept_by: Callable[[str, sympy.Expr], sympy.Expr]) -> tuple[sympy.Expr, sympy.Expr, dict[str, sympy.Expr]]:
+def saved_activations_at_sizes(model: Model, values: Mapping[sympy.Symbol, sympy.Expr], *, recompute: str = "none", flash: bool = False) -> tuple[sympy.Expr, sympy.Expr]:
+    """saved_activations' kept bytes and transient peak with ``values`` (sizes, a tensor-parallel share, seq) put
+    into every part before it is multiplied out: the same expressions as substituting them afterwards, in far
+    fewer terms (the planner's screen)."""
+    modes = _modes(recompute, flash)
+    key = ("saved activations at sizes", modes, frozenset(model.conventions.items()), frozenset(values.items()))
+    total, transient, _ = model.graph().derived(key, lambda: _saved_activations(model, modes, lambda node, expr: expr, dict(values)))
+    return total, transient
+
+
+def _saved_activations(
+    model: Model, modes: tuple[str, ...], kept_by: Callable[[str, sympy.Expr], sympy.Expr], values: Mapping[sympy.Symbol, sympy.Expr] | None = None
+) -> tuple[sympy.Expr, sympy.Expr, dict[str, sympy.Expr]]:
     graph = model.graph().graph
     transients: list[sympy.Expr] = []
+    put = (lambda expr: expr.xreplace(values)) if values else (lambda expr: expr)
 
     def kept(node: str, modes: tuple[str, ...]) -> sympy.Expr:
         data = graph.nodes[node]
@@ -307,13 +333,13 @@ def _saved_activations(model: Model, modes: tuple[str, ...], kept_by: Callable[[
             if mode in data["saved_when"]:
                 if mode in RECOMPUTE:  # backward rebuilds the unit's activations (fused kernels still fused)
                     transients.append(kept(node, tuple(m for m in modes if m not in RECOMPUTE)))
-                return kept_by(node, data["saved_when"][mode])
+                return kept_by(node, put(data["saved_when"][mode]))
         if data["component"].is_primitive:
-            return kept_by(node, data["quantities"]["saved_activations"])
-        return sympy.Add(*(graph.edges[node, c]["repeat"]["saved_activations"] * kept(c, modes) for c in graph.successors(node)))
+            return kept_by(node, put(data["quantities"]["saved_activations"]))
+        return sympy.Add(*(put(graph.edges[node, c]["repeat"]["saved_activations"]) * kept(c, modes) for c in graph.successors(node)))
 
     conventions = model.conventions
-    by_component = {c: sympy.expand((graph.edges["", c]["repeat"]["saved_activations"] * kept(c, modes)).xreplace(conventions)) for c in graph.successors("")}
+    by_component = {c: sympy.expand((put(graph.edges["", c]["repeat"]["saved_activations"]) * kept(c, modes)).xreplace(conventions)) for c in graph.successors("")}
     total = sympy.expand(sympy.Add(*by_component.values()))
     distinct = {sympy.expand(t.xreplace(conventions)) for t in transients}
     transient = sympy.Max(*distinct) if distinct else sympy.Integer(0)
