@@ -369,11 +369,14 @@ def _activations_per_device(expr: sympy.Expr, model: Model, layout: Layout) -> s
     """Tensor parallelism shards the head and inner-width activations (and with sequence parallelism
     all of them); context parallelism splits the sequence; a pipeline stage holds its share of the
     layers for each micro-batch in flight (stages balanced)."""
-    if layout.sequence:
-        expr = expr / layout.tensor
-    else:
-        expr = expr.xreplace(tensor_split(model, layout.tensor))
-    return sympy.expand(expr / layout.context / layout.pipeline * layout.in_flight)
+    in_flight = layout.in_flight
+    key = ("activations per device", expr, layout.tensor, layout.sequence, layout.context, layout.pipeline, in_flight)  # top layouts share them
+
+    def per_device() -> sympy.Expr:
+        shared = expr / layout.tensor if layout.sequence else expr.xreplace(tensor_split(model, layout.tensor))
+        return sympy.expand(shared / layout.context / layout.pipeline * in_flight)
+
+    return model.graph().derived(key, per_device)
 
 
 def backward_peak(model: Model, layout: Layout = Layout()) -> sympy.Expr:
@@ -477,7 +480,12 @@ def training_expressions(model: Model, setup: Training = Training()) -> tuple[di
         "conventions": {s.name: _json(v) for s, v in model.conventions.items()},
         "stages_balanced": layout.pipeline > 1,
     }
-    return {k: sympy.expand(v) for k, v in categories.items()}, components, assumptions
+    return {k: _expanded(model, v) for k, v in categories.items()}, components, assumptions
+
+
+def _expanded(model: Model, expr: sympy.Expr) -> sympy.Expr:
+    """sympy.expand, once per expression and graph: a plan's top layouts share most of their lines."""
+    return model.graph().derived(("expanded", expr), lambda: sympy.expand(expr))
 
 
 def training_memory(model: Model, *, batch: int, seq: int, setup: Training = Training()) -> MemoryReport:

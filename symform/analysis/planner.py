@@ -196,12 +196,15 @@ def step_time_bounds(model: Model, c: Candidates, gpu, *, seq: int, global_batch
         else:  # the trainable weights' gradients only, on ranks without expert parallelism
             trained = _compiled(model, rank_share(model, T, P)(trainable_params(model, finetune)), ("tensor", "pipeline"), {})
             params = lambda t, p, e: trained(t, p)  # noqa: E731
+        rows = c.take(dp)
+        # parameters on each rank, and without expert parallelism: evaluated for every row at once, looked up by group
+        counts = np.rint(np.stack([params(rows.tensor, rows.pipeline, rows.expert), params(rows.tensor, rows.pipeline, np.ones(len(rows)))], axis=1))
+        keys = np.stack([rows.tensor, rows.pipeline, rows.data, rows.expert, rows.zero], axis=1)
+        held = {(int(t), int(p), int(e)): (int(local), int(replicated)) for (t, p, _, e, _), (local, replicated) in zip(keys, counts)}
 
         def data(t, p, d, e, z):
-            local, replicated = (int(round(float(params(t, p, x)))) for x in (e, 1))
-            return data_comm(model, place, layout(t, p, d, e, z), precision, params=(local, replicated)).seconds
+            return data_comm(model, place, layout(t, p, d, e, z), precision, params=held[t, p, e]).seconds
 
-        keys = np.stack([c.tensor, c.pipeline, c.data, c.expert, c.zero], axis=1)[dp]
         step[dp] = _grouped(keys, data)
     ratio = compile_expression(sympy.sympify(scaling.bubble_ratio("1f1b")), (scaling.STAGES.name, scaling.MICROBATCHES.name))
     bubble = np.where(c.pipeline > 1, ratio(c.pipeline, microbatches), 0.0)
