@@ -28,6 +28,7 @@ from ..engine.errors import DeclarationError, EvaluationError, describe_validati
 from ..engine.evaluate import Number, exact_value
 from ..engine.formula import Formula
 from ..engine.model import Model
+from .maxima import max_of
 from .quantization import StoredFormat, WeightFormat, _rational, bytes_per_weight, checkpoint_format, stored_bytes, weight_bytes_by_leaf
 from .scaling import in_flight_microbatches
 
@@ -342,7 +343,7 @@ def _saved_activations(
     by_component = {c: sympy.expand((put(graph.edges["", c]["repeat"]["saved_activations"]) * kept(c, modes)).xreplace(conventions)) for c in graph.successors("")}
     total = sympy.expand(sympy.Add(*by_component.values()))
     distinct = {sympy.expand(t.xreplace(conventions)) for t in transients}
-    transient = sympy.Max(*distinct) if distinct else sympy.Integer(0)
+    transient = max_of(*distinct) if distinct else sympy.Integer(0)
     return total, transient, {k: v for k, v in by_component.items() if v != 0}
 
 
@@ -397,7 +398,7 @@ def _largest_backward_peak(model: Model) -> sympy.Expr:
         peak = data.get("backward_peak", 0)
         if peak != 0 and runs[node].xreplace(conventions) != 0:
             peaks.add(sympy.expand(peak.xreplace(conventions)))
-    return sympy.Max(*peaks) if peaks else sympy.Integer(0)
+    return max_of(*peaks) if peaks else sympy.Integer(0)
 
 
 def backward_categories(model: Model, transient: sympy.Expr, layout: Layout) -> dict[str, sympy.Expr]:
@@ -412,7 +413,7 @@ def backward_categories(model: Model, transient: sympy.Expr, layout: Layout) -> 
 def _backward_categories(model: Model, transient: sympy.Expr, layout: Layout) -> dict[str, sympy.Expr]:
     rebuilt = _activations_per_device(transient, model, layout)
     peak = backward_peak(model, layout)
-    beyond = peak if rebuilt == 0 or peak == 0 else sympy.Max(0, peak - rebuilt)
+    beyond = peak if rebuilt == 0 or peak == 0 else max_of(0, peak - rebuilt)
     return {"recompute_buffer": rebuilt, "backward_peak": beyond}
 
 
