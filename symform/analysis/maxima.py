@@ -31,18 +31,28 @@ def max_of(*args: sympy.Expr) -> sympy.Expr:
 
 
 def _unordered(args: list[sympy.Expr]) -> bool:
-    """Whether every pair of ``args`` comes out both ways at points their symbols' assumptions allow."""
+    """Whether every pair of ``args`` comes out both ways at points their symbols' assumptions allow: all
+    symbols 1, then each in turn large, looked at only until each pair has been seen both ways."""
     symbols = sorted(set().union(*(a.free_symbols for a in args)), key=lambda s: s.name)
-    points = [{s: sympy.Integer(1) for s in symbols}] + [{s: _LARGE if s == big else sympy.Integer(1) for s in symbols} for big in symbols]
     if not all(_allowed(s, v) for s in symbols for v in (sympy.Integer(1), _LARGE)):
         return False
-    try:
-        at = [[a.xreplace(point) for point in points] for a in args]
-    except (TypeError, ValueError, ZeroDivisionError):
-        return False
-    if not all(v.is_Rational for row in at for v in row):
-        return False
-    return all(any(x > y for x, y in zip(a, b)) and any(x < y for x, y in zip(a, b)) for a, b in combinations(at, 2))
+    points = [{s: sympy.Integer(1) for s in symbols}] + [{s: _LARGE if s == big else sympy.Integer(1) for s in symbols} for big in symbols]
+    unseen = {pair: {True, False} for pair in combinations(range(len(args)), 2)}  # the orders each pair still has to show
+    for point in points:
+        try:
+            at = [a.xreplace(point) for a in args]
+        except (TypeError, ValueError, ZeroDivisionError):
+            return False
+        if not all(v.is_Rational for v in at):
+            return False
+        for (i, j), orders in list(unseen.items()):
+            if at[i] != at[j]:
+                orders.discard(bool(at[i] > at[j]))
+            if not orders:
+                del unseen[i, j]
+        if not unseen:
+            return True
+    return False
 
 
 def _allowed(symbol: sympy.Symbol, value: sympy.Integer) -> bool:

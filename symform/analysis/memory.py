@@ -220,11 +220,20 @@ def params_per_device(model: Model, layout: Layout = Layout()) -> sympy.Expr:
     return params_expression(model, layout.tensor, layout.pipeline, layout.expert)
 
 
+_DEGREES = sympy.symbols("tensor pipeline expert", positive=True)
+
+
 def params_expression(model: Model, tensor: Degree = 1, pipeline: Degree = 1, expert: Degree = 1) -> sympy.Expr:
     """Parameters on one rank, the degrees given as numbers or as symbols (for vectorised layouts)."""
     tensor_split(model, tensor)  # the degree divides every size it splits, whether or not the sum is known
-    key = ("params per rank", *(sympy.sympify(d) for d in (tensor, pipeline, expert)))  # parameters take no conventions
-    return model.graph().derived(key, lambda: sympy.expand(sympy.Add(*_param_terms(model, tensor, pipeline, expert).values())))
+    degrees = tuple(sympy.sympify(d) for d in (tensor, pipeline, expert))
+
+    def multiplied_out() -> sympy.Expr:
+        if all(d.is_Integer for d in degrees):  # one multiplying-out over symbolic degrees serves every layout: numbers go in after
+            return sympy.expand(params_expression(model, *_DEGREES).xreplace(dict(zip(_DEGREES, degrees))))
+        return sympy.expand(sympy.Add(*_param_terms(model, tensor, pipeline, expert).values()))
+
+    return model.graph().derived(("params per rank", *degrees), multiplied_out)  # parameters take no conventions
 
 
 def params_at_sizes(model: Model, tensor: Degree = 1, pipeline: Degree = 1, expert: Degree = 1) -> sympy.Expr:
