@@ -25,9 +25,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ..engine import html_table
 from ..engine.data import formulas_dir, read_toml
 from ..engine.errors import DeclarationError, EvaluationError, describe_validation
-from ..engine.evaluate import Number, exact_value
+from ..engine.evaluate import Number, exact_value, fast_exact, plain_values
 from ..engine.formula import Formula
 from ..engine.model import Model
+from ..engine.vocabulary import Vocabulary
 from .maxima import max_of
 from .quantization import StoredFormat, WeightFormat, _rational, bytes_per_weight, checkpoint_format, stored_bytes, weight_bytes_by_leaf
 from .scaling import in_flight_microbatches
@@ -708,7 +709,7 @@ def _inference_peak(model: Model, flash: bool, conventions: Mapping[sympy.Symbol
 
 def _report(model: Model, phase: str, categories: dict[str, sympy.Expr], components: dict[str, sympy.Expr], assumptions: dict[str, object], **workload: int) -> MemoryReport:
     values = {**model.values, **workload}
-    evaluate = _evaluator(values)
+    evaluate = _evaluator(values, model.vocabulary)
     return MemoryReport(
         model=model.name,
         phase=phase,
@@ -719,8 +720,15 @@ def _report(model: Model, phase: str, categories: dict[str, sympy.Expr], compone
     )
 
 
-def _evaluator(values: Mapping[str, object]) -> Callable[[sympy.Expr], Number]:
+def _evaluator(values: Mapping[str, object], vocabulary: Vocabulary | None = None) -> Callable[[sympy.Expr], Number]:
+    """Exact values at ``values``; with the ``vocabulary``, through the generated exact functions where every value
+    is plainly valid (the same numbers; sympy's route answers, or words the error, wherever they cannot)."""
+    plain = plain_values(values, vocabulary) if vocabulary is not None else None
+
     def evaluate(expr: sympy.Expr) -> Number:
+        fast = fast_exact(expr, plain, vocabulary) if plain is not None else None
+        if fast is not None:
+            return fast
         bound = {s: sympy.Rational(values[s.name]) for s in expr.free_symbols if s.name in values}
         return exact_value(expr, bound)
 
