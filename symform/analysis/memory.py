@@ -25,9 +25,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ..engine import html_table
 from ..engine.data import formulas_dir, read_toml
 from ..engine.errors import DeclarationError, EvaluationError, describe_validation
-from ..engine.evaluate import Number, exact_value
+from ..engine.evaluate import Number, exact_value, fast_exact, plain_values
 from ..engine.formula import Formula
 from ..engine.model import Model
+from ..engine.vocabulary import Vocabulary
+from .maxima import max_of
 from .quantization import StoredFormat, WeightFormat, _rational, bytes_per_weight, checkpoint_format, stored_bytes, weight_bytes_by_leaf
 from .scaling import in_flight_microbatches
 
@@ -227,9 +229,33 @@ def params_per_device(model: Model, layout: Layout = Layout()) -> sympy.Expr:
     return params_expression(model, layout.tensor, layout.pipeline, layout.expert)
 
 
+_DEGREES = sympy.symbols("tensor pipeline expert", positive=True)
+
+
 def params_expression(model: Model, tensor: Degree = 1, pipeline: Degree = 1, expert: Degree = 1) -> sympy.Expr:
     """Parameters on one rank, the degrees given as numbers or as symbols (for vectorised layouts)."""
-    return sympy.expand(sympy.Add(*_param_terms(model, tensor, pipeline, expert).values()))
+    tensor_split(model, tensor)  # the degree divides every size it splits, whether or not the sum is known
+    degrees = tuple(sympy.sympify(d) for d in (tensor, pipeline, expert))
+
+    def multiplied_out() -> sympy.Expr:
+        if all(d.is_Integer for d in degrees):  # one multiplying-out over symbolic degrees serves every layout: numbers go in after
+            return sympy.expand(params_expression(model, *_DEGREES).xreplace(dict(zip(_DEGREES, degrees))))
+        return sympy.expand(sympy.Add(*_param_terms(model, tensor, pipeline, expert).values()))
+
+    return model.graph().derived(("params per rank", *degrees), multiplied_out)  # parameters take no conventions
+
+
+def params_at_sizes(model: Model, tensor: Degree = 1, pipeline: Degree = 1, expert: Degree = 1) -> sympy.Expr:
+    """params_expression with the model's sizes put into each leaf's term before the sum is multiplied out:
+    the same polynomial in the degrees left symbolic, in far fewer steps (the planner's screen)."""
+    tensor_split(model, tensor)
+    values = model.values
+    key = ("params per rank at sizes", *(sympy.sympify(d) for d in (tensor, pipeline, expert)), frozenset(values.items()))
+
+    def sized(term: sympy.Expr) -> sympy.Expr:
+        return sympy.expand(term.xreplace({s: sympy.Integer(values[s.name]) for s in term.free_symbols if s.name in values}))
+
+    return model.graph().derived(key, lambda: sympy.expand(sympy.Add(*map(sized, _param_terms(model, tensor, pipeline, expert).values()))))
 
 
 def weight_bytes_per_device(model: Model, fmt: WeightFormat, layout: Layout = Layout(), keep: tuple[str, ...] = ()) -> sympy.Expr:
@@ -303,9 +329,22 @@ def saved_activations(
     return total, transient, dict(by_component)
 
 
-def _saved_activations(model: Model, modes: tuple[str, ...], kept_by: Callable[[str, sympy.Expr], sympy.Expr]) -> tuple[sympy.Expr, sympy.Expr, dict[str, sympy.Expr]]:
+def saved_activations_at_sizes(model: Model, values: Mapping[sympy.Symbol, sympy.Expr], *, recompute: str = "none", flash: bool = False) -> tuple[sympy.Expr, sympy.Expr]:
+    """saved_activations' kept bytes and transient peak with ``values`` (sizes, a tensor-parallel share, seq) put
+    into every part before it is multiplied out: the same expressions as substituting them afterwards, in far
+    fewer terms (the planner's screen)."""
+    modes = _modes(recompute, flash)
+    key = ("saved activations at sizes", modes, frozenset(model.conventions.items()), frozenset(values.items()))
+    total, transient, _ = model.graph().derived(key, lambda: _saved_activations(model, modes, lambda node, expr: expr, dict(values)))
+    return total, transient
+
+
+def _saved_activations(
+    model: Model, modes: tuple[str, ...], kept_by: Callable[[str, sympy.Expr], sympy.Expr], values: Mapping[sympy.Symbol, sympy.Expr] | None = None
+) -> tuple[sympy.Expr, sympy.Expr, dict[str, sympy.Expr]]:
     graph = model.graph().graph
     transients: list[sympy.Expr] = []
+    put = (lambda expr: expr.xreplace(values)) if values else (lambda expr: expr)
 
     def kept(node: str, modes: tuple[str, ...]) -> sympy.Expr:
         data = graph.nodes[node]
@@ -313,16 +352,16 @@ def _saved_activations(model: Model, modes: tuple[str, ...], kept_by: Callable[[
             if mode in data["saved_when"]:
                 if mode in RECOMPUTE:  # backward rebuilds the unit's activations (fused kernels still fused)
                     transients.append(kept(node, tuple(m for m in modes if m not in RECOMPUTE)))
-                return kept_by(node, data["saved_when"][mode])
+                return kept_by(node, put(data["saved_when"][mode]))
         if data["component"].is_primitive:
-            return kept_by(node, data["quantities"]["saved_activations"])
-        return sympy.Add(*(graph.edges[node, c]["repeat"]["saved_activations"] * kept(c, modes) for c in graph.successors(node)))
+            return kept_by(node, put(data["quantities"]["saved_activations"]))
+        return sympy.Add(*(put(graph.edges[node, c]["repeat"]["saved_activations"]) * kept(c, modes) for c in graph.successors(node)))
 
     conventions = model.conventions
-    by_component = {c: sympy.expand((graph.edges["", c]["repeat"]["saved_activations"] * kept(c, modes)).xreplace(conventions)) for c in graph.successors("")}
+    by_component = {c: sympy.expand((put(graph.edges["", c]["repeat"]["saved_activations"]) * kept(c, modes)).xreplace(conventions)) for c in graph.successors("")}
     total = sympy.expand(sympy.Add(*by_component.values()))
     distinct = {sympy.expand(t.xreplace(conventions)) for t in transients}
-    transient = sympy.Max(*distinct) if distinct else sympy.Integer(0)
+    transient = max_of(*distinct) if distinct else sympy.Integer(0)
     return total, transient, {k: v for k, v in by_component.items() if v != 0}
 
 
@@ -349,17 +388,26 @@ def _activations_per_device(expr: sympy.Expr, model: Model, layout: Layout) -> s
     """Tensor parallelism shards the head and inner-width activations (and with sequence parallelism
     all of them); context parallelism splits the sequence; a pipeline stage holds its share of the
     layers for each micro-batch in flight (stages balanced)."""
-    if layout.sequence:
-        expr = expr / layout.tensor
-    else:
-        expr = expr.xreplace(tensor_split(model, layout.tensor))
-    return sympy.expand(expr / layout.context / layout.pipeline * layout.in_flight)
+    in_flight = layout.in_flight
+    key = ("activations per device", expr, layout.tensor, layout.sequence, layout.context, layout.pipeline, in_flight)  # top layouts share them
+
+    def per_device() -> sympy.Expr:
+        shared = expr / layout.tensor if layout.sequence else expr.xreplace(tensor_split(model, layout.tensor))
+        return sympy.expand(shared / layout.context / layout.pipeline * in_flight)
+
+    return model.graph().derived(key, per_device)
 
 
 def backward_peak(model: Model, layout: Layout = Layout()) -> sympy.Expr:
     """The most bytes one primitive's backward holds at once besides what the forward kept (its declared
     ``backward_peak``: the loss's logits gradients), per device: the vocabulary split over the tensor-parallel
     ranks, the tokens over the context-parallel ones. Expressions use the model's conventions."""
+    split = tensor_split(model, layout.tensor)
+    key = ("backward peak", frozenset(model.conventions.items()), sympy.sympify(layout.tensor), sympy.sympify(layout.context))
+    return model.graph().derived(key, lambda: sympy.expand(_largest_backward_peak(model).xreplace(split) / layout.context))
+
+
+def _largest_backward_peak(model: Model) -> sympy.Expr:
     graph = model.graph()
     conventions = model.conventions
     runs = graph.multiplicities("saved_activations")  # parts absent from training (training = 0) have no backward
@@ -368,17 +416,22 @@ def backward_peak(model: Model, layout: Layout = Layout()) -> sympy.Expr:
         peak = data.get("backward_peak", 0)
         if peak != 0 and runs[node].xreplace(conventions) != 0:
             peaks.add(sympy.expand(peak.xreplace(conventions)))
-    largest = sympy.Max(*peaks) if peaks else sympy.Integer(0)
-    return sympy.expand(largest.xreplace(tensor_split(model, layout.tensor)) / layout.context)
+    return max_of(*peaks) if peaks else sympy.Integer(0)
 
 
 def backward_categories(model: Model, transient: sympy.Expr, layout: Layout) -> dict[str, sympy.Expr]:
     """What backward alone holds, as two lines that add up to its peak: the recompute buffer (one checkpointed unit
     rebuilt) and the backward peak beyond it. The loss's backward runs first and frees its gradients before any unit
     is rebuilt, so the two never coexist: the peak is the larger, not the sum."""
-    rebuilt = _activations_per_device(transient, model, Layout(tensor=layout.tensor, sequence=layout.sequence, context=layout.context))
+    split = Layout(tensor=layout.tensor, sequence=layout.sequence, context=layout.context)  # all that these lines depend on
+    key = ("backward categories", frozenset(model.conventions.items()), transient, split)  # the planner reworks layouts sharing them
+    return dict(model.graph().derived(key, lambda: _backward_categories(model, transient, split)))
+
+
+def _backward_categories(model: Model, transient: sympy.Expr, layout: Layout) -> dict[str, sympy.Expr]:
+    rebuilt = _activations_per_device(transient, model, layout)
     peak = backward_peak(model, layout)
-    beyond = peak if rebuilt == 0 or peak == 0 else sympy.Max(0, peak - rebuilt)
+    beyond = peak if rebuilt == 0 or peak == 0 else max_of(0, peak - rebuilt)
     return {"recompute_buffer": rebuilt, "backward_peak": beyond}
 
 
@@ -446,7 +499,12 @@ def training_expressions(model: Model, setup: Training = Training()) -> tuple[di
         "conventions": {s.name: _json(v) for s, v in model.conventions.items()},
         "stages_balanced": layout.pipeline > 1,
     }
-    return {k: sympy.expand(v) for k, v in categories.items()}, components, assumptions
+    return {k: _expanded(model, v) for k, v in categories.items()}, components, assumptions
+
+
+def _expanded(model: Model, expr: sympy.Expr) -> sympy.Expr:
+    """sympy.expand, once per expression and graph: a plan's top layouts share most of their lines."""
+    return model.graph().derived(("expanded", expr), lambda: sympy.expand(expr))
 
 
 def training_memory(model: Model, *, batch: int, seq: int, setup: Training = Training()) -> MemoryReport:
@@ -659,7 +717,7 @@ def _inference_peak(model: Model, flash: bool, conventions: Mapping[sympy.Symbol
 
 def _report(model: Model, phase: str, categories: dict[str, sympy.Expr], components: dict[str, sympy.Expr], assumptions: dict[str, object], **workload: int) -> MemoryReport:
     values = {**model.values, **workload}
-    evaluate = _evaluator(values)
+    evaluate = _evaluator(values, model.vocabulary)
     return MemoryReport(
         model=model.name,
         phase=phase,
@@ -670,8 +728,15 @@ def _report(model: Model, phase: str, categories: dict[str, sympy.Expr], compone
     )
 
 
-def _evaluator(values: Mapping[str, object]) -> Callable[[sympy.Expr], Number]:
+def _evaluator(values: Mapping[str, object], vocabulary: Vocabulary | None = None) -> Callable[[sympy.Expr], Number]:
+    """Exact values at ``values``; with the ``vocabulary``, through the generated exact functions where every value
+    is plainly valid (the same numbers; sympy's route answers, or words the error, wherever they cannot)."""
+    plain = plain_values(values, vocabulary) if vocabulary is not None else None
+
     def evaluate(expr: sympy.Expr) -> Number:
+        fast = fast_exact(expr, plain, vocabulary) if plain is not None else None
+        if fast is not None:
+            return fast
         bound = {s: sympy.Rational(values[s.name]) for s in expr.free_symbols if s.name in values}
         return exact_value(expr, bound)
 

@@ -23,7 +23,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from fractions import Fraction
-from functools import cache
+from functools import cache, lru_cache
 from typing import Literal
 
 import sympy
@@ -469,13 +469,21 @@ def _exact_bytes_per_rank(transfers: list[Transfer]) -> sympy.Rational | None:
     the planner asks for thousands, and sympy builds an expression for each."""
     total = Fraction(0)
     for t in transfers:
-        if not (t.ranks.is_Rational and t.nbytes.is_Rational):
-            return None
-        sent = _bus_bytes(t.collective)(Fraction(int(t.ranks.p), int(t.ranks.q)), Fraction(int(t.nbytes.p), int(t.nbytes.q)))
-        if not isinstance(sent, (int, Fraction)):  # a coefficient printed as a float: sympy's route
+        sent = _exact_bus_bytes(t.collective, t.ranks, t.nbytes)
+        if sent is None:
             return None
         total += t.count * sent
     return sympy.Rational(total.numerator, total.denominator)
+
+
+@lru_cache(maxsize=4096)
+def _exact_bus_bytes(name: str, ranks: sympy.Expr, nbytes: sympy.Expr) -> int | Fraction | None:
+    """One run's bus bytes in Python fractions, None where a size is not a number; once per collective and
+    sizes: the planner's groups repeat the same transfers."""
+    if not (ranks.is_Rational and nbytes.is_Rational):
+        return None
+    sent = _bus_bytes(name)(Fraction(int(ranks.p), int(ranks.q)), Fraction(int(nbytes.p), int(nbytes.q)))
+    return sent if isinstance(sent, (int, Fraction)) else None  # a coefficient printed as a float: sympy's route
 
 
 @cache

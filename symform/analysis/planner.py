@@ -24,10 +24,10 @@ from ..engine.budget import DEVICES, STEP_TOKENS, check_count, quoted
 from ..engine.errors import EvaluationError
 from ..engine.evaluate import compile_expression
 from .hardware import Hardware
-from .memory import RECOMPUTE, Layout, MemoryReport, Training, backward_peak, params_expression, recipes, saved_activations, static_bytes, tensor_split, training_memory
+from .memory import RECOMPUTE, Layout, MemoryReport, Training, backward_peak, params_at_sizes, recipes, saved_activations, saved_activations_at_sizes, static_bytes, tensor_split, training_memory
 from ..engine.model import Model
 from .finetune import FineTune, finetune_memory, frozen_weight_bytes, kept_by, rank_share, trainable_params
-from .timing import TENSOR, TrainingTime, data_comm, expert_comm, pipeline_comm, placement, rank_work, step_bounds, tensor_comm, training_time
+from .timing import TENSOR, TrainingTime, data_comm, expert_comm, pipeline_comm, placement, rank_sizes, rank_work, step_bounds, tensor_comm, training_time
 
 T, P, E, B = TENSOR, *sympy.symbols("pipeline expert micro_batch", positive=True)
 MICRO_BATCHES = (1, 2, 4, 8, 16, 32)
@@ -112,7 +112,7 @@ def memory_per_device(model: Model, c: Candidates, *, seq: int, global_batch: in
     d = c.data.astype(np.float64)
     shards = {"optimizer_shards": np.where(c.zero >= 1, d, 1.0), "gradient_shards": np.where(c.zero >= 2, d, 1.0), "weight_shards": np.where(c.zero >= 3, d, 1.0)}
     if finetune is None:
-        params = _compiled(model, params_expression(model, T, P, E), ("tensor", "pipeline", "expert"), {})(c.tensor, c.pipeline, c.expert)
+        params = _compiled(model, params_at_sizes(model, T, P, E), ("tensor", "pipeline", "expert"), {})(c.tensor, c.pipeline, c.expert)
         static = sum(static_bytes(params, recipe, states, **shards).values())
     else:
         share = rank_share(model, T, P)
@@ -128,11 +128,15 @@ def memory_per_device(model: Model, c: Candidates, *, seq: int, global_batch: in
         rows = c.recompute == index
         if not rows.any():
             continue
-        kept, transient, _ = saved_activations(model, recompute=mode, flash=flash, **({"kept_by": kept_by(model, finetune)} if finetune else {}))
+        if finetune is None:  # the sizes put in before multiplying out: the same polynomials in batch and tensor, sooner
+            kept, transient = saved_activations_at_sizes(model, rank_sizes(model, seq), recompute=mode, flash=flash)
+        else:
+            kept, transient, _ = saved_activations(model, recompute=mode, flash=flash, kept_by=kept_by(model, finetune))
+            kept, transient = kept.xreplace(split), transient.xreplace(split)
         names = ("batch", "tensor")
         fixed = {"seq": seq} | ({"lora_rank": finetune.rank} if finetune else {})
-        keep = _compiled(model, kept.xreplace(split), names, fixed)(c.micro_batch[rows], c.tensor[rows])
-        rebuilt = _compiled(model, transient.xreplace(split), names, fixed)(c.micro_batch[rows], c.tensor[rows])
+        keep = _compiled(model, kept, names, fixed)(c.micro_batch[rows], c.tensor[rows])
+        rebuilt = _compiled(model, transient, names, fixed)(c.micro_batch[rows], c.tensor[rows])
         loss = _compiled(model, backward_peak(model).xreplace(split), names, fixed)(c.micro_batch[rows], c.tensor[rows])
         activations[rows] = keep / c.pipeline[rows] * in_flight[rows] + np.maximum(rebuilt, loss)  # never together (memory.backward_categories)
     return static + activations
@@ -188,16 +192,19 @@ def step_time_bounds(model: Model, c: Candidates, gpu, *, seq: int, global_batch
     dp = c.data > 1
     if dp.any():
         if finetune is None:
-            params = _compiled(model, params_expression(model, T, P, E), ("tensor", "pipeline", "expert"), {})
+            params = _compiled(model, params_at_sizes(model, T, P, E), ("tensor", "pipeline", "expert"), {})
         else:  # the trainable weights' gradients only, on ranks without expert parallelism
             trained = _compiled(model, rank_share(model, T, P)(trainable_params(model, finetune)), ("tensor", "pipeline"), {})
             params = lambda t, p, e: trained(t, p)  # noqa: E731
+        rows = c.take(dp)
+        # parameters on each rank, and without expert parallelism: evaluated for every row at once, looked up by group
+        counts = np.rint(np.stack([params(rows.tensor, rows.pipeline, rows.expert), params(rows.tensor, rows.pipeline, np.ones(len(rows)))], axis=1))
+        keys = np.stack([rows.tensor, rows.pipeline, rows.data, rows.expert, rows.zero], axis=1)
+        held = {(int(t), int(p), int(e)): (int(local), int(replicated)) for (t, p, _, e, _), (local, replicated) in zip(keys, counts)}
 
         def data(t, p, d, e, z):
-            local, replicated = (int(round(float(params(t, p, x)))) for x in (e, 1))
-            return data_comm(model, place, layout(t, p, d, e, z), precision, params=(local, replicated)).seconds
+            return data_comm(model, place, layout(t, p, d, e, z), precision, params=held[t, p, e]).seconds
 
-        keys = np.stack([c.tensor, c.pipeline, c.data, c.expert, c.zero], axis=1)[dp]
         step[dp] = _grouped(keys, data)
     ratio = compile_expression(sympy.sympify(scaling.bubble_ratio("1f1b")), (scaling.STAGES.name, scaling.MICROBATCHES.name))
     bubble = np.where(c.pipeline > 1, ratio(c.pipeline, microbatches), 0.0)
