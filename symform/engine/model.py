@@ -520,9 +520,11 @@ def forget_structures() -> None:
     declarations again (benchmarks measure that cold path; nothing else needs it)."""
     from .evaluate import _free
     from .exact import exact_function
+    from .graph import forget_instances
 
     _STRUCTURES.clear()
     _GRAPHS.clear()
+    forget_instances()
     _free.cache_clear()
     exact_function.cache_clear()
 
