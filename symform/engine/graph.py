@@ -10,14 +10,15 @@ the total.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable, Mapping
+from typing import Any, Callable, Hashable, Iterable, Mapping
 
 import networkx as nx
 import sympy
 
 from .declarations import QUANTITIES, SLOT, Component, Library, Requirement
-from .budget import GRAPH_DEPTH, GRAPH_NODES, expand
+from .budget import GRAPH_DEPTH, GRAPH_NODES, check_expansion, expand
 from .errors import BudgetError, DeclarationError
+from .multiplied import Polynomial, from_polynomial, polynomial, summed
 
 Binding = sympy.Expr | str  # an expression, or a component name for a slot
 
@@ -92,7 +93,7 @@ class ComponentGraph:
         return found
 
     def total(self, quantity: str) -> sympy.Expr:
-        return self.derived(("total", quantity), lambda: expand(sympy.Add(*self.leaf_terms(quantity).values()), f"the model's {quantity}"))
+        return self.derived(("total", quantity), lambda: _multiplied_sum(self.leaf_terms(quantity).values(), f"the model's {quantity}"))
 
     def breakdown(self, quantity: str, depth: int | None = None) -> dict[str, sympy.Expr]:
         """Sums by path prefix of at most ``depth`` segments (all the way down when None)."""
@@ -103,7 +104,7 @@ class ComponentGraph:
         for path, term in self.leaf_terms(quantity).items():
             key = path if depth is None else "/".join(path.split("/")[:depth])
             groups.setdefault(key, []).append(term)
-        return {k: expand(sympy.Add(*v), f"{k or 'the model'}'s {quantity}") for k, v in groups.items()}
+        return {k: _multiplied_sum(v, f"{k or 'the model'}'s {quantity}") for k, v in groups.items()}
 
 
 def build_graph(
@@ -280,6 +281,31 @@ _BOUND_KEPT = 8192
 
 def forget_instances() -> None:
     _BOUND.clear()
+    _TERMS.clear()
+
+
+# A leaf's term (its multiplicity times its expression) multiplied out, as monomials: the same in a model's
+# totals and breakdowns, in its assumed form where no assumption reaches the leaf, and in every model of its family.
+_TERMS: dict[sympy.Expr, Polynomial | None] = {}
+
+
+def _multiplied_sum(terms: Iterable[sympy.Expr], what: str) -> sympy.Expr:
+    """sympy.expand of the sum of ``terms`` (within the budget), each term's monomials found once."""
+    terms = list(terms)
+    whole = sympy.Add(*terms)
+    check_expansion(whole, what)
+    polys = [_term_polynomial(t) for t in terms]
+    if any(p is None for p in polys):
+        return expand(whole, what)
+    return from_polynomial(summed(polys))
+
+
+def _term_polynomial(term: sympy.Expr) -> Polynomial | None:
+    if term not in _TERMS:
+        if len(_TERMS) >= _BOUND_KEPT:
+            _TERMS.clear()
+        _TERMS[term] = polynomial(term)
+    return _TERMS[term]
 
 
 def _bound_declaration(component: Component, args: Mapping[str, Binding], local: Mapping[sympy.Symbol, Binding]) -> _BoundDeclaration:
