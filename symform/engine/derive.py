@@ -18,6 +18,7 @@ from .errors import EvaluationError
 from .evaluate import check_value
 from .formula import Formula, to_latex
 from .model import Model, normalise_quantity
+from .multiplied import from_polynomial, polynomial
 from .structure import Block, block_large, in_stand_ins, structure, without_flags
 
 
@@ -25,6 +26,9 @@ def leading_order(expr: sympy.Expr, large: Iterable[sympy.Symbol], rewrites: Map
     """The terms of highest total degree in the ``large`` symbols (each scaled by λ, top power of λ kept), after
     the ``rewrites`` the components declare for leading order (``Model.leading_rewrites``: ceil(seq/chunk) → seq/chunk)."""
     large = frozenset(large)
+    fast = None if rewrites else _leading_monomials(expr, large)
+    if fast is not None:
+        return fast
     scale = sympy.Dummy("lambda", positive=True)
     scaled = sympy.expand(_without_rounding(in_stand_ins(expr, rewrites or {}), large).xreplace({s: scale * s for s in large}))
     terms: dict[sympy.Expr, list[sympy.Expr]] = {}
@@ -33,6 +37,27 @@ def leading_order(expr: sympy.Expr, large: Iterable[sympy.Symbol], rewrites: Map
         terms.setdefault(power, []).append(term)
     top = max(terms, key=lambda p: sympy.N(p))
     return sympy.expand(sympy.Add(*terms[top]).xreplace({scale: 1}))
+
+
+def _leading_monomials(expr: sympy.Expr, large: frozenset[sympy.Symbol]) -> sympy.Expr | None:
+    """leading_order's result read off the monomials, where each is a product of powers of symbols and of
+    functions free of the large symbols (no rounding to drop, no function to scale); None elsewhere."""
+    poly = polynomial(expr)
+    if poly is None:
+        return None
+    degrees: dict[tuple, object] = {}
+    for monomial in poly:
+        degree = 0
+        for v, e in monomial:
+            if v.is_Symbol:
+                degree += e if v in large else 0
+            elif not large.isdisjoint(v.free_symbols):
+                return None
+        degrees[monomial] = degree
+    if not poly:
+        return sympy.S.Zero
+    top = max(degrees.values())
+    return from_polynomial({m: c for m, c in poly.items() if degrees[m] == top})
 
 
 def _in_chunks(expr: sympy.Expr, model: Model, rewrites: Mapping[sympy.Expr, sympy.Expr]) -> sympy.Expr:

@@ -358,10 +358,30 @@ def introduced_ratios(graph: "ComponentGraph", values: Mapping[sympy.Symbol, sym
                     continue
                 (ratio,) = unknown
                 at = expr.xreplace(local).xreplace(values)
-                solved = [r for r in sympy.solve(sympy.Eq(at, values[size]), ratio) if r.is_Rational and r > 0]
+                solved = _solved_simply(at, values[size], ratio)
+                if solved is None:
+                    solved = [r for r in sympy.solve(sympy.Eq(at, values[size]), ratio) if r.is_Rational and r > 0]
                 if len(solved) == 1:
                     found[ratio] = solved[0]
     return found
+
+
+def _solved_simply(at: sympy.Expr, value: sympy.Expr, ratio: sympy.Symbol) -> list[sympy.Rational] | None:
+    """The positive rational solutions of at = value for the ratio where ``at`` is c·ratio or c/ratio (an
+    assumption's d_ff/G), as sympy.solve finds them; None for any other form (sympy.solve's to find)."""
+    poly = polynomial(at)
+    if poly is None or len(poly) != 1 or not value.is_Rational:
+        return None
+    ((monomial, c),) = poly.items()
+    if monomial not in (frozenset({(ratio, 1)}), frozenset({(ratio, -1)})):
+        return None
+    if next(iter(monomial))[1] == 1:
+        r = sympy.Rational(value) / sympy.Rational(c.numerator, c.denominator)
+    elif value == 0:
+        return []
+    else:
+        r = sympy.Rational(c.numerator, c.denominator) / sympy.Rational(value)
+    return [r] if r > 0 else []
 
 
 def _resolve(use: str, args: Mapping[str, Binding]) -> str:
