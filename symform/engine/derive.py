@@ -10,6 +10,7 @@ carries its value and relative error at the model's own sizes.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Iterable, Mapping
 
 import sympy
@@ -164,7 +165,9 @@ def derive(
     in_terms = params_formula = params_value = real_error = None
     if leading and quantity != "params":
         params_leading = leading_order(without_flags(model.expression("params", assume=assume).expr, model.values), large_symbols, model.leading_rewrites(assume=assume))
-        ratio = sympy.cancel(steps[-1].formula.expr / params_leading)
+        ratio = _monomial_ratio(steps[-1].formula.expr, params_leading)
+        if ratio is None:
+            ratio = sympy.cancel(steps[-1].formula.expr / params_leading)
         if ratio.free_symbols <= set(vocabulary.symbols("workload", "convention", "dtype")):
             in_terms = Formula(ratio * vocabulary["n_params"], vocabulary)
             params_formula = Formula(params_leading, vocabulary)
@@ -199,9 +202,47 @@ def _checked_values(model: Model, workload: dict[str, object]) -> dict[str, obje
 def _value_and_error(expr: sympy.Expr, exact_at: sympy.Expr, values: dict) -> tuple[float | None, float | None]:
     at = expr.xreplace(values)
     value = float(at) if not at.free_symbols else None
-    ratio = sympy.cancel(at / exact_at)
+    ratio = _monomial_ratio(at, exact_at)
+    if ratio is None:
+        ratio = sympy.cancel(at / exact_at)
     error = float(ratio - 1) if not ratio.free_symbols else None
     return value, error
+
+
+def _monomial_ratio(numerator: sympy.Expr, denominator: sympy.Expr) -> sympy.Expr | None:
+    """sympy.cancel(numerator/denominator) where that is one monomial (a number, 6·D): the numerator's
+    monomials are the denominator's times it; None where it is anything else (sympy.cancel's to work out)."""
+    top, bottom = polynomial(numerator), polynomial(denominator)
+    if top is None or not bottom:
+        return None
+    if not top:
+        return sympy.S.Zero
+    first, c = next(iter(bottom.items()))
+    for m, d in top.items():
+        multiple = _divided(m, first)
+        if multiple is None:
+            continue
+        k = Fraction(d) / c
+        if len(top) == len(bottom) and all(top.get(_times_monomial(b, multiple)) == k * e for b, e in bottom.items()):
+            return from_polynomial({multiple: k if type(k) is not Fraction or k.denominator != 1 else k.numerator})
+    return None
+
+
+def _divided(a: frozenset, b: frozenset) -> frozenset | None:
+    """Monomial a/b, over symbols alone (a function's powers are left to sympy)."""
+    powers = dict(a)
+    for v, e in b:
+        powers[v] = powers.get(v, 0) - e
+    if any(not v.is_Symbol for v, e in powers.items() if e):
+        return None
+    return frozenset((v, e) for v, e in powers.items() if e)
+
+
+def _times_monomial(a: frozenset, b: frozenset) -> frozenset:
+    powers = dict(a)
+    for v, e in b:
+        powers[v] = powers.get(v, 0) + e
+    return frozenset((v, e) for v, e in powers.items() if e)
 
 
 def blocks_of(model: Model, quantity: str, expr: sympy.Expr, *, assume: str | None, leading: bool, large: Iterable[str]) -> tuple[Block, ...] | None:
