@@ -202,17 +202,22 @@ def _checked_values(model: Model, workload: dict[str, object]) -> dict[str, obje
 def _value_and_error(expr: sympy.Expr, exact_at: sympy.Expr, values: dict) -> tuple[float | None, float | None]:
     at = expr.xreplace(values)
     value = float(at) if not at.free_symbols else None
-    ratio = _monomial_ratio(at, exact_at)
-    if ratio is None:
+    top, bottom = polynomial(at), polynomial(exact_at)
+    if top is None or not bottom:
         ratio = sympy.cancel(at / exact_at)
+    else:
+        ratio = _monomial_ratio(at, exact_at, top, bottom)
+        if ratio is None:  # no monomial multiple, so no constant one: the ratio keeps symbols (sympy.cancel's too)
+            return value, None
     error = float(ratio - 1) if not ratio.free_symbols else None
     return value, error
 
 
-def _monomial_ratio(numerator: sympy.Expr, denominator: sympy.Expr) -> sympy.Expr | None:
+def _monomial_ratio(numerator: sympy.Expr, denominator: sympy.Expr, top: dict | None = None, bottom: dict | None = None) -> sympy.Expr | None:
     """sympy.cancel(numerator/denominator) where that is one monomial (a number, 6·D): the numerator's
     monomials are the denominator's times it; None where it is anything else (sympy.cancel's to work out)."""
-    top, bottom = polynomial(numerator), polynomial(denominator)
+    top = polynomial(numerator) if top is None else top
+    bottom = polynomial(denominator) if bottom is None else bottom
     if top is None or not bottom:
         return None
     if not top:
