@@ -23,7 +23,7 @@ from .evaluate import Number, check_value, exact_evaluator, plain_values, run_ex
 from . import hub
 from .families import Checkpoint, ContextLimit, ModelSpec, checkpoint_facts, find_preset, load_config_file, preset_config, presets, spec_from_config
 from .formula import Formula
-from .multiplied import multiplied_out, polynomial
+from .multiplied import multiplied_out
 from .graph import ComponentGraph, assumption_names, build_graph, introduced_ratios
 from .safe_expr import parse
 from .size_checks import GeneratedChecks, SizeCheck, generate_checks, size_checks
@@ -447,8 +447,6 @@ class Model:
 
     def _check(self, graph: ComponentGraph, check: SizeCheck) -> None:
         """One check at this model's sizes; ConfigError naming the part, repeat or requirement that fails."""
-        if check.kind in ("part", "repeat") and _passes_plainly(check.kind, check.expr, self._values):
-            return
         if check.kind == "part":
             path, quantity = check.path, check.quantity
             value = _substituted(check.expr, self._values, f"{self.name}: {quantity} of {path or 'the root'}")
@@ -529,21 +527,6 @@ def forget_structures() -> None:
     forget_instances()
     _free.cache_clear()
     exact_function.cache_clear()
-
-
-def _passes_plainly(kind: str, expr: sympy.Expr, values: Mapping[sympy.Symbol, sympy.Expr]) -> bool:
-    """True where the monomials of ``expr`` at ``values`` show the check passes: symbols left (sympy's value is
-    no number then either), or a number of 0 or more (a whole one for a repeat); False for sympy to decide."""
-    try:
-        poly = polynomial(expr, values)
-    except (ZeroDivisionError, ArithmeticError):
-        return False
-    if poly is None:
-        return False
-    if any(poly.keys() - {frozenset()}):
-        return True
-    number = poly.get(frozenset(), 0)
-    return number >= 0 and (kind == "part" or type(number) is int)
 
 
 def _substituted(expr: sympy.Basic, values: Mapping[sympy.Symbol, sympy.Expr], where: str) -> sympy.Basic:
