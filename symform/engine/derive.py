@@ -10,6 +10,7 @@ carries its value and relative error at the model's own sizes.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Iterable, Mapping
 
 import sympy
@@ -18,6 +19,7 @@ from .errors import EvaluationError
 from .evaluate import check_value
 from .formula import Formula, to_latex
 from .model import Model, normalise_quantity
+from .multiplied import from_polynomial, polynomial
 from .structure import Block, block_large, in_stand_ins, structure, without_flags
 
 
@@ -25,6 +27,9 @@ def leading_order(expr: sympy.Expr, large: Iterable[sympy.Symbol], rewrites: Map
     """The terms of highest total degree in the ``large`` symbols (each scaled by λ, top power of λ kept), after
     the ``rewrites`` the components declare for leading order (``Model.leading_rewrites``: ceil(seq/chunk) → seq/chunk)."""
     large = frozenset(large)
+    fast = None if rewrites else _leading_monomials(expr, large)
+    if fast is not None:
+        return fast
     scale = sympy.Dummy("lambda", positive=True)
     scaled = sympy.expand(_without_rounding(in_stand_ins(expr, rewrites or {}), large).xreplace({s: scale * s for s in large}))
     terms: dict[sympy.Expr, list[sympy.Expr]] = {}
@@ -33,6 +38,27 @@ def leading_order(expr: sympy.Expr, large: Iterable[sympy.Symbol], rewrites: Map
         terms.setdefault(power, []).append(term)
     top = max(terms, key=lambda p: sympy.N(p))
     return sympy.expand(sympy.Add(*terms[top]).xreplace({scale: 1}))
+
+
+def _leading_monomials(expr: sympy.Expr, large: frozenset[sympy.Symbol]) -> sympy.Expr | None:
+    """leading_order's result read off the monomials, where each is a product of powers of symbols and of
+    functions free of the large symbols (no rounding to drop, no function to scale); None elsewhere."""
+    poly = polynomial(expr)
+    if poly is None:
+        return None
+    degrees: dict[tuple, object] = {}
+    for monomial in poly:
+        degree = 0
+        for v, e in monomial:
+            if v.is_Symbol:
+                degree += e if v in large else 0
+            elif not large.isdisjoint(v.free_symbols):
+                return None
+        degrees[monomial] = degree
+    if not poly:
+        return sympy.S.Zero
+    top = max(degrees.values())
+    return from_polynomial({m: c for m, c in poly.items() if degrees[m] == top})
 
 
 def _in_chunks(expr: sympy.Expr, model: Model, rewrites: Mapping[sympy.Expr, sympy.Expr]) -> sympy.Expr:
@@ -139,7 +165,9 @@ def derive(
     in_terms = params_formula = params_value = real_error = None
     if leading and quantity != "params":
         params_leading = leading_order(without_flags(model.expression("params", assume=assume).expr, model.values), large_symbols, model.leading_rewrites(assume=assume))
-        ratio = sympy.cancel(steps[-1].formula.expr / params_leading)
+        ratio = _monomial_ratio(steps[-1].formula.expr, params_leading)
+        if ratio is None:
+            ratio = sympy.cancel(steps[-1].formula.expr / params_leading)
         if ratio.free_symbols <= set(vocabulary.symbols("workload", "convention", "dtype")):
             in_terms = Formula(ratio * vocabulary["n_params"], vocabulary)
             params_formula = Formula(params_leading, vocabulary)
@@ -174,9 +202,52 @@ def _checked_values(model: Model, workload: dict[str, object]) -> dict[str, obje
 def _value_and_error(expr: sympy.Expr, exact_at: sympy.Expr, values: dict) -> tuple[float | None, float | None]:
     at = expr.xreplace(values)
     value = float(at) if not at.free_symbols else None
-    ratio = sympy.cancel(at / exact_at)
+    top, bottom = polynomial(at), polynomial(exact_at)
+    if top is None or not bottom:
+        ratio = sympy.cancel(at / exact_at)
+    else:
+        ratio = _monomial_ratio(at, exact_at, top, bottom)
+        if ratio is None:  # no monomial multiple, so no constant one: the ratio keeps symbols (sympy.cancel's too)
+            return value, None
     error = float(ratio - 1) if not ratio.free_symbols else None
     return value, error
+
+
+def _monomial_ratio(numerator: sympy.Expr, denominator: sympy.Expr, top: dict | None = None, bottom: dict | None = None) -> sympy.Expr | None:
+    """sympy.cancel(numerator/denominator) where that is one monomial (a number, 6·D): the numerator's
+    monomials are the denominator's times it; None where it is anything else (sympy.cancel's to work out)."""
+    top = polynomial(numerator) if top is None else top
+    bottom = polynomial(denominator) if bottom is None else bottom
+    if top is None or not bottom:
+        return None
+    if not top:
+        return sympy.S.Zero
+    first, c = next(iter(bottom.items()))
+    for m, d in top.items():
+        multiple = _divided(m, first)
+        if multiple is None:
+            continue
+        k = Fraction(d) / c
+        if len(top) == len(bottom) and all(top.get(_times_monomial(b, multiple)) == k * e for b, e in bottom.items()):
+            return from_polynomial({multiple: k if type(k) is not Fraction or k.denominator != 1 else k.numerator})
+    return None
+
+
+def _divided(a: frozenset, b: frozenset) -> frozenset | None:
+    """Monomial a/b, over symbols alone (a function's powers are left to sympy)."""
+    powers = dict(a)
+    for v, e in b:
+        powers[v] = powers.get(v, 0) - e
+    if any(not v.is_Symbol for v, e in powers.items() if e):
+        return None
+    return frozenset((v, e) for v, e in powers.items() if e)
+
+
+def _times_monomial(a: frozenset, b: frozenset) -> frozenset:
+    powers = dict(a)
+    for v, e in b:
+        powers[v] = powers.get(v, 0) + e
+    return frozenset((v, e) for v, e in powers.items() if e)
 
 
 def blocks_of(model: Model, quantity: str, expr: sympy.Expr, *, assume: str | None, leading: bool, large: Iterable[str]) -> tuple[Block, ...] | None:

@@ -10,14 +10,15 @@ the total.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable, Mapping
+from typing import Any, Callable, Hashable, Iterable, Mapping
 
 import networkx as nx
 import sympy
 
 from .declarations import QUANTITIES, SLOT, Component, Library, Requirement
-from .budget import GRAPH_DEPTH, GRAPH_NODES, expand
+from .budget import GRAPH_DEPTH, GRAPH_NODES, check_expansion, expand
 from .errors import BudgetError, DeclarationError
+from .multiplied import Polynomial, from_polynomial, polynomial, summed
 
 Binding = sympy.Expr | str  # an expression, or a component name for a slot
 
@@ -92,7 +93,7 @@ class ComponentGraph:
         return found
 
     def total(self, quantity: str) -> sympy.Expr:
-        return self.derived(("total", quantity), lambda: expand(sympy.Add(*self.leaf_terms(quantity).values()), f"the model's {quantity}"))
+        return self.derived(("total", quantity), lambda: _multiplied_sum(self.leaf_terms(quantity).values(), f"the model's {quantity}"))
 
     def breakdown(self, quantity: str, depth: int | None = None) -> dict[str, sympy.Expr]:
         """Sums by path prefix of at most ``depth`` segments (all the way down when None)."""
@@ -103,7 +104,7 @@ class ComponentGraph:
         for path, term in self.leaf_terms(quantity).items():
             key = path if depth is None else "/".join(path.split("/")[:depth])
             groups.setdefault(key, []).append(term)
-        return {k: expand(sympy.Add(*v), f"{k or 'the model'}'s {quantity}") for k, v in groups.items()}
+        return {k: _multiplied_sum(v, f"{k or 'the model'}'s {quantity}") for k, v in groups.items()}
 
 
 def build_graph(
@@ -214,31 +215,108 @@ def _instantiate(
     args = {**args, **{s.name: v for s, v in local.items()}}
     _check_switches(component, args, path)
     out.graph.add_node(path, component=component, args=args, quantities={}, assumed=assumed)
-    # a size bound to itself needs no substitution: substituting it would rebuild (and compare the
-    # arguments of) every Min and Max around it again
-    local = {s: v for s, v in local.items() if s != v}
-    for req in component.requirements:
-        out.requirements.append(BoundRequirement(path, component.name, req, req.relation.xreplace(local)))
-    out.graph.nodes[path]["saved_when"] = {m: e.xreplace(local) for m, e in component.saved_when.items()}
+    own = _bound_declaration(component, args, local)
+    for req, relation in zip(component.requirements, own.requirements):
+        out.requirements.append(BoundRequirement(path, component.name, req, relation))
+    out.graph.nodes[path]["saved_when"] = dict(own.saved_when)
     if component.is_primitive:
-        out.graph.nodes[path]["quantities"] = {q: e.xreplace(local) for q, e in component.quantities.items()}
-        out.graph.nodes[path]["frozen"] = {q: e.xreplace(local) for q, e in component.frozen.items()}
-        out.graph.nodes[path]["gemm"] = {s: e.xreplace(local) for s, e in component.gemm.items()}
-        out.graph.nodes[path]["backward_peak"] = component.backward_peak.xreplace(local)
+        out.graph.nodes[path]["quantities"] = dict(own.quantities)
+        out.graph.nodes[path]["frozen"] = dict(own.frozen)
+        out.graph.nodes[path]["gemm"] = dict(own.gemm)
+        out.graph.nodes[path]["backward_peak"] = own.backward_peak
         return
-    for part in component.parts:
-        repeat = _repeats(part, local)
+    for i, part in enumerate(component.parts):
+        repeat = own.repeat(i)
         _check_repeat(part.name, repeat, path)
         if all(r == 0 for r in repeat.values()):
             continue
         child_path = f"{path}/{part.name}" if path else part.name
         callee = library[_resolve(part.use, args)]
-        given = {k: (_resolve(v, args) if isinstance(v, str) else v.xreplace(local)) for k, v in part.bindings.items()}
+        given = own.bindings(i)
         if part.passes:
             given.update({a.name: args[a.name] for a in callee.args if a.name not in given and a.name in args})
         child_args = bind_arguments(library, callee, given, where=f"{child_path or 'model'}")
         out.graph.add_edge(path, child_path, repeat=repeat, shard=part.shard, shares_input=part.shares_input)
         _instantiate(library, callee, child_path, child_args, assume, out, stack + (component.name,))
+
+
+class _BoundDeclaration:
+    """A component's own expressions with its arguments in: what an instance adds to the graph besides its
+    parts' instances. A part's repeat and bindings are worked out when an instance first reaches that part."""
+
+    def __init__(self, component: Component, args: Mapping[str, Binding], local: Mapping[sympy.Symbol, Binding]):
+        # a size bound to itself needs no substitution: substituting it would rebuild (and compare the
+        # arguments of) every Min and Max around it again
+        local = {s: v for s, v in local.items() if s != v}
+        self.component, self._args, self._local = component, args, local  # component held: the memo's key names it by id
+        self.requirements = tuple(req.relation.xreplace(local) for req in component.requirements)
+        self.saved_when = {m: e.xreplace(local) for m, e in component.saved_when.items()}
+        if component.is_primitive:
+            self.quantities = {q: e.xreplace(local) for q, e in component.quantities.items()}
+            self.frozen = {q: e.xreplace(local) for q, e in component.frozen.items()}
+            self.gemm = {s: e.xreplace(local) for s, e in component.gemm.items()}
+            self.backward_peak = component.backward_peak.xreplace(local)
+        self._repeats: dict[int, dict[str, sympy.Expr]] = {}
+        self._bindings: dict[int, dict[str, Binding]] = {}
+
+    def repeat(self, i: int) -> dict[str, sympy.Expr]:
+        if i not in self._repeats:
+            self._repeats[i] = _repeats(self.component.parts[i], self._local)
+        return dict(self._repeats[i])
+
+    def bindings(self, i: int) -> dict[str, Binding]:
+        if i not in self._bindings:
+            args, local = self._args, self._local
+            self._bindings[i] = {k: (_resolve(v, args) if isinstance(v, str) else v.xreplace(local)) for k, v in self.component.parts[i].bindings.items()}
+        return dict(self._bindings[i])
+
+
+# A component bound to the same arguments gives the same expressions wherever it sits (a model's dense and
+# expert layers share their attention; a model and its assumed form share every part no assumption touches;
+# models of one family differ in sizes, which are symbols here): substituting again would rebuild every Min
+# and Max in them, comparing their arguments each time. forget_instances() clears it.
+_BOUND: dict[tuple, _BoundDeclaration] = {}
+_BOUND_KEPT = 8192
+
+
+def forget_instances() -> None:
+    _BOUND.clear()
+    _TERMS.clear()
+
+
+# A leaf's term (its multiplicity times its expression) multiplied out, as monomials: the same in a model's
+# totals and breakdowns, in its assumed form where no assumption reaches the leaf, and in every model of its family.
+_TERMS: dict[sympy.Expr, Polynomial | None] = {}
+
+
+def _multiplied_sum(terms: Iterable[sympy.Expr], what: str) -> sympy.Expr:
+    """sympy.expand of the sum of ``terms`` (within the budget), each term's monomials found once."""
+    terms = list(terms)
+    whole = sympy.Add(*terms)
+    check_expansion(whole, what)
+    polys = [_term_polynomial(t) for t in terms]
+    if any(p is None for p in polys):
+        return expand(whole, what)
+    return from_polynomial(summed(polys))
+
+
+def _term_polynomial(term: sympy.Expr) -> Polynomial | None:
+    if term not in _TERMS:
+        if len(_TERMS) >= _BOUND_KEPT:
+            _TERMS.clear()
+        _TERMS[term] = polynomial(term)
+    return _TERMS[term]
+
+
+def _bound_declaration(component: Component, args: Mapping[str, Binding], local: Mapping[sympy.Symbol, Binding]) -> _BoundDeclaration:
+    key = (id(component), frozenset(args.items()), frozenset(local.items()))
+    found = _BOUND.get(key)
+    if found is None or found.component is not component:
+        found = _BoundDeclaration(component, args, local)
+        if len(_BOUND) >= _BOUND_KEPT:
+            _BOUND.clear()
+        _BOUND[key] = found
+    return found
 
 
 def _repeats(part, local: Mapping[sympy.Symbol, Binding]) -> dict[str, sympy.Expr]:
@@ -280,10 +358,30 @@ def introduced_ratios(graph: "ComponentGraph", values: Mapping[sympy.Symbol, sym
                     continue
                 (ratio,) = unknown
                 at = expr.xreplace(local).xreplace(values)
-                solved = [r for r in sympy.solve(sympy.Eq(at, values[size]), ratio) if r.is_Rational and r > 0]
+                solved = _solved_simply(at, values[size], ratio)
+                if solved is None:
+                    solved = [r for r in sympy.solve(sympy.Eq(at, values[size]), ratio) if r.is_Rational and r > 0]
                 if len(solved) == 1:
                     found[ratio] = solved[0]
     return found
+
+
+def _solved_simply(at: sympy.Expr, value: sympy.Expr, ratio: sympy.Symbol) -> list[sympy.Rational] | None:
+    """The positive rational solutions of at = value for the ratio where ``at`` is c·ratio or c/ratio (an
+    assumption's d_ff/G), as sympy.solve finds them; None for any other form (sympy.solve's to find)."""
+    poly = polynomial(at)
+    if poly is None or len(poly) != 1 or not value.is_Rational:
+        return None
+    ((monomial, c),) = poly.items()
+    if monomial not in (frozenset({(ratio, 1)}), frozenset({(ratio, -1)})):
+        return None
+    if next(iter(monomial))[1] == 1:
+        r = sympy.Rational(value) / sympy.Rational(c.numerator, c.denominator)
+    elif value == 0:
+        return []
+    else:
+        r = sympy.Rational(c.numerator, c.denominator) / sympy.Rational(value)
+    return [r] if r > 0 else []
 
 
 def _resolve(use: str, args: Mapping[str, Binding]) -> str:

@@ -23,6 +23,7 @@ from .evaluate import Number, check_value, exact_evaluator, plain_values, run_ex
 from . import hub
 from .families import Checkpoint, ContextLimit, ModelSpec, checkpoint_facts, find_preset, load_config_file, preset_config, presets, spec_from_config
 from .formula import Formula
+from .multiplied import multiplied_out
 from .graph import ComponentGraph, assumption_names, build_graph, introduced_ratios
 from .safe_expr import parse
 from .size_checks import GeneratedChecks, SizeCheck, generate_checks, size_checks
@@ -286,9 +287,8 @@ class Model:
         return {path: self._finish(e, conventions) for path, e in parts.items()}
 
     def _finish(self, expr: sympy.Expr, conventions: bool) -> Formula:
-        if conventions:
-            expr = sympy.expand(expr.xreplace(self.conventions))
-        return Formula(sympy.expand(expr), self.vocabulary)
+        # multiplied out once: the conventions in, each convention's monomials gathered (sympy.expand's result)
+        return Formula(multiplied_out(expr, self.conventions if conventions else None), self.vocabulary)
 
     # -- numbers -------------------------------------------------------------------
 
@@ -520,9 +520,11 @@ def forget_structures() -> None:
     declarations again (benchmarks measure that cold path; nothing else needs it)."""
     from .evaluate import _free
     from .exact import exact_function
+    from .graph import forget_instances
 
     _STRUCTURES.clear()
     _GRAPHS.clear()
+    forget_instances()
     _free.cache_clear()
     exact_function.cache_clear()
 

@@ -1,0 +1,57 @@
+"""multiplied_out gives sympy.expand's result, object for object, on the kinds of expressions declarations make."""
+
+from __future__ import annotations
+
+import sympy
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from symform.engine.multiplied import multiplied_out, polynomial
+
+a, b, c = sympy.symbols("a b c", positive=True, integer=True)
+seq, window = sympy.symbols("seq window", positive=True, integer=True)
+ATOMS = [a, b, c, seq, sympy.Integer(2), sympy.Rational(1, 3), sympy.Min(seq, window), sympy.ceiling(seq / window), sympy.Max(0, 2 - a)]
+
+
+def _expressions():
+    leaf = st.sampled_from(ATOMS)
+
+    def grow(children):
+        pair = st.tuples(children, children)
+        return st.one_of(
+            pair.map(lambda p: p[0] + p[1]),
+            pair.map(lambda p: p[0] - p[1]),
+            pair.map(lambda p: p[0] * p[1]),
+            st.tuples(children, st.integers(0, 3)).map(lambda p: p[0] ** p[1]),
+            st.tuples(st.sampled_from([a, b, seq]), st.integers(-2, -1)).map(lambda p: p[0] ** p[1]),
+        )
+
+    return st.recursive(leaf, grow, max_leaves=8)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_expressions())
+def test_same_as_sympy_expand(expr):
+    assert multiplied_out(expr) == sympy.expand(expr)
+
+
+@settings(max_examples=40, deadline=None)
+@given(_expressions(), st.sampled_from([{a: sympy.Integer(3)}, {seq: sympy.Integer(8), window: sympy.Integer(3)}, {b: sympy.Rational(1, 2)}]))
+def test_with_values_same_as_substituting_then_expanding(expr, values):
+    assert multiplied_out(expr, values) == sympy.expand(expr.xreplace(values))
+
+
+def test_product_of_sums():
+    assert multiplied_out((a + b) * (a - b) * c) == a**2 * c - b**2 * c
+
+
+def test_a_sum_to_a_negative_power_is_left_to_sympy():
+    expr = a / (b + c)
+    assert polynomial(expr) is None
+    assert multiplied_out(expr) == sympy.expand(expr)
+
+
+def test_a_float_is_left_to_sympy():
+    expr = sympy.Float(0.5) * (a + b)
+    assert polynomial(expr) is None
+    assert multiplied_out(expr) == sympy.expand(expr)
