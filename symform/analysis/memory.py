@@ -214,7 +214,6 @@ def check_pipeline(model: Model, pipeline: Degree) -> None:
 
 def _param_terms(model: Model, tensor: Degree, pipeline: Degree, expert: Degree) -> dict[str, sympy.Expr]:
     """Each leaf's parameters on one rank: expert-sharded parts split over expert ranks, then the tensor split."""
-    check_pipeline(model, pipeline)
     graph = model.graph()
     weight = graph.multiplicities("params", shards={"expert": sympy.sympify(expert)})
     split = tensor_split(model, tensor)
@@ -235,6 +234,7 @@ _DEGREES = sympy.symbols("tensor pipeline expert", positive=True)
 def params_expression(model: Model, tensor: Degree = 1, pipeline: Degree = 1, expert: Degree = 1) -> sympy.Expr:
     """Parameters on one rank, the degrees given as numbers or as symbols (for vectorised layouts)."""
     tensor_split(model, tensor)  # the degree divides every size it splits, whether or not the sum is known
+    check_pipeline(model, pipeline)  # before the cache: numbers go into one expression over symbolic degrees
     degrees = tuple(sympy.sympify(d) for d in (tensor, pipeline, expert))
 
     def multiplied_out() -> sympy.Expr:
@@ -249,6 +249,7 @@ def params_at_sizes(model: Model, tensor: Degree = 1, pipeline: Degree = 1, expe
     """params_expression with the model's sizes put into each leaf's term before the sum is multiplied out:
     the same polynomial in the degrees left symbolic, in far fewer steps (the planner's screen)."""
     tensor_split(model, tensor)
+    check_pipeline(model, pipeline)
     values = model.values
     key = ("params per rank at sizes", *(sympy.sympify(d) for d in (tensor, pipeline, expert)), frozenset(values.items()))
 
