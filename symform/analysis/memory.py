@@ -212,6 +212,13 @@ def check_pipeline(model: Model, pipeline: Degree) -> None:
         raise EvaluationError(f"{pipeline} pipeline stages for {model.name}'s {layers} layers: a stage holds at least one layer; choose a pipeline degree of at most {layers}")
 
 
+def _check_degrees(model: Model, tensor: Degree, pipeline: Degree) -> None:
+    """Before any cached expression: the tensor degree divides every size it splits, the pipeline has no more
+    stages than layers (numeric degrees go into one expression over symbolic ones, which checks neither)."""
+    tensor_split(model, tensor)
+    check_pipeline(model, pipeline)
+
+
 def _param_terms(model: Model, tensor: Degree, pipeline: Degree, expert: Degree) -> dict[str, sympy.Expr]:
     """Each leaf's parameters on one rank: expert-sharded parts split over expert ranks, then the tensor split."""
     graph = model.graph()
@@ -233,8 +240,7 @@ _DEGREES = sympy.symbols("tensor pipeline expert", positive=True)
 
 def params_expression(model: Model, tensor: Degree = 1, pipeline: Degree = 1, expert: Degree = 1) -> sympy.Expr:
     """Parameters on one rank, the degrees given as numbers or as symbols (for vectorised layouts)."""
-    tensor_split(model, tensor)  # the degree divides every size it splits, whether or not the sum is known
-    check_pipeline(model, pipeline)  # before the cache: numbers go into one expression over symbolic degrees
+    _check_degrees(model, tensor, pipeline)
     degrees = tuple(sympy.sympify(d) for d in (tensor, pipeline, expert))
 
     def multiplied_out() -> sympy.Expr:
@@ -248,8 +254,7 @@ def params_expression(model: Model, tensor: Degree = 1, pipeline: Degree = 1, ex
 def params_at_sizes(model: Model, tensor: Degree = 1, pipeline: Degree = 1, expert: Degree = 1) -> sympy.Expr:
     """params_expression with the model's sizes put into each leaf's term before the sum is multiplied out:
     the same polynomial in the degrees left symbolic, in far fewer steps (the planner's screen)."""
-    tensor_split(model, tensor)
-    check_pipeline(model, pipeline)
+    _check_degrees(model, tensor, pipeline)
     values = model.values
     key = ("params per rank at sizes", *(sympy.sympify(d) for d in (tensor, pipeline, expert)), frozenset(values.items()))
 

@@ -56,6 +56,12 @@ def formulas_dir() -> Path:
     return data_root() / "formulas"
 
 
+def accountings_table() -> dict[str, Any]:
+    """formulas/accountings.toml as written: the named convention sets (engine.model.accountings validates them;
+    their names alone are what the command line offers, read without building the engine)."""
+    return read_toml(formulas_dir() / "accountings.toml")
+
+
 def bundled_files() -> list[Path]:
     """Every data file shipped with symform, relative paths sorted."""
     root = data_root()

@@ -15,7 +15,7 @@ import sympy
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from . import html_table
-from .data import formulas_dir, read_toml
+from .data import accountings_table, formulas_dir, read_toml
 from .declarations import QUANTITIES, Library, default_library
 from .errors import ConfigError, DeclarationError, EvaluationError, SymformError, describe_validation
 from .budget import expand, quoted
@@ -55,7 +55,7 @@ class Accounting(BaseModel):
 @cache
 def accountings() -> Mapping[str, Mapping[str, object]]:
     """The named convention sets (formulas/accountings.toml): name -> {convention: value}."""
-    table = read_toml(formulas_dir() / "accountings.toml")
+    table = accountings_table()
     try:
         return MappingProxyType({name: {k: v for k, v in Accounting.model_validate(raw).model_dump().items() if k != "doc"} for name, raw in table.items()})
     except ValidationError as e:

@@ -19,7 +19,7 @@ from .cli_args import exact_number, positive_int
 from ..engine.budget import quoted
 from ..engine.names import is_identifier
 from ..engine.errors import SymformError
-from ..engine.data import data_root, formulas_dir, read_toml, version
+from ..engine.data import accountings_table, data_root, version
 from ..engine.disk_cache import Store, cache_dir, digest, fingerprint, plain_json
 
 if TYPE_CHECKING:  # the commands that build expressions import these; --help and models never load sympy
@@ -143,9 +143,9 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
 
 
 def _accountings() -> list[str]:
-    """The named convention sets' names, as engine.model.accountings() gives them, read without building
-    the engine (a command answered from the kept results loads none of it)."""
-    return sorted(read_toml(formulas_dir() / "accountings.toml"))
+    """The named convention sets' names, read without building the engine (a command answered from the kept
+    results loads none of it)."""
+    return sorted(accountings_table())
 
 
 def main(argv: Sequence[str] | None = None, *, keep_results: bool | None = None) -> int:
