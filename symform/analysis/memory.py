@@ -28,6 +28,7 @@ from ..engine.errors import DeclarationError, EvaluationError, describe_validati
 from ..engine.evaluate import Number, exact_value, fast_exact, plain_values
 from ..engine.formula import Formula
 from ..engine.model import Model
+from ..engine.multiplied import multiplied_out
 from ..engine.vocabulary import Vocabulary
 from .maxima import max_of
 from .quantization import StoredFormat, WeightFormat, _rational, bytes_per_weight, checkpoint_format, stored_bytes, weight_bytes_by_leaf
@@ -243,12 +244,12 @@ def params_expression(model: Model, tensor: Degree = 1, pipeline: Degree = 1, ex
     _check_degrees(model, tensor, pipeline)
     degrees = tuple(sympy.sympify(d) for d in (tensor, pipeline, expert))
 
-    def multiplied_out() -> sympy.Expr:
+    def per_rank() -> sympy.Expr:
         if all(d.is_Integer for d in degrees):  # one multiplying-out over symbolic degrees serves every layout: numbers go in after
             return sympy.expand(params_expression(model, *_DEGREES).xreplace(dict(zip(_DEGREES, degrees))))
         return sympy.expand(sympy.Add(*_param_terms(model, tensor, pipeline, expert).values()))
 
-    return model.graph().derived(("params per rank", *degrees), multiplied_out)  # parameters take no conventions
+    return model.graph().derived(("params per rank", *degrees), per_rank)  # parameters take no conventions
 
 
 def params_at_sizes(model: Model, tensor: Degree = 1, pipeline: Degree = 1, expert: Degree = 1) -> sympy.Expr:
@@ -259,7 +260,7 @@ def params_at_sizes(model: Model, tensor: Degree = 1, pipeline: Degree = 1, expe
     key = ("params per rank at sizes", *(sympy.sympify(d) for d in (tensor, pipeline, expert)), frozenset(values.items()))
 
     def sized(term: sympy.Expr) -> sympy.Expr:
-        return sympy.expand(term.xreplace({s: sympy.Integer(values[s.name]) for s in term.free_symbols if s.name in values}))
+        return multiplied_out(term, {s: sympy.Integer(values[s.name]) for s in term.free_symbols if s.name in values})
 
     return model.graph().derived(key, lambda: sympy.expand(sympy.Add(*map(sized, _param_terms(model, tensor, pipeline, expert).values()))))
 
