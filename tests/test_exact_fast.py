@@ -153,3 +153,14 @@ def test_a_model_evaluated_again_and_again_still_agrees(name):
             want = outcome(lambda: reference(model, quantity, workload))
             assert got == want and type(got) is type(want)
         assert quantity in model._evaluators or model._structure.evaluators.get(quantity) is None
+
+
+@pytest.mark.parametrize("digits", [4299, 4301, 9000])
+def test_integers_past_python_s_text_limit_are_computed_as_sympy_substitutes(digits):
+    """Python will not write an int of more than 4,300 digits as text: the generated code binds such a constant
+    (a hostile declaration's ((d_model + 1e300))**15 multiplied out has them) instead of failing."""
+    from symform.engine.exact import exact_function
+
+    x = sympy.Symbol("x")
+    expr = sympy.Integer(7) ** int(digits / 0.845) * x + 3
+    assert exact_function(expr)({"x": 5}) == expr.subs(x, 5)

@@ -63,16 +63,24 @@ _RELATIONS = {sympy.Eq: "==", sympy.Ne: "!=", sympy.Lt: "<", sympy.Le: "<=", sym
 _FUNCTIONS = {sympy.ceiling: "_ceil", sympy.floor: "_floor", CeilLog2: "_ceillog2", sympy.Abs: "_abs"}
 
 
+_LITERAL_BITS = 4096  # larger integers are bound by name, as rationals are, not written out
+
+
 class _Writer:
     """Python source for one expression; rational constants bound by name, arguments by position."""
 
     def __init__(self):
         self.arguments: dict[str, str] = {}  # name -> local variable, read once from the mapping
-        self.constants: dict[str, Fraction] = {}
+        self.constants: dict[str, Fraction | int] = {}
 
     def write(self, e: sympy.Basic) -> str:
         if e.is_Integer:
-            return f"({int(e)})"
+            value = int(e)
+            if value.bit_length() < _LITERAL_BITS:
+                return f"({value})"
+            name = f"c{len(self.constants)}"  # Python refuses to write an int past 4,300 digits as text
+            self.constants[name] = value
+            return name
         if e.is_Rational:
             name = f"c{len(self.constants)}"
             self.constants[name] = Fraction(int(e.p), int(e.q))
