@@ -50,20 +50,19 @@ class Kernel:
     terms: tuple[tuple[tuple[tuple[int, ...], int], ...], ...]
     uniform_source: str = ""
     slots: int = 0
+    constants: tuple[int, ...] = ()  # the uniform form's whole-number operands k0, k1, ..., bound per dtype
     _function: list = field(default_factory=list, compare=False, repr=False)
 
     @property
     def function(self) -> Callable:
         if not self._function:
             self._function.append(_from_source(self.source))
-            self._function.append(_from_source(self.uniform_source, "kernel_into") if self.uniform_source else None)
         return self._function[0]
 
     def into(self, arrays: Sequence[np.ndarray], out: Sequence[np.ndarray], scratch: Sequence[np.ndarray]) -> None:
         """``m·q`` for each quantity into ``out``: every input, result and scratch array (``slots`` of them)
         one ndarray of one shape and dtype (see :meth:`uniform`); nothing is allocated."""
-        self.function  # noqa: B018: builds both forms
-        self._function[1](*arrays, out=out, s=scratch)
+        _uniform_function(self.uniform_source, arrays[0].dtype.char, self.constants)(*arrays, out=out, s=scratch)
 
     @staticmethod
     def uniform(arrays: Sequence) -> bool:
@@ -77,7 +76,7 @@ class Kernel:
         return all(type(a) is np.ndarray and a.shape == shape and a.dtype == dtype for a in arrays)
 
     def __getstate__(self):
-        return {"names": self.names, "source": self.source, "scales": self.scales, "terms": self.terms, "uniform_source": self.uniform_source, "slots": self.slots}
+        return {"names": self.names, "source": self.source, "scales": self.scales, "terms": self.terms, "uniform_source": self.uniform_source, "slots": self.slots, "constants": self.constants}
 
     def __setstate__(self, state):
         for k, v in state.items():
@@ -121,8 +120,8 @@ def polynomial_kernel(exprs: Sequence[sympy.Expr], names: Sequence[str], scales:
             return None
         all_terms.append(terms)
     roots = [_factor(list(t), len(names)) for t in all_terms]
-    uniform_source, slots = _uniform_source(roots, names)
-    return Kernel(names, _source(roots, names), tuple(int(s) for s in scales), tuple(all_terms), uniform_source, slots)
+    uniform_source, slots, constants = _uniform_source(roots, names)
+    return Kernel(names, _source(roots, names), tuple(int(s) for s in scales), tuple(all_terms), uniform_source, slots, constants)
 
 
 def _symbol(exprs, name):
@@ -192,11 +191,12 @@ def _source(roots, names: tuple[str, ...]) -> str:
 _UNIFORM_DTYPES = (np.dtype(np.float64), np.dtype(np.int64))
 
 
-def _uniform_source(roots, names: tuple[str, ...]) -> tuple[str, int]:
+def _uniform_source(roots, names: tuple[str, ...]) -> tuple[str, int, tuple[int, ...]]:
     """``kernel_into(a0, .., out, s)``: the operations of :func:`_source` (each distinct node once),
     each into ``out[k]`` or a scratch array ``s[i]``. Quantity k's result array holds its last
     value and, until then, any value dead by that point (the hand-written form's reuse); a scratch
-    array is reused once its value is dead."""
+    array is reused once its value is dead. Whole-number operands are names (``k0``, ...) bound
+    per dtype (:func:`_uniform_function`), with the constants in the order of their names."""
     order: list = []
     seen: set = set()
 
@@ -226,10 +226,11 @@ def _uniform_source(roots, names: tuple[str, ...]) -> tuple[str, int]:
     free = [f"out[{k}]" for k in sorted(result_at, key=result_at.get)]
     slots = 0
     lines = [f"def kernel_into({', '.join(args + ['out', 's'])}):"]
+    constants: dict[int, str] = {}
 
     def text(node) -> str:
         if node[0] == "c":
-            return repr(node[1])
+            return constants.setdefault(node[1], f"k{len(constants)}")
         if node[0] == "x":
             return args[node[1]]
         return where[node]
@@ -256,7 +257,7 @@ def _uniform_source(roots, names: tuple[str, ...]) -> tuple[str, int]:
     for k, r in enumerate(roots):
         if r[0] not in "*+" or owner[r] != k:
             lines.append(f"    out[{k}][...] = {text(r)}")
-    return "\n".join(lines) + "\n", slots
+    return "\n".join(lines) + "\n", slots, tuple(constants)
 
 
 def _inplace(ufunc, a, b):
@@ -290,6 +291,26 @@ def _store(value, out, k):
 
 @lru_cache(maxsize=512)
 def _from_source(source: str, name: str = "kernel") -> Callable:
-    namespace = {"_np": np, "_inplace": _inplace, "_last": _last, "_store": _store}
-    exec(compile(source, "<symform kernel>", "exec"), namespace)  # noqa: S102: text generated above from integers and names a0..aN
+    return _defined(source, name, {})
+
+
+@lru_cache(maxsize=512)
+def _uniform_function(source: str, dtype: str, constants: tuple[int, ...]) -> Callable:
+    """The uniform form for arrays of ``dtype``: each constant a 0-d array of that dtype where that holds
+    its value exactly (a Python int costs each ufunc call about 1 µs more to convert, the same value
+    and so the same result), else the Python int itself."""
+    return _defined(source, "kernel_into", {f"k{i}": _operand(c, np.dtype(dtype)) for i, c in enumerate(constants)})
+
+
+def _operand(value: int, dtype: np.dtype):
+    if dtype.kind == "f" and abs(value) <= 2**53:
+        return np.array(float(value), dtype)
+    if dtype.kind == "i" and -INT64_LIMIT <= value < INT64_LIMIT:
+        return np.array(value, dtype)
+    return value
+
+
+def _defined(source: str, name: str, constants: dict) -> Callable:
+    namespace = {"_np": np, "_inplace": _inplace, "_last": _last, "_store": _store, **constants}
+    exec(compile(source, "<symform kernel>", "exec"), namespace)  # noqa: S102: text generated above from integers and names a0..aN, k0..kN
     return namespace[name]
