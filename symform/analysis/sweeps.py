@@ -389,13 +389,14 @@ def _draw(rng: np.random.Generator, name: str, spec: object, n: int) -> np.ndarr
     return rng.choice(choices, n)
 
 
-def _validate(model: Model, axes: Sequence[Axis], exact: bool) -> None:
+def _validate(model: Model, axes: Sequence[Axis], exact: bool, extremes: dict | None = None) -> None:
     """Every value in each column within its symbol's domain; whole numbers below 2**53 for float64."""
     vocabulary = model.vocabulary
-    validate_columns({n: vocabulary.entry(n).spec.domain for a in axes for n in a.names}, axes, exact, vocabulary)
+    validate_columns({n: vocabulary.entry(n).spec.domain for a in axes for n in a.names}, axes, exact, vocabulary, extremes)
 
 
-def validate_columns(domains: Mapping[str, str], axes: Sequence[Axis], exact: bool, vocabulary=None) -> None:
+def validate_columns(domains: Mapping[str, str], axes: Sequence[Axis], exact: bool, vocabulary=None, extremes: dict | None = None) -> None:
+    """``extremes``, where given, receives each numeric column's least and greatest values by name."""
     for axis in axes:
         for name, column in zip(axis.names, axis.columns):
             domain = domains[name]
@@ -406,6 +407,8 @@ def validate_columns(domains: Mapping[str, str], axes: Sequence[Axis], exact: bo
                     check_value(name, v, vocabulary)
                 continue
             low, high = column.min(), column.max()
+            if extremes is not None:
+                extremes[name] = (low, high)
             if column.dtype.kind == "f" and not (math.isfinite(low) and math.isfinite(high)):
                 raise EvaluationError(f"{name}: values must be finite numbers, got {high if math.isfinite(low) else low}")
             if "integer" in domain and column.dtype.kind == "f" and not _whole(column):
@@ -799,9 +802,10 @@ def sweep(
     if exact is False:
         columns = _run_float(compiled, axes, shape, chunk, progress, inexact, _Checks(model, axes, fixed, False, chunk))
     else:
-        _validate(model, axes, True)
+        extremes: dict = {}  # read once: the int64 proof needs the magnitudes the checks find
+        _validate(model, axes, True, extremes)
         _check_requirements(model, axes, fixed)
-        columns = _run_int64(compiled, axes, shape, chunk, progress, strict=exact == "int64")
+        columns = _run_int64(compiled, axes, shape, chunk, progress, strict=exact == "int64", extremes=extremes)
         if columns is None:
             columns = _run_exact(compiled, axes, total, chunk, progress)
     if inputs:
@@ -969,10 +973,10 @@ def _power_of_two(value) -> int:
     return 1 << int(value).bit_length()
 
 
-def _run_int64(compiled: Compiled, axes, shape, chunk, progress, *, strict: bool) -> dict[str, np.ndarray] | None:
+def _run_int64(compiled: Compiled, axes, shape, chunk, progress, *, strict: bool, extremes: Mapping | None = None) -> dict[str, np.ndarray] | None:
     """Exact int64 arrays, object-free, where every value provably fits (kernels.Kernel.int64_bound);
     else None (exact=True goes on to Python ints) or IntegerOverflowError (exact="int64")."""
-    why = _int64_refusal(compiled, axes)
+    why = _int64_refusal(compiled, axes, extremes or {})
     if why:
         if strict:
             raise IntegerOverflowError(f"{why}; sweep with exact=True for exact integers of any size")
@@ -999,7 +1003,7 @@ def _run_int64(compiled: Compiled, axes, shape, chunk, progress, *, strict: bool
     return {q: v.astype(object) for q, v in columns.items()}  # Python ints, as exact=True promises
 
 
-def _int64_refusal(compiled: Compiled, axes: Sequence[Axis]) -> str:
+def _int64_refusal(compiled: Compiled, axes: Sequence[Axis], extremes: Mapping) -> str:
     """Why the int64 path cannot be proven exact here ('' when it can)."""
     if compiled.kernel is None:
         return "a quantity is no polynomial in the swept names, so int64 cannot be proven exact"
@@ -1008,7 +1012,8 @@ def _int64_refusal(compiled: Compiled, axes: Sequence[Axis]) -> str:
         column = next(c for a in axes for n, c in zip(a.names, a.columns) if n == name)
         if column.dtype == object or (column.dtype.kind == "f" and not _whole(column)):
             return f"{name} has values that are not whole numbers"
-        magnitudes.append(max(abs(int(column.min())), abs(int(column.max()))) if len(column) else 0)
+        low, high = extremes[name] if name in extremes else (column.min(), column.max()) if len(column) else (0, 0)
+        magnitudes.append(max(abs(int(low)), abs(int(high))))
     for q, bound in zip(compiled.quantities, compiled.kernel.int64_bound(magnitudes)):
         if bound >= INT64_LIMIT:
             return f"{q} may reach {bound:.3g} >= 2**63, past int64's range"
