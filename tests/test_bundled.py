@@ -1,6 +1,7 @@
 """The wheel carries every declaration and device file, and symform reads them from there."""
 
 import json
+import re
 import tomllib
 from pathlib import Path
 
@@ -51,3 +52,50 @@ def test_the_installed_package_carries_every_data_file():
         p.relative_to(REPO) for d in ("formulas", "hardware") for p in (REPO / d).rglob("*") if p.is_file() and p.suffix in {".toml", ".json"}
     )
     assert bundled_files() == in_repo
+
+
+def test_every_list_of_layer_kinds_names_the_kinds_it_may_hold():
+    """A count over a list of kinds (layer_types) counts the kinds it names and treats the rest as the other kind:
+    an entry the family's code does not know would be counted as a guess, so each such list declares its kinds
+    (`one_of`), and every kind a count names is among them."""
+    for name, family in all_families().items():
+        for count_name, count in family.spec.counts.items():
+            for field in count.lists():
+                spec = family.spec.fields[field]
+                if spec.type not in ("str_list", "pattern"):
+                    continue
+                assert spec.one_of, f"{name}: {field} (read by count {count_name}) declares no one_of"
+                kinds = count.kinds() or set()
+                assert kinds & set(spec.one_of) or not kinds, f"{name}: count {count_name} names none of {field}'s kinds"
+
+
+ODD_KINDS = [  # (preset, the field, a kind the family's code does not know)
+    ("gemma-3-1b", "layer_types", "chunked_attention"),
+    ("qwen3-next-80b-a3b", "layer_types", "sliding_attention"),
+    ("gpt-oss-20b", "layer_types", "bogus"),
+    ("nemotron-h-8b", "hybrid_override_pattern", "X"),
+    ("deepseek-v3.2", "mlp_layer_types", "moe"),
+]
+
+
+@pytest.mark.parametrize("preset, field, odd", ODD_KINDS)
+def test_a_layer_kind_the_family_does_not_know_is_refused(preset, field, odd, tmp_path, capsys):
+    from symform.engine.families import preset_config
+    from symform.engine.errors import ConfigError
+    from symform.interface.cli import main
+
+    config, _ = preset_config(preset)
+    section = config.get("text_config", config) if field not in config else config
+    layers = section.get("num_hidden_layers") or len(section.get(field) or "")
+    if field == "hybrid_override_pattern":
+        section[field] = "M" * (layers - 1) + odd
+        section.pop("layers_block_type", None)
+    else:
+        section[field] = [odd] * layers
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    with pytest.raises(ConfigError, match=f"{field}.*{re.escape(repr(odd))}.*correct the entry"):
+        symform.load(path)
+    assert main(["params", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err

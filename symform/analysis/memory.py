@@ -723,6 +723,7 @@ def _inference_peak(model: Model, flash: bool, conventions: Mapping[sympy.Symbol
 
 
 def _report(model: Model, phase: str, categories: dict[str, sympy.Expr], components: dict[str, sympy.Expr], assumptions: dict[str, object], **workload: int) -> MemoryReport:
+    model.check_workload(**workload)
     values = {**model.values, **workload}
     evaluate = _evaluator(values, model.vocabulary)
     return MemoryReport(

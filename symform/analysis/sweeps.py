@@ -449,10 +449,11 @@ class Relation:
 def requirement_relations(model: Model, swept: Sequence[str], fixed: Mapping[str, object]) -> list[Relation]:
     """The components' requirements (heads that divide, top_k ≤ n_experts) over the swept names;
     one that fails at the fixed sizes alone is refused here."""
-    known = {**model.values, **fixed}
+    # the model's conventions too: its media settings (images and their size) decide how many of seq's tokens they take
+    known = {**{s.name: v for s, v in model.conventions.items()}, **model.values, **fixed}
     out = []
     for bound in model.graph().requirements:
-        relation = bound.relation.xreplace({s: sympy.Integer(known[s.name]) for s in bound.relation.free_symbols if s.name in known and s.name not in swept})
+        relation = bound.relation.xreplace({s: sympy.sympify(known[s.name]) for s in bound.relation.free_symbols if s.name in known and s.name not in swept})
         if relation in (sympy.true, sympy.false) or not relation.free_symbols:
             if relation == sympy.false:
                 raise EvaluationError(f"{bound.requirement.text} does not hold at the fixed sizes: {bound.requirement.why}")

@@ -47,6 +47,9 @@ class FieldSpec(BaseModel):
     # a bool that a config may also write as a whole number, read by its truth as the modelling code tests it
     # (Meta's Llama 4 configs write attn_temperature_tuning: 4)
     truthy: bool = False
+    # the values transformers' modelling code tells apart: a str field's value, or each entry of a str_list or a
+    # pattern's characters (a layer kind). Anything else is refused: counted as no kind, it would be a silent guess
+    one_of: list[str] | None = None
 
 
 class CountSpec(BaseModel):
@@ -609,15 +612,15 @@ def _check_type(field: str, raw: Any, spec: FieldSpec, origin: str) -> Any:
     if spec.type == "pattern":  # Nemotron-H's hybrid_override_pattern: the list of its characters
         if not isinstance(raw, str) or not raw:
             raise problem
-        return tuple(raw)
+        return _known_entries(field, tuple(raw), spec, origin)
     if spec.type == "str_list":
         if not isinstance(raw, list) or not all(isinstance(v, str) for v in raw):
             raise problem
-        return tuple(raw)
+        return _known_entries(field, tuple(raw), spec, origin)
     if spec.type == "str":
         if not isinstance(raw, str):
             raise problem
-        return raw
+        return _known_entries(field, (raw,), spec, origin)[0]
     check_number(raw, f"{origin}: field {field!r}")
     if spec.type == "number":
         if isinstance(raw, sympy.Basic) and raw.is_Rational:
@@ -632,6 +635,19 @@ def _check_type(field: str, raw: Any, spec: FieldSpec, origin: str) -> Any:
     if not ok:
         raise problem
     return sympy.Integer(raw)
+
+
+def _known_entries(field: str, entries: tuple[str, ...], spec: FieldSpec, origin: str) -> tuple[str, ...]:
+    if spec.one_of is None:
+        return entries
+    for i, entry in enumerate(entries):
+        if entry not in spec.one_of:
+            at = f" (entry {i})" if spec.type != "str" else ""
+            raise ConfigError(
+                f"{origin}: field {field!r} gives {quoted(entry)}{at}; this model's code knows only {', '.join(map(repr, spec.one_of))}: "
+                "correct the entry"
+            )
+    return entries
 
 
 def load_config_file(path: Path) -> dict[str, Any]:

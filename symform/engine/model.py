@@ -24,7 +24,7 @@ from . import hub
 from .families import Checkpoint, ContextLimit, ModelSpec, checkpoint_facts, find_preset, load_config_file, preset_config, presets, spec_from_config
 from .formula import Formula
 from .multiplied import multiplied_out
-from .graph import ComponentGraph, assumption_names, build_graph, introduced_ratios
+from .graph import BoundRequirement, ComponentGraph, assumption_names, build_graph, introduced_ratios
 from .safe_expr import parse
 from .size_checks import GeneratedChecks, SizeCheck, generate_checks, size_checks
 from .userfile import load_declaration_file
@@ -110,6 +110,7 @@ class Model:
         self._evaluations: dict[str, int] = {}
         self._ratios: dict[str, sympy.Rational] | None = None
         self._plain_values = {s.name: int(v) for s, v in self._values.items()}
+        self._workload_checks: tuple | None = None  # found at the first evaluation; _NO_CHECKS for most models
         same = like is not None and like._arguments == self._arguments
         self._structure = like._structure if same else _structure(self.library, self.spec.root, self._arguments, self.conventions)
         self._bound = like._bound if same and like._values.keys() == self._values.keys() else frozenset(self._values)
@@ -298,6 +299,8 @@ class Model:
 
     def evaluate(self, quantity: str, **workload: object) -> Number:
         """Exact value of a quantity at this model's sizes and the given workload (batch, seq, tokens, past)."""
+        if self._workload_checks is not _NO_CHECKS:
+            self.check_workload(**workload)
         vocabulary = self.vocabulary
         # the generated function answers where every value is plainly valid and the count is sound;
         # anything else takes sympy's route, which gives the same number or words the error
@@ -313,6 +316,39 @@ class Model:
         value = model.expression(quantity).evaluate(**model.bindings(**workload))
         _check_count(self.name, quantity, "", value)
         return value
+
+    def check_workload(self, **workload: object) -> None:
+        """ConfigError where a requirement that reads the workload fails at the values given (a sequence too short
+        for its images' tokens): the model's own checks decide those only once an evaluation binds the workload.
+        ``evaluate`` and the memory reports check; call it before evaluating an expression of the model yourself."""
+        if not self.vocabulary.settings.isdisjoint(workload):  # an image count given here: the model it makes checks
+            model, rest = self._with_settings(workload)
+            return model.check_workload(**rest)
+        if self._workload_checks is None:
+            self._workload_checks = self._find_workload_checks()
+        plain = plain_values(workload, self.vocabulary)
+        if not self._workload_checks or plain is None:  # a value not plainly valid: the evaluation words it
+            return
+        values = {s: sympy.Integer(plain[s.name]) for relation, _ in self._workload_checks for s in relation.free_symbols if s.name in plain}
+        for relation, requirement in self._workload_checks:
+            if relation.free_symbols <= values.keys() and relation.xreplace(values) != sympy.true:
+                raise ConfigError(_failed_requirement(self.name, requirement, {**self._known(), **values}))
+
+    def _find_workload_checks(self) -> tuple[tuple[sympy.Basic, BoundRequirement], ...]:
+        """Each requirement left over the workload alone once this model's sizes and conventions are in."""
+        workload = frozenset(self.vocabulary.symbols("workload"))
+        graph = self.graph()
+        reading = graph.derived("workload requirements", lambda: [r for r in graph.requirements if not workload.isdisjoint(r.relation.free_symbols)])
+        known = self._known()
+        found = []
+        for requirement in reading:
+            relation = requirement.relation.xreplace(known)
+            if relation.free_symbols and relation.free_symbols <= workload:
+                found.append((relation, requirement))
+        return tuple(found) or _NO_CHECKS
+
+    def _known(self) -> dict[sympy.Symbol, sympy.Expr]:
+        return {**self.conventions, **self._values}
 
     def _evaluator(self, quantity: str, own: bool):
         """The generated exact function for a quantity: over every symbol (shared by every model like this
@@ -459,17 +495,20 @@ class Model:
         else:
             bound = check.requirement
             # workload settings (an image's size) are known here too: a requirement on them is checked with the sizes
-            known = {**self.conventions, **self._values}
+            known = self._known()
             holds = _substituted(bound.relation, known, f"{self.name}: {bound.requirement.text} in {bound.path or bound.component}")
             if holds.free_symbols:
-                return  # stays symbolic: checked when the user binds values
+                return  # stays symbolic: checked when an evaluation binds the workload (check_workload)
             if holds != sympy.true:
-                got = ", ".join(f"{s.name}={known[s]}" for s in sorted(bound.relation.free_symbols, key=lambda s: s.name) if s in known)
-                raise ConfigError(
-                    f"{self.name}: {bound.requirement.text} does not hold ({got}) in {bound.path or bound.component}: {bound.requirement.why}"
-                )
+                raise ConfigError(_failed_requirement(self.name, bound, known))
 
 
+def _failed_requirement(name: str, bound: BoundRequirement, known: Mapping[sympy.Symbol, object]) -> str:
+    got = ", ".join(f"{s.name}={known[s]}" for s in sorted(bound.relation.free_symbols, key=lambda s: s.name) if s in known)
+    return f"{name}: {bound.requirement.text} does not hold ({got}) in {bound.path or bound.component}: {bound.requirement.why}"
+
+
+_NO_CHECKS: tuple = ()  # a model none of whose requirements waits for the workload
 _PASSED_KEPT = 4096  # undecided checks remembered as passed, per structure, before forgetting them all
 
 

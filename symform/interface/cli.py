@@ -228,7 +228,11 @@ def _run(args: argparse.Namespace) -> str:
 def _with_media(model: Model, args: argparse.Namespace) -> Model:
     """The model with the images, videos and audio clips the command line gives each sequence."""
     with_images = _from("images", "with_images")(model, args)
-    return _from("audio", "with_audio")(_from("videos", "with_videos")(with_images, args), args)
+    with_media = _from("audio", "with_audio")(_from("videos", "with_videos")(with_images, args), args)
+    # a sequence holds its media's tokens (a decode step's --seq is refused by its command, in its own words)
+    if with_media is not model and getattr(args, "seq", None) is not None and getattr(args, "phase", None) != "decode":
+        with_media.check_workload(seq=args.seq)
+    return with_media
 
 
 def _load(args: argparse.Namespace) -> Model:

@@ -22,7 +22,7 @@ def with_media(model: "Model", count: int | None, size: object, *, settings: Cal
     if size is None:
         raise ConfigError(size_missing)
     changed = model.with_conventions(**settings())
-    if changed.evaluate("forward_flops", batch=1, seq=1) == model.evaluate("forward_flops", batch=1, seq=1):
+    if changed.expression("forward_flops").expr == model.expression("forward_flops").expr:
         raise ConfigError(no_tower)
     return changed
 
