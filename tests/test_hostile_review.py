@@ -128,3 +128,43 @@ def test_a_deepseek_v32_indexer_head_narrower_than_its_rotary_part_is_refused():
     config = json.loads((PRESETS / "deepseek-v3.2.json").read_text())
     one_line_error(ConfigError, lambda: symform.Model.from_config(dict(config, index_head_dim=config["qk_rope_head_dim"] - 1)), "index_head_dim")
     assert symform.Model.from_config(dict(config, index_head_dim=config["qk_rope_head_dim"])).evaluate("params") > 0
+
+
+GROUPED = {  # a tiny DeepSeek-V3 whose group-limited router is consistent: 8 experts in 4 groups of 2, 2 groups kept
+    "model_type": "deepseek_v3", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4,
+    "vocab_size": 128, "intermediate_size": 96, "moe_intermediate_size": 32, "n_routed_experts": 8, "num_experts_per_tok": 2,
+    "n_group": 4, "topk_group": 2, "first_k_dense_replace": 1, "kv_lora_rank": 16, "q_lora_rank": 24,
+    "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16,
+}
+BAD_GROUPS = [  # (changed fields, the values the message names)
+    ({"n_group": 3}, "n_experts % n_groups == 0 does not hold (n_experts=8, n_groups=3)"),  # 8 experts in 3 equal groups
+    ({"n_group": 8}, "2*n_groups <= n_experts does not hold (n_experts=8, n_groups=8)"),  # groups of one: no two best
+    ({"topk_group": 5}, "topk_groups <= n_groups does not hold (n_groups=4, topk_groups=5)"),  # more groups kept than there are
+]
+
+
+@pytest.mark.parametrize("changed, words", BAD_GROUPS, ids=[next(iter(c)) + str(next(iter(c.values()))) for c, _ in BAD_GROUPS])
+def test_a_group_limited_router_that_cannot_run_is_refused(tmp_path, capsys, changed, words):
+    assert symform.Model.from_config(GROUPED).evaluate("params") > 0
+    one_line_error(ConfigError, lambda: symform.Model.from_config({**GROUPED, **changed}), words)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**GROUPED, **changed}))
+    code, _, err = run(capsys, "flops", str(path), "--batch", "1", "--seq", "8")
+    assert code == 2 and err.count("\n") == 1 and words in err
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("changed, words", BAD_GROUPS, ids=[next(iter(c)) + str(next(iter(c.values()))) for c, _ in BAD_GROUPS])
+def test_transformers_router_fails_on_the_groups_symform_refuses(changed, words):
+    """The refusals follow the oracle: DeepseekV3TopkRouter views the scores as n_group equal groups, takes each
+    group's top two and then the top topk_group groups, so each of these configs raises in its forward."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from oracle import build
+
+    good = build(GROUPED)
+    ids = torch.zeros((1, 4), dtype=torch.long)
+    good(input_ids=ids)  # the consistent router runs
+    bad = build({**GROUPED, **changed})
+    with pytest.raises(RuntimeError):
+        bad(input_ids=ids)

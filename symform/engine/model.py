@@ -332,7 +332,7 @@ class Model:
         values = {s: sympy.Integer(plain[s.name]) for relation, _ in self._workload_checks for s in relation.free_symbols if s.name in plain}
         for relation, requirement in self._workload_checks:
             if relation.free_symbols <= values.keys() and relation.xreplace(values) != sympy.true:
-                raise ConfigError(_failed_requirement(self.name, requirement, {**self._known(), **values}))
+                raise ConfigError(_failed_requirement(self.name, requirement, {**self._known(), **values}, self.graph().graph.nodes[requirement.path]["args"]))
 
     def _find_workload_checks(self) -> tuple[tuple[sympy.Basic, BoundRequirement], ...]:
         """Each requirement left over the workload alone once this model's sizes and conventions are in."""
@@ -500,12 +500,19 @@ class Model:
             if holds.free_symbols:
                 return  # stays symbolic: checked when an evaluation binds the workload (check_workload)
             if holds != sympy.true:
-                raise ConfigError(_failed_requirement(self.name, bound, known))
+                raise ConfigError(_failed_requirement(self.name, bound, known, graph.graph.nodes[bound.path]["args"]))
 
 
-def _failed_requirement(name: str, bound: BoundRequirement, known: Mapping[sympy.Symbol, object]) -> str:
-    got = ", ".join(f"{s.name}={known[s]}" for s in sorted(bound.relation.free_symbols, key=lambda s: s.name) if s in known)
-    return f"{name}: {bound.requirement.text} does not hold ({got}) in {bound.path or bound.component}: {bound.requirement.why}"
+def _failed_requirement(name: str, bound: BoundRequirement, known: Mapping[sympy.Symbol, object], args: Mapping[str, object]) -> str:
+    """The requirement as declared, with the value of each name in it: a size of the model's, or the number
+    an argument is bound to (``n_groups`` where the requirement reads ``n_experts % n_groups``)."""
+    values = {s.name: known[s] for s in bound.relation.free_symbols if s in known}
+    for symbol in bound.requirement.relation.free_symbols:
+        value = args.get(symbol.name)
+        if symbol.name not in values and isinstance(value, sympy.Basic) and value.is_Number:
+            values[symbol.name] = value
+    got = f" ({', '.join(f'{k}={v}' for k, v in sorted(values.items()))})" if values else ""
+    return f"{name}: {bound.requirement.text} does not hold{got} in {bound.path or bound.component}: {bound.requirement.why}"
 
 
 _NO_CHECKS: tuple = ()  # a model none of whose requirements waits for the workload
