@@ -168,3 +168,35 @@ def test_transformers_router_fails_on_the_groups_symform_refuses(changed, words)
     bad = build({**GROUPED, **changed})
     with pytest.raises(RuntimeError):
         bad(input_ids=ids)
+
+
+PHI3 = {  # a tiny Phi-3 (partial rotary): head_dim 16
+    "model_type": "phi3", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "vocab_size": 128, "intermediate_size": 96, "partial_rotary_factor": 0.5, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
+}
+BAD_ROTARY = [  # (partial_rotary_factor, what the message names)
+    (1.5, "rotary_dim <= d_head does not hold (d_head=16, rotary_dim=24)"),  # more rotated dimensions than a head has
+    (0.4375, "rotary_dim % 2 == 0 does not hold (rotary_dim=7)"),  # an odd number of them
+]
+
+
+@pytest.mark.parametrize("factor, words", BAD_ROTARY)
+def test_a_rotary_width_no_head_can_have_is_refused(factor, words):
+    assert symform.Model.from_config(PHI3).evaluate("params") > 0
+    one_line_error(ConfigError, lambda: symform.Model.from_config({**PHI3, "partial_rotary_factor": factor}), words)
+
+
+@pytest.mark.oracle
+def test_transformers_rotary_widths_behind_the_refusals():
+    """A factor above 1 makes cos and sin wider than the heads they turn: the forward raises. An odd width
+    (7 of 16) gives cos and sin 8 wide (inverse frequencies for every second dimension, doubled), so a count
+    of 7 rotated dimensions would be wrong, not just odd."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from oracle import build
+
+    ids = torch.zeros((1, 4), dtype=torch.long)
+    with pytest.raises(RuntimeError):
+        build({**PHI3, "partial_rotary_factor": 1.5})(input_ids=ids)
+    odd = build({**PHI3, "partial_rotary_factor": 0.4375})
+    assert 2 * odd.model.rotary_emb.inv_freq.numel() == 8
