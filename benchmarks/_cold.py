@@ -98,4 +98,4 @@ def print_rows(rows: list[dict]) -> None:
             against = f"  vs {r['baseline_name']} {min(r['baseline']):.3f}–{max(r['baseline']):.3f} s, ratio {min(ratios):.2f}–{max(ratios):.2f}"
             if r.get("cpu_ratios"):
                 against += f" (CPU time ratio {min(r['cpu_ratios']):.2f}–{max(r['cpu_ratios']):.2f})"
-        print(f"{r['path']}: {spread}{against}  goal {r['goal']}: {'met' if r['goal_met'] else 'NOT met'}")
+        print(f"{r['path']}: {spread}{against}  goal {r['goal']}: {'reported' if r['goal_met'] is None else 'met' if r['goal_met'] else 'NOT met'}")

@@ -6,19 +6,24 @@
 repetition (``measured``), the goal, and a baseline measured with the same
 repetitions where one is natural: the per-configuration arithmetic a calculator
 such as llm-analysis does, written by hand in plain Python in its fastest
-natural form (factored, ints). A goal counts as met only when the worst
-repetition meets it. Warm rows reuse what the process has built; cold rows
-clear sympy's cache and forget symform's shared graphs, expressions and
-generated functions first (in-process, so ``import`` is not counted).
+natural form (factored, ints), run alternately with symform. A goal counts as met
+only when the worst repetition meets it; a row with no goal has ``goal_met`` None.
+Warm rows also give each repetition's CPU time (``measured_cpu``, ``baseline_cpu``),
+which tells a slow repetition's own cost from time spent waiting for a core. Warm
+rows reuse what the process has built; cold rows clear sympy's cache and forget
+symform's shared graphs, expressions and generated functions first (in-process, so
+``import`` is not counted).
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import random
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run from a checkout without installing
@@ -57,15 +62,28 @@ SIZES = ("d_model", "n_layers", "vocab", "d_ff", "n_heads", "n_kv_heads", "d_hea
 # --- timing -------------------------------------------------------------------------------------
 
 
-def per_op(run, calls: int, repeats: int) -> list[float]:
-    """Seconds per operation, one figure per repetition (each repetition runs ``calls`` operations)."""
-    run()  # warm: the first call builds what later calls reuse
-    out = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        run()
-        out.append((time.perf_counter() - t0) / calls)
-    return out
+def per_op(runs: dict[str, Callable[[], object]], calls: int, repeats: int) -> dict[str, dict[str, list[float]]]:
+    """Seconds per operation of each run (each repetition runs ``calls`` operations), wall and CPU, one
+    figure per repetition: the runs alternate, so that load from other work hits them alike, with garbage
+    collected between repetitions and never inside one. CPU time leaves out the time the process waited
+    for a core: a repetition whose wall time is far above its CPU time was slowed by other work."""
+    for run in runs.values():
+        run()  # warm: the first call builds what later calls reuse
+    times = {k: {"wall": [], "cpu": []} for k in runs}
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(repeats):
+            for k, run in runs.items():
+                gc.collect()
+                t0, c0 = time.perf_counter(), time.process_time()
+                run()
+                times[k]["cpu"].append((time.process_time() - c0) / calls)
+                times[k]["wall"].append((time.perf_counter() - t0) / calls)
+    finally:
+        if enabled:
+            gc.enable()
+    return times
 
 
 def cold(run, repeats: int) -> list[float]:
@@ -80,16 +98,23 @@ def cold(run, repeats: int) -> list[float]:
     return out
 
 
-def row(path: str, goal: str, limit: float | None, measured: list[float], baseline_name: str | None = None, baseline: list[float] | None = None) -> dict:
-    return {
+def row(path: str, goal: str, limit: float | None, measured: dict | list[float], baseline_name: str | None = None, baseline: dict | None = None) -> dict:
+    """A row; ``goal_met`` is None where there is no goal (a one-off cost, reported)."""
+    wall = measured["wall"] if isinstance(measured, dict) else measured
+    out = {
         "path": path,
         "goal": goal,
         "unit": "s",
-        "measured": measured,
+        "measured": wall,
         "baseline_name": baseline_name,
-        "baseline": baseline,
-        "goal_met": limit is not None and max(measured) <= limit,
+        "baseline": baseline["wall"] if baseline else None,
+        "goal_met": None if limit is None else max(wall) <= limit,
     }
+    if isinstance(measured, dict):
+        out["measured_cpu"] = measured["cpu"]
+    if baseline:
+        out["baseline_cpu"] = baseline["cpu"]
+    return out
 
 
 # --- the paths ----------------------------------------------------------------------------------
@@ -170,12 +195,16 @@ def rows(repeats: int) -> list[dict]:
             symform.derive(built, q, assume="standard", leading=True)
 
     exact = f"≤ {EXACT_GOAL_S * 1e6:g} µs per call, warm, exact ints"
+    forward_times = per_op({"symform": symform_forward, "hand": baseline_forward}, CALLS, repeats)
+    params_times = per_op({"symform": symform_params, "hand": baseline_params}, CALLS, repeats)
+    formula_times = per_op({"symform": formula_forward, "hand": baseline_forward}, CALLS, repeats)
+    resized_times = per_op({"symform": symform_resized, "hand": baseline_resized}, CALLS, repeats)
     results = [
-        row(f"Model.evaluate forward_flops, {PRESET}, one config (warm)", exact, EXACT_GOAL_S, per_op(symform_forward, CALLS, repeats), hand, per_op(baseline_forward, CALLS, repeats)),
-        row(f"Model.evaluate params, {PRESET} (warm)", exact, EXACT_GOAL_S, per_op(symform_params, CALLS, repeats), hand, per_op(baseline_params, CALLS, repeats)),
-        row(f"Formula.evaluate forward_flops, {PRESET}, every size given (warm)", exact, EXACT_GOAL_S, per_op(formula_forward, CALLS, repeats), hand, per_op(baseline_forward, CALLS, repeats)),
-        row(f"Model.evaluate forward_flops, {LARGEST}, one config (warm)", exact, EXACT_GOAL_S, per_op(largest_forward, CALLS, repeats)),
-        row(f"with_arguments(n_layers, d_ff).evaluate forward_flops, {PRESET} (warm)", f"≤ {RESIZE_GOAL_S * 1e6:g} µs per call, warm", RESIZE_GOAL_S, per_op(symform_resized, CALLS, repeats), hand, per_op(baseline_resized, CALLS, repeats)),
+        row(f"Model.evaluate forward_flops, {PRESET}, one config (warm)", exact, EXACT_GOAL_S, forward_times["symform"], hand, forward_times["hand"]),
+        row(f"Model.evaluate params, {PRESET} (warm)", exact, EXACT_GOAL_S, params_times["symform"], hand, params_times["hand"]),
+        row(f"Formula.evaluate forward_flops, {PRESET}, every size given (warm)", exact, EXACT_GOAL_S, formula_times["symform"], hand, formula_times["hand"]),
+        row(f"Model.evaluate forward_flops, {LARGEST}, one config (warm)", exact, EXACT_GOAL_S, per_op({"symform": largest_forward}, CALLS, repeats)["symform"]),
+        row(f"with_arguments(n_layers, d_ff).evaluate forward_flops, {PRESET} (warm)", f"≤ {RESIZE_GOAL_S * 1e6:g} µs per call, warm", RESIZE_GOAL_S, resized_times["symform"], hand, resized_times["hand"]),
         row(f"load + first evaluate, {PRESET} (cold: sympy cache cleared, symform's structures forgotten, in-process)", "none: the one-off cost, reported", None, cold(first_number, repeats)),
         row(f"build + derive params and train_flops (leading, standard), {LARGEST} (cold: sympy cache cleared, symform's structures forgotten, in-process)", f"≤ {BUILD_GOAL_S:g} s", BUILD_GOAL_S, cold(build_and_derive, repeats)),
     ]

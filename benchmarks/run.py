@@ -260,6 +260,11 @@ def fmt(x: float, unit: str) -> str:
     return f"{x / 1e-9:.3g} ns"
 
 
+def verdict(goal_met: bool | None) -> str:
+    """A row with no goal (None: a one-off cost) is reported, neither met nor failed."""
+    return "reported" if goal_met is None else "yes" if goal_met else "NO"
+
+
 def print_table(rows: list[dict]) -> None:
     table = [("row", "measured (min–max)", "baseline (min–max)", "measured ÷ baseline", "goal", "met")]
     for r in rows:
@@ -273,7 +278,7 @@ def print_table(rows: list[dict]) -> None:
             "-" if not b else f"{fmt(b['min'], unit)}–{fmt(b['max'], unit)} ({r.get('baseline_name')})",
             "-" if not q else f"{q['min']:.3g}–{q['max']:.3g}",
             r["goal"],
-            "yes" if r["goal_met"] else "NO",
+            verdict(r["goal_met"]),
         ))
     widths = [max(len(t[i]) for t in table) for i in range(len(table[0]))]
     print()

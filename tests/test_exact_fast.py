@@ -164,3 +164,69 @@ def test_integers_past_python_s_text_limit_are_computed_as_sympy_substitutes(dig
     x = sympy.Symbol("x")
     expr = sympy.Integer(7) ** int(digits / 0.845) * x + 3
     assert exact_function(expr)({"x": 5}) == expr.subs(x, 5)
+
+
+# --- Formula.evaluate: generated screening in one pass, the full checks for anything else -------
+
+ODD_VALUES = [0, -1, -4, True, False, 2.0, 1.5, float("inf"), "8", None, Fraction(1, 2), Fraction(6, 3), 10**60, 2**132, 2**133, sympy.Integer(5)]
+SIZE_VALUE = st.one_of(st.sampled_from(ODD_VALUES), st.integers(0, 3), st.integers(1, 10**6))
+
+
+def checked_reference(formula, values: dict) -> object:
+    """Every value checked in the order given, then sympy's substitution: Formula.evaluate's full route."""
+    return exact_value(formula.expr, {formula.vocabulary[k]: check_value(k, v, formula.vocabulary) for k, v in values.items()})
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(name=st.sampled_from(PRESETS), quantity=st.sampled_from(QUANTITIES), workload=st.fixed_dictionaries(WORKLOAD), data=st.data())
+@example(name="qwen3-32b", quantity="forward_flops", workload={"batch": 8, "seq": 4096, "tokens": 1}, data=None)
+def test_formula_evaluate_answers_and_refuses_as_the_full_checks_do(name, quantity, workload, data):
+    """Sizes of the model (and ones the formula does not read), some replaced by odd values, some
+    dropped, an unknown name added: the same number of the same kind, or the same refusal, word for word."""
+    model = preset(name)
+    formula = model.expression(quantity)
+    values = {**model.values, **workload}
+    if data is not None:
+        names = sorted(values)
+        for key in data.draw(st.lists(st.sampled_from(sorted(formula.free) or names), max_size=2, unique=True)):  # values it reads
+            values[key] = data.draw(SIZE_VALUE)
+        for key in data.draw(st.lists(st.sampled_from(names), max_size=2, unique=True)):
+            values[key] = data.draw(SIZE_VALUE)
+        for key in data.draw(st.lists(st.sampled_from(names), max_size=1)):
+            values.pop(key, None)
+        if data.draw(st.booleans()):
+            values["no_such_size"] = 3
+        values = dict(data.draw(st.permutations(list(values.items()))))  # the first bad value in the caller's order is the one named
+    for _ in range(2):  # the second call may take the other names remembered from the first
+        got = outcome(lambda: formula.evaluate(**values))
+        want = outcome(lambda: checked_reference(formula, values))
+        assert got == want and type(got) is type(want)
+
+
+@pytest.mark.parametrize("quantity", ["params", "forward_flops", "kv_cache"])
+@pytest.mark.parametrize("value", ODD_VALUES, ids=repr)
+@pytest.mark.parametrize("name", ["d_model", "batch", "n_local_layers"])
+def test_formula_evaluate_refuses_odd_values_as_the_full_checks_do(quantity, value, name):
+    model = preset("qwen3-32b")
+    formula = model.expression(quantity)
+    values = {**model.values, "batch": 2, "seq": 16, "tokens": 100, name: value}
+    got = outcome(lambda: formula.evaluate(**values))
+    want = outcome(lambda: checked_reference(formula, values))
+    assert got == want and type(got) is type(want)
+
+
+def test_formula_evaluate_checks_other_names_that_change_from_call_to_call():
+    """The names a formula does not read are remembered from the last call; a later call with other
+    ones, or the same ones with a bad value, is checked afresh."""
+    model = preset("qwen3-32b")
+    formula = model.expression("params")
+    sizes = {k: model.values[k] for k in formula.free}
+    want = formula.evaluate(**sizes)
+    assert formula.evaluate(**sizes, batch=3) == want
+    assert outcome(lambda: formula.evaluate(**sizes, batch=0)) == outcome(lambda: checked_reference(formula, {**sizes, "batch": 0}))
+    assert outcome(lambda: formula.evaluate(**sizes, seq=True)) == outcome(lambda: checked_reference(formula, {**sizes, "seq": True}))
+    assert formula.evaluate(**sizes, seq=5) == want
+    assert isinstance(outcome(lambda: formula.evaluate(**sizes, seq=5, no_such_size=1)), tuple)
+    missing = dict(sizes)
+    missing.pop("d_model")
+    assert outcome(lambda: formula.evaluate(**missing, batch=1)) == outcome(lambda: checked_reference(formula, {**missing, "batch": 1}))

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Callable, Mapping, Sequence
 
 import sympy
 
 from .budget import NUMBER_DIGITS, RESULT_DIGITS, _digits, check_number, check_result, quoted
 from .errors import EvaluationError
-from .exact import exact_function, exact_number
+from .exact import Screen, exact_function, exact_number, screened_maker
 from .vocabulary import Vocabulary
 
 Number = int | Fraction
@@ -122,6 +122,62 @@ def run_exact(function: Callable, values: Mapping[str, Number]) -> Number | None
     if type(value) is not int or value.bit_length() > _RESULT_BITS:
         check_result(value, "the result")
     return value
+
+
+def evaluate_checked(expr: sympy.Expr, vocabulary: Vocabulary, values: Mapping[str, object]) -> Number:
+    """``expr``'s exact value with every value checked (:func:`check_value`'s refusal for the first that
+    fails, in the order given), through the generated function where the values are plain, else sympy."""
+    function = exact_evaluator(expr, vocabulary)
+    if function is not None and plain_values(values, vocabulary) is not None:
+        value = run_exact(function, values)
+        if value is not None:
+            return value
+    return exact_value(expr, checked_values(values, vocabulary))
+
+
+def checked_values(values: Mapping[str, object], vocabulary: Vocabulary) -> dict[sympy.Symbol, sympy.Rational]:
+    """Each value by its symbol, checked (:func:`check_value`) in the order given."""
+    return {vocabulary[name]: check_value(name, value, vocabulary) for name, value in values.items()}
+
+
+def formula_evaluator(expr: sympy.Expr, vocabulary: Vocabulary) -> Callable[[Mapping[str, object]], Number]:
+    """``expr``'s exact evaluation at values by name, as :func:`evaluate_checked` gives it: generated code
+    that answers plainly valid values in one pass (:func:`symform.engine.exact.screened_maker`) and hands
+    everything else to :func:`evaluate_checked`, which refuses or answers it as it always has."""
+    checked = partial(evaluate_checked, expr, vocabulary)
+    if not _free(expr) <= vocabulary.symbol_set:  # a symbol outside the vocabulary is never bound by name
+        return checked
+    reads = frozenset(s.name for s in _free(expr))
+    least = vocabulary.least_ints
+    make = screened_maker(expr, Screen(frozenset(n for n in reads if least[n] == 0), _PLAIN_MAX, _RESULT_BITS))
+    return make(_others_plain(vocabulary, reads), checked) if make is not None else checked
+
+
+def _others_plain(vocabulary: Vocabulary, reads: frozenset[str]) -> Callable[[Mapping[str, object]], bool]:
+    """Whether the values of names outside ``reads`` are plain (:func:`plain_values`), for a mapping that has
+    every name in ``reads``. Callers mostly pass the same other names call after call (a model's sizes a
+    formula does not use): those of the last call that passed are tried first, by count and by name,
+    which proves they are all the others without a pass over every name."""
+    least = vocabulary.least_ints
+    size = len(reads)
+    last: list[tuple[str, ...]] = [()]
+
+    def plain(values: Mapping[str, object]) -> bool:
+        others = last[0]
+        if len(values) == size + len(others):
+            for name in others:
+                value = values.get(name)
+                if type(value) is not int or not least[name] <= value <= _PLAIN_MAX:
+                    break
+            else:
+                return True
+        others = tuple(name for name in values if name not in reads)
+        if plain_values({name: values[name] for name in others}, vocabulary) is None:
+            return False
+        last[0] = others
+        return True
+
+    return plain
 
 
 def fast_exact(expr: sympy.Expr, values: Mapping[str, Number], vocabulary: Vocabulary) -> Number | None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 from functools import lru_cache
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import sympy
 
@@ -188,6 +188,57 @@ def exact_function(expr: sympy.Basic) -> Callable | None:
     except _Unsupported:
         return None
     return _define(writer, body)
+
+
+class Screen(NamedTuple):
+    """What a screened evaluation answers for by itself: values that are plain ints (never bools,
+    floats or Fractions) from 1, or from 0 for the names in ``from_zero``, up to ``ceiling``, and an
+    int result of at most ``result_bits`` bits."""
+
+    from_zero: frozenset[str]
+    ceiling: int
+    result_bits: int
+
+
+@lru_cache(maxsize=4096)
+def screened_maker(expr: sympy.Basic, screen: Screen) -> Callable | None:
+    """A maker of one formula's whole exact evaluation at a mapping of names to values, in generated code;
+    None where ``expr`` has no exact Python form.
+
+    ``make(others_plain, fallback)`` gives a function of the mapping that reads the values ``expr`` needs,
+    screens them in one condition, computes, and returns the int. Anything else goes to ``fallback(values)``,
+    whose full checks (or sympy) give the answer or word the refusal: a value missing or outside the
+    screen, a name ``expr`` does not read whose value ``others_plain(values)`` does not pass (it is called
+    only once every value read is found), an error while computing (a division by zero), a Fraction or a
+    result past ``result_bits``. Generated once per expression; made once per formula (its own fallback).
+    """
+    writer = _Writer()
+    try:
+        body = writer.write(expr)
+    except _Unsupported:
+        return None
+    reads = "".join(f"            {local} = values[{name!r}]\n" for name, local in writer.arguments.items())
+    screened = " and ".join(
+        [f"type({local}) is int" for local in writer.arguments.values()]  # every type before any comparison (a str would raise)
+        + [f"{0 if name in screen.from_zero else 1} <= {local} <= _ceiling" for name, local in writer.arguments.items()]
+    ) or "True"
+    source = (
+        "def make(_others_plain, _fallback):\n"
+        "    def evaluate(values):\n"
+        "        try:\n"
+        f"{reads}"
+        f"            if ({screened}) and (len(values) == {len(writer.arguments)} or _others_plain(values)):\n"
+        f"                value = {body}\n"
+        "                if type(value) is int and value.bit_length() <= _result_bits:\n"
+        "                    return value\n"
+        "        except Exception:  # a value missing, a division by zero: the full path words it\n"
+        "            pass\n"
+        "        return _fallback(values)\n"
+        "    return evaluate\n"
+    )
+    namespace = {**_NAMESPACE, **writer.constants, "_ceiling": screen.ceiling, "_result_bits": screen.result_bits}
+    exec(compile(source, "<symform screened exact>", "exec"), namespace)  # source built above from the expression tree alone
+    return namespace["make"]
 
 
 def exact_predicate(conditions: Sequence[tuple[str, tuple[sympy.Basic, ...]]]) -> Callable:

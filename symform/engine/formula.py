@@ -8,7 +8,7 @@ from typing import Callable, Mapping
 
 import sympy
 
-from .evaluate import Number, check_value, compile_expression, exact_evaluator, exact_value, plain_values, run_exact
+from .evaluate import Number, checked_values, compile_expression, formula_evaluator
 from .vocabulary import Vocabulary, default_vocabulary
 
 
@@ -48,23 +48,19 @@ class Formula:
 
     def evaluate(self, **values: object) -> Number:
         """Exact value (int, or Fraction when not whole); every free symbol needs a value."""
-        if self._exact is not None and plain_values(values, self.vocabulary) is not None:
-            value = run_exact(self._exact, values)
-            if value is not None:
-                return value
-        return exact_value(self.expr, self._checked(values))
+        return self._evaluator(values)
 
     @cached_property
-    def _exact(self) -> Callable | None:
-        """The generated exact function (None: sympy's route); kept with the formula, which never changes."""
-        return exact_evaluator(self.expr, self.vocabulary)
+    def _evaluator(self) -> Callable[[Mapping[str, object]], Number]:
+        """The exact evaluation of this formula, generated once: kept with the formula, which never changes."""
+        return formula_evaluator(self.expr, self.vocabulary)
 
     def compile(self, *names: str) -> Callable:
         """A vectorised float64 numpy function of ``names`` (all free symbols, in this order)."""
         return compile_expression(self.expr, names or tuple(self.free))
 
     def _checked(self, values: Mapping[str, object]) -> dict[sympy.Symbol, sympy.Rational]:
-        return {self.vocabulary[name]: check_value(name, value, self.vocabulary) for name, value in values.items()}
+        return checked_values(values, self.vocabulary)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Formula):

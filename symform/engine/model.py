@@ -565,7 +565,7 @@ def forget_structures() -> None:
     """Forget every shared graph, expression and generated function: the next model builds from its
     declarations again (benchmarks measure that cold path; nothing else needs it)."""
     from .evaluate import _free
-    from .exact import exact_function
+    from .exact import exact_function, screened_maker
     from .graph import forget_instances
 
     _STRUCTURES.clear()
@@ -573,6 +573,7 @@ def forget_structures() -> None:
     forget_instances()
     _free.cache_clear()
     exact_function.cache_clear()
+    screened_maker.cache_clear()
 
 
 def _substituted(expr: sympy.Basic, values: Mapping[sympy.Symbol, sympy.Expr], where: str) -> sympy.Basic:
