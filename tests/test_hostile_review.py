@@ -200,3 +200,19 @@ def test_transformers_rotary_widths_behind_the_refusals():
         build({**PHI3, "partial_rotary_factor": 1.5})(input_ids=ids)
     odd = build({**PHI3, "partial_rotary_factor": 0.4375})
     assert 2 * odd.model.rotary_emb.inv_freq.numel() == 8
+
+
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["params", "qwen3-0.6b", "--set", "d_model=1024", "--set", "d_model=2048"], "--set d_model"),
+        (["flops", "qwen3-0.6b", "--batch", "1", "--seq", "8", "--convention", "causal=0", "--convention", "causal=1"], "--convention causal"),
+        (["memory", "qwen3-0.6b", "--train", "--batch", "1", "--seq", "8", "--convention", "act_bytes=2", "--convention", "act_bytes=4"], "--convention act_bytes"),
+        (["sweep", "qwen3-0.6b", "params", "--grid", "d_model=1024,2048", "--grid", "d_model=4096"], "--grid d_model"),
+        (["sweep", "qwen3-0.6b", "forward_flops", "--zip", "seq=8,16", "--fix", "batch=1", "--fix", "batch=2"], "--fix batch"),
+    ],
+)
+def test_a_name_given_twice_is_refused_not_overwritten(capsys, argv, flag):
+    """The later value would win silently; which one the user meant is theirs to say."""
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and not out and err == f"symform: error: {flag} is given more than once; give each name once\n"

@@ -15,7 +15,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from .cli_args import exact_number, positive_int
+from .cli_args import exact_number, given_once, positive_int
 from ..engine.budget import quoted
 from ..engine.names import is_identifier
 from ..engine.errors import SymformError
@@ -192,6 +192,8 @@ def _print_or_fail(produce, args: argparse.Namespace | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> str:
+    for dest, flag in (("sizes", "--set"), ("conventions", "--convention")):
+        given_once([name for name, _ in getattr(args, dest, None) or ()], flag)
     if args.verb == "models":
         return _models(args)
     if args.verb == "validate":

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 from fractions import Fraction
+from typing import Sequence
 
 from ..engine.budget import number_from_text, quoted
 from ..engine.errors import ConfigError
@@ -91,3 +92,13 @@ def uses_flash(args: argparse.Namespace) -> bool:
     if args.attention is not None:
         return args.attention == "sdpa"
     return True if args.flash is None else args.flash
+
+
+def given_once(names: Sequence[str], flag: str) -> None:
+    """A name given twice (--set d_model=1024 --set d_model=2048) is refused: the later one would
+    silently win."""
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise ConfigError(f"{flag} {name} is given more than once; give each name once")
+        seen.add(name)

@@ -8,7 +8,7 @@ import warnings
 from fractions import Fraction
 from typing import TYPE_CHECKING, Sequence
 
-from .cli_args import attention_arguments, uses_flash, non_negative_int, positive_int
+from .cli_args import attention_arguments, given_once, uses_flash, non_negative_int, positive_int
 from ..engine.budget import number_from_text, quoted
 from ..engine.errors import EvaluationError
 from ..engine.model import Model
@@ -44,6 +44,7 @@ def _pairs(items: Sequence[str], flag: str) -> dict[str, str]:
         name, eq, values = text.partition("=")
         if not eq or not name.strip() or not values.strip():
             raise EvaluationError(f"{flag} {text!r}: write NAME=VALUES")
+        given_once([*out, name.strip()], flag)
         out[name.strip()] = values.strip()
     return out
 
