@@ -216,3 +216,22 @@ def test_a_name_given_twice_is_refused_not_overwritten(capsys, argv, flag):
     """The later value would win silently; which one the user meant is theirs to say."""
     code, out, err = run(capsys, *argv)
     assert code == 2 and not out and err == f"symform: error: {flag} is given more than once; give each name once\n"
+
+
+def test_numpy_scalars_are_the_numbers_they_hold():
+    """A size read from a numpy array (np.int64, np.int32, np.float32 holding a whole number) is that number;
+    numpy's bool is not a size."""
+    np = pytest.importorskip("numpy")
+    model = symform.load("qwen3-0.6b")
+    expected = model.evaluate("forward_flops", batch=2, seq=64)
+    assert model.evaluate("forward_flops", batch=np.int32(2), seq=np.int64(64)) == expected
+    assert model.evaluate("forward_flops", batch=2, seq=np.float32(64.0)) == expected
+    assert model.with_arguments(n_layers=np.int64(3)).evaluate("params") == model.with_arguments(n_layers=3).evaluate("params")
+    one_line_error(EvaluationError, lambda: model.evaluate("forward_flops", batch=2, seq=np.bool_(True)), "seq must be an integer")
+
+
+@pytest.mark.parametrize("depth", [0, -1, "a", True, 1.5])
+def test_a_breakdown_depth_that_is_no_number_of_segments_is_refused(depth):
+    model = symform.load("qwen3-0.6b")
+    one_line_error(EvaluationError, lambda: model.breakdown("params", depth=depth), "depth", "from 1")
+    one_line_error(EvaluationError, lambda: model.evaluate_breakdown("params", depth=depth), "depth", "from 1")

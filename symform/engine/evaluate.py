@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from fractions import Fraction
 from functools import lru_cache, partial
 from typing import Callable, Mapping, Sequence
@@ -54,6 +55,10 @@ def check_value(name: str, value: object, vocabulary: Vocabulary) -> sympy.Ratio
     spec = vocabulary.entry(name).spec
     if isinstance(value, sympy.Basic) and value.is_Rational:
         value = Fraction(int(value.p), int(value.q))
+    elif isinstance(value, numbers.Integral) and not isinstance(value, (bool, int)):  # numpy's int64, int32 ...
+        value = int(value)
+    elif isinstance(value, numbers.Real) and not isinstance(value, (float, int, Fraction)):  # numpy's float32 ...
+        value = float(value)
     if isinstance(value, bool) or not isinstance(value, (int, Fraction)):
         if isinstance(value, float) and not math.isfinite(value):
             raise EvaluationError(f"{name} is {value!r}; give a finite number")

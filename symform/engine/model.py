@@ -284,6 +284,8 @@ class Model:
         quantity = normalise_quantity(quantity)
         if quantity not in QUANTITIES:
             raise EvaluationError(f"a breakdown is per declared quantity: {', '.join(QUANTITIES)}")
+        if depth is not None and (type(depth) is not int or depth < 1):
+            raise EvaluationError(f"a breakdown's depth is a whole number of path segments from 1, or None for every part; got {quoted(depth)}")
         parts = self.graph(assume=assume).breakdown(quantity, depth)
         return {path: self._finish(e, conventions) for path, e in parts.items()}
 
@@ -383,6 +385,7 @@ class Model:
         return self.expression(quantity).subs(**fixed).compile(*names)
 
     def evaluate_breakdown(self, quantity: str, *, depth: int | None = 1, **workload: object) -> dict[str, Number]:
+        self.check_workload(**workload)
         model, workload = self._with_settings(workload)
         values = model.bindings(**workload)
         parts = {path: f.evaluate(**{k: v for k, v in values.items() if k in f.free}) for path, f in model.breakdown(quantity, depth=depth).items()}
