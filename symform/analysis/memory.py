@@ -246,8 +246,8 @@ def params_expression(model: Model, tensor: Degree = 1, pipeline: Degree = 1, ex
 
     def per_rank() -> sympy.Expr:
         if all(d.is_Integer for d in degrees):  # one multiplying-out over symbolic degrees serves every layout: numbers go in after
-            return sympy.expand(params_expression(model, *_DEGREES).xreplace(dict(zip(_DEGREES, degrees))))
-        return sympy.expand(sympy.Add(*_param_terms(model, tensor, pipeline, expert).values()))
+            return multiplied_out(params_expression(model, *_DEGREES), dict(zip(_DEGREES, degrees)))
+        return multiplied_out(sympy.Add(*_param_terms(model, tensor, pipeline, expert).values()))
 
     return model.graph().derived(("params per rank", *degrees), per_rank)  # parameters take no conventions
 
@@ -262,7 +262,7 @@ def params_at_sizes(model: Model, tensor: Degree = 1, pipeline: Degree = 1, expe
     def sized(term: sympy.Expr) -> sympy.Expr:
         return multiplied_out(term, {s: sympy.Integer(values[s.name]) for s in term.free_symbols if s.name in values})
 
-    return model.graph().derived(key, lambda: sympy.expand(sympy.Add(*map(sized, _param_terms(model, tensor, pipeline, expert).values()))))
+    return model.graph().derived(key, lambda: multiplied_out(sympy.Add(*map(sized, _param_terms(model, tensor, pipeline, expert).values()))))
 
 
 def weight_bytes_per_device(model: Model, fmt: WeightFormat, layout: Layout = Layout(), keep: tuple[str, ...] = ()) -> sympy.Expr:
@@ -365,9 +365,9 @@ def _saved_activations(
         return sympy.Add(*(put(graph.edges[node, c]["repeat"]["saved_activations"]) * kept(c, modes) for c in graph.successors(node)))
 
     conventions = model.conventions
-    by_component = {c: sympy.expand((put(graph.edges["", c]["repeat"]["saved_activations"]) * kept(c, modes)).xreplace(conventions)) for c in graph.successors("")}
-    total = sympy.expand(sympy.Add(*by_component.values()))
-    distinct = {sympy.expand(t.xreplace(conventions)) for t in transients}
+    by_component = {c: multiplied_out((put(graph.edges["", c]["repeat"]["saved_activations"]) * kept(c, modes)).xreplace(conventions)) for c in graph.successors("")}
+    total = multiplied_out(sympy.Add(*by_component.values()))
+    distinct = {multiplied_out(t, conventions) for t in transients}
     transient = max_of(*distinct) if distinct else sympy.Integer(0)
     return total, transient, {k: v for k, v in by_component.items() if v != 0}
 
@@ -400,7 +400,7 @@ def _activations_per_device(expr: sympy.Expr, model: Model, layout: Layout) -> s
 
     def per_device() -> sympy.Expr:
         shared = expr / layout.tensor if layout.sequence else expr.xreplace(tensor_split(model, layout.tensor))
-        return sympy.expand(shared / layout.context / layout.pipeline * in_flight)
+        return multiplied_out(shared / layout.context / layout.pipeline * in_flight)
 
     return model.graph().derived(key, per_device)
 
@@ -411,7 +411,7 @@ def backward_peak(model: Model, layout: Layout = Layout()) -> sympy.Expr:
     ranks, the tokens over the context-parallel ones. Expressions use the model's conventions."""
     split = tensor_split(model, layout.tensor)
     key = ("backward peak", frozenset(model.conventions.items()), sympy.sympify(layout.tensor), sympy.sympify(layout.context))
-    return model.graph().derived(key, lambda: sympy.expand(_largest_backward_peak(model).xreplace(split) / layout.context))
+    return model.graph().derived(key, lambda: multiplied_out(_largest_backward_peak(model).xreplace(split) / layout.context))
 
 
 def _largest_backward_peak(model: Model) -> sympy.Expr:
@@ -422,7 +422,7 @@ def _largest_backward_peak(model: Model) -> sympy.Expr:
     for node, data in graph.graph.nodes.items():
         peak = data.get("backward_peak", 0)
         if peak != 0 and runs[node].xreplace(conventions) != 0:
-            peaks.add(sympy.expand(peak.xreplace(conventions)))
+            peaks.add(multiplied_out(peak, conventions))
     return max_of(*peaks) if peaks else sympy.Integer(0)
 
 
@@ -511,7 +511,7 @@ def training_expressions(model: Model, setup: Training = Training()) -> tuple[di
 
 def _expanded(model: Model, expr: sympy.Expr) -> sympy.Expr:
     """sympy.expand, once per expression and graph: a plan's top layouts share most of their lines."""
-    return model.graph().derived(("expanded", expr), lambda: sympy.expand(expr))
+    return model.graph().derived(("expanded", expr), lambda: multiplied_out(expr))
 
 
 def training_memory(model: Model, *, batch: int, seq: int, setup: Training = Training()) -> MemoryReport:

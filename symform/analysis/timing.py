@@ -34,6 +34,7 @@ from ..engine.evaluate import compile_expression, exact_value
 from .hardware import DTYPE_BYTES, Device, Hardware, System, load_device
 from .memory import RECOMPUTE, Layout, check_pipeline, params_per_device, recipes, tensor_split
 from ..engine.model import Model
+from ..engine.multiplied import multiplied_out
 from .roofline import Work, phase_work
 
 #: Accelerators sharing one scale-up fabric (NVLink domain) when an accelerator rather
@@ -109,7 +110,7 @@ def _bind(model: Model, expr: sympy.Expr, **workload: int) -> Number:
 def _sizes(model: Model, expr: sympy.Expr) -> sympy.Expr:
     """The expression with the model's sizes put in, the workload symbols left free."""
     values = model.values
-    return sympy.expand(expr.xreplace({s: sympy.Integer(values[s.name]) for s in expr.free_symbols if s.name in values}))
+    return multiplied_out(expr, {s: sympy.Integer(values[s.name]) for s in expr.free_symbols if s.name in values})
 
 
 def _value(model: Model, name: str, default: int) -> int:
@@ -190,7 +191,7 @@ def rank_work(model: Model, recompute: str, *, flash: bool, finetune: FineTune |
 def _recompute_work(model: Model, units: list[str], flash: bool, values: Mapping[sympy.Symbol, sympy.Expr]) -> tuple[sympy.Expr, sympy.Expr]:
     leaves = phase_work(model, "prefill", depth=None, flash=flash, values=values).components
     inside = [w for path, w in leaves.items() if any(path == u or path.startswith(f"{u}/") for u in units)]
-    return sympy.expand(sympy.Add(*(w.flops for w in inside))), sympy.expand(sympy.Add(*(w.bytes for w in inside)))
+    return multiplied_out(sympy.Add(*(w.flops for w in inside))), multiplied_out(sympy.Add(*(w.bytes for w in inside)))
 
 
 # --- communication ---------------------------------------------------------------------------
@@ -491,7 +492,7 @@ def _per_device(model: Model, split: Mapping[sympy.Symbol, sympy.Expr], pipeline
     batch = model.vocabulary["batch"]
 
     def share(expr: sympy.Expr) -> sympy.Expr:
-        expr = sympy.expand(sympy.sympify(expr).xreplace(split) / pipeline)
+        expr = multiplied_out(sympy.sympify(expr).xreplace(split) / pipeline)
         return context_share(expr, batch, context)
 
     return share
