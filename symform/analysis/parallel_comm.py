@@ -467,12 +467,18 @@ def bytes_per_rank(
 def _exact_bytes_per_rank(transfers: list[Transfer]) -> sympy.Rational | None:
     """The same exact sum in Python fractions where every group and buffer is a number (None otherwise):
     the planner asks for thousands, and sympy builds an expression for each."""
+    return _exact_sum(tuple((t.collective, t.ranks, t.nbytes, t.count) for t in transfers))
+
+
+@lru_cache(maxsize=4096)
+def _exact_sum(runs: tuple[tuple[str, sympy.Expr, sympy.Expr, int], ...]) -> sympy.Rational | None:
+    """Once per list of runs: the planner's groups that differ only in degrees the transfers do not read send the same."""
     total = Fraction(0)
-    for t in transfers:
-        sent = _exact_bus_bytes(t.collective, t.ranks, t.nbytes)
+    for name, ranks, nbytes, count in runs:
+        sent = _exact_bus_bytes(name, ranks, nbytes)
         if sent is None:
             return None
-        total += t.count * sent
+        total += count * sent
     return sympy.Rational(total.numerator, total.denominator)
 
 

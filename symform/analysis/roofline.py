@@ -34,6 +34,7 @@ from ..engine.evaluate import exact_value
 from ..engine.formula import to_latex
 from .hardware import Device, System, load_device
 from ..engine.model import Model
+from ..engine.multiplied import multiplied_out
 
 PHASES = ("train", "prefill", "decode")
 BOUNDS = ("compute", "memory")
@@ -298,8 +299,8 @@ class PhaseWork:
             return self.source.total
         parts = self.components.values()
         return Work(  # one Add of every part: summing one by one would flatten the growing sum again each time
-            sympy.expand(sympy.Add(*(w.flops for w in parts))),
-            sympy.expand(sympy.Add(*(w.bytes for w in parts))),
+            multiplied_out(sympy.Add(*(w.flops for w in parts))),
+            multiplied_out(sympy.Add(*(w.bytes for w in parts))),
         )
 
 
@@ -479,8 +480,8 @@ def _group(
         groups.setdefault(key, []).append(work)
     return {
         key: Work(
-            sympy.expand(sympy.Add(*(w.flops for w in ws)).xreplace(values)),
-            sympy.expand(sympy.Add(*(w.bytes for w in ws)).xreplace(values)),
+            multiplied_out(sympy.Add(*(w.flops for w in ws)), values),
+            multiplied_out(sympy.Add(*(w.bytes for w in ws)), values),
         )
         for key, ws in groups.items()
     }
@@ -526,13 +527,9 @@ def _use_flash_attention(
                 .get(f"{core}/scores", sympy.Integer(0))
                 .xreplace(replace)
             )
-        flops[core] = sympy.expand(fused)
+        flops[core] = multiplied_out(fused)
         node = graph.graph.nodes[core]
-        traffic[core] = sympy.expand(
-            (
-                weights[core] * _flash_bytes(model, node["args"], phase, sram_bytes, grouped, replace)
-            ).xreplace(replace)
-        )
+        traffic[core] = multiplied_out(weights[core] * _flash_bytes(model, node["args"], phase, sram_bytes, grouped, replace), replace)
 
 
 def _flash_bytes(

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
-from functools import cache
+from functools import cache, lru_cache
 from fractions import Fraction
 
 import numpy
@@ -204,10 +204,17 @@ def transfer_seconds(transfers: Iterable[parallel_comm.Transfer], place: Placeme
     beta = 1 / (_bandwidth(place, link) if bandwidth is None else bandwidth)
     total = 0.0
     for transfer in transfers:
-        names = [a for a in algorithms if a in collective(transfer.collective).algorithms] or [collective(transfer.collective).default]
-        ranks, nbytes = float(transfer.ranks), float(transfer.nbytes)
-        total += transfer.count * min(_seconds_function(transfer.collective, a)(ranks, nbytes, alpha, beta) for a in names)
+        total += transfer.count * _fastest_seconds(transfer.collective, transfer.ranks, transfer.nbytes, alpha, beta, tuple(algorithms))
     return total
+
+
+@lru_cache(maxsize=4096)
+def _fastest_seconds(name: str, ranks: sympy.Expr, nbytes: sympy.Expr, alpha: float, beta: float, algorithms: tuple[str, ...]) -> float:
+    """One run's seconds by the fastest of ``algorithms``: the planner's thousands of groups send the same few
+    buffers over the same few links, each worked out once."""
+    names = [a for a in algorithms if a in collective(name).algorithms] or [collective(name).default]
+    p, n = float(ranks), float(nbytes)
+    return min(_seconds_function(name, a)(p, n, alpha, beta) for a in names)
 
 
 @cache
