@@ -351,7 +351,6 @@ def _saved_activations(
 ) -> tuple[sympy.Expr, sympy.Expr, dict[str, sympy.Expr]]:
     graph = model.graph().graph
     transients: list[sympy.Expr] = []
-    put = (lambda expr: expr.xreplace(values)) if values else (lambda expr: expr)
 
     def kept(node: str, modes: tuple[str, ...]) -> sympy.Expr:
         data = graph.nodes[node]
@@ -359,15 +358,17 @@ def _saved_activations(
             if mode in data["saved_when"]:
                 if mode in RECOMPUTE:  # backward rebuilds the unit's activations (fused kernels still fused)
                     transients.append(kept(node, tuple(m for m in modes if m not in RECOMPUTE)))
-                return kept_by(node, put(data["saved_when"][mode]))
+                return kept_by(node, data["saved_when"][mode])
         if data["component"].is_primitive:
-            return kept_by(node, put(data["quantities"]["saved_activations"]))
-        return sympy.Add(*(put(graph.edges[node, c]["repeat"]["saved_activations"]) * kept(c, modes) for c in graph.successors(node)))
+            return kept_by(node, data["quantities"]["saved_activations"])
+        return sympy.Add(*(graph.edges[node, c]["repeat"]["saved_activations"] * kept(c, modes) for c in graph.successors(node)))
 
-    conventions = model.conventions
-    by_component = {c: multiplied_out((put(graph.edges["", c]["repeat"]["saved_activations"]) * kept(c, modes)).xreplace(conventions)) for c in graph.successors("")}
+    # the values and conventions go in as each monomial is multiplied out, never into the whole tree first
+    # (substituting into it would rebuild every product and sum of it): the same polynomials
+    known = {**model.conventions, **(values or {})}
+    by_component = {c: multiplied_out(graph.edges["", c]["repeat"]["saved_activations"] * kept(c, modes), known) for c in graph.successors("")}
     total = multiplied_out(sympy.Add(*by_component.values()))
-    distinct = {multiplied_out(t, conventions) for t in transients}
+    distinct = {multiplied_out(t, known) for t in transients}
     transient = max_of(*distinct) if distinct else sympy.Integer(0)
     return total, transient, {k: v for k, v in by_component.items() if v != 0}
 

@@ -332,6 +332,10 @@ def substituted(expr: sympy.Basic, values: Mapping[sympy.Symbol, sympy.Basic]) -
     Min and Max of conventions in every layer kind, the costliest step of building it)."""
     if not values or values.keys().isdisjoint(expr.free_symbols) or not expr.has(sympy.Min, sympy.Max) or disk_cache.cache_dir() is None:
         return expr.xreplace(values)
+    return _kept(expr, values)
+
+
+def _kept(expr: sympy.Basic, values: Mapping[sympy.Symbol, sympy.Basic]) -> sympy.Basic:
     names = _symbol_names(expr, values)
     used = sorted((names[k], _encode(v, names)) for k, v in values.items() if k in expr.free_symbols)
     given = _encode(expr, names)
