@@ -11,9 +11,12 @@ own unevaluated Max of the arguments as its first, cheap steps leave them. Other
 
 from __future__ import annotations
 
+from fractions import Fraction
 from itertools import combinations
 
 import sympy
+
+from ..engine.multiplied import polynomial
 
 _LARGE = sympy.Integer(10**6)
 
@@ -40,7 +43,7 @@ def _unordered(args: list[sympy.Expr]) -> bool:
     unseen = {pair: {True, False} for pair in combinations(range(len(args)), 2)}  # the orders each pair still has to show
     for point in points:
         try:
-            at = [a.xreplace(point) for a in args]
+            at = [_at(a, point) for a in args]
         except (TypeError, ValueError, ZeroDivisionError):
             return False
         if not all(v.is_Rational for v in at):
@@ -53,6 +56,24 @@ def _unordered(args: list[sympy.Expr]) -> bool:
         if not unseen:
             return True
     return False
+
+
+def _at(expr: sympy.Expr, point: dict[sympy.Symbol, sympy.Integer]) -> sympy.Expr:
+    """``expr.xreplace(point)``: summed monomial by monomial in Python fractions where ``expr`` multiplies out to a
+    polynomial whose variables come out rational there (sympy would rebuild every term of a large sum)."""
+    poly = polynomial(expr)
+    if poly is None:
+        return expr.xreplace(point)
+    total = Fraction(0)
+    for monomial, coefficient in poly.items():
+        term = Fraction(coefficient)
+        for variable, exponent in monomial:
+            value = point[variable] if variable in point else variable.xreplace(point)
+            if not value.is_Rational:
+                return expr.xreplace(point)
+            term *= Fraction(int(value.p), int(value.q)) ** exponent
+        total += term
+    return sympy.Rational(total.numerator, total.denominator)
 
 
 def _allowed(symbol: sympy.Symbol, value: sympy.Integer) -> bool:
