@@ -28,7 +28,7 @@ from ..engine.errors import DeclarationError, EvaluationError, describe_validati
 from ..engine.evaluate import Number, exact_value, fast_exact, plain_values
 from ..engine.formula import Formula
 from ..engine.model import Model
-from ..engine.multiplied import multiplied_out
+from ..engine.multiplied import from_polynomial, multiplied_out, polynomial
 from ..engine.vocabulary import Vocabulary
 from .maxima import max_of
 from .quantization import StoredFormat, WeightFormat, _rational, bytes_per_weight, checkpoint_format, stored_bytes, weight_bytes_by_leaf
@@ -484,11 +484,8 @@ def training_expressions(model: Model, setup: Training = Training()) -> tuple[di
     state_bytes = optimizer_state_bytes(precision, optimizer)
     kept, transient, by_component = saved_activations(model, recompute=setup.recompute, flash=setup.flash)
     shards = {"optimizer_shards": layout.optimizer_shards, "gradient_shards": layout.data if layout.zero >= 2 else 1, "weight_shards": layout.data if layout.zero >= 3 else 1}
-    categories = {
-        **static_bytes(params_per_device(model, layout), precision, optimizer, **shards),
-        "activations": _activations_per_device(kept, model, layout),
-        **backward_categories(model, transient, layout),
-    }
+    static = _static_lines(model, params_per_device(model, layout), precision, optimizer, shards)
+    others = {"activations": _activations_per_device(kept, model, layout), **backward_categories(model, transient, layout)}
     components = {k: _activations_per_device(v, model, layout) for k, v in by_component.items()}
     assumptions = {
         "precision": setup.precision,
@@ -507,7 +504,20 @@ def training_expressions(model: Model, setup: Training = Training()) -> tuple[di
         "conventions": {s.name: _json(v) for s, v in model.conventions.items()},
         "stages_balanced": layout.pipeline > 1,
     }
-    return {k: _expanded(model, v) for k, v in categories.items()}, components, assumptions
+    return static | {k: _expanded(model, v) for k, v in others.items()}, components, assumptions
+
+
+def _static_lines(model: Model, params: sympy.Expr, precision: Precision, optimizer: Optimizer, shards: Mapping[str, int]) -> dict[str, sympy.Expr]:
+    """static_bytes of ``params``, each line multiplied out: where the parameters multiply out to a polynomial, its
+    coefficients times the line's factor (static_bytes of one parameter); sympy would spread each factor over the
+    sum and then multiply the line out again."""
+    lines = static_bytes(sympy.Integer(1), precision, optimizer, **shards)
+    if not all(isinstance(f, sympy.Rational) for f in lines.values()):
+        return {k: _expanded(model, v) for k, v in static_bytes(params, precision, optimizer, **shards).items()}
+    terms = model.graph().derived(("polynomial", params), lambda: polynomial(params))  # a plan's top layouts share it
+    if terms is None:
+        return {k: _expanded(model, v) for k, v in static_bytes(params, precision, optimizer, **shards).items()}
+    return {k: from_polynomial({m: c * Fraction(int(f.p), int(f.q)) for m, c in terms.items()} if f else {}) for k, f in lines.items()}
 
 
 def _expanded(model: Model, expr: sympy.Expr) -> sympy.Expr:
