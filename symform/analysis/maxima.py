@@ -68,12 +68,24 @@ def _at(expr: sympy.Expr, point: dict[sympy.Symbol, sympy.Integer]) -> sympy.Exp
     for monomial, coefficient in poly.items():
         term = Fraction(coefficient)
         for variable, exponent in monomial:
-            value = point[variable] if variable in point else variable.xreplace(point)
+            value = _variable_at(variable, point)
             if not value.is_Rational:
                 return expr.xreplace(point)
             term *= Fraction(int(value.p), int(value.q)) ** exponent
         total += term
     return sympy.Rational(total.numerator, total.denominator)
+
+
+def _variable_at(variable: sympy.Expr, point: dict[sympy.Symbol, sympy.Integer]) -> sympy.Expr:
+    """A monomial's variable at ``point``: a symbol's value; a Min or Max of rational values the least or the
+    greatest, as sympy evaluates it (a memory line's Max holds whole lines); any other function by sympy."""
+    if variable in point:
+        return point[variable]
+    if isinstance(variable, (sympy.Min, sympy.Max)):
+        values = [_at(a, point) for a in variable.args]
+        if all(v.is_Rational for v in values):
+            return (min if isinstance(variable, sympy.Min) else max)(values)
+    return variable.xreplace(point)
 
 
 def _allowed(symbol: sympy.Symbol, value: sympy.Integer) -> bool:
