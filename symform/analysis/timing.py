@@ -589,9 +589,15 @@ def expert_comm(model: Model, place: Placement, layout: Layout, microbatches: in
         return None
     again = 1 if recompute == "full" else 0
     sizes = _activation_sizes(model, micro_batch, seq)
-    layer = parallel_comm.expert_parallel_layer(tokens=micro_batch * seq, top_k=model.values["top_k"], d_model=sizes["d_model"], bytes_per_element=sizes["bytes_per_element"], expert=layout.expert)
+    layer = list(_expert_layer(micro_batch * seq, model.values["top_k"], sizes["d_model"], sizes["bytes_per_element"], layout.expert))
     per_layer = layer + again * [x for x in layer if x.phase == "forward"]
     return _comm(per_layer, microbatches * moe_layers / layout.pipeline, place, layout.tensor * layout.expert, layout.expert)
+
+
+@lru_cache(maxsize=1024)
+def _expert_layer(tokens: int, top_k: int, d_model: int, bytes_per_element: Number, expert: int) -> tuple[parallel_comm.Transfer, ...]:
+    """One mixture-of-experts layer's all-to-alls, once per size: the planner's groups repeat a few."""
+    return tuple(parallel_comm.expert_parallel_layer(tokens=tokens, top_k=top_k, d_model=d_model, bytes_per_element=bytes_per_element, expert=expert))
 
 
 def pipeline_comm(model: Model, place: Placement, layout: Layout, microbatches: int, micro_batch: int, seq: int) -> Comm:
