@@ -279,7 +279,7 @@ def _store() -> disk_cache.Store:
 def _cache_key(source: str, names: Mapping[str, sympy.Basic], relation: bool) -> str | None:
     """What the parse depends on: the text, and what each name in it is (a symbol with its assumptions,
     or a list); None where a name stands for an expression or is unknown (not worth keeping)."""
-    if disk_cache.cache_dir() is None:
+    if not disk_cache.enabled():
         return None
     parts = [source, "relation" if relation else "value"]
     for name in sorted(set(_IDENTIFIERS.findall(source))):
@@ -330,7 +330,7 @@ def substituted(expr: sympy.Basic, values: Mapping[sympy.Symbol, sympy.Basic]) -
     """``expr.xreplace(values)``, kept between runs where it rebuilds a Min or Max: sympy evaluates each one
     anew, comparing its arguments under their symbols' assumptions (a model's graph binds attention's
     Min and Max of conventions in every layer kind, the costliest step of building it)."""
-    if not values or values.keys().isdisjoint(expr.free_symbols) or not expr.has(sympy.Min, sympy.Max) or disk_cache.cache_dir() is None:
+    if not values or values.keys().isdisjoint(expr.free_symbols) or not expr.has(sympy.Min, sympy.Max) or not disk_cache.enabled():
         return expr.xreplace(values)
     return _kept(expr, values)
 
