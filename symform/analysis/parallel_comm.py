@@ -29,6 +29,7 @@ from typing import Literal
 import sympy
 
 from ..engine._numeric import Value, checked, settled
+from ..engine.multiplied import polynomial
 from .collectives import (
     ALPHA,
     BETA,
@@ -488,13 +489,24 @@ def _exact_bus_bytes(name: str, ranks: sympy.Expr, nbytes: sympy.Expr) -> int | 
     sizes: the planner's groups repeat the same transfers."""
     if not (ranks.is_Rational and nbytes.is_Rational):
         return None
-    sent = _bus_bytes(name)(Fraction(int(ranks.p), int(ranks.q)), Fraction(int(nbytes.p), int(nbytes.q)))
-    return sent if isinstance(sent, (int, Fraction)) else None  # a coefficient printed as a float: sympy's route
+    at = {P: Fraction(int(ranks.p), int(ranks.q)), N: Fraction(int(nbytes.p), int(nbytes.q))}
+    terms = _bus_bytes(name)
+    if terms is None or not all(v in at for monomial in terms for v, _ in monomial):
+        return None  # a float coefficient or a function of the sizes: sympy's route
+    return sum((Fraction(c) * _product(at[v] ** e for v, e in monomial) for monomial, c in terms.items()), Fraction(0))
 
 
 @cache
-def _bus_bytes(name: str):
-    return sympy.lambdify((P, N), collective(name).bus_bytes, modules="math")
+def _bus_bytes(name: str) -> dict | None:
+    """A collective's bus bytes as monomials in p and n, summed in exact fractions (any order gives the same)."""
+    return polynomial(collective(name).bus_bytes)
+
+
+def _product(factors) -> Fraction:
+    out = Fraction(1)
+    for f in factors:
+        out *= f
+    return out
 
 
 def comm_time(
