@@ -12,6 +12,7 @@ own unevaluated Max of the arguments as its first, cheap steps leave them. Other
 from __future__ import annotations
 
 from fractions import Fraction
+from functools import lru_cache
 from itertools import combinations
 
 import sympy
@@ -61,7 +62,7 @@ def _unordered(args: list[sympy.Expr]) -> bool:
 def _at(expr: sympy.Expr, point: dict[sympy.Symbol, sympy.Integer]) -> sympy.Expr:
     """``expr.xreplace(point)``: summed monomial by monomial in Python fractions where ``expr`` multiplies out to a
     polynomial whose variables come out rational there (sympy would rebuild every term of a large sum)."""
-    poly = polynomial(expr)
+    poly = _terms(expr)
     if poly is None:
         return expr.xreplace(point)
     total = Fraction(0)
@@ -74,6 +75,12 @@ def _at(expr: sympy.Expr, point: dict[sympy.Symbol, sympy.Integer]) -> sympy.Exp
             term *= Fraction(int(value.p), int(value.q)) ** exponent
         total += term
     return sympy.Rational(total.numerator, total.denominator)
+
+
+@lru_cache(maxsize=256)
+def _terms(expr: sympy.Expr) -> dict | None:
+    """polynomial(expr), once for all the probe points (and the Max it sits in)."""
+    return polynomial(expr)
 
 
 def _variable_at(variable: sympy.Expr, point: dict[sympy.Symbol, sympy.Integer]) -> sympy.Expr:
