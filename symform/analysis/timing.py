@@ -608,15 +608,23 @@ def pipeline_comm(model: Model, place: Placement, layout: Layout, microbatches: 
 def _tensor_comm(model: Model, place: Placement, layout: Layout, microbatches: int, sizes: dict, layers: int, again: int) -> Comm:
     """Megatron's per-layer all-reduces (or sequence parallelism's gathers and scatters), the vocabulary-parallel embedding and head."""
     t, p = layout.tensor, layout.pipeline
-    kind = parallel_comm.sequence_parallel_layer if layout.sequence else parallel_comm.tensor_parallel_layer
-    layer = kind(**sizes, tensor=t)
+    layer, ends = (list(x) for x in _tensor_transfers(layout.sequence, tuple(sizes.items()), model.values.get("vocab", 1), t))
     layer = layer + again * [x for x in layer if x.phase == "forward"]
-    ends = parallel_comm.vocab_parallel_embedding(**sizes, tensor=t) + parallel_comm.vocab_parallel_output_head(**sizes, vocab=model.values.get("vocab", 1), tensor=t)
     link = place.link(t)
     seconds = transfer_seconds(layer, place, link) * layers + transfer_seconds(ends, place, link)
     sent = float(parallel_comm.bytes_per_rank(layer)) * layers + float(parallel_comm.bytes_per_rank(ends))
     # stages balanced: each holds 1/p of the layers and, spread the same way, of the ends
     return Comm(seconds * microbatches / p, sent * microbatches / p, link, t)
+
+
+@lru_cache(maxsize=1024)
+def _tensor_transfers(sequence: bool, sizes: tuple[tuple[str, Number], ...], vocab: int, tensor: int) -> tuple[tuple[parallel_comm.Transfer, ...], tuple[parallel_comm.Transfer, ...]]:
+    """One layer's tensor-parallel collectives, and the vocabulary-parallel embedding's and head's, once per size."""
+    given = dict(sizes)
+    kind = parallel_comm.sequence_parallel_layer if sequence else parallel_comm.tensor_parallel_layer
+    layer = kind(**given, tensor=tensor)
+    ends = parallel_comm.vocab_parallel_embedding(**given, tensor=tensor) + parallel_comm.vocab_parallel_output_head(**given, vocab=vocab, tensor=tensor)
+    return tuple(layer), tuple(ends)
 
 
 def data_comm(model: Model, place: Placement, layout: Layout, precision: str, *, params: tuple[int, int] | None = None) -> Comm:
@@ -632,16 +640,23 @@ def data_comm(model: Model, place: Placement, layout: Layout, precision: str, *,
     # parameters on this rank, and what it would hold without expert parallelism (given when already known)
     local, replicated = params or (_bind(model, params_per_device(model, Layout(tensor=t, pipeline=p, expert=e))), _bind(model, params_per_device(model, Layout(tensor=t, pipeline=p))))
     expert = Fraction(replicated - local, e - 1) if e > 1 else 0  # routed-expert parameters on this rank
-    step = parallel_comm.zero3_step if layout.zero >= 3 else parallel_comm.data_parallel_step
     groups = [(local - expert, d)] + ([(expert, d // e)] if expert and d // e > 1 else [])
     link = place.link(t * d)
     seconds = sent = 0.0
     for params, ranks in groups:
         if ranks > 1 and params:
-            transfers = step(params=params, bytes_per_element=grads, data=ranks)
+            transfers = _gradient_transfers(layout.zero >= 3, params, grads, ranks)
             seconds += transfer_seconds(transfers, place, link)
             sent += float(parallel_comm.bytes_per_rank(transfers))
     return Comm(seconds, sent, link, d)
+
+
+@lru_cache(maxsize=4096)
+def _gradient_transfers(zero3: bool, params: Number, grads: Number, data: int) -> tuple[parallel_comm.Transfer, ...]:
+    """One step's gradient exchange (ZeRO-3's gathers too) of ``params`` over ``data`` ranks, once per size: a plan's
+    groups that differ in degrees the exchange does not read send the same."""
+    step = parallel_comm.zero3_step if zero3 else parallel_comm.data_parallel_step
+    return tuple(step(params=params, bytes_per_element=grads, data=data))
 
 
 def _training_assumptions(place: Placement, dtype: str, layout: Layout, recompute: str, flash: bool, precision: str, comm: Mapping[str, Comm]) -> dict[str, object]:
