@@ -11,13 +11,11 @@ own unevaluated Max of the arguments as its first, cheap steps leave them. Other
 
 from __future__ import annotations
 
-from fractions import Fraction
-from functools import lru_cache
 from itertools import combinations
 
 import sympy
 
-from ..engine.multiplied import polynomial
+from ..engine.multiplied import value_at
 
 _LARGE = sympy.Integer(10**6)
 
@@ -44,7 +42,7 @@ def _unordered(args: list[sympy.Expr]) -> bool:
     unseen = {pair: {True, False} for pair in combinations(range(len(args)), 2)}  # the orders each pair still has to show
     for point in points:
         try:
-            at = [_at(a, point) for a in args]
+            at = [value_at(a, point) for a in args]
         except (TypeError, ValueError, ZeroDivisionError):
             return False
         if not all(v.is_Rational for v in at):
@@ -57,42 +55,6 @@ def _unordered(args: list[sympy.Expr]) -> bool:
         if not unseen:
             return True
     return False
-
-
-def _at(expr: sympy.Expr, point: dict[sympy.Symbol, sympy.Integer]) -> sympy.Expr:
-    """``expr.xreplace(point)``: summed monomial by monomial in Python fractions where ``expr`` multiplies out to a
-    polynomial whose variables come out rational there (sympy would rebuild every term of a large sum)."""
-    poly = _terms(expr)
-    if poly is None:
-        return expr.xreplace(point)
-    total = Fraction(0)
-    for monomial, coefficient in poly.items():
-        term = Fraction(coefficient)
-        for variable, exponent in monomial:
-            value = _variable_at(variable, point)
-            if not value.is_Rational:
-                return expr.xreplace(point)
-            term *= Fraction(int(value.p), int(value.q)) ** exponent
-        total += term
-    return sympy.Rational(total.numerator, total.denominator)
-
-
-@lru_cache(maxsize=256)
-def _terms(expr: sympy.Expr) -> dict | None:
-    """polynomial(expr), once for all the probe points (and the Max it sits in)."""
-    return polynomial(expr)
-
-
-def _variable_at(variable: sympy.Expr, point: dict[sympy.Symbol, sympy.Integer]) -> sympy.Expr:
-    """A monomial's variable at ``point``: a symbol's value; a Min or Max of rational values the least or the
-    greatest, as sympy evaluates it (a memory line's Max holds whole lines); any other function by sympy."""
-    if variable in point:
-        return point[variable]
-    if isinstance(variable, (sympy.Min, sympy.Max)):
-        values = [_at(a, point) for a in variable.args]
-        if all(v.is_Rational for v in values):
-            return (min if isinstance(variable, sympy.Min) else max)(values)
-    return variable.xreplace(point)
 
 
 def _allowed(symbol: sympy.Symbol, value: sympy.Integer) -> bool:

@@ -28,13 +28,13 @@ import sympy
 from . import finetune, parallel_comm, scaling
 from .finetune import FineTune
 from .collectives import ALPHA, BETA, N, P, collective, cost_model, link_bandwidth, link_latency
-from ..engine.budget import ARRAY_ELEMENTS, check_count
+from ..engine.budget import ARRAY_ELEMENTS, check_count, check_result
 from ..engine.errors import ConfigError, EvaluationError
 from ..engine.evaluate import compile_expression, exact_value
 from .hardware import DTYPE_BYTES, Device, Hardware, System, load_device
 from .memory import RECOMPUTE, Layout, check_pipeline, params_per_device, recipes, tensor_split
 from ..engine.model import Model
-from ..engine.multiplied import multiplied_out
+from ..engine.multiplied import multiplied_out, value_at
 from .roofline import Work, phase_work
 
 #: Accelerators sharing one scale-up fabric (NVLink domain) when an accelerator rather
@@ -102,9 +102,19 @@ def _whole(name: str, value: object, minimum: int = 1) -> int:
 
 
 def _bind(model: Model, expr: sympy.Expr, **workload: int) -> Number:
-    """Exact value of an expression at the model's sizes and the workload."""
+    """Exact value of an expression at the model's sizes and the workload: summed over its monomials where it is
+    a polynomial there (value_at), else by exact_value, which also words what is wrong."""
     named = {**model.values, **workload}
-    return exact_value(expr, {s: sympy.Integer(named[s.name]) for s in expr.free_symbols if s.name in named})
+    values = {s: sympy.Integer(named[s.name]) for s in expr.free_symbols if s.name in named}
+    try:
+        found = value_at(expr, values)
+    except ZeroDivisionError:  # exact_value words it
+        return exact_value(expr, values)
+    if not found.is_Rational:
+        return exact_value(expr, values)
+    value = int(found) if found.is_Integer else Fraction(int(found.p), int(found.q))
+    check_result(value, "the result")
+    return value
 
 
 def _sizes(model: Model, expr: sympy.Expr) -> sympy.Expr:
