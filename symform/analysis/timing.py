@@ -431,8 +431,9 @@ def training_time(
     flops_expr = m * per_device(train.flops + extra_flops)
     bytes_expr = m * per_device(train.bytes + extra_bytes)
     workload = {"batch": micro_batch, "seq": seq}
-    flops = _bind(model, flops_expr.xreplace({m: microbatches}), **workload)
-    moved = _bind(model, bytes_expr.xreplace({m: microbatches}), **workload)
+    workload[m.name] = microbatches  # bound with the sizes: no sum rebuilt with it in first
+    flops = _bind(model, flops_expr, **workload)
+    moved = _bind(model, bytes_expr, **workload)
     exchanged = None if trainable is None else _bind(model, trainable)
     comm = _training_comm(model, place, layout, microbatches, micro_batch, seq // layout.context, recompute, precision, exchanged)
     ratio = float(scaling.bubble_ratio(layout.schedule, layout.pipeline, microbatches, layout.chunks)) if layout.pipeline > 1 else 0.0
@@ -440,7 +441,7 @@ def training_time(
     lower, upper = _step_bounds(t_math, t_mem, comm, ratio)
     model_flops = _model_flops(model, finetune, global_batch, seq)
     whole = {TENSOR: 1}  # the step on one device, unsplit
-    hardware_flops = _bind(model, (train.flops + extra_flops).xreplace(whole), batch=global_batch, seq=seq)
+    hardware_flops = _bind(model, train.flops + extra_flops, batch=global_batch, seq=seq, **{TENSOR.name: 1})  # whole
     return TrainingTime(
         model=model.name,
         gpu=place.name,
@@ -478,7 +479,7 @@ def _model_flops(model: Model, setup: FineTune | None, global_batch: int, seq: i
     """Forward + backward of the whole step, as MFU counts it: full training's, or the fine-tuning step's."""
     if setup is None:  # the declared forward and backward FLOPs (no FlashAttention), summed leaf by leaf with the sizes in
         train = phase_work(model, "train", depth=None, values=rank_sizes(model)).total
-        return _bind(model, train.flops.xreplace({TENSOR: 1}), batch=global_batch, seq=seq)
+        return _bind(model, train.flops, batch=global_batch, seq=seq, **{TENSOR.name: 1})  # the step on one device, unsplit
     return finetune.finetune_counts(model, setup, batch=global_batch, seq=seq).step_flops
 
 
@@ -509,7 +510,7 @@ def _per_device(model: Model, split: Mapping[sympy.Symbol, sympy.Expr], pipeline
     batch = model.vocabulary["batch"]
 
     def share(expr: sympy.Expr) -> sympy.Expr:
-        expr = multiplied_out(sympy.sympify(expr).xreplace(split) / pipeline)
+        expr = multiplied_out(sympy.sympify(expr) / pipeline, {k: sympy.sympify(v) for k, v in split.items()})
         return context_share(expr, batch, context)
 
     return share
