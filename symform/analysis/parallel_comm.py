@@ -19,6 +19,7 @@ Sources: Shoeybi et al. 2019 (Megatron-LM, the f/g operators), Korthikanti et al
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -493,7 +494,7 @@ def _exact_bus_bytes(name: str, ranks: sympy.Expr, nbytes: sympy.Expr) -> int | 
     terms = _bus_bytes(name)
     if terms is None or not all(v in at for monomial in terms for v, _ in monomial):
         return None  # a float coefficient or a function of the sizes: sympy's route
-    return sum((Fraction(c) * _product(at[v] ** e for v, e in monomial) for monomial, c in terms.items()), Fraction(0))
+    return sum((Fraction(c) * math.prod((at[v] ** e for v, e in monomial), start=Fraction(1)) for monomial, c in terms.items()), Fraction(0))
 
 
 @cache
@@ -501,12 +502,6 @@ def _bus_bytes(name: str) -> dict | None:
     """A collective's bus bytes as monomials in p and n, summed in exact fractions (any order gives the same)."""
     return polynomial(collective(name).bus_bytes)
 
-
-def _product(factors) -> Fraction:
-    out = Fraction(1)
-    for f in factors:
-        out *= f
-    return out
 
 
 def comm_time(

@@ -336,6 +336,8 @@ def substituted(expr: sympy.Basic, values: Mapping[sympy.Symbol, sympy.Basic]) -
 
 
 def _kept(expr: sympy.Basic, values: Mapping[sympy.Symbol, sympy.Basic]) -> sympy.Basic:
+    """The substitution from the cache, keyed by both trees and every symbol's assumptions; else worked out and
+    kept where its tree rebuilds node for node (as a parsed expression is)."""
     names = _symbol_names(expr, values)
     used = sorted((names[k], _encode(v, names)) for k, v in values.items() if k in expr.free_symbols)
     given = _encode(expr, names)
