@@ -191,3 +191,46 @@ def test_a_store_past_its_size_bound_is_not_read(fresh_cache, monkeypatch):
     _rewrite(store, lambda entries: {key: ["f", "Add", [["n", "d"], ["i", "2"]]] for key in entries})
     monkeypatch.setattr(disk_cache, "MAX_BYTES", 10)
     assert safe_expr.parse("d + 1", {"d": d}) == first
+
+
+def _kept_substitution(expr, values):
+    """``safe_expr.substituted`` worked out once (and kept), then recalled as a new process would."""
+    first = safe_expr.substituted(expr, values)
+    _start_again()
+    recalled = {"hits": 0}
+    get = safe_expr._store().get
+
+    def counting(key):
+        found = get(key)
+        recalled["hits"] += found is not None
+        return found
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(safe_expr._store(), "get", counting)
+        again = safe_expr.substituted(expr, values)
+    return first, again, recalled["hits"]
+
+
+def test_a_kept_substitution_of_a_min_or_max_is_xreplace_node_for_node(fresh_cache):
+    dropout, upcast = sympy.Symbol("dropout", integer=True, nonnegative=True), sympy.Symbol("upcast", integer=True, nonnegative=True)
+    act, probs, soft = (sympy.Symbol(n, integer=True, positive=True) for n in ("act_bytes", "drops_probs", "softmax_upcast"))
+    expr = sympy.Max(dropout * probs, sympy.Min(1, soft * upcast * (4 - act)))
+    values = {probs: sympy.Integer(1), soft: sympy.Integer(1)}
+    first, again, hits = _kept_substitution(expr, values)
+    assert hits == 1
+    assert sympy.srepr(first) == sympy.srepr(again) == sympy.srepr(expr.xreplace(values))
+
+
+def test_a_kept_substitution_tells_apart_symbols_of_one_name(fresh_cache):
+    positive, anything = sympy.Symbol("d", integer=True, positive=True), sympy.Symbol("d")
+    n = sympy.Symbol("n", integer=True, positive=True)
+    expr = sympy.Max(0, 3 - n - positive)
+    first, again, _ = _kept_substitution(expr, {n: anything})
+    assert sympy.srepr(first) == sympy.srepr(again) == sympy.srepr(expr.xreplace({n: anything}))
+    assert safe_expr.substituted(sympy.Max(0, 3 - n - anything), {n: positive}) == sympy.Max(0, 3 - positive - anything)
+
+
+def test_a_substitution_without_min_or_max_is_not_kept(fresh_cache):
+    d = sympy.Symbol("d", integer=True, positive=True)
+    assert safe_expr.substituted(2 * d + 1, {d: sympy.Integer(3)}) == 7
+    assert not safe_expr._store()._added

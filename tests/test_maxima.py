@@ -39,3 +39,13 @@ def test_a_models_backward_lines_as_sympy_builds_them():
     _, transient, _ = memory.saved_activations(model, recompute="full", flash=True)
     peak = memory.backward_peak(model)
     assert same(max_of(0, peak - transient), sympy.Max(0, peak - transient))
+
+
+inner = st.sampled_from([sympy.Max(a, b), sympy.Max(a * b, c + 1), sympy.Min(a, n + 1), sympy.Max(2 * a, b * n)])
+
+
+@settings(max_examples=40, deadline=None)
+@given(polynomials, st.integers(-2, 3), inner)
+def test_max_of_arguments_holding_a_max_or_min_is_sympys_max(p, k, m):
+    args = [sympy.Integer(0), p - k * m, p * m]
+    assert same(max_of(*args), sympy.Max(*args))

@@ -6,7 +6,7 @@ import sympy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from symform.engine.multiplied import multiplied_out, polynomial
+from symform.engine.multiplied import multiplied_out, polynomial, value_at
 
 a, b, c = sympy.symbols("a b c", positive=True, integer=True)
 seq, window = sympy.symbols("seq window", positive=True, integer=True)
@@ -55,3 +55,11 @@ def test_a_float_is_left_to_sympy():
     expr = sympy.Float(0.5) * (a + b)
     assert polynomial(expr) is None
     assert multiplied_out(expr) == sympy.expand(expr)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_expressions(), st.integers(1, 9), st.integers(1, 9), st.integers(1, 9), st.integers(1, 9))
+def test_value_at_a_point_is_substituting_there(expr, x, y, z, s):
+    point = {a: sympy.Integer(x), b: sympy.Integer(y), c: sympy.Integer(z), seq: sympy.Integer(s), window: sympy.Integer(3)}
+    found = value_at(expr, point)
+    assert found == expr.xreplace(point) and found.is_Rational

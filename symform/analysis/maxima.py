@@ -15,6 +15,8 @@ from itertools import combinations
 
 import sympy
 
+from ..engine.multiplied import value_at
+
 _LARGE = sympy.Integer(10**6)
 
 
@@ -40,7 +42,7 @@ def _unordered(args: list[sympy.Expr]) -> bool:
     unseen = {pair: {True, False} for pair in combinations(range(len(args)), 2)}  # the orders each pair still has to show
     for point in points:
         try:
-            at = [a.xreplace(point) for a in args]
+            at = [value_at(a, point) for a in args]
         except (TypeError, ValueError, ZeroDivisionError):
             return False
         if not all(v.is_Rational for v in at):

@@ -28,7 +28,7 @@ from ..engine.errors import DeclarationError, EvaluationError, describe_validati
 from ..engine.evaluate import Number, exact_value, fast_exact, plain_values
 from ..engine.formula import Formula
 from ..engine.model import Model
-from ..engine.multiplied import multiplied_out
+from ..engine.multiplied import from_polynomial, multiplied_out, polynomial
 from ..engine.vocabulary import Vocabulary
 from .maxima import max_of
 from .quantization import StoredFormat, WeightFormat, _rational, bytes_per_weight, checkpoint_format, stored_bytes, weight_bytes_by_leaf
@@ -246,8 +246,8 @@ def params_expression(model: Model, tensor: Degree = 1, pipeline: Degree = 1, ex
 
     def per_rank() -> sympy.Expr:
         if all(d.is_Integer for d in degrees):  # one multiplying-out over symbolic degrees serves every layout: numbers go in after
-            return sympy.expand(params_expression(model, *_DEGREES).xreplace(dict(zip(_DEGREES, degrees))))
-        return sympy.expand(sympy.Add(*_param_terms(model, tensor, pipeline, expert).values()))
+            return multiplied_out(params_expression(model, *_DEGREES), dict(zip(_DEGREES, degrees)))
+        return multiplied_out(sympy.Add(*_param_terms(model, tensor, pipeline, expert).values()))
 
     return model.graph().derived(("params per rank", *degrees), per_rank)  # parameters take no conventions
 
@@ -262,7 +262,7 @@ def params_at_sizes(model: Model, tensor: Degree = 1, pipeline: Degree = 1, expe
     def sized(term: sympy.Expr) -> sympy.Expr:
         return multiplied_out(term, {s: sympy.Integer(values[s.name]) for s in term.free_symbols if s.name in values})
 
-    return model.graph().derived(key, lambda: sympy.expand(sympy.Add(*map(sized, _param_terms(model, tensor, pipeline, expert).values()))))
+    return model.graph().derived(key, lambda: multiplied_out(sympy.Add(*map(sized, _param_terms(model, tensor, pipeline, expert).values()))))
 
 
 def weight_bytes_per_device(model: Model, fmt: WeightFormat, layout: Layout = Layout(), keep: tuple[str, ...] = ()) -> sympy.Expr:
@@ -351,7 +351,6 @@ def _saved_activations(
 ) -> tuple[sympy.Expr, sympy.Expr, dict[str, sympy.Expr]]:
     graph = model.graph().graph
     transients: list[sympy.Expr] = []
-    put = (lambda expr: expr.xreplace(values)) if values else (lambda expr: expr)
 
     def kept(node: str, modes: tuple[str, ...]) -> sympy.Expr:
         data = graph.nodes[node]
@@ -359,15 +358,17 @@ def _saved_activations(
             if mode in data["saved_when"]:
                 if mode in RECOMPUTE:  # backward rebuilds the unit's activations (fused kernels still fused)
                     transients.append(kept(node, tuple(m for m in modes if m not in RECOMPUTE)))
-                return kept_by(node, put(data["saved_when"][mode]))
+                return kept_by(node, data["saved_when"][mode])
         if data["component"].is_primitive:
-            return kept_by(node, put(data["quantities"]["saved_activations"]))
-        return sympy.Add(*(put(graph.edges[node, c]["repeat"]["saved_activations"]) * kept(c, modes) for c in graph.successors(node)))
+            return kept_by(node, data["quantities"]["saved_activations"])
+        return sympy.Add(*(graph.edges[node, c]["repeat"]["saved_activations"] * kept(c, modes) for c in graph.successors(node)))
 
-    conventions = model.conventions
-    by_component = {c: sympy.expand((put(graph.edges["", c]["repeat"]["saved_activations"]) * kept(c, modes)).xreplace(conventions)) for c in graph.successors("")}
-    total = sympy.expand(sympy.Add(*by_component.values()))
-    distinct = {sympy.expand(t.xreplace(conventions)) for t in transients}
+    # the values and conventions go in as each monomial is multiplied out, never into the whole tree first
+    # (substituting into it would rebuild every product and sum of it): the same polynomials
+    known = {**model.conventions, **(values or {})}
+    by_component = {c: multiplied_out(graph.edges["", c]["repeat"]["saved_activations"] * kept(c, modes), known) for c in graph.successors("")}
+    total = multiplied_out(sympy.Add(*by_component.values()))
+    distinct = {multiplied_out(t, known) for t in transients}
     transient = max_of(*distinct) if distinct else sympy.Integer(0)
     return total, transient, {k: v for k, v in by_component.items() if v != 0}
 
@@ -400,7 +401,7 @@ def _activations_per_device(expr: sympy.Expr, model: Model, layout: Layout) -> s
 
     def per_device() -> sympy.Expr:
         shared = expr / layout.tensor if layout.sequence else expr.xreplace(tensor_split(model, layout.tensor))
-        return sympy.expand(shared / layout.context / layout.pipeline * in_flight)
+        return multiplied_out(shared / layout.context / layout.pipeline * in_flight)
 
     return model.graph().derived(key, per_device)
 
@@ -411,7 +412,7 @@ def backward_peak(model: Model, layout: Layout = Layout()) -> sympy.Expr:
     ranks, the tokens over the context-parallel ones. Expressions use the model's conventions."""
     split = tensor_split(model, layout.tensor)
     key = ("backward peak", frozenset(model.conventions.items()), sympy.sympify(layout.tensor), sympy.sympify(layout.context))
-    return model.graph().derived(key, lambda: sympy.expand(_largest_backward_peak(model).xreplace(split) / layout.context))
+    return model.graph().derived(key, lambda: multiplied_out(_largest_backward_peak(model).xreplace(split) / layout.context))
 
 
 def _largest_backward_peak(model: Model) -> sympy.Expr:
@@ -422,7 +423,7 @@ def _largest_backward_peak(model: Model) -> sympy.Expr:
     for node, data in graph.graph.nodes.items():
         peak = data.get("backward_peak", 0)
         if peak != 0 and runs[node].xreplace(conventions) != 0:
-            peaks.add(sympy.expand(peak.xreplace(conventions)))
+            peaks.add(multiplied_out(peak, conventions))
     return max_of(*peaks) if peaks else sympy.Integer(0)
 
 
@@ -483,11 +484,8 @@ def training_expressions(model: Model, setup: Training = Training()) -> tuple[di
     state_bytes = optimizer_state_bytes(precision, optimizer)
     kept, transient, by_component = saved_activations(model, recompute=setup.recompute, flash=setup.flash)
     shards = {"optimizer_shards": layout.optimizer_shards, "gradient_shards": layout.data if layout.zero >= 2 else 1, "weight_shards": layout.data if layout.zero >= 3 else 1}
-    categories = {
-        **static_bytes(params_per_device(model, layout), precision, optimizer, **shards),
-        "activations": _activations_per_device(kept, model, layout),
-        **backward_categories(model, transient, layout),
-    }
+    static = _static_lines(model, params_per_device(model, layout), precision, optimizer, shards)
+    others = {"activations": _activations_per_device(kept, model, layout), **backward_categories(model, transient, layout)}
     components = {k: _activations_per_device(v, model, layout) for k, v in by_component.items()}
     assumptions = {
         "precision": setup.precision,
@@ -506,12 +504,25 @@ def training_expressions(model: Model, setup: Training = Training()) -> tuple[di
         "conventions": {s.name: _json(v) for s, v in model.conventions.items()},
         "stages_balanced": layout.pipeline > 1,
     }
-    return {k: _expanded(model, v) for k, v in categories.items()}, components, assumptions
+    return static | {k: _expanded(model, v) for k, v in others.items()}, components, assumptions
+
+
+def _static_lines(model: Model, params: sympy.Expr, precision: Precision, optimizer: Optimizer, shards: Mapping[str, int]) -> dict[str, sympy.Expr]:
+    """static_bytes of ``params``, each line multiplied out: where the parameters multiply out to a polynomial, its
+    coefficients times the line's factor (static_bytes of one parameter); sympy would spread each factor over the
+    sum and then multiply the line out again."""
+    lines = static_bytes(sympy.Integer(1), precision, optimizer, **shards)
+    if not all(isinstance(f, sympy.Rational) for f in lines.values()):
+        return {k: _expanded(model, v) for k, v in static_bytes(params, precision, optimizer, **shards).items()}
+    terms = model.graph().derived(("polynomial", params), lambda: polynomial(params))  # a plan's top layouts share it
+    if terms is None:
+        return {k: _expanded(model, v) for k, v in static_bytes(params, precision, optimizer, **shards).items()}
+    return {k: from_polynomial({m: c * Fraction(int(f.p), int(f.q)) for m, c in terms.items()} if f else {}) for k, f in lines.items()}
 
 
 def _expanded(model: Model, expr: sympy.Expr) -> sympy.Expr:
     """sympy.expand, once per expression and graph: a plan's top layouts share most of their lines."""
-    return model.graph().derived(("expanded", expr), lambda: sympy.expand(expr))
+    return model.graph().derived(("expanded", expr), lambda: multiplied_out(expr))
 
 
 def training_memory(model: Model, *, batch: int, seq: int, setup: Training = Training()) -> MemoryReport:

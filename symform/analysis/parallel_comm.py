@@ -19,6 +19,7 @@ Sources: Shoeybi et al. 2019 (Megatron-LM, the f/g operators), Korthikanti et al
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from typing import Literal
 import sympy
 
 from ..engine._numeric import Value, checked, settled
+from ..engine.multiplied import polynomial
 from .collectives import (
     ALPHA,
     BETA,
@@ -467,12 +469,18 @@ def bytes_per_rank(
 def _exact_bytes_per_rank(transfers: list[Transfer]) -> sympy.Rational | None:
     """The same exact sum in Python fractions where every group and buffer is a number (None otherwise):
     the planner asks for thousands, and sympy builds an expression for each."""
+    return _exact_sum(tuple((t.collective, t.ranks, t.nbytes, t.count) for t in transfers))
+
+
+@lru_cache(maxsize=4096)
+def _exact_sum(runs: tuple[tuple[str, sympy.Expr, sympy.Expr, int], ...]) -> sympy.Rational | None:
+    """Once per list of runs: the planner's groups that differ only in degrees the transfers do not read send the same."""
     total = Fraction(0)
-    for t in transfers:
-        sent = _exact_bus_bytes(t.collective, t.ranks, t.nbytes)
+    for name, ranks, nbytes, count in runs:
+        sent = _exact_bus_bytes(name, ranks, nbytes)
         if sent is None:
             return None
-        total += t.count * sent
+        total += count * sent
     return sympy.Rational(total.numerator, total.denominator)
 
 
@@ -482,13 +490,18 @@ def _exact_bus_bytes(name: str, ranks: sympy.Expr, nbytes: sympy.Expr) -> int | 
     sizes: the planner's groups repeat the same transfers."""
     if not (ranks.is_Rational and nbytes.is_Rational):
         return None
-    sent = _bus_bytes(name)(Fraction(int(ranks.p), int(ranks.q)), Fraction(int(nbytes.p), int(nbytes.q)))
-    return sent if isinstance(sent, (int, Fraction)) else None  # a coefficient printed as a float: sympy's route
+    at = {P: Fraction(int(ranks.p), int(ranks.q)), N: Fraction(int(nbytes.p), int(nbytes.q))}
+    terms = _bus_bytes(name)
+    if terms is None or not all(v in at for monomial in terms for v, _ in monomial):
+        return None  # a float coefficient or a function of the sizes: sympy's route
+    return sum((Fraction(c) * math.prod((at[v] ** e for v, e in monomial), start=Fraction(1)) for monomial, c in terms.items()), Fraction(0))
 
 
 @cache
-def _bus_bytes(name: str):
-    return sympy.lambdify((P, N), collective(name).bus_bytes, modules="math")
+def _bus_bytes(name: str) -> dict | None:
+    """A collective's bus bytes as monomials in p and n, summed in exact fractions (any order gives the same)."""
+    return polynomial(collective(name).bus_bytes)
+
 
 
 def comm_time(

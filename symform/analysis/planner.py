@@ -23,6 +23,7 @@ from . import scaling
 from ..engine.budget import DEVICES, STEP_TOKENS, check_count, quoted
 from ..engine.errors import EvaluationError
 from ..engine.evaluate import compile_expression
+from ..engine.multiplied import multiplied_out
 from .hardware import Hardware
 from .memory import RECOMPUTE, Layout, MemoryReport, Training, backward_peak, params_at_sizes, recipes, saved_activations, saved_activations_at_sizes, static_bytes, tensor_split, training_memory
 from ..engine.model import Model
@@ -100,7 +101,7 @@ def enumerate_layouts(model: Model, devices: int, global_batch: int, *, micro_ba
 
 def _compiled(model: Model, expr: sympy.Expr, names: tuple[str, ...], fixed: dict[str, int]):
     values = {**model.values, **fixed}
-    bound = sympy.expand(expr.xreplace({s: sympy.Integer(values[s.name]) for s in expr.free_symbols if s.name in values}))
+    bound = multiplied_out(expr, {s: sympy.Integer(values[s.name]) for s in expr.free_symbols if s.name in values})
     return compile_expression(bound, names)
 
 

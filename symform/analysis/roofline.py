@@ -28,12 +28,13 @@ import sympy
 
 from . import flash_attention, routing
 from .finetune import FineTune, step_leaf_flops
-from ..engine.budget import expand
-from ..engine.errors import ConfigError, EvaluationError
+from ..engine.budget import check_expansion, expand
+from ..engine.errors import BudgetError, ConfigError, EvaluationError
 from ..engine.evaluate import exact_value
 from ..engine.formula import to_latex
 from .hardware import Device, System, load_device
 from ..engine.model import Model
+from ..engine.multiplied import multiplied_out
 
 PHASES = ("train", "prefill", "decode")
 BOUNDS = ("compute", "memory")
@@ -298,8 +299,8 @@ class PhaseWork:
             return self.source.total
         parts = self.components.values()
         return Work(  # one Add of every part: summing one by one would flatten the growing sum again each time
-            sympy.expand(sympy.Add(*(w.flops for w in parts))),
-            sympy.expand(sympy.Add(*(w.bytes for w in parts))),
+            multiplied_out(sympy.Add(*(w.flops for w in parts))),
+            multiplied_out(sympy.Add(*(w.bytes for w in parts))),
         )
 
 
@@ -464,8 +465,27 @@ def _leaves_under(model: Model, quantity: str, replace: Mapping[sympy.Symbol, sy
     leaves = {}
     for path, expr in parts.items():
         used = frozenset((s, replace[s]) for s in reads[path] if s in replace)
-        leaves[path] = graph.derived(("leaf under", quantity, path, used), lambda: expand(expr.xreplace(dict(used)), f"{path}'s {quantity}"))
+        leaves[path] = graph.derived(("leaf under", quantity, path, used), lambda: _leaf_under(expr, dict(used), f"{path}'s {quantity}"))
     return leaves
+
+
+def _leaf_under(expr: sympy.Expr, values: dict[sympy.Symbol, sympy.Expr], what: str) -> sympy.Expr:
+    """expand(expr.xreplace(values)): where every value is a number or one symbol to the power ±1 times one, the
+    leaf within the budget is within it with them in (none adds a term or a degree), and the values go in as
+    it is multiplied out, without rebuilding its tree first; otherwise the budget is checked with them in."""
+    if all(_one_factor(v) for v in values.values()):
+        try:
+            check_expansion(expr, what)
+        except BudgetError:
+            pass
+        else:
+            return multiplied_out(expr, values)
+    return expand(expr.xreplace(values), what)
+
+
+def _one_factor(value: sympy.Expr) -> bool:
+    factors = [f for f in sympy.Mul.make_args(value) if not f.is_Rational]
+    return not factors or (len(factors) == 1 and (factors[0].is_Symbol or (factors[0].is_Pow and factors[0].base.is_Symbol and factors[0].exp in (1, -1))))
 
 
 def _group(
@@ -479,8 +499,8 @@ def _group(
         groups.setdefault(key, []).append(work)
     return {
         key: Work(
-            sympy.expand(sympy.Add(*(w.flops for w in ws)).xreplace(values)),
-            sympy.expand(sympy.Add(*(w.bytes for w in ws)).xreplace(values)),
+            multiplied_out(sympy.Add(*(w.flops for w in ws)), values),
+            multiplied_out(sympy.Add(*(w.bytes for w in ws)), values),
         )
         for key, ws in groups.items()
     }
@@ -526,13 +546,9 @@ def _use_flash_attention(
                 .get(f"{core}/scores", sympy.Integer(0))
                 .xreplace(replace)
             )
-        flops[core] = sympy.expand(fused)
+        flops[core] = multiplied_out(fused)
         node = graph.graph.nodes[core]
-        traffic[core] = sympy.expand(
-            (
-                weights[core] * _flash_bytes(model, node["args"], phase, sram_bytes, grouped, replace)
-            ).xreplace(replace)
-        )
+        traffic[core] = multiplied_out(weights[core] * _flash_bytes(model, node["args"], phase, sram_bytes, grouped, replace), replace)
 
 
 def _flash_bytes(

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
-from functools import cache
+from functools import cache, lru_cache
 from fractions import Fraction
 
 import numpy
@@ -28,12 +28,13 @@ import sympy
 from . import finetune, parallel_comm, scaling
 from .finetune import FineTune
 from .collectives import ALPHA, BETA, N, P, collective, cost_model, link_bandwidth, link_latency
-from ..engine.budget import ARRAY_ELEMENTS, check_count
+from ..engine.budget import ARRAY_ELEMENTS, check_count, check_result
 from ..engine.errors import ConfigError, EvaluationError
 from ..engine.evaluate import compile_expression, exact_value
 from .hardware import DTYPE_BYTES, Device, Hardware, System, load_device
 from .memory import RECOMPUTE, Layout, check_pipeline, params_per_device, recipes, tensor_split
 from ..engine.model import Model
+from ..engine.multiplied import multiplied_out, value_at
 from .roofline import Work, phase_work
 
 #: Accelerators sharing one scale-up fabric (NVLink domain) when an accelerator rather
@@ -101,15 +102,25 @@ def _whole(name: str, value: object, minimum: int = 1) -> int:
 
 
 def _bind(model: Model, expr: sympy.Expr, **workload: int) -> Number:
-    """Exact value of an expression at the model's sizes and the workload."""
+    """Exact value of an expression at the model's sizes and the workload: summed over its monomials where it is
+    a polynomial there (value_at), else by exact_value, which also words what is wrong."""
     named = {**model.values, **workload}
-    return exact_value(expr, {s: sympy.Integer(named[s.name]) for s in expr.free_symbols if s.name in named})
+    values = {s: sympy.Integer(named[s.name]) for s in expr.free_symbols if s.name in named}
+    try:
+        found = value_at(expr, values)
+    except ZeroDivisionError:  # exact_value words it
+        return exact_value(expr, values)
+    if not found.is_Rational:
+        return exact_value(expr, values)
+    value = int(found) if found.is_Integer else Fraction(int(found.p), int(found.q))
+    check_result(value, "the result")
+    return value
 
 
 def _sizes(model: Model, expr: sympy.Expr) -> sympy.Expr:
     """The expression with the model's sizes put in, the workload symbols left free."""
     values = model.values
-    return sympy.expand(expr.xreplace({s: sympy.Integer(values[s.name]) for s in expr.free_symbols if s.name in values}))
+    return multiplied_out(expr, {s: sympy.Integer(values[s.name]) for s in expr.free_symbols if s.name in values})
 
 
 def _value(model: Model, name: str, default: int) -> int:
@@ -190,7 +201,7 @@ def rank_work(model: Model, recompute: str, *, flash: bool, finetune: FineTune |
 def _recompute_work(model: Model, units: list[str], flash: bool, values: Mapping[sympy.Symbol, sympy.Expr]) -> tuple[sympy.Expr, sympy.Expr]:
     leaves = phase_work(model, "prefill", depth=None, flash=flash, values=values).components
     inside = [w for path, w in leaves.items() if any(path == u or path.startswith(f"{u}/") for u in units)]
-    return sympy.expand(sympy.Add(*(w.flops for w in inside))), sympy.expand(sympy.Add(*(w.bytes for w in inside)))
+    return multiplied_out(sympy.Add(*(w.flops for w in inside))), multiplied_out(sympy.Add(*(w.bytes for w in inside)))
 
 
 # --- communication ---------------------------------------------------------------------------
@@ -203,10 +214,17 @@ def transfer_seconds(transfers: Iterable[parallel_comm.Transfer], place: Placeme
     beta = 1 / (_bandwidth(place, link) if bandwidth is None else bandwidth)
     total = 0.0
     for transfer in transfers:
-        names = [a for a in algorithms if a in collective(transfer.collective).algorithms] or [collective(transfer.collective).default]
-        ranks, nbytes = float(transfer.ranks), float(transfer.nbytes)
-        total += transfer.count * min(_seconds_function(transfer.collective, a)(ranks, nbytes, alpha, beta) for a in names)
+        total += transfer.count * _fastest_seconds(transfer.collective, transfer.ranks, transfer.nbytes, alpha, beta, tuple(algorithms))
     return total
+
+
+@lru_cache(maxsize=4096)
+def _fastest_seconds(name: str, ranks: sympy.Expr, nbytes: sympy.Expr, alpha: float, beta: float, algorithms: tuple[str, ...]) -> float:
+    """One run's seconds by the fastest of ``algorithms``: the planner's thousands of groups send the same few
+    buffers over the same few links, each worked out once."""
+    names = [a for a in algorithms if a in collective(name).algorithms] or [collective(name).default]
+    p, n = float(ranks), float(nbytes)
+    return min(_seconds_function(name, a)(p, n, alpha, beta) for a in names)
 
 
 @cache
@@ -413,8 +431,9 @@ def training_time(
     flops_expr = m * per_device(train.flops + extra_flops)
     bytes_expr = m * per_device(train.bytes + extra_bytes)
     workload = {"batch": micro_batch, "seq": seq}
-    flops = _bind(model, flops_expr.xreplace({m: microbatches}), **workload)
-    moved = _bind(model, bytes_expr.xreplace({m: microbatches}), **workload)
+    workload[m.name] = microbatches  # bound with the sizes: no sum rebuilt with it in first
+    flops = _bind(model, flops_expr, **workload)
+    moved = _bind(model, bytes_expr, **workload)
     exchanged = None if trainable is None else _bind(model, trainable)
     comm = _training_comm(model, place, layout, microbatches, micro_batch, seq // layout.context, recompute, precision, exchanged)
     ratio = float(scaling.bubble_ratio(layout.schedule, layout.pipeline, microbatches, layout.chunks)) if layout.pipeline > 1 else 0.0
@@ -422,7 +441,7 @@ def training_time(
     lower, upper = _step_bounds(t_math, t_mem, comm, ratio)
     model_flops = _model_flops(model, finetune, global_batch, seq)
     whole = {TENSOR: 1}  # the step on one device, unsplit
-    hardware_flops = _bind(model, (train.flops + extra_flops).xreplace(whole), batch=global_batch, seq=seq)
+    hardware_flops = _bind(model, train.flops + extra_flops, batch=global_batch, seq=seq, **{TENSOR.name: 1})  # whole
     return TrainingTime(
         model=model.name,
         gpu=place.name,
@@ -460,7 +479,7 @@ def _model_flops(model: Model, setup: FineTune | None, global_batch: int, seq: i
     """Forward + backward of the whole step, as MFU counts it: full training's, or the fine-tuning step's."""
     if setup is None:  # the declared forward and backward FLOPs (no FlashAttention), summed leaf by leaf with the sizes in
         train = phase_work(model, "train", depth=None, values=rank_sizes(model)).total
-        return _bind(model, train.flops.xreplace({TENSOR: 1}), batch=global_batch, seq=seq)
+        return _bind(model, train.flops, batch=global_batch, seq=seq, **{TENSOR.name: 1})  # the step on one device, unsplit
     return finetune.finetune_counts(model, setup, batch=global_batch, seq=seq).step_flops
 
 
@@ -491,7 +510,7 @@ def _per_device(model: Model, split: Mapping[sympy.Symbol, sympy.Expr], pipeline
     batch = model.vocabulary["batch"]
 
     def share(expr: sympy.Expr) -> sympy.Expr:
-        expr = sympy.expand(sympy.sympify(expr).xreplace(split) / pipeline)
+        expr = multiplied_out(sympy.sympify(expr) / pipeline, {k: sympy.sympify(v) for k, v in split.items()})
         return context_share(expr, batch, context)
 
     return share
@@ -581,9 +600,15 @@ def expert_comm(model: Model, place: Placement, layout: Layout, microbatches: in
         return None
     again = 1 if recompute == "full" else 0
     sizes = _activation_sizes(model, micro_batch, seq)
-    layer = parallel_comm.expert_parallel_layer(tokens=micro_batch * seq, top_k=model.values["top_k"], d_model=sizes["d_model"], bytes_per_element=sizes["bytes_per_element"], expert=layout.expert)
+    layer = list(_expert_layer(micro_batch * seq, model.values["top_k"], sizes["d_model"], sizes["bytes_per_element"], layout.expert))
     per_layer = layer + again * [x for x in layer if x.phase == "forward"]
     return _comm(per_layer, microbatches * moe_layers / layout.pipeline, place, layout.tensor * layout.expert, layout.expert)
+
+
+@lru_cache(maxsize=1024)
+def _expert_layer(tokens: int, top_k: int, d_model: int, bytes_per_element: Number, expert: int) -> tuple[parallel_comm.Transfer, ...]:
+    """One mixture-of-experts layer's all-to-alls, once per size: the planner's groups repeat a few."""
+    return tuple(parallel_comm.expert_parallel_layer(tokens=tokens, top_k=top_k, d_model=d_model, bytes_per_element=bytes_per_element, expert=expert))
 
 
 def pipeline_comm(model: Model, place: Placement, layout: Layout, microbatches: int, micro_batch: int, seq: int) -> Comm:
@@ -594,15 +619,23 @@ def pipeline_comm(model: Model, place: Placement, layout: Layout, microbatches: 
 def _tensor_comm(model: Model, place: Placement, layout: Layout, microbatches: int, sizes: dict, layers: int, again: int) -> Comm:
     """Megatron's per-layer all-reduces (or sequence parallelism's gathers and scatters), the vocabulary-parallel embedding and head."""
     t, p = layout.tensor, layout.pipeline
-    kind = parallel_comm.sequence_parallel_layer if layout.sequence else parallel_comm.tensor_parallel_layer
-    layer = kind(**sizes, tensor=t)
+    layer, ends = (list(x) for x in _tensor_transfers(layout.sequence, tuple(sizes.items()), model.values.get("vocab", 1), t))
     layer = layer + again * [x for x in layer if x.phase == "forward"]
-    ends = parallel_comm.vocab_parallel_embedding(**sizes, tensor=t) + parallel_comm.vocab_parallel_output_head(**sizes, vocab=model.values.get("vocab", 1), tensor=t)
     link = place.link(t)
     seconds = transfer_seconds(layer, place, link) * layers + transfer_seconds(ends, place, link)
     sent = float(parallel_comm.bytes_per_rank(layer)) * layers + float(parallel_comm.bytes_per_rank(ends))
     # stages balanced: each holds 1/p of the layers and, spread the same way, of the ends
     return Comm(seconds * microbatches / p, sent * microbatches / p, link, t)
+
+
+@lru_cache(maxsize=1024)
+def _tensor_transfers(sequence: bool, sizes: tuple[tuple[str, Number], ...], vocab: int, tensor: int) -> tuple[tuple[parallel_comm.Transfer, ...], tuple[parallel_comm.Transfer, ...]]:
+    """One layer's tensor-parallel collectives, and the vocabulary-parallel embedding's and head's, once per size."""
+    given = dict(sizes)
+    kind = parallel_comm.sequence_parallel_layer if sequence else parallel_comm.tensor_parallel_layer
+    layer = kind(**given, tensor=tensor)
+    ends = parallel_comm.vocab_parallel_embedding(**given, tensor=tensor) + parallel_comm.vocab_parallel_output_head(**given, vocab=vocab, tensor=tensor)
+    return tuple(layer), tuple(ends)
 
 
 def data_comm(model: Model, place: Placement, layout: Layout, precision: str, *, params: tuple[int, int] | None = None) -> Comm:
@@ -618,16 +651,23 @@ def data_comm(model: Model, place: Placement, layout: Layout, precision: str, *,
     # parameters on this rank, and what it would hold without expert parallelism (given when already known)
     local, replicated = params or (_bind(model, params_per_device(model, Layout(tensor=t, pipeline=p, expert=e))), _bind(model, params_per_device(model, Layout(tensor=t, pipeline=p))))
     expert = Fraction(replicated - local, e - 1) if e > 1 else 0  # routed-expert parameters on this rank
-    step = parallel_comm.zero3_step if layout.zero >= 3 else parallel_comm.data_parallel_step
     groups = [(local - expert, d)] + ([(expert, d // e)] if expert and d // e > 1 else [])
     link = place.link(t * d)
     seconds = sent = 0.0
     for params, ranks in groups:
         if ranks > 1 and params:
-            transfers = step(params=params, bytes_per_element=grads, data=ranks)
+            transfers = _gradient_transfers(layout.zero >= 3, params, grads, ranks)
             seconds += transfer_seconds(transfers, place, link)
             sent += float(parallel_comm.bytes_per_rank(transfers))
     return Comm(seconds, sent, link, d)
+
+
+@lru_cache(maxsize=4096)
+def _gradient_transfers(zero3: bool, params: Number, grads: Number, data: int) -> tuple[parallel_comm.Transfer, ...]:
+    """One step's gradient exchange (ZeRO-3's gathers too) of ``params`` over ``data`` ranks, once per size: a plan's
+    groups that differ in degrees the exchange does not read send the same."""
+    step = parallel_comm.zero3_step if zero3 else parallel_comm.data_parallel_step
+    return tuple(step(params=params, bytes_per_element=grads, data=data))
 
 
 def _training_assumptions(place: Placement, dtype: str, layout: Layout, recompute: str, flash: bool, precision: str, comm: Mapping[str, Comm]) -> dict[str, object]:

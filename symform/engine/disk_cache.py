@@ -29,8 +29,14 @@ MAX_ENTRIES = 50_000  # past this a store starts afresh rather than grow without
 MAX_BYTES = 32 * 2**20  # a store larger than this is not read (symform's own are well under 1 MiB)
 
 
+def enabled() -> bool:
+    """Whether SYMFORM_CACHE leaves the cache on: cache_dir's first test alone, for callers that ask before
+    every expression they parse (the directory itself is looked up once per store)."""
+    return os.environ.get("SYMFORM_CACHE", "").lower() not in ("off", "0", "no", "false")
+
+
 def cache_dir() -> Path | None:
-    if os.environ.get("SYMFORM_CACHE", "").lower() in ("off", "0", "no", "false"):
+    if not enabled():
         return None
     chosen = os.environ.get("SYMFORM_CACHE_DIR")
     if chosen:

@@ -19,6 +19,7 @@ from .declarations import QUANTITIES, SLOT, Component, Library, Requirement
 from .budget import GRAPH_DEPTH, GRAPH_NODES, check_expansion, expand
 from .errors import BudgetError, DeclarationError
 from .multiplied import Polynomial, from_polynomial, polynomial, summed
+from .safe_expr import substituted
 
 Binding = sympy.Expr | str  # an expression, or a component name for a slot
 
@@ -250,12 +251,12 @@ class _BoundDeclaration:
         local = {s: v for s, v in local.items() if s != v}
         self.component, self._args, self._local = component, args, local  # component held: the memo's key names it by id
         self.requirements = tuple(req.relation.xreplace(local) for req in component.requirements)
-        self.saved_when = {m: e.xreplace(local) for m, e in component.saved_when.items()}
+        self.saved_when = {m: substituted(e, local) for m, e in component.saved_when.items()}
         if component.is_primitive:
-            self.quantities = {q: e.xreplace(local) for q, e in component.quantities.items()}
-            self.frozen = {q: e.xreplace(local) for q, e in component.frozen.items()}
-            self.gemm = {s: e.xreplace(local) for s, e in component.gemm.items()}
-            self.backward_peak = component.backward_peak.xreplace(local)
+            self.quantities = {q: substituted(e, local) for q, e in component.quantities.items()}
+            self.frozen = {q: substituted(e, local) for q, e in component.frozen.items()}
+            self.gemm = {s: substituted(e, local) for s, e in component.gemm.items()}
+            self.backward_peak = substituted(component.backward_peak, local)
         self._repeats: dict[int, dict[str, sympy.Expr]] = {}
         self._bindings: dict[int, dict[str, Binding]] = {}
 
@@ -267,7 +268,7 @@ class _BoundDeclaration:
     def bindings(self, i: int) -> dict[str, Binding]:
         if i not in self._bindings:
             args, local = self._args, self._local
-            self._bindings[i] = {k: (_resolve(v, args) if isinstance(v, str) else v.xreplace(local)) for k, v in self.component.parts[i].bindings.items()}
+            self._bindings[i] = {k: (_resolve(v, args) if isinstance(v, str) else substituted(v, local)) for k, v in self.component.parts[i].bindings.items()}
         return dict(self._bindings[i])
 
 

@@ -212,7 +212,7 @@ class Model:
     @property
     def values(self) -> dict[str, int]:
         """The architecture's sizes, by vocabulary name."""
-        return {s.name: int(v) for s, v in self._values.items()}
+        return dict(self._plain_values)  # a copy: analyses ask for it thousands of times in a plan
 
     def __repr__(self) -> str:
         return f"Model({self.name!r}, root={self.spec.root!r})"

@@ -13,6 +13,7 @@ budget sympy's route checks for.
 from __future__ import annotations
 
 from fractions import Fraction
+from functools import lru_cache
 from typing import Iterable, Mapping
 
 import sympy
@@ -43,6 +44,43 @@ def polynomial(expr: sympy.Expr, values: Mapping[sympy.Symbol, sympy.Expr] | Non
         return _poly(expr, {}, values or {})
     except _NotPolynomial:
         return None
+
+
+def value_at(expr: sympy.Expr, point: Mapping[sympy.Symbol, sympy.Expr]) -> sympy.Expr:
+    """``expr.xreplace(point)``, the numbers ``point`` holds put in: summed monomial by monomial in Python fractions
+    where ``expr`` multiplies out to a polynomial whose variables come out rational there (sympy would rebuild
+    every term of a large sum). ZeroDivisionError where a variable to a negative power is zero there."""
+    poly = _terms(expr)
+    if poly is None:
+        return expr.xreplace(point)
+    total = Fraction(0)
+    for monomial, coefficient in poly.items():
+        term = Fraction(coefficient)
+        for variable, exponent in monomial:
+            value = _variable_at(variable, point)
+            if not value.is_Rational:
+                return expr.xreplace(point)
+            term *= Fraction(int(value.p), int(value.q)) ** exponent
+        total += term
+    return sympy.Rational(total.numerator, total.denominator)
+
+
+@lru_cache(maxsize=256)
+def _terms(expr: sympy.Expr) -> dict | None:
+    """polynomial(expr), once for every point it is valued at (max_of's probe points, a layout's sizes)."""
+    return polynomial(expr)
+
+
+def _variable_at(variable: sympy.Expr, point: Mapping[sympy.Symbol, sympy.Expr]) -> sympy.Expr:
+    """A monomial's variable at ``point``: a symbol's value; a Min or Max of rational values the least or the
+    greatest, as sympy evaluates it (a memory line's Max holds whole lines); any other function by sympy."""
+    if variable in point:
+        return point[variable]
+    if isinstance(variable, (sympy.Min, sympy.Max)):
+        values = [value_at(a, point) for a in variable.args]
+        if all(v.is_Rational for v in values):
+            return (min if isinstance(variable, sympy.Min) else max)(values)
+    return variable.xreplace(point)
 
 
 def summed(polys: Iterable[Polynomial]) -> Polynomial:

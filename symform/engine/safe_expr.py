@@ -12,6 +12,7 @@ they call ``eval``.
 from __future__ import annotations
 
 import ast
+import json
 import re
 from functools import cache
 from pathlib import Path
@@ -278,7 +279,7 @@ def _store() -> disk_cache.Store:
 def _cache_key(source: str, names: Mapping[str, sympy.Basic], relation: bool) -> str | None:
     """What the parse depends on: the text, and what each name in it is (a symbol with its assumptions,
     or a list); None where a name stands for an expression or is unknown (not worth keeping)."""
-    if disk_cache.cache_dir() is None:
+    if not disk_cache.enabled():
         return None
     parts = [source, "relation" if relation else "value"]
     for name in sorted(set(_IDENTIFIERS.findall(source))):
@@ -323,6 +324,67 @@ def _recall(key: str, names: Mapping[str, sympy.Basic], relation: bool) -> sympy
         return result
     except Exception:  # noqa: BLE001: parsing the text again is always right
         return None
+
+
+def substituted(expr: sympy.Basic, values: Mapping[sympy.Symbol, sympy.Basic]) -> sympy.Basic:
+    """``expr.xreplace(values)``, kept between runs where it rebuilds a Min or Max: sympy evaluates each one
+    anew, comparing its arguments under their symbols' assumptions (a model's graph binds attention's
+    Min and Max of conventions in every layer kind, the costliest step of building it)."""
+    if not values or values.keys().isdisjoint(expr.free_symbols) or not expr.has(sympy.Min, sympy.Max) or not disk_cache.enabled():
+        return expr.xreplace(values)
+    return _kept(expr, values)
+
+
+def _kept(expr: sympy.Basic, values: Mapping[sympy.Symbol, sympy.Basic]) -> sympy.Basic:
+    """The substitution from the cache, keyed by both trees and every symbol's assumptions; else worked out and
+    kept where its tree rebuilds node for node (as a parsed expression is)."""
+    names = _symbol_names(expr, values)
+    used = sorted((names[k], _encode(v, names)) for k, v in values.items() if k in expr.free_symbols)
+    given = _encode(expr, names)
+    if given is None or any(tree is None for _, tree in used):
+        return expr.xreplace(values)
+    described = sorted(f"{name}:{_description(symbol)}" for symbol, name in names.items())
+    key = disk_cache.digest("substituted", json.dumps([given, used, described]))
+    by_name = {name: symbol for symbol, name in names.items()}
+    try:
+        tree = _store().get(key)
+        if tree is not None:
+            return _decode(tree, by_name, [_MAX_KEPT_NODES])
+    except Exception:  # noqa: BLE001: substituting again is always right
+        pass
+    result = expr.xreplace(values)
+    try:
+        tree = _encode(result, names)
+        if tree is not None and _same(_decode(tree, by_name, [_MAX_KEPT_NODES]), result):
+            _store().put(key, tree)
+    except Exception:  # noqa: BLE001: keeping is optional; the substitution stands
+        pass
+    return result
+
+
+def _symbol_names(expr: sympy.Basic, values: Mapping[sympy.Symbol, sympy.Basic]) -> dict[sympy.Symbol, str]:
+    """Every symbol of the substitution by a name of its own: its name, or its name and a number where two
+    symbols share one (their assumptions differ)."""
+    symbols = set(expr.free_symbols)
+    for v in values.values():
+        symbols |= getattr(v, "free_symbols", set())
+    names: dict[sympy.Symbol, str] = {}
+    taken: set[str] = set()
+    for symbol in sorted(symbols, key=lambda s: (s.name, _description(s))):
+        name, i = symbol.name, 0
+        while name in taken:
+            i += 1
+            name = f"{symbol.name}#{i}"
+        names[symbol] = name
+        taken.add(name)
+    return names
+
+
+def _description(symbol: sympy.Symbol) -> str:
+    described = _SYMBOLS.get(symbol)
+    if described is None:
+        described = _SYMBOLS[symbol] = repr(sorted(symbol.assumptions0.items()))
+    return described
 
 
 def _same(a: sympy.Basic, b: sympy.Basic) -> bool:
