@@ -302,12 +302,17 @@ def _cache_key(source: str, names: Mapping[str, sympy.Basic], relation: bool) ->
 
 
 def _remember(key: str, result: sympy.Basic, names: Mapping[str, sympy.Basic]) -> None:
-    symbols = {v: k for k, v in names.items() if isinstance(v, sympy.Symbol)}
+    _keep(key, result, {v: k for k, v in names.items() if isinstance(v, sympy.Symbol)}, names)
+
+
+def _keep(key: str, result: sympy.Basic, symbols: Mapping[sympy.Symbol, str], names: Mapping[str, sympy.Basic]) -> None:
+    """Keep ``result``'s tree under ``key`` where it rebuilds node for node (``symbols`` names each symbol in it,
+    ``names`` gives them back)."""
     try:
         tree = _encode(result, symbols)
         if tree is not None and _same(_decode(tree, names, [_MAX_KEPT_NODES]), result):
             _store().put(key, tree)
-    except Exception:  # noqa: BLE001: keeping is optional; the parse stands
+    except Exception:  # noqa: BLE001: keeping is optional; what was worked out stands
         return
 
 
@@ -353,12 +358,7 @@ def _kept(expr: sympy.Basic, values: Mapping[sympy.Symbol, sympy.Basic]) -> symp
     except Exception:  # noqa: BLE001: substituting again is always right
         pass
     result = expr.xreplace(values)
-    try:
-        tree = _encode(result, names)
-        if tree is not None and _same(_decode(tree, by_name, [_MAX_KEPT_NODES]), result):
-            _store().put(key, tree)
-    except Exception:  # noqa: BLE001: keeping is optional; the substitution stands
-        pass
+    _keep(key, result, names, by_name)
     return result
 
 
