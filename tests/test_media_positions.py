@@ -56,3 +56,11 @@ def test_a_decode_step_reads_no_media_tokens():
     """A decode step's new token is text: the images sit in the cache (past), not among its seq tokens."""
     loaded = symform.load(QWEN3_VL).with_conventions(images=1, image_height=448, image_width=448)
     assert loaded.evaluate("forward_flops", batch=1, seq=1, past=195, decoding=1) > 0
+
+
+def test_a_workload_from_numpy_is_checked_the_same():
+    np = pytest.importorskip("numpy")
+    loaded = symform.load(QWEN3_VL).with_conventions(images=1, image_height=448, image_width=448)
+    assert loaded.evaluate("forward_flops", batch=np.int64(1), seq=np.int64(196)) == loaded.evaluate("forward_flops", batch=1, seq=196)
+    with pytest.raises(ConfigError, match="give --seq at least"):
+        loaded.evaluate("forward_flops", batch=1, seq=np.int64(195))

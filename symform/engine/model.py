@@ -328,10 +328,10 @@ class Model:
             return model.check_workload(**rest)
         if self._workload_checks is None:
             self._workload_checks = self._find_workload_checks()
-        plain = plain_values(workload, self.vocabulary)
-        if not self._workload_checks or plain is None:  # a value not plainly valid: the evaluation words it
+        if not self._workload_checks:
             return
-        values = {s: sympy.Integer(plain[s.name]) for relation, _ in self._workload_checks for s in relation.free_symbols if s.name in plain}
+        read = {s for relation, _ in self._workload_checks for s in relation.free_symbols if s.name in workload}
+        values = {s: check_value(s.name, workload[s.name], self.vocabulary) for s in sorted(read, key=lambda s: s.name)}
         for relation, requirement in self._workload_checks:
             if relation.free_symbols <= values.keys() and relation.xreplace(values) != sympy.true:
                 raise ConfigError(_failed_requirement(self.name, requirement, {**self._known(), **values}, self.graph().graph.nodes[requirement.path]["args"]))
