@@ -90,6 +90,8 @@ def test_modules_kept_unquantised_stay_in_bf16():
         ({"quant_method": "mxfp4"}, "mxfp4", "E8M0"),
         ({"quant_method": "gptq", "bits": 4, "group_size": 128}, "gptq-int4", "groups of 128"),
         ({"quant_method": "awq", "bits": 4, "group_size": 64}, "awq-int4", "groups of 64"),
+        ({"quant_method": "gptq", "bits": 4, "group_size": -1}, "gptq-int4", "groups of the whole input"),  # GPTQ's per-channel scales
+        ({"quant_method": "awq", "w_bit": 4, "q_group_size": 64}, "awq-int4", "groups of 64"),  # AutoAWQ's own spelling
         ({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4"}, "nf4", "nf4"),
         ({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4", "bnb_4bit_use_double_quant": True}, "nf4-double", "double"),
         ({"quant_method": "bitsandbytes", "load_in_8bit": True}, "int8-rowwise", "int8"),
@@ -129,6 +131,7 @@ def test_an_explicit_weight_format_overrides_the_checkpoint():
         ({"quant_method": "fp8", "weight_block_size": [128]}, ("weight_block_size",)),
         ({"quant_method": "gptq", "bits": 3}, ("3 bits",)),
         ({"quant_method": "bitsandbytes"}, ("--weight-format",)),
+        ({"quant_method": "bitsandbytes", "load_in_4bit": True, "load_in_8bit": True}, ("both 4 and 8 bits",)),
     ],
 )
 def test_configs_symform_cannot_read_say_so_in_one_line(config, words):

@@ -207,7 +207,8 @@ def _int4(kind: str, config: Mapping[str, Any], formats: Mapping[str, WeightForm
     bits = config.get("bits", config.get("w_bit", 4))
     if bits != 4:
         raise ConfigError(f"the checkpoint is {kind} with {bits} bits; symform reads 4-bit {kind} (give --weight-format for others)")
-    group = _positive(config, "group_size", 128, "group_size") or _positive(config, "q_group_size", 128, "q_group_size")
+    key = "q_group_size" if "q_group_size" in config and "group_size" not in config else "group_size"  # AutoAWQ's own files say q_group_size
+    group = _positive(config, key, 128, key)
     keep = _keep(config, "modules_to_not_convert")
     name = f"{kind}-int4"
     read = f"quantization_config: {kind} int4 in groups of {group or 'the whole input'} with an fp16 scale and a 4-bit zero point each"
@@ -216,6 +217,8 @@ def _int4(kind: str, config: Mapping[str, Any], formats: Mapping[str, WeightForm
 
 def _bitsandbytes(config: Mapping[str, Any], formats: Mapping[str, WeightFormat]) -> StoredFormat:
     keep = _keep(config, "llm_int8_skip_modules")
+    if config.get("load_in_4bit") and config.get("load_in_8bit"):
+        raise ConfigError("the checkpoint's bitsandbytes config loads in both 4 and 8 bits (transformers refuses it); keep one of load_in_4bit and load_in_8bit")
     if config.get("load_in_4bit"):
         kind = str(config.get("bnb_4bit_quant_type", "fp4"))
         notes = ("bitsandbytes also stores each quantised tensor's quant_state as a small JSON tensor, not counted",)
