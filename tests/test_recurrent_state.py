@@ -81,6 +81,6 @@ def test_stacks_symform_cannot_read_yet_are_refused_in_one_line():
     unknown_type = {**nemotron, "layers_block_type": ["mamba", "moe", "sliding_attention"]}
     qwen = json.loads((formulas_dir() / "presets" / "qwen3-next-80b-a3b.json").read_text())
     mixed = {**qwen, "mlp_only_layers": [0, 1]}
-    cases = ((latent, "moe_latent_size"), (unknown, "another kind"), (unknown_type, "another kind"), (mixed, "mlp_only_layers"))
+    cases = ((latent, "moe_latent_size"), (unknown, "'X' (entry 51)"), (unknown_type, "'sliding_attention' (entry 2)"), (mixed, "mlp_only_layers"))
     for config, words in cases:
         one_line_error(symform.ConfigError, lambda c=config: symform.Model.from_config(c), words)
