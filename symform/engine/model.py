@@ -338,9 +338,10 @@ class Model:
 
     def _find_workload_checks(self) -> tuple[tuple[sympy.Basic, BoundRequirement], ...]:
         """Each requirement left over the workload alone once this model's sizes and conventions are in."""
-        workload = frozenset(self.vocabulary.symbols("workload"))
         graph = self.graph()
-        reading = graph.derived("workload requirements", lambda: [r for r in graph.requirements if not workload.isdisjoint(r.relation.free_symbols)])
+        workload, reading = graph.derived("workload requirements", lambda: _reading_workload(graph, self.vocabulary))
+        if not reading:  # most models: found once per graph, so a resized model pays a lookup
+            return _NO_CHECKS
         known = self._known()
         found = []
         for requirement in reading:
@@ -504,6 +505,12 @@ class Model:
                 return  # stays symbolic: checked when an evaluation binds the workload (check_workload)
             if holds != sympy.true:
                 raise ConfigError(_failed_requirement(self.name, bound, known, graph.graph.nodes[bound.path]["args"]))
+
+
+def _reading_workload(graph: ComponentGraph, vocabulary) -> tuple[frozenset[sympy.Symbol], list[BoundRequirement]]:
+    """The workload's symbols, and the graph's requirements that read any of them."""
+    workload = frozenset(vocabulary.symbols("workload"))
+    return workload, [r for r in graph.requirements if not workload.isdisjoint(r.relation.free_symbols)]
 
 
 def _failed_requirement(name: str, bound: BoundRequirement, known: Mapping[sympy.Symbol, object], args: Mapping[str, object]) -> str:
