@@ -4,6 +4,7 @@ numpy's sweep bit for bit; and a lazy sweep ships a description, not its inputs.
 
 from __future__ import annotations
 
+import math
 import pickle
 import re
 
@@ -282,6 +283,33 @@ def test_block_screen_keeps_a_whole_number_test_on_every_divisor():
     columns = (np.array([2.5, 4.0]), np.array([2.5, 4.0]))
     screen = _Screen.of(Axis(("n_heads", "n_kv_heads"), columns), {"n_heads": "positive_integer", "n_kv_heads": "positive_integer"}, relations, False, 2)
     assert len(screen.relations) == 2 and not screen.passes(columns)
+
+
+@settings(max_examples=150, deadline=None)
+@given(values=st.lists(st.one_of(st.integers(1, 300).map(float), TRICKY), min_size=1, max_size=6))
+def test_block_screen_tests_a_whole_divisor_as_the_full_checks_do(values):
+    """``d_head % 2 == 0`` (a rotary head turns pairs of dimensions): the screen divides by the number itself,
+    in place of d_head's whole-number test, and never passes what the full checks refuse; it passes every
+    block of even whole numbers."""
+    from symform.analysis.sweeps import Axis, Relation, _Screen, check_relations, validate_columns
+
+    model = symform.load("llama-3-8b")
+    d_head = model.vocabulary["d_head"]
+    relations = [Relation(sympy.Eq(sympy.Mod(d_head, 2), 0), "rotary_dim % 2 == 0", "pairs")]
+    domains = {"d_head": "positive_integer"}
+    columns = (np.array(values),)
+    screen = _Screen.of(Axis(("d_head",), columns), domains, relations, False, len(values))
+    assert screen.divides == [(relations[0], 0, 2.0)] and screen.columns == [(0, 1.0, False)]
+
+    def full(columns):
+        validate_columns(domains, [Axis(("d_head",), columns)], False, model.vocabulary)
+        check_relations(relations, [Axis(("d_head",), columns)])
+
+    if screen.passes(columns):
+        full(columns)
+    even = (np.array([2.0 * round(abs(v)) + 2 if math.isfinite(v) and abs(v) < 2**50 else 64.0 for v in values]),)
+    full(even)
+    assert screen.passes(even)
 
 
 def test_a_late_block_past_2_53_is_warned_of_after_blocks_proven_below_it():

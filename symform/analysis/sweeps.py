@@ -590,14 +590,15 @@ _GREATEST = float(FLOAT_EXACT - 1)  # every float64 below 2**53 is at most this
 class _Screen:
     """Whether a block of the sliced axis certainly passes its checks, in few passes over it: per float64
     column its least and greatest values (which NaN fails) and, for whole-number domains, trunc(x) == x;
-    per integer column its least and greatest; each requirement ``b divides a`` (a, b float64 columns)
-    as a/b == trunc(a/b), exact for whole 0 <= a < 2**53 and b >= 1 (a wrong remainder would leave
-    a/b at least 1/b from every integer, farther than its rounding error a/b·2**-53 < 1/b).
+    per integer column its least and greatest; each requirement ``b divides a`` (a a float64 column, b
+    one or a whole number below 2**53: d_head even) as a/b == trunc(a/b), exact for whole 0 <= a < 2**53
+    and b >= 1 (a wrong remainder would leave a/b at least 1/b from every integer, farther than its
+    rounding error a/b·2**-53 < 1/b).
     Anything it cannot vouch for, the full checks decide and word."""
 
     def __init__(self, columns: list[tuple[int, float, bool]], relations: list[tuple["Relation", int, int]], size: int):
         self.columns = columns  # (index in the axis, least value, whole numbers required)
-        self.divides = relations  # (relation, index of a, index of b)
+        self.divides = relations  # (relation, index of a, index of b or the divisor itself as a float)
         self.relations = [r for r, _, _ in relations]
         self.real, self.other = np.empty(size), np.empty(size)
         # one row per test of whole numbers (quotients, then columns): all of them are reduced at once
@@ -616,7 +617,7 @@ class _Screen:
         # a/b whole, b whole and 1 <= a < 2**53 imply a whole: a fraction of a would leave a/b
         # at least ulp(a)/b from every integer, farther than the quotient's rounding error.
         # Every b keeps its own test, so no chain of such proofs rests on an unchecked column.
-        denominators = {b for _, _, b in divides}
+        denominators = {b for _, _, b in divides if type(b) is int}
         implied = {a for _, a, _ in divides if domains[axis.names[a]] == "positive_integer" and a not in denominators}
         columns = []
         for i, (name, column) in enumerate(zip(axis.names, axis.columns)):
@@ -635,7 +636,7 @@ class _Screen:
         if self.divides:
             with np.errstate(all="ignore"):  # b < 1 is refused below, with every column's range
                 for _, a, b in self.divides:
-                    np.divide(columns[a], columns[b], out=real)
+                    np.divide(columns[a], columns[b] if type(b) is int else b, out=real)
                     np.trunc(real, out=other)
                     np.equal(real, other, out=flags[row])
                     row += 1
@@ -657,19 +658,23 @@ _greatest, _least = np.maximum.reduce, np.minimum.reduce
 _all = np.logical_and.reduce
 
 
-def _divides(relation: sympy.Basic, axis: Axis, domains: Mapping[str, str]) -> tuple[int, int] | None:
-    """(i, j) where ``relation`` is ``Mod(a, b) == 0`` for float64 columns i, j of whole numbers, b >= 1."""
+def _divides(relation: sympy.Basic, axis: Axis, domains: Mapping[str, str]) -> tuple[int, int | float] | None:
+    """(i, j) where ``relation`` is ``Mod(a, b) == 0`` for float64 columns i, j of whole numbers, b >= 1;
+    (i, b) for a whole number b, 1 <= b < 2**53, as a float."""
     if not (isinstance(relation, sympy.Eq) and relation.rhs == 0 and isinstance(relation.lhs, sympy.Mod)):
         return None
     a, b = relation.lhs.args
-    if not (a.is_Symbol and b.is_Symbol and a.name in axis.names and b.name in axis.names):
+    if not (a.is_Symbol and a.name in axis.names) or domains[a.name] not in ("positive_integer", "nonnegative_integer"):
         return None
-    i, j = axis.names.index(a.name), axis.names.index(b.name)
-    if domains[a.name] not in ("positive_integer", "nonnegative_integer") or domains[b.name] != "positive_integer":
+    i = axis.names.index(a.name)
+    if axis.columns[i].dtype != np.float64:
         return None
-    if axis.columns[i].dtype != np.float64 or axis.columns[j].dtype != np.float64:
+    if b.is_Integer and 1 <= b < FLOAT_EXACT:
+        return i, float(b)
+    if not (b.is_Symbol and b.name in axis.names) or domains[b.name] != "positive_integer":
         return None
-    return i, j
+    j = axis.names.index(b.name)
+    return (i, j) if axis.columns[j].dtype == np.float64 else None
 
 
 def _blocks(shape: tuple[int, ...], chunk: int):
