@@ -297,6 +297,7 @@ EXPRESSIONS = st.recursive(_ATOMS, _combine, max_leaves=12)
 @FUZZ
 @given(params=EXPRESSIONS, forward=EXPRESSIONS, d_model=st.sampled_from(["1", "8", "4096", "10**30"]))
 @example(params="d_model", forward="((d_model)+(1e300))**15", d_model="1")  # multiplied out: ints past 4,300 digits
+@example(params="d_model", forward="(d_model)%(past)", d_model="1")  # a setting that is 0 by default as a divisor
 def test_generated_declarations_count_or_refuse(tmp_path, params, forward, d_model):
     path = architecture(tmp_path, "leaf", primitive("leaf", json.dumps(params), forward=json.dumps(forward)), arguments=f"d_model = {d_model}".replace("10**30", "1" + "0" * 30))
     outcome = check_outcome("params", str(path), "--json")
