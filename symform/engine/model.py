@@ -291,14 +291,7 @@ class Model:
 
     def _finish(self, expr: sympy.Expr, conventions: bool) -> Formula:
         # multiplied out once: the conventions in, each convention's monomials gathered (sympy.expand's result)
-        try:
-            return Formula(multiplied_out(expr, self.conventions if conventions else None), self.vocabulary)
-        except ZeroDivisionError:  # sympy folds Mod(x, 0) as it substitutes a zero setting
-            zero = sorted(s.name for s, v in self.conventions.items() if v == 0 and s in expr.free_symbols)
-            raise DeclarationError(
-                f"{self.name}: an expression divides by {' or '.join(zero) or 'a convention'}, which is 0 here; "
-                "declare the division where its divisor stays positive (or give the setting a positive value)"
-            ) from None
+        return Formula(multiplied_out(expr, self.conventions if conventions else None), self.vocabulary)
 
     # -- numbers -------------------------------------------------------------------
 

@@ -18,6 +18,8 @@ from typing import Iterable, Mapping
 
 import sympy
 
+from .errors import EvaluationError
+
 Monomial = frozenset  # of (variable, exponent) pairs, exponents non-zero
 Polynomial = dict  # Monomial -> int or Fraction (where not whole), coefficients non-zero
 
@@ -31,10 +33,19 @@ _FUNCTIONS = (sympy.Function, sympy.Min, sympy.Max)
 
 
 def multiplied_out(expr: sympy.Expr, values: Mapping[sympy.Symbol, sympy.Expr] | None = None) -> sympy.Expr:
-    """``sympy.expand(expr.xreplace(values))``."""
-    poly = polynomial(expr, values)
-    if poly is None:
-        return sympy.expand(expr.xreplace(values) if values else expr)
+    """``sympy.expand(expr.xreplace(values))``; EvaluationError where ``values`` put a zero in a divisor."""
+    try:
+        poly = polynomial(expr, values)
+        if poly is None:
+            return sympy.expand(expr.xreplace(values) if values else expr)
+    except ZeroDivisionError:  # sympy folds Mod(x, 0) as it substitutes
+        if not values:
+            raise
+        zero = sorted(s.name for s, v in values.items() if v == 0 and s in expr.free_symbols)
+        raise EvaluationError(
+            f"an expression divides by {' or '.join(zero) or 'a value'}, which is 0 here; give it a positive value, "
+            "or declare the division where its divisor stays positive"
+        ) from None
     return from_polynomial(poly)
 
 
