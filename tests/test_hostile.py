@@ -307,6 +307,24 @@ def test_generated_declarations_count_or_refuse(tmp_path, params, forward, d_mod
     check_outcome("flops", str(path), "--batch", "3", "--seq", "5", "--json")
 
 
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (("flops", "--batch", "3", "--seq", "5"), "divides by past, which is 0 here"),
+        (("memory", "--infer", "--batch", "1", "--seq", "5"), "division by zero"),
+        (("roofline", "--gpu", "h100-sxm", "--phase", "prefill", "--batch", "1", "--seq", "5"), "divides by past, which is 0 here"),
+        (("derive", "forward_flops"), "divides by past, which is 0 here"),
+    ],
+)
+def test_a_divisor_that_a_default_setting_makes_zero_is_refused_by_every_command(tmp_path, argv, words):
+    """``past`` is 0 unless given: a part that divides by it is refused in one line, whichever command finishes
+    the expression (the roofline and memory reports substitute it themselves)."""
+    path = architecture(tmp_path, "leaf", primitive("leaf", json.dumps("d_model"), forward=json.dumps("(d_model)%(past)")), arguments="d_model = 1")
+    verb, *rest = argv
+    where = [verb, *rest, str(path)] if verb == "derive" else [verb, str(path), *rest]
+    assert words in error_of(*where)
+
+
 _NUMBER_TEXT = st.one_of(
     st.integers(-(10**50), 10**50).map(str),
     st.tuples(st.integers(-9, 10**6), st.integers(-(10**10), 10**10)).map(lambda t: f"{t[0]}e{t[1]}"),
