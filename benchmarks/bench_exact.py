@@ -17,7 +17,6 @@ symform's shared graphs, expressions and generated functions first (in-process, 
 
 from __future__ import annotations
 
-import gc
 import json
 import random
 import sys
@@ -32,6 +31,11 @@ if str(ROOT) not in sys.path:  # run from a checkout without installing
 import sympy  # noqa: E402
 
 import symform  # noqa: E402
+
+try:
+    from _configs import paired_times  # noqa: E402
+except ImportError:  # imported as benchmarks.bench_exact
+    from ._configs import paired_times  # noqa: E402
 from symform.engine.model import forget_structures  # noqa: E402
 
 PRESET = "qwen3-32b"
@@ -64,26 +68,11 @@ SIZES = ("d_model", "n_layers", "vocab", "d_ff", "n_heads", "n_kv_heads", "d_hea
 
 def per_op(runs: dict[str, Callable[[], object]], calls: int, repeats: int) -> dict[str, dict[str, list[float]]]:
     """Seconds per operation of each run (each repetition runs ``calls`` operations), wall and CPU, one
-    figure per repetition: the runs alternate, so that load from other work hits them alike, with garbage
-    collected between repetitions and never inside one. CPU time leaves out the time the process waited
-    for a core: a repetition whose wall time is far above its CPU time was slowed by other work."""
+    figure per repetition, the runs alternating (``paired_times``). A repetition whose wall time is far
+    above its CPU time was slowed by other work."""
     for run in runs.values():
         run()  # warm: the first call builds what later calls reuse
-    times = {k: {"wall": [], "cpu": []} for k in runs}
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        for _ in range(repeats):
-            for k, run in runs.items():
-                gc.collect()
-                t0, c0 = time.perf_counter(), time.process_time()
-                run()
-                times[k]["cpu"].append((time.process_time() - c0) / calls)
-                times[k]["wall"].append((time.perf_counter() - t0) / calls)
-    finally:
-        if enabled:
-            gc.enable()
-    return times
+    return {k: {kind: [t / calls for t in v] for kind, v in t.items()} for k, t in paired_times(runs, repeats).items()}
 
 
 def cold(run, repeats: int) -> list[float]:
