@@ -186,6 +186,17 @@ def test_bad_input_is_one_clear_error():
         sweep(MODEL, "memory.nope", grid={"batch": [1]}, fixed={"seq": 1})
 
 
+def test_an_array_of_more_than_one_dimension_is_refused_not_flattened():
+    # flattened, zip= would pair (2, 3) with (3, 2) by memory order: 6 points no one asked for
+    with pytest.raises(symform.EvaluationError, match=r"zip d_model: give a 1-D list .* shape \(2, 3\)"):
+        sweep(MODEL, "params", zip={"d_model": np.full((2, 3), 64), "n_layers": np.full((3, 2), 2)})
+    with pytest.raises(symform.EvaluationError, match=r"grid n_layers: give a 1-D list"):
+        sweep(MODEL, "params", grid={"n_layers": [[1, 2], [3, 4]]})
+    with pytest.raises(symform.EvaluationError, match=r"sample n_layers: give a 1-D list"):
+        sweep(MODEL, "params", sample={"n_layers": [[1, 2]]}, n=3)
+    assert list(sweep(MODEL, "params", grid={"n_layers": 2})["n_layers"]) == [2]  # one number is one value
+
+
 def test_to_pandas_matches_the_dict_or_says_what_is_missing():
     r = sweep(MODEL, "params", grid={"d_model": [64, 128]})
     try:

@@ -43,6 +43,7 @@ from .sweeps import (
     _column,
     _draw,
     _is_dask,
+    _values,
     check_relations,
     compile_quantities,
     validate_columns,
@@ -98,7 +99,7 @@ def lazy_sweep(
         return _zipped(model, quantities, zip, fixed, training)
     grid = dict(grid or {})
     sample = dict(sample or {})
-    grid_axes = [Axis((k,), (_column(k, v).ravel(),)) for k, v in grid.items()]
+    grid_axes = [Axis((k,), (_values("grid", k, v),)) for k, v in grid.items()]
     if any(len(a) == 0 for a in grid_axes):
         raise EvaluationError("a sweep axis is empty: give at least one value per name")
     if sample:

@@ -351,10 +351,19 @@ def _column(name: str, values: object) -> np.ndarray:
     raise EvaluationError(f"{name}: values must be finite numbers, got dtype {array.dtype}")
 
 
+def _values(kind: str, name: str, values: object) -> np.ndarray:
+    """One name's values as a 1-D column: an array of more dimensions is refused (flattened, zip= would pair
+    elements by memory order whatever the shapes, and the result would lose the shape)."""
+    column = _column(name, values)
+    if column.ndim > 1:
+        raise EvaluationError(f"{kind} {name}: give a 1-D list of values, got an array of shape {column.shape} (flatten it with .ravel() first)")
+    return column.ravel()
+
+
 def _axes(grid, zipped, sample, n, seed) -> list[Axis]:
-    axes = [Axis((k,), (_column(k, v).ravel(),)) for k, v in (grid or {}).items()]
+    axes = [Axis((k,), (_values("grid", k, v),)) for k, v in (grid or {}).items()]
     if zipped:
-        columns = {k: _column(k, v).ravel() for k, v in zipped.items()}
+        columns = {k: _values("zip", k, v) for k, v in zipped.items()}
         lengths = {len(c) for c in columns.values()}
         if len(lengths) != 1:
             raise EvaluationError(f"zip= arrays must have one length; got {', '.join(f'{k}: {len(c)}' for k, c in columns.items())}")
@@ -383,7 +392,7 @@ def _draw(rng: np.random.Generator, name: str, spec: object, n: int) -> np.ndarr
         if not -(2**53) < low <= high < 2**53:
             raise EvaluationError(f"sample {name}={quoted(spec)}: sampled values must lie within ±2^53 (float64's whole numbers)")
         return rng.integers(low, high, n, endpoint=True, dtype=np.int64)
-    choices = _column(name, spec).ravel()
+    choices = _values("sample", name, spec)
     if len(choices) == 0:
         raise EvaluationError(f"sample {name}: nothing to choose from")
     return rng.choice(choices, n)
