@@ -64,3 +64,25 @@ def test_a_workload_from_numpy_is_checked_the_same():
     assert loaded.evaluate("forward_flops", batch=np.int64(1), seq=np.int64(196)) == loaded.evaluate("forward_flops", batch=1, seq=196)
     with pytest.raises(ConfigError, match="give --seq at least"):
         loaded.evaluate("forward_flops", batch=1, seq=np.int64(195))
+
+
+def test_roofline_timing_and_the_planner_refuse_a_sequence_shorter_than_its_media():
+    """The Python API's phase functions check the workload as the commands do (qwen3.5-0.8b: 196 tokens)."""
+    from symform.analysis.planner import plan
+    from symform.analysis.roofline import roofline
+    from symform.analysis.timing import inference_time, prefill_time, training_time
+
+    loaded = symform.load("qwen3.5-0.8b").with_conventions(images=1, image_height=448, image_width=448)
+    refused = {
+        "roofline": lambda seq: roofline(loaded, "h100-sxm", phase="prefill", batch=1, seq=seq),
+        "prefill_time": lambda seq: prefill_time(loaded, "h100-sxm", batch=1, prompt=seq),
+        "inference_time": lambda seq: inference_time(loaded, "h100-sxm", batch=1, prompt=seq, output=2),
+        "training_time": lambda seq: training_time(loaded, "h100-sxm", global_batch=1, micro_batch=1, seq=seq),
+        "plan": lambda seq: plan(loaded, "h100-sxm", devices=1, global_batch=1, seq=seq, top=1),
+    }
+    for name, call in refused.items():
+        with pytest.raises(ConfigError, match="seq=195.*give --seq at least their tokens"):
+            call(195)
+        assert call(196) is not None, name
+    # a decode step's images are in the cache: its one new token is text
+    assert roofline(loaded, "h100-sxm", phase="decode", batch=1, context=195).total.flops > 0

@@ -297,6 +297,7 @@ def plan(
             raise EvaluationError(f"{name} is {quoted(value)}; give a whole number of 1 or more")
     check_count(devices, DEVICES, "devices", "DEVICES", f"plan for at most {DEVICES:,} devices")
     check_count(global_batch * seq, STEP_TOKENS, "tokens per step (global batch × seq)", "STEP_TOKENS", "give a smaller global batch or sequence")
+    model.check_workload(seq=seq)
     place = placement(gpu, node_size)
     capacity = memory_bytes if memory_bytes is not None else int(place.device.memory_bytes)
     started = clock.perf_counter()

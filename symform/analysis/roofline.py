@@ -668,6 +668,8 @@ def roofline(
     (``finetune``: a fine-tuning step's FLOPs, phase train)."""
     gpu = accelerator(device)
     workload = workload_values(phase, batch=batch, seq=seq, context=context)
+    if "seq" in workload:  # a decode step's images are already in the cache
+        model.check_workload(seq=workload["seq"])
     work = phase_work(model, phase, depth=depth, flash=flash, sram_bytes=sram_bytes, weight_bytes=weight_bytes, finetune=finetune)
     values = _values(model, workload)
     peak, bandwidth = gpu.flops_per_s(dtype), gpu.hbm_bytes_per_s

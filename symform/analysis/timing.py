@@ -419,6 +419,7 @@ def training_time(
     """
     layout = layout or Layout()
     microbatches = _check_layout(layout, global_batch, micro_batch, seq)
+    model.check_workload(seq=seq)
     place = placement(gpu, node_size)
     model = at_dtype(model, dtype)
     peak, bandwidth = place.device.flops_per_s(dtype), place.device.hbm_bytes_per_s
@@ -849,6 +850,7 @@ def _phase_time(model: Model, place: Placement, phase: str, work: tuple[sympy.Ex
 def prefill_time(model: Model, gpu: str | os.PathLike[str] | Hardware, *, batch: int, prompt: int, tensor: int = 1, dtype: str = "bf16", flash: bool = False, node_size: int | None = None) -> PhaseTime:
     """Time to first token: the forward pass over ``batch`` prompts of ``prompt`` tokens on ``tensor`` devices."""
     _whole("batch", batch), _whole("prompt", prompt), _whole("tensor", tensor)
+    model.check_workload(seq=prompt)
     place = placement(gpu, node_size)
     model = at_dtype(model, dtype)
     return _phase_time(model, place, "prefill", _inference_work(model, "prefill", tensor, flash), tensor, dtype, batch=batch, seq=prompt)
@@ -885,6 +887,7 @@ def inference_time(
     for name, value in (("batch", batch), ("prompt", prompt), ("output", output), ("tensor", tensor)):
         _whole(name, value)
     check_count(output, ARRAY_ELEMENTS, "output tokens (one decode step each)", "ARRAY_ELEMENTS", f"time at most {ARRAY_ELEMENTS:,} output tokens")
+    model.check_workload(seq=prompt)
     place = placement(gpu, node_size)
     model = at_dtype(model, dtype)
     if tensor > place.node_size:
