@@ -311,7 +311,6 @@ def test_generated_declarations_count_or_refuse(tmp_path, params, forward, d_mod
     "argv, words",
     [
         (("flops", "--batch", "3", "--seq", "5"), "divides by past, which is 0 here"),
-        (("memory", "--infer", "--batch", "1", "--seq", "5"), "division by zero"),
         (("roofline", "--gpu", "h100-sxm", "--phase", "prefill", "--batch", "1", "--seq", "5"), "divides by past, which is 0 here"),
         (("derive", "forward_flops"), "divides by past, which is 0 here"),
     ],
@@ -323,6 +322,16 @@ def test_a_divisor_that_a_default_setting_makes_zero_is_refused_by_every_command
     verb, *rest = argv
     where = [verb, *rest, str(path)] if verb == "derive" else [verb, str(path), *rest]
     assert words in error_of(*where)
+
+
+def test_a_model_that_moves_no_bytes_serves_with_the_residual_stream_alone(tmp_path):
+    """Its largest op's working set is none (sympy's Max of nothing is -oo, which was refused as a division by
+    zero); serving memory reads no FLOPs, so a FLOP count dividing by past does not stop it either."""
+    path = architecture(tmp_path, "leaf", primitive("leaf", json.dumps("d_model"), forward=json.dumps("(d_model)%(past)")), arguments="d_model = 3")
+    outcome = check_outcome("memory", str(path), "--infer", "--batch", "2", "--seq", "5", "--json")
+    assert outcome.code == 0
+    report = json.loads(outcome.out)
+    assert report["components"]["activations"] == 2 * 2 * 5 * 3  # act_bytes · batch · seq · d_model
 
 
 _NUMBER_TEXT = st.one_of(

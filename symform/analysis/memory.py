@@ -727,7 +727,8 @@ def _inference_peak(model: Model, flash: bool, conventions: Mapping[sympy.Symbol
     sizes.discard(sympy.Integer(0))
     v = model.vocabulary
     residual = (v["act_bytes"] * v["batch"] * v["seq"] * v["d_model"]).xreplace(conventions)
-    return sympy.Max(*sizes) + residual
+    largest = sympy.Max(*sizes) if sizes else sympy.Integer(0)  # sympy's Max of nothing is -oo
+    return largest + residual
 
 
 # --- numbers ------------------------------------------------------------------------------------
