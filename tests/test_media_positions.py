@@ -86,3 +86,20 @@ def test_roofline_timing_and_the_planner_refuse_a_sequence_shorter_than_its_medi
         assert call(196) is not None, name
     # a decode step's images are in the cache: its one new token is text
     assert roofline(loaded, "h100-sxm", phase="decode", batch=1, context=195).total.flops > 0
+
+
+def test_images_and_audio_together_share_the_one_sequence(capsys):
+    """Gemma 4 with both towers: 1,024 image soft tokens plus 100 audio tokens need 1,124 positions, though
+    either alone fits in fewer."""
+    model = "docs/examples/gemma4_audio_defaults.json"
+    media = ["--images", "1", "--image-size", "1536x1536", "--audio", "1", "--audio-frames", "400"]
+    assert main(["flops", model, "--batch", "1", "--seq", "1124", *media]) == 0
+    capsys.readouterr()
+    assert main(["flops", model, "--batch", "1", "--seq", "1123", *media]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "seq=1123" in err and "together take more positions" in err
+    settings = {"images": 1, "image_height": 1536, "image_width": 1536, "audios": 1, "audio_frames": 400}
+    with_media = symform.load(model).with_conventions(**settings)
+    with pytest.raises(EvaluationError, match="seq=1123"):
+        symform.sweep(with_media, ["forward_flops"], grid={"seq": [1123, 1124], "batch": [1]})
+    assert list(symform.sweep(with_media, ["forward_flops"], grid={"seq": [1124], "batch": [1]})["seq"]) == [1124]
