@@ -48,8 +48,18 @@ def changed(config: dict, changes: dict) -> dict:
     return result
 
 
+# Fields a published config.json writes as a number that transformers' strict config classes now type as bool:
+# Llama 4 Scout's file has attn_temperature_tuning 4 (any non-zero turns tuning on); no shape depends on it.
+_PUBLISHED_AS_NUMBERS = {"llama4_text": ("attn_temperature_tuning",)}
+
+
 def hf_config(config: dict):
-    return transformers.AutoConfig.for_model(**copy.deepcopy(config))
+    config = copy.deepcopy(config)
+    for part in (config, config.get("text_config") or {}):
+        for field in _PUBLISHED_AS_NUMBERS.get(part.get("model_type"), ()):
+            if isinstance(part.get(field), int) and not isinstance(part[field], bool):
+                part[field] = bool(part[field])
+    return transformers.AutoConfig.for_model(**config)
 
 
 def meta_model(config: dict):
