@@ -17,6 +17,7 @@ symform's shared graphs, expressions and generated functions first (in-process, 
 
 from __future__ import annotations
 
+import gc
 import json
 import random
 import sys
@@ -76,14 +77,22 @@ def per_op(runs: dict[str, Callable[[], object]], calls: int, repeats: int) -> d
 
 
 def cold(run, repeats: int) -> list[float]:
-    """Seconds per operation with sympy's cache cleared and symform's shared structures forgotten first."""
+    """Seconds per operation with sympy's cache cleared and symform's shared structures forgotten first; garbage
+    collected between repetitions and never inside one, as :func:`_configs.paired_times` times the warm rows."""
     out = []
-    for _ in range(repeats):
-        sympy.core.cache.clear_cache()
-        forget_structures()
-        t0 = time.perf_counter()
-        run()
-        out.append(time.perf_counter() - t0)
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(repeats):
+            sympy.core.cache.clear_cache()
+            forget_structures()
+            gc.collect()
+            t0 = time.perf_counter()
+            run()
+            out.append(time.perf_counter() - t0)
+    finally:
+        if enabled:
+            gc.enable()
     return out
 
 
