@@ -251,11 +251,12 @@ def test_fits_and_works_render_as_latex_in_notebooks():
 
 
 def test_serving_activations_are_the_largest_op_and_no_loss_runs():
-    """At inference no loss runs (training = 0): with FlashAttention the largest single op of a long
-    prefill is the output head, its b·s·d input and b·s·V logits, beside the b·s·d residual stream."""
+    """At inference no loss runs (training = 0) and the head turns only each sequence's last position into
+    logits: with FlashAttention the largest single op of a long prefill is the MLP's gated product, which reads
+    the b·s·f gate and up projections and writes b·s·f, beside the b·s·d residual stream (bf16)."""
     model = load("llama-3-8b")
-    batch, seq, width, vocab = 1, 32768, 4096, 128256
+    batch, seq, width, d_ff = 1, 32768, 4096, 14336
     report = inference_memory(model, batch=batch, seq=seq)
-    assert report.values["activations"] == 2 * batch * seq * (width + vocab) + 2 * batch * seq * width
+    assert report.values["activations"] == 2 * batch * seq * 3 * d_ff + 2 * batch * seq * width
     training = training_memory(model, batch=batch, seq=seq)
     assert training.activations_by_component["loss"] > 0

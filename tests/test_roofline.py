@@ -92,10 +92,14 @@ def test_h100_ridge_from_the_datasheet(llama):
 
 
 def test_phases_agree_with_the_models_own_totals(llama):
-    # serving runs no loss (training = 0); a training step does
+    # serving runs no loss (training = 0) and turns only each sequence's last position into logits
+    # (all_logits = 0: generate's logits_to_keep = 1); a training step runs both over every position
     prefill = roofline(llama, "h100-sxm", phase="prefill", batch=3, seq=512)
-    assert prefill.total.flops == llama.evaluate("forward_flops", batch=3, seq=512, training=0)
-    assert prefill.total.bytes == llama.evaluate("bytes_moved", batch=3, seq=512, training=0)
+    assert prefill.total.flops == llama.evaluate("forward_flops", batch=3, seq=512, training=0, all_logits=0)
+    assert prefill.total.bytes == llama.evaluate("bytes_moved", batch=3, seq=512, training=0, all_logits=0)
+    d, vocab = llama.values["d_model"], llama.values["vocab"]
+    every_position = llama.evaluate("forward_flops", batch=3, seq=512, training=0)
+    assert every_position - prefill.total.flops == 2 * 3 * 511 * d * vocab  # the head's product on the 511 positions not sampled
     train = roofline(llama, "h100-sxm", phase="train", batch=3, seq=512)
     assert train.total.flops == llama.evaluate(
         "forward_flops", batch=3, seq=512
@@ -347,3 +351,16 @@ def test_sizes_put_into_the_leaves_first_are_refused_for_decode():
     model = symform.load("qwen3-30b-a3b")
     with pytest.raises(symform.EvaluationError, match="train and prefill"):
         phase_work(model, "decode", values=rank_sizes(model))
+
+
+@pytest.mark.parametrize("preset, share", [("qwen3-0.6b", "18.7%"), ("llama-3.1-8b", "6.5%"), ("llama-2-7b", "1.8%")])
+def test_generating_computes_the_last_positions_logits_alone(preset, share):
+    """docs/conventions.md's shares: of a 2,048-token prefill, the head's product on the 2,047 positions a
+    generating prefill does not turn into logits (2·(s − 1)·d·V FLOPs)."""
+    model = symform.load(preset)
+    d, vocab, seq = model.values["d_model"], model.values["vocab"], 2048
+    every = model.evaluate("forward_flops", batch=1, seq=seq, training=0)
+    last = model.evaluate("forward_flops", batch=1, seq=seq, training=0, all_logits=0)
+    assert every - last == 2 * (seq - 1) * d * vocab
+    assert f"{(every - last) / every:.1%}" == share
+    assert roofline(model, "h100-sxm", phase="prefill", batch=1, seq=seq).total.flops == last

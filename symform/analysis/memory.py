@@ -599,7 +599,7 @@ def inference_expressions(model: Model, setup: Inference = Inference(), *, keep:
     stay symbols instead of taking their values."""
     stored = weight_format_for(model, setup.weight_format)
     fmt = stored.format
-    model = model.with_conventions(**_inference_conventions(setup), training=0)
+    model = model.with_conventions(**_inference_conventions(setup), training=0, all_logits=0)
     layout = Layout(tensor=setup.tensor)
     split = tensor_split(model, setup.tensor)
     conventions = {s: value for s, value in model.conventions.items() if s.name not in keep}

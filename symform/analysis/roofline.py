@@ -358,8 +358,8 @@ def _phase_work(
     finetune: FineTune | None = None, grouped: bool = True, values: Mapping[sympy.Symbol, sympy.Expr] | None = None,
 ) -> PhaseWork:
     values = dict(values or {})
-    if phase != "train":
-        model = model.with_conventions(training=0)  # inference runs no loss
+    if phase != "train":  # inference runs no loss, and generating reads each sequence's last logits alone
+        model = model.with_conventions(training=0, all_logits=0)
     if phase == "decode":
         model = model.with_conventions(decoding=1)  # recurrent mixers take their one-step update from the cached state
     keep = ("past",) if phase == "decode" else ()

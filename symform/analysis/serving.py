@@ -328,6 +328,12 @@ def _leaves(model: Model, phase: str, tensor: int, names: tuple[str, ...], exper
     return tuple(found)
 
 
+def _per_sequence(leaf: _Leaf, long: int = 2**20) -> bool:
+    """Whether a prefill leaf's work is the same for a prompt of one token and of ``long`` tokens (and not none)."""
+    one, many = (float(leaf.flops(1, 1)), float(leaf.bytes(1, 1))), (float(leaf.flops(1, long)), float(leaf.bytes(1, long)))
+    return one == many and any(one)
+
+
 def _ideal(device: str) -> estimate.Efficiency:
     """No efficiency data: every kernel at the datasheet's peak (the time bounds' rates), named as such."""
     none = "no efficiency data for this device: datasheet peak (a lower bound on time); add hardware/efficiency/<device>.toml"
@@ -361,7 +367,11 @@ class StepModel:
         self.fusion = estimate._fusion("fused")
         self.head = estimate._head_size(self.model)
         self.decode = _leaves(self.model, "decode", tensor, ("batch", "past"), expert_skew, weight_format, grouped_kv)
-        self.prefill_cores = [leaf for leaf in _leaves(self.model, "prefill", tensor, ("batch", "seq"), 0, weight_format, grouped_kv) if leaf.kind == "attention"]
+        prefill = _leaves(self.model, "prefill", tensor, ("batch", "seq"), 0, weight_format, grouped_kv)
+        self.prefill_cores = [leaf for leaf in prefill if leaf.kind == "attention"]
+        # work once per sequence, not per token (the head's logits, which a step computes for the tokens it samples;
+        # a recurrent state): a prefill's work there does not grow with the prompt
+        self.sampled = {leaf.path for leaf in prefill if leaf.kind != "attention" and _per_sequence(leaf)}
         self._comm: dict[tuple[int, bool], float] = {}
 
     def _seconds(self, leaf: _Leaf, flops: float, moved: float, rows: float) -> float:
@@ -391,15 +401,21 @@ class StepModel:
         rows = decoding * queries + chunk
         if rows == 0:
             return 0.0
+        whole = prompt or chunk
+        # a prompt samples its last token as its prefill ends: a step of prefill alone runs the per-sequence work
+        # in chunk/whole of the steps (counted as that share), beside decoding rows as one more row
+        sampled = decoding * queries + (1 if chunk else 0)
+        share = 1.0 if decoding else min(1.0, chunk / whole)
         total = 0.0
         for leaf in self.decode:
             if leaf.kind == "attention":
                 if decoding:  # each sequence reads its own cache once for all its queries
                     total += self._seconds(leaf, float(leaf.flops(decoding, past)) * queries, float(leaf.bytes(decoding, past)), decoding * queries)
+            elif leaf.path in self.sampled:
+                total += share * self._seconds(leaf, float(leaf.flops(sampled, 0)), float(leaf.bytes(sampled, 0)), sampled)
             else:
                 total += self._seconds(leaf, float(leaf.flops(rows, 0)), float(leaf.bytes(rows, 0)), rows)
         if chunk:
-            whole = prompt or chunk
             total += self.prefill_attention(whole) * chunk / whole
         return total + self.comm(rows, decoding=decoding > 0)
 
