@@ -342,12 +342,18 @@ class Model:
         workload, reading = graph.derived("workload requirements", lambda: _reading_workload(graph, self.vocabulary))
         if not reading:  # most models: found once per graph, so a resized model pays a lookup
             return _NO_CHECKS
-        known = self._known()
+        # what a requirement leaves depends on the values of its own symbols alone: models of one graph that differ
+        # in other sizes (with_arguments) share the substitution
+        left = graph.derived("workload relations", dict)
+        sizes, conventions = self._values, self.conventions
         found = []
-        for requirement in reading:
-            relation = requirement.relation.xreplace(known)
-            if relation.free_symbols and relation.free_symbols <= workload:
-                found.append((relation, requirement))
+        for i, (requirement, symbols) in enumerate(reading):
+            key = (i, tuple(sizes.get(s, conventions.get(s)) for s in symbols))
+            if key not in left:
+                relation = requirement.relation.xreplace(self._known())
+                left[key] = relation if relation.free_symbols and relation.free_symbols <= workload else None
+            if left[key] is not None:
+                found.append((left[key], requirement))
         return tuple(found) or _NO_CHECKS
 
     def _known(self) -> dict[sympy.Symbol, sympy.Expr]:
@@ -507,10 +513,10 @@ class Model:
                 raise ConfigError(_failed_requirement(self.name, bound, known, graph.graph.nodes[bound.path]["args"]))
 
 
-def _reading_workload(graph: ComponentGraph, vocabulary) -> tuple[frozenset[sympy.Symbol], list[BoundRequirement]]:
-    """The workload's symbols, and the graph's requirements that read any of them."""
+def _reading_workload(graph: ComponentGraph, vocabulary) -> tuple[frozenset[sympy.Symbol], list[tuple[BoundRequirement, tuple[sympy.Symbol, ...]]]]:
+    """The workload's symbols, and the graph's requirements that read any of them, each with its symbols."""
     workload = frozenset(vocabulary.symbols("workload"))
-    return workload, [r for r in graph.requirements if not workload.isdisjoint(r.relation.free_symbols)]
+    return workload, [(r, tuple(sorted(r.relation.free_symbols, key=lambda s: s.name))) for r in graph.requirements if not workload.isdisjoint(r.relation.free_symbols)]
 
 
 def _failed_requirement(name: str, bound: BoundRequirement, known: Mapping[sympy.Symbol, object], args: Mapping[str, object]) -> str:
