@@ -350,6 +350,8 @@ class Model:
         for i, (requirement, symbols) in enumerate(reading):
             key = (i, tuple(sizes.get(s, conventions.get(s)) for s in symbols))
             if key not in left:
+                if len(left) >= _WORKLOAD_KEPT:
+                    left.clear()
                 relation = requirement.relation.xreplace(self._known())
                 left[key] = relation if relation.free_symbols and relation.free_symbols <= workload else None
             if left[key] is not None:
@@ -532,6 +534,7 @@ def _failed_requirement(name: str, bound: BoundRequirement, known: Mapping[sympy
 
 
 _NO_CHECKS: tuple = ()  # a model none of whose requirements waits for the workload
+_WORKLOAD_KEPT = 4096  # substituted workload requirements kept per graph (one per distinct value of their symbols)
 _PASSED_KEPT = 4096  # undecided checks remembered as passed, per structure, before forgetting them all
 
 
