@@ -34,6 +34,10 @@ from .maxima import max_of
 from .quantization import StoredFormat, WeightFormat, _rational, bytes_per_weight, checkpoint_format, stored_bytes, weight_bytes_by_leaf
 from .scaling import in_flight_microbatches
 
+# what every inference phase sets: no loss runs, and generating turns each sequence's last position alone into
+# logits (generate's logits_to_keep = 1; serving engines compute logits for the tokens they sample)
+GENERATING = {"training": 0, "all_logits": 0}
+
 RECOMPUTE = ("none", "selective", "full")
 Degree = int | sympy.Expr
 SCHEDULES = ("1f1b", "interleaved", "gpipe", "naive")
@@ -599,7 +603,7 @@ def inference_expressions(model: Model, setup: Inference = Inference(), *, keep:
     stay symbols instead of taking their values."""
     stored = weight_format_for(model, setup.weight_format)
     fmt = stored.format
-    model = model.with_conventions(**_inference_conventions(setup), training=0, all_logits=0)
+    model = model.with_conventions(**_inference_conventions(setup), **GENERATING)
     layout = Layout(tensor=setup.tensor)
     split = tensor_split(model, setup.tensor)
     conventions = {s: value for s, value in model.conventions.items() if s.name not in keep}

@@ -28,6 +28,7 @@ import sympy
 
 from . import flash_attention, routing
 from .finetune import FineTune, step_leaf_flops
+from .memory import GENERATING
 from ..engine.budget import check_expansion, expand
 from ..engine.errors import BudgetError, ConfigError, EvaluationError
 from ..engine.evaluate import exact_value
@@ -358,8 +359,8 @@ def _phase_work(
     finetune: FineTune | None = None, grouped: bool = True, values: Mapping[sympy.Symbol, sympy.Expr] | None = None,
 ) -> PhaseWork:
     values = dict(values or {})
-    if phase != "train":  # inference runs no loss, and generating reads each sequence's last logits alone
-        model = model.with_conventions(training=0, all_logits=0)
+    if phase != "train":
+        model = model.with_conventions(**GENERATING)
     if phase == "decode":
         model = model.with_conventions(decoding=1)  # recurrent mixers take their one-step update from the cached state
     keep = ("past",) if phase == "decode" else ()

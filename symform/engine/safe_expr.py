@@ -285,10 +285,7 @@ def _cache_key(source: str, names: Mapping[str, sympy.Basic], relation: bool) ->
     for name in sorted(set(_IDENTIFIERS.findall(source))):
         value = names.get(name)
         if isinstance(value, sympy.Symbol):
-            described = _SYMBOLS.get(value)
-            if described is None:
-                described = _SYMBOLS[value] = repr(sorted(value.assumptions0.items()))
-            parts.append(f"{name}={value.name}:{described}")
+            parts.append(f"{name}={value.name}:{_description(value)}")
         elif isinstance(value, tuple) and all(isinstance(v, sympy.Integer) for v in value):
             parts.append(f"{name}={[int(v) for v in value]}")
         elif value is None and name in FUNCTIONS:
@@ -381,6 +378,7 @@ def _symbol_names(expr: sympy.Basic, values: Mapping[sympy.Symbol, sympy.Basic])
 
 
 def _description(symbol: sympy.Symbol) -> str:
+    """A symbol's assumptions as text, worked out once per symbol (part of every cache key that names it)."""
     described = _SYMBOLS.get(symbol)
     if described is None:
         described = _SYMBOLS[symbol] = repr(sorted(symbol.assumptions0.items()))
