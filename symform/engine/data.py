@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .budget import check_nesting, read_bounded
-from .disk_cache import Store, digest, plain_json
+from .disk_cache import Store, digest, fingerprint, plain_json
 from .errors import ConfigError, DeclarationError, FileBudgetError
 
 _TABLES = Store("tables", "tomllib")  # a bundled TOML file's text -> its table
@@ -50,6 +50,23 @@ def version() -> str:
         return metadata.version("symform")
     except metadata.PackageNotFoundError:
         return "unknown (neither installed nor a checkout)"
+
+
+@cache
+def bundled_fingerprint() -> str:
+    """A hash of symform's code, its bundled files and sympy's release (the numbers come out of sympy's
+    arithmetic): what anything worked out from those alone depends on (disk_cache.fingerprint)."""
+    package = Path(__file__).resolve().parents[1]
+    root = data_root()
+    return fingerprint(package, *(root / d for d in _DATA_DIRS), *_sympy_release())
+
+
+def _sympy_release() -> tuple[Path, ...]:
+    """sympy's release file (its version), found without importing sympy."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("sympy")
+    return (Path(spec.origin).with_name("release.py"),) if spec is not None and spec.origin else ()
 
 
 def formulas_dir() -> Path:

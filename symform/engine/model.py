@@ -24,7 +24,8 @@ from . import hub
 from .families import Checkpoint, ContextLimit, ModelSpec, checkpoint_facts, find_preset, load_config_file, preset_config, presets, spec_from_config
 from .formula import Formula
 from .multiplied import multiplied_out
-from .graph import BoundRequirement, ComponentGraph, assumption_names, build_graph, introduced_ratios
+from .graph import BoundRequirement, ComponentGraph, assumption_names, introduced_ratios
+from .kept_graphs import kept_graph
 from .safe_expr import parse
 from .size_checks import GeneratedChecks, SizeCheck, generate_checks, size_checks
 from .userfile import load_declaration_file
@@ -236,7 +237,7 @@ class Model:
                 known = ", ".join(self.assumption_sets()) or "none"
                 raise EvaluationError(f"unknown assumption set {(unknown or [assume])[0]!r}; this model's components declare: {known}")
             try:
-                self._graphs[assume] = build_graph(self.library, self.spec.root, self._arguments, assume=assume)
+                self._graphs[assume] = kept_graph(self.library, self.spec.root, self._arguments, assume=assume)
             except ZeroDivisionError:  # a part binds a divisor to 0 (sympy folds Mod(x, 0) as it substitutes)
                 raise DeclarationError(f"{self.name}: a part's arguments make a divisor zero; give sizes and bindings that keep every divisor positive") from None
         return self._graphs[assume]

@@ -307,7 +307,7 @@ def _keep(key: str, result: sympy.Basic, symbols: Mapping[sympy.Symbol, str], na
     ``names`` gives them back)."""
     try:
         tree = _encode(result, symbols)
-        if tree is not None and _same(_decode(tree, names, [_MAX_KEPT_NODES]), result):
+        if tree is not None and same_tree(_decode(tree, names, [_MAX_KEPT_NODES]), result):
             _store().put(key, tree)
     except Exception:  # noqa: BLE001: keeping is optional; what was worked out stands
         return
@@ -385,21 +385,19 @@ def _description(symbol: sympy.Symbol) -> str:
     return described
 
 
-def _same(a: sympy.Basic, b: sympy.Basic) -> bool:
-    return type(a) is type(b) and a == b and a.args == b.args and all(_same(x, y) for x, y in zip(a.args, b.args))
+def same_tree(a: sympy.Basic, b: sympy.Basic) -> bool:
+    """Equal node for node, types included (sympy's == calls 2 and 2.0 equal)."""
+    return type(a) is type(b) and a == b and a.args == b.args and all(same_tree(x, y) for x, y in zip(a.args, b.args))
 
 
 def _encode(expr: sympy.Basic, symbols: Mapping[sympy.Symbol, str]) -> Any:
     if isinstance(expr, sympy.Symbol):
         return ["n", symbols[expr]] if expr in symbols else None
-    if isinstance(expr, sympy.Integer):
-        return ["i", str(int(expr))]
-    if isinstance(expr, sympy.Rational):
-        return ["q", str(int(expr.p)), str(int(expr.q))]
-    if expr is sympy.true or expr is sympy.false:
-        return ["b", bool(expr)]
-    name = type(expr).__name__
-    if name not in _NODES:
+    leaf = kept_leaf(expr)
+    if leaf is not None:
+        return leaf
+    name = kept_node_name(expr)
+    if name is None:
         return None
     args = [_encode(a, symbols) for a in expr.args]
     return None if any(a is None for a in args) else ["f", name, args]
@@ -416,12 +414,43 @@ def _decode(tree: Any, names: Mapping[str, sympy.Basic], left: list[int]) -> sym
         if not isinstance(value, sympy.Symbol):
             raise ValueError(tree[1])
         return value
+    if kind == "f":
+        return kept_node(tree[1], [_decode(a, names, left) for a in tree[2]])
+    return kept_leaf_value(tree)
+
+
+# --- the node types a kept tree may name (here and in engine/kept_graphs): an allow-list, built unevaluated --
+
+
+def kept_leaf(expr: sympy.Basic) -> list[Any] | None:
+    """A number or truth value as a kept entry; None for anything else."""
+    if isinstance(expr, sympy.Integer):
+        return ["i", str(int(expr))]
+    if isinstance(expr, sympy.Rational):
+        return ["q", str(int(expr.p)), str(int(expr.q))]
+    if expr is sympy.true or expr is sympy.false:
+        return ["b", bool(expr)]
+    return None
+
+
+def kept_leaf_value(entry: Any) -> sympy.Basic:
+    """The number or truth value a kept entry gives, held to the constant budget; ValueError for any other entry."""
+    kind = entry[0]
     if kind in ("i", "q"):
-        number = sympy.Integer(int(tree[1])) if kind == "i" else sympy.Rational(int(tree[1]), int(tree[2]))
+        number = sympy.Integer(int(entry[1])) if kind == "i" else sympy.Rational(int(entry[1]), int(entry[2]))
         check_constant(number, "a kept expression")
         return number
-    if kind == "b":
-        return sympy.true if tree[1] is True else sympy.false
-    if kind == "f":
-        return _NODES[tree[1]](*(_decode(a, names, left) for a in tree[2]))
+    if kind == "b" and type(entry[1]) is bool:
+        return sympy.true if entry[1] else sympy.false
     raise ValueError(kind)
+
+
+def kept_node_name(expr: sympy.Basic) -> str | None:
+    """The name a kept tree gives ``expr``'s type, where the allow-list has it."""
+    name = type(expr).__name__
+    return name if name in _NODES else None
+
+
+def kept_node(name: str, args: list[sympy.Basic]) -> sympy.Basic:
+    """The node of type ``name`` (KeyError off the allow-list) over ``args``, built without evaluating."""
+    return _NODES[name](*args)

@@ -12,15 +12,14 @@ import json
 import sys
 from fractions import Fraction
 from functools import cache
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from .cli_args import exact_number, given_once, positive_int
 from ..engine.budget import quoted
 from ..engine.names import is_identifier
 from ..engine.errors import SymformError
-from ..engine.data import accountings_table, data_root, version
-from ..engine.disk_cache import Store, cache_dir, digest, fingerprint, plain_json
+from ..engine.data import accountings_table, bundled_fingerprint, version
+from ..engine.disk_cache import Store, cache_dir, digest, plain_json
 
 if TYPE_CHECKING:  # the commands that build expressions import these; --help and models never load sympy
     from ..engine.derive import Derivation
@@ -287,16 +286,7 @@ _KEEP_RESULTS = False
 
 @cache
 def _results() -> Store:
-    package = Path(__file__).resolve().parents[1]
-    return Store("results", fingerprint(package, data_root(), *_sympy_release()))
-
-
-def _sympy_release() -> tuple[Path, ...]:
-    """sympy's release file (its version): the numbers come out of sympy's arithmetic."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("sympy")
-    return (Path(spec.origin).with_name("release.py"),) if spec is not None and spec.origin else ()
+    return Store("results", bundled_fingerprint())
 
 
 def _kept_facts(args: argparse.Namespace, work: Callable[[Model, argparse.Namespace], dict[str, Any]]) -> dict[str, Any]:

@@ -1,0 +1,228 @@
+"""Component graphs built from the bundled declarations, kept between runs.
+
+Once its declarations are parsed (and those are kept: safe_expr), building a model's graph is most of what
+loading it costs: every part's expressions have its arguments substituted in, and sympy evaluates every Min
+and Max again as it does (0.2 s for Qwen3, 0.3 s for DeepSeek-V3 on these machines). A graph built from
+symform's own declarations follows from its code, its bundled files, sympy's release, the root component,
+the root's bindings and the assumption set alone, so it is kept (disk_cache: plain JSON, never code) under a
+hash of those, and rebuilt from it node by node with sympy's constructors told not to evaluate (what was
+kept is already what evaluating gave).
+
+Every distinct sub-expression of a graph is written once, in a table whose entries name earlier entries
+only: the layers of a model share most of their expressions, and the table is read front to back without
+recursion. A graph is kept only where it rebuilds equal, node for node and tree for tree, to the one built;
+what is read back is held to the budgets a build obeys, and anything amiss (a damaged, edited or foreign
+entry, an unknown component or node type) is built again from the declarations: the cache only saves time.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from typing import Any, Mapping
+
+import networkx as nx
+import sympy
+
+from . import disk_cache
+from .budget import GRAPH_NODES
+from .data import bundled_fingerprint
+from .declarations import Library, default_library
+from .graph import Binding, BoundRequirement, ComponentGraph, build_graph
+from .safe_expr import kept_leaf, kept_leaf_value, kept_node, kept_node_name, same_tree
+
+FORMAT = 1
+_MAX_ENTRIES = 64 * GRAPH_NODES  # distinct sub-expressions of one graph: DeepSeek-V3's has about 2,500
+_EXPRESSION_FIELDS = ("quantities", "frozen", "gemm")  # a leaf's: one expression per name
+
+
+def kept_graph(library: Library, root: str, bindings: Mapping[str, Binding], *, assume: str | None = None) -> ComponentGraph:
+    """``build_graph(library, root, bindings, assume=assume)``, from the cache where an earlier run kept it."""
+    key = _key(library, root, bindings, assume)
+    if key is not None:
+        graph = _recalled(key, library)
+        if graph is not None:
+            return graph
+    graph = build_graph(library, root, bindings, assume=assume)
+    if key is not None:
+        _keep(key, graph, library)
+    return graph
+
+
+@cache
+def _store() -> disk_cache.Store:
+    return disk_cache.Store("graphs", disk_cache.digest(str(FORMAT), bundled_fingerprint()))
+
+
+def _key(library: Library, root: str, bindings: Mapping[str, Binding], assume: str | None) -> str | None:
+    """What the build depends on besides the bundled files; None where it is not worth keeping (a user's own
+    declarations, a binding that is not a plain expression over the vocabulary's symbols)."""
+    if not disk_cache.enabled() or library is not default_library():
+        return None
+    writer = _Writer(library)
+    try:
+        given = sorted((name, value if isinstance(value, str) else writer.put(value)) for name, value in bindings.items())
+    except _NotKept:
+        return None
+    return disk_cache.digest(json.dumps([root, assume, given, writer.table]))
+
+
+class _NotKept(Exception):
+    """An expression with something a kept table cannot hold (a symbol of no vocabulary name, a Float)."""
+
+
+class _Writer:
+    """Sub-expressions into one table, each distinct one once, after its arguments."""
+
+    def __init__(self, library: Library):
+        self.vocabulary = library.vocabulary
+        self.table: list[list[Any]] = []
+        self._index: dict[tuple[type, sympy.Basic], int] = {}
+
+    def put(self, expr: object) -> int:
+        if not isinstance(expr, sympy.Basic):
+            raise _NotKept(type(expr).__name__)
+        key = (type(expr), expr)
+        found = self._index.get(key)
+        if found is None:
+            entry = self._entry(expr)
+            found = self._index[key] = len(self.table)
+            self.table.append(entry)
+        return found
+
+    def _entry(self, expr: sympy.Basic) -> list[Any]:
+        if isinstance(expr, sympy.Symbol):
+            entry = self.vocabulary.entries.get(expr.name)
+            if entry is None or entry.symbol != expr:
+                raise _NotKept(expr.name)
+            return ["n", expr.name]
+        leaf = kept_leaf(expr)
+        if leaf is not None:
+            return leaf
+        name = kept_node_name(expr)
+        if name is None:
+            raise _NotKept(type(expr).__name__)
+        return ["f", name, [self.put(a) for a in expr.args]]
+
+
+# --- a graph as plain JSON ---------------------------------------------------------------------------
+
+
+def _written(graph: ComponentGraph, writer: _Writer) -> dict[str, Any]:
+    def exprs(mapping: Mapping[str, sympy.Basic]) -> dict[str, int]:
+        return {str(k): writer.put(v) for k, v in mapping.items()}
+
+    nodes = []
+    for path, data in graph.graph.nodes(data=True):
+        args = {name: ["slot", value] if isinstance(value, str) else writer.put(value) for name, value in data["args"].items()}
+        leaf = None
+        if data["component"].is_primitive:
+            leaf = {f: exprs(data[f]) for f in _EXPRESSION_FIELDS} | {"backward_peak": writer.put(data["backward_peak"])}
+        nodes.append([path, data["component"].name, args, exprs(data["assumed"]), exprs(data["saved_when"]), leaf])
+    edges = [[a, b, exprs(d["repeat"]), d["shard"], d["shares_input"]] for a, b, d in graph.graph.edges(data=True)]
+    requirements = []
+    for bound in graph.requirements:
+        declared = graph.graph.nodes[bound.path]["component"].requirements
+        index = next(i for i, r in enumerate(declared) if r is bound.requirement)
+        requirements.append([bound.path, index, writer.put(bound.relation)])
+    return {"table": writer.table, "nodes": nodes, "edges": edges, "requirements": requirements}
+
+
+def _rebuilt_table(table: Any) -> list[sympy.Basic]:
+    """Every entry's expression, front to back: an entry names only entries before it."""
+    if not isinstance(table, list) or len(table) > _MAX_ENTRIES:
+        raise ValueError("table")
+    vocabulary = default_library().vocabulary
+    done: list[sympy.Basic] = []
+    for entry in table:
+        kind = entry[0]
+        if kind == "n":
+            done.append(vocabulary[entry[1]])
+        elif kind == "f":
+            args = [done[i] for i in entry[2] if type(i) is int and 0 <= i < len(done)]
+            if len(args) != len(entry[2]):
+                raise ValueError("an entry names one not yet read")
+            done.append(kept_node(entry[1], args))
+        else:
+            done.append(kept_leaf_value(entry))
+    return done
+
+
+def _read(document: Any, library: Library) -> ComponentGraph:
+    """The graph a kept document describes; ValueError, KeyError, TypeError or a SymformError where it is amiss."""
+    table = _rebuilt_table(document["table"])
+
+    def expr(i: Any) -> sympy.Basic:
+        if type(i) is not int or not 0 <= i < len(table):
+            raise ValueError("no such entry")
+        return table[i]
+
+    def exprs(mapping: Any) -> dict[str, sympy.Basic]:
+        return {_text(k): expr(i) for k, i in mapping.items()}
+
+    nodes, edges = document["nodes"], document["edges"]
+    if len(nodes) > GRAPH_NODES or len(edges) > len(nodes):
+        raise ValueError("too many nodes")
+    result = ComponentGraph(nx.DiGraph())
+    for path, name, args, assumed, saved_when, leaf in nodes:
+        component = library[_text(name)]
+        data = {
+            "component": component,
+            "args": {_text(k): _text(v[1]) if isinstance(v, list) and v[:1] == ["slot"] else expr(v) for k, v in args.items()},
+            "quantities": {},
+            "assumed": exprs(assumed),
+            "saved_when": exprs(saved_when),
+        }
+        if component.is_primitive:
+            data.update({f: exprs(leaf[f]) for f in _EXPRESSION_FIELDS}, backward_peak=expr(leaf["backward_peak"]))
+        result.graph.add_node(_text(path), **data)
+    for parent, child, repeat, shard, shares_input in edges:
+        if parent not in result.graph or child not in result.graph or not (shard is None or isinstance(shard, str)) or not (shares_input is None or isinstance(shares_input, str)):
+            raise ValueError("an edge between nodes not kept")
+        result.graph.add_edge(parent, child, repeat=exprs(repeat), shard=shard, shares_input=shares_input)
+    for path, index, relation in document["requirements"]:
+        component = result.graph.nodes[path]["component"]
+        if type(index) is not int or not 0 <= index < len(component.requirements):
+            raise ValueError("no such requirement")
+        result.requirements.append(BoundRequirement(path, component.name, component.requirements[index], expr(relation)))
+    return result
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError("a kept name is text")
+    return value
+
+
+def _recalled(key: str, library: Library) -> ComponentGraph | None:
+    try:
+        document = _store().get(key)
+        return _read(document, library) if document is not None else None
+    except Exception:  # noqa: BLE001: building the graph again is always right
+        return None
+
+
+def _keep(key: str, graph: ComponentGraph, library: Library) -> None:
+    """Keep ``graph`` where its document rebuilds it equal, node for node and tree for tree."""
+    try:
+        document = _written(graph, _Writer(library))
+        if _same_graph(_read(json.loads(json.dumps(document)), library), graph):
+            _store().put(key, document)
+    except Exception:  # noqa: BLE001: keeping is optional; the graph built stands
+        return
+
+
+def _same_graph(a: ComponentGraph, b: ComponentGraph) -> bool:
+    if list(a.graph.nodes) != list(b.graph.nodes) or list(a.graph.edges) != list(b.graph.edges) or len(a.requirements) != len(b.requirements):
+        return False
+    pairs = [(a.graph.nodes[n], b.graph.nodes[n]) for n in a.graph.nodes] + [(a.graph.edges[e], b.graph.edges[e]) for e in a.graph.edges]
+    pairs += [(vars(x), vars(y)) for x, y in zip(a.requirements, b.requirements)]
+    return all(x.keys() == y.keys() and all(_same_value(x[k], y[k]) for k in x) for x, y in pairs)
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    if isinstance(a, dict):
+        return isinstance(b, dict) and list(a) == list(b) and all(_same_value(a[k], b[k]) for k in a)
+    if isinstance(a, sympy.Basic):
+        return isinstance(b, sympy.Basic) and same_tree(a, b)
+    return type(a) is type(b) and (a is b or a == b)
