@@ -19,6 +19,10 @@ PARAMS = ["-m", "symform", "params", "qwen3-32b"]
 # the same command through main(argv), which keeps no results: what any command not run before costs
 PARAMS_UNKEPT = ["-c", "import sys; from symform.interface.cli import main; sys.exit(main(['params', 'qwen3-32b']))"]
 
+# what building any model needs before symform's own work: the three libraries it is written on, and sympy's
+# first symbolic sum (Add.flatten imports sympy.tensor and sympy.combinatorics, which `import sympy` defers)
+STACK_FLOOR = ["-c", "import networkx, pydantic.main, sympy; sympy.Symbol('x') + sympy.Symbol('y')"]
+
 _LOADED = """
 import contextlib, io, json, sys
 from symform.interface.cli import main
@@ -51,6 +55,12 @@ def rows(repeats: int) -> list[dict]:
                 ratios=ratios, cpu_measured=cpu["measured"], cpu_baseline=cpu["baseline"], cpu_ratios=cpu_ratios,
             )  # fmt: skip
         )
+    measured, baseline = paired(STACK_FLOOR, IMPORT_SYMPY, repeats)
+    floor = row(
+        "the floor under any model's build: import networkx, pydantic and sympy, and add two symbols", "none: what the goals above stand on, reported",
+        measured, False, "import sympy", baseline, ratios=[m / b for m, b in zip(measured, baseline)],
+    )  # fmt: skip
+    found.append({**floor, "goal_met": None})
     for argv, forbidden in ((["--help"], HEAVY), (["models"], ("sympy", "networkx"))):
         measured, baseline = paired(["-m", "symform", *argv], IMPORT_SYMPY, repeats)
         loaded = loaded_by(argv)
