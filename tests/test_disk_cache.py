@@ -193,6 +193,19 @@ def test_a_store_past_its_size_bound_is_not_read(fresh_cache, monkeypatch):
     assert safe_expr.parse("d + 1", {"d": d}) == first
 
 
+def test_a_store_that_would_grow_past_its_bound_keeps_only_what_its_run_added(fresh_cache):
+    """Every run reads a whole store: one bounded by max_bytes starts afresh rather than grow past it."""
+    first = disk_cache.Store("bounded", "salt", max_bytes=200)
+    first.put("a", "x" * 120)
+    first.save()
+    second = disk_cache.Store("bounded", "salt", max_bytes=200)
+    assert second.get("a") == "x" * 120
+    second.put("b", "y" * 120)  # both would make a file past 200 bytes
+    second.save()
+    third = disk_cache.Store("bounded", "salt", max_bytes=200)
+    assert third.get("a") is None and third.get("b") == "y" * 120
+
+
 def _kept_substitution(expr, values):
     """``safe_expr.substituted`` worked out once (and kept), then recalled as a new process would."""
     first = safe_expr.substituted(expr, values)

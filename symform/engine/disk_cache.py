@@ -86,8 +86,9 @@ def _files_under(root: Path) -> list[Path]:
 class Store:
     """One JSON object of ``name``'s entries, read on first use and written back at exit when it grew."""
 
-    def __init__(self, name: str, salt: str):
+    def __init__(self, name: str, salt: str, *, max_bytes: int = MAX_BYTES):
         self.name = f"{name}-{digest(str(FORMAT), f'{sys.version_info[0]}.{sys.version_info[1]}', salt)[:16]}.json"
+        self.max_bytes = min(max_bytes, MAX_BYTES)  # every run reads the whole file: past this it starts afresh
         self._entries: dict[str, Any] | None = None
         self._added: dict[str, Any] = {}
         self._where: Path | None = None  # the file read, and written back: the directory as it was at first use
@@ -128,6 +129,8 @@ class Store:
         temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         try:
             body = json.dumps(entries, separators=(",", ":"), allow_nan=False)
+            if len(body) > self.max_bytes:  # what this run added is kept; the rest is worked out again when asked for
+                body = json.dumps(added, separators=(",", ":"), allow_nan=False)
             path.parent.mkdir(parents=True, exist_ok=True)
             with open(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as out:
                 out.write(f"{digest(body)}\n{body}")

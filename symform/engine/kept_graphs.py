@@ -33,6 +33,7 @@ from .safe_expr import kept_leaf, kept_leaf_value, kept_node, kept_node_name, sa
 
 FORMAT = 1
 _MAX_ENTRIES = 64 * GRAPH_NODES  # distinct sub-expressions of one graph: the bundled presets have 300-900
+_MAX_STORE_BYTES = 4 * 2**20
 _EXPRESSION_FIELDS = ("quantities", "frozen", "gemm")  # a leaf's: one expression per name
 
 
@@ -51,7 +52,8 @@ def kept_graph(library: Library, root: str, bindings: Mapping[str, Binding], *, 
 
 @cache
 def _store() -> disk_cache.Store:
-    return disk_cache.Store("graphs", disk_cache.digest(str(FORMAT), bundled_fingerprint()))
+    # a graph takes 10-70 KB: a few dozen structures fit, and reading the file stays a few milliseconds
+    return disk_cache.Store("graphs", disk_cache.digest(str(FORMAT), bundled_fingerprint()), max_bytes=_MAX_STORE_BYTES)
 
 
 def _key(library: Library, root: str, bindings: Mapping[str, Binding], assume: str | None) -> str | None:
