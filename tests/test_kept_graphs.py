@@ -144,6 +144,11 @@ def _damaged(document: dict) -> list[tuple[str, dict]]:
         "a node that is not a list": lambda d: d["nodes"].__setitem__(0, "node"),
         "an argument that is neither slot nor entry": lambda d: d["nodes"][0][2].__setitem__(next(iter(d["nodes"][0][2])), {"slot": 1}),
         "no table at all": lambda d: d.pop("table"),
+        # entries that share their arguments: 60 doublings make a tree of 2**60 nodes that any walk over it visits
+        "a tree of exponential size": lambda d: d["table"].extend([["f", "Add", [len(table) + i - 1, len(table) + i - 1]] for i in range(60)])
+        or d["nodes"][-1][5]["quantities"].__setitem__("params", len(table) + 59),
+        "a chain nested past the depth budget": lambda d: d["table"].extend([["f", "Mul", [n, len(table) + i - 1]] for i in range(100)])
+        or d["nodes"][-1][5]["quantities"].__setitem__("params", len(table) + 99),
     }
     damaged = []
     for what, edit in edits.items():

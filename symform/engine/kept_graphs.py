@@ -25,11 +25,11 @@ import networkx as nx
 import sympy
 
 from . import disk_cache
-from .budget import GRAPH_NODES
+from .budget import GRAPH_NODES, NESTING_DEPTH
 from .data import bundled_fingerprint
 from .declarations import Library, default_library
 from .graph import Binding, BoundRequirement, ComponentGraph, build_graph
-from .safe_expr import kept_leaf, kept_leaf_value, kept_node, kept_node_name, same_tree
+from .safe_expr import MAX_TREE_NODES, kept_leaf, kept_leaf_value, kept_node, kept_node_name, same_tree
 
 FORMAT = 1
 _MAX_ENTRIES = 64 * GRAPH_NODES  # distinct sub-expressions of one graph: the bundled presets have 300-900
@@ -131,22 +131,28 @@ def _written(graph: ComponentGraph, writer: _Writer) -> dict[str, Any]:
 
 
 def _rebuilt_table(table: Any) -> list[sympy.Basic]:
-    """Every entry's expression, front to back: an entry names only entries before it."""
+    """Every entry's expression, front to back: an entry names only entries before it. Each is held to the
+    bounds a parsed expression's kept tree is (its size as a tree, shared entries counted each time they
+    occur, and its depth), so that no entry makes a tree that walking would take exponential time over."""
     if not isinstance(table, list) or len(table) > _MAX_ENTRIES:
         raise ValueError("table")
     vocabulary = default_library().vocabulary
     done: list[sympy.Basic] = []
+    sizes: list[tuple[int, int]] = []  # (nodes as a tree, depth) of each entry
     for entry in table:
         kind = entry[0]
-        if kind == "n":
-            done.append(vocabulary[entry[1]])
-        elif kind == "f":
-            args = [done[i] for i in entry[2] if type(i) is int and 0 <= i < len(done)]
-            if len(args) != len(entry[2]):
+        if kind == "f":
+            indices = entry[2]
+            if not all(type(i) is int and 0 <= i < len(done) for i in indices):
                 raise ValueError("an entry names one not yet read")
-            done.append(kept_node(entry[1], args))
+            size = (1 + sum(sizes[i][0] for i in indices), 1 + max((sizes[i][1] for i in indices), default=0))
+            if size[0] > MAX_TREE_NODES or size[1] > NESTING_DEPTH:
+                raise ValueError("an entry past the budget")
+            done.append(kept_node(entry[1], [done[i] for i in indices]))
         else:
-            done.append(kept_leaf_value(entry))
+            size = (1, 1)
+            done.append(vocabulary[entry[1]] if kind == "n" else kept_leaf_value(entry))
+        sizes.append(size)
     return done
 
 

@@ -266,7 +266,7 @@ _NODES: dict[str, Callable[..., sympy.Basic]] = {
     **{c.__name__: (lambda c: lambda *a: c(*a))(c) for c in (sympy.And, sympy.Or, sympy.Not)},
 }
 _SYMBOLS: dict[sympy.Symbol, str] = {}
-_MAX_KEPT_NODES = 8 * MAX_NODES  # sympy's tree of a parsed text is of the order of its syntax tree
+MAX_TREE_NODES = 8 * MAX_NODES  # sympy's tree of a parsed text is of the order of its syntax tree
 
 
 @cache
@@ -307,7 +307,7 @@ def _keep(key: str, result: sympy.Basic, symbols: Mapping[sympy.Symbol, str], na
     ``names`` gives them back)."""
     try:
         tree = _encode(result, symbols)
-        if tree is not None and same_tree(_decode(tree, names, [_MAX_KEPT_NODES]), result):
+        if tree is not None and same_tree(_decode(tree, names, [MAX_TREE_NODES]), result):
             _store().put(key, tree)
     except Exception:  # noqa: BLE001: keeping is optional; what was worked out stands
         return
@@ -320,7 +320,7 @@ def _recall(key: str, names: Mapping[str, sympy.Basic], relation: bool) -> sympy
         tree = _store().get(key)
         if tree is None:
             return None
-        result = _decode(tree, names, [_MAX_KEPT_NODES])
+        result = _decode(tree, names, [MAX_TREE_NODES])
         if not relation:
             check_expansion(result, "a kept expression")
         return result
@@ -351,7 +351,7 @@ def _kept(expr: sympy.Basic, values: Mapping[sympy.Symbol, sympy.Basic]) -> symp
     try:
         tree = _store().get(key)
         if tree is not None:
-            return _decode(tree, by_name, [_MAX_KEPT_NODES])
+            return _decode(tree, by_name, [MAX_TREE_NODES])
     except Exception:  # noqa: BLE001: substituting again is always right
         pass
     result = expr.xreplace(values)
