@@ -266,3 +266,15 @@ def test_the_command_line_counts_the_images_as_the_counter_does(capsys, tmp_path
     counter = counted(build(config), **inputs(config, batch=1, seq=60, images=1, height=32, width=16))
     report = run_json(capsys, "flops", str(path), "--batch", "1", "--seq", "60", "--images", "1", "--image-size", "32x16", "--convention", "windowed=0")
     assert report["forward"] == counter.get_total_flops()
+
+
+def test_an_image_size_not_a_multiple_of_the_patch_is_refused_where_transformers_floors_it():
+    """transformers builds (image_size // patch_size)² + 1 positions and drops the pixels left over; every
+    checkpoint's image_size is a multiple of its patch_size, and symform's count (image_size/patch_size)² + 1
+    is whole only then: such a tower is refused in one line, never counted as a fraction of a parameter."""
+    config = dict(CONFIGS["experts every 2nd layer, patch 4, untied head"])
+    config["vision_config"] = dict(VISION, image_size=18)  # 4.5 patches a side
+    with torch.device("meta"):
+        real = transformers.AutoModelForImageTextToText.from_config(hf_config(config))
+    assert real.vision_model.positional_embedding_vlm.shape[0] == (18 // 4) ** 2 + 1
+    one_line_error(ConfigError, lambda: ours(config), "tile % patch", "image_size", "patch_size")
