@@ -1,8 +1,9 @@
 """Component graphs built from the bundled declarations, kept between runs.
 
 Once its declarations are parsed (and those are kept: safe_expr), building a model's graph is most of what
-loading it costs: every part's expressions have its arguments substituted in, and sympy evaluates every Min
-and Max again as it does (0.2 s for Qwen3, 0.3 s for DeepSeek-V3 on these machines). A graph built from
+loading it costs: every part's expressions have its arguments substituted in, and sympy evaluates every
+sum, product, Min and Max again as it does (30-180 ms for the bundled presets on these machines, reading
+one back 3-16 ms; benchmarks/README.md). A graph built from
 symform's own declarations follows from its code, its bundled files, sympy's release, the root component,
 the root's bindings and the assumption set alone, so it is kept (disk_cache: plain JSON, never code) under a
 hash of those, and rebuilt from it node by node with sympy's constructors told not to evaluate (what was
@@ -52,7 +53,7 @@ def kept_graph(library: Library, root: str, bindings: Mapping[str, Binding], *, 
 
 @cache
 def _store() -> disk_cache.Store:
-    # a graph takes 10-70 KB: a few dozen structures fit, and reading the file stays a few milliseconds
+    # a graph takes 25-135 KB: some thirty structures fit, and reading the file stays a few milliseconds
     return disk_cache.Store("graphs", disk_cache.digest(str(FORMAT), bundled_fingerprint()), max_bytes=_MAX_STORE_BYTES)
 
 
