@@ -36,6 +36,14 @@ def store(tmp_path, monkeypatch):
     forget_structures()
 
 
+@pytest.fixture
+def builds(monkeypatch) -> list:
+    """One entry per graph built from the declarations rather than read back."""
+    built: list = []
+    monkeypatch.setattr(kept_graphs, "build_graph", lambda *a, **k: built.append(a[1]) or build_graph(*a, **k))
+    return built
+
+
 def _entries() -> dict:
     kept_graphs._store().get("")  # read the file, if any
     return kept_graphs._store()._entries
@@ -67,14 +75,16 @@ def _assert_same(read: ComponentGraph, built: ComponentGraph) -> None:
 
 
 @pytest.mark.parametrize("name", PRESETS)
-def test_a_kept_graph_reads_back_as_the_graph_built(store, name):
+def test_a_kept_graph_reads_back_as_the_graph_built(store, builds, name):
     library, root, arguments = _arguments(name)
+    builds.clear()
     kept_graphs.kept_graph(library, root, arguments)  # built and kept
-    assert len(_entries()) == 1
+    assert len(_entries()) == 1 and len(builds) == 1
     kept_graphs._store().save()
     kept_graphs._store.cache_clear()  # as the next process: the store read from its file
     forget_structures()
     read = kept_graphs.kept_graph(library, root, arguments)
+    assert len(builds) == 1  # read back, not built
     _assert_same(read, build_graph(library, root, arguments))
 
 
@@ -90,15 +100,17 @@ def test_each_assumption_set_and_each_structure_is_kept_apart(store):
     assert len({plain.total("params"), without_qk_norm.total("params"), untied.total("params")}) == 3
 
 
-def test_a_model_from_a_kept_graph_gives_the_same_numbers(store):
+def test_a_model_from_a_kept_graph_gives_the_same_numbers(store, builds):
     first = Model.load("deepseek-v3")
     expected = {q: first.evaluate(q, batch=2, seq=512) for q in ("params", "active_params", "forward_flops", "backward_flops")}
     breakdown = first.evaluate_breakdown("params", depth=None)
     kept_graphs._store().save()
     kept_graphs._store.cache_clear()
     forget_structures()
+    count = len(builds)
     again = Model.load("deepseek-v3")
     assert {q: again.evaluate(q, batch=2, seq=512) for q in expected} == expected
+    assert len(builds) == count  # every graph the second model asked for was read back
     assert again.evaluate_breakdown("params", depth=None) == breakdown
 
 
