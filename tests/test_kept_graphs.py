@@ -148,19 +148,19 @@ def _damaged(document: dict) -> list[tuple[str, dict]]:
         "a symbol not in the vocabulary": lambda d: d["table"].__setitem__(n, ["n", "__import__"]),
         "a constant past the digit budget": lambda d: d["table"].__setitem__(n, ["i", "9" * 5000]),
         "a truth value that is not one": lambda d: d["table"].__setitem__(n, ["b", "yes"]),
-        "an unknown component": lambda d: d["nodes"][0].__setitem__(1, "no_such_component"),
+        "an unknown component": lambda d: d["nodes"][0][1].__setitem__("component", ["component", "no_such_component"]),
         "a requirement counted from the end": lambda d: d["requirements"][0].__setitem__(1, -1),
         "a requirement past the declared ones": lambda d: d["requirements"][0].__setitem__(1, 10_000),
         "an edge to a node not kept": lambda d: d["edges"][0].__setitem__(1, "nowhere"),
         "a table past the entry budget": lambda d: d.__setitem__("table", table + [["i", "1"]] * (kept_graphs._MAX_ENTRIES + 1)),
         "a node that is not a list": lambda d: d["nodes"].__setitem__(0, "node"),
-        "an argument that is neither slot nor entry": lambda d: d["nodes"][0][2].__setitem__(next(iter(d["nodes"][0][2])), {"slot": 1}),
+        "an argument that is neither slot nor entry": lambda d: d["nodes"][0][1]["args"][1].__setitem__(next(iter(d["nodes"][0][1]["args"][1])), {"slot": 1}),
         "no table at all": lambda d: d.pop("table"),
         # entries that share their arguments: 60 doublings make a tree of 2**60 nodes that any walk over it visits
         "a tree of exponential size": lambda d: d["table"].extend([["f", "Add", [len(table) + i - 1, len(table) + i - 1]] for i in range(60)])
-        or d["nodes"][-1][5]["quantities"].__setitem__("params", len(table) + 59),
+        or d["nodes"][-1][1]["quantities"][1].__setitem__("params", len(table) + 59),
         "a chain nested past the depth budget": lambda d: d["table"].extend([["f", "Mul", [n, len(table) + i - 1]] for i in range(100)])
-        or d["nodes"][-1][5]["quantities"].__setitem__("params", len(table) + 99),
+        or d["nodes"][-1][1]["quantities"][1].__setitem__("params", len(table) + 99),
     }
     damaged = []
     for what, edit in edits.items():

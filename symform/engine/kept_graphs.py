@@ -28,14 +28,14 @@ import sympy
 from . import disk_cache
 from .budget import GRAPH_NODES, NESTING_DEPTH
 from .data import bundled_fingerprint
-from .declarations import Library, default_library
+from .declarations import Component, Library, default_library
 from .graph import Binding, BoundRequirement, ComponentGraph, build_graph
 from .safe_expr import MAX_TREE_NODES, kept_leaf, kept_leaf_value, kept_node, kept_node_name, same_tree
 
-FORMAT = 1
+FORMAT = 2
 _MAX_ENTRIES = 64 * GRAPH_NODES  # distinct sub-expressions of one graph: the bundled presets have 300-900
 _MAX_STORE_BYTES = 4 * 2**20
-_EXPRESSION_FIELDS = ("quantities", "frozen", "gemm")  # a leaf's: one expression per name
+_MAP_DEPTH = 1  # a node's or edge's attribute is an expression, a name or a mapping of them: never mappings nested
 
 
 def kept_graph(library: Library, root: str, bindings: Mapping[str, Binding], *, assume: str | None = None) -> ComponentGraph:
@@ -112,17 +112,24 @@ class _Writer:
 
 
 def _written(graph: ComponentGraph, writer: _Writer) -> dict[str, Any]:
-    def exprs(mapping: Mapping[str, sympy.Basic]) -> dict[str, int]:
-        return {str(k): writer.put(v) for k, v in mapping.items()}
+    """Every node's and edge's attributes as the build set them, whatever they are: a component by name, text,
+    None or a truth value as itself, a mapping by its entries, an expression by its table entry."""
 
-    nodes = []
-    for path, data in graph.graph.nodes(data=True):
-        args = {name: ["slot", value] if isinstance(value, str) else writer.put(value) for name, value in data["args"].items()}
-        leaf = None
-        if data["component"].is_primitive:
-            leaf = {f: exprs(data[f]) for f in _EXPRESSION_FIELDS} | {"backward_peak": writer.put(data["backward_peak"])}
-        nodes.append([path, data["component"].name, args, exprs(data["assumed"]), exprs(data["saved_when"]), leaf])
-    edges = [[a, b, exprs(d["repeat"]), d["shard"], d["shares_input"]] for a, b, d in graph.graph.edges(data=True)]
+    def value(v: Any) -> Any:
+        if isinstance(v, Component):
+            return ["component", v.name]
+        if isinstance(v, str):
+            return ["text", v]
+        if v is None or isinstance(v, bool):
+            return ["plain", v]
+        if isinstance(v, Mapping):
+            if not all(isinstance(k, str) for k in v):
+                raise _NotKept("a mapping keyed by other than names")
+            return ["map", {k: value(x) for k, x in v.items()}]
+        return writer.put(v)  # an expression; _NotKept for anything else
+
+    nodes = [[path, {k: value(v) for k, v in data.items()}] for path, data in graph.graph.nodes(data=True)]
+    edges = [[a, b, {k: value(v) for k, v in data.items()}] for a, b, data in graph.graph.edges(data=True)]
     requirements = []
     for bound in graph.requirements:
         declared = graph.graph.nodes[bound.path]["component"].requirements
@@ -161,39 +168,43 @@ def _read(document: Any, library: Library) -> ComponentGraph:
     """The graph a kept document describes; ValueError, KeyError, TypeError or a SymformError where it is amiss."""
     table = _rebuilt_table(document["table"])
 
-    def expr(i: Any) -> sympy.Basic:
-        if type(i) is not int or not 0 <= i < len(table):
-            raise ValueError("no such entry")
-        return table[i]
+    def value(v: Any, depth: int = 0) -> Any:
+        if type(v) is int:
+            if not 0 <= v < len(table):
+                raise ValueError("no such entry")
+            return table[v]
+        kind, content = v
+        if kind == "component":
+            return library[_text(content)]
+        if kind == "text":
+            return _text(content)
+        if kind == "plain" and (content is None or type(content) is bool):
+            return content
+        if kind == "map" and isinstance(content, dict) and depth < _MAP_DEPTH:
+            return {_text(k): value(x, depth + 1) for k, x in content.items()}
+        raise ValueError("not a kept value")
 
-    def exprs(mapping: Any) -> dict[str, sympy.Basic]:
-        return {_text(k): expr(i) for k, i in mapping.items()}
+    def attributes(kept: Any) -> dict[str, Any]:
+        return {_text(k): value(v) for k, v in kept.items()}
 
     nodes, edges = document["nodes"], document["edges"]
     if len(nodes) > GRAPH_NODES or len(edges) > len(nodes):
         raise ValueError("too many nodes")
     result = ComponentGraph(nx.DiGraph())
-    for path, name, args, assumed, saved_when, leaf in nodes:
-        component = library[_text(name)]
-        data = {
-            "component": component,
-            "args": {_text(k): _text(v[1]) if isinstance(v, list) and v[:1] == ["slot"] else expr(v) for k, v in args.items()},
-            "quantities": {},
-            "assumed": exprs(assumed),
-            "saved_when": exprs(saved_when),
-        }
-        if component.is_primitive:
-            data.update({f: exprs(leaf[f]) for f in _EXPRESSION_FIELDS}, backward_peak=expr(leaf["backward_peak"]))
+    for path, kept in nodes:
+        data = attributes(kept)
+        if not isinstance(data.get("component"), Component):
+            raise ValueError("a node without its component")
         result.graph.add_node(_text(path), **data)
-    for parent, child, repeat, shard, shares_input in edges:
-        if parent not in result.graph or child not in result.graph or not (shard is None or isinstance(shard, str)) or not (shares_input is None or isinstance(shares_input, str)):
+    for parent, child, kept in edges:
+        if parent not in result.graph or child not in result.graph:
             raise ValueError("an edge between nodes not kept")
-        result.graph.add_edge(parent, child, repeat=exprs(repeat), shard=shard, shares_input=shares_input)
+        result.graph.add_edge(parent, child, **attributes(kept))
     for path, index, relation in document["requirements"]:
         component = result.graph.nodes[path]["component"]
         if type(index) is not int or not 0 <= index < len(component.requirements):
             raise ValueError("no such requirement")
-        result.requirements.append(BoundRequirement(path, component.name, component.requirements[index], expr(relation)))
+        result.requirements.append(BoundRequirement(path, component.name, component.requirements[index], value(relation)))
     return result
 
 
