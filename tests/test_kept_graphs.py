@@ -14,7 +14,7 @@ import pytest
 import sympy
 
 import symform
-from symform.engine import kept_graphs
+from symform.engine import kept_graphs, kept_tables
 from symform.engine.declarations import QUANTITIES, default_library
 from symform.engine.graph import ComponentGraph, build_graph
 from symform.engine.model import Model, forget_structures
@@ -152,7 +152,7 @@ def _damaged(document: dict) -> list[tuple[str, dict]]:
         "a requirement counted from the end": lambda d: d["requirements"][0].__setitem__(1, -1),
         "a requirement past the declared ones": lambda d: d["requirements"][0].__setitem__(1, 10_000),
         "an edge to a node not kept": lambda d: d["edges"][0].__setitem__(1, "nowhere"),
-        "a table past the entry budget": lambda d: d.__setitem__("table", table + [["i", "1"]] * (kept_graphs._MAX_ENTRIES + 1)),
+        "a table past the entry budget": lambda d: d.__setitem__("table", table + [["i", "1"]] * (kept_tables.MAX_ENTRIES + 1)),
         "a node that is not a list": lambda d: d["nodes"].__setitem__(0, "node"),
         "an argument that is neither slot nor entry": lambda d: d["nodes"][0][1]["args"][1].__setitem__(next(iter(d["nodes"][0][1]["args"][1])), {"slot": 1}),
         "no table at all": lambda d: d.pop("table"),
@@ -185,7 +185,7 @@ def test_a_damaged_or_edited_entry_is_built_again(store, monkeypatch):
 def test_a_graph_that_does_not_rebuild_equal_is_not_kept(store, monkeypatch):
     """Should a tree not rebuild node for node (here: every table entry read as 1), the graph is not kept."""
     library, root, arguments = _arguments("qwen3-0.6b")
-    monkeypatch.setattr(kept_graphs, "_rebuilt_table", lambda table: [sympy.Integer(1)] * len(table))
+    monkeypatch.setattr(kept_graphs, "rebuilt_table", lambda table: [sympy.Integer(1)] * len(table))
     kept_graphs.kept_graph(library, root, arguments)
     assert _entries() == {}
 

@@ -27,6 +27,7 @@ from ..engine.data import formulas_dir, read_toml
 from ..engine.errors import DeclarationError, EvaluationError, describe_validation
 from ..engine.evaluate import Number, exact_value, fast_exact, plain_values
 from ..engine.formula import Formula
+from ..engine.kept_tables import keepable
 from ..engine.model import Model
 from ..engine.multiplied import from_polynomial, multiplied_out, polynomial
 from ..engine.vocabulary import Vocabulary
@@ -91,6 +92,7 @@ def _pick(table: Mapping[str, object], name: str, what: str):
 # --- layouts ---------------------------------------------------------------------------
 
 
+@keepable
 @dataclass(frozen=True)
 class Layout:
     """How the work is split: degrees of each kind of parallelism, ZeRO stage, pipeline schedule."""

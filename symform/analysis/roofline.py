@@ -33,6 +33,7 @@ from ..engine.budget import check_expansion, expand
 from ..engine.errors import BudgetError, ConfigError, EvaluationError
 from ..engine.evaluate import exact_value
 from ..engine.formula import to_latex
+from ..engine.kept_tables import keepable
 from .hardware import Device, System, load_device
 from ..engine.model import Model
 from ..engine.multiplied import multiplied_out
@@ -190,6 +191,7 @@ def _json_number(value: Quantity) -> int | float:
 # --- single operations, in closed form ----------------------------------------------
 
 
+@keepable
 @dataclass(frozen=True)
 class Work:
     """FLOPs and bytes of one piece of work, as sympy expressions (or exact numbers)."""
@@ -284,6 +286,7 @@ def small_batch_intensity(
 # --- whole models, per phase ----------------------------------------------------------
 
 
+@keepable
 @dataclass(frozen=True)
 class PhaseWork:
     """A phase's FLOPs and bytes per component (slash paths), over the workload symbols left free."""

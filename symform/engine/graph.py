@@ -39,16 +39,33 @@ class ComponentGraph:
     # a built graph does not change, and models differing only in conventions share it: what is
     # derived from it is derived once (sympy expressions are immutable; callers get fresh dicts)
     _derived: dict = field(default_factory=dict, repr=False, compare=False)
+    # where the graph is kept between runs (kept_graphs), what is derived from it is too: a keeper's
+    # recall(key) gives (True, value) for a value an earlier run derived, remember(key, value) keeps one
+    keeper: Any = field(default=None, repr=False, compare=False)
+    _deriving: int = field(default=0, repr=False, compare=False)
 
-    def derived(self, key: Hashable, compute: Callable[[], Any]) -> Any:
+    def derived(self, key: Hashable, compute: Callable[[], Any], *, between_runs: bool = True) -> Any:
         """``compute()``'s value, computed once per key for this graph: for what depends on the graph alone
-        (or on the graph and what the key names). An unhashable key (a caller's odd argument) is not kept."""
+        (or on the graph and what the key names). An unhashable key (a caller's odd argument) is not kept.
+        What is derived outside any other derivation is recalled from the keeper, or given to it (the
+        derivations within one are needed only where it is not kept); ``between_runs=False`` for a value
+        its callers change (a memo of their own), which is this run's alone."""
         try:
             hash(key)
         except TypeError:
             return compute()
         if key not in self._derived:
-            self._derived[key] = compute()
+            outermost = between_runs and self.keeper is not None and self._deriving == 0
+            found, value = self.keeper.recall(key) if outermost else (False, None)
+            if not found:
+                self._deriving += 1
+                try:
+                    value = compute()
+                finally:
+                    self._deriving -= 1
+                if outermost:
+                    self.keeper.remember(key, value)
+            self._derived[key] = value
         return self._derived[key]
 
     def leaves(self) -> list[str]:

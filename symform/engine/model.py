@@ -345,7 +345,7 @@ class Model:
             return _NO_CHECKS
         # what a requirement leaves depends on the values of its own symbols alone: models of one graph that differ
         # in other sizes (with_arguments) share the substitution
-        left = graph.derived("workload relations", dict)
+        left = graph.derived("workload relations", dict, between_runs=False)
         sizes, conventions = self._values, self.conventions
         found = []
         for i, (requirement, symbols) in enumerate(reading):
