@@ -9,11 +9,11 @@ the root's bindings and the assumption set alone, so it is kept (disk_cache: pla
 hash of those, and rebuilt from it node by node with sympy's constructors told not to evaluate (what was
 kept is already what evaluating gave).
 
-Every distinct sub-expression of a graph is written once, in a table whose entries name earlier entries
-only: the layers of a model share most of their expressions, and the table is read front to back without
-recursion. A graph is kept only where it rebuilds equal, node for node and tree for tree, to the one built;
+Its expressions are written as a table in which every distinct sub-expression appears once (kept_tables).
+A graph is kept only where it rebuilds equal, node for node and tree for tree, to the one built;
 what is read back is held to the budgets a build obeys, and anything amiss (a damaged, edited or foreign
 entry, an unknown component or node type) is built again from the declarations: the cache only saves time.
+A graph with a key keeps what analyses derive from it too (kept_derivations).
 """
 
 from __future__ import annotations
