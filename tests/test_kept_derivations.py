@@ -111,6 +111,19 @@ def test_each_graph_and_key_is_kept_apart(store, phases):
     assert len({train.total, prefill.total, other.total}) == 3
 
 
+def test_a_run_keeps_its_derivations_in_the_order_derived_up_to_its_byte_budget(store, monkeypatch):
+    model = Model.load("qwen3-0.6b")
+    phase_work(model, "prefill")
+    phase_work(model, "train")
+    pending = list(kept_derivations._pending())
+    sizes = [kept_derivations._written(value)[1] for _, value in pending]
+    first = next(i for i, size in enumerate(sizes) if size)
+    assert sum(1 for size in sizes if size) > 1
+    monkeypatch.setattr(kept_derivations, "_MAX_RUN_BYTES", sizes[first])
+    kept_derivations.keep_pending()
+    assert list(_entries()) == [pending[first][0]]
+
+
 def test_a_memo_the_run_changes_is_never_kept(store):
     """The workload requirements a model substitutes are a memo its callers fill: this run's alone."""
     model = Model.load("qwen3-vl-8b")
@@ -221,12 +234,21 @@ def test_keys_are_written_the_same_in_every_run(tmp_path):
     assert len(texts) == 1
 
 
+def test_keys_that_differ_are_written_apart():
+    x, whole = sympy.Symbol("x", positive=True), sympy.Symbol("x", integer=True)
+    keys = [x, whole, x + 1, x + 2, 2 * x, x**2, x / 2, sympy.Integer(2), sympy.Float(2), sympy.Rational(1, 2), sympy.Max(x, 1),
+            (x, 1), (x, "1"), (x, True), (x, None), frozenset({x}), frozenset({x, whole}), ("a", "b"), ("a,b",), ["a", "b"], Layout(tensor=2), Layout(data=2)]
+    texts = [kept_tables.key_text(k) for k in keys]
+    assert len(set(texts)) == len(keys)
+
+
 def test_a_key_holding_what_no_document_can_is_not_kept(store):
     with pytest.raises(kept_tables.NotKept):
         kept_tables.key_text(("k", object()))
     graph = Model.load("qwen3-0.6b").graph()
     assert graph.keeper._entry(("k", object())) is None
-    assert graph.derived(("k", sympy.Dummy("d")), lambda: 1) == 1  # a Dummy: derived, kept under a key no run repeats
+    assert graph.keeper._entry(("k", sympy.Dummy("d"))) is None  # told apart from another Dummy "d" by this run's counter
+    assert graph.derived(("k", sympy.Dummy("d")), lambda: 1) == 1
 
 
 def test_a_second_run_of_a_command_derives_nothing_and_prints_the_same(tmp_path):

@@ -27,6 +27,7 @@ from .kept_tables import NotKept, Reader, Writer, key_text, rebuilt_table, same_
 FORMAT = 1
 _MAX_STORE_BYTES = 2 * 2**20  # every run that loads a kept graph reads the file: a plan of DeepSeek-V3 keeps 50 KB
 _MAX_PENDING = 256  # derivations one run keeps (written, and checked to read back, when it ends)
+_MAX_RUN_BYTES = _MAX_STORE_BYTES // 2  # and their bytes: a long session's derivations do not make every run read more
 
 
 @cache
@@ -73,27 +74,29 @@ def _pending() -> list[tuple[str, Any]]:
 
 
 def keep_pending() -> None:
-    """Keep what this run derived and no earlier run kept (at exit; tests call it to stand for a run's end)."""
+    """Keep what this run derived and no earlier run kept, in the order derived, up to _MAX_RUN_BYTES (at
+    exit; tests call it to stand for a run's end)."""
     pending = _pending()
-    kept = False
-    while pending:
-        entry, value = pending.pop()
-        document = _written(value)
-        if document is not None:
+    taken, pending[:] = list(pending), []
+    left = _MAX_RUN_BYTES
+    for entry, value in taken:
+        document, size = _written(value)
+        if document is not None and size <= left:
             _store().put(entry, document)
-            kept = True
-    if kept:
+            left -= size
+    if left < _MAX_RUN_BYTES:
         _store().save()
 
 
-def _written(value: Any) -> dict[str, Any] | None:
-    """``value``'s document, where it reads back equal to ``value``; else None."""
+def _written(value: Any) -> tuple[dict[str, Any] | None, int]:
+    """``value``'s document and its size as JSON, where it reads back equal to ``value``; else None."""
     writer = Writer(default_library())
     try:
         document = {"table": writer.table, "value": writer.value(value)}
-        return document if same_value(_read(json.loads(json.dumps(document))), value) else None
+        text = json.dumps(document)
+        return (document, len(text)) if same_value(_read(json.loads(text)), value) else (None, 0)
     except Exception:  # noqa: BLE001: keeping is optional; the value derived stands
-        return None
+        return None, 0
 
 
 def _read(document: Any) -> Any:

@@ -107,11 +107,11 @@ class Writer:
 
 
 def key_text(v: Any) -> str:
-    """A hashable key as text that is the same in every run for an equal key (sets sorted, expressions by
-    sympy's srepr: its order of arguments is sympy's canonical one, not the order of hashes); NotKept for
-    a key holding anything else than ``Writer.value`` writes."""
+    """A hashable key as text that is the same in every run for an equal key (sets sorted, expressions node
+    by node in the order of their arguments, which is sympy's canonical one, not the order of hashes);
+    NotKept for a key holding anything else than ``Writer.value`` writes."""
     if isinstance(v, sympy.Basic):
-        return "e" + sympy.srepr(v)
+        return "e" + _tree_text(v)
     if v is None or type(v) in (bool, str, int, float, Fraction):
         return f"{type(v).__name__}:{v!r}"
     if type(v) in (tuple, list):
@@ -121,6 +121,32 @@ def key_text(v: Any) -> str:
     if KEPT_CLASSES.get(_class_name(type(v))) is type(v):
         return json.dumps(["object", _class_name(type(v)), {k: key_text(x) for k, x in _attributes(v).items()}])
     raise NotKept(type(v).__name__)
+
+
+def _tree_text(expr: sympy.Basic) -> str:
+    """An expression as text, faithful to its tree: a symbol with its assumptions, a number by its digits
+    (sympy's srepr says the same, through its printer, several times slower)."""
+    if isinstance(expr, sympy.Symbol):
+        if type(expr) is not sympy.Symbol:  # a Dummy is told apart by a counter of this run's: no other run has it
+            raise NotKept(type(expr).__name__)
+        return _symbol_text(expr)
+    if isinstance(expr, sympy.Rational):
+        return f"{type(expr).__name__}:{expr.p}/{expr.q}"
+    if not expr.args:
+        return type(expr).__name__ + ":" + str(expr)
+    return type(expr).__name__ + "(" + ",".join(_tree_text(a) for a in expr.args) + ")"
+
+
+_SYMBOL_TEXTS: dict[sympy.Symbol, str] = {}
+
+
+def _symbol_text(symbol: sympy.Symbol) -> str:
+    found = _SYMBOL_TEXTS.get(symbol)
+    if found is None:
+        if len(_SYMBOL_TEXTS) > 4096:
+            _SYMBOL_TEXTS.clear()
+        found = _SYMBOL_TEXTS[symbol] = f"Symbol:{symbol.name}{sorted(symbol.assumptions0.items())}"
+    return found
 
 
 def _class_name(cls: type) -> str:
