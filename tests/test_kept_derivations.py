@@ -4,13 +4,13 @@ the numbers deriving it gives; a damaged or edited entry, or a memo of the run's
 from __future__ import annotations
 
 import copy
-import json
 import os
 import subprocess
 import sys
 
 import pytest
 import sympy
+from cached_runs import two_runs
 
 from symform.analysis import roofline
 from symform.analysis.memory import Layout, Training, training_memory
@@ -252,21 +252,8 @@ def test_a_key_holding_what_no_document_can_is_not_kept(store):
 
 
 def test_a_second_run_of_a_command_derives_nothing_and_prints_the_same(tmp_path):
-    env = {**os.environ, "SYMFORM_CACHE_DIR": str(tmp_path)}
-    env.pop("SYMFORM_CACHE", None)
-    code = (
-        "import json, sys\n"
-        "from symform.analysis import roofline\n"
-        "from symform.interface.cli import main\n"
-        "calls = []\n"
-        "original = roofline._phase_work\n"
-        "roofline._phase_work = lambda *a, **k: calls.append(a[1]) or original(*a, **k)\n"
-        "status = main(['time', 'qwen3-0.6b', '--train', '--gpu', 'h100-sxm', '--gpus', '8', '--global-batch', '64', '--seq', '1024', '--flash'])\n"
-        "print(json.dumps({'status': status, 'phases': calls}))\n"
-    )
-    runs = [subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True) for _ in range(2)]
-    first, second = (json.loads(r.stdout.splitlines()[-1]) for r in runs)
+    argv = ["time", "qwen3-0.6b", "--train", "--gpu", "h100-sxm", "--gpus", "8", "--global-batch", "64", "--seq", "1024", "--flash"]
+    first, second = two_runs(tmp_path, "symform.analysis.roofline:_phase_work", argv)
     assert first["status"] == second["status"] == 0
-    assert first["phases"] and second["phases"] == []
-    printed = [r.stdout.rsplit("\n", 2)[0] for r in runs]
-    assert printed[0] == printed[1] and "step" in printed[0]
+    assert first["calls"] and second["calls"] == []  # every phase's work read back
+    assert first["printed"] == second["printed"] and "step" in first["printed"]

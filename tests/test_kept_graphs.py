@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import sympy
+from cached_runs import two_runs
 
 import symform
 from symform.engine import kept_graphs, kept_tables
@@ -192,22 +190,10 @@ def test_a_graph_that_does_not_rebuild_equal_is_not_kept(store, monkeypatch):
 
 def test_a_fresh_process_reads_the_kept_graph(tmp_path):
     """Two runs of one command: the second reads the graph the first kept and prints the same numbers."""
-    env = {**os.environ, "SYMFORM_CACHE_DIR": str(tmp_path)}
-    env.pop("SYMFORM_CACHE", None)
-    code = (
-        "import json, sys\n"
-        "from symform.engine import kept_graphs\n"
-        "from symform.interface.cli import main\n"
-        "built = []\n"
-        "original = kept_graphs.build_graph\n"
-        "kept_graphs.build_graph = lambda *a, **k: built.append(1) or original(*a, **k)\n"
-        "main(['params', 'qwen3-0.6b', '--json'])\n"
-        "print(json.dumps(len(built)), file=sys.stderr)\n"
-    )
-    runs = [subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120) for _ in range(2)]
-    assert [r.returncode for r in runs] == [0, 0], runs[0].stderr + runs[1].stderr
-    assert runs[0].stdout == runs[1].stdout
-    assert json.loads(runs[0].stdout)["total"] == 596_049_920  # Qwen3-0.6B's numel, tied embeddings (test_oracle_params)
-    assert [int(r.stderr.strip().splitlines()[-1]) for r in runs] == [1, 0]
+    first, second = two_runs(tmp_path, "symform.engine.kept_graphs:build_graph", ["params", "qwen3-0.6b", "--json"])
+    assert first["status"] == second["status"] == 0
+    assert first["printed"] == second["printed"]
+    assert json.loads(first["printed"])["total"] == 596_049_920  # Qwen3-0.6B's numel, tied embeddings (test_oracle_params)
+    assert (len(first["calls"]), len(second["calls"])) == (1, 0)
     assert list(tmp_path.glob("graphs-*.json"))
 
