@@ -177,6 +177,7 @@ def _damaged(document: dict) -> dict[str, dict]:
         "a symbol named by Python code": lambda d: d["table"].__setitem__(f, ["s", "__import__('os')", {}]),
         "a symbol with an assumption sympy has not": lambda d: d["table"].__setitem__(f, ["s", "x", {"evaluate": True}]),
         "a number past the digit budget": lambda d: d["value"][2].__setitem__("notes", ["tuple", [["int", "9" * 5000]]]),
+        "a float that is not finite": lambda d: d["value"][2].__setitem__("notes", ["tuple", [["float", "nan"]]]),
         "values nested past the depth budget": lambda d: d["value"][2].__setitem__("notes", _nested(40)),
         "more values than the budget": lambda d: d["value"][2].__setitem__("notes", ["tuple", [["plain", None]] * (kept_tables.MAX_ITEMS + 1)]),
         "a mapping that is not a list of pairs": lambda d: d["value"][2].__setitem__("components", ["dict", {"a": 1}]),

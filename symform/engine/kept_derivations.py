@@ -7,7 +7,7 @@ follow from the same things the graph does and from the key alone, so they are k
 the graph's key and the derivation's, as a table of expressions and the values around them (kept_tables),
 written when the run ends (by then a value has worked out what it caches, such as a phase's total) and only
 where it reads back equal to what was derived, type for type and tree for tree. A key or value that a kept
-document cannot hold (an instance of a class not declared ``keepable``, a symbol outside the vocabulary) is
+document cannot hold (an instance of a class not declared ``keepable``, a Dummy symbol) is
 derived every run, as is anything whose entry is damaged or written by another version: the cache only
 saves time.
 """

@@ -12,6 +12,7 @@ works the value out again: the cache only saves time.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import fields, is_dataclass
 from fractions import Fraction
 from functools import cached_property
@@ -41,8 +42,8 @@ def keepable(cls: type) -> type:
 
 
 class NotKept(Exception):
-    """A value with something a kept document cannot hold (a symbol of no vocabulary name, a Float, an
-    instance of a class not declared keepable)."""
+    """A value with something a kept document cannot hold (a Dummy symbol, a Float, an instance of a class
+    not declared keepable)."""
 
 
 class Writer:
@@ -221,8 +222,12 @@ class Reader:
             return content
         if kind == "text":
             return text(content)
-        if kind in ("int", "float"):
-            number = int(text(content)) if kind == "int" else float(text(content))
+        if kind == "int":
+            return int(text(content))  # past Python's digit limit for text, a ValueError
+        if kind == "float":
+            number = float(text(content))
+            if not math.isfinite(number):  # never written: a NaN is not equal to itself, so it does not read back equal
+                raise ValueError("a kept float that is not finite")
             return number
         if kind == "fraction":
             return Fraction(int(text(content)), int(text(rest[0])))
