@@ -4,9 +4,11 @@ the numbers deriving it gives; a damaged or edited entry, or a memo of the run's
 from __future__ import annotations
 
 import copy
+import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import sympy
@@ -18,7 +20,8 @@ from symform.analysis.planner import plan
 from symform.analysis.roofline import phase_work
 from symform.analysis.timing import training_time
 from symform.engine import kept_derivations, kept_graphs, kept_tables
-from symform.engine.model import Model, forget_structures
+from symform.engine.errors import ConfigError
+from symform.engine.model import Model, forget_structures, quantity_names
 
 # dense; MLA + MoE; hybrid linear attention + MoE; Mamba-2 hybrid; sliding window + soft-capping; a vision tower
 PRESETS = ["qwen3-0.6b", "deepseek-v3", "qwen3-next-80b-a3b", "nemotron-h-8b", "gemma-2-2b", "qwen3-vl-8b"]
@@ -70,11 +73,18 @@ def _analyses(name: str) -> dict:
     setup = Training(precision="mixed", optimizer="adamw", recompute="selective", flash=True, layout=layout)
     work = {p: phase_work(model, p, flash=True) for p in ("train", "prefill", "decode")}
     return {
+        "numbers": {q: model.evaluate(q, **_workload(model, q)) for q in quantity_names()},
+        "expressions": {q: str(model.expression(q).expr) for q in quantity_names()},
         "memory": training_memory(model, batch=2, seq=256, setup=setup).as_dict(),
         "work": {p: {k: (str(v.flops), str(v.bytes)) for k, v in w.components.items()} for p, w in work.items()},
         "totals": {p: (w.total.flops, w.total.bytes) for p, w in work.items()},
         "time": training_time(model, "h100-sxm", global_batch=16, micro_batch=2, seq=256, layout=layout, recompute="selective", flash=True).as_dict(),
     }
+
+
+def _workload(model: Model, quantity: str) -> dict[str, int]:
+    """8 for every symbol a quantity reads besides the model's sizes (batch, seq, tokens, tp, ...)."""
+    return {s.name: 8 for s in model.expression(quantity).expr.free_symbols if s.name not in model.values}
 
 
 @pytest.mark.parametrize("name", PRESETS)
@@ -122,6 +132,45 @@ def test_a_run_keeps_its_derivations_in_the_order_derived_up_to_its_byte_budget(
     monkeypatch.setattr(kept_derivations, "_MAX_RUN_BYTES", sizes[first])
     kept_derivations.keep_pending()
     assert list(_entries()) == [pending[first][0]]
+
+
+@pytest.fixture
+def sympy_checks(monkeypatch) -> list:
+    """One entry per size check sympy decides (a model's first at its structure, unless a run kept its verdict)."""
+    done: list = []
+    original = Model._check
+    monkeypatch.setattr(Model, "_check", lambda self, graph, check: done.append(check.kind) or original(self, graph, check))
+    return done
+
+
+IMAGES = {"images": 1, "image_height": 448, "image_width": 448}  # 196 tokens in Qwen3-VL-8B's sequence
+
+
+def test_sizes_checked_in_an_earlier_run_are_not_checked_again(store, sympy_checks):
+    Model.load("deepseek-v3")
+    Model.load("qwen3-vl-8b", conventions=IMAGES)
+    assert sympy_checks
+    _next_run()
+    sympy_checks.clear()
+    model = Model.load("qwen3-vl-8b", conventions=IMAGES)
+    Model.load("deepseek-v3")
+    assert sympy_checks == []
+    # what the requirements reading the workload leave was kept with the verdict: the sequence must hold the image
+    assert model.evaluate("forward_flops", batch=1, seq=196) > 0
+    with pytest.raises(ConfigError, match="give --seq at least"):
+        model.evaluate("forward_flops", batch=1, seq=195)
+
+
+def test_other_sizes_are_checked_and_sizes_that_fail_refused_every_run(store, sympy_checks):
+    config = json.loads((Path(__file__).parents[1] / "formulas" / "presets" / "qwen3-0.6b.json").read_text())
+    Model.load("qwen3-0.6b")
+    for _ in range(2):
+        with pytest.raises(ConfigError, match="n_heads % n_kv_heads == 0 does not hold"):
+            Model.from_config({**config, "num_attention_heads": 15})
+        _next_run()
+    sympy_checks.clear()
+    Model.load("qwen3-1.7b")  # the structure of qwen3-0.6b, at other sizes
+    assert sympy_checks
 
 
 def test_a_memo_the_run_changes_is_never_kept(store):

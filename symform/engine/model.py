@@ -271,14 +271,17 @@ class Model:
     def _expression(self, quantity: str, assume: str | None, conventions: bool) -> Formula:
         quantity = normalise_quantity(quantity)
         graph = self.graph(assume=assume)
+        # the graph's, at these conventions: once per graph (and kept with it between runs)
+        key = ("finished", quantity, frozenset(self.conventions.items()) if conventions else None)
+        return Formula(graph.derived(key, lambda: self._finish(self._total(graph, quantity), conventions).expr), self.vocabulary)
+
+    def _total(self, graph: ComponentGraph, quantity: str) -> sympy.Expr:
         if quantity in QUANTITIES:
-            expr = graph.total(quantity)
-        else:
-            text = derived_quantities()[quantity].expression
-            used = set(_IDENTIFIER.findall(text))  # the totals it names: each is a whole graph multiplied out
-            names = {**{n: self.vocabulary[n] for n in self.vocabulary.names()}, **{q: graph.total(q) for q in QUANTITIES if q in used}}
-            expr = parse(text, names)
-        return self._finish(expr, conventions)
+            return graph.total(quantity)
+        text = derived_quantities()[quantity].expression
+        used = set(_IDENTIFIER.findall(text))  # the totals it names: each is a whole graph multiplied out
+        names = {**{n: self.vocabulary[n] for n in self.vocabulary.names()}, **{q: graph.total(q) for q in QUANTITIES if q in used}}
+        return parse(text, names)
 
     def breakdown(self, quantity: str, *, depth: int | None = 1, assume: str | None = None, conventions: bool = True) -> dict[str, Formula]:
         """Per-component expressions by slash path (``depth`` segments deep); they sum to the total."""
@@ -339,10 +342,15 @@ class Model:
 
     def _find_workload_checks(self) -> tuple[tuple[sympy.Basic, BoundRequirement], ...]:
         """Each requirement left over the workload alone once this model's sizes and conventions are in."""
+        return self._workload_checks_of(self._workload_relations())
+
+    def _workload_relations(self) -> tuple[tuple[int, sympy.Basic], ...]:
+        """(index among the graph's requirements that read the workload, the relation left once this model's
+        sizes and conventions are in) of each that the sizes do not settle."""
         graph = self.graph()
         workload, reading = graph.derived("workload requirements", lambda: _reading_workload(graph, self.vocabulary))
         if not reading:  # most models: found once per graph, so a resized model pays a lookup
-            return _NO_CHECKS
+            return ()
         # what a requirement leaves depends on the values of its own symbols alone: models of one graph that differ
         # in other sizes (with_arguments) share the substitution
         left = graph.derived("workload relations", dict, between_runs=False)
@@ -356,8 +364,15 @@ class Model:
                 relation = requirement.relation.xreplace(self._known())
                 left[key] = relation if relation.free_symbols and relation.free_symbols <= workload else None
             if left[key] is not None:
-                found.append((left[key], requirement))
-        return tuple(found) or _NO_CHECKS
+                found.append((i, left[key]))
+        return tuple(found)
+
+    def _workload_checks_of(self, relations: tuple[tuple[int, sympy.Basic], ...]) -> tuple[tuple[sympy.Basic, BoundRequirement], ...]:
+        if not relations:
+            return _NO_CHECKS
+        graph = self.graph()
+        _, reading = graph.derived("workload requirements", lambda: _reading_workload(graph, self.vocabulary))
+        return tuple((relation, reading[i][0]) for i, relation in relations)
 
     def _known(self) -> dict[sympy.Symbol, sympy.Expr]:
         return {**self.conventions, **self._values}
@@ -450,8 +465,20 @@ class Model:
         """No part's count below zero, every repeat whole, every requirement holding, where the sizes decide it."""
         graph = self.graph()
         checks = self._structure.size_checks(graph)
+        to_run = self._checks_to_run(checks)
+        if checks and len(to_run) == len(checks):
+            # every check by sympy (the first model of its structure): its verdict follows from the graph and these
+            # values alone, so a verdict that passed (with what the requirements reading the workload leave) is
+            # derived once per graph and kept with it between runs
+            known = frozenset(self._known().items())
+            relations = graph.derived(("checked", known), lambda: self._run_checks(graph, checks, to_run) or self._workload_relations())
+            self._workload_checks = self._workload_checks_of(relations)
+        else:
+            self._run_checks(graph, checks, to_run)
+
+    def _run_checks(self, graph: ComponentGraph, checks: list[SizeCheck], to_run: list[int]) -> None:
         passed: set[tuple[str, sympy.Basic]] = set()
-        for i in self._checks_to_run(checks):
+        for i in to_run:
             # a check's verdict is its expression's at these sizes: where many parts share one, the first words a failure
             key = (checks[i].kind, checks[i].expr)
             if key not in passed:
