@@ -41,7 +41,7 @@ def rows(repeats: int) -> list[dict]:
     found = []
     runs = (
         (PARAMS, None, "cold (a fresh interpreter; symform's cache from an earlier run: the numbers it printed are kept)"),
-        (PARAMS_UNKEPT, None, "cold, a command whose numbers are not kept (declarations and graph kept, the model loaded)"),
+        (PARAMS_UNKEPT, None, "cold, a command whose numbers are not kept (declarations, graph and its derivations kept, the model loaded)"),
         (PARAMS, NO_CACHE, "cold, nothing cached (SYMFORM_CACHE=off: a first run)"),
     )
     for argv, extra, what in runs:
