@@ -24,7 +24,7 @@ from .data import bundled_fingerprint
 from .declarations import default_library
 from .kept_tables import NotKept, Reader, Writer, key_text, rebuilt_table, same_value
 
-FORMAT = 1
+FORMAT = 2  # 2: mappings by name as JSON objects
 _MAX_STORE_BYTES = 2 * 2**20  # every run that loads a kept graph reads the file: a plan of DeepSeek-V3 keeps 50 KB
 _MAX_PENDING = 256  # derivations one run keeps (written, and checked to read back, when it ends)
 _MAX_RUN_BYTES = _MAX_STORE_BYTES // 2  # and their bytes: a long session's derivations do not make every run read more
@@ -100,4 +100,4 @@ def _written(value: Any) -> tuple[dict[str, Any] | None, int]:
 
 
 def _read(document: Any) -> Any:
-    return Reader(rebuilt_table(document["table"])).value(document["value"])
+    return Reader(rebuilt_table(document["table"]), default_library()).value(document["value"])

@@ -30,11 +30,10 @@ from .data import bundled_fingerprint
 from .declarations import Component, Library, default_library
 from .graph import Binding, BoundRequirement, ComponentGraph, build_graph
 from .kept_derivations import Derivations
-from .kept_tables import NotKept, Writer, rebuilt_table, same_value, text
+from .kept_tables import NotKept, Reader, Writer, rebuilt_table, same_value, text
 
 FORMAT = 2
 _MAX_STORE_BYTES = 4 * 2**20
-_MAP_DEPTH = 1  # a node's or edge's attribute is an expression, a name or a mapping of them: never mappings nested
 
 
 def kept_graph(library: Library, root: str, bindings: Mapping[str, Binding], *, assume: str | None = None) -> ComponentGraph:
@@ -73,24 +72,14 @@ def _key(library: Library, root: str, bindings: Mapping[str, Binding], assume: s
 
 
 def _written(graph: ComponentGraph, writer: Writer) -> dict[str, Any]:
-    """Every node's and edge's attributes as the build set them, whatever they are: a component by name, text,
-    None or a truth value as itself, a mapping by its entries, an expression by its table entry."""
+    """Every node's and edge's attributes as the build set them, whatever they are (``Writer.value``: a
+    component by name, text, a mapping by its entries, an expression by its table entry, ...)."""
 
-    def value(v: Any) -> Any:
-        if isinstance(v, Component):
-            return ["component", v.name]
-        if isinstance(v, str):
-            return ["text", v]
-        if v is None or isinstance(v, bool):
-            return ["plain", v]
-        if isinstance(v, Mapping):
-            if not all(isinstance(k, str) for k in v):
-                raise NotKept("a mapping keyed by other than names")
-            return ["map", {k: value(x) for k, x in v.items()}]
-        return writer.put(v)  # an expression; NotKept for anything else
+    def attributes(data: Mapping[str, Any]) -> dict[str, Any]:
+        return {k: writer.value(v) for k, v in data.items()}
 
-    nodes = [[path, {k: value(v) for k, v in data.items()}] for path, data in graph.graph.nodes(data=True)]
-    edges = [[a, b, {k: value(v) for k, v in data.items()}] for a, b, data in graph.graph.edges(data=True)]
+    nodes = [[path, attributes(data)] for path, data in graph.graph.nodes(data=True)]
+    edges = [[a, b, attributes(data)] for a, b, data in graph.graph.edges(data=True)]
     requirements = []
     for bound in graph.requirements:
         declared = graph.graph.nodes[bound.path]["component"].requirements
@@ -101,26 +90,12 @@ def _written(graph: ComponentGraph, writer: Writer) -> dict[str, Any]:
 
 def _read(document: Any, library: Library) -> ComponentGraph:
     """The graph a kept document describes; ValueError, KeyError, TypeError or a SymformError where it is amiss."""
-    table = rebuilt_table(document["table"])
-
-    def value(v: Any, depth: int = 0) -> Any:
-        if type(v) is int:
-            if not 0 <= v < len(table):
-                raise ValueError("no such entry")
-            return table[v]
-        kind, content = v
-        if kind == "component":
-            return library[text(content)]
-        if kind == "text":
-            return text(content)
-        if kind == "plain" and (content is None or type(content) is bool):
-            return content
-        if kind == "map" and isinstance(content, dict) and depth < _MAP_DEPTH:
-            return {text(k): value(x, depth + 1) for k, x in content.items()}
-        raise ValueError("not a kept value")
+    reader = Reader(rebuilt_table(document["table"]), library)
 
     def attributes(kept: Any) -> dict[str, Any]:
-        return {text(k): value(v) for k, v in kept.items()}
+        if not isinstance(kept, dict):
+            raise TypeError("a node's or edge's attributes are a JSON object")
+        return {text(k): reader.value(v) for k, v in kept.items()}
 
     nodes, edges = document["nodes"], document["edges"]
     if len(nodes) > GRAPH_NODES or len(edges) > len(nodes):
@@ -139,7 +114,7 @@ def _read(document: Any, library: Library) -> ComponentGraph:
         component = result.graph.nodes[path]["component"]
         if type(index) is not int or not 0 <= index < len(component.requirements):
             raise ValueError("no such requirement")
-        result.requirements.append(BoundRequirement(path, component.name, component.requirements[index], value(relation)))
+        result.requirements.append(BoundRequirement(path, component.name, component.requirements[index], reader.value(relation)))
     return result
 
 
@@ -166,4 +141,4 @@ def _same_graph(a: ComponentGraph, b: ComponentGraph) -> bool:
         return False
     pairs = [(a.graph.nodes[n], b.graph.nodes[n]) for n in a.graph.nodes] + [(a.graph.edges[e], b.graph.edges[e]) for e in a.graph.edges]
     pairs += [(vars(x), vars(y)) for x, y in zip(a.requirements, b.requirements)]
-    return all(x.keys() == y.keys() and all(same_value(x[k], y[k]) for k in x) for x, y in pairs)
+    return all(same_value(dict(x), dict(y)) for x, y in pairs)

@@ -22,11 +22,11 @@ import sympy
 from sympy.core.assumptions import _assume_defined
 
 from .budget import GRAPH_NODES, NESTING_DEPTH
-from .declarations import Library, default_library
-from .safe_expr import MAX_TREE_NODES, kept_leaf, kept_leaf_value, kept_node, kept_node_name, same_tree
+from .declarations import Component, Library, default_library
+from .safe_expr import MAX_TREE_NODES, kept_leaf, kept_leaf_value, kept_node, kept_node_name, same_tree, symbol_description
 
 MAX_ENTRIES = 64 * GRAPH_NODES  # distinct sub-expressions of one kept document: a bundled preset's graph has 300-900
-MAX_ITEMS = 64 * 1024  # values around them (texts, tuples, mapping entries, ...) in one document
+MAX_ITEMS = 64 * GRAPH_NODES  # values around them (texts, tuples, mapping entries, ...) in one document
 _VALUE_DEPTH = 12  # values within values: a phase's work is an object of a mapping of objects of expressions
 
 KEPT_CLASSES: dict[str, type] = {}  # "module.Class" -> class: the only instances a document may make
@@ -100,7 +100,11 @@ class Writer:
         if type(v) is frozenset:
             return ["frozenset", [self.value(x) for x in v]]
         if type(v) is dict:
+            if all(type(k) is str for k in v):  # a mapping by name (a node's arguments, a phase's components)
+                return ["map", {k: self.value(x) for k, x in v.items()}]
             return ["dict", [[self.value(k), self.value(x)] for k, x in v.items()]]
+        if isinstance(v, Component):  # a declared component, by its name in the library the reader is given
+            return ["component", v.name]
         cls = KEPT_CLASSES.get(_class_name(type(v)))
         if cls is type(v):
             return ["object", _class_name(cls), {name: self.value(x) for name, x in _attributes(v).items()}]
@@ -130,24 +134,12 @@ def _tree_text(expr: sympy.Basic) -> str:
     if isinstance(expr, sympy.Symbol):
         if type(expr) is not sympy.Symbol:  # a Dummy is told apart by a counter of this run's: no other run has it
             raise NotKept(type(expr).__name__)
-        return _symbol_text(expr)
+        return f"Symbol:{expr.name}{symbol_description(expr)}"
     if isinstance(expr, sympy.Rational):
         return f"{type(expr).__name__}:{expr.p}/{expr.q}"
     if not expr.args:
         return type(expr).__name__ + ":" + str(expr)
     return type(expr).__name__ + "(" + ",".join(_tree_text(a) for a in expr.args) + ")"
-
-
-_SYMBOL_TEXTS: dict[sympy.Symbol, str] = {}
-
-
-def _symbol_text(symbol: sympy.Symbol) -> str:
-    found = _SYMBOL_TEXTS.get(symbol)
-    if found is None:
-        if len(_SYMBOL_TEXTS) > 4096:
-            _SYMBOL_TEXTS.clear()
-        found = _SYMBOL_TEXTS[symbol] = f"Symbol:{symbol.name}{sorted(symbol.assumptions0.items())}"
-    return found
 
 
 def _class_name(cls: type) -> str:
@@ -202,11 +194,12 @@ def _symbol(entry: list[Any]) -> sympy.Symbol:
 
 
 class Reader:
-    """Values as ``Writer.value`` wrote them, over a table already rebuilt; at most MAX_ITEMS of them, nested
-    at most _VALUE_DEPTH deep."""
+    """Values as ``Writer.value`` wrote them, over a table already rebuilt, components named in ``library``;
+    at most MAX_ITEMS of them, nested at most _VALUE_DEPTH deep."""
 
-    def __init__(self, table: list[sympy.Basic]):
+    def __init__(self, table: list[sympy.Basic], library: Library):
         self.table = table
+        self.library = library
         self._left = MAX_ITEMS
 
     def value(self, v: Any, depth: int = 0) -> Any:
@@ -236,6 +229,12 @@ class Reader:
             return {"tuple": tuple, "list": list, "frozenset": frozenset}[kind](items)
         if kind == "dict":
             return {self.value(k, depth + 1): self.value(x, depth + 1) for k, x in _listed(content)}
+        if kind == "map":
+            if not isinstance(content, dict):
+                raise TypeError("a kept mapping by name is a JSON object")
+            return {text(k): self.value(x, depth + 1) for k, x in content.items()}
+        if kind == "component":
+            return self.library[text(content)]
         if kind == "object":
             return self._object(text(content), rest[0], depth)
         raise ValueError("not a kept value")

@@ -348,7 +348,7 @@ class Model:
         """(index among the graph's requirements that read the workload, the relation left once this model's
         sizes and conventions are in) of each that the sizes do not settle."""
         graph = self.graph()
-        workload, reading = graph.derived("workload requirements", lambda: _reading_workload(graph, self.vocabulary))
+        workload, reading = self._reading_workload(graph)
         if not reading:  # most models: found once per graph, so a resized model pays a lookup
             return ()
         # what a requirement leaves depends on the values of its own symbols alone: models of one graph that differ
@@ -370,9 +370,11 @@ class Model:
     def _workload_checks_of(self, relations: tuple[tuple[int, sympy.Basic], ...]) -> tuple[tuple[sympy.Basic, BoundRequirement], ...]:
         if not relations:
             return _NO_CHECKS
-        graph = self.graph()
-        _, reading = graph.derived("workload requirements", lambda: _reading_workload(graph, self.vocabulary))
+        _, reading = self._reading_workload(self.graph())
         return tuple((relation, reading[i][0]) for i, relation in relations)
+
+    def _reading_workload(self, graph: ComponentGraph) -> tuple[frozenset[sympy.Symbol], list[tuple[BoundRequirement, tuple[sympy.Symbol, ...]]]]:
+        return graph.derived("workload requirements", lambda: _reading_workload(graph, self.vocabulary))
 
     def _known(self) -> dict[sympy.Symbol, sympy.Expr]:
         return {**self.conventions, **self._values}

@@ -285,7 +285,7 @@ def _cache_key(source: str, names: Mapping[str, sympy.Basic], relation: bool) ->
     for name in sorted(set(_IDENTIFIERS.findall(source))):
         value = names.get(name)
         if isinstance(value, sympy.Symbol):
-            parts.append(f"{name}={value.name}:{_description(value)}")
+            parts.append(f"{name}={value.name}:{symbol_description(value)}")
         elif isinstance(value, tuple) and all(isinstance(v, sympy.Integer) for v in value):
             parts.append(f"{name}={[int(v) for v in value]}")
         elif value is None and name in FUNCTIONS:
@@ -345,7 +345,7 @@ def _kept(expr: sympy.Basic, values: Mapping[sympy.Symbol, sympy.Basic]) -> symp
     given = _encode(expr, names)
     if given is None or any(tree is None for _, tree in used):
         return expr.xreplace(values)
-    described = sorted(f"{name}:{_description(symbol)}" for symbol, name in names.items())
+    described = sorted(f"{name}:{symbol_description(symbol)}" for symbol, name in names.items())
     key = disk_cache.digest("substituted", json.dumps([given, used, described]))
     by_name = {name: symbol for symbol, name in names.items()}
     try:
@@ -367,7 +367,7 @@ def _symbol_names(expr: sympy.Basic, values: Mapping[sympy.Symbol, sympy.Basic])
         symbols |= getattr(v, "free_symbols", set())
     names: dict[sympy.Symbol, str] = {}
     taken: set[str] = set()
-    for symbol in sorted(symbols, key=lambda s: (s.name, _description(s))):
+    for symbol in sorted(symbols, key=lambda s: (s.name, symbol_description(s))):
         name, i = symbol.name, 0
         while name in taken:
             i += 1
@@ -377,7 +377,7 @@ def _symbol_names(expr: sympy.Basic, values: Mapping[sympy.Symbol, sympy.Basic])
     return names
 
 
-def _description(symbol: sympy.Symbol) -> str:
+def symbol_description(symbol: sympy.Symbol) -> str:
     """A symbol's assumptions as text, worked out once per symbol (part of every cache key that names it)."""
     described = _SYMBOLS.get(symbol)
     if described is None:
