@@ -34,6 +34,7 @@ from typing import Any, Sequence
 
 import sympy
 
+from ..engine.derivation import derivation
 from ..engine.budget import quoted
 from ..engine.data import data_root, read_toml
 from ..engine.errors import ConfigError, EvaluationError
@@ -388,11 +389,10 @@ def _gemm_shape(model: Model, path: str, split, workload, context: int) -> tuple
         return None
     fixed = {s: v for s, v in model.conventions.items() if s.name not in workload}
     bound = {"seq": 1, **workload}
-    # a graph serves every model of its architecture, whatever the sizes: they are in the key
-    key = ("gemm shape", path, frozenset(model.values.items()), frozenset(split.items()), frozenset(fixed.items()), frozenset(bound.items()), context)
-    return model.graph().derived(key, lambda: _bound_shape(model, declared, split, fixed, bound, context))
+    return _bound_shape(model, declared, split, fixed, bound, context)
 
 
+@derivation
 def _bound_shape(model: Model, declared, split, fixed, bound, context: int) -> tuple[float, float, float, float]:
     batch = model.vocabulary["batch"]
     sizes = {}

@@ -28,6 +28,7 @@ import sympy
 from . import finetune, parallel_comm, scaling
 from .finetune import FineTune
 from .collectives import ALPHA, BETA, N, P, collective, cost_model, link_bandwidth, link_latency
+from ..engine.derivation import derivation
 from ..engine.budget import ARRAY_ELEMENTS, check_count, check_result
 from ..engine.errors import ConfigError, EvaluationError
 from ..engine.evaluate import compile_expression, exact_value
@@ -174,10 +175,8 @@ def recompute_work(model: Model, recompute: str, *, flash: bool = False, values:
     units = recomputed_units(model, recompute)
     if flash and recompute == "selective":
         return sympy.Integer(0), sympy.Integer(0)
-    # once per graph, conventions and options: a plan asks again for every layout it reworks
-    given = frozenset((values or {}).items())
-    key = ("recompute work", recompute, flash, frozenset(model.conventions.items()), given)
-    return model.graph().derived(key, lambda: _recompute_work(model, units, flash, dict(given)))
+    # once per model and options: a plan asks again for every layout it reworks
+    return _recompute_work(model, units, flash, dict(values or {}))
 
 
 def rank_sizes(model: Model, seq: int | None = None) -> dict[sympy.Symbol, sympy.Expr]:
@@ -198,6 +197,7 @@ def rank_work(model: Model, recompute: str, *, flash: bool, finetune: FineTune |
     return train, recompute_work(model, recompute, flash=flash, values=sized)
 
 
+@derivation
 def _recompute_work(model: Model, units: list[str], flash: bool, values: Mapping[sympy.Symbol, sympy.Expr]) -> tuple[sympy.Expr, sympy.Expr]:
     leaves = phase_work(model, "prefill", depth=None, flash=flash, values=values).components
     inside = [w for path, w in leaves.items() if any(path == u or path.startswith(f"{u}/") for u in units)]
