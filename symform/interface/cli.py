@@ -137,6 +137,9 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     p = verbs.add_parser("hardware", help="accelerators and systems: the list, or one of them", description="accelerators and systems: the list, or one of them")
     p.add_argument("name", nargs="?", help="a bundled device (symform hardware) or a path to a device file (.toml)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p = verbs.add_parser("cache", help="the cache symform keeps between runs: where it is and what it holds (info), or empty it (clear)", description="the cache symform keeps between runs: where it is and what it holds (info), or empty it (clear)")
+    p.add_argument("action", choices=("info", "clear"), help="info: the directory, each store file, its size and entries; clear: remove symform's store files, nothing else")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
 
 
@@ -195,6 +198,8 @@ def _run(args: argparse.Namespace) -> str:
         return _from("validation_report", "validate_command")(args)
     if args.verb == "hardware":
         return _hardware(args)
+    if args.verb == "cache":
+        return _cache(args)
     if args.verb == "plot":
         return _from("plots", "plot_command")(args)
     if args.verb == "latex":
@@ -268,6 +273,23 @@ def _json_number(value: Number) -> int | float:
 def _conventions(model: Model) -> dict[str, int | float]:
     kinds = model.vocabulary.names("convention", "dtype")
     return {s.name: _json_number(Fraction(int(v.p), int(v.q))) for s, v in model.conventions.items() if s.name in kinds}
+
+
+def _cache(args: argparse.Namespace) -> str:
+    from ..engine import disk_cache
+
+    if args.action == "clear":
+        removed = disk_cache.clear()
+        return json.dumps({"removed": removed}) if args.json else f"removed {len(removed)} file{'s' if len(removed) != 1 else ''} from {disk_cache.cache_dir() or 'no cache directory'}"
+    found = disk_cache.info()
+    if args.json:
+        return json.dumps(found)
+    lines = [f"cache directory  {found['directory'] or 'none'}  ({found['chosen_by']})"]
+    for f in found["files"]:
+        held = f"{f['entries']:,} entries" if f["current"] else "another version's: never read (symform cache clear removes it)"
+        lines.append(f"  {f['file']}  {f['bytes']:,} bytes  {held}")
+    lines.append(f"total            {found['bytes']:,} bytes in {len(found['files'])} file{'s' if len(found['files']) != 1 else ''}")
+    return "\n".join(lines)
 
 
 def _facts(args: argparse.Namespace, work: Callable[[Model, argparse.Namespace], dict[str, Any]]) -> dict[str, Any]:
