@@ -8,6 +8,8 @@ which a cache keyed by too little gives the first model's answer to the second.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import subprocess
 import sys
@@ -18,7 +20,9 @@ import pytest
 from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
-from symform.engine import disk_cache
+from symform.engine import derivation, disk_cache
+from symform.engine import model as model_module
+from symform.interface.cli import main
 
 PRESETS = {"qwen3-0.6b": ("n_layers=4", "d_ff=1024"), "mixtral-8x7b": ("n_experts=4", "top_k=1", "n_layers=4")}
 COMMANDS = {
@@ -61,6 +65,46 @@ commands = st.sampled_from(sorted(COMMANDS))
 presets = st.sampled_from(sorted(PRESETS))
 
 
+@contextlib.contextmanager
+def nothing_derived_yet():
+    """As a fresh process: symform's in-process memos (derivations, shared structures) empty while inside,
+    given back afterwards."""
+    saved = [(holder, name, getattr(holder, name)) for holder, name in ((derivation, "_MEMO"), (model_module, "_STRUCTURES"), (model_module, "_GRAPHS"))]
+    for holder, name, value in saved:
+        setattr(holder, name, type(value)())
+    try:
+        yield
+    finally:
+        for holder, name, value in saved:
+            setattr(holder, name, value)
+
+
+def in_process(argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = main(argv)
+    return status, out.getvalue(), err.getvalue()
+
+
+class OneProcess(RuleBasedStateMachine):
+    """Commands one after another in one process (what a notebook or the web page does): each prints what it
+    prints in a process that derived nothing before it."""
+
+    @rule(command=commands, preset=presets, setting=st.integers(-1, 2), eager=st.booleans())
+    def a_command_prints_what_a_fresh_process_prints(self, command, preset, setting, eager):
+        sizes = PRESETS[preset]
+        argv = command_line(command, preset, sizes[setting % len(sizes)] if setting >= 0 else None, "eager" if eager and command.startswith("memory") else None)
+        warm = in_process(argv)
+        with nothing_derived_yet():
+            assert warm == in_process(argv), " ".join(argv)
+
+
+def test_random_command_sequences_in_one_process_print_what_fresh_processes_print(monkeypatch):
+    monkeypatch.setenv("SYMFORM_CACHE", "off")  # the disk cache has its own test below: here, what one process keeps
+    OneProcess.TestCase.settings = settings(max_examples=4, stateful_step_count=12, deadline=None, suppress_health_check=list(HealthCheck))
+    OneProcess.TestCase().runTest()
+
+
 class SharedCache(RuleBasedStateMachine):
     @initialize()
     def fresh_directory(self):
@@ -79,8 +123,8 @@ class SharedCache(RuleBasedStateMachine):
             assert f["bytes"] <= disk_cache.MAX_BYTES
 
 
-def test_random_command_sequences_sharing_a_cache_print_what_they_print_uncached():
-    SharedCache.TestCase.settings = settings(max_examples=2, stateful_step_count=7, deadline=None, suppress_health_check=list(HealthCheck))
+def test_random_command_sequences_in_fresh_processes_sharing_a_cache_print_what_they_print_uncached():
+    SharedCache.TestCase.settings = settings(max_examples=1, stateful_step_count=8, deadline=None, suppress_health_check=list(HealthCheck))
     SharedCache.TestCase().runTest()
 
 
