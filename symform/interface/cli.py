@@ -138,6 +138,9 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     p = verbs.add_parser("hardware", help="accelerators and systems: the list, or one of them", description="accelerators and systems: the list, or one of them")
     p.add_argument("name", nargs="?", help="a bundled device (symform hardware) or a path to a device file (.toml)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p = verbs.add_parser("web", help="a local page and JSON API over these commands (pip install 'symform[web]')", description="a local page and JSON API over these commands (pip install 'symform[web]')")
+    if wanted("web"):
+        _from("web", "web_arguments")(p)
     return parser
 
 
@@ -199,6 +202,8 @@ def _run(args: argparse.Namespace) -> str:
         return _from("validation_report", "validate_command")(args)
     if args.verb == "hardware":
         return _hardware(args)
+    if args.verb == "web":
+        return _from("web", "web_command")(args)
     if args.verb == "plot":
         return _from("plots", "plot_command")(args)
     if args.verb == "latex":
