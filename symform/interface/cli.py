@@ -138,7 +138,7 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     p = verbs.add_parser("hardware", help="accelerators and systems: the list, or one of them", description="accelerators and systems: the list, or one of them")
     p.add_argument("name", nargs="?", help="a bundled device (symform hardware) or a path to a device file (.toml)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p = verbs.add_parser("web", help="a local page and JSON API over these commands (pip install 'symform[web]')", description="a local page and JSON API over these commands (pip install 'symform[web]')")
+    p = verbs.add_parser("web", help="a local page and JSON API over these commands (needs starlette and uvicorn: pip install starlette uvicorn)", description="a local page and JSON API over these commands (needs starlette and uvicorn: pip install starlette uvicorn)")
     if wanted("web"):
         _from("web", "web_arguments")(p)
     return parser

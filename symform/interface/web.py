@@ -8,7 +8,7 @@ one-line message (HTTP 400, ``{"error": ...}``).
 The server reads no file the request names: a model given as a config.json or a TOML declaration is uploaded
 (the request body), written into a private temporary folder for that one request and removed after it. Hub ids
 resolve from the local Hugging Face cache only (HF_HUB_OFFLINE). It binds to loopback unless told otherwise.
-Starlette and uvicorn are an optional extra: ``pip install 'symform[web]'``.
+Starlette and uvicorn are an optional extra, web (``pip install starlette uvicorn``).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Iterator
 
 from ..engine.errors import SymformError
 
-INSTALL = "pip install 'symform[web]'"
+INSTALL = "pip install starlette uvicorn"  # the web extra's packages: works from a clone and from an index alike
 STATIC = Path(__file__).with_name("web_static")
 MAX_BODY_BYTES = 1 << 20  # an uploaded config.json or TOML declaration: a few kilobytes; a megabyte is generous
 ERROR_PREFIX = "symform: error: "
