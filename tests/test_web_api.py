@@ -128,6 +128,7 @@ def test_bad_input_gets_the_clis_one_line_message_and_the_server_answers_on(clie
         ("model=--help", ["starts with '-'"]),
         ("model=qwen3-0.6b&depth=--json", ["starts with '-'"]),
         ("model=qwen3-0.6b&json=0", ["json", "always given"]),
+        ("model=qwen3-0.6b&standalone=1", ["standalone", "not JSON"]),
         ("model=qwen3-0.6b&no_such_option=3", ["unrecognized arguments: --no-such-option"]),
     ],
 )
@@ -139,6 +140,24 @@ def test_requests_that_would_reach_the_servers_files_or_skip_the_json_are_refuse
     assert "\n" not in message
     for word in words:
         assert word in message, message
+
+
+def test_a_failure_inside_a_command_is_one_line_and_the_server_answers_on(client, monkeypatch):
+    def broken(argv):
+        raise ZeroDivisionError("division by zero")
+
+    monkeypatch.setattr(web, "run_cli", broken)
+    response = client.get("/api/params?model=qwen3-0.6b")
+    assert response.status_code == 500
+    assert response.json() == {"error": "internal error in symform params: ZeroDivisionError: division by zero"}
+    monkeypatch.undo()
+    assert client.get("/api/params?model=qwen3-0.6b").status_code == 200
+
+
+def test_an_answer_that_is_not_json_is_never_passed_off_as_json(client, monkeypatch):
+    monkeypatch.setattr(web, "run_cli", lambda argv: (0, "\\documentclass{article}", ""))
+    response = client.get("/api/latex?quantity=params&model=qwen3-0.6b")
+    assert response.status_code == 500 and "printed no JSON" in response.json()["error"]
 
 
 def test_an_unknown_command_is_404_with_the_list(client):

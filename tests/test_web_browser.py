@@ -104,3 +104,16 @@ def test_a_link_restores_the_whole_state(browser):
         assert fields == {"model": "llama-3-8b", "mode": "infer", "batch": "1", "seq": "131072", "gpu": "a100-sxm-80gb", "precision": "fp8"}
         verdict = text_of(browser, "memory-verdict")
         assert verdict.startswith("fits on a100-sxm-80gb" if memory["device"]["fits"] else "does not fit on a100-sxm-80gb")
+
+
+def test_an_uploaded_declaration_gets_its_count(browser):
+    declaration = ROOT / "tests" / "data" / "check" / "right_ffn.toml"
+    with served() as base:
+        browser.get(f"{base}/?model=qwen3-0.6b")
+        wait_for(browser, lambda d: text_of(d, "params-total")[:1].isdigit(), "the preset's count")
+        browser.find_element("id", "upload").send_keys(str(declaration))
+        # the tiny Llama by hand: embed and head 101·64 each, final norm 64, two layers of
+        # q,o 64·4·16, k,v 64·2·16, the gated MLP 3·64·96 and two norms 2·64
+        expected = 2 * 101 * 64 + 64 + 2 * (2 * 4096 + 2 * 2048 + 3 * 64 * 96 + 2 * 64)
+        wait_for(browser, lambda d: text_of(d, "params-total") == f"{expected:,}", "the uploaded model's count")
+        assert "model=" not in browser.current_url  # an upload is not in the link

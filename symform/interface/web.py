@@ -50,6 +50,7 @@ REFUSED = {
     "h": "prints usage, not JSON; see symform COMMAND --help",
     "version": "prints the version, not JSON",
     "json": "is always given: every answer is the command's --json",
+    "standalone": "prints a whole .tex document, not JSON; run symform latex --standalone",
 }
 
 UPLOAD_SUFFIXES = (".json", ".toml")
@@ -252,7 +253,17 @@ def answer(verb: str, query: list[tuple[str, str]], body: bytes = b"") -> tuple[
             out, err = out.replace(folder, ""), err.replace(folder, "")
     if code != 0:
         return 400, json.dumps({"error": error_line(err)}), []
+    if not _is_json(out):  # an option that makes the command print text whatever --json says: a bug to report, not a page to break
+        return 500, json.dumps({"error": f"symform {verb} printed no JSON for these options; report it with the query"}), []
     return 200, out.strip(), notes(err)
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
 
 
 @cache
