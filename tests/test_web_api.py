@@ -14,6 +14,8 @@ from pathlib import Path
 from urllib.parse import quote, urlencode
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("starlette", reason="symform web needs Starlette: pip install starlette uvicorn")
 pytest.importorskip("httpx", reason="Starlette's TestClient needs httpx: pip install 'symform[test]'")
@@ -267,3 +269,18 @@ def test_the_server_reads_a_hub_id_from_the_cache_alone(cache, tmp_path):  # noq
         assert status == 400
         assert "not in the Hugging Face cache" in json.loads(text)["error"] and "HF_HUB_OFFLINE" in json.loads(text)["error"]
         assert get(f"{base}/api/params?model=qwen3-0.6b")[0] == 200
+
+
+KEYS = ["model", "batch", "seq", "gpu", "train", "infer", "tp", "dp", "zero", "recompute", "precision", "set", "depth", "upload", "past", "json", "junk"]
+VALUES = st.one_of(st.text(max_size=12), st.integers(-3, 10**6).map(str), st.sampled_from(["qwen3-0.6b", "h100-sxm", "1", "0", "1e400", "../x", "n_layers=3"]))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(verb=st.sampled_from(["params", "memory", "roofline", "nothing"]), query=st.lists(st.tuples(st.sampled_from(KEYS), VALUES), max_size=6))
+def test_any_query_gets_json_a_one_line_message_or_the_result_and_the_server_answers_on(client, verb, query):
+    response = client.get(f"/api/{verb}?{urlencode(query)}")
+    assert response.status_code in (200, 400, 404), response.text
+    report = response.json()
+    if response.status_code != 200:
+        assert set(report) == {"error"} and report["error"] and "\n" not in report["error"] and "Traceback" not in report["error"]
+    assert client.get("/api/params?model=qwen3-0.6b").status_code == 200

@@ -103,15 +103,19 @@ def _url_host(host: str) -> str:
 # --- a request as an argv, and the CLI's answer --------------------------------------------------
 
 
-@cache
-def _option_kinds(verb: str) -> tuple[frozenset[str], frozenset[str]]:
-    """The verb's option strings: those taking a value, and the flags (taking none), from the CLI's own parser."""
+def _verb_parser(verb: str) -> argparse.ArgumentParser:
+    """The CLI's own parser of one verb."""
     from .cli import build_parser
 
     parser = build_parser(verb)
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[verb]
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[verb]
+
+
+@cache
+def _option_kinds(verb: str) -> tuple[frozenset[str], frozenset[str]]:
+    """The verb's option strings: those taking a value, and the flags (taking none)."""
     valued, flags = set(), set()
-    for action in sub._actions:
+    for action in _verb_parser(verb)._actions:
         (flags if action.nargs == 0 else valued).update(s for s in action.option_strings if s.startswith("--"))
     return frozenset(valued), frozenset(flags)
 
@@ -119,8 +123,7 @@ def _option_kinds(verb: str) -> tuple[frozenset[str], frozenset[str]]:
 def argv_for(verb: str, query: list[tuple[str, str]], *, model_path: str | None = None) -> list[str]:
     """The CLI's argv for a request: positional arguments by name, ``key=value`` as ``--key=value``, a flag as
     ``key=1`` (``key=0`` leaves it out), a key given twice as the option given twice (``set``, ``convention``)."""
-    if verb not in POSITIONALS:
-        raise WebError(f"no command {verb!r}; the API answers {', '.join(POSITIONALS)}", 404)
+    _known(verb)
     valued, flags = _option_kinds(verb)
     positional: dict[str, str] = {}
     options: list[str] = []
@@ -147,6 +150,11 @@ def argv_for(verb: str, query: list[tuple[str, str]], *, model_path: str | None 
     if model_path is not None:
         positional["model"] = model_path
     return [verb, *(positional[name] for name in POSITIONALS[verb] if name in positional), *options, "--json"]
+
+
+def _known(verb: str) -> None:
+    if verb not in POSITIONALS:
+        raise WebError(f"no command {verb!r}; the API answers {', '.join(POSITIONALS)}", 404)
 
 
 def _checked_value(key: str, value: str) -> str:
@@ -236,10 +244,11 @@ def _upload_name(name: str) -> str:
 
 def answer(verb: str, query: list[tuple[str, str]], body: bytes = b"") -> tuple[int, str, list[str]]:
     """HTTP status, JSON text and the CLI's notes for one request."""
+    _known(verb)
     upload = next((value for key, value in query if key == "upload"), None)
     if upload is None and body:
         raise WebError("a request body is an uploaded model: name it with upload=FILE (config.json or .toml)")
-    if upload is not None and "model" not in POSITIONALS.get(verb, ()):
+    if upload is not None and "model" not in POSITIONALS[verb]:
         raise WebError(f"{verb} takes no model: upload is for the commands that do")
     if upload is not None and not body:
         raise WebError(f"upload={upload}: the request has no body; send the file's contents")
@@ -269,12 +278,9 @@ def _is_json(text: str) -> bool:
 @cache
 def options() -> dict[str, object]:
     """The choices the page offers, read from the CLI's parsers (the same lists --help shows)."""
-    from .cli import build_parser
 
     def choices(verb: str, option: str) -> list[str]:
-        parser = build_parser(verb)
-        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[verb]
-        action = next(a for a in sub._actions if option in a.option_strings)
+        action = next(a for a in _verb_parser(verb)._actions if option in a.option_strings)
         return [str(c) for c in action.choices]
 
     return {
