@@ -284,3 +284,15 @@ def test_any_query_gets_json_a_one_line_message_or_the_result_and_the_server_ans
     if response.status_code != 200:
         assert set(report) == {"error"} and report["error"] and "\n" not in report["error"] and "Traceback" not in report["error"]
     assert client.get("/api/params?model=qwen3-0.6b").status_code == 200
+
+
+def test_requests_at_once_each_get_their_own_answer():
+    from concurrent.futures import ThreadPoolExecutor
+
+    queries = [urlencode({"model": "qwen3-0.6b", "infer": 1, "batch": b, "seq": 512}) for b in range(1, 9)] + ["model=qwen3-0.6b&batch=0"] * 2
+    with served() as base:
+        alone = [get(f"{base}/api/memory?{q}") for q in queries]
+        with ThreadPoolExecutor(len(queries)) as pool:
+            together = list(pool.map(lambda q: get(f"{base}/api/memory?{q}"), queries))
+    assert together == alone
+    assert [json.loads(text)["assumptions"]["workload"]["batch"] if status == 200 else status for status, text in alone] == [*range(1, 9), 400, 400]
