@@ -83,6 +83,7 @@ def test_the_page_shows_the_clis_numbers_follows_its_inputs_and_names_a_bad_valu
         retype(browser, "batch", "0")
         error = wait_for(browser, lambda d: text_of(d, "batch-error") or None, "a message next to the batch field")
         assert "'0' must be positive" in error
+        wait_for(browser, lambda d: text_of(d, "memory-total") == "—", "no stale number beside the message")
         retype(browser, "batch", "2")
         wait_for(browser, lambda d: not text_of(d, "batch-error") and text_of(d, "memory-total") == f"{two:,} bytes", "the server answering again")
 
