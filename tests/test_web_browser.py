@@ -31,9 +31,11 @@ def cli_json(*argv: str) -> dict:
 
 
 @pytest.fixture
-def browser(tmp_path):
+def browser(tmp_path, monkeypatch):
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
+
+    monkeypatch.setenv("SE_OFFLINE", "true")  # the driver and browser are given: Selenium Manager downloads nothing
 
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
