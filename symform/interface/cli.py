@@ -140,12 +140,14 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     p = verbs.add_parser("cache", help="the cache symform keeps between runs: where it is and what it holds (info), or empty it (clear)", description="the cache symform keeps between runs: where it is and what it holds (info), or empty it (clear)")
     p.add_argument("action", choices=("info", "clear"), help="info: the directory, each store file, its size and entries; clear: remove symform's store files, nothing else")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p = verbs.add_parser("web", help="a local page and JSON API over these commands (needs starlette and uvicorn: pip install starlette uvicorn)", description="a local page and JSON API over these commands (needs starlette and uvicorn: pip install starlette uvicorn)")
+    if wanted("web"):
+        _from("web", "web_arguments")(p)
     return parser
 
 
 def _accountings() -> list[str]:
-    """The named convention sets' names, read without building the engine (a command answered from the kept
-    results loads none of it)."""
+    """The named convention sets' names, read without building the engine (--help loads none of it)."""
     return sorted(accountings_table())
 
 
@@ -200,6 +202,8 @@ def _run(args: argparse.Namespace) -> str:
         return _hardware(args)
     if args.verb == "cache":
         return _cache(args)
+    if args.verb == "web":
+        return _from("web", "web_command")(args)
     if args.verb == "plot":
         return _from("plots", "plot_command")(args)
     if args.verb == "latex":
