@@ -333,7 +333,7 @@ class Model:
         values = {s: check_value(s.name, workload[s.name], self.vocabulary) for s in sorted(read, key=lambda s: s.name)}
         for relation, requirement in self._workload_checks:
             if relation.free_symbols <= values.keys() and relation.xreplace(values) != sympy.true:
-                raise ConfigError(_failed_requirement(self.name, requirement, {**self._known(), **values}, self.graph().graph.nodes[requirement.path]["args"]))
+                raise ConfigError(failed_requirement(self.name, requirement, {**self._known(), **values}, self.graph().graph.nodes[requirement.path]["args"]))
 
     def _find_workload_checks(self) -> tuple[tuple[sympy.Basic, BoundRequirement], ...]:
         """Each requirement left over the workload alone once this model's sizes and conventions are in."""
@@ -540,7 +540,7 @@ class Model:
             if holds.free_symbols:
                 return  # stays symbolic: checked when an evaluation binds the workload (check_workload)
             if holds != sympy.true:
-                raise ConfigError(_failed_requirement(self.name, bound, known, graph.graph.nodes[bound.path]["args"]))
+                raise ConfigError(failed_requirement(self.name, bound, known, graph.graph.nodes[bound.path]["args"]))
 
 
 @derivation
@@ -576,7 +576,7 @@ def _finish(expr: sympy.Expr, conventions: Mapping[sympy.Symbol, sympy.Rational]
     return Formula(multiplied_out(expr, conventions), vocabulary)
 
 
-def _failed_requirement(name: str, bound: BoundRequirement, known: Mapping[sympy.Symbol, object], args: Mapping[str, object]) -> str:
+def failed_requirement(name: str, bound: BoundRequirement, known: Mapping[sympy.Symbol, object], args: Mapping[str, object]) -> str:
     """The requirement as declared, with the value of each name in it: a size of the model's, or the number
     an argument is bound to (``n_groups`` where the requirement reads ``n_experts % n_groups``)."""
     values = {s.name: known[s] for s in bound.relation.free_symbols if s in known}
