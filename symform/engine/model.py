@@ -27,6 +27,7 @@ from .multiplied import multiplied_out
 from .derivation import Identity, derivation, inputs_key
 from .graph import BoundRequirement, ComponentGraph, assumption_names, build_graph, introduced_ratios
 from .safe_expr import parse
+from .exact import exact_predicate
 from .size_checks import GeneratedChecks, SizeCheck, generate_checks, size_checks
 from .userfile import load_declaration_file
 
@@ -300,9 +301,11 @@ class Model:
             model, workload = self._resized_by(workload)
             if model is not self:
                 return model.evaluate(quantity, **workload)
-        if self._workload_checks is not _NO_CHECKS:
-            self.check_workload(**workload)
         vocabulary = self.vocabulary
+        # a model none of whose requirements waits for the workload skips the checks, unless the workload gives
+        # settings (an image count): the model those make has checks of its own
+        if self._workload_checks is not _NO_CHECKS or not vocabulary.settings.isdisjoint(workload):
+            self.check_workload(**workload)
         # the generated function answers where every value is plainly valid and the count is sound;
         # anything else takes sympy's route, which gives the same number or words the error
         if vocabulary.settings.isdisjoint(workload) and plain_values(workload, vocabulary) is not None:
@@ -325,6 +328,8 @@ class Model:
         if not self.vocabulary.settings.isdisjoint(workload):  # an image count given here: the model it makes checks
             model, rest = self._with_settings(workload)
             return model.check_workload(**rest)
+        if self._workload_checks is None and self._passes_generated_workload_checks(workload):
+            return  # a resized model: no sympy substitution per model (the checks that fail take the path below)
         if self._workload_checks is None:
             self._workload_checks = self._find_workload_checks()
         if not self._workload_checks:
@@ -334,6 +339,22 @@ class Model:
         for relation, requirement in self._workload_checks:
             if relation.free_symbols <= values.keys() and relation.xreplace(values) != sympy.true:
                 raise ConfigError(failed_requirement(self.name, requirement, {**self._known(), **values}, self.graph().graph.nodes[requirement.path]["args"]))
+
+    def _passes_generated_workload_checks(self, workload: Mapping[str, object]) -> bool:
+        """Whether each requirement reading the workload that the workload settles holds, by the structure's
+        generated predicates over plain numbers; False where any fails or cannot be decided that way."""
+        if plain_values(workload, self.vocabulary) is None:
+            return False
+        values = None
+        for names, test in self._structure.workload_tests(self):
+            if names <= workload.keys():
+                values = values or {**self._plain_values, **workload}
+                try:
+                    if test(values) is not True:
+                        return False
+                except Exception:  # noqa: BLE001: a size left symbolic, a division by zero: sympy decides and words it
+                    return False
+        return True
 
     def _find_workload_checks(self) -> tuple[tuple[sympy.Basic, BoundRequirement], ...]:
         """Each requirement left over the workload alone once this model's sizes and conventions are in."""
@@ -602,7 +623,20 @@ class _Structure:
         self.generated: dict[frozenset, GeneratedChecks | None] = {}  # bound sizes -> generated checks (None until a second model)
         self.passed: set[tuple] = set()  # (undecided check, the values it reads) that sympy passed
         self._checks: list[SizeCheck] | None = None
+        self._workload_tests: tuple | None = None
         self.evaluators: dict[str, object] = {}  # quantity -> generated exact function (None: sympy's route)
+
+    def workload_tests(self, model: "Model") -> tuple[tuple[frozenset[str], Callable], ...]:
+        """Each requirement reading the workload as (the workload names it reads, a generated predicate over
+        the sizes and the workload), the structure's conventions in: made once, for every model like this one."""
+        if self._workload_tests is None:
+            workload, reading = _reading_workload(model.graph(), model.vocabulary)
+            tests = []
+            for requirement, _symbols in reading:
+                relation = requirement.relation.xreplace(model.conventions)
+                tests.append((frozenset(s.name for s in relation.free_symbols & workload), exact_predicate([("{0}", (relation,))])))
+            self._workload_tests = tuple(tests)
+        return self._workload_tests
 
     def size_checks(self, graph: ComponentGraph) -> list[SizeCheck]:
         if self._checks is None:  # the graph's alone: shared with the structures that differ only in conventions
