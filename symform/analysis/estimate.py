@@ -424,9 +424,9 @@ def _recomputed(model: Model, recompute: str, flash: bool) -> dict[str, Any]:
     return {p: w for p, w in forward.items() if any(p == u or p.startswith(f"{u}/") for u in units)}
 
 
-def kernel_seconds(kernel: Kernel, peak: float, hbm: float, eff: Efficiency, fusion: tuple[float, frozenset[str]], head_size: int) -> float:
-    """One kernel at the device's sustained rates: the longer of its compute and its memory time, plus a fixed
-    cost per launch; a kernel fused away costs nothing."""
+def kernel_parts(kernel: Kernel, peak: float, hbm: float, eff: Efficiency, fusion: tuple[float, frozenset[str]], head_size: int) -> tuple[float, float, float]:
+    """One kernel at the device's sustained rates: its compute time, its memory time and its fixed cost per
+    launch (none for a kernel fused away)."""
     fraction, fused = fusion
     moved = kernel.bytes * (fraction if kernel.leaf in fused else 1.0)
     t_mem = moved / (hbm * eff.memory)
@@ -436,8 +436,20 @@ def kernel_seconds(kernel: Kernel, peak: float, hbm: float, eff: Efficiency, fus
         rate = eff.attention_fraction(head_size) if kernel.kind == "attention" else eff.gemm_fraction(kernel.rows, kernel.flops / kernel.calls, kernel.products, kernel.product_weights)
         t_compute = kernel.flops / (peak * rate)
     if not t_compute and not t_mem:
-        return 0.0
-    return max(t_compute, t_mem) + eff.launch_s * kernel.calls
+        return 0.0, 0.0, 0.0
+    return t_compute, t_mem, eff.launch_s * kernel.calls
+
+
+def kernel_seconds(kernel: Kernel, peak: float, hbm: float, eff: Efficiency, fusion: tuple[float, frozenset[str]], head_size: int) -> float:
+    """One kernel at the device's sustained rates: the longer of its compute and its memory time, plus a fixed
+    cost per launch; a kernel fused away costs nothing."""
+    t_compute, t_mem, launch = kernel_parts(kernel, peak, hbm, eff, fusion, head_size)
+    return max(t_compute, t_mem) + launch
+
+
+def kernel_ceiling(kernel: Kernel, peak: float, hbm: float, eff: Efficiency, fusion: tuple[float, frozenset[str]], head_size: int) -> float:
+    """The kernel with its compute and its memory traffic not overlapped at all: the estimate's ceiling."""
+    return sum(kernel_parts(kernel, peak, hbm, eff, fusion, head_size))
 
 
 def _head_size(model: Model) -> int:
@@ -474,30 +486,44 @@ def serving_kernels(model: Model, *, batch: int, prompt: int, output: int, tenso
     return prefill, kernels(model, "decode", workload={"batch": batch, "past": past}, tensor=tensor, attention=attention, expert_skew=expert_skew)
 
 
-def _fusion(convention: str | tuple[float, frozenset[str]]) -> tuple[float, frozenset[str]]:
+#: The leaves that read and write an eager attention's score matrices: no engine fuses them away while the
+#: scores are materialised (that is what eager attention means), whatever the fusion convention says.
+SCORE_LEAVES = frozenset({"softmax", "scale_mask", "attn_dropout"})
+
+
+def _fusion(convention: str | tuple[float, frozenset[str]], attention: str = "sdpa") -> tuple[float, frozenset[str]]:
     if isinstance(convention, tuple):
-        return convention
-    conventions = rules().fusion
-    if convention not in conventions:
-        raise EvaluationError(f"unknown fusion convention {convention!r}; choose one of {', '.join(conventions)}")
-    return conventions[convention]
+        fraction, fused = convention
+    else:
+        conventions = rules().fusion
+        if convention not in conventions:
+            raise EvaluationError(f"unknown fusion convention {convention!r}; choose one of {', '.join(conventions)}")
+        fraction, fused = conventions[convention]
+    return fraction, fused - SCORE_LEAVES if attention == "eager" else fused
 
 
 @dataclass(frozen=True)
 class Band:
-    """A point estimate with its band."""
+    """A point estimate with its band, and the bounds that bracket it: ``floor``, the datasheet peaks with
+    everything overlapped (symform.timing's lower bound, where given), and ``ceiling``, every kernel at the
+    device's sustained rates with nothing overlapped (its compute and memory time added, every transfer
+    exposed). The band never leaves them."""
 
     estimate: float
     low: float
     high: float
+    ceiling: float | None = None
+    floor: float | None = None
 
     @classmethod
-    def around(cls, value: float, kind: str) -> "Band":
+    def around(cls, value: float, kind: str, *, ceiling: float | None = None, floor: float | None = None, widen: float = 1.0) -> "Band":
         below, above = rules().band[kind]
-        return cls(value, value * (1 - below), value * (1 + above))
+        low, high = value * max(0.0, 1 - below * widen), value * (1 + above * widen)
+        return cls(value, max(low, floor or 0.0), min(high, ceiling if ceiling is not None else high), ceiling, floor)
 
     def as_dict(self) -> dict[str, float]:
-        return {"estimate": self.estimate, "low": self.low, "high": self.high}
+        bounds = {k: v for k, v in (("ceiling", self.ceiling), ("floor", self.floor)) if v is not None}
+        return {"estimate": self.estimate, "low": self.low, "high": self.high} | bounds
 
 
 # --- training -----------------------------------------------------------------------------------
@@ -583,9 +609,10 @@ def training_estimate(
     peak, hbm = _device_rates(place, dtype)
     if work is None:
         work = kernels(model, "train", workload={"batch": micro_batch, "seq": seq}, tensor=layout.tensor, pipeline=layout.pipeline, attention=attention, recompute=recompute, context=layout.context, finetune=finetune)
-    fusion, head = _fusion(convention), _head_size(model)
+    fusion, head = _fusion(convention, attention), _head_size(model)
     seconds = [kernel_seconds(k, peak, hbm, eff, fusion, head) for k in work]
     compute = sum(seconds) * bounds.microbatches
+    serial = sum(kernel_ceiling(k, peak, hbm, eff, fusion, head) for k in work) * bounds.microbatches
     attention_s = sum(t for t, k in zip(seconds, work) if k.kind == "attention") * bounds.microbatches
     comm = {kind: c.seconds / eff.link(c.link).bus_efficiency for kind, c in bounds.comm.items()}
     exposed = _exposed(comm, compute, layout, attention_s)
@@ -595,8 +622,10 @@ def training_estimate(
     shards = layout.data if (layout.zero >= 1 or layout.distributed_optimizer) else 1
     optimizer = params / shards * rules().optimizer_bytes_per_param / (hbm * eff.memory)
     step = compute + inside + bubble + exposed.get("data", 0.0) + optimizer
+    within = sum(v for k, v in comm.items() if k != "data")
+    ceiling = (serial + within) * (1 + bounds.bubble_ratio) + comm.get("data", 0.0) + optimizer
     return TrainingEstimate(
-        step=Band.around(step, "training"),
+        step=Band.around(step, "training", ceiling=ceiling, floor=bounds.time_lower),
         compute_s=compute,
         comm_s=comm,
         exposed_comm_s=exposed,
@@ -704,7 +733,7 @@ def serving_estimate(
     model = timing.at_dtype(model, dtype)
     eff = _efficiency_for(place, efficiency_data, gemm_model)
     peak, hbm = _device_rates(place, dtype)
-    fusion, head = _fusion(convention), _head_size(model)
+    fusion, head = _fusion(convention, attention), _head_size(model)
     prefill, decode = work or serving_kernels(model, batch=batch, prompt=prompt, output=output, tensor=tensor, attention=attention, expert_skew=expert_skew)
     comm_prefill = comm_decode = 0.0
     if tensor > 1:
@@ -717,10 +746,12 @@ def serving_estimate(
     ttft = sum(kernel_seconds(k, peak, hbm, eff, fusion, head) for k in prefill) + comm_prefill
     tpot = sum(kernel_seconds(k, peak, hbm, eff, fusion, head) for k in decode) + comm_decode
     total = ttft + (output - 1) * tpot
+    ttft_ceiling = sum(kernel_ceiling(k, peak, hbm, eff, fusion, head) for k in prefill) + comm_prefill
+    tpot_ceiling = sum(kernel_ceiling(k, peak, hbm, eff, fusion, head) for k in decode) + comm_decode
     return ServingEstimate(
-        ttft=Band.around(ttft, "serving"),
-        tpot=Band.around(tpot, "serving"),
-        total=Band.around(total, "serving"),
+        ttft=Band.around(ttft, "serving", ceiling=ttft_ceiling),
+        tpot=Band.around(tpot, "serving", ceiling=tpot_ceiling),
+        total=Band.around(total, "serving", ceiling=ttft_ceiling + (output - 1) * tpot_ceiling),
         batch=batch,
         output=output,
         prefill_comm_s=comm_prefill,

@@ -220,7 +220,7 @@ def _training_extra(found, measured, run, tune=None) -> str:
     else:
         e = found.step
         lines = [
-            f"estimate       {_s(e.estimate)} (band {_s(e.low)} to {_s(e.high)}), attention {found.attention}: compute {_s(found.compute_s)}, exposed comm {_s(sum(found.exposed_comm_s.values()))}, bubble {_s(found.bubble_s)}, optimizer {_s(found.optimizer_s)}",
+            f"estimate       {_s(e.estimate)} (band {_s(e.low)} to {_s(e.high)}; ceiling {_s(e.ceiling)}: sustained rates, nothing overlapped), attention {found.attention}: compute {_s(found.compute_s)}, exposed comm {_s(sum(found.exposed_comm_s.values()))}, bubble {_s(found.bubble_s)}, optimizer {_s(found.optimizer_s)}",
             f"at estimate    MFU {found.mfu():.1%}  HFU {found.hfu():.1%}  tokens/s {found.tokens_per_s:,.0f}",
         ]
         if tune:
@@ -237,8 +237,8 @@ def _serving_extra(found) -> str:
     if isinstance(found, str):
         return f"\nestimate               none: {found}"
     return "\n" + "\n".join([
-        f"{'estimate TTFT':<22} {_s(found.ttft.estimate)} (band {_s(found.ttft.low)} to {_s(found.ttft.high)}), attention {found.attention}, fused kernels",
-        f"{'estimate TPOT':<22} {_s(found.tpot.estimate)} (band {_s(found.tpot.low)} to {_s(found.tpot.high)})",
+        f"{'estimate TTFT':<22} {_s(found.ttft.estimate)} (band {_s(found.ttft.low)} to {_s(found.ttft.high)}; ceiling {_s(found.ttft.ceiling)}), attention {found.attention}, fused kernels",
+        f"{'estimate TPOT':<22} {_s(found.tpot.estimate)} (band {_s(found.tpot.low)} to {_s(found.tpot.high)}; ceiling {_s(found.tpot.ceiling)})",
         f"{'estimate tokens/s':<22} {found.tokens_per_s.estimate:,.1f}",
     ])
 
@@ -401,7 +401,7 @@ def training_table(r: TrainingTime) -> str:
     if r.bubble_ratio:
         lines.append(f"bubble         {r.bubble_ratio:.2%} of the micro-batch work")
     lines += [
-        f"step time      {_s(r.time_lower)} (full overlap) to {_s(r.time_upper)} (no overlap)",
+        f"step time      {_s(r.time_lower)} (floor: peak, full overlap) to {_s(r.time_upper)} (peak, no overlap; not a ceiling)",
         f"MFU            {r.mfu_high:.1%} to {r.mfu_low:.1%}    HFU {r.hfu_high:.1%} to {r.hfu_low:.1%}",
         f"tokens/s       {r.tokens_per_s_high:,.0f} to {r.tokens_per_s_low:,.0f}",
         "assumptions (--json lists them all): " + r.assumptions["peak"] + "; " + r.assumptions["node_size_source"],
@@ -410,7 +410,9 @@ def training_table(r: TrainingTime) -> str:
 
 
 def _phase_line(label: str, p: PhaseTime) -> str:
-    return f"{label:<22} {_s(p.time_lower)} to {_s(p.time_upper)}  ({p.bound}-bound: compute {_s(p.t_math)}, memory {_s(p.t_mem)}, comm {_s(p.t_comm)})"
+    memory = _s(p.t_mem) + (f" ({_s(p.mem_floor)} fused)" if p.mem_floor < p.t_mem else "")
+    comm = _s(p.t_comm) + (f" ({_s(p.comm_floor)} at bandwidth alone)" if p.comm_floor < p.t_comm else "")
+    return f"{label:<22} {_s(p.time_lower)} to {_s(p.time_upper)}  ({p.bound}-bound: compute {_s(p.t_math)}, memory {memory}, comm {comm})"
 
 
 def inference_table(r: InferenceTime) -> str:
