@@ -28,7 +28,7 @@ from fractions import Fraction
 import numpy
 import sympy
 
-from . import finetune, parallel_comm, scaling
+from . import finetune, parallel_comm, routing, scaling
 from .finetune import FineTune
 from .collectives import ALPHA, BETA, N, P, collective, cost_model, link_bandwidth, link_latency
 from ..engine.budget import ARRAY_ELEMENTS, check_count, check_result
@@ -108,7 +108,9 @@ def _bind(model: Model, expr: sympy.Expr, **workload: int) -> Number:
     """Exact value of an expression at the model's sizes and the workload: summed over its monomials where it is
     a polynomial there (value_at), else by exact_value, which also words what is wrong."""
     named = {**model.values, **workload}
-    values = {s: sympy.Integer(named[s.name]) for s in expr.free_symbols if s.name in named}
+    values = {s: sympy.Rational(named[s.name]) for s in expr.free_symbols if s.name in named}
+    if routing.is_expected_count(expr):  # the experts a batch touches: an expectation, in floats
+        return routing.expected_value(expr, values)
     try:
         found = value_at(expr, values)
     except ZeroDivisionError:  # exact_value words it
