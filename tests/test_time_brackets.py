@@ -37,17 +37,18 @@ def _holds(floor: float, estimate: float, ceiling: float) -> None:
     name=st.sampled_from(PRESETS), gpu=st.sampled_from(GPUS), tensor=st.sampled_from((1, 2, 4, 8)), pipeline=st.sampled_from((1, 2, 4)),
     data=st.sampled_from((1, 2, 8)), expert=st.sampled_from((1, 2)), micro_batch=st.sampled_from((1, 2, 4)), microbatches=st.sampled_from((1, 4, 8)),
     seq=st.sampled_from((128, 1024, 4096)), recompute=st.sampled_from(("none", "selective", "full")), attention=st.sampled_from(("sdpa", "eager")),
-    zero=st.sampled_from((0, 1, 3)), dtype=st.sampled_from(("bf16", "fp8")), schedule=st.sampled_from(("1f1b", "gpipe")),
+    zero=st.sampled_from((0, 1, 3)), dtype=st.sampled_from(("bf16", "fp8")), schedule=st.sampled_from(("1f1b", "gpipe", "interleaved")),
+    chunks=st.sampled_from((1, 2)), sequence=st.booleans(), overlap=st.booleans(),
 )
-def test_a_training_step_estimate_lies_between_its_floor_and_its_ceiling(models, name, gpu, tensor, pipeline, data, expert, micro_batch, microbatches, seq, recompute, attention, zero, dtype, schedule):
+def test_a_training_step_estimate_lies_between_its_floor_and_its_ceiling(models, name, gpu, tensor, pipeline, data, expert, micro_batch, microbatches, seq, recompute, attention, zero, dtype, schedule, chunks, sequence, overlap):
     model = models[name]
-    layout = Layout(data=data, tensor=tensor, pipeline=pipeline, expert=expert if "n_experts" in model.values else 1, zero=zero, schedule=schedule)
-    setup = dict(global_batch=micro_batch * data * microbatches, micro_batch=micro_batch, seq=seq, layout=layout, recompute=recompute, dtype=dtype)
     try:
+        layout = Layout(data=data, tensor=tensor, pipeline=pipeline, expert=expert if "n_experts" in model.values else 1, zero=zero, schedule=schedule, chunks=chunks, sequence=sequence)
+        setup = dict(global_batch=micro_batch * data * microbatches, micro_batch=micro_batch, seq=seq, layout=layout, recompute=recompute, dtype=dtype)
         bounds = training_time(model, gpu, flash=attention != "eager", **setup)
     except SymformError:
-        assume(False)  # a degree that does not divide the model's sizes, a device without fp8
-    found = training_estimate(model, gpu, attention=attention, bounds=bounds, **setup)
+        assume(False)  # a degree that does not divide the model's sizes, a device without fp8, chunks without a pipeline
+    found = training_estimate(model, gpu, attention=attention, bounds=bounds, tp_comm_overlap=overlap and sequence, **setup)
     _holds(bounds.time_lower, found.step.estimate, found.step.ceiling)
     assert found.step.floor <= found.step.low <= found.step.estimate <= found.step.high <= found.step.ceiling
 

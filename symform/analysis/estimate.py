@@ -592,12 +592,16 @@ def training_estimate(
     work: list[Kernel] | None = None,
     finetune: FineTune | None = None,
     gemm_model: str | None = None,
+    tp_comm_overlap: bool = False,
 ) -> TrainingEstimate:
     """The estimated step time of ``symform.timing.training_time``'s step, with its parts and band.
 
     ``finetune``: a fine-tuning step (its FLOPs, its trainable weights' gradient exchange and optimizer
     update), at the efficiency factors fitted to full training. ``gemm_model``: one of GEMM_MODELS at its own
-    fit, in place of the device's default."""
+    fit, in place of the device's default. ``tp_comm_overlap``: sequence parallelism's all-gathers and
+    reduce-scatters pipelined with the GEMMs (Transformer Engine's Userbuffers; rules.toml overlap.tensor_overlapped)."""
+    if tp_comm_overlap and not (layout and layout.sequence):
+        raise ConfigError("tensor-parallel communication overlap pipelines sequence parallelism's all-gathers and reduce-scatters with the GEMMs; add sequence parallelism (--sp) or drop it")
     layout = layout or Layout()
     bounds = bounds or timing.training_time(
         model, gpu, global_batch=global_batch, micro_batch=micro_batch, seq=seq, layout=layout,
@@ -614,8 +618,9 @@ def training_estimate(
     compute = sum(seconds) * bounds.microbatches
     serial = sum(kernel_ceiling(k, peak, hbm, eff, fusion, head) for k in work) * bounds.microbatches
     attention_s = sum(t for t, k in zip(seconds, work) if k.kind == "attention") * bounds.microbatches
+    gemm_s = sum(t for t, k in zip(seconds, work) if k.kind == "gemm") * bounds.microbatches
     comm = {kind: c.seconds / eff.link(c.link).bus_efficiency for kind, c in bounds.comm.items()}
-    exposed = _exposed(comm, compute, layout, attention_s)
+    exposed = _exposed(comm, compute, layout, attention_s, gemm_s if tp_comm_overlap else None)
     inside = sum(v for k, v in exposed.items() if k != "data")
     bubble = bounds.bubble_ratio * (compute + inside)
     params = float(timing._bind(model, params_per_device(model, layout) if finetune is None else trained_per_device(model, finetune, layout)))
@@ -641,13 +646,15 @@ def training_estimate(
     )
 
 
-def _exposed(comm: Mapping[str, float], compute: float, layout: Layout, attention_s: float = 0.0) -> dict[str, float]:
-    """Each kind of communication's part on the critical path, by the overlap rules."""
+def _exposed(comm: Mapping[str, float], compute: float, layout: Layout, attention_s: float = 0.0, gemm_s: float | None = None) -> dict[str, float]:
+    """Each kind of communication's part on the critical path, by the overlap rules (``gemm_s``: the GEMMs' time,
+    where the tensor-parallel communication is overlapped with them)."""
     overlap = rules().overlap
-    windows = {"none": 0.0, "backward": compute * 2 / 3, "step": compute, "attention": attention_s}
+    windows = {"none": 0.0, "backward": compute * 2 / 3, "step": compute, "attention": attention_s, "gemm": gemm_s or 0.0}
     exposed = {}
     for kind, seconds in comm.items():
-        rule = overlap["sharded" if kind == "data" and layout.zero >= 3 else kind]
+        name = "sharded" if kind == "data" and layout.zero >= 3 else "tensor_overlapped" if kind == "tensor" and gemm_s is not None else kind
+        rule = overlap[name]
         exposed[kind] = max(0.0, seconds - windows[rule.get("window", "none")]) * float(rule.get("exposed", 1.0))
     return exposed
 

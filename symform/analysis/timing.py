@@ -430,6 +430,7 @@ def training_time(
     peak, bandwidth = place.device.flops_per_s(dtype), place.device.hbm_bytes_per_s
     tensor_split(model, layout.tensor)  # the degree divides every size it splits
     check_pipeline(model, layout.pipeline)
+    _check_chunks(model, layout)
     trainable = _finetune_trainable(model, finetune, layout)
     train, (extra_flops, extra_bytes) = rank_work(model, recompute, flash=flash, finetune=finetune)
     per_device = _per_device(model, {TENSOR: layout.tensor}, layout.pipeline, layout.context)
@@ -479,6 +480,17 @@ def training_time(
         },
         assumptions=_training_assumptions(place, dtype, layout, recompute, flash, precision, comm) | (_finetune_assumptions(finetune) if finetune else {}),
     )
+
+
+def _check_chunks(model: Model, layout: Layout) -> None:
+    """A virtual pipeline (interleaved 1F1B): chunks > 1 only with that schedule and a pipeline, each chunk whole layers."""
+    if layout.chunks == 1:
+        return
+    if layout.schedule != "interleaved" or layout.pipeline == 1:
+        raise ConfigError(f"{layout.chunks} model chunks per device is the interleaved schedule's virtual pipeline; give the interleaved schedule and a pipeline degree above 1, or drop the chunks")
+    layers = model.values.get("n_layers", 1)
+    if layers % (layout.pipeline * layout.chunks):
+        raise ConfigError(f"{layers} layers do not split into {layout.pipeline} stages × {layout.chunks} chunks of whole layers; give chunks with pipeline × chunks dividing {layers}")
 
 
 def _model_flops(model: Model, setup: FineTune | None, global_batch: int, seq: int) -> Number:
@@ -838,12 +850,12 @@ class InferenceTime:
         }
 
 
-def _inference_work(model: Model, phase: str, tensor: int, flash: bool, weight_bytes: Mapping[str, sympy.Expr] | None = None, expert_skew: float = 0) -> tuple[sympy.Expr, sympy.Expr, sympy.Expr]:
+def _inference_work(model: Model, phase: str, tensor: int, flash: bool, weight_bytes: Mapping[str, sympy.Expr] | None = None, expert_skew: float = 0, grouped: bool = True) -> tuple[sympy.Expr, sympy.Expr, sympy.Expr]:
     """Per-device FLOPs and bytes of a phase, over batch and seq (prefill) or batch and past (decode), and of
     those bytes the ones a fused serving engine still moves (the floor's); ``weight_bytes``: bytes per
     parameter by leaf, as a checkpoint stores them."""
     split = tensor_split(model, tensor)
-    work = phase_work(model, phase, depth=None, flash=flash, weight_bytes=weight_bytes, expert_skew=expert_skew)
+    work = phase_work(model, phase, depth=None, flash=flash, weight_bytes=weight_bytes, expert_skew=expert_skew, grouped=grouped)
     fusable = fused_leaves(flash)
     kept = sympy.Add(*(w.bytes for path, w in work.components.items() if path.rsplit("/", 1)[-1] not in fusable))
     total = work.total
@@ -918,8 +930,11 @@ def inference_time(
     node_size: int | None = None,
     weight_bytes: Mapping[str, sympy.Expr] | None = None,
     expert_skew: float = 0,
+    grouped: bool = True,
 ) -> InferenceTime:
-    """TTFT, TPOT and tokens/s for ``batch`` requests of ``prompt`` tokens generating ``output`` tokens each."""
+    """TTFT, TPOT and tokens/s for ``batch`` requests of ``prompt`` tokens generating ``output`` tokens each
+    (``grouped``: with ``flash``, the attention reads a key/value head once for the query heads sharing it;
+    else once per query head, as kernels without grouped-query packing do)."""
     for name, value in (("batch", batch), ("prompt", prompt), ("output", output), ("tensor", tensor)):
         _whole(name, value)
     check_count(output, ARRAY_ELEMENTS, "output tokens (one decode step each)", "ARRAY_ELEMENTS", f"time at most {ARRAY_ELEMENTS:,} output tokens")
@@ -928,8 +943,8 @@ def inference_time(
     model = at_dtype(model, dtype)
     if tensor > place.node_size:
         raise ConfigError(f"tensor degree {tensor} exceeds the {place.node_size} accelerators of one node; inference tensor parallelism stays within a node (give node_size or a system)")
-    prefill_work = _inference_work(model, "prefill", tensor, flash, weight_bytes)
-    decode_work = _inference_work(model, "decode", tensor, flash, weight_bytes, expert_skew)
+    prefill_work = _inference_work(model, "prefill", tensor, flash, weight_bytes, grouped=grouped)
+    decode_work = _inference_work(model, "decode", tensor, flash, weight_bytes, expert_skew, grouped)
     prefill = _phase_time(model, place, "prefill", prefill_work, tensor, dtype, batch=batch, seq=prompt)
     first = _phase_time(model, place, "decode", decode_work, tensor, dtype, batch=batch, past=prompt)
     last = _phase_time(model, place, "decode", decode_work, tensor, dtype, batch=batch, past=prompt + output - 2) if output > 1 else first
