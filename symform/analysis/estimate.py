@@ -266,6 +266,7 @@ class Rules:
     sources: Mapping[str, str]
     engine_algorithms: tuple[str, ...] = timing.ALGORITHMS
     engine_links: frozenset[str] = frozenset()
+    widen: Mapping[str, float] = field(default_factory=dict)  # [band_widen]: the band's growth per way of extrapolating
 
     def engine_all_reduce(self, link: str) -> tuple[str, ...]:
         """The all-reduce algorithms a serving engine chooses from on ``link``."""
@@ -289,7 +290,9 @@ def rules(path: str | None = None) -> Rules:
     engine = _section(data, "engine_comm", where)
     sources["engine_comm"] = str(engine.get("source", ""))
     algorithms = tuple(str(a) for a in engine.get("algorithms", timing.ALGORITHMS))
-    return Rules(dict(_section(data, "overlap", where)), _positive(optimizer.get("bytes_per_param"), f"{where}: optimizer.bytes_per_param"), fusion, band, sources, algorithms, frozenset(engine.get("links", [])))
+    widen = {k: _positive(v.get("widen"), f"{where}: band_widen.{k}.widen") for k, v in data.get("band_widen", {}).items()}
+    sources |= {f"band_widen.{k}": str(v.get("source", "")) for k, v in data.get("band_widen", {}).items()}
+    return Rules(dict(_section(data, "overlap", where)), _positive(optimizer.get("bytes_per_param"), f"{where}: optimizer.bytes_per_param"), fusion, band, sources, algorithms, frozenset(engine.get("links", [])), widen)
 
 
 # --- kernels -----------------------------------------------------------------------------------
@@ -507,7 +510,8 @@ class Band:
     """A point estimate with its band, and the bounds that bracket it: ``floor``, the datasheet peaks with
     everything overlapped (symform.timing's lower bound, where given), and ``ceiling``, every kernel at the
     device's sustained rates with nothing overlapped (its compute and memory time added, every transfer
-    exposed). The band never leaves them."""
+    exposed). The band never goes below the floor; it may reach above the ceiling, which bounds the estimate,
+    not a real run."""
 
     estimate: float
     low: float
@@ -516,10 +520,13 @@ class Band:
     floor: float | None = None
 
     @classmethod
-    def around(cls, value: float, kind: str, *, ceiling: float | None = None, floor: float | None = None, widen: float = 1.0) -> "Band":
+    def around(cls, value: float, kind: str, *, ceiling: float | None = None, floor: float | None = None, widen: float = 0.0) -> "Band":
+        """The fitted band of ``kind``, its edges moved out by a factor 1 + ``widen`` where the case extrapolates
+        (a ratio, so the lower edge never reaches zero), never below the floor."""
         below, above = rules().band[kind]
-        low, high = value * max(0.0, 1 - below * widen), value * (1 + above * widen)
-        return cls(value, max(low, floor or 0.0), min(high, ceiling if ceiling is not None else high), ceiling, floor)
+        low, high = value * (1 - below) / (1 + widen), value * (1 + above) * (1 + widen)
+        # no real run beats the floor; the ceiling bounds the estimate, not a real run (kernels slower than fitted)
+        return cls(value, max(low, floor or 0.0), high, ceiling, floor)
 
     def as_dict(self) -> dict[str, float]:
         bounds = {k: v for k, v in (("ceiling", self.ceiling), ("floor", self.floor)) if v is not None}
@@ -546,6 +553,7 @@ class TrainingEstimate:
     tokens: int
     attention: str
     factors: dict[str, object] = field(default_factory=dict)
+    extrapolating: tuple[str, ...] = ()  # how the case lies outside the published runs (the band widened for each)
 
     def mfu(self, seconds: float | None = None) -> float:
         return float(self.model_flops) / ((seconds or self.step.estimate) * self.devices * self.peak_flops_per_s)
@@ -570,7 +578,25 @@ class TrainingEstimate:
             "tokens_per_s": self.tokens_per_s,
             "attention": self.attention,
             "factors": self.factors,
+            "extrapolating": list(self.extrapolating),
         }
+
+
+def _extrapolating(kind: str, eff: Efficiency, dtype: str, devices: int, model: Model, features: Sequence[str] = ()) -> tuple[tuple[str, ...], float]:
+    """What the case lies outside the published runs by (symform.calibration.extrapolating), and the band's
+    widening for it (rules.toml [band_widen])."""
+    from . import calibration  # it estimates the runs with this module
+
+    found = calibration.extrapolating(kind, device=eff.device, dtype=dtype, devices=devices, moe="n_experts" in model.values, features=features)
+    widen = rules().widen
+    return tuple(text for _, text in found), sum(widen.get(name, 0.0) for name, _ in found)
+
+
+def _layout_features(layout: Layout, tp_comm_overlap: bool) -> list[str]:
+    """The layout features no published run has (the runs give data, tensor and pipeline degrees and ZeRO)."""
+    named = [("sequence parallelism", layout.sequence), (f"a virtual pipeline of {layout.chunks} chunks", layout.chunks > 1), ("tensor-parallel communication overlap", tp_comm_overlap),
+             (f"context parallelism {layout.context}", layout.context > 1), (f"expert parallelism {layout.expert}", layout.expert > 1), (f"the {layout.schedule} schedule", layout.schedule not in ("1f1b",))]
+    return [text for text, used in named if used]
 
 
 def training_estimate(
@@ -629,8 +655,9 @@ def training_estimate(
     step = compute + inside + bubble + exposed.get("data", 0.0) + optimizer
     within = sum(v for k, v in comm.items() if k != "data")
     ceiling = (serial + within) * (1 + bounds.bubble_ratio) + comm.get("data", 0.0) + optimizer
+    reasons, widen = _extrapolating("training", eff, dtype, bounds.devices, model, _layout_features(layout, tp_comm_overlap) + (["fine-tuning"] if finetune is not None else []))
     return TrainingEstimate(
-        step=Band.around(step, "training", ceiling=ceiling, floor=bounds.time_lower),
+        step=Band.around(step, "training", ceiling=ceiling, floor=bounds.time_lower, widen=widen),
         compute_s=compute,
         comm_s=comm,
         exposed_comm_s=exposed,
@@ -643,6 +670,7 @@ def training_estimate(
         tokens=bounds.tokens,
         attention=attention,
         factors=_factors(eff, convention, "training"),
+        extrapolating=reasons,
     )
 
 
@@ -692,6 +720,7 @@ class ServingEstimate:
     decode_comm_s: float
     attention: str
     factors: dict[str, object] = field(default_factory=dict)
+    extrapolating: tuple[str, ...] = ()  # how the case lies outside the published runs (the band widened for each)
 
     @property
     def tokens_per_s(self) -> Band:
@@ -709,6 +738,7 @@ class ServingEstimate:
             "decode_comm_s": self.decode_comm_s,
             "attention": self.attention,
             "factors": self.factors,
+            "extrapolating": list(self.extrapolating),
         }
 
 
@@ -755,14 +785,16 @@ def serving_estimate(
     total = ttft + (output - 1) * tpot
     ttft_ceiling = sum(kernel_ceiling(k, peak, hbm, eff, fusion, head) for k in prefill) + comm_prefill
     tpot_ceiling = sum(kernel_ceiling(k, peak, hbm, eff, fusion, head) for k in decode) + comm_decode
+    reasons, widen = _extrapolating("serving", eff, dtype, tensor, model, [f"routing skew {expert_skew}"] if expert_skew else [])
     return ServingEstimate(
-        ttft=Band.around(ttft, "serving", ceiling=ttft_ceiling),
-        tpot=Band.around(tpot, "serving", ceiling=tpot_ceiling),
-        total=Band.around(total, "serving", ceiling=ttft_ceiling + (output - 1) * tpot_ceiling),
+        ttft=Band.around(ttft, "serving", ceiling=ttft_ceiling, widen=widen),
+        tpot=Band.around(tpot, "serving", ceiling=tpot_ceiling, widen=widen),
+        total=Band.around(total, "serving", ceiling=ttft_ceiling + (output - 1) * tpot_ceiling, widen=widen),
         batch=batch,
         output=output,
         prefill_comm_s=comm_prefill,
         decode_comm_s=comm_decode,
         attention=attention,
         factors=_factors(eff, convention, "serving"),
+        extrapolating=reasons,
     )

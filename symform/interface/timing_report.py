@@ -236,6 +236,7 @@ def _training_extra(found, measured, run, tune=None) -> str:
         lines = [
             f"estimate       {_s(e.estimate)} (band {_s(e.low)} to {_s(e.high)}; ceiling {_s(e.ceiling)}: sustained rates, nothing overlapped), attention {found.attention}: compute {_s(found.compute_s)}, exposed comm {_s(sum(found.exposed_comm_s.values()))}, bubble {_s(found.bubble_s)}, optimizer {_s(found.optimizer_s)}",
             f"at estimate    MFU {found.mfu():.1%}  HFU {found.hfu():.1%}  tokens/s {found.tokens_per_s:,.0f}",
+            *_extrapolating_line(found.extrapolating, 14),
         ]
         if tune:
             lines.append(f"               {FINETUNE_ESTIMATE}")
@@ -254,7 +255,15 @@ def _serving_extra(found) -> str:
         f"{'estimate TTFT':<22} {_s(found.ttft.estimate)} (band {_s(found.ttft.low)} to {_s(found.ttft.high)}; ceiling {_s(found.ttft.ceiling)}), attention {found.attention}, fused kernels",
         f"{'estimate TPOT':<22} {_s(found.tpot.estimate)} (band {_s(found.tpot.low)} to {_s(found.tpot.high)}; ceiling {_s(found.tpot.ceiling)})",
         f"{'estimate tokens/s':<22} {found.tokens_per_s.estimate:,.1f}",
+        *_extrapolating_line(found.extrapolating, 22),
     ])
+
+
+def _extrapolating_line(reasons: tuple[str, ...], width: int) -> list[str]:
+    """What the estimate lies outside the published runs by: its band is widened for each (docs/validation.md)."""
+    if not reasons:
+        return []
+    return [f"{'extrapolating':<{width}} {'; '.join(reasons)}: band widened (rules.toml [band_widen])"]
 
 
 def _serving_offload(model: Model, args: argparse.Namespace, result: InferenceTime) -> dict[str, object] | None:

@@ -31,13 +31,13 @@ def validate_command(args: argparse.Namespace) -> str:
 
 
 def _case_dict(c: calibration.Case) -> dict[str, object]:
-    return {"source": c.run.source, "name": c.run.name, "split": c.run.split, "kind": c.run.kind, "figure": c.run.measured[0], "measured": c.run.measured[1], "estimate": c.predicted, "error": c.error, "setup": dict(c.run.setup)}
+    return {"source": c.run.source, "name": c.run.name, "split": c.run.split, "kind": c.run.kind, "figure": c.run.measured[0], "measured": c.run.measured[1], "estimate": c.predicted, "error": c.error, "inside_band": c.inside, "setup": dict(c.run.setup)}
 
 
 def summary_text(summaries: list[calibration.Summary]) -> str:
-    lines = [f"{'kind':<9} {'split':<6} {'cases':>5} {'median |error|':>15} {'worst |error|':>14}  worst case"]
+    lines = [f"{'kind':<9} {'split':<6} {'cases':>5} {'median |error|':>15} {'worst |error|':>14} {'in band':>8}  worst case"]
     for s in summaries:
-        lines.append(f"{s.kind:<9} {s.split:<6} {s.count:>5} {s.median:>15.1%} {s.worst:>14.1%}  {s.worst_case}")
+        lines.append(f"{s.kind:<9} {s.split:<6} {s.count:>5} {s.median:>15.1%} {s.worst:>14.1%} {s.inside:>8}  {s.worst_case}")
     return "\n".join(lines)
 
 
@@ -71,19 +71,23 @@ def markdown(cases: list[calibration.Case]) -> str:
         "",
         "## Summary",
         "",
-        "| kind | split | cases | median abs error | worst abs error | worst case |",
-        "|---|---|---:|---:|---:|---|",
+        "`in band`: how many measured values lie inside the band `symform time` gives the estimate",
+        "(the time behind the figure: the step, the first token, the decode step or the whole request),",
+        "the fitted band widened where the case extrapolates beyond the runs (`rules.toml` `[band_widen]`).",
+        "",
+        "| kind | split | cases | median abs error | worst abs error | in band | worst case |",
+        "|---|---|---:|---:|---:|---:|---|",
     ]
     for s in calibration.summarise(cases):
-        out.append(f"| {s.kind} | {s.split} | {s.count} | {s.median:.1%} | {s.worst:.1%} | {s.worst_case} |")
+        out.append(f"| {s.kind} | {s.split} | {s.count} | {s.median:.1%} | {s.worst:.1%} | {s.inside} of {s.count} ({s.inside / s.count:.0%}) | {s.worst_case} |")
     for stem, source in calibration.sources().items():
         chosen = [c for c in cases if c.run.source == stem]
         out += ["", f"## {source['title']}", "", f"Source: <{source['url']}>", "", f"Setup: {source['setup']}.", "", f"How it counts: {source['counts_flops']}.", ""]
         if source.get("assumed"):
             out += ["Assumed where the source is silent:", ""] + [f"- {a}" for a in source["assumed"]] + [""]
-        out += ["| run | split | setup | figure | measured | estimate | error |", "|---|---|---|---|---:|---:|---:|"]
+        out += ["| run | split | setup | figure | measured | estimate | error | in band |", "|---|---|---|---|---:|---:|---:|:---:|"]
         for c in chosen:
-            out.append(f"| {c.run.name} | {c.run.split} | {_setup(c)} | {c.run.measured[0]} | {_figure(c.run.measured[1])} | {_figure(c.predicted)} | {c.error:+.1%} |")
+            out.append(f"| {c.run.name} | {c.run.split} | {_setup(c)} | {c.run.measured[0]} | {_figure(c.run.measured[1])} | {_figure(c.predicted)} | {c.error:+.1%} | {'yes' if c.inside else 'no'} |")
     out += ["", *gemm_models_section(cases), "", MISSES.strip()]
     return "\n".join(out) + "\n"
 
