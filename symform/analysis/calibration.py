@@ -115,8 +115,9 @@ class _Prepared:
 
 
 def _layout(setup: Mapping[str, Any]) -> Layout:
-    t, p = setup.get("tensor", 1), setup.get("pipeline", 1)
-    return Layout(data=setup["gpus"] // (t * p), tensor=t, pipeline=p, zero=setup.get("zero", 0))
+    t, p, chunks = setup.get("tensor", 1), setup.get("pipeline", 1), setup.get("chunks", 1)
+    schedule = "interleaved" if chunks > 1 else "1f1b"
+    return Layout(data=setup["gpus"] // (t * p), tensor=t, pipeline=p, expert=setup.get("expert", 1), zero=setup.get("zero", 0), schedule=schedule, chunks=chunks)
 
 
 def _prepare(run: Run) -> _Prepared:
@@ -124,7 +125,7 @@ def _prepare(run: Run) -> _Prepared:
     if run.kind == "training":
         layout = _layout(s)
         bounds = timing.training_time(model, s["gpu"], global_batch=s["global_batch"], micro_batch=s["micro_batch"], seq=s["seq"], layout=layout, recompute=s.get("recompute", "none"), dtype=s.get("dtype", "bf16"), flash=s.get("attention", "sdpa") != "eager")
-        work = estimate.kernels(model, "train", workload={"batch": s["micro_batch"], "seq": s["seq"]}, tensor=layout.tensor, pipeline=layout.pipeline, recompute=s.get("recompute", "none"), attention=s.get("attention", "sdpa"))
+        work = estimate.kernels(timing.at_dtype(model, s.get("dtype", "bf16")), "train", workload={"batch": s["micro_batch"], "seq": s["seq"]}, tensor=layout.tensor, pipeline=layout.pipeline, recompute=s.get("recompute", "none"), attention=s.get("attention", "sdpa"))
         return _Prepared(run, model, bounds, work)
     # the kernels at the run's dtype: FP8 weights are read at one byte, as serving_estimate reads them
     work = estimate.serving_kernels(timing.at_dtype(model, s.get("dtype", "bf16")), batch=s["batch"], prompt=s["prompt"], output=s["output"], tensor=s.get("tensor", 1), attention=s.get("attention", "sdpa"))
@@ -201,7 +202,9 @@ def _training_figure(run: Run, prepared: _Prepared, seconds: float) -> float:
         return narayanan_flops(prepared.model, s["global_batch"], s["seq"]) / (seconds * s["gpus"]) / 1e12
     if what == "tokens_per_s":
         return s["global_batch"] * s["seq"] / seconds
-    raise ConfigError(f"run {run.name}: unknown measured figure {what!r}; use tflops_per_gpu or tokens_per_s")
+    if what == "tokens_per_s_per_gpu":
+        return s["global_batch"] * s["seq"] / seconds / s["gpus"]
+    raise ConfigError(f"run {run.name}: unknown measured figure {what!r}; use tflops_per_gpu, tokens_per_s or tokens_per_s_per_gpu")
 
 
 def _serving_figure(run: Run, result: estimate.ServingEstimate) -> float:
@@ -226,16 +229,18 @@ def validate(factors: Mapping[str, Any] | None = None, only: Iterable[Run] | Non
 
 @cache
 def _reach(kind: str) -> dict[str, Any]:
-    """What the runs of ``kind`` cover: the efficiency files they were measured on (by the file's device), the
-    most devices on each, and the dtypes each device's runs of either kind ran their GEMMs at."""
+    """What the fitted runs of ``kind`` cover (the held-out ones test the band, they do not widen its reach): the
+    efficiency files they were measured on (by the file's device), the most devices on each, and the dtypes
+    each device's fitted runs of either kind ran their GEMMs at."""
     devices: dict[str, dict[str, Any]] = {}
-    for run in runs():
+    fitted = [r for r in runs() if r.split == "fit"]
+    for run in fitted:
         s = run.setup
         device = estimate.efficiency(s["gpu"]).device
         if run.kind == kind:
             seen = devices.setdefault(device, {"dtypes": set(), "most": 0})
             seen["most"] = max(seen["most"], s.get("gpus", s.get("tensor", 1)))
-    for run in runs():
+    for run in fitted:
         device = estimate.efficiency(run.setup["gpu"]).device
         if device in devices:
             devices[device]["dtypes"].add(run.setup.get("dtype", "bf16"))
@@ -244,7 +249,7 @@ def _reach(kind: str) -> dict[str, Any]:
 
 @cache
 def _moe_measured(kind: str) -> bool:
-    return any("n_experts" in run_model(r).values for r in runs() if r.kind == kind)
+    return any("n_experts" in run_model(r).values for r in runs() if r.kind == kind and r.split == "fit")
 
 
 def extrapolating(kind: str, *, device: str, dtype: str, devices: int, moe: bool, features: Iterable[str] = ()) -> list[tuple[str, str]]:
@@ -253,14 +258,14 @@ def extrapolating(kind: str, *, device: str, dtype: str, devices: int, moe: bool
     features no run has (sequence parallelism, a virtual pipeline, ...)."""
     reach, found = _reach(kind), []
     if device not in reach:
-        found.append(("device", f"{device}: no published {kind} run measured on it, its efficiency factors borrowed"))
+        found.append(("device", f"{device}: no fitted {kind} run measured on it, its efficiency factors borrowed"))
     elif dtype not in reach[device]["dtypes"]:
-        found.append(("dtype", f"{dtype} on {device} (its runs: {', '.join(sorted(reach[device]['dtypes']))})"))
+        found.append(("dtype", f"{dtype} on {device} (its fitted runs: {', '.join(sorted(reach[device]['dtypes']))})"))
     if device in reach and devices > reach[device]["most"]:
-        found.append(("scale", f"{devices:,} GPUs ({device}'s {kind} runs reach {reach[device]['most']:,})"))
+        found.append(("scale", f"{devices:,} GPUs ({device}'s fitted {kind} runs reach {reach[device]['most']:,})"))
     if moe and not _moe_measured(kind):
-        found.append(("moe", f"MoE (no published {kind} run of a mixture of experts)"))
-    found += [("layout", f"{f} (no published run uses it)") for f in features]
+        found.append(("moe", f"MoE (no fitted {kind} run of a mixture of experts)"))
+    found += [("layout", f"{f} (no fitted run uses it)") for f in features]
     return found
 
 
