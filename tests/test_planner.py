@@ -137,3 +137,14 @@ def test_fine_tuning_screen_equals_its_exact_memory_and_time(setup):
         timed = training_time(model, "h100-sxm", global_batch=16, micro_batch=micro_batch, seq=SEQ, layout=layout, recompute=recompute, flash=True, finetune=tune)
         assert lower[i] == pytest.approx(timed.time_lower, rel=1e-9)
         assert upper[i] == pytest.approx(timed.time_upper, rel=1e-9)
+
+
+def test_without_efficiency_data_the_plan_ranks_by_the_floor(capsys):
+    """An L40S has no efficiency file, so no estimate: the floor, then the sum at peak, decide; the table says so."""
+    result = plan(load(MODEL), "l40s", devices=8, global_batch=32, seq=2048, flash=True, top=3)
+    assert all(row.estimate is None for row in result.best)
+    keys = [(row.time.time_lower, row.time.time_upper) for row in result.best]
+    assert keys == sorted(keys)
+    code = main(["plan", MODEL, "--gpu", "l40s", "--gpus", "8", "--global-batch", "32", "--seq", "2048", "--top", "2"])
+    out = capsys.readouterr().out
+    assert code == 0 and "no efficiency data for an estimate" in out

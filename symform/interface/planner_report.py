@@ -65,7 +65,7 @@ def _table(result: Plan) -> str:
         layout, timed = row.layout, row.time
         lines.append(
             f"{rank:>2}  {layout.data:>4} {layout.tensor:>3} {layout.pipeline:>3} {layout.expert:>3}  {layout.zero:>4}  {row.micro_batch:>3}  {row.recompute:<9}  "
-            f"{float(row.memory.total) / 2**30:>10.2f}  {row.estimate.step.estimate if row.estimate else float('nan'):>10.3f}  {timed.time_lower:>9.3f} - {timed.time_upper:<9.3f}  {timed.mfu_high:>5.1%}-{timed.mfu_low:<5.1%}  {timed.tokens_per_s_high:>10,.0f}"
+            f"{float(row.memory.total) / 2**30:>10.2f}  {_estimate_text(row):>10}  {timed.time_lower:>9.3f} - {timed.time_upper:<9.3f}  {timed.mfu_high:>5.1%}-{timed.mfu_low:<5.1%}  {timed.tokens_per_s_high:>10,.0f}"
         )
     best = result.best[0]
     lines.append("best layout, memory per device: " + ", ".join(f"{k} {float(v) / 2**30:.2f} GiB" for k, v in best.memory.values.items() if v))
@@ -73,3 +73,8 @@ def _table(result: Plan) -> str:
     ranking = "the estimate (symform time's), then the sum at peak (no overlap)" if best.estimate else "the floor (full overlap at peak), then the sum at peak (no overlap): no efficiency data for an estimate"
     lines.append(f"ranked by {ranking}; symform time and symform memory give each layout's details")
     return "\n".join(lines)
+
+
+def _estimate_text(row) -> str:
+    """The layout's estimated step in seconds, or a dash where the device has no efficiency data."""
+    return f"{row.estimate.step.estimate:.3f}" if row.estimate else "-"
