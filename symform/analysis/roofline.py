@@ -674,9 +674,7 @@ def roofline(
     peak, bandwidth = gpu.flops_per_s(dtype), gpu.hbm_bytes_per_s
 
     def place(w: Work) -> Roofline:
-        return Roofline(
-            exact_value(w.flops, values), exact_value(w.bytes, values), peak, bandwidth
-        )
+        return Roofline(_value(w.flops, values), _value(w.bytes, values), peak, bandwidth)
 
     components = {path: place(w) for path, w in work.components.items()}
     components = {path: r for path, r in components.items() if r.flops or r.bytes}
@@ -690,6 +688,11 @@ def roofline(
         components,
         work.notes,
     )
+
+
+def _value(expr: sympy.Expr, values: Mapping[sympy.Symbol, sympy.Expr]) -> float | int | Fraction:
+    """Exact, but for the expected count of experts a decode batch touches (in floats: symform.routing)."""
+    return routing.expected_value(expr, values) if routing.is_expected_count(expr) else exact_value(expr, values)
 
 
 def _values(
