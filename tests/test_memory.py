@@ -260,3 +260,46 @@ def test_serving_activations_are_the_largest_op_and_no_loss_runs():
     assert report.values["activations"] == 2 * batch * seq * 3 * d_ff + 2 * batch * seq * width
     training = training_memory(model, batch=batch, seq=seq)
     assert training.activations_by_component["loss"] > 0
+
+
+# DeepSeek-V3 by hand: 58 MoE layers (61 less 3 dense) of 256 routed experts, each gate, up and down of
+# 7168 × 2048; the whole model 671,026,404,352 parameters (transformers' meta-device numel, tests/test_family_moe.py)
+DSV3_EXPERTS = 58 * 256 * 3 * 7168 * 2048
+DSV3_PARAMS = 671_026_404_352
+
+
+def test_expert_states_shard_over_the_expert_data_parallel_group_under_zero_3():
+    """1,024 data-parallel ranks in groups of ep = 64 that hold different experts: each expert lives on 1024/64 = 16
+    ranks (its expert-data-parallel group, DeepSpeed-MoE's and Megatron-Core's), and ZeRO-3 splits its weights over
+    those 16, not over all 1,024 again. So a rank holds 1/(ep · dp/ep) = 1/dp of the experts' weights, as of the
+    dense ones, and the devices together hold the model's bf16 weights exactly once."""
+    model = load("deepseek-v3")
+    layout = Layout(data=1024, expert=64, zero=3)
+    weights = training_memory(model, batch=1, seq=16, setup=Training(layout=layout)).values["weights"]
+    assert weights * 1024 == 2 * DSV3_PARAMS
+    # with tp = 2 the expert widths halve as well: 2 bytes × DSV3_EXPERTS / (tp 2 · ep 64 · dp/ep 16)
+    tensor = Layout(data=1024, tensor=2, expert=64, zero=3)
+    with_ep = training_memory(model, batch=1, seq=16, setup=Training(layout=tensor)).values["weights"]
+    without_ep = training_memory(model, batch=1, seq=16, setup=Training(layout=Layout(data=1024, tensor=2, zero=3))).values["weights"]
+    assert 2 * DSV3_EXPERTS // (2 * 64 * 16) == 638_582_784
+    assert with_ep == without_ep  # the experts' share is 638,582,784 bytes either way: 1/(2·1024) of them
+    assert with_ep > 638_582_784
+
+
+def test_deepseek_v3_own_layout_shards_expert_optimizer_states_over_dp_over_ep():
+    """DeepSeek-V3's layout (report §3.2): PP 16, EP 64, ZeRO-1 over 2,048 GPUs, so dp = 128 and every expert is
+    replicated on 128/64 = 2 ranks of a stage. Per rank: the stage's experts DSV3_EXPERTS/16/64 with master weights and
+    two Adam states (4 + 2·4 bytes, mixed precision) over those 2 ranks, the rest of the stage's parameters over all 128
+    (its dense share, (DSV3_PARAMS - DSV3_EXPERTS)/16 where the stages are balanced)."""
+    model = load("deepseek-v3")
+    layout = Layout(data=128, pipeline=16, expert=64, zero=1)
+    values = training_memory(model, batch=1, seq=16, setup=Training(layout=layout)).values
+    experts = sympy.Rational(DSV3_EXPERTS, 16 * 64)
+    dense = sympy.Rational(DSV3_PARAMS - DSV3_EXPERTS, 16)
+    assert values["optimizer"] + values["master_weights"] == 12 * (experts / 2 + dense / 128)
+    assert values["weights"] == 2 * (experts + dense)  # ZeRO-1 leaves the weights whole
+
+
+def test_expert_degree_must_divide_the_data_parallel_degree_to_shard_states():
+    with pytest.raises(EvaluationError, match="must divide the data-parallel degree"):
+        training_memory(load("qwen3-30b-a3b"), batch=1, seq=16, setup=Training(layout=Layout(data=4, expert=8, zero=1)))

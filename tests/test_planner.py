@@ -71,6 +71,28 @@ def test_mixture_of_experts_layouts_use_expert_parallelism():
     assert np.all(c.data % c.expert == 0)
 
 
+def test_mixture_of_experts_screen_shards_expert_states_as_the_exact_memory():
+    """With ZeRO and expert parallelism the screen splits the routed experts' states over dp/ep ranks, as
+    training_memory does: both agree on every sharded MoE layout."""
+    model = load("qwen3-30b-a3b")
+    c = enumerate_layouts(model, 16, 64, micro_batches=(1,), recompute=("full",))
+    c = c.take((c.expert > 1) & (c.zero >= 1))
+    memory = memory_per_device(model, c, seq=256, global_batch=64, precision="mixed", optimizer="adamw", flash=True)
+    for i in np.random.default_rng(0).choice(len(c), 12, replace=False):
+        layout, micro_batch, recompute = c.layout(int(i), 64)
+        exact = training_memory(model, batch=micro_batch, seq=256, setup=Training(recompute=recompute, flash=True, layout=layout))
+        assert memory[i] == pytest.approx(float(exact.total), rel=1e-12)
+
+
+def test_no_layout_of_deepseek_v3_fits_where_its_states_alone_exceed_the_devices():
+    """671,026,404,352 parameters × 16 bytes (mixed precision, AdamW) = 10.736e12 bytes against 128 × 80 GiB =
+    10.995e12: even ZeRO-3 sharding every copy evenly leaves 2.0e9 bytes a device, less than one 4,096-token sequence's
+    activations. Before expert states were divided twice over, 167 of these layouts 'fit'."""
+    model = load("deepseek-v3")
+    result = plan(model, "h800-sxm", devices=128, global_batch=256, seq=4096, flash=True, top=1)
+    assert result.fitting == 0
+
+
 def test_plan_cli_json(capsys):
     code = main(["plan", MODEL, "--gpu", "h100-sxm", "--gpus", "8", "--global-batch", "32", "--seq", "2048", "--top", "2", "--json"])
     out, err = capsys.readouterr()

@@ -131,6 +131,19 @@ class Layout:
     def optimizer_shards(self) -> int:
         return self.data if (self.zero >= 1 or self.distributed_optimizer) else 1
 
+    def static_shards(self, experts: bool = False) -> dict[str, int]:
+        """The ranks that split each static copy (ZeRO, the distributed optimizer). The routed experts' copies
+        (``experts``) split over the expert-data-parallel group, the data/expert ranks that hold the same experts
+        (DeepSpeed-MoE's expert-data-parallel groups, Megatron-Core's expert data parallelism): each expert's
+        states are divided once by the expert ranks and once by that group, never twice by both."""
+        group = self.data
+        if experts and self.expert > 1:
+            if (self.zero >= 1 or self.distributed_optimizer) and self.data % self.expert:
+                raise EvaluationError(f"expert degree {self.expert} must divide the data-parallel degree {self.data} to shard the experts' states over the ranks that replicate them; choose an expert degree dividing it")
+            group = self.data // self.expert
+        sharded = (self.zero >= 1 or self.distributed_optimizer, self.zero >= 2, self.zero >= 3)
+        return {name: group if on else 1 for name, on in zip(("optimizer_shards", "gradient_shards", "weight_shards"), sharded)}
+
     @property
     def in_flight(self) -> sympy.Expr:
         """Micro-batches whose activations the first pipeline stage holds at its peak."""
@@ -256,6 +269,18 @@ def params_expression(model: Model, tensor: Degree = 1, pipeline: Degree = 1, ex
         return multiplied_out(sympy.Add(*_param_terms(model, tensor, pipeline, expert).values()))
 
     return model.graph().derived(("params per rank", *degrees), per_rank)  # parameters take no conventions
+
+
+def expert_params_expression(model: Model, tensor: Degree = 1, pipeline: Degree = 1, expert: Degree = 1) -> sympy.Expr:
+    """The routed experts' part of params_expression: its terms divided by the expert degree (written e, the
+    part is B/e in A + B/e, and -e·d/de of the sum gives it exactly)."""
+    experts = routed_part(params_expression(model, *_DEGREES))
+    return multiplied_out(experts, dict(zip(_DEGREES, (sympy.sympify(d) for d in (tensor, pipeline, expert)))))
+
+
+def routed_part(params: sympy.Expr) -> sympy.Expr:
+    """Of parameters per rank over a symbolic expert degree e (A + B/e), the part the expert ranks split: B/e."""
+    return multiplied_out(-_DEGREES[2] * sympy.diff(params, _DEGREES[2]))
 
 
 def params_at_sizes(model: Model, tensor: Degree = 1, pipeline: Degree = 1, expert: Degree = 1) -> sympy.Expr:
@@ -489,8 +514,7 @@ def training_expressions(model: Model, setup: Training = Training()) -> tuple[di
     model = model.with_conventions(act_bytes=precision.act)
     state_bytes = optimizer_state_bytes(precision, optimizer)
     kept, transient, by_component = saved_activations(model, recompute=setup.recompute, flash=setup.flash)
-    shards = {"optimizer_shards": layout.optimizer_shards, "gradient_shards": layout.data if layout.zero >= 2 else 1, "weight_shards": layout.data if layout.zero >= 3 else 1}
-    static = _static_lines(model, params_per_device(model, layout), precision, optimizer, shards)
+    static = _layout_static_lines(model, layout, precision, optimizer)
     others = {"activations": _activations_per_device(kept, model, layout), **backward_categories(model, transient, layout)}
     components = {k: _activations_per_device(v, model, layout) for k, v in by_component.items()}
     assumptions = {
@@ -511,6 +535,19 @@ def training_expressions(model: Model, setup: Training = Training()) -> tuple[di
         "stages_balanced": layout.pipeline > 1,
     }
     return static | {k: _expanded(model, v) for k, v in others.items()}, components, assumptions
+
+
+def _layout_static_lines(model: Model, layout: Layout, precision: Precision, optimizer: Optimizer) -> dict[str, sympy.Expr]:
+    """static_bytes per device: the dense parameters sharded over the data-parallel ranks, the routed experts'
+    over the expert-data-parallel group (Layout.static_shards)."""
+    params = params_per_device(model, layout)
+    shards, expert_shards = layout.static_shards(), layout.static_shards(experts=True)
+    if shards == expert_shards:
+        return _static_lines(model, params, precision, optimizer, shards)
+    experts = expert_params_expression(model, layout.tensor, layout.pipeline, layout.expert)
+    dense = _static_lines(model, multiplied_out(params - experts), precision, optimizer, shards)
+    routed = _static_lines(model, experts, precision, optimizer, expert_shards)
+    return {k: multiplied_out(dense[k] + routed[k]) for k in dense}
 
 
 def _static_lines(model: Model, params: sympy.Expr, precision: Precision, optimizer: Optimizer, shards: Mapping[str, int]) -> dict[str, sympy.Expr]:

@@ -25,7 +25,7 @@ from ..engine.errors import EvaluationError
 from ..engine.evaluate import compile_expression
 from ..engine.multiplied import multiplied_out
 from .hardware import Hardware
-from .memory import RECOMPUTE, Layout, MemoryReport, Training, backward_peak, params_at_sizes, recipes, saved_activations, saved_activations_at_sizes, static_bytes, tensor_split, training_memory
+from .memory import RECOMPUTE, Layout, MemoryReport, Training, backward_peak, params_at_sizes, recipes, routed_part, saved_activations, saved_activations_at_sizes, static_bytes, tensor_split, training_memory
 from ..engine.model import Model
 from .finetune import FineTune, finetune_memory, frozen_weight_bytes, kept_by, rank_share, trainable_params
 from .timing import TENSOR, TrainingTime, data_comm, expert_comm, pipeline_comm, placement, rank_sizes, rank_work, step_bounds, tensor_comm, training_time
@@ -105,16 +105,22 @@ def _compiled(model: Model, expr: sympy.Expr, names: tuple[str, ...], fixed: dic
     return compile_expression(bound, names)
 
 
+def _zero_shards(c: Candidates, group: np.ndarray) -> dict[str, np.ndarray]:
+    return {"optimizer_shards": np.where(c.zero >= 1, group, 1.0), "gradient_shards": np.where(c.zero >= 2, group, 1.0), "weight_shards": np.where(c.zero >= 3, group, 1.0)}
+
+
 def memory_per_device(model: Model, c: Candidates, *, seq: int, global_batch: int, precision: str, optimizer: str, flash: bool, finetune: FineTune | None = None) -> np.ndarray:
     """Bytes per device of every candidate, as ``training_memory`` (or ``finetune_memory``) counts them (1F1B, stages balanced)."""
     recipe = recipes().precision[precision]
     states = recipes().optimizer[optimizer]
     model = model.with_conventions(act_bytes=recipe.act)
     d = c.data.astype(np.float64)
-    shards = {"optimizer_shards": np.where(c.zero >= 1, d, 1.0), "gradient_shards": np.where(c.zero >= 2, d, 1.0), "weight_shards": np.where(c.zero >= 3, d, 1.0)}
+    shards = _zero_shards(c, d)
     if finetune is None:
-        params = _compiled(model, params_at_sizes(model, T, P, E), ("tensor", "pipeline", "expert"), {})(c.tensor, c.pipeline, c.expert)
-        static = sum(static_bytes(params, recipe, states, **shards).values())
+        per_rank = params_at_sizes(model, T, P, E)
+        params, experts = (_compiled(model, f, ("tensor", "pipeline", "expert"), {})(c.tensor, c.pipeline, c.expert) for f in (per_rank, routed_part(per_rank)))
+        # the routed experts' copies shard over the expert-data-parallel group (memory.Layout.static_shards)
+        static = sum(static_bytes(params - experts, recipe, states, **shards).values()) + sum(static_bytes(experts, recipe, states, **_zero_shards(c, d / c.expert)).values())
     else:
         share = rank_share(model, T, P)
         rank = {"lora_rank": finetune.rank}
