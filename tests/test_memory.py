@@ -30,7 +30,7 @@ d_head = v["d_head"]
 KORTHIKANTI = {"upcast": 0, "stat_bytes": 0, "dropout": 1, "mask_bytes": 1, "index_bytes": 0, "loss_bytes": 0}
 # the notes (seed §3): the same tensors without the masks, the loss input in bf16
 NOTES = {**KORTHIKANTI, "mask_bytes": 0, "loss_bytes": 2}
-GPT_STYLE = {d_head: d / h, t: 4 * d}  # MHA with d = h·d_h, a GELU MLP of 4d
+GPT_STYLE = {d_head: d / h, t: 4 * d, v["n_kv_heads"]: h}  # MHA (a key/value head per query head) with d = h·d_h, a GELU MLP of 4d
 # (a GELU that keeps its input, gpt2_mlp_one_op: transformers' gelu_new keeps four tensors)
 
 
@@ -303,3 +303,30 @@ def test_deepseek_v3_own_layout_shards_expert_optimizer_states_over_dp_over_ep()
 def test_expert_degree_must_divide_the_data_parallel_degree_to_shard_states():
     with pytest.raises(EvaluationError, match="must divide the data-parallel degree"):
         training_memory(load("qwen3-30b-a3b"), batch=1, seq=16, setup=Training(layout=Layout(data=4, expert=8, zero=1)))
+
+
+def test_selective_recomputation_keeps_keys_and_values_at_their_own_heads():
+    """Llama 3.1 8B (32 layers, 32 query heads and 8 key/value heads of 128), FlashAttention, bf16, 2 × 4096: the
+    fused kernel keeps Q (b·32·s·128), K and V (b·8·s·(128 + 128)) and its fp32 log-sum-exp (4·b·32·s); selective
+    recomputation keeps the same Q, K and V, at their own heads, and rebuilds the rest. So it saves exactly the
+    log-sum-exp of every layer, 32 · 4 · 2 · 32 · 4096 bytes, and its buffer is one kernel's keep."""
+    model = load("llama-3.1-8b")
+    b, s = 2, 4096
+
+    def values(recompute):
+        return training_memory(model, batch=b, seq=s, setup=Training(precision="bf16", recompute=recompute, flash=True)).values
+
+    none, selective = values("none"), values("selective")
+    assert none["activations"] - selective["activations"] == 32 * 4 * b * 32 * s == 33_554_432
+    assert selective["recompute_buffer"] == 2 * b * (32 * s * 128 + 8 * s * (128 + 128)) + 4 * b * 32 * s == 101_711_872
+
+
+@settings(max_examples=15, deadline=None)
+@given(name=st.sampled_from(["llama-3.1-8b", "qwen3-8b", "mistral-7b-v0.3"]), batch=st.integers(1, 8), seq=st.sampled_from([512, 2048, 4096, 8192]))
+def test_selective_recomputation_never_needs_more_than_none_under_flash(name, batch, seq):
+    model = load(name)
+
+    def total(recompute):
+        return training_memory(model, batch=batch, seq=seq, setup=Training(recompute=recompute, flash=True)).total
+
+    assert total("selective") <= total("none")
