@@ -33,6 +33,7 @@ from ..engine.multiplied import from_polynomial, multiplied_out, polynomial
 from ..engine.vocabulary import Vocabulary
 from .maxima import max_of
 from .quantization import StoredFormat, WeightFormat, _rational, bytes_per_weight, checkpoint_format, stored_bytes, weight_bytes_by_leaf
+from . import frameworks
 from .scaling import in_flight_microbatches
 
 # what every inference phase sets: no loss runs, and generating turns each sequence's last position alone into
@@ -40,6 +41,9 @@ from .scaling import in_flight_microbatches
 GENERATING = {"training": 0, "all_logits": 0}
 
 RECOMPUTE = ("none", "selective", "full")
+# the modes that rebuild a unit in backward: the user's settings, and saved_ops, torchtitan's per-op selective policy
+# (a framework's reading of selective: symform.analysis.frameworks)
+REBUILDING = ("selective", "full", "saved_ops")
 Degree = int | sympy.Expr
 SCHEDULES = ("1f1b", "interleaved", "gpipe", "naive")
 RULE_OF_THUMB = sympy.Rational(2, 5)  # inference activations ≈ 0.4 × parameter count in bytes (the notes, batch 1)
@@ -343,7 +347,7 @@ def matmul_rate(stored: StoredFormat | None, rates: Mapping[str, object], given:
 
 
 def _modes(recompute: str, flash: bool) -> tuple[str, ...]:
-    if recompute not in RECOMPUTE:
+    if recompute not in RECOMPUTE and recompute not in REBUILDING:
         raise EvaluationError(f"unknown recomputation {recompute!r}; choose one of {', '.join(RECOMPUTE)}")
     return tuple(m for m in ((recompute if recompute != "none" else None), ("flash" if flash else None)) if m)
 
@@ -385,10 +389,14 @@ def _saved_activations(
 
     def kept(node: str, modes: tuple[str, ...]) -> sympy.Expr:
         data = graph.nodes[node]
+        if "saved_ops" in modes and "full" in data["saved_when"]:  # a checkpointed layer under a per-op policy
+            rest = tuple(m for m in modes if m not in REBUILDING)
+            transients.append(kept(node, rest))
+            return kept_by(node, data["saved_when"]["full"] + _saved_op_outputs(graph, node, "flash" in modes))
         for mode in modes:
             if mode in data["saved_when"]:
-                if mode in RECOMPUTE:  # backward rebuilds the unit's activations (fused kernels still fused)
-                    transients.append(kept(node, tuple(m for m in modes if m not in RECOMPUTE)))
+                if mode in REBUILDING:  # backward rebuilds the unit's activations (fused kernels still fused)
+                    transients.append(kept(node, tuple(m for m in modes if m not in REBUILDING)))
                 return kept_by(node, data["saved_when"][mode])
         if data["component"].is_primitive:
             return kept_by(node, data["quantities"]["saved_activations"])
@@ -402,6 +410,36 @@ def _saved_activations(
     distinct = {multiplied_out(t, known) for t in transients}
     transient = max_of(*distinct) if distinct else sympy.Integer(0)
     return total, transient, {k: v for k, v in by_component.items() if v != 0}
+
+
+def _saved_op_outputs(graph, unit: str, flash: bool) -> sympy.Expr:
+    """What torchtitan's per-op selective checkpointing saves inside one checkpointed layer beyond its input: the
+    result of every second matrix product (aten.mm: a linear without bias; the 1st, 3rd, ... in forward order) and,
+    under FlashAttention, the attention kernel's results (its declared ``kernel_output``). Parts sharded over experts
+    run as grouped GEMMs, which it does not save; biased linears run as addmm, which it neither saves nor counts."""
+    products = 0
+    saved: list[sympy.Expr] = []
+
+    def walk(node: str, repeat: sympy.Expr) -> None:
+        nonlocal products
+        data = graph.nodes[node]
+        if flash and "kernel_output" in data["saved_when"]:
+            saved.append(repeat * data["saved_when"]["kernel_output"])
+            return
+        if "output" in data["saved_when"]:
+            if data["args"].get("bias", 0) == 0:
+                products += 1
+                if products % 2:
+                    saved.append(repeat * data["saved_when"]["output"])
+            return
+        for child in graph.successors(node):
+            edge = graph.edges[node, child]
+            times = edge["repeat"]["forward_flops"]  # how often it runs (a part sharing another's kept input keeps nothing of its own)
+            if times != 0 and edge["shard"] != "expert":
+                walk(child, repeat * times)
+
+    walk(unit, sympy.Integer(1))
+    return sympy.Add(*saved)
 
 
 def optimizer_state_bytes(precision: Precision, optimizer: Optimizer) -> sympy.Rational:
@@ -503,6 +541,7 @@ class Training:
     recompute: str = "none"
     flash: bool = True  # FlashAttention/SDPA, as time, roofline and plan assume; False: eager attention
     layout: Layout = Layout()
+    framework: str | None = None  # formulas/frameworks: its selective policy, buffers and overheads; None: the declared tensors alone
 
 
 def training_expressions(model: Model, setup: Training = Training()) -> tuple[dict[str, sympy.Expr], dict[str, sympy.Expr], dict[str, object]]:
@@ -513,10 +552,15 @@ def training_expressions(model: Model, setup: Training = Training()) -> tuple[di
     layout = setup.layout
     model = model.with_conventions(act_bytes=precision.act)
     state_bytes = optimizer_state_bytes(precision, optimizer)
-    kept, transient, by_component = saved_activations(model, recompute=setup.recompute, flash=setup.flash)
+    fw = frameworks.framework(setup.framework)
+    recompute = fw.recompute_mode(setup.recompute) if fw else setup.recompute
+    if setup.recompute not in RECOMPUTE:
+        raise EvaluationError(f"unknown recomputation {setup.recompute!r}; choose one of {', '.join(RECOMPUTE)}")
+    kept, transient, by_component = saved_activations(model, recompute=recompute, flash=setup.flash)
     static = _layout_static_lines(model, layout, precision, optimizer)
     others = {"activations": _activations_per_device(kept, model, layout), **backward_categories(model, transient, layout)}
     components = {k: _activations_per_device(v, model, layout) for k, v in by_component.items()}
+    others |= framework_overheads(model, fw, layout, precision, sympy.Add(*static.values(), *others.values()))
     assumptions = {
         "precision": setup.precision,
         "bytes_per_param": {"weights": precision.weights, "master": precision.master, "grads": precision.grads, "optimizer_state": _json(state_bytes)},
@@ -533,8 +577,24 @@ def training_expressions(model: Model, setup: Training = Training()) -> tuple[di
         "dropout": dropout_origin(model),
         "conventions": {s.name: _json(v) for s, v in model.conventions.items()},
         "stages_balanced": layout.pipeline > 1,
+        "framework": fw.describe() if fw else "none: the declared tensors alone (no buffers, CUDA context or allocator reserve)",
     }
     return static | {k: _expanded(model, v) for k, v in others.items()}, components, assumptions
+
+
+def framework_overheads(model: Model, fw: frameworks.Framework | None, layout: Layout, precision: Precision, held: sympy.Expr) -> dict[str, sympy.Expr]:
+    """The framework's buffers and overheads on one device (formulas/frameworks): each byte-valued one at this ZeRO
+    stage, then the allocator's reserve as its share of everything else (``held`` and those buffers)."""
+    if fw is None:
+        return {}
+    unit = frameworks.unit_params(model, layout.tensor, layout.expert)
+    params = params_per_device(model, layout)
+    found = frameworks.overhead_bytes(fw, zero=layout.zero, unit=unit, params=params, weight_bytes=precision.weights, grad_bytes=precision.grads)
+    reserve = frameworks.reserve_fraction(fw)
+    if reserve:
+        inside = sympy.Add(*(v for k, v in found.items() if k not in fw.outside_allocator()))
+        found["allocator_reserve"] = sympy.Rational(reserve.numerator, reserve.denominator) * (held + inside)
+    return found
 
 
 def _layout_static_lines(model: Model, layout: Layout, precision: Precision, optimizer: Optimizer) -> dict[str, sympy.Expr]:
