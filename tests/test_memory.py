@@ -330,3 +330,14 @@ def test_selective_recomputation_never_needs_more_than_none_under_flash(name, ba
         return training_memory(model, batch=batch, seq=seq, setup=Training(recompute=recompute, flash=True)).total
 
     assert total("selective") <= total("none")
+
+
+def test_zero_shards_over_the_context_parallel_ranks_too():
+    """Context-parallel ranks hold the same parameters as data-parallel ones, and torchtitan's FSDP (its dp_shard_cp
+    mesh) and Megatron-Core's distributed optimizer shard over both: FSDP 1 × CP 8 splits the weights 8 ways, as FSDP 8."""
+    model = load("llama-3.2-1b")
+
+    def weights(**layout):
+        return training_memory(model, batch=1, seq=64, setup=Training(layout=Layout(zero=3, **layout))).values["weights"]
+
+    assert weights(context=8) == weights(data=8) == weights() / 8

@@ -136,15 +136,17 @@ class Layout:
         return self.data if (self.zero >= 1 or self.distributed_optimizer) else 1
 
     def static_shards(self, experts: bool = False) -> dict[str, int]:
-        """The ranks that split each static copy (ZeRO, the distributed optimizer). The routed experts' copies
-        (``experts``) split over the expert-data-parallel group, the data/expert ranks that hold the same experts
-        (DeepSpeed-MoE's expert-data-parallel groups, Megatron-Core's expert data parallelism): each expert's
-        states are divided once by the expert ranks and once by that group, never twice by both."""
-        group = self.data
+        """The ranks that split each static copy (ZeRO, the distributed optimizer): the data-parallel ranks and the
+        context-parallel ones, which hold the same parameters too (torchtitan shards FSDP over its dp_shard_cp mesh,
+        Megatron-Core its gradients and distributed optimizer over the data-parallel group with context parallelism).
+        The routed experts' copies (``experts``) split over the expert-data-parallel group, the ranks of that group
+        that hold the same experts (DeepSpeed-MoE's expert-data-parallel groups, Megatron-Core's expert data
+        parallelism): each expert's states are divided once by the expert ranks and once by that group, never twice."""
+        group = self.data * self.context
         if experts and self.expert > 1:
             if (self.zero >= 1 or self.distributed_optimizer) and self.data % self.expert:
                 raise EvaluationError(f"expert degree {self.expert} must divide the data-parallel degree {self.data} to shard the experts' states over the ranks that replicate them; choose an expert degree dividing it")
-            group = self.data // self.expert
+            group = self.data * self.context // self.expert
         sharded = (self.zero >= 1 or self.distributed_optimizer, self.zero >= 2, self.zero >= 3)
         return {name: group if on else 1 for name, on in zip(("optimizer_shards", "gradient_shards", "weight_shards"), sharded)}
 
