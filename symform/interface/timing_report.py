@@ -15,7 +15,7 @@ from ..engine.errors import ConfigError
 from ..analysis.finetune import describe_text
 from ..analysis.memory import RECOMPUTE, SCHEDULES, Layout, matmul_rate, recipes, stored_weights
 from ..engine.model import Model
-from ..analysis.frameworks import framework
+from ..analysis.frameworks import EAGER, framework
 from .memory_report import framework_argument, framework_name
 
 if TYPE_CHECKING:  # the timing module (and numpy) load when a time is asked for, not with the CLI
@@ -163,7 +163,8 @@ def _memory_fit(model: Model, args: argparse.Namespace, result: TrainingTime, tu
 
     place = placement(args.gpu, args.node_size)
     flash = _flash(args)
-    name = framework_name(args)  # the memory check counts the framework's buffers and its layout defaults (sequence parallelism)
+    # the memory check counts the framework's buffers and layout defaults (sequence parallelism); fine-tuning takes none
+    name = framework_name(args) if tune is None else EAGER
     layout = _layout(args)
     layout = replace(layout, sequence=framework(name).default("sequence_parallel", None, layout.tensor), distributed_optimizer=framework(name).default("distributed_optimizer", None))
     setup = Training(recompute=args.recompute or "none", flash=flash, layout=layout, framework=name)
