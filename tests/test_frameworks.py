@@ -120,3 +120,16 @@ def test_the_readme_training_time_examples_fit(capsys):
         code, out, err = run(capsys, *shlex.split(command)[1:])
         assert code == 0, err
         assert "DOES NOT FIT" not in out and "memory/device" in out, command
+
+
+def test_a_framework_on_a_symbolic_model_asks_for_its_sizes():
+    from symform import Model
+
+    with pytest.raises(EvaluationError, match="buffers need the model's sizes"):
+        training_memory(Model.from_component("gpt2_lm"), batch=1, seq=16, setup=Training(framework="torchtitan"))
+
+
+def test_fit_under_a_framework_solves_with_its_buffers(capsys):
+    report = run_json(capsys, "fit", "llama-3.1-8b", "--train", "--gpu", "h100-sxm", "--solve", "batch", "--seq", "8192", "--zero", "3", "--dp", "8", "--recompute", "selective", "--framework", "deepspeed")
+    assert report["largest"] >= 1 and report["at_largest"]["total"] <= 80 * 2**30
+    assert report["at_largest"]["components"]["zero3_live_params"] == (EMBEDDING + 5 * 10**7) * 2

@@ -130,7 +130,7 @@ def unit_params(model: Model, tensor: int = 1, expert: int = 1) -> int:
     graph = model.graph()
     weight = graph.multiplicities("params")
     split = {s: s / tensor for s in model.vocabulary.tensor_parallel} if tensor != 1 else {}
-    sizes = {model.vocabulary[k]: v for k, v in model.values.items() if k in model.vocabulary}
+    sizes = {model.vocabulary[k]: sympy.sympify(v) for k, v in model.values.items() if k in model.vocabulary}
     shards = graph.multiplicities("params", shards={"expert": sympy.Integer(expert)})
     units: dict[str, sympy.Expr] = {}
     for leaf in graph.leaves():
@@ -140,6 +140,9 @@ def unit_params(model: Model, tensor: int = 1, expert: int = 1) -> int:
         term = shards[leaf] / repeat * graph.graph.nodes[leaf]["quantities"]["params"]
         units[unit] = units.get(unit, 0) + term.xreplace(split)
     values = [sympy.sympify(u).xreplace(sizes) for u in units.values()]
+    unknown = sorted({s.name for v in values for s in v.free_symbols})
+    if unknown:
+        raise EvaluationError(f"a framework's buffers need the model's sizes; give {', '.join(unknown)} (or no framework)")
     return int(max(sympy.ceiling(v) for v in values)) if values else 0
 
 
