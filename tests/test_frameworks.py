@@ -77,7 +77,7 @@ def test_the_eager_framework_is_the_declared_tensors_alone():
 
 def test_every_framework_field_names_its_source():
     for fw in frameworks().values():
-        assert fw.source and fw.selective.source
+        assert fw.source and fw.selective.source and (fw.loss is None or fw.loss.source)
         assert all(o.source for o in fw.overheads)
         assert all(d["source"] for d in fw.defaults.model_dump(exclude_none=True).values())
 

@@ -52,6 +52,13 @@ class Selective(_Strict):
     source: str
 
 
+class Loss(_Strict):
+    """How the framework's loss keeps the logits (the loss primitive's conventions count it; this says which applies)."""
+
+    doc: str
+    source: str
+
+
 class Overhead(_Strict):
     name: str
     doc: str
@@ -68,6 +75,7 @@ class Framework(_Strict):
     source: str
     defaults: Defaults = Defaults()
     selective: Selective
+    loss: Loss | None = None
     overheads: list[Overhead] = Field(default_factory=list)
     not_modelled: list[str] = Field(default_factory=list)
 
@@ -94,6 +102,7 @@ class Framework(_Strict):
             "name": self.name,
             "doc": self.doc,
             "selective": f"{self.selective.policy}: {self.selective.doc}",
+            **({"loss": f"{self.loss.doc} ({self.loss.source})"} if self.loss else {}),
             "defaults": {k: v["value"] for k, v in self.defaults.model_dump(exclude_none=True).items()},
             "overheads": {o.name: f"{o.doc} ({o.source})" for o in self.overheads},
             **({"not_modelled": list(self.not_modelled)} if self.not_modelled else {}),
