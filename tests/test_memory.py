@@ -341,3 +341,17 @@ def test_zero_shards_over_the_context_parallel_ranks_too():
         return training_memory(model, batch=1, seq=64, setup=Training(layout=Layout(zero=3, **layout))).values["weights"]
 
     assert weights(context=8) == weights(data=8) == weights() / 8
+
+
+@settings(max_examples=12, deadline=None)
+@given(expert=st.sampled_from([1, 2, 4, 8, 16]), groups=st.sampled_from([1, 2, 3, 4]), zero=st.sampled_from([1, 2, 3]))
+def test_every_copy_of_a_moe_model_is_held_once_over_its_data_parallel_ranks(expert, groups, zero):
+    """Qwen3-30B-A3B over dp = ep·g ranks: whatever the expert degree, the sharded copies (optimizer states from ZeRO-1,
+    gradients from ZeRO-2, weights at ZeRO-3) summed over all dp ranks are the whole model's, once."""
+    model = load("qwen3-30b-a3b")
+    data = expert * groups
+    whole = training_memory(model, batch=1, seq=16).values
+    split = training_memory(model, batch=1, seq=16, setup=Training(layout=Layout(data=data, expert=expert, zero=zero))).values
+    sharded = ["optimizer", "master_weights"] + (["gradients"] if zero >= 2 else []) + (["weights"] if zero >= 3 else [])
+    for name in sharded:
+        assert split[name] * data == whole[name]
