@@ -329,6 +329,6 @@ def test_plan_lists_no_layout_beaten_on_both_time_and_memory():
     from symform.analysis.planner import plan
 
     found = plan(_small(), "h100-sxm", devices=8, global_batch=32, seq=2048, top=8)
-    rows = [(p.time.time_lower, p.memory.total) for p in found.best]
+    rows = [(p.estimate.step.estimate, p.memory.total) for p in found.best]
     for i, (t, m) in enumerate(rows):
         assert not any(t2 <= t and m2 <= m for t2, m2 in rows[:i]), rows

@@ -10,6 +10,7 @@ from symform import EvaluationError, load
 from symform.interface.cli import main
 from symform.analysis.memory import Training, training_memory
 from symform.analysis.planner import HEADROOM, enumerate_layouts, memory_per_device, plan, static_per_device, step_time_bounds
+from symform.analysis.estimate import training_estimate
 from symform.analysis.timing import training_time
 
 MODEL = "llama-3.1-8b"
@@ -50,10 +51,24 @@ def test_the_plan_offers_only_layouts_that_fit_and_none_faster_fits(screened):
     capacity = 80 * 2**30 - HEADROOM  # the plan leaves its headroom free
     assert result.candidates == len(c) and result.fitting == int((memory <= capacity).sum())
     assert all(row.memory.total <= capacity for row in result.best)
-    fastest = lower[memory <= capacity].min()
-    assert result.best[0].time.time_lower == pytest.approx(fastest, rel=1e-9)
-    times = [row.time.time_lower for row in result.best]
-    assert times == sorted(times)
+    # ranked by the estimate, ties broken by the sum at peak: the floor's fastest layout is no faster by estimate
+    fits = np.flatnonzero(memory <= capacity)
+    layout, micro_batch, recompute = c.layout(int(fits[np.argmin(lower[fits])]), GLOBAL_BATCH)
+    floor_fastest = training_estimate(model, "h100-sxm", global_batch=GLOBAL_BATCH, micro_batch=micro_batch, seq=SEQ, layout=layout, recompute=recompute)
+    assert result.best[0].estimate.step.estimate <= floor_fastest.step.estimate * (1 + 1e-12)
+    keys = [(row.estimate.step.estimate, row.time.time_upper) for row in result.best]
+    assert keys == sorted(keys)
+
+
+def test_the_plan_breaks_the_floors_tie_by_the_estimate():
+    """llama-3.1-70b on 64 H100s: the floor is the compute at peak wherever compute sets it, so the layouts it ranks
+    first tie (98.8 % MFU); the estimate tells them apart, and equal estimates go by the sum at peak."""
+    result = plan(load("llama-3.1-70b"), "h100-sxm", devices=64, global_batch=512, seq=4096, flash=True, top=5)
+    estimates = [row.estimate.step.estimate for row in result.best]
+    assert estimates == sorted(estimates) and estimates[0] < estimates[-1]
+    for a, b in zip(result.best, result.best[1:]):
+        if a.estimate.step.estimate == b.estimate.step.estimate:
+            assert a.time.time_upper <= b.time.time_upper
 
 
 def test_a_tight_budget_forces_sharding_and_recomputation():
@@ -184,3 +199,14 @@ def test_a_layout_whose_static_memory_overflows_the_device_is_never_counted_as_f
 def test_bad_headroom_is_one_line():
     with pytest.raises(EvaluationError, match="headroom"):
         plan(load(MODEL), "h100-sxm", devices=8, global_batch=8, seq=128, headroom=-1)
+
+
+def test_without_efficiency_data_the_plan_ranks_by_the_floor(capsys):
+    """An L40S has no efficiency file, so no estimate: the floor, then the sum at peak, decide; the table says so."""
+    result = plan(load(MODEL), "l40s", devices=8, global_batch=32, seq=2048, flash=True, top=3)
+    assert all(row.estimate is None for row in result.best)
+    keys = [(row.time.time_lower, row.time.time_upper) for row in result.best]
+    assert keys == sorted(keys)
+    code = main(["plan", MODEL, "--gpu", "l40s", "--gpus", "8", "--global-batch", "32", "--seq", "2048", "--top", "2"])
+    out = capsys.readouterr().out
+    assert code == 0 and "no efficiency data for an estimate" in out

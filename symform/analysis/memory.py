@@ -23,11 +23,11 @@ import sympy
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..engine import html_table
+from ..engine.derivation import derivation
 from ..engine.data import formulas_dir, read_toml
 from ..engine.errors import DeclarationError, EvaluationError, describe_validation
 from ..engine.evaluate import Number, exact_value, fast_exact, plain_values
 from ..engine.formula import Formula
-from ..engine.kept_tables import keepable
 from ..engine.model import Model
 from ..engine.multiplied import from_polynomial, multiplied_out, polynomial
 from ..engine.vocabulary import Vocabulary
@@ -96,7 +96,6 @@ def _pick(table: Mapping[str, object], name: str, what: str):
 # --- layouts ---------------------------------------------------------------------------
 
 
-@keepable
 @dataclass(frozen=True)
 class Layout:
     """How the work is split: degrees of each kind of parallelism, ZeRO stage, pipeline schedule."""
@@ -267,14 +266,14 @@ _DEGREES = sympy.symbols("tensor pipeline expert", positive=True)
 def params_expression(model: Model, tensor: Degree = 1, pipeline: Degree = 1, expert: Degree = 1) -> sympy.Expr:
     """Parameters on one rank, the degrees given as numbers or as symbols (for vectorised layouts)."""
     _check_degrees(model, tensor, pipeline)
-    degrees = tuple(sympy.sympify(d) for d in (tensor, pipeline, expert))
+    return _params_per_rank(model, *(sympy.sympify(d) for d in (tensor, pipeline, expert)))
 
-    def per_rank() -> sympy.Expr:
-        if all(d.is_Integer for d in degrees):  # one multiplying-out over symbolic degrees serves every layout: numbers go in after
-            return multiplied_out(params_expression(model, *_DEGREES), dict(zip(_DEGREES, degrees)))
-        return multiplied_out(sympy.Add(*_param_terms(model, tensor, pipeline, expert).values()))
 
-    return model.graph().derived(("params per rank", *degrees), per_rank)  # parameters take no conventions
+@derivation
+def _params_per_rank(model: Model, tensor: sympy.Expr, pipeline: sympy.Expr, expert: sympy.Expr) -> sympy.Expr:
+    if all(d.is_Integer for d in (tensor, pipeline, expert)):  # one multiplying-out over symbolic degrees serves every layout: numbers go in after
+        return multiplied_out(_params_per_rank(model, *_DEGREES), dict(zip(_DEGREES, (tensor, pipeline, expert))))
+    return multiplied_out(sympy.Add(*_param_terms(model, tensor, pipeline, expert).values()))
 
 
 def expert_params_expression(model: Model, tensor: Degree = 1, pipeline: Degree = 1, expert: Degree = 1) -> sympy.Expr:
@@ -293,13 +292,17 @@ def params_at_sizes(model: Model, tensor: Degree = 1, pipeline: Degree = 1, expe
     """params_expression with the model's sizes put into each leaf's term before the sum is multiplied out:
     the same polynomial in the degrees left symbolic, in far fewer steps (the planner's screen)."""
     _check_degrees(model, tensor, pipeline)
+    return _params_at_sizes(model, *(sympy.sympify(d) for d in (tensor, pipeline, expert)))
+
+
+@derivation
+def _params_at_sizes(model: Model, tensor: sympy.Expr, pipeline: sympy.Expr, expert: sympy.Expr) -> sympy.Expr:
     values = model.values
-    key = ("params per rank at sizes", *(sympy.sympify(d) for d in (tensor, pipeline, expert)), frozenset(values.items()))
 
     def sized(term: sympy.Expr) -> sympy.Expr:
         return multiplied_out(term, {s: sympy.Integer(values[s.name]) for s in term.free_symbols if s.name in values})
 
-    return model.graph().derived(key, lambda: multiplied_out(sympy.Add(*map(sized, _param_terms(model, tensor, pipeline, expert).values()))))
+    return multiplied_out(sympy.Add(*map(sized, _param_terms(model, tensor, pipeline, expert).values())))
 
 
 def weight_bytes_per_device(model: Model, fmt: WeightFormat, layout: Layout = Layout(), keep: tuple[str, ...] = ()) -> sympy.Expr:
@@ -367,9 +370,8 @@ def saved_activations(
     """
     modes = _modes(recompute, flash)
     if kept_by is not None:  # fine-tuning's own accounting: not shared with other callers
-        return _saved_activations(model, modes, kept_by)
-    key = ("saved activations", modes, frozenset(model.conventions.items()))  # once per graph and conventions: the planner asks for each layout it reworks
-    total, transient, by_component = model.graph().derived(key, lambda: _saved_activations(model, modes, lambda node, expr: expr))
+        return _saved_activations.uncached(model, modes, kept_by)
+    total, transient, by_component = _saved_activations(model, modes, _as_declared)  # the planner asks for each layout it reworks
     return total, transient, dict(by_component)
 
 
@@ -377,12 +379,16 @@ def saved_activations_at_sizes(model: Model, values: Mapping[sympy.Symbol, sympy
     """saved_activations' kept bytes and transient peak with ``values`` (sizes, a tensor-parallel share, seq) put
     into every part before it is multiplied out: the same expressions as substituting them afterwards, in far
     fewer terms (the planner's screen)."""
-    modes = _modes(recompute, flash)
-    key = ("saved activations at sizes", modes, frozenset(model.conventions.items()), frozenset(values.items()))
-    total, transient, _ = model.graph().derived(key, lambda: _saved_activations(model, modes, lambda node, expr: expr, dict(values)))
+    total, transient, _ = _saved_activations(model, _modes(recompute, flash), _as_declared, dict(values))
     return total, transient
 
 
+def _as_declared(node: str, expr: sympy.Expr) -> sympy.Expr:
+    """What a node keeps, as its declaration says (the accounting of every caller but fine-tuning's)."""
+    return expr
+
+
+@derivation
 def _saved_activations(
     model: Model, modes: tuple[str, ...], kept_by: Callable[[str, sympy.Expr], sympy.Expr], values: Mapping[sympy.Symbol, sympy.Expr] | None = None
 ) -> tuple[sympy.Expr, sympy.Expr, dict[str, sympy.Expr]]:
@@ -463,27 +469,25 @@ def static_bytes(params, precision: Precision, optimizer: Optimizer, *, weight_s
     }
 
 
+@derivation  # the top layouts of a plan share them
 def _activations_per_device(expr: sympy.Expr, model: Model, layout: Layout) -> sympy.Expr:
     """Tensor parallelism shards the head and inner-width activations (and with sequence parallelism
     all of them); context parallelism splits the sequence; a pipeline stage holds its share of the
     layers for each micro-batch in flight (stages balanced)."""
-    in_flight = layout.in_flight
-    key = ("activations per device", expr, layout.tensor, layout.sequence, layout.context, layout.pipeline, in_flight)  # top layouts share them
-
-    def per_device() -> sympy.Expr:
-        shared = expr / layout.tensor if layout.sequence else expr.xreplace(tensor_split(model, layout.tensor))
-        return multiplied_out(shared / layout.context / layout.pipeline * in_flight)
-
-    return model.graph().derived(key, per_device)
+    shared = expr / layout.tensor if layout.sequence else expr.xreplace(tensor_split(model, layout.tensor))
+    return multiplied_out(shared / layout.context / layout.pipeline * layout.in_flight)
 
 
 def backward_peak(model: Model, layout: Layout = Layout()) -> sympy.Expr:
     """The most bytes one primitive's backward holds at once besides what the forward kept (its declared
     ``backward_peak``: the loss's logits gradients), per device: the vocabulary split over the tensor-parallel
     ranks, the tokens over the context-parallel ones. Expressions use the model's conventions."""
-    split = tensor_split(model, layout.tensor)
-    key = ("backward peak", frozenset(model.conventions.items()), sympy.sympify(layout.tensor), sympy.sympify(layout.context))
-    return model.graph().derived(key, lambda: multiplied_out(_largest_backward_peak(model).xreplace(split) / layout.context))
+    return _backward_peak(model, sympy.sympify(layout.tensor), sympy.sympify(layout.context))
+
+
+@derivation
+def _backward_peak(model: Model, tensor: sympy.Expr, context: sympy.Expr) -> sympy.Expr:
+    return multiplied_out(_largest_backward_peak(model).xreplace(tensor_split(model, tensor)) / context)
 
 
 def _largest_backward_peak(model: Model) -> sympy.Expr:
@@ -503,10 +507,10 @@ def backward_categories(model: Model, transient: sympy.Expr, layout: Layout) -> 
     rebuilt) and the backward peak beyond it. The loss's backward runs first and frees its gradients before any unit
     is rebuilt, so the two never coexist: the peak is the larger, not the sum."""
     split = Layout(tensor=layout.tensor, sequence=layout.sequence, context=layout.context)  # all that these lines depend on
-    key = ("backward categories", frozenset(model.conventions.items()), transient, split)  # the planner reworks layouts sharing them
-    return dict(model.graph().derived(key, lambda: _backward_categories(model, transient, split)))
+    return dict(_backward_categories(model, transient, split))  # the planner reworks layouts sharing them
 
 
+@derivation
 def _backward_categories(model: Model, transient: sympy.Expr, layout: Layout) -> dict[str, sympy.Expr]:
     rebuilt = _activations_per_device(transient, model, layout)
     peak = backward_peak(model, layout)
@@ -619,15 +623,19 @@ def _static_lines(model: Model, params: sympy.Expr, precision: Precision, optimi
     lines = static_bytes(sympy.Integer(1), precision, optimizer, **shards)
     if not all(isinstance(f, sympy.Rational) for f in lines.values()):
         return {k: _expanded(model, v) for k, v in static_bytes(params, precision, optimizer, **shards).items()}
-    terms = model.graph().derived(("polynomial", params), lambda: polynomial(params))  # a plan's top layouts share it
+    terms = _polynomial(params)  # a plan's top layouts share it
     if terms is None:
         return {k: _expanded(model, v) for k, v in static_bytes(params, precision, optimizer, **shards).items()}
     return {k: from_polynomial({m: c * Fraction(int(f.p), int(f.q)) for m, c in terms.items()} if f else {}) for k, f in lines.items()}
 
 
 def _expanded(model: Model, expr: sympy.Expr) -> sympy.Expr:
-    """sympy.expand, once per expression and graph: a plan's top layouts share most of their lines."""
-    return model.graph().derived(("expanded", expr), lambda: multiplied_out(expr))
+    """sympy.expand, once per expression: a plan's top layouts share most of their lines."""
+    return _multiplied_out(expr)
+
+
+_multiplied_out = derivation(multiplied_out)
+_polynomial = derivation(polynomial)
 
 
 def training_memory(model: Model, *, batch: int, seq: int, setup: Training = Training()) -> MemoryReport:

@@ -258,6 +258,7 @@ class PlannedLayout:
     recompute: str
     memory: MemoryReport
     time: TrainingTime
+    estimate: object | None = None  # symform.estimate's TrainingEstimate; None without the device's efficiency data
 
 
 @dataclass
@@ -291,10 +292,48 @@ class Plan:
                     "memory": p.memory.as_dict(),
                     "time": p.time.as_dict(),
                 }
+                | ({"estimate": p.estimate.as_dict()} if p.estimate is not None else {})
                 for p in self.best
             ],
             "assumptions": self.assumptions,
         }
+
+
+#: Layouts the estimate ranks: the best this many by the floor and by the sum at peak (the screen's two figures),
+#: since the estimate, kernel by kernel, is too slow for every candidate.
+SHORTLIST = 24
+
+
+def _timed(model: Model, gpu, fitting: Candidates, i: int, flash: bool, timing_args: dict) -> TrainingTime:
+    layout, micro_batch, recompute = fitting.layout(i, timing_args["global_batch"])
+    return training_time(model, gpu, micro_batch=micro_batch, layout=layout, recompute=recompute, flash=flash, **timing_args)
+
+
+def _by_estimate(model: Model, gpu, fitting: Candidates, order: np.ndarray, lower: np.ndarray, upper: np.ndarray, memory: np.ndarray, top: int, flash: bool, timing_args: dict):
+    """The screen's order with its head re-ranked by the estimate (then the sum at peak, then memory): the floor
+    ties wherever compute sets it (every layout at the same FLOPs per device), where the estimate's kernels and
+    exposed communication tell them apart. The shortlist's bounds and estimates, by candidate, for reuse."""
+    from . import estimate
+    from ..engine.errors import ConfigError
+
+    count = max(SHORTLIST, 4 * top)
+    # the layouts no faster one beats on memory too come first: the ones a plan can list (dominated ones are dropped)
+    head = order[undominated(memory[order])]
+    shortlist = list(dict.fromkeys([*head[:count].tolist(), *order[:count].tolist(), *np.lexsort((memory, lower, upper))[:count].tolist()]))
+    timed = {}
+    for i in shortlist:
+        bounds = _timed(model, gpu, fitting, i, flash, timing_args)
+        layout, micro_batch, recompute = fitting.layout(i, timing_args["global_batch"])
+        try:
+            found = estimate.training_estimate(model, gpu, micro_batch=micro_batch, layout=layout, recompute=recompute, attention="sdpa" if flash else "eager", bounds=bounds, **timing_args)
+        except ConfigError as e:
+            if "no efficiency data" not in str(e):
+                raise
+            return order, {}
+        timed[i] = (bounds, found)
+    ranked = sorted(shortlist, key=lambda i: (timed[i][1].step.estimate, upper[i], memory[i]))
+    rest = [i for i in order.tolist() if i not in timed]
+    return np.array(ranked + rest, dtype=np.int64), timed
 
 
 def undominated(memory_in_order: np.ndarray) -> np.ndarray:
@@ -345,6 +384,8 @@ def plan(
     fitting = c.take(fits)
     lower, upper = step_time_bounds(model, fitting, gpu, seq=seq, global_batch=global_batch, precision=precision, flash=flash, dtype=dtype, node_size=node_size, finetune=finetune) if len(fitting) else (np.array([]), np.array([]))
     order = np.lexsort((memory[fits], upper, lower))  # fastest first; then the better worst case, then less memory
+    timing_args = dict(global_batch=global_batch, seq=seq, dtype=dtype, precision=precision, node_size=node_size, finetune=finetune)
+    order, timed = _by_estimate(model, gpu, fitting, order, lower, upper, memory[fits], top, flash, timing_args)
     order = order[undominated(memory[fits][order])]
     screen = clock.perf_counter() - started
     best = []
@@ -352,8 +393,8 @@ def plan(
         layout, micro_batch, recompute = fitting.layout(int(i), global_batch)
         setup = Training(precision=precision, optimizer=optimizer, recompute=recompute, flash=flash, layout=layout, framework=framework if finetune is None else None)
         report = training_memory(model, batch=micro_batch, seq=seq, setup=setup) if finetune is None else finetune_memory(model, finetune, batch=micro_batch, seq=seq, training=setup)
-        timed = training_time(model, gpu, global_batch=global_batch, micro_batch=micro_batch, seq=seq, layout=layout, recompute=recompute, dtype=dtype, flash=flash, precision=precision, node_size=node_size, finetune=finetune)
-        best.append(PlannedLayout(layout, micro_batch, recompute, report, timed))
+        bounds, found = timed.get(int(i)) or (_timed(model, gpu, fitting, int(i), flash, timing_args), None)
+        best.append(PlannedLayout(layout, micro_batch, recompute, report, bounds, found))
     return Plan(
         model=model.name,
         gpu=place.name,
@@ -369,7 +410,7 @@ def plan(
             "headroom_bytes": headroom,
             "headroom": "kept free on every device for what no framework file counts (NCCL communicators' buffers, cuBLAS and cuDNN workspaces, kernels loaded late)",
             "framework": frameworks.framework(framework).describe() if framework and finetune is None else "none: the declared tensors alone",
-            "ranking": "training_time's lower bound (full overlap), then its upper bound (no overlap), then less memory; a layout that a faster (or as fast) one beats on memory too is not listed",
+            "ranking": f"symform.estimate's step time, then the sum at peak (no overlap), then less memory, over the {SHORTLIST} best layouts by either of training_time's figures (by those alone where the device has no efficiency data); a layout that a faster (or as fast) one beats on memory too is not listed",
             "schedule": "1F1B, stages holding equal numbers of layers",
             "search": f"tensor degrees dividing every tensor-parallel size, pipeline degrees dividing n_layers, expert degrees dividing data and n_experts, micro-batches {MICRO_BATCHES} dividing the batch per rank, ZeRO 0-3, recomputation {', '.join(RECOMPUTE)}",
             "precision": precision,
