@@ -260,7 +260,7 @@ def test_time_train_reports_memory_fit_as_memory_counts_it(capsys):
     code, out, _ = _run(capsys, *argv)
     assert code == 0
     memory = json.loads(out)["memory"]
-    expected = training_memory(symform.load("llama-3.2-1b"), batch=1, seq=2048, setup=Training(flash=True, layout=L(data=8, zero=3)))
+    expected = training_memory(symform.load("llama-3.2-1b"), batch=1, seq=2048, setup=Training(flash=True, layout=L(data=8, zero=3), framework="torchtitan"))  # the default framework
     assert memory["bytes_per_device"] == int(expected.total) and memory["fits"]
 
 

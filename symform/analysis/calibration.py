@@ -66,7 +66,8 @@ TIME_FIGURES = ("ttft_ms",)
 @cache
 def sources() -> dict[str, dict[str, Any]]:
     """Each source file's [source] table, by file stem."""
-    return {path.stem: read_toml(path)["source"] for path in sorted((data_root() / "hardware" / "measured").glob("*.toml"))}
+    found = ((path.stem, read_toml(path)) for path in sorted((data_root() / "hardware" / "measured").glob("*.toml")))
+    return {stem: data["source"] for stem, data in found if data.get("kind") != "measured_memory"}  # peaks: memory_validation
 
 
 @cache
@@ -74,6 +75,8 @@ def runs() -> tuple[Run, ...]:
     found = []
     for path in sorted((data_root() / "hardware" / "measured").glob("*.toml")):
         data = read_toml(path)
+        if data.get("kind") == "measured_memory":  # measured peaks: symform.analysis.memory_validation
+            continue
         kind = {"measured_training": "training", "measured_serving": "serving"}.get(data.get("kind"))
         if kind is None:
             raise ConfigError(f"{path}: kind must be measured_training or measured_serving")

@@ -10,7 +10,9 @@ from .cli_args import attention_arguments, positive_int, uses_flash
 from .finetune_args import finetune_arguments, finetune_setup
 from ..analysis.memory import recipes
 from ..engine.errors import ConfigError
-from .memory_report import memory_budget
+from .memory_report import framework_argument, framework_line, framework_name, memory_budget
+
+HEADROOM_TEXT = "2GiB"  # the planner's default (planner.HEADROOM), as --headroom takes it
 from .serving_report import refuse_serving_options, serve_arguments, serve_command
 from ..engine.model import Model
 
@@ -27,6 +29,8 @@ def plan_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--optimizer", default="adamw", choices=list(recipes().optimizer))
     attention_arguments(p)
     p.add_argument("--memory", type=memory_budget, metavar="BYTES", help="memory per device (default: the device's)")
+    p.add_argument("--headroom", type=headroom_bytes, default=HEADROOM_TEXT, metavar="BYTES", help=f"memory to leave free on every device (default {HEADROOM_TEXT}; 0 for none)")
+    framework_argument(p)
     p.add_argument("--node-size", type=positive_int, help="devices per scale-up domain (default: the system's, or 8)")
     p.add_argument("--top", type=positive_int, default=5, help="layouts to show (default 5)")
     serve_arguments(p)
@@ -46,17 +50,29 @@ def plan_command(model: Model, args: argparse.Namespace) -> str:
     result = plan(
         model, args.gpu, devices=args.gpus, global_batch=args.global_batch, seq=args.seq, precision=args.precision,
         optimizer=args.optimizer, flash=uses_flash(args), top=args.top, node_size=args.node_size, memory_bytes=args.memory,
-        finetune=finetune_setup(args),
+        finetune=finetune_setup(args), framework=framework_name(args), headroom=args.headroom,
     )  # fmt: skip
     return json.dumps(result.as_dict()) if args.json else _table(result)
+
+
+def headroom_bytes(text: str) -> int:
+    """--headroom: 0, or a memory size as --memory takes it."""
+    return 0 if text.strip() in ("0", "0B", "0GB", "0GiB") else memory_budget(text)
+
+
+def _headroom(result: Plan) -> str:
+    free = result.assumptions["headroom_bytes"]
+    return f", {free / 2**30:g} GiB of it kept free (--headroom)" if free else ""
 
 
 def _table(result: Plan) -> str:
     lines = [
         f"layouts of {result.model} on {result.devices} × {result.gpu}, global batch {result.global_batch} × seq {result.seq}",
-        f"{result.candidates:,} candidates screened in {result.screen_seconds * 1e3:.0f} ms, {result.fitting:,} fit in {result.assumptions['memory_budget_bytes'] / 2**30:.0f} GiB per device",
+        f"{result.candidates:,} candidates screened in {result.screen_seconds * 1e3:.0f} ms, {result.fitting:,} fit in {result.assumptions['memory_budget_bytes'] / 2**30:.0f} GiB per device{_headroom(result)}",
         "attention: " + ("sdpa (FlashAttention kernels); --attention eager (--no-flash) for the other" if result.assumptions["flash_attention"] else "eager (scores materialised)"),
     ]
+    if isinstance(result.assumptions.get("framework"), dict):
+        lines.append(framework_line(result.assumptions["framework"]))
     if not result.best:
         lines.append("none fits: add devices, lower the precision's bytes (--precision bf16) or shorten the sequence")
         return "\n".join(lines)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from .cli_args import attention_arguments, positive_float, positive_int, uses_flash
@@ -14,6 +15,8 @@ from ..engine.errors import ConfigError
 from ..analysis.finetune import describe_text
 from ..analysis.memory import RECOMPUTE, SCHEDULES, Layout, matmul_rate, recipes, stored_weights
 from ..engine.model import Model
+from ..analysis.frameworks import EAGER, framework
+from .memory_report import framework_argument, framework_name
 
 if TYPE_CHECKING:  # the timing module (and numpy) load when a time is asked for, not with the CLI
     from ..analysis.timing import InferenceTime, PhaseTime, TrainingTime
@@ -54,6 +57,7 @@ def time_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--expert-skew", type=float, default=0.0, metavar="S", help="mixture of experts, decode: Zipf exponent of the routing (default 0: uniform), which sets how many distinct experts a step reads")
     p.add_argument("--gemm-model", choices=("rows", "waves"), help="the estimate's GEMM model at its own fit: rows (the default) or waves (tiles and waves over the SMs; docs/time.md)")
     attention_arguments(p, DECODE_KERNELS)  # for the bounds, the estimate and the memory check alike
+    framework_argument(p)  # the memory check's
     p.add_argument("--measured-step", type=positive_float, metavar="SECONDS", help="a measured training step: MFU and HFU by the PaLM, Megatron and exact definitions")
     p.add_argument("--measured-tokens-per-s", type=positive_float, metavar="TOKENS", help="a measured training throughput (tokens/s of the whole run), as --measured-step")
     p.add_argument("--tokens", type=positive_float, metavar="N", help="tokens of a whole training run (e.g. 15e12): its duration in days and GPU-hours")
@@ -173,7 +177,11 @@ def _memory_fit(model: Model, args: argparse.Namespace, result: TrainingTime, tu
 
     place = placement(args.gpu, args.node_size)
     flash = _flash(args)
-    setup = Training(recompute=args.recompute or "none", flash=flash, layout=_layout(args))
+    # the memory check counts the framework's buffers and layout defaults (sequence parallelism); fine-tuning takes none
+    name = framework_name(args) if tune is None else EAGER
+    layout = _layout(args)
+    layout = replace(layout, sequence=framework(name).default("sequence_parallel", None, layout.tensor), distributed_optimizer=framework(name).default("distributed_optimizer", None))
+    setup = Training(recompute=args.recompute or "none", flash=flash, layout=layout, framework=name)
     if tune is not None:
         from ..analysis.finetune import finetune_memory
 
@@ -184,7 +192,7 @@ def _memory_fit(model: Model, args: argparse.Namespace, result: TrainingTime, tu
     if offloaded is not None:
         report = offloaded.pop("device")
     need, have = int(report.total), int(place.device.memory_bytes)
-    fit = {"bytes_per_device": need, "capacity_bytes": have, "fits": need <= have, "attention": "flash" if flash else "eager"}
+    fit = {"bytes_per_device": need, "capacity_bytes": have, "fits": need <= have, "attention": "flash" if flash else "eager", "framework": name}
     if offloaded is not None:
         fit["offload"] = offloaded
     if args.fit_only and not fit["fits"]:
@@ -218,7 +226,7 @@ def _offloaded(report, args: argparse.Namespace, device, result: TrainingTime) -
 
 def _memory_line(memory: dict[str, object]) -> str:
     verdict = "fits" if memory["fits"] else "DOES NOT FIT (--fit-only refuses it)"
-    line = f"\nmemory/device  {memory['bytes_per_device'] / 1e9:.1f} GB of {memory['capacity_bytes'] / 1e9:.1f} GB: {verdict} (symform memory --train, {memory['attention']} attention)"
+    line = f"\nmemory/device  {memory['bytes_per_device'] / 1e9:.1f} GB of {memory['capacity_bytes'] / 1e9:.1f} GB: {verdict} (symform memory --train --framework {memory['framework']}, {memory['attention']} attention)"
     off = memory.get("offload")
     if off:
         where = ", ".join(f"{t / 1e9:.1f} GB {'in host memory' if tier == 'cpu' else 'on NVMe'}" for tier, t in off["totals"].items() if tier != "device")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..analysis import calibration, estimate
+from ..analysis import calibration, estimate, memory_validation
 
 
 def validate_arguments(p: argparse.ArgumentParser) -> None:
@@ -88,6 +88,7 @@ def markdown(cases: list[calibration.Case]) -> str:
         out += ["| run | split | setup | figure | measured | estimate | error | in band |", "|---|---|---|---|---:|---:|---:|:---:|"]
         for c in chosen:
             out.append(f"| {c.run.name} | {c.run.split} | {_setup(c)} | {c.run.measured[0]} | {_figure(c.run.measured[1])} | {_figure(c.predicted)} | {c.error:+.1%} | {'yes' if c.inside else 'no'} |")
+    out += ["", *memory_validation.markdown_section(memory_validation.memory_cases())]
     out += ["", *gemm_models_section(cases), "", MISSES.strip()]
     return "\n".join(out) + "\n"
 
