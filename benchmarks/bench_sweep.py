@@ -54,6 +54,8 @@ def _sweep_rows(repeats: int) -> list[dict]:
         row(f"sweep() over 10^6 configs vs hand-written numpy", f"≥ {SWEEP_GOAL}× hand-written factored in-place numpy", times["sweep"], agree and min(vs_hand) >= SWEEP_GOAL, "hand-written numpy, factored, in place", times["hand"], ratios=vs_hand, **detail),
     ]
 
+    out.append(_grid_row(model, repeats))
+
     # int64: quantities whose values fit int64 at these sizes (train_flops at 10**13 tokens reaches 1e26)
     int_quantities = ("params", "forward_flops")
     int_names = tuple(k for k in NAMES if k != "tokens")
@@ -71,6 +73,35 @@ def _sweep_rows(repeats: int) -> list[dict]:
         int_agree and max(slow) <= INT64_GOAL, "float64 sweep of the same configs", times["float64"], slowdown=slow, values_equal_below_2_53=int_agree, configs=CONFIGS,
     ))
     return out
+
+
+GRID = {  # 10^6 points, the last name fastest
+    "d_model": [1024.0 * k for k in range(1, 11)], "n_layers": [8.0 * k for k in range(1, 11)], "d_ff": [2048.0 * k for k in range(1, 11)],
+    "n_heads": [8.0 * k for k in range(1, 11)], "seq": [512.0 * k for k in range(1, 11)], "tokens": [1e11 * k for k in range(1, 11)],
+}  # fmt: skip
+GRID_FIXED = {"vocab": 151936, "n_kv_heads": 8, "d_head": 128, "batch": 1}
+GRID_GOAL = 1.25  # × hand-written in-place numpy's time, every repetition
+
+
+def _grid_row(model, repeats: int) -> dict:
+    """A 10^6-point grid: sweep() against the grid laid out by hand (numpy.meshgrid) and the in-place formula."""
+
+    def hand():
+        columns = dict(zip(GRID, (c.ravel() for c in np.meshgrid(*map(np.asarray, GRID.values()), indexing="ij"))))
+        return hand_inplace({**columns, **{k: np.float64(v) for k, v in GRID_FIXED.items()}})
+
+    def run_sweep():
+        return sweep(model, QUANTITIES, grid=GRID, fixed=GRID_FIXED, inexact="allow")
+
+    got = run_sweep()
+    agree = all(np.array_equal(got[q], h) for q, h in zip(QUANTITIES, hand()))
+    del got
+    times = paired({"sweep": run_sweep, "hand": hand}, repeats)
+    slow = [m / b for m, b in zip(times["sweep"], times["hand"])]
+    return row(
+        "sweep() over a 10^6-point grid vs hand-written numpy", f"≤ {GRID_GOAL}× hand-written numpy (meshgrid, factored, in place)", times["sweep"],
+        agree and max(slow) <= GRID_GOAL, "hand-written numpy: numpy.meshgrid, factored, in place", times["hand"], slowdown=slow, values_equal=agree, points=10**6,
+    )  # fmt: skip
 
 
 def _dask_row(repeats: int) -> dict:
