@@ -412,7 +412,12 @@ def _per_device(model: Model, expr: sympy.Expr, split, pipeline: int, workload) 
     expr = sympy.sympify(expr)
     if not expr.free_symbols and expr == 0:
         return 0
-    return timing._bind(model, sympy.expand(expr.xreplace(split) / pipeline), **{k: v for k, v in workload.items()})
+    return timing._bind(model, _device_share(expr, split, pipeline), **{k: v for k, v in workload.items()})
+
+
+@derivation  # a plan's shortlisted layouts share their tensor splits and pipeline depths
+def _device_share(expr: sympy.Expr, split, pipeline: int) -> sympy.Expr:
+    return sympy.expand(expr.xreplace(split) / pipeline)
 
 
 Number = int | float | Fraction

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 import sympy
 
 from ..engine.errors import EvaluationError
+from ..engine.derivation import derivation
 
 
 def expected_experts(n_experts: int | sympy.Expr, top_k: int | sympy.Expr, tokens: sympy.Expr | int, skew: float = 0) -> sympy.Expr:
@@ -39,6 +40,7 @@ def expected_experts(n_experts: int | sympy.Expr, top_k: int | sympy.Expr, token
     return sympy.Add(*(1 - sympy.Float(1 - q) ** tokens for q in chosen))
 
 
+@derivation  # asked of every leaf of every layout a plan estimates
 def is_expected_count(expr: sympy.Expr) -> bool:
     """Whether ``expr`` raises a probability to a workload size: an expected value (the experts a batch touches),
     evaluated in floats where its exact fraction would run to hundreds of digits."""

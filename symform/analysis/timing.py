@@ -105,6 +105,7 @@ def _whole(name: str, value: object, minimum: int = 1) -> int:
     return value
 
 
+@derivation  # a plan's shortlisted layouts bind the same leaves at the same micro-batches
 def _bind(model: Model, expr: sympy.Expr, **workload: int) -> Number:
     """Exact value of an expression at the model's sizes and the workload: summed over its monomials where it is
     a polynomial there (value_at), else by exact_value, which also words what is wrong."""
