@@ -44,6 +44,8 @@ DEVICES = 2**24
 STEP_TOKENS = 2**53
 # bytes read from one model, declaration or device file, and its nesting depth
 FILE_BYTES = 16 * 2**20
+# bytes of safetensors headers read for one checkpoint, all its files together (DeepSeek-V3's 163 shards: ~10 MiB)
+HEADER_BYTES = 32 * 2**20
 NESTING_DEPTH = 64
 # characters of user text quoted back in a message
 QUOTED = 60
@@ -218,11 +220,16 @@ def check_count(count: int, budget: int, what: str, name: str, fix: str) -> None
 # -- files ---------------------------------------------------------------------------------------
 
 
+def check_plain_file(path, what: str) -> None:
+    """Refuse a pipe or socket before it is opened: reading would wait for a writer that may never come."""
+    mode = os.stat(path).st_mode
+    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+        raise FileBudgetError(f"{path}: {what} is a pipe or socket, which symform does not wait on; give the file itself")
+
+
 def read_bounded(path, what: str) -> bytes:
     """A file's bytes, FILE_BYTES at most: a link to /dev/zero or a huge file is refused after one read."""
-    mode = os.stat(path).st_mode
-    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):  # reading would wait for a writer that may never come
-        raise FileBudgetError(f"{path}: {what} is a pipe or socket, which symform does not wait on; give the file itself")
+    check_plain_file(path, what)
     with open(path, "rb") as f:
         data = f.read(FILE_BYTES + 1)
     if len(data) > FILE_BYTES:

@@ -1,0 +1,230 @@
+"""Findings of the second hostile review (issue 37): each input as it was found, one test per class.
+
+Every bad input ends in one line naming the problem and the fix (exit 2 from the CLI, a SymformError from
+the API): never a write outside the asked path, a hang, a traceback or a silent wrong number.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from symform.interface import docgen
+
+from checks import run
+
+# a few pages stand for the whole reference: making them all takes minutes
+PAGES = {"README.md": docgen.HEADER + "# Reference\n", "components/linear.md": docgen.HEADER + "# `linear`\n", "families/llama.md": docgen.HEADER + "# `llama` family\n"}
+
+
+@pytest.fixture
+def few_pages(monkeypatch):
+    made = []
+
+    def maker(text):
+        def make():
+            made.append(text)
+            return text
+        return make
+
+    monkeypatch.setattr(docgen, "page_makers", lambda: {rel: maker(text) for rel, text in PAGES.items()})
+    return made
+
+
+# --- 1. writes outside what was asked ------------------------------------------------------------------
+
+
+def test_docs_never_writes_through_a_page_that_is_a_link(tmp_path, capsys, few_pages):
+    target = tmp_path / "precious.txt"
+    target.write_text("not symform's")
+    out = tmp_path / "reference"
+    (out / "components").mkdir(parents=True)
+    (out / "components" / "linear.md").symlink_to(target)
+    code, _, err = run(capsys, "docs", "--out", str(out))
+    assert code == 2 and err.count("\n") == 1 and "linear.md" in err, err
+    assert target.read_text() == "not symform's"
+
+
+def test_docs_never_writes_into_a_folder_that_links_elsewhere(tmp_path, capsys, few_pages):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    out = tmp_path / "reference"
+    out.mkdir()
+    (out / "families").symlink_to(elsewhere)
+    code, _, err = run(capsys, "docs", "--out", str(out))
+    assert code == 2 and err.count("\n") == 1 and "link" in err, err
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_a_stale_manifest_does_not_delete_a_hand_written_page(tmp_path, capsys, few_pages):
+    out = tmp_path / "reference"
+    (out / "components").mkdir(parents=True)
+    mine = out / "components" / "my_notes.md"
+    mine.write_text("written by hand, no header")
+    (out / docgen.MANIFEST).write_text("components/my_notes.md\n")  # a manifest from another time
+    code, _, err = run(capsys, "docs", "--out", str(out))
+    assert code == 0, err
+    assert mine.read_text() == "written by hand, no header"
+
+
+def test_docs_shows_progress_on_stderr(tmp_path, capsys, few_pages):
+    code, out, err = run(capsys, "docs", "--out", str(tmp_path / "reference"))
+    assert code == 0 and "3/3 pages" in err and "wrote 3 pages" in out
+
+
+@pytest.mark.parametrize("where", ["a_file", "/dev/null", "/proc/symform-x", "/etc/passwd"])
+def test_docs_refuses_a_destination_before_making_any_page(tmp_path, capsys, few_pages, where):
+    if where == "a_file":
+        where = str(tmp_path / "a_file")
+        Path(where).write_text("x")
+    code, _, err = run(capsys, "docs", "--out", where)
+    assert code == 2 and err.count("\n") == 1, err
+    assert few_pages == [], "pages were made before the destination was checked"
+
+
+# --- 2. hangs and blow-ups; 3. tracebacks: the Hub cache and checkpoint folders ---------------------------
+
+from test_hub import COMMIT, hub_cache, symform as symform_child  # noqa: E402
+
+from symform.engine import hub  # noqa: E402
+from symform.engine.errors import BudgetError, ConfigError, SymformError  # noqa: E402
+from symform.engine.families import checkpoint_facts, preset_config  # noqa: E402
+
+QWEN3_8B = json.dumps(preset_config("qwen3-8b")[0]).encode()
+REPO = "acme/hostile"
+
+
+def snapshot(root: Path) -> Path:
+    return root / f"models--{REPO.replace('/', '--')}" / "snapshots" / COMMIT
+
+
+def one_line_exit_2(done, *words):
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr[-800:]
+    for word in words:
+        assert word in done.stderr, done.stderr
+
+
+def test_a_cached_config_alone_is_read_without_waiting_on_retries(tmp_path):
+    """Online but unreachable (no socket connects): the optional files are asked for once, not retried for a minute."""
+    root = tmp_path / "hub"
+    hub_cache(root, REPO, {"config.json": QWEN3_8B})
+    done = symform_child(root, "params", REPO, "--json", env={"HF_HUB_OFFLINE": "0"})  # the child's own limit is 120 s
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["total"] == 8_190_735_360  # Qwen3-8B's numel() (tests/test_oracle_params.py)
+    assert "read from the Hugging Face cache" in done.stderr and "does not answer" in done.stderr
+
+
+@pytest.mark.parametrize("name", ["config.json", "model.safetensors.index.json"])
+def test_a_cached_file_linked_to_dev_zero_or_huge_ends_after_one_bounded_read(tmp_path, name):
+    root = tmp_path / "hub"
+    hub_cache(root, REPO, {"config.json": QWEN3_8B, "model.safetensors.index.json": b"{}"}, absent=("hf_quant_config.json",))
+    (snapshot(root) / name).unlink()
+    (snapshot(root) / name).symlink_to("/dev/zero")
+    done = symform_child(root, "params", REPO)
+    if done.returncode != 0:  # huggingface_hub may take a device for no file at all: then it is simply not read
+        one_line_exit_2(done, name)
+    (snapshot(root) / name).unlink()
+    (snapshot(root) / name).write_bytes(b"{" + b" " * (17 * 2**20) + b"}")
+    one_line_exit_2(symform_child(root, "params", REPO), name, "FILE_BYTES")
+
+
+def test_a_pipe_named_model_safetensors_is_not_waited_on(tmp_path):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_bytes(QWEN3_8B)
+    os.mkfifo(folder / "model.safetensors")
+    code, out, err = _cli(folder / "config.json")
+    assert code == 2 and err.count("\n") == 1 and "pipe" in err, err
+
+
+def _cli(*argv):
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-m", "symform", "params", *map(str, argv)], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    return done.returncode, done.stdout, done.stderr
+
+
+def safetensors(header: bytes) -> bytes:
+    return len(header).to_bytes(8, "little") + header
+
+
+def test_safetensors_headers_share_one_budget(tmp_path):
+    """Two headers each under the format's 100 MiB, together past what a checkpoint's headers may cost."""
+    half = hub.MAX_HEADER // 5  # 20 MiB each, 40 MiB together
+    for i in range(2):
+        (tmp_path / f"model-0000{i}.safetensors").write_bytes(safetensors(b"{}" + b" " * (half - 2)))
+    with pytest.raises(BudgetError) as caught:
+        hub.safetensors_dtypes(tmp_path)
+    assert "HEADER_BYTES" in str(caught.value) and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        b'{"w": {"dtype": "BF16", "shape": [' + b"9" * 5000 + b'], "data_offsets": [0, 2]}}',  # past Python's int digits
+        b"[" * 100_000 + b"]" * 100_000,  # nested past the recursion limit
+        b'{"w": {"dtype": "BF16", "shape": [' + b"9" * 30 + b'], "data_offsets": [0, 2]}}',  # past the format's u64
+    ],
+)
+def test_hostile_safetensors_headers_are_one_line(tmp_path, header):
+    (tmp_path / "model.safetensors").write_bytes(safetensors(header))
+    with pytest.raises(ConfigError) as caught:
+        hub.safetensors_dtypes(tmp_path)
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"hidden_size": ' + "9" * 5000 + "}",
+        "[" * 50_000 + "]" * 50_000,
+        '{"metadata": {"total_size": NaN}}',
+        '{"metadata": {"total_size": Infinity}}',
+    ],
+)
+@pytest.mark.parametrize("name", ["config.json", "model.safetensors.index.json"])
+def test_hostile_numbers_and_nesting_in_cached_hub_files_are_one_line(tmp_path, text, name):
+    root = tmp_path / "hub"
+    files = {"config.json": QWEN3_8B, "model.safetensors.index.json": b"{}", name: text.encode()}
+    hub_cache(root, REPO, files, absent=("hf_quant_config.json",))
+    one_line_exit_2(symform_child(root, "params", REPO), name)
+
+
+@pytest.mark.parametrize(
+    "index, words",
+    [
+        ({"metadata": {"total_size": float("nan")}}, ("total_size",)),
+        ({"metadata": {"total_size": float("inf")}}, ("total_size",)),
+        ({"metadata": {"total_size": -5}}, ("total_size", "-5")),
+        ({"metadata": {"total_size": 10**60}}, ("total_size",)),
+        ({"weight_map": {"w": ["a.safetensors"]}}, ("weight_map",)),
+    ],
+)
+def test_an_index_with_impossible_values_is_one_line(index, words):
+    with pytest.raises(SymformError) as caught:
+        checkpoint_facts({}, index=index)
+    assert "\n" not in str(caught.value)
+    for word in words:
+        assert word in str(caught.value)
+
+
+@pytest.mark.parametrize("repo", ["a/b..c", "a--b/c", "acme/" + "x" * 100])
+def test_repo_ids_the_hub_refuses_are_one_line(tmp_path, repo):
+    one_line_exit_2(symform_child(tmp_path / "hub", "params", repo), "not a Hugging Face Hub id")
+
+
+@pytest.mark.parametrize("note", ['{"dtypes": [1, 2]}', '{"dtypes": {"BF16": "many"}}', "[]", "{", '{"dtypes": {"BF16": {"tensors": NaN}}}'])
+def test_a_damaged_dtypes_note_is_read_again_not_a_traceback(tmp_path, note):
+    root = tmp_path / "hub"
+    hub_cache(root, REPO, {"config.json": QWEN3_8B, "model.safetensors.index.json": b"{}"}, absent=("hf_quant_config.json",))
+    kept = tmp_path / "hf-home" / "assets" / "symform" / REPO.replace("/", "--") / COMMIT
+    kept.mkdir(parents=True)
+    (kept / hub.DTYPES_FILE).write_text(note)
+    done = symform_child(root, "params", REPO, "--json")
+    assert done.returncode == 0, done.stderr
+    assert "checkpoint_dtypes" not in json.loads(done.stdout)  # offline: the damaged note gives no dtypes
