@@ -228,3 +228,75 @@ def test_a_damaged_dtypes_note_is_read_again_not_a_traceback(tmp_path, note):
     done = symform_child(root, "params", REPO, "--json")
     assert done.returncode == 0, done.stderr
     assert "checkpoint_dtypes" not in json.loads(done.stdout)  # offline: the damaged note gives no dtypes
+
+
+# --- 2. budgets: expressions and names ---------------------------------------------------------------------
+
+
+def test_forty_nested_logs_in_a_declaration_meet_a_budget(tmp_path, capsys):
+    expression = "d_model"
+    for _ in range(40):
+        expression = f"log({expression})"
+    path = tmp_path / "leaf.toml"
+    path.write_text(
+        '[model]\nroot = "leaf"\narguments = { d_model = 8 }\n\n[components.leaf]\ndoc = "x"\nargs = ["d_model"]\n'
+        f'params = "{expression}"\nforward_flops = "0"\nbytes_moved = "0"\nsaved_activations = "0"\n'
+    )
+    code, _, err = run(capsys, "params", str(path))
+    assert code == 2 and err.count("\n") == 1 and "ROOT_LOG_DEPTH" in err, err
+
+
+@pytest.mark.parametrize("name", ["x" * 300, "h100" + "/" * 300, "a" * 5000])
+def test_a_device_name_too_long_for_the_filesystem_is_one_line(capsys, name):
+    code, _, err = run(capsys, "hardware", name)
+    assert code == 2 and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("typed, meant", [("h100", "h100-sxm"), ("H100", "h100-sxm"), ("mi300", "mi300x")])
+def test_a_near_device_name_gets_a_did_you_mean(capsys, typed, meant):
+    code, _, err = run(capsys, "memory", "qwen3-0.6b", "--infer", "--batch", "1", "--seq", "8", "--gpu", typed)
+    assert code == 2 and err.count("\n") == 1 and "did you mean" in err and meant in err, err
+
+
+def test_a_device_name_in_capitals_is_the_device(capsys):
+    code, out, err = run(capsys, "hardware", "H100-SXM")
+    assert code == 0 and out.startswith("h100-sxm"), err
+
+
+# --- 3. tracebacks in the Python API and the command line -------------------------------------------------
+
+
+def test_a_sweep_of_no_quantity_is_one_line():
+    import symform
+
+    with pytest.raises(symform.EvaluationError) as caught:
+        symform.sweep(symform.load("qwen3-0.6b"), [])
+    assert "no quantity" in str(caught.value)
+
+
+def test_a_size_past_python_s_digit_limit_is_one_line():
+    import symform
+
+    config = json.loads((Path(__file__).resolve().parents[1] / "formulas" / "presets" / "qwen3-0.6b.json").read_text())
+    with pytest.raises(symform.SymformError) as caught:
+        symform.Model.from_config({**config, "hidden_size": 10**5000})
+    assert "hidden_size" in str(caught.value) and len(str(caught.value)) < 400
+
+
+@pytest.mark.parametrize("skew", ["nan", "inf", "-1", "x"])
+def test_an_expert_skew_that_is_no_exponent_is_refused_by_the_parser(capsys, skew):
+    code, _, err = run(capsys, "time", "qwen3-30b-a3b", "--gpu", "h100-sxm", "--infer", "--batch", "1", "--prompt", "8", "--output", "8", "--expert-skew", skew)
+    assert code == 2 and err.count("\n") == 1 and "--expert-skew" in err, err
+
+
+# --- 5. confusing messages -----------------------------------------------------------------------------------
+
+
+def test_a_preset_with_a_revision_is_told_to_use_its_hub_id(capsys):
+    code, _, err = run(capsys, "params", "qwen3-8b", "--revision", "main")
+    assert code == 2 and err.count("\n") == 1 and "Qwen/Qwen3-8B --revision main" in err and "neither" not in err, err
+
+
+def test_a_failing_expert_skew_names_the_flag_not_the_user_s_sizes(capsys):
+    code, out, err = run(capsys, "time", "qwen3-30b-a3b", "--gpu", "h100-sxm", "--infer", "--batch", "1", "--prompt", "8", "--output", "8", "--expert-skew", "1.1")
+    assert code == 0 or ("--expert-skew" in err and "not of your sizes" in err and err.count("\n") == 1), err

@@ -260,6 +260,8 @@ def compile_quantities(model: Model, quantities: Sequence[str] | str, names: Seq
     The result is kept per model: a second sweep of the same quantities does no symbolic work.
     """
     quantities = (quantities,) if isinstance(quantities, str) else tuple(quantities)
+    if not quantities:
+        raise EvaluationError("no quantity to sweep; name at least one (symform.quantity_names(), or memory.total)")
     names = tuple(names)
     key = _cache_key(model, quantities, names, fixed, training)
     cached = _COMPILED.get(model, {}).get(key) if key is not None else None

@@ -28,6 +28,9 @@ NUMBER_DIGITS = 40
 CONSTANT_DIGITS = 100
 # digits of an exact result's numerator or denominator (a float holds about 308)
 RESULT_DIGITS = 300
+# sqrt and log calls nested in one another in one expression: sympy's numeric evaluation of a nested log
+# doubles its work at each level (log(log(…)) 20 deep runs for minutes); real formulas nest at most 2
+ROOT_LOG_DEPTH = 8
 # terms of an expression once multiplied out, and its degree in the sizes
 EXPANDED_TERMS = 5_000
 DEGREE = 128
@@ -53,7 +56,10 @@ QUOTED = 60
 
 def quoted(text: object) -> str:
     """``text`` as repr, cut to a readable length: messages stay one short line."""
-    shown = repr(text)
+    try:
+        shown = repr(text)
+    except ValueError:  # an int past Python's digit limit for text (10**5000) has no repr
+        return f"an integer of about {int(text.bit_length() * 0.30103):,} digits" if isinstance(text, int) else f"a {type(text).__name__} too large to show"
     return shown if len(shown) <= QUOTED else shown[: QUOTED - 5] + "…" + shown[-4:]
 
 

@@ -141,6 +141,9 @@ class Model:
             checkpoint = checkpoint_facts(files.config, quant_file=files.quant_config, index=files.index, dtypes=hub.checkpoint_dtypes(files))
             spec = spec_from_config(files.config, name=text, origin=files.origin)
             return cls(replace(spec, checkpoint=checkpoint), **options)
+        named = find_preset(text) if revision is not None and not exists else None
+        if named is not None:  # a preset's own name with --revision: only its Hub id has revisions
+            raise ConfigError(f"{quoted(text)} is a bundled preset, which has no revisions; give its Hub id with the revision ({presets()[named].hub} --revision {revision}) or drop the revision")
         if not exists and path.suffix == "":
             near = hub.close_names(text, [*presets(), *(e.hub for e in presets().values())])
             hint = f"did you mean {' or '.join(near)}? " if near else ""
