@@ -300,3 +300,70 @@ def test_a_preset_with_a_revision_is_told_to_use_its_hub_id(capsys):
 def test_a_failing_expert_skew_names_the_flag_not_the_user_s_sizes(capsys):
     code, out, err = run(capsys, "time", "qwen3-30b-a3b", "--gpu", "h100-sxm", "--infer", "--batch", "1", "--prompt", "8", "--output", "8", "--expert-skew", "1.1")
     assert code == 0 or ("--expert-skew" in err and "not of your sizes" in err and err.count("\n") == 1), err
+
+
+# --- 4. silent wrong numbers ----------------------------------------------------------------------------------
+
+import symform  # noqa: E402
+from symform.analysis.memory import inference_memory, training_memory  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def preset_json(name: str) -> dict:
+    return json.loads((ROOT / "formulas" / "presets" / f"{name}.json").read_text())
+
+
+def test_a_kept_module_of_one_numbered_layer_is_not_kept_in_every_layer():
+    """transformers keeps model.layers.0.mlp unquantised in layer 0 alone; symform counts layers alike, so it refuses
+    rather than keep every layer's MLP in bf16."""
+    quantization = {"quant_method": "bitsandbytes", "load_in_4bit": True, "llm_int8_skip_modules": ["model.layers.0.mlp"]}
+    model = symform.Model.from_config({**preset_json("qwen3-0.6b"), "quantization_config": quantization})
+    with pytest.raises(ConfigError) as caught:
+        inference_memory(model, batch=1, seq=8)
+    assert "model.layers.0.mlp" in str(caught.value) and "--weight-format" in str(caught.value)
+    every_layer = {**quantization, "llm_int8_skip_modules": ["mlp"]}  # a name without an index means every layer: still read
+    assert inference_memory(symform.Model.from_config({**preset_json("qwen3-0.6b"), "quantization_config": every_layer}), batch=1, seq=8).total > 0
+
+
+def test_llama4_moe_layers_minus_one_is_not_read_as_absent():
+    """symform's llama4 family uses [-1] inside to mean "no list"; in a config transformers reads it as a layer index
+    that matches no layer (no expert layer at all), so it must not make every layer an expert layer."""
+    config = preset_json("llama-4-scout")
+    config["text_config"]["moe_layers"] = [-1]
+    with pytest.raises(ConfigError) as caught:
+        symform.Model.from_config(config)
+    assert "moe_layers" in str(caught.value) and "count from 0" in str(caught.value)
+
+
+@pytest.mark.parametrize("symmetric", ["false", "true", 0, None])
+def test_compressed_tensors_symmetric_must_be_a_boolean(symmetric):
+    config = json.loads((ROOT / "tests" / "data" / "compressed_tensors" / "w4a16-asym-group128" / "config.json").read_text())
+    config["quantization_config"]["config_groups"]["group_0"]["weights"]["symmetric"] = symmetric
+    with pytest.raises(ConfigError) as caught:
+        inference_memory(symform.Model.from_config(config), batch=1, seq=8)
+    assert "symmetric" in str(caught.value)
+
+
+@pytest.mark.parametrize("batch", [-1, 0, float("nan"), float("inf"), "2", 1.5, True])
+@pytest.mark.parametrize("report", [inference_memory, training_memory])
+def test_the_memory_api_refuses_a_batch_that_is_no_count(report, batch):
+    model = symform.load("qwen3-0.6b")
+    with pytest.raises(symform.SymformError) as caught:
+        report(model, batch=batch, seq=16)
+    assert "batch" in str(caught.value)
+
+
+def test_a_negative_index_total_size_is_refused_not_printed(tmp_path, capsys):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(preset_json("qwen3-0.6b")))
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": -5}, "weight_map": {}}))
+    code, out, err = run(capsys, "memory", str(folder / "config.json"), "--infer", "--batch", "1", "--seq", "8")
+    assert code == 2 and err.count("\n") == 1 and "total_size" in err and "-5 bytes" not in out, err
+
+
+def test_a_drafter_of_another_vocabulary_is_refused(capsys):
+    code, _, err = run(capsys, "plan", "qwen3-8b", "--gpu", "h100-sxm", "--serve", "--prompt", "512", "--output", "128", "--ttft-max", "1",
+                       "--tpot-max", "0.1", "--speculate", "3", "--acceptance", "0.7", "--draft", "bert-base-uncased")
+    assert code == 2 and err.count("\n") == 1 and "vocabulary" in err, err

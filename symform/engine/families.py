@@ -423,6 +423,7 @@ def read_fields(specs: Mapping[str, FieldSpec], config: Mapping[str, Any], origi
             continue
         if key in section and section[key] is not None:
             raw = section[key]
+            _check_layer_indices(name, raw, spec, origin)
         elif spec.nullable and (key in section or spec.default is None):
             values[field] = None  # null, or absent with no default: the config class's None
             continue
@@ -600,6 +601,18 @@ def _kind(spec: FieldSpec) -> str:
         "pattern": "string with one character per layer",
         "present": "JSON object or null",
     }[spec.type]
+
+
+def _check_layer_indices(field: str, raw: Any, spec: FieldSpec, origin: str) -> None:
+    """A config's list of layer indices counts from 0, as transformers reads it (``i in moe_layers``): -1 names no
+    layer there, where a family may use it internally to mean the list is absent."""
+    if spec.type == "int_list" and isinstance(raw, list):
+        negative = next((i for i, v in enumerate(raw) if isinstance(v, int) and not isinstance(v, bool) and v < 0), None)
+        if negative is not None:
+            raise ConfigError(
+                f"{origin}: field {field!r} gives {raw[negative]} (entry {negative}); layer indices count from 0 "
+                "(transformers would match no layer with it): list the layers, or [] for none"
+            )
 
 
 def _check_type(field: str, raw: Any, spec: FieldSpec, origin: str) -> Any:

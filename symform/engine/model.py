@@ -330,6 +330,10 @@ class Model:
         """ConfigError where a requirement that reads the workload fails at the values given (a sequence too short
         for its images' tokens): the model's own checks decide those only once an evaluation binds the workload.
         ``evaluate`` and the memory reports check; call it before evaluating an expression of the model yourself."""
+        if plain_values(workload, self.vocabulary) is None:  # batch=-1, nan or '2': refused, never counted
+            for name, value in workload.items():
+                if name in self.vocabulary:
+                    check_value(name, value, self.vocabulary)
         if not self.vocabulary.settings.isdisjoint(workload):  # an image count given here: the model it makes checks
             model, rest = self._with_settings(workload)
             return model.check_workload(**rest)

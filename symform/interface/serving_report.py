@@ -134,12 +134,13 @@ def _lengths(args: argparse.Namespace) -> Lengths:
 
 
 def _setup(model: Model, args: argparse.Namespace) -> Setup:
-    from ..analysis.serving import Setup, engine
+    from ..analysis.serving import Setup, check_same_vocabulary, engine
 
     settings = engine(utilisation=args.memory_utilisation, block_tokens=args.block_size, token_budget=args.token_budget)
     draft = args.draft
     if draft not in (None, "mtp", "eagle"):
         draft = Model.load(draft)
+        check_same_vocabulary(model, draft)
     if args.speculate is not None and args.speculate < 0:
         raise ConfigError(f"--speculate is {args.speculate}; give 0 or more drafted tokens")
     if (args.speculate is None) != (args.acceptance is None):
