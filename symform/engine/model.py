@@ -78,7 +78,10 @@ def normalise_quantity(name: str) -> str:
         raise EvaluationError(f"a quantity is named by a string such as 'params', not {type(name).__name__}")
     key = name.replace("-", "_")
     if key not in quantity_names():
-        raise EvaluationError(f"unknown quantity {quoted(name)}; choose one of {', '.join(q.replace('_', '-') for q in quantity_names())}")
+        shown = [q.replace("_", "-") for q in quantity_names()]
+        near = hub.close_names(name.replace("_", "-"), shown)
+        hint = f"did you mean {' or '.join(near)}? " if near else ""
+        raise EvaluationError(f"unknown quantity {quoted(name)}; {hint}choose one of {', '.join(shown)}")
     return key
 
 

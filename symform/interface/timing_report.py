@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from .cli_args import attention_arguments, non_negative_float, positive_float, positive_int, uses_flash
 from .finetune_args import finetune_arguments, finetune_setup
+from .memory_report import kv_dtype_argument, with_kv_dtype
 
 
 from ..engine.errors import BudgetError, ConfigError
@@ -20,6 +21,7 @@ if TYPE_CHECKING:  # the timing module (and numpy) load when a time is asked for
 
 TRAIN_ONLY = ("global_batch", "micro_batch", "seq", "dp", "pp", "ep", "cp", "recompute", "schedule", "zero", "measured_step", "measured_tokens_per_s", "tokens")
 INFER_ONLY = ("batch", "prompt", "output")
+CACHE_ONLY = ("kv_dtype",)  # training holds no KV cache
 
 
 def time_arguments(p: argparse.ArgumentParser) -> None:
@@ -44,6 +46,7 @@ def time_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default=None, help="matmul dtype: bf16, fp16, fp8, …; sets the peak rate, and fp8/int8/fp4 also the bytes of each weight read (default: bf16, or for serving the rate of the checkpoint's weight format where the device has one)")
     p.add_argument("--weight-format", default=None, choices=list(recipes().weight_format), help="serving: how the weights are stored and read (default: as the checkpoint says)")
     p.add_argument("--node-size", type=positive_int, help="accelerators per scale-up domain (default: the system's, or 8 for an accelerator)")
+    kv_dtype_argument(p)
     p.add_argument("--expert-skew", type=non_negative_float, default=0.0, metavar="S", help="mixture of experts, decode: Zipf exponent of the routing (default 0: uniform), which sets how many distinct experts a step reads")
     p.add_argument("--gemm-model", choices=("rows", "waves"), help="the estimate's GEMM model at its own fit: rows (the default) or waves (tiles and waves over the SMs; docs/time.md)")
     attention_arguments(p)  # for the bounds, the estimate and the memory check alike
@@ -74,6 +77,10 @@ def time_command(model: Model, args: argparse.Namespace) -> str:
 
 def _time_command(model: Model, args: argparse.Namespace) -> str:
     from ..analysis import estimate, utilisation
+
+    if args.train:
+        _refuse(args, CACHE_ONLY, "--train")
+    model = with_kv_dtype(model, args)
 
     tune = finetune_setup(args, training=args.train)
     args.attention = "sdpa" if uses_flash(args) else "eager"  # one name from here on, whichever option gave it
