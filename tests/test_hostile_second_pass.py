@@ -367,3 +367,101 @@ def test_a_drafter_of_another_vocabulary_is_refused(capsys):
     code, _, err = run(capsys, "plan", "qwen3-8b", "--gpu", "h100-sxm", "--serve", "--prompt", "512", "--output", "128", "--ttft-max", "1",
                        "--tpot-max", "0.1", "--speculate", "3", "--acceptance", "0.7", "--draft", "bert-base-uncased")
     assert code == 2 and err.count("\n") == 1 and "vocabulary" in err, err
+
+
+# --- fuzz: every surface ends in one line, exit 2, or a number an oracle gives --------------------------------
+
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+HOSTILE_TEXT = ["nan", "-1", "0", "1e400", "x", "9" * 5000, "1/0", "", "inf", "1.5", "h100", "fp8", "../../etc", "a" * 300, "2"]
+CLI_BASES = {
+    "memory": (["memory", "qwen3-0.6b", "--infer", "--batch", "1", "--seq", "8"], ["--past", "--kv-dtype", "--kv-block", "--tp", "--gpu", "--weight-format", "--offload", "--set", "--convention"]),
+    "roofline": (["roofline", "qwen3-0.6b", "--gpu", "h100-sxm", "--phase", "decode", "--batch", "1", "--past", "8"], ["--past", "--kv-dtype", "--dtype", "--seq", "--sram-bytes", "--set", "--lora-rank"]),
+    "time": (["time", "qwen3-0.6b", "--gpu", "h100-sxm", "--infer", "--batch", "1", "--prompt", "8", "--output", "4"], ["--kv-dtype", "--dtype", "--expert-skew", "--tp", "--node-size", "--price-per-hour", "--set"]),
+    "fit": (["fit", "qwen3-0.6b", "--infer", "--gpu", "h100-sxm", "--solve", "batch", "--seq", "8"], ["--past", "--kv-dtype", "--kv-block", "--memory"]),
+}
+
+
+@st.composite
+def argument_vectors(draw):
+    base, flags = CLI_BASES[draw(st.sampled_from(sorted(CLI_BASES)))]
+    argv = list(base)
+    for _ in range(draw(st.integers(1, 2))):
+        flag, value = draw(st.sampled_from(flags)), draw(st.sampled_from(HOSTILE_TEXT))
+        if flag == "--set":
+            value = draw(st.sampled_from(["d_model", "n_layers", "kv_bytes", "vocab"])) + "=" + value
+        argv += [flag, value]
+    return argv
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(argv=argument_vectors())
+def test_fuzz_cli_argument_vectors(capsys, argv):
+    code = __import__("symform.interface.cli", fromlist=["main"]).main(argv)
+    out, err = capsys.readouterr()
+    errors = [line for line in err.splitlines() if not line.startswith("symform: note")]
+    assert code in (0, 2) and (code == 0 or len(errors) == 1), (argv, err[-500:])
+
+
+COUNTS = st.one_of(st.integers(-3, 40), st.sampled_from([float("nan"), float("inf"), "2", 1.5, True, None, 10**50, 10**5000, [1]]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(batch=COUNTS, seq=COUNTS, past=COUNTS)
+def test_fuzz_inference_memory_is_refused_or_the_kv_cache_by_hand(batch, seq, past):
+    """Qwen3-0.6B caches K and V of 28 layers × 8 heads × 128 in bf16: 2·28·8·128·2 bytes per token of each sequence."""
+    model = symform.load("qwen3-0.6b")
+    try:
+        report = inference_memory(model, batch=batch, seq=seq, past=past)
+    except symform.SymformError as e:
+        assert "\n" not in str(e)
+        return
+    assert all(type(v) is int for v in (batch, seq, past)) and batch >= 1 and seq >= 1 and past >= 0
+    assert report.values["kv_cache"] == 2 * 28 * 8 * 128 * 2 * batch * (past + seq)
+
+
+QUANT_VALUES = st.sampled_from(["true", "false", None, -1, 0, 16, 128, 10**50, float("nan"), [128, 128], [0, 128], ["x"], {}, "int"])
+QUANT_KEYS = ["load_in_4bit", "load_in_8bit", "bits", "group_size", "weight_block_size", "modules_to_not_convert", "llm_int8_skip_modules", "ignore", "fmt", "bnb_4bit_use_double_quant"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(method=st.sampled_from(["bitsandbytes", "fp8", "gptq", "awq", "mxfp4", "compressed-tensors", "nope", 7]), changes=st.dictionaries(st.sampled_from(QUANT_KEYS), QUANT_VALUES, max_size=3))
+def test_fuzz_quantization_configs_are_refused_or_within_the_weights_bounds(method, changes):
+    """Stored weights lie between 4 bits and 4 bytes per parameter (plus scales, far below a byte each) or are refused."""
+    quantization = {"quant_method": method, **changes}
+    try:
+        model = symform.Model.from_config({**preset_json("qwen3-0.6b"), "quantization_config": quantization})
+        weights = inference_memory(model, batch=1, seq=1).values["weights"]
+    except symform.SymformError as e:
+        assert "\n" not in str(e)
+        return
+    params = 596_049_920  # Qwen3-0.6B's numel() (tests/test_oracle_params.py), tied embeddings counted once
+    assert params // 2 <= weights <= 4 * params, (quantization, weights)
+
+
+def test_fuzz_hub_cache_trees(tmp_path):
+    """Cached repositories whose optional files are hostile, read in one child process (offline, no sockets)."""
+    root = tmp_path / "hub"
+    header = lambda h: len(h).to_bytes(8, "little") + h  # noqa: E731
+    hostile = [b"", b"{", b"[]", b"null", b"[" * 200 + b"]" * 200, b'{"a": ' + b"9" * 5000 + b"}", b'{"metadata": {"total_size": "12"}}',
+               b'{"metadata": {"total_size": 1e400}}', b'{"weight_map": {"a": 1}}', b'{"weight_map": [1, 2]}', b"\xff\xfe", b'{"metadata": {"total_size": -1}}',
+               b'{"quantization": {"quant_algo": "NVFP4", "exclude_modules": [1]}}', b'{"quantization": "x"}']
+    weights = [b"", b"\x00" * 8, header(b"{}"), header(b'{"w": {"dtype": 5, "shape": [1], "data_offsets": [0, 2]}}'), (2**63).to_bytes(8, "little"),
+               header(b'{"w": {"dtype": "BF16", "shape": [' + b"9" * 5000 + b'], "data_offsets": [0, 2]}}'), header(b"[" * 100 + b"]" * 100)]
+    cases = [(name, text) for name in ("model.safetensors.index.json", "hf_quant_config.json") for text in hostile] + [("model.safetensors", w) for w in weights]
+    for i, (name, data) in enumerate(cases):
+        absent = tuple({"hf_quant_config.json", "model.safetensors.index.json"} - {name})
+        hub_cache(root, f"acme/m{i}", {"config.json": QWEN3_8B, name: data}, absent=absent)
+    body = (
+        "import io, contextlib\nfrom symform.interface.cli import main\nbad = []\n"
+        f"for i in range({len(cases)}):\n"
+        "    err = io.StringIO()\n"
+        "    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):\n"
+        "        code = main(['params', f'acme/m{i}'])\n"
+        "    lines = [l for l in err.getvalue().splitlines() if not l.startswith('symform: note')]\n"
+        "    if code not in (0, 2) or (code == 2 and len(lines) != 1):\n"
+        "        bad.append((i, code, err.getvalue()[-300:]))\n"
+        "print(bad)\n"
+    )
+    done = symform_child(root, body=body)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", (done.stdout[-2000:], done.stderr[-2000:])

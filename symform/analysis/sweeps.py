@@ -259,6 +259,8 @@ def compile_quantities(model: Model, quantities: Sequence[str] | str, names: Seq
     ``names`` are swept; everything else is bound from ``fixed``, the model's sizes and the conventions.
     The result is kept per model: a second sweep of the same quantities does no symbolic work.
     """
+    if not isinstance(quantities, (str, list, tuple)) or not all(isinstance(q, str) for q in quantities):
+        raise EvaluationError(f"quantities are {quoted(quantities)}; give a name or a list of names (symform.quantity_names(), or memory.total)")
     quantities = (quantities,) if isinstance(quantities, str) else tuple(quantities)
     if not quantities:
         raise EvaluationError("no quantity to sweep; name at least one (symform.quantity_names(), or memory.total)")

@@ -220,7 +220,8 @@ def _size(expr: sympy.Basic, seen: dict) -> tuple[int, int]:
 def check_count(count: int, budget: int, what: str, name: str, fix: str) -> None:
     """``count`` things of a kind within ``budget`` (named ``name`` in symform.engine.budget)."""
     if count > budget:
-        raise BudgetError(f"{what}: {count:,} is past symform's budget of {budget:,} (symform.engine.budget.{name}); {fix}")
+        shown = f"{count:,}" if count.bit_length() < 10_000 else quoted(count)  # past ~3,000 digits Python has no text for it
+        raise BudgetError(f"{what}: {shown} is past symform's budget of {budget:,} (symform.engine.budget.{name}); {fix}")
 
 
 # -- files ---------------------------------------------------------------------------------------
