@@ -246,6 +246,19 @@ def test_forty_nested_logs_in_a_declaration_meet_a_budget(tmp_path, capsys):
     assert code == 2 and err.count("\n") == 1 and "ROOT_LOG_DEPTH" in err, err
 
 
+def test_logs_nested_across_parts_meet_the_same_budget(tmp_path, capsys):
+    """Each declaration nests 8 logs, within the parser's budget; bound into one another they nest 16."""
+    eight = lambda x: "log(" * 8 + x + ")" * 8  # noqa: E731
+    path = tmp_path / "top.toml"
+    path.write_text(
+        '[model]\nroot = "top"\narguments = { d_model = 8 }\n\n[components.leaf]\ndoc = "x"\nargs = ["x"]\n'
+        f'params = "{eight("x")}"\nforward_flops = "0"\nbytes_moved = "0"\nsaved_activations = "0"\n\n'
+        f'[components.top]\ndoc = "x"\nargs = ["d_model"]\nparts = [{{ name = "a", use = "leaf", with = {{ x = "{eight("d_model")}" }} }}]\n'
+    )
+    code, _, err = run(capsys, "params", str(path))
+    assert code == 2 and err.count("\n") == 1 and "ROOT_LOG_DEPTH" in err, err
+
+
 @pytest.mark.parametrize("name", ["x" * 300, "h100" + "/" * 300, "a" * 5000])
 def test_a_device_name_too_long_for_the_filesystem_is_one_line(capsys, name):
     code, _, err = run(capsys, "hardware", name)

@@ -162,8 +162,31 @@ def _digits(n: int) -> int:
 # -- expressions -------------------------------------------------------------------------------
 
 
+def check_roots_and_logs(expr: sympy.Basic, what: str) -> None:
+    """Refuse sqrt and log nested past ROOT_LOG_DEPTH, however they came to nest: written so, or a part's argument
+    bound to such a call (each declaration within the budget, their composition past it)."""
+    if _root_log_depth(expr, {}) > ROOT_LOG_DEPTH:
+        raise BudgetError(
+            f"{what} nests sqrt and log over {ROOT_LOG_DEPTH} deep, past symform's budget (symform.engine.budget.ROOT_LOG_DEPTH): "
+            "each level multiplies the work of evaluating them; nest fewer calls across the parts"
+        )
+
+
+def _root_log_depth(expr: sympy.Basic, seen: dict) -> int:
+    if expr.is_Atom:
+        return 0
+    if expr in seen:
+        return seen[expr]
+    inner = max((_root_log_depth(a, seen) for a in expr.args), default=0)
+    here = type(expr).__name__ == "log" or (expr.is_Pow and expr.exp.is_Rational and not expr.exp.is_Integer)
+    seen[expr] = depth = inner + here
+    return depth
+
+
 def check_expansion(expr: sympy.Basic, what: str) -> None:
-    """Refuse before sympy.expand when the multiplied-out expression would pass EXPANDED_TERMS or DEGREE."""
+    """Refuse before sympy.expand when the multiplied-out expression would pass EXPANDED_TERMS or DEGREE, or nest
+    sqrt and log past ROOT_LOG_DEPTH."""
+    check_roots_and_logs(expr, what)
     terms, degree = _size(expr, {})
     if terms > EXPANDED_TERMS:
         raise BudgetError(

@@ -18,7 +18,7 @@ from . import html_table
 from .data import accountings_table, formulas_dir, read_toml
 from .declarations import QUANTITIES, Library, default_library
 from .errors import ConfigError, DeclarationError, EvaluationError, SymformError, describe_validation
-from .budget import expand, quoted
+from .budget import check_roots_and_logs, expand, quoted
 from .evaluate import Number, check_value, exact_evaluator, plain_values, run_exact
 from . import hub
 from .families import Checkpoint, ContextLimit, ModelSpec, checkpoint_facts, find_preset, load_config_file, preset_config, presets, spec_from_config
@@ -636,6 +636,7 @@ def forget_structures() -> None:
 
 
 def _substituted(expr: sympy.Basic, values: Mapping[sympy.Symbol, sympy.Expr], where: str) -> sympy.Basic:
+    check_roots_and_logs(expr, where)  # sympy evaluates each nested log at the sizes: work that doubles per level
     try:
         return expr.xreplace(values)
     except ZeroDivisionError:
