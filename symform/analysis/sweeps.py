@@ -788,7 +788,7 @@ def sweep(
 
     ``quantities``: names of :func:`symform.quantity_names` and memory categories
     ``memory.weights`` … ``memory.total`` (a training step, ``training=`` a
-    ``symform.memory.Training``). ``grid``: name → values, each its own axis.
+    ``symform.memory.Training``). ``grid``: name → values, each its own axis of ``result.shape`` (the columns are flat, one entry a point; ``result.grid(name)`` gives one in that shape).
     ``zip``: name → equal-length arrays, one axis. ``sample``: name → ``(low, high)``
     (whole numbers, inclusive) or a list to pick from, ``n`` random rows from ``seed``.
     ``inexact``: ``"warn"`` (default), ``"raise"`` or ``"allow"``, for float64 values
