@@ -30,6 +30,7 @@ def appendix_parser():
     from .cli_args import positive_int
 
     p = _Parser(prog="symform latex --formulas", description="an appendix table of N, N_active, forward FLOPs and KV bytes per token")
+    p.add_argument("--formulas", action="store_true", help="the appendix table (the option that chose this form of symform latex)")
     p.add_argument("models", nargs="+", metavar="MODEL", help="bundled presets, Hub ids, config.json paths or architecture files, one column each")
     p.add_argument("--seq", type=positive_int, default=4096, help="sequence length the forward FLOPs per token average over (default 4096)")
     p.add_argument("--standalone", action="store_true", help="a complete .tex document (pdflatex)")
@@ -41,7 +42,7 @@ def appendix_command(argv: list[str]) -> str:
     """``symform latex --formulas MODEL...``: models given one after another, no quantity."""
     from .appendix import appendix
 
-    args = appendix_parser().parse_args([a for a in argv if a != "--formulas"])
+    args = appendix_parser().parse_args(argv)
     text = appendix([Model.load(m) for m in args.models], seq=args.seq, standalone=args.standalone)
     return json.dumps({"latex": text}) if args.json else text
 
