@@ -49,6 +49,7 @@ class HubFiles:
     index: dict[str, Any] | None = None
     commit: str | None = None
     folder: Path | None = None  # the cached snapshot: its *.safetensors, where downloaded, give dtypes from their headers
+    answered: bool = True  # False where the Hub did not answer this run: nothing more is asked of it
 
     @property
     def origin(self) -> str:
@@ -79,8 +80,10 @@ def fetch(repo_id: str, *, revision: str | None = None) -> HubFiles:
         config_path = _cached_or_download(hub, repo_id, CONFIG, revision, required=True)
     found = {name: _cached(hub, repo_id, name, revision) for name in OPTIONAL}
     missing = [name for name in OPTIONAL if found[name] is None and not _known_absent(hub, repo_id, name, revision)]
+    answered = True
     if missing and not hub.constants.HF_HUB_OFFLINE:
-        if from_cache and not _hub_answers(hub, repo_id, missing[0], revision):
+        answered = not from_cache or _hub_answers(hub, repo_id, missing[0], revision)
+        if not answered:
             _note(f"{repo_id}: config.json read from the Hugging Face cache; {' and '.join(missing)} not cached and the Hub does not answer, "
                   "so the checkpoint's stored size and quantisation file are unknown (connect once, or set HF_HUB_OFFLINE=1 to skip asking)")
         else:
@@ -95,6 +98,7 @@ def fetch(repo_id: str, *, revision: str | None = None) -> HubFiles:
         index=_read_json(found[INDEX], repo_id, INDEX) if found[INDEX] else None,
         commit=_snapshot_commit(config_path),
         folder=config_path.parent,
+        answered=answered,
     )
 
 
@@ -222,7 +226,7 @@ def checkpoint_dtypes(files: HubFiles) -> dict[str, dict[str, int]] | None:
         noted = _kept_dtypes(kept)
         if noted is not None:
             return noted  # else a damaged note: read the headers again
-    if hub.constants.HF_HUB_OFFLINE:
+    if hub.constants.HF_HUB_OFFLINE or not files.answered:
         return None
     found = remote_dtypes(files)
     if found is not _UNREACHABLE and kept is not None:
