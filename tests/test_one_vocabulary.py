@@ -32,6 +32,12 @@ CONCEPTS = {
     "an accelerator or system": ("--gpu", {"--device", "--hardware"}, ANY),
     "matmul dtype (peak rate and storage width)": ("--dtype", {"--compute-dtype"}, None),
     "stored weights' format": ("--weight-format", {"--weights-format", "--quant"}, None),
+    # a request's prompt is a workload of its own (time and plan serve requests: prefill, then decode), not the cached context
+    "prompt tokens per request": ("--prompt", {"--prompt-len", "--input-len"}, None),
+    "output tokens per request": ("--output", {"--output-len", "--gen"}, None),
+    "activation recomputation": ("--recompute", {"--checkpointing", "--activation-checkpointing"}, ANY),  # none (or unset: none)
+    "ZeRO stage": ("--zero", {"--zero-stage", "--fsdp"}, ANY),  # 0 (or unset: 0)
+    "pipeline schedule": ("--schedule", {"--pipeline-schedule"}, ANY),
 }
 
 
