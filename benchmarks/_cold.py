@@ -71,18 +71,35 @@ def child_report(code: str, extra: dict[str, str] | None = None) -> dict:
 
 
 def paired(
-    symform_argv: list[str], baseline_argv: list[str], repeats: int, extra: dict[str, str] | None = None, cpu: dict[str, list[float]] | None = None
+    symform_argv, baseline_argv: list[str], repeats: int, extra: dict[str, str] | None = None, cpu: dict[str, list[float]] | None = None
 ) -> tuple[list[float], list[float]]:
-    """``repeats`` wall times of each, alternating, after one untimed run of each (file cache, .pyc files,
-    symform's cache between runs); ``extra`` is added to symform's environment. ``cpu``, if given, receives
-    the CPU seconds of each timed run under "measured" and "baseline"."""
-    wall_seconds(symform_argv, extra), wall_seconds(baseline_argv)
+    """``repeats`` wall times of each, alternating, after one untimed run of each (file cache, .pyc files);
+    ``extra`` is added to symform's environment. ``symform_argv`` may be a function of the repetition (0 for
+    the untimed run) giving its argv and environment: new sizes or an empty cache every repetition.
+    ``cpu``, if given, receives the CPU seconds of each timed run under "measured" and "baseline"."""
+    made = symform_argv if callable(symform_argv) else (lambda _: (symform_argv, extra))
+    wall_seconds(*made(0)), wall_seconds(baseline_argv)
     measured, baseline = [], []
     mine, theirs = (cpu.setdefault("measured", []), cpu.setdefault("baseline", [])) if cpu is not None else (None, None)
-    for _ in range(repeats):
-        measured.append(wall_seconds(symform_argv, extra, mine))
+    for i in range(1, repeats + 1):
+        measured.append(wall_seconds(*made(i), mine))
         baseline.append(wall_seconds(baseline_argv, None, theirs))
     return measured, baseline
+
+
+def empty_cache() -> dict[str, str]:
+    """A new, empty cache directory: what a fresh machine has."""
+    where = tempfile.mkdtemp(prefix="symform-bench-empty-", dir=CACHE)
+    return {"SYMFORM_CACHE_DIR": where}
+
+
+def config_with_new_sizes(repetition: int) -> str:
+    """A config.json never read before: Qwen3-32B's with another layer count and width each repetition."""
+    config = json.loads((ROOT / "formulas" / "presets" / "qwen3-32b.json").read_text())
+    config.update(num_hidden_layers=16 + repetition, intermediate_size=25600 + 128 * repetition)
+    folder = Path(tempfile.mkdtemp(prefix="symform-bench-config-", dir=CACHE))
+    (folder / "config.json").write_text(json.dumps(config))
+    return str(folder / "config.json")
 
 
 def row(path: str, goal: str, measured: list[float], goal_met: bool, baseline_name: str | None = None, baseline: list[float] | None = None, **extra) -> dict:

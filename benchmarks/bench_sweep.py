@@ -26,6 +26,8 @@ SWEEP_GOAL = 0.8  # × the kernel's speed, and × hand-written factored numpy's,
 INT64_GOAL = 2.0  # int64 exact sweep at most this × the float64 sweep's time (the README's "about double")
 DASK_POINTS = 10**7  # the test-sized form of 10**9: same code, fewer blocks
 DASK_GRAPH_BYTES = 64_000
+GRAPH_POINTS = 10**9  # a lazy sweep's graph is built for this many points within GRAPH_GOAL_S
+GRAPH_GOAL_S = 1.0
 
 
 def _sweep_rows(repeats: int) -> list[dict]:
@@ -52,6 +54,8 @@ def _sweep_rows(repeats: int) -> list[dict]:
         row(f"sweep() over 10^6 configs vs hand-written numpy", f"≥ {SWEEP_GOAL}× hand-written factored in-place numpy", times["sweep"], agree and min(vs_hand) >= SWEEP_GOAL, "hand-written numpy, factored, in place", times["hand"], ratios=vs_hand, **detail),
     ]
 
+    out.append(_grid_row(model, repeats))
+
     # int64: quantities whose values fit int64 at these sizes (train_flops at 10**13 tokens reaches 1e26)
     int_quantities = ("params", "forward_flops")
     int_names = tuple(k for k in NAMES if k != "tokens")
@@ -71,6 +75,35 @@ def _sweep_rows(repeats: int) -> list[dict]:
     return out
 
 
+GRID = {  # 10^6 points, the last name fastest
+    "d_model": [1024.0 * k for k in range(1, 11)], "n_layers": [8.0 * k for k in range(1, 11)], "d_ff": [2048.0 * k for k in range(1, 11)],
+    "n_heads": [8.0 * k for k in range(1, 11)], "seq": [512.0 * k for k in range(1, 11)], "tokens": [1e11 * k for k in range(1, 11)],
+}  # fmt: skip
+GRID_FIXED = {"vocab": 151936, "n_kv_heads": 8, "d_head": 128, "batch": 1}
+GRID_GOAL = 1.25  # × hand-written in-place numpy's time, every repetition
+
+
+def _grid_row(model, repeats: int) -> dict:
+    """A 10^6-point grid: sweep() against the grid laid out by hand (numpy.meshgrid) and the in-place formula."""
+
+    def hand():
+        columns = dict(zip(GRID, (c.ravel() for c in np.meshgrid(*map(np.asarray, GRID.values()), indexing="ij"))))
+        return hand_inplace({**columns, **{k: np.float64(v) for k, v in GRID_FIXED.items()}})
+
+    def run_sweep():
+        return sweep(model, QUANTITIES, grid=GRID, fixed=GRID_FIXED, inexact="allow")
+
+    got = run_sweep()
+    agree = all(np.array_equal(got[q], h) for q, h in zip(QUANTITIES, hand()))
+    del got
+    times = paired({"sweep": run_sweep, "hand": hand}, repeats)
+    slow = [m / b for m, b in zip(times["sweep"], times["hand"])]
+    return row(
+        "sweep() over a 10^6-point grid vs hand-written numpy", f"≤ {GRID_GOAL}× hand-written numpy (meshgrid, factored, in place)", times["sweep"],
+        agree and max(slow) <= GRID_GOAL, "hand-written numpy: numpy.meshgrid, factored, in place", times["hand"], slowdown=slow, values_equal=agree, points=10**6,
+    )  # fmt: skip
+
+
 def _dask_row(repeats: int) -> dict:
     try:
         import cloudpickle
@@ -86,7 +119,8 @@ def _dask_row(repeats: int) -> dict:
     def lazy():
         return lazy_sweep(model, QUANTITIES, **spec)
 
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster, distributed.Client(cluster):
+    # worker processes, as a script on a real cluster has them: every task and its description pickled
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, distributed.Client(cluster):
         first = lazy()
         graph_bytes = len(cloudpickle.dumps(dict(first["train_flops"].__dask_graph__())))
         d = first.description
@@ -112,8 +146,22 @@ def _dask_row(repeats: int) -> dict:
     )
 
 
+def _graph_row(repeats: int) -> dict:
+    """Building the lazy sweep of 10**9 points (described, nothing computed) at the default chunk."""
+    from symform.analysis.lazy_sweeps import lazy_sweep
+
+    model = symform.load(PRESET)
+    spec = dict(grid={"seq": [4096, 32768]}, sample={"d_model": (1024, 16384), "n_layers": (8, 128)}, n=GRAPH_POINTS // 2, seed=0, fixed={"batch": 8, "tokens": 10**12})
+    seconds = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        built = lazy_sweep(model, QUANTITIES, **spec)
+        seconds.append(time.perf_counter() - start)
+    return row(f"lazy_sweep builds its graph for {GRAPH_POINTS:.0e} points", f"≤ {GRAPH_GOAL_S:g} s", seconds, max(seconds) <= GRAPH_GOAL_S, blocks=len(built.columns["params"].chunks[0]), points=built.points)
+
+
 def rows(repeats: int) -> list[dict]:
-    return [*_sweep_rows(repeats), _dask_row(max(1, min(repeats, 5)))]
+    return [*_sweep_rows(repeats), _graph_row(repeats), _dask_row(max(1, min(repeats, 5)))]
 
 
 if __name__ == "__main__":

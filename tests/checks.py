@@ -31,3 +31,11 @@ def one_line_error(error_type, call, *words):
     assert isinstance(caught.value, SymformError) and "\n" not in message
     for word in words:
         assert word in message, message
+
+
+def preset_dict(name: str) -> dict:
+    """A preset's config.json as plain JSON (not through symform's loader)."""
+    from symform.engine.data import formulas_dir
+    from symform.engine.families import presets
+
+    return json.loads((formulas_dir() / "presets" / presets()[name].file).read_text(encoding="utf-8"))

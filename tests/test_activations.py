@@ -65,7 +65,8 @@ from __future__ import annotations
 import functools
 
 import pytest
-import torch
+
+torch = pytest.importorskip("torch", reason="the PyTorch oracles need torch (pip install '.[test,oracle]')")
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from oracle import TINY, build_for_training, input_ids, saved_for_backward

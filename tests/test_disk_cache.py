@@ -19,7 +19,7 @@ def fresh_cache(tmp_path, monkeypatch):
     """An empty cache directory, and no store already read in this process."""
     monkeypatch.setenv("SYMFORM_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("SYMFORM_CACHE", raising=False)
-    monkeypatch.setattr(data, "_TABLES", disk_cache.Store("tables", "tomllib"))
+    monkeypatch.setattr(data, "_TABLES", disk_cache.Store("tables"))
     safe_expr._store.cache_clear()
     yield tmp_path
     safe_expr._store.cache_clear()
@@ -30,7 +30,7 @@ def _start_again() -> None:
     safe_expr._store().save()
     data._TABLES.save()
     safe_expr._store.cache_clear()
-    data._TABLES = disk_cache.Store("tables", "tomllib")
+    data._TABLES = disk_cache.Store("tables")
 
 
 def _expressions(value):
@@ -133,6 +133,57 @@ def test_the_cache_directory_follows_the_environment(tmp_path, monkeypatch):
     assert disk_cache.cache_dir() == tmp_path / "mine"
 
 
+def test_a_relative_cache_directory_is_never_made_where_the_command_runs(tmp_path, monkeypatch):
+    """XDG's rule: a relative XDG_CACHE_HOME is ignored; a relative SYMFORM_CACHE_DIR turns the cache off, and
+    ~ means the home directory, not a folder named ~ wherever the command happens to run."""
+    monkeypatch.delenv("SYMFORM_CACHE", raising=False)
+    monkeypatch.delenv("SYMFORM_CACHE_DIR", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")
+    assert disk_cache.cache_dir() == tmp_path / "home" / ".cache" / "symform"
+    monkeypatch.setenv("SYMFORM_CACHE_DIR", "~/x")
+    assert disk_cache.cache_dir() == tmp_path / "home" / "x"
+    monkeypatch.setenv("SYMFORM_CACHE_DIR", "x")
+    assert disk_cache.cache_dir() is None
+    assert "not an absolute path" in disk_cache.info()["chosen_by"]
+
+
+def test_a_link_planted_in_the_cache_directory_is_never_written_through(fresh_cache):
+    """A shared cache directory may hold links another user planted: where symform once wrote its temporary
+    file (.NAME.PID.tmp), and in place of the store itself. Neither target is ever written."""
+    import os
+
+    outside = fresh_cache.parent / "outside.txt"
+    outside.write_text("precious")
+    store = disk_cache.Store("planted")
+    (fresh_cache / f".{store.name}.{os.getpid()}.tmp").symlink_to(outside)
+    (fresh_cache / store.name).symlink_to(outside)
+    store.put("a", "x")
+    store.save()
+    assert outside.read_text() == "precious"
+    assert not (fresh_cache / store.name).is_symlink() and disk_cache.Store("planted").get("a") == "x"
+
+
+def test_cache_clear_removes_only_symforms_own_store_files(fresh_cache, capsys):
+    from symform.interface.cli import main
+
+    store = disk_cache.Store("tables")
+    store.put("a", "x")
+    store.save()
+    (fresh_cache / "notes.txt").write_text("mine")
+    (fresh_cache / "tables-0123456789abcdef.json").symlink_to(fresh_cache / "notes.txt")  # a store's name, but a link
+    assert main(["cache", "info", "--json"]) == 0
+    import json
+
+    found = json.loads(capsys.readouterr().out)
+    assert found["directory"] == str(fresh_cache)
+    assert [(f["file"], f["entries"], f["current"]) for f in found["files"]] == [(store.name, 1, True)]
+    assert main(["cache", "clear"]) == 0
+    assert "removed 1 file" in capsys.readouterr().out
+    assert sorted(p.name for p in fresh_cache.iterdir()) == ["notes.txt", "tables-0123456789abcdef.json"]
+    assert (fresh_cache / "notes.txt").read_text() == "mine"
+
+
 def test_a_table_with_what_json_cannot_hold_is_not_kept(fresh_cache):
     assert disk_cache.plain_json({"a": [1, 2.5, "x", True, None, {"b": 3}]})
     assert not disk_cache.plain_json({"a": float("nan")})
@@ -158,6 +209,8 @@ def _rewrite(store, change) -> None:
         ["f", "Pow", [["f", "Add", [["n", "d"], ["i", "1"]]], ["i", "100000"]]],  # past the expansion budget
         ["f", "Add", [["i", "1"]] * 5000],  # more nodes than any parsed text gives
         ["f", "__import__", [["i", "1"]]],  # no such node: nothing is called by its name from the file
+        ["f", "Pow", [["i", "10"], ["i", str(10**99 - 1)]]],  # a constant no parse would fold: evaluating it would never end
+        ["f", "Pow", [["n", "d"], ["i", "65"]]],  # an exponent past MAX_EXPONENT
     ],
 )
 def test_an_edited_entry_past_a_budget_is_parsed_again(fresh_cache, tree):
@@ -195,14 +248,14 @@ def test_a_store_past_its_size_bound_is_not_read(fresh_cache, monkeypatch):
 
 def test_a_store_that_would_grow_past_its_bound_keeps_only_what_its_run_added(fresh_cache):
     """Every run reads a whole store: one bounded by max_bytes starts afresh rather than grow past it."""
-    first = disk_cache.Store("bounded", "salt", max_bytes=200)
+    first = disk_cache.Store("bounded", max_bytes=200)
     first.put("a", "x" * 120)
     first.save()
-    second = disk_cache.Store("bounded", "salt", max_bytes=200)
+    second = disk_cache.Store("bounded", max_bytes=200)
     assert second.get("a") == "x" * 120
     second.put("b", "y" * 120)  # both would make a file past 200 bytes
     second.save()
-    third = disk_cache.Store("bounded", "salt", max_bytes=200)
+    third = disk_cache.Store("bounded", max_bytes=200)
     assert third.get("a") is None and third.get("b") == "y" * 120
 
 

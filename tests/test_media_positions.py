@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 import symform
-from symform.engine.errors import ConfigError, EvaluationError
+from symform.engine.errors import ConfigError
 from symform.interface.cli import main
 
 QWEN3_VL = "docs/examples/qwen3_vl_defaults.json"
@@ -46,7 +46,7 @@ def test_evaluate_and_sweep_refuse_a_sequence_shorter_than_its_media(model, args
     with_media = loaded.with_conventions(**settings)
     with pytest.raises(ConfigError, match="give --seq at least"):
         with_media.evaluate("saved_activations", batch=3, seq=tokens - 1)
-    with pytest.raises(EvaluationError, match=f"seq={tokens - 1}"):
+    with pytest.raises(ConfigError, match=f"seq={tokens - 1}.*give --seq at least"):  # as evaluate words it
         symform.sweep(with_media, ["forward_flops"], grid={"seq": [tokens - 1, tokens], "batch": [1]})
     swept = symform.sweep(with_media, ["forward_flops"], grid={"seq": [tokens, 2 * tokens], "batch": [1]})
     assert list(swept["seq"]) == [tokens, 2 * tokens]
@@ -100,6 +100,27 @@ def test_images_and_audio_together_share_the_one_sequence(capsys):
     assert err.count("\n") == 1 and "seq=1123" in err and "together take more positions" in err
     settings = {"images": 1, "image_height": 1536, "image_width": 1536, "audios": 1, "audio_frames": 400}
     with_media = symform.load(model).with_conventions(**settings)
-    with pytest.raises(EvaluationError, match="seq=1123"):
+    with pytest.raises(ConfigError, match="seq=1123.*together take more positions"):  # as the command words it
         symform.sweep(with_media, ["forward_flops"], grid={"seq": [1123, 1124], "batch": [1]})
     assert list(symform.sweep(with_media, ["forward_flops"], grid={"seq": [1124], "batch": [1]})["seq"]) == [1124]
+
+
+def test_the_first_model_of_its_structure_checks_the_media_its_workload_gives():
+    """A model whose own checks wait for nothing skipped every check of the workload, even one that gave media
+    (and so a model with checks of its own): in a fresh process, the first model built printed a number for a
+    sequence shorter than its image's 196 tokens."""
+    code = (
+        "import symform\n"
+        f"m = symform.load({QWEN3_VL!r})\n"
+        "media = dict(images=1, image_height=448, image_width=448)\n"
+        "m.evaluate('forward_flops', batch=1, seq=196, **media)\n"
+        "try:\n"
+        "    m.evaluate('forward_flops', batch=1, seq=195, **media)\n"
+        "except symform.ConfigError as e:\n"
+        "    print(e)\n"
+    )
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=110)
+    assert "give --seq at least" in done.stdout, done.stdout + done.stderr

@@ -30,7 +30,7 @@ d_head = v["d_head"]
 KORTHIKANTI = {"upcast": 0, "stat_bytes": 0, "dropout": 1, "mask_bytes": 1, "index_bytes": 0, "loss_bytes": 0}
 # the notes (seed §3): the same tensors without the masks, the loss input in bf16
 NOTES = {**KORTHIKANTI, "mask_bytes": 0, "loss_bytes": 2}
-GPT_STYLE = {d_head: d / h, t: 4 * d}  # MHA with d = h·d_h, a GELU MLP of 4d
+GPT_STYLE = {d_head: d / h, t: 4 * d, v["n_kv_heads"]: h}  # MHA (a key/value head per query head) with d = h·d_h, a GELU MLP of 4d
 # (a GELU that keeps its input, gpt2_mlp_one_op: transformers' gelu_new keeps four tensors)
 
 
@@ -260,3 +260,98 @@ def test_serving_activations_are_the_largest_op_and_no_loss_runs():
     assert report.values["activations"] == 2 * batch * seq * 3 * d_ff + 2 * batch * seq * width
     training = training_memory(model, batch=batch, seq=seq)
     assert training.activations_by_component["loss"] > 0
+
+
+# DeepSeek-V3 by hand: 58 MoE layers (61 less 3 dense) of 256 routed experts, each gate, up and down of
+# 7168 × 2048; the whole model 671,026,404,352 parameters (transformers' meta-device numel, tests/test_family_moe.py)
+DSV3_EXPERTS = 58 * 256 * 3 * 7168 * 2048
+DSV3_PARAMS = 671_026_404_352
+
+
+def test_expert_states_shard_over_the_expert_data_parallel_group_under_zero_3():
+    """1,024 data-parallel ranks in groups of ep = 64 that hold different experts: each expert lives on 1024/64 = 16
+    ranks (its expert-data-parallel group, DeepSpeed-MoE's and Megatron-Core's), and ZeRO-3 splits its weights over
+    those 16, not over all 1,024 again. So a rank holds 1/(ep · dp/ep) = 1/dp of the experts' weights, as of the
+    dense ones, and the devices together hold the model's bf16 weights exactly once."""
+    model = load("deepseek-v3")
+    layout = Layout(data=1024, expert=64, zero=3)
+    weights = training_memory(model, batch=1, seq=16, setup=Training(layout=layout)).values["weights"]
+    assert weights * 1024 == 2 * DSV3_PARAMS
+    # with tp = 2 the expert widths halve as well: 2 bytes × DSV3_EXPERTS / (tp 2 · ep 64 · dp/ep 16)
+    tensor = Layout(data=1024, tensor=2, expert=64, zero=3)
+    with_ep = training_memory(model, batch=1, seq=16, setup=Training(layout=tensor)).values["weights"]
+    without_ep = training_memory(model, batch=1, seq=16, setup=Training(layout=Layout(data=1024, tensor=2, zero=3))).values["weights"]
+    assert 2 * DSV3_EXPERTS // (2 * 64 * 16) == 638_582_784
+    assert with_ep == without_ep  # the experts' share is 638,582,784 bytes either way: 1/(2·1024) of them
+    assert with_ep > 638_582_784
+
+
+def test_deepseek_v3_own_layout_shards_expert_optimizer_states_over_dp_over_ep():
+    """DeepSeek-V3's layout (report §3.2): PP 16, EP 64, ZeRO-1 over 2,048 GPUs, so dp = 128 and every expert is
+    replicated on 128/64 = 2 ranks of a stage. Per rank: the stage's experts DSV3_EXPERTS/16/64 with master weights and
+    two Adam states (4 + 2·4 bytes, mixed precision) over those 2 ranks, the rest of the stage's parameters over all 128
+    (its dense share, (DSV3_PARAMS - DSV3_EXPERTS)/16 where the stages are balanced)."""
+    model = load("deepseek-v3")
+    layout = Layout(data=128, pipeline=16, expert=64, zero=1)
+    values = training_memory(model, batch=1, seq=16, setup=Training(layout=layout)).values
+    experts = sympy.Rational(DSV3_EXPERTS, 16 * 64)
+    dense = sympy.Rational(DSV3_PARAMS - DSV3_EXPERTS, 16)
+    assert values["optimizer"] + values["master_weights"] == 12 * (experts / 2 + dense / 128)
+    assert values["weights"] == 2 * (experts + dense)  # ZeRO-1 leaves the weights whole
+
+
+def test_expert_degree_must_divide_the_data_parallel_degree_to_shard_states():
+    with pytest.raises(EvaluationError, match="must divide the data-parallel degree"):
+        training_memory(load("qwen3-30b-a3b"), batch=1, seq=16, setup=Training(layout=Layout(data=4, expert=8, zero=1)))
+
+
+def test_selective_recomputation_keeps_keys_and_values_at_their_own_heads():
+    """Llama 3.1 8B (32 layers, 32 query heads and 8 key/value heads of 128), FlashAttention, bf16, 2 × 4096: the
+    fused kernel keeps Q (b·32·s·128), K and V (b·8·s·(128 + 128)) and its fp32 log-sum-exp (4·b·32·s); selective
+    recomputation keeps the same Q, K and V, at their own heads, and rebuilds the rest. So it saves exactly the
+    log-sum-exp of every layer, 32 · 4 · 2 · 32 · 4096 bytes, and its buffer is one kernel's keep."""
+    model = load("llama-3.1-8b")
+    b, s = 2, 4096
+
+    def values(recompute):
+        return training_memory(model, batch=b, seq=s, setup=Training(precision="bf16", recompute=recompute, flash=True)).values
+
+    none, selective = values("none"), values("selective")
+    assert none["activations"] - selective["activations"] == 32 * 4 * b * 32 * s == 33_554_432
+    assert selective["recompute_buffer"] == 2 * b * (32 * s * 128 + 8 * s * (128 + 128)) + 4 * b * 32 * s == 101_711_872
+
+
+@settings(max_examples=15, deadline=None)
+@given(name=st.sampled_from(["llama-3.1-8b", "qwen3-8b", "mistral-7b-v0.3"]), batch=st.integers(1, 8), seq=st.sampled_from([512, 2048, 4096, 8192]))
+def test_selective_recomputation_never_needs_more_than_none_under_flash(name, batch, seq):
+    model = load(name)
+
+    def total(recompute):
+        return training_memory(model, batch=batch, seq=seq, setup=Training(recompute=recompute, flash=True)).total
+
+    assert total("selective") <= total("none")
+
+
+def test_zero_shards_over_the_context_parallel_ranks_too():
+    """Context-parallel ranks hold the same parameters as data-parallel ones, and torchtitan's FSDP (its dp_shard_cp
+    mesh) and Megatron-Core's distributed optimizer shard over both: FSDP 1 × CP 8 splits the weights 8 ways, as FSDP 8."""
+    model = load("llama-3.2-1b")
+
+    def weights(**layout):
+        return training_memory(model, batch=1, seq=64, setup=Training(layout=Layout(zero=3, **layout))).values["weights"]
+
+    assert weights(context=8) == weights(data=8) == weights() / 8
+
+
+@settings(max_examples=12, deadline=None)
+@given(expert=st.sampled_from([1, 2, 4, 8, 16]), groups=st.sampled_from([1, 2, 3, 4]), zero=st.sampled_from([1, 2, 3]))
+def test_every_copy_of_a_moe_model_is_held_once_over_its_data_parallel_ranks(expert, groups, zero):
+    """Qwen3-30B-A3B over dp = ep·g ranks: whatever the expert degree, the sharded copies (optimizer states from ZeRO-1,
+    gradients from ZeRO-2, weights at ZeRO-3) summed over all dp ranks are the whole model's, once."""
+    model = load("qwen3-30b-a3b")
+    data = expert * groups
+    whole = training_memory(model, batch=1, seq=16).values
+    split = training_memory(model, batch=1, seq=16, setup=Training(layout=Layout(data=data, expert=expert, zero=zero))).values
+    sharded = ["optimizer", "master_weights"] + (["gradients"] if zero >= 2 else []) + (["weights"] if zero >= 3 else [])
+    for name in sharded:
+        assert split[name] * data == whole[name]

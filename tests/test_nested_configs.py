@@ -9,7 +9,7 @@ from checks import one_line_error
 from symform import ConfigError
 from symform.engine.families import FieldSpec, family_for, read_fields
 from symform.engine.model import Model
-from oracle import preset_dict
+from checks import preset_dict
 
 SPECS = {
     "hidden_size": FieldSpec(type="int"),

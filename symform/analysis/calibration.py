@@ -41,17 +41,33 @@ class Run:
 class Case:
     run: Run
     predicted: float
+    # the band of the time behind the figure, relative to its estimate: (low / estimate, high / estimate)
+    band: tuple[float, float] | None = None
 
     @property
     def error(self) -> float:
         """Relative error of the estimate on the figure the source reports."""
         return self.predicted / self.run.measured[1] - 1
 
+    @property
+    def inside(self) -> bool | None:
+        """Whether the measured value lies inside the estimate's band (None without a band)."""
+        if self.band is None:
+            return None
+        rate = self.run.measured[0] not in TIME_FIGURES  # a rate's time is its inverse
+        measured_time = (1 + self.error) if rate else 1 / (1 + self.error)  # measured time / estimated time
+        return self.band[0] <= measured_time <= self.band[1]
+
+
+#: Figures the sources report as times (the others are rates: tokens or FLOPs per second).
+TIME_FIGURES = ("ttft_ms",)
+
 
 @cache
 def sources() -> dict[str, dict[str, Any]]:
     """Each source file's [source] table, by file stem."""
-    return {path.stem: read_toml(path)["source"] for path in sorted((data_root() / "hardware" / "measured").glob("*.toml"))}
+    found = ((path.stem, read_toml(path)) for path in sorted((data_root() / "hardware" / "measured").glob("*.toml")))
+    return {stem: data["source"] for stem, data in found if data.get("kind") != "measured_memory"}  # peaks: memory_validation
 
 
 @cache
@@ -59,6 +75,8 @@ def runs() -> tuple[Run, ...]:
     found = []
     for path in sorted((data_root() / "hardware" / "measured").glob("*.toml")):
         data = read_toml(path)
+        if data.get("kind") == "measured_memory":  # measured peaks: symform.analysis.memory_validation
+            continue
         kind = {"measured_training": "training", "measured_serving": "serving"}.get(data.get("kind"))
         if kind is None:
             raise ConfigError(f"{path}: kind must be measured_training or measured_serving")
@@ -100,8 +118,9 @@ class _Prepared:
 
 
 def _layout(setup: Mapping[str, Any]) -> Layout:
-    t, p = setup.get("tensor", 1), setup.get("pipeline", 1)
-    return Layout(data=setup["gpus"] // (t * p), tensor=t, pipeline=p, zero=setup.get("zero", 0))
+    t, p, chunks = setup.get("tensor", 1), setup.get("pipeline", 1), setup.get("chunks", 1)
+    schedule = "interleaved" if chunks > 1 else "1f1b"
+    return Layout(data=setup["gpus"] // (t * p), tensor=t, pipeline=p, expert=setup.get("expert", 1), zero=setup.get("zero", 0), schedule=schedule, chunks=chunks)
 
 
 def _prepare(run: Run) -> _Prepared:
@@ -109,7 +128,7 @@ def _prepare(run: Run) -> _Prepared:
     if run.kind == "training":
         layout = _layout(s)
         bounds = timing.training_time(model, s["gpu"], global_batch=s["global_batch"], micro_batch=s["micro_batch"], seq=s["seq"], layout=layout, recompute=s.get("recompute", "none"), dtype=s.get("dtype", "bf16"), flash=s.get("attention", "sdpa") != "eager")
-        work = estimate.kernels(model, "train", workload={"batch": s["micro_batch"], "seq": s["seq"]}, tensor=layout.tensor, pipeline=layout.pipeline, recompute=s.get("recompute", "none"), attention=s.get("attention", "sdpa"))
+        work = estimate.kernels(timing.at_dtype(model, s.get("dtype", "bf16")), "train", workload={"batch": s["micro_batch"], "seq": s["seq"]}, tensor=layout.tensor, pipeline=layout.pipeline, recompute=s.get("recompute", "none"), attention=s.get("attention", "sdpa"))
         return _Prepared(run, model, bounds, work)
     # the kernels at the run's dtype: FP8 weights are read at one byte, as serving_estimate reads them
     work = estimate.serving_kernels(timing.at_dtype(model, s.get("dtype", "bf16")), batch=s["batch"], prompt=s["prompt"], output=s["output"], tensor=s.get("tensor", 1), attention=s.get("attention", "sdpa"))
@@ -123,6 +142,11 @@ def _prepared(run: Run) -> _Prepared:
 
 def predict(run: Run, factors: Mapping[str, Any] | None = None) -> float:
     """symform's estimate of the figure ``run`` reports, with the bundled factors or ``factors`` replacing some."""
+    return predict_with_band(run, factors)[0]
+
+
+def predict_with_band(run: Run, factors: Mapping[str, Any] | None = None) -> tuple[float, tuple[float, float]]:
+    """The estimate of the figure ``run`` reports, and the band of the time behind it relative to its estimate."""
     prepared, s = _prepared(run), run.setup
     eff = _efficiency(s["gpu"], factors or {})
     if run.kind == "training":
@@ -131,12 +155,17 @@ def predict(run: Run, factors: Mapping[str, Any] | None = None) -> float:
             prepared.model, s["gpu"], global_batch=s["global_batch"], micro_batch=s["micro_batch"], seq=s["seq"], layout=_layout(s),
             recompute=s.get("recompute", "none"), dtype=s.get("dtype", "bf16"), attention=s.get("attention", "sdpa"), efficiency_data=eff, bounds=prepared.bounds, work=prepared.work, convention=convention,
         )
-        return _training_figure(run, prepared, result.step.estimate)
+        return _training_figure(run, prepared, result.step.estimate), _relative(result.step)
     result = estimate.serving_estimate(
         prepared.model, s["gpu"], batch=s["batch"], prompt=s["prompt"], output=s["output"], tensor=s.get("tensor", 1),
         dtype=s.get("dtype", "bf16"), attention=s.get("attention", "sdpa"), efficiency_data=eff, work=prepared.work,
     )
-    return _serving_figure(run, result)
+    band = {"ttft_ms": result.ttft, "tokens_per_s_per_sequence": result.tpot}.get(run.measured[0], result.total)
+    return _serving_figure(run, result), _relative(band)
+
+
+def _relative(band: estimate.Band) -> tuple[float, float]:
+    return band.low / band.estimate, band.high / band.estimate
 
 
 def _efficiency(gpu: str, factors: Mapping[str, Any]) -> estimate.Efficiency:
@@ -176,7 +205,9 @@ def _training_figure(run: Run, prepared: _Prepared, seconds: float) -> float:
         return narayanan_flops(prepared.model, s["global_batch"], s["seq"]) / (seconds * s["gpus"]) / 1e12
     if what == "tokens_per_s":
         return s["global_batch"] * s["seq"] / seconds
-    raise ConfigError(f"run {run.name}: unknown measured figure {what!r}; use tflops_per_gpu or tokens_per_s")
+    if what == "tokens_per_s_per_gpu":
+        return s["global_batch"] * s["seq"] / seconds / s["gpus"]
+    raise ConfigError(f"run {run.name}: unknown measured figure {what!r}; use tflops_per_gpu, tokens_per_s or tokens_per_s_per_gpu")
 
 
 def _serving_figure(run: Run, result: estimate.ServingEstimate) -> float:
@@ -193,7 +224,52 @@ def _serving_figure(run: Run, result: estimate.ServingEstimate) -> float:
 
 
 def validate(factors: Mapping[str, Any] | None = None, only: Iterable[Run] | None = None) -> list[Case]:
-    return [Case(run, predict(run, factors)) for run in (runs() if only is None else only)]
+    return [Case(run, *predict_with_band(run, factors)) for run in (runs() if only is None else only)]
+
+
+# --- the calibration's reach: what the runs cover, and how far a case lies outside it ---------------
+
+
+@cache
+def _reach(kind: str) -> dict[str, Any]:
+    """What the fitted runs of ``kind`` cover (the held-out ones test the band, they do not widen its reach): the
+    efficiency files they were measured on (by the file's device), the most devices on each, and the dtypes
+    each device's fitted runs of either kind ran their GEMMs at."""
+    devices: dict[str, dict[str, Any]] = {}
+    fitted = [r for r in runs() if r.split == "fit"]
+    for run in fitted:
+        s = run.setup
+        device = estimate.efficiency(s["gpu"]).device
+        if run.kind == kind:
+            seen = devices.setdefault(device, {"dtypes": set(), "most": 0})
+            seen["most"] = max(seen["most"], s.get("gpus", s.get("tensor", 1)))
+    for run in fitted:
+        device = estimate.efficiency(run.setup["gpu"]).device
+        if device in devices:
+            devices[device]["dtypes"].add(run.setup.get("dtype", "bf16"))
+    return devices
+
+
+@cache
+def _moe_measured(kind: str) -> bool:
+    return any("n_experts" in run_model(r).values for r in runs() if r.kind == kind and r.split == "fit")
+
+
+def extrapolating(kind: str, *, device: str, dtype: str, devices: int, moe: bool, features: Iterable[str] = ()) -> list[tuple[str, str]]:
+    """How a case lies outside the published runs of its ``kind``: (the widening's name in rules.toml
+    [band.widen], what to say), one per way. ``device``: its efficiency file's device; ``features``: layout
+    features no run has (sequence parallelism, a virtual pipeline, ...)."""
+    reach, found = _reach(kind), []
+    if device not in reach:
+        found.append(("device", f"{device}: no fitted {kind} run measured on it, its efficiency factors borrowed"))
+    elif dtype not in reach[device]["dtypes"]:
+        found.append(("dtype", f"{dtype} on {device} (its fitted runs: {', '.join(sorted(reach[device]['dtypes']))})"))
+    if device in reach and devices > reach[device]["most"]:
+        found.append(("scale", f"{devices:,} GPUs ({device}'s fitted {kind} runs reach {reach[device]['most']:,})"))
+    if moe and not _moe_measured(kind):
+        found.append(("moe", f"MoE (no fitted {kind} run of a mixture of experts)"))
+    found += [("layout", f"{f} (no fitted run uses it)") for f in features]
+    return found
 
 
 @dataclass(frozen=True)
@@ -204,6 +280,7 @@ class Summary:
     median: float  # of |error|
     worst: float
     worst_case: str
+    inside: int = 0  # measured values inside their estimate's band
 
 
 def summarise(cases: list[Case]) -> list[Summary]:
@@ -213,7 +290,8 @@ def summarise(cases: list[Case]) -> list[Summary]:
             chosen = [c for c in cases if c.run.kind == kind and split in (c.run.split, "all")]
             if chosen:
                 worst = max(chosen, key=lambda c: abs(c.error))
-                found.append(Summary(kind, split, len(chosen), statistics.median(abs(c.error) for c in chosen), abs(worst.error), worst.run.name))
+                inside = sum(bool(c.inside) for c in chosen)
+                found.append(Summary(kind, split, len(chosen), statistics.median(abs(c.error) for c in chosen), abs(worst.error), worst.run.name, inside))
     return found
 
 

@@ -34,6 +34,7 @@ from typing import Any, Sequence
 
 import sympy
 
+from ..engine.derivation import derivation
 from ..engine.budget import quoted
 from ..engine.data import data_root, read_toml
 from ..engine.errors import ConfigError, EvaluationError
@@ -266,6 +267,7 @@ class Rules:
     sources: Mapping[str, str]
     engine_algorithms: tuple[str, ...] = timing.ALGORITHMS
     engine_links: frozenset[str] = frozenset()
+    widen: Mapping[str, float] = field(default_factory=dict)  # [band_widen]: the band's growth per way of extrapolating
 
     def engine_all_reduce(self, link: str) -> tuple[str, ...]:
         """The all-reduce algorithms a serving engine chooses from on ``link``."""
@@ -289,7 +291,9 @@ def rules(path: str | None = None) -> Rules:
     engine = _section(data, "engine_comm", where)
     sources["engine_comm"] = str(engine.get("source", ""))
     algorithms = tuple(str(a) for a in engine.get("algorithms", timing.ALGORITHMS))
-    return Rules(dict(_section(data, "overlap", where)), _positive(optimizer.get("bytes_per_param"), f"{where}: optimizer.bytes_per_param"), fusion, band, sources, algorithms, frozenset(engine.get("links", [])))
+    widen = {k: _positive(v.get("widen"), f"{where}: band_widen.{k}.widen") for k, v in data.get("band_widen", {}).items()}
+    sources |= {f"band_widen.{k}": str(v.get("source", "")) for k, v in data.get("band_widen", {}).items()}
+    return Rules(dict(_section(data, "overlap", where)), _positive(optimizer.get("bytes_per_param"), f"{where}: optimizer.bytes_per_param"), fusion, band, sources, algorithms, frozenset(engine.get("links", [])), widen)
 
 
 # --- kernels -----------------------------------------------------------------------------------
@@ -388,11 +392,10 @@ def _gemm_shape(model: Model, path: str, split, workload, context: int) -> tuple
         return None
     fixed = {s: v for s, v in model.conventions.items() if s.name not in workload}
     bound = {"seq": 1, **workload}
-    # a graph serves every model of its architecture, whatever the sizes: they are in the key
-    key = ("gemm shape", path, frozenset(model.values.items()), frozenset(split.items()), frozenset(fixed.items()), frozenset(bound.items()), context)
-    return model.graph().derived(key, lambda: _bound_shape(model, declared, split, fixed, bound, context))
+    return _bound_shape(model, declared, split, fixed, bound, context)
 
 
+@derivation
 def _bound_shape(model: Model, declared, split, fixed, bound, context: int) -> tuple[float, float, float, float]:
     batch = model.vocabulary["batch"]
     sizes = {}
@@ -424,9 +427,9 @@ def _recomputed(model: Model, recompute: str, flash: bool) -> dict[str, Any]:
     return {p: w for p, w in forward.items() if any(p == u or p.startswith(f"{u}/") for u in units)}
 
 
-def kernel_seconds(kernel: Kernel, peak: float, hbm: float, eff: Efficiency, fusion: tuple[float, frozenset[str]], head_size: int) -> float:
-    """One kernel at the device's sustained rates: the longer of its compute and its memory time, plus a fixed
-    cost per launch; a kernel fused away costs nothing."""
+def kernel_parts(kernel: Kernel, peak: float, hbm: float, eff: Efficiency, fusion: tuple[float, frozenset[str]], head_size: int) -> tuple[float, float, float]:
+    """One kernel at the device's sustained rates: its compute time, its memory time and its fixed cost per
+    launch (none for a kernel fused away)."""
     fraction, fused = fusion
     moved = kernel.bytes * (fraction if kernel.leaf in fused else 1.0)
     t_mem = moved / (hbm * eff.memory)
@@ -436,8 +439,20 @@ def kernel_seconds(kernel: Kernel, peak: float, hbm: float, eff: Efficiency, fus
         rate = eff.attention_fraction(head_size) if kernel.kind == "attention" else eff.gemm_fraction(kernel.rows, kernel.flops / kernel.calls, kernel.products, kernel.product_weights)
         t_compute = kernel.flops / (peak * rate)
     if not t_compute and not t_mem:
-        return 0.0
-    return max(t_compute, t_mem) + eff.launch_s * kernel.calls
+        return 0.0, 0.0, 0.0
+    return t_compute, t_mem, eff.launch_s * kernel.calls
+
+
+def kernel_seconds(kernel: Kernel, peak: float, hbm: float, eff: Efficiency, fusion: tuple[float, frozenset[str]], head_size: int) -> float:
+    """One kernel at the device's sustained rates: the longer of its compute and its memory time, plus a fixed
+    cost per launch; a kernel fused away costs nothing."""
+    t_compute, t_mem, launch = kernel_parts(kernel, peak, hbm, eff, fusion, head_size)
+    return max(t_compute, t_mem) + launch
+
+
+def kernel_ceiling(kernel: Kernel, peak: float, hbm: float, eff: Efficiency, fusion: tuple[float, frozenset[str]], head_size: int) -> float:
+    """The kernel with its compute and its memory traffic not overlapped at all: the estimate's ceiling."""
+    return sum(kernel_parts(kernel, peak, hbm, eff, fusion, head_size))
 
 
 def _head_size(model: Model) -> int:
@@ -474,30 +489,48 @@ def serving_kernels(model: Model, *, batch: int, prompt: int, output: int, tenso
     return prefill, kernels(model, "decode", workload={"batch": batch, "past": past}, tensor=tensor, attention=attention, expert_skew=expert_skew)
 
 
-def _fusion(convention: str | tuple[float, frozenset[str]]) -> tuple[float, frozenset[str]]:
+#: The leaves that read and write an eager attention's score matrices: no engine fuses them away while the
+#: scores are materialised (that is what eager attention means), whatever the fusion convention says.
+SCORE_LEAVES = frozenset({"softmax", "scale_mask", "attn_dropout"})
+
+
+def _fusion(convention: str | tuple[float, frozenset[str]], attention: str = "sdpa") -> tuple[float, frozenset[str]]:
     if isinstance(convention, tuple):
-        return convention
-    conventions = rules().fusion
-    if convention not in conventions:
-        raise EvaluationError(f"unknown fusion convention {convention!r}; choose one of {', '.join(conventions)}")
-    return conventions[convention]
+        fraction, fused = convention
+    else:
+        conventions = rules().fusion
+        if convention not in conventions:
+            raise EvaluationError(f"unknown fusion convention {convention!r}; choose one of {', '.join(conventions)}")
+        fraction, fused = conventions[convention]
+    return fraction, fused - SCORE_LEAVES if attention == "eager" else fused
 
 
 @dataclass(frozen=True)
 class Band:
-    """A point estimate with its band."""
+    """A point estimate with its band, and the bounds that bracket it: ``floor``, the datasheet peaks with
+    everything overlapped (symform.timing's lower bound, where given), and ``ceiling``, every kernel at the
+    device's sustained rates with nothing overlapped (its compute and memory time added, every transfer
+    exposed). The band never goes below the floor; it may reach above the ceiling, which bounds the estimate,
+    not a real run."""
 
     estimate: float
     low: float
     high: float
+    ceiling: float | None = None
+    floor: float | None = None
 
     @classmethod
-    def around(cls, value: float, kind: str) -> "Band":
+    def around(cls, value: float, kind: str, *, ceiling: float | None = None, floor: float | None = None, widen: float = 0.0) -> "Band":
+        """The fitted band of ``kind``, its edges moved out by a factor 1 + ``widen`` where the case extrapolates
+        (a ratio, so the lower edge never reaches zero), never below the floor."""
         below, above = rules().band[kind]
-        return cls(value, value * (1 - below), value * (1 + above))
+        low, high = value * (1 - below) / (1 + widen), value * (1 + above) * (1 + widen)
+        # no real run beats the floor; the ceiling bounds the estimate, not a real run (kernels slower than fitted)
+        return cls(value, max(low, floor or 0.0), high, ceiling, floor)
 
     def as_dict(self) -> dict[str, float]:
-        return {"estimate": self.estimate, "low": self.low, "high": self.high}
+        bounds = {k: v for k, v in (("ceiling", self.ceiling), ("floor", self.floor)) if v is not None}
+        return {"estimate": self.estimate, "low": self.low, "high": self.high} | bounds
 
 
 # --- training -----------------------------------------------------------------------------------
@@ -520,6 +553,7 @@ class TrainingEstimate:
     tokens: int
     attention: str
     factors: dict[str, object] = field(default_factory=dict)
+    extrapolating: tuple[str, ...] = ()  # how the case lies outside the published runs (the band widened for each)
 
     def mfu(self, seconds: float | None = None) -> float:
         return float(self.model_flops) / ((seconds or self.step.estimate) * self.devices * self.peak_flops_per_s)
@@ -544,7 +578,25 @@ class TrainingEstimate:
             "tokens_per_s": self.tokens_per_s,
             "attention": self.attention,
             "factors": self.factors,
+            "extrapolating": list(self.extrapolating),
         }
+
+
+def _extrapolating(kind: str, eff: Efficiency, dtype: str, devices: int, model: Model, features: Sequence[str] = ()) -> tuple[tuple[str, ...], float]:
+    """What the case lies outside the published runs by (symform.calibration.extrapolating), and the band's
+    widening for it (rules.toml [band_widen])."""
+    from . import calibration  # it estimates the runs with this module
+
+    found = calibration.extrapolating(kind, device=eff.device, dtype=dtype, devices=devices, moe="n_experts" in model.values, features=features)
+    widen = rules().widen
+    return tuple(text for _, text in found), sum(widen.get(name, 0.0) for name, _ in found)
+
+
+def _layout_features(layout: Layout, tp_comm_overlap: bool) -> list[str]:
+    """The layout features no published run has (the runs give data, tensor and pipeline degrees and ZeRO)."""
+    named = [("sequence parallelism", layout.sequence), (f"a virtual pipeline of {layout.chunks} chunks", layout.chunks > 1), ("tensor-parallel communication overlap", tp_comm_overlap),
+             (f"context parallelism {layout.context}", layout.context > 1), (f"expert parallelism {layout.expert}", layout.expert > 1), (f"the {layout.schedule} schedule", layout.schedule not in ("1f1b",))]
+    return [text for text, used in named if used]
 
 
 def training_estimate(
@@ -566,12 +618,16 @@ def training_estimate(
     work: list[Kernel] | None = None,
     finetune: FineTune | None = None,
     gemm_model: str | None = None,
+    tp_comm_overlap: bool = False,
 ) -> TrainingEstimate:
     """The estimated step time of ``symform.timing.training_time``'s step, with its parts and band.
 
     ``finetune``: a fine-tuning step (its FLOPs, its trainable weights' gradient exchange and optimizer
     update), at the efficiency factors fitted to full training. ``gemm_model``: one of GEMM_MODELS at its own
-    fit, in place of the device's default."""
+    fit, in place of the device's default. ``tp_comm_overlap``: sequence parallelism's all-gathers and
+    reduce-scatters pipelined with the GEMMs (Transformer Engine's Userbuffers; rules.toml overlap.tensor_overlapped)."""
+    if tp_comm_overlap and not (layout and layout.sequence):
+        raise ConfigError("tensor-parallel communication overlap pipelines sequence parallelism's all-gathers and reduce-scatters with the GEMMs; add sequence parallelism (--sp) or drop it")
     layout = layout or Layout()
     bounds = bounds or timing.training_time(
         model, gpu, global_batch=global_batch, micro_batch=micro_batch, seq=seq, layout=layout,
@@ -583,20 +639,25 @@ def training_estimate(
     peak, hbm = _device_rates(place, dtype)
     if work is None:
         work = kernels(model, "train", workload={"batch": micro_batch, "seq": seq}, tensor=layout.tensor, pipeline=layout.pipeline, attention=attention, recompute=recompute, context=layout.context, finetune=finetune)
-    fusion, head = _fusion(convention), _head_size(model)
+    fusion, head = _fusion(convention, attention), _head_size(model)
     seconds = [kernel_seconds(k, peak, hbm, eff, fusion, head) for k in work]
     compute = sum(seconds) * bounds.microbatches
+    serial = sum(kernel_ceiling(k, peak, hbm, eff, fusion, head) for k in work) * bounds.microbatches
     attention_s = sum(t for t, k in zip(seconds, work) if k.kind == "attention") * bounds.microbatches
+    gemm_s = sum(t for t, k in zip(seconds, work) if k.kind == "gemm") * bounds.microbatches
     comm = {kind: c.seconds / eff.link(c.link).bus_efficiency for kind, c in bounds.comm.items()}
-    exposed = _exposed(comm, compute, layout, attention_s)
+    exposed = _exposed(comm, compute, layout, attention_s, gemm_s if tp_comm_overlap else None)
     inside = sum(v for k, v in exposed.items() if k != "data")
     bubble = bounds.bubble_ratio * (compute + inside)
     params = float(timing._bind(model, params_per_device(model, layout) if finetune is None else trained_per_device(model, finetune, layout)))
     shards = layout.data if (layout.zero >= 1 or layout.distributed_optimizer) else 1
     optimizer = params / shards * rules().optimizer_bytes_per_param / (hbm * eff.memory)
     step = compute + inside + bubble + exposed.get("data", 0.0) + optimizer
+    within = sum(v for k, v in comm.items() if k != "data")
+    ceiling = (serial + within) * (1 + bounds.bubble_ratio) + comm.get("data", 0.0) + optimizer
+    reasons, widen = _extrapolating("training", eff, dtype, bounds.devices, model, _layout_features(layout, tp_comm_overlap) + (["fine-tuning"] if finetune is not None else []))
     return TrainingEstimate(
-        step=Band.around(step, "training"),
+        step=Band.around(step, "training", ceiling=ceiling, floor=bounds.time_lower, widen=widen),
         compute_s=compute,
         comm_s=comm,
         exposed_comm_s=exposed,
@@ -609,16 +670,19 @@ def training_estimate(
         tokens=bounds.tokens,
         attention=attention,
         factors=_factors(eff, convention, "training"),
+        extrapolating=reasons,
     )
 
 
-def _exposed(comm: Mapping[str, float], compute: float, layout: Layout, attention_s: float = 0.0) -> dict[str, float]:
-    """Each kind of communication's part on the critical path, by the overlap rules."""
+def _exposed(comm: Mapping[str, float], compute: float, layout: Layout, attention_s: float = 0.0, gemm_s: float | None = None) -> dict[str, float]:
+    """Each kind of communication's part on the critical path, by the overlap rules (``gemm_s``: the GEMMs' time,
+    where the tensor-parallel communication is overlapped with them)."""
     overlap = rules().overlap
-    windows = {"none": 0.0, "backward": compute * 2 / 3, "step": compute, "attention": attention_s}
+    windows = {"none": 0.0, "backward": compute * 2 / 3, "step": compute, "attention": attention_s, "gemm": gemm_s or 0.0}
     exposed = {}
     for kind, seconds in comm.items():
-        rule = overlap["sharded" if kind == "data" and layout.zero >= 3 else kind]
+        name = "sharded" if kind == "data" and layout.zero >= 3 else "tensor_overlapped" if kind == "tensor" and gemm_s is not None else kind
+        rule = overlap[name]
         exposed[kind] = max(0.0, seconds - windows[rule.get("window", "none")]) * float(rule.get("exposed", 1.0))
     return exposed
 
@@ -656,6 +720,7 @@ class ServingEstimate:
     decode_comm_s: float
     attention: str
     factors: dict[str, object] = field(default_factory=dict)
+    extrapolating: tuple[str, ...] = ()  # how the case lies outside the published runs (the band widened for each)
 
     @property
     def tokens_per_s(self) -> Band:
@@ -673,6 +738,7 @@ class ServingEstimate:
             "decode_comm_s": self.decode_comm_s,
             "attention": self.attention,
             "factors": self.factors,
+            "extrapolating": list(self.extrapolating),
         }
 
 
@@ -704,7 +770,7 @@ def serving_estimate(
     model = timing.at_dtype(model, dtype)
     eff = _efficiency_for(place, efficiency_data, gemm_model)
     peak, hbm = _device_rates(place, dtype)
-    fusion, head = _fusion(convention), _head_size(model)
+    fusion, head = _fusion(convention, attention), _head_size(model)
     prefill, decode = work or serving_kernels(model, batch=batch, prompt=prompt, output=output, tensor=tensor, attention=attention, expert_skew=expert_skew)
     comm_prefill = comm_decode = 0.0
     if tensor > 1:
@@ -717,14 +783,18 @@ def serving_estimate(
     ttft = sum(kernel_seconds(k, peak, hbm, eff, fusion, head) for k in prefill) + comm_prefill
     tpot = sum(kernel_seconds(k, peak, hbm, eff, fusion, head) for k in decode) + comm_decode
     total = ttft + (output - 1) * tpot
+    ttft_ceiling = sum(kernel_ceiling(k, peak, hbm, eff, fusion, head) for k in prefill) + comm_prefill
+    tpot_ceiling = sum(kernel_ceiling(k, peak, hbm, eff, fusion, head) for k in decode) + comm_decode
+    reasons, widen = _extrapolating("serving", eff, dtype, tensor, model, [f"routing skew {expert_skew}"] if expert_skew else [])
     return ServingEstimate(
-        ttft=Band.around(ttft, "serving"),
-        tpot=Band.around(tpot, "serving"),
-        total=Band.around(total, "serving"),
+        ttft=Band.around(ttft, "serving", ceiling=ttft_ceiling, widen=widen),
+        tpot=Band.around(tpot, "serving", ceiling=tpot_ceiling, widen=widen),
+        total=Band.around(total, "serving", ceiling=ttft_ceiling + (output - 1) * tpot_ceiling, widen=widen),
         batch=batch,
         output=output,
         prefill_comm_s=comm_prefill,
         decode_comm_s=comm_decode,
         attention=attention,
         factors=_factors(eff, convention, "serving"),
+        extrapolating=reasons,
     )

@@ -30,7 +30,6 @@ import sympy
 
 from ..engine.errors import EvaluationError
 from ..engine.evaluate import Number
-from ..engine.kept_tables import keepable
 from ..engine.graph import ComponentGraph, build_graph
 from ..engine.model import Model, derived_quantities, quantity_names
 from ..engine.safe_expr import parse
@@ -63,7 +62,6 @@ _LAYERS = re.compile(r"layers:(\d+)(?:-(\d+))?")
 ZERO, ONE = sympy.Integer(0), sympy.Integer(1)
 
 
-@keepable
 @dataclass(frozen=True)
 class FineTune:
     """What trains. ``targets``: the projections (part names, ``q_proj``) that get an adapter of ``rank``

@@ -125,20 +125,29 @@ def lazy_sweep(
         names, tuple(grid), tuple(a.columns[0] for a in grid_axes), tuple(sample.items()), n or 1, seed, chunk,
         tuple(domains.items()), tuple(requirement_relations(model, names, fixed)), compiled,
     )
-    return LazySweep(description, _plan(description))
+    return LazySweep(description, _block_sizes(description))
 
 
-def _plan(d: Description) -> list[tuple[int, int, int, int]]:
-    """Blocks as (grid flat start, grid flat stop, sample row start, sample row stop)."""
+def _block_sizes(d: Description) -> np.ndarray:
+    """Each block's number of points, in order (block ``j`` is ``_block(d, j)``)."""
     grid_points = math.prod(d.grid_shape)
-    count = -(-grid_points // d.chunk) if not d.sample else grid_points * -(-d.n // d.chunk)
-    if count > MAX_BLOCKS:  # counted before any list is made: a request for 10**15 points is refused at once
+    per_grid_point = -(-d.n // d.chunk)
+    count = -(-grid_points // d.chunk) if not d.sample else grid_points * per_grid_point
+    if count > MAX_BLOCKS:  # counted before any array is made: a request for 10**15 points is refused at once
         raise EvaluationError(f"{count:,} blocks is more than {MAX_BLOCKS:,} (symform.analysis.lazy_sweeps.MAX_BLOCKS); give a larger chunk= or fewer points")
+    total, chunk = (grid_points, d.chunk) if not d.sample else (d.n, d.chunk)
+    sizes = np.full(-(-total // chunk), chunk, dtype=np.int64)
+    sizes[-1] = total - chunk * (len(sizes) - 1)
+    return sizes if not d.sample else np.tile(sizes, grid_points)
+
+
+def _block(d: Description, j: int) -> tuple[int, int, int, int]:
+    """Block ``j`` as (grid flat start, grid flat stop, sample row start, sample row stop)."""
     if not d.sample:
-        blocks = [(s, min(s + d.chunk, grid_points), 0, 1) for s in range(0, grid_points, d.chunk)]
-    else:
-        blocks = [(g, g + 1, r, min(r + d.chunk, d.n)) for g in range(grid_points) for r in range(0, d.n, d.chunk)]
-    return blocks
+        start = j * d.chunk
+        return start, min(start + d.chunk, math.prod(d.grid_shape)), 0, 1
+    g, k = divmod(j, -(-d.n // d.chunk))
+    return g, g + 1, k * d.chunk, min((k + 1) * d.chunk, d.n)
 
 
 def block_points(d: Description, block: tuple[int, int, int, int]) -> dict[str, np.ndarray]:
@@ -176,16 +185,22 @@ def _evaluate_block(d: Description, block: tuple[int, int, int, int]) -> dict[st
     return out
 
 
-def _pick(columns: Mapping[str, np.ndarray], name: str) -> np.ndarray:
-    return np.asarray(columns[name])
+def _block_record(index: np.ndarray, d: Description, fields: np.dtype) -> np.ndarray:
+    """One block's columns as one structured array (map_blocks over the block numbers: the graph holds the
+    description once and one small task per block)."""
+    columns = _evaluate_block(d, _block(d, int(index[0])))
+    record = np.empty(len(next(iter(columns.values()))), dtype=fields)
+    for name in fields.names:
+        record[name] = columns[name]
+    return record
 
 
 class LazySweep:
     """Column name → dask array (the inputs, then one per quantity), with reductions computed where the blocks are."""
 
-    def __init__(self, description: Description | None, blocks: list | None, columns: Mapping[str, Any] | None = None, quantities: Sequence[str] = ()):
-        import dask
+    def __init__(self, description: Description | None, sizes: np.ndarray | None, columns: Mapping[str, Any] | None = None, quantities: Sequence[str] = ()):
         import dask.array as da
+        from dask.base import tokenize
 
         self.description = description
         if columns is not None:
@@ -194,18 +209,16 @@ class LazySweep:
             self.inputs = tuple(k for k in self.columns if k not in self.quantities)
             return
         d = description
-        shared = dask.delayed(d, pure=True)  # one key in the graph, however many blocks refer to it
-        parts = [dask.delayed(_evaluate_block, pure=True)(shared, b) for b in blocks]
-        sizes = [(b[1] - b[0]) * (b[3] - b[2]) for b in blocks]
         dtypes = {name: np.dtype(np.int64) if isinstance(spec, tuple) else _column(name, spec).dtype for name, spec in d.sample}
         dtypes.update({name: c.dtype for name, c in zip(d.grid_names, d.grid_columns)})
         self.quantities = tuple(d.compiled.quantities)
         self.inputs = tuple([*d.grid_names, *(name for name, _ in d.sample)])
-        self.columns = {}
-        for name in (*self.inputs, *self.quantities):
-            dtype = np.float64 if name in self.quantities else dtypes[name]
-            pieces = [da.from_delayed(dask.delayed(_pick, pure=True)(p, name), (s,), dtype=dtype) for p, s in zip(parts, sizes)]
-            self.columns[name] = da.concatenate(pieces) if len(pieces) > 1 else pieces[0]
+        record = np.dtype([(name, np.float64 if name in self.quantities else dtypes[name]) for name in (*self.inputs, *self.quantities)])
+        blocks = da.arange(len(sizes), chunks=1)
+        # named by everything a block's values follow from (tokenizing the kernel itself would pickle it)
+        name = f"symform-sweep-{tokenize(d.names, d.grid_columns, repr(d.sample), d.n, d.seed, d.chunk, repr(d.domains), repr(d.relations), d.compiled.quantities, tuple(map(str, d.compiled.expressions)))}"
+        records = da.map_blocks(_block_record, blocks, d=d, fields=record, dtype=record, chunks=(tuple(sizes.tolist()),), meta=np.empty(0, dtype=record), name=name)
+        self.columns = {column: records[column] for column in record.names}
 
     def __getitem__(self, name: str):
         return self.columns[name]

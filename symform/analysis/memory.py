@@ -23,17 +23,18 @@ import sympy
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..engine import html_table
+from ..engine.derivation import derivation
 from ..engine.data import formulas_dir, read_toml
 from ..engine.errors import DeclarationError, EvaluationError, describe_validation
 from ..engine.budget import DEVICES, check_count, quoted
 from ..engine.evaluate import Number, exact_value, fast_exact, plain_values
 from ..engine.formula import Formula
-from ..engine.kept_tables import keepable
 from ..engine.model import Model
 from ..engine.multiplied import from_polynomial, multiplied_out, polynomial
 from ..engine.vocabulary import Vocabulary
 from .maxima import max_of
 from .quantization import StoredFormat, WeightFormat, _rational, bytes_per_weight, checkpoint_format, stored_bytes, weight_bytes_by_leaf
+from . import frameworks
 from .scaling import in_flight_microbatches
 
 # what every inference phase sets: no loss runs, and generating turns each sequence's last position alone into
@@ -41,6 +42,9 @@ from .scaling import in_flight_microbatches
 GENERATING = {"training": 0, "all_logits": 0}
 
 RECOMPUTE = ("none", "selective", "full")
+# the modes that rebuild a unit in backward: the user's settings, and saved_ops, torchtitan's per-op selective policy
+# (a framework's reading of selective: symform.analysis.frameworks)
+REBUILDING = ("selective", "full", "saved_ops")
 Degree = int | sympy.Expr
 SCHEDULES = ("1f1b", "interleaved", "gpipe", "naive")
 RULE_OF_THUMB = sympy.Rational(2, 5)  # inference activations ≈ 0.4 × parameter count in bytes (the notes, batch 1)
@@ -100,7 +104,6 @@ def check_degree(name: str, value: object) -> None:
     check_count(value, DEVICES, f"{name} parallel degree", "DEVICES", f"give at most {DEVICES:,} ranks")
 
 
-@keepable
 @dataclass(frozen=True)
 class Layout:
     """How the work is split: degrees of each kind of parallelism, ZeRO stage, pipeline schedule."""
@@ -136,6 +139,21 @@ class Layout:
     @property
     def optimizer_shards(self) -> int:
         return self.data if (self.zero >= 1 or self.distributed_optimizer) else 1
+
+    def static_shards(self, experts: bool = False) -> dict[str, int]:
+        """The ranks that split each static copy (ZeRO, the distributed optimizer): the data-parallel ranks and the
+        context-parallel ones, which hold the same parameters too (torchtitan shards FSDP over its dp_shard_cp mesh,
+        Megatron-Core its gradients and distributed optimizer over the data-parallel group with context parallelism).
+        The routed experts' copies (``experts``) split over the expert-data-parallel group, the ranks of that group
+        that hold the same experts (DeepSpeed-MoE's expert-data-parallel groups, Megatron-Core's expert data
+        parallelism): each expert's states are divided once by the expert ranks and once by that group, never twice."""
+        group = self.data * self.context
+        if experts and self.expert > 1:
+            if (self.zero >= 1 or self.distributed_optimizer) and self.data % self.expert:
+                raise EvaluationError(f"expert degree {self.expert} must divide the data-parallel degree {self.data} to shard the experts' states over the ranks that replicate them; choose an expert degree dividing it")
+            group = self.data * self.context // self.expert
+        sharded = (self.zero >= 1 or self.distributed_optimizer, self.zero >= 2, self.zero >= 3)
+        return {name: group if on else 1 for name, on in zip(("optimizer_shards", "gradient_shards", "weight_shards"), sharded)}
 
     @property
     def in_flight(self) -> sympy.Expr:
@@ -254,27 +272,43 @@ _DEGREES = sympy.symbols("tensor pipeline expert", positive=True)
 def params_expression(model: Model, tensor: Degree = 1, pipeline: Degree = 1, expert: Degree = 1) -> sympy.Expr:
     """Parameters on one rank, the degrees given as numbers or as symbols (for vectorised layouts)."""
     _check_degrees(model, tensor, pipeline)
-    degrees = tuple(sympy.sympify(d) for d in (tensor, pipeline, expert))
+    return _params_per_rank(model, *(sympy.sympify(d) for d in (tensor, pipeline, expert)))
 
-    def per_rank() -> sympy.Expr:
-        if all(d.is_Integer for d in degrees):  # one multiplying-out over symbolic degrees serves every layout: numbers go in after
-            return multiplied_out(params_expression(model, *_DEGREES), dict(zip(_DEGREES, degrees)))
-        return multiplied_out(sympy.Add(*_param_terms(model, tensor, pipeline, expert).values()))
 
-    return model.graph().derived(("params per rank", *degrees), per_rank)  # parameters take no conventions
+@derivation
+def _params_per_rank(model: Model, tensor: sympy.Expr, pipeline: sympy.Expr, expert: sympy.Expr) -> sympy.Expr:
+    if all(d.is_Integer for d in (tensor, pipeline, expert)):  # one multiplying-out over symbolic degrees serves every layout: numbers go in after
+        return multiplied_out(_params_per_rank(model, *_DEGREES), dict(zip(_DEGREES, (tensor, pipeline, expert))))
+    return multiplied_out(sympy.Add(*_param_terms(model, tensor, pipeline, expert).values()))
+
+
+def expert_params_expression(model: Model, tensor: Degree = 1, pipeline: Degree = 1, expert: Degree = 1) -> sympy.Expr:
+    """The routed experts' part of params_expression: its terms divided by the expert degree (written e, the
+    part is B/e in A + B/e, and -e·d/de of the sum gives it exactly)."""
+    experts = routed_part(params_expression(model, *_DEGREES))
+    return multiplied_out(experts, dict(zip(_DEGREES, (sympy.sympify(d) for d in (tensor, pipeline, expert)))))
+
+
+def routed_part(params: sympy.Expr) -> sympy.Expr:
+    """Of parameters per rank over a symbolic expert degree e (A + B/e), the part the expert ranks split: B/e."""
+    return multiplied_out(-_DEGREES[2] * sympy.diff(params, _DEGREES[2]))
 
 
 def params_at_sizes(model: Model, tensor: Degree = 1, pipeline: Degree = 1, expert: Degree = 1) -> sympy.Expr:
     """params_expression with the model's sizes put into each leaf's term before the sum is multiplied out:
     the same polynomial in the degrees left symbolic, in far fewer steps (the planner's screen)."""
     _check_degrees(model, tensor, pipeline)
+    return _params_at_sizes(model, *(sympy.sympify(d) for d in (tensor, pipeline, expert)))
+
+
+@derivation
+def _params_at_sizes(model: Model, tensor: sympy.Expr, pipeline: sympy.Expr, expert: sympy.Expr) -> sympy.Expr:
     values = model.values
-    key = ("params per rank at sizes", *(sympy.sympify(d) for d in (tensor, pipeline, expert)), frozenset(values.items()))
 
     def sized(term: sympy.Expr) -> sympy.Expr:
         return multiplied_out(term, {s: sympy.Integer(values[s.name]) for s in term.free_symbols if s.name in values})
 
-    return model.graph().derived(key, lambda: multiplied_out(sympy.Add(*map(sized, _param_terms(model, tensor, pipeline, expert).values()))))
+    return multiplied_out(sympy.Add(*map(sized, _param_terms(model, tensor, pipeline, expert).values())))
 
 
 def weight_bytes_per_device(model: Model, fmt: WeightFormat, layout: Layout = Layout(), keep: tuple[str, ...] = ()) -> sympy.Expr:
@@ -324,7 +358,7 @@ def matmul_rate(stored: StoredFormat | None, rates: Mapping[str, object], given:
 
 
 def _modes(recompute: str, flash: bool) -> tuple[str, ...]:
-    if recompute not in RECOMPUTE:
+    if recompute not in RECOMPUTE and recompute not in REBUILDING:
         raise EvaluationError(f"unknown recomputation {recompute!r}; choose one of {', '.join(RECOMPUTE)}")
     return tuple(m for m in ((recompute if recompute != "none" else None), ("flash" if flash else None)) if m)
 
@@ -342,9 +376,8 @@ def saved_activations(
     """
     modes = _modes(recompute, flash)
     if kept_by is not None:  # fine-tuning's own accounting: not shared with other callers
-        return _saved_activations(model, modes, kept_by)
-    key = ("saved activations", modes, frozenset(model.conventions.items()))  # once per graph and conventions: the planner asks for each layout it reworks
-    total, transient, by_component = model.graph().derived(key, lambda: _saved_activations(model, modes, lambda node, expr: expr))
+        return _saved_activations.uncached(model, modes, kept_by)
+    total, transient, by_component = _saved_activations(model, modes, _as_declared)  # the planner asks for each layout it reworks
     return total, transient, dict(by_component)
 
 
@@ -352,12 +385,16 @@ def saved_activations_at_sizes(model: Model, values: Mapping[sympy.Symbol, sympy
     """saved_activations' kept bytes and transient peak with ``values`` (sizes, a tensor-parallel share, seq) put
     into every part before it is multiplied out: the same expressions as substituting them afterwards, in far
     fewer terms (the planner's screen)."""
-    modes = _modes(recompute, flash)
-    key = ("saved activations at sizes", modes, frozenset(model.conventions.items()), frozenset(values.items()))
-    total, transient, _ = model.graph().derived(key, lambda: _saved_activations(model, modes, lambda node, expr: expr, dict(values)))
+    total, transient, _ = _saved_activations(model, _modes(recompute, flash), _as_declared, dict(values))
     return total, transient
 
 
+def _as_declared(node: str, expr: sympy.Expr) -> sympy.Expr:
+    """What a node keeps, as its declaration says (the accounting of every caller but fine-tuning's)."""
+    return expr
+
+
+@derivation
 def _saved_activations(
     model: Model, modes: tuple[str, ...], kept_by: Callable[[str, sympy.Expr], sympy.Expr], values: Mapping[sympy.Symbol, sympy.Expr] | None = None
 ) -> tuple[sympy.Expr, sympy.Expr, dict[str, sympy.Expr]]:
@@ -366,10 +403,14 @@ def _saved_activations(
 
     def kept(node: str, modes: tuple[str, ...]) -> sympy.Expr:
         data = graph.nodes[node]
+        if "saved_ops" in modes and "full" in data["saved_when"]:  # a checkpointed layer under a per-op policy
+            rest = tuple(m for m in modes if m not in REBUILDING)
+            transients.append(kept(node, rest))
+            return kept_by(node, data["saved_when"]["full"] + _saved_op_outputs(graph, node, "flash" in modes))
         for mode in modes:
             if mode in data["saved_when"]:
-                if mode in RECOMPUTE:  # backward rebuilds the unit's activations (fused kernels still fused)
-                    transients.append(kept(node, tuple(m for m in modes if m not in RECOMPUTE)))
+                if mode in REBUILDING:  # backward rebuilds the unit's activations (fused kernels still fused)
+                    transients.append(kept(node, tuple(m for m in modes if m not in REBUILDING)))
                 return kept_by(node, data["saved_when"][mode])
         if data["component"].is_primitive:
             return kept_by(node, data["quantities"]["saved_activations"])
@@ -383,6 +424,36 @@ def _saved_activations(
     distinct = {multiplied_out(t, known) for t in transients}
     transient = max_of(*distinct) if distinct else sympy.Integer(0)
     return total, transient, {k: v for k, v in by_component.items() if v != 0}
+
+
+def _saved_op_outputs(graph, unit: str, flash: bool) -> sympy.Expr:
+    """What torchtitan's per-op selective checkpointing saves inside one checkpointed layer beyond its input: the
+    result of every second matrix product (aten.mm: a linear without bias; the 1st, 3rd, ... in forward order) and,
+    under FlashAttention, the attention kernel's results (its declared ``kernel_output``). Parts sharded over experts
+    run as grouped GEMMs, which it does not save; biased linears run as addmm, which it neither saves nor counts."""
+    products = 0
+    saved: list[sympy.Expr] = []
+
+    def walk(node: str, repeat: sympy.Expr) -> None:
+        nonlocal products
+        data = graph.nodes[node]
+        if flash and "kernel_output" in data["saved_when"]:
+            saved.append(repeat * data["saved_when"]["kernel_output"])
+            return
+        if "output" in data["saved_when"]:
+            if data["args"].get("bias", 0) == 0:
+                products += 1
+                if products % 2:
+                    saved.append(repeat * data["saved_when"]["output"])
+            return
+        for child in graph.successors(node):
+            edge = graph.edges[node, child]
+            times = edge["repeat"]["forward_flops"]  # how often it runs (a part sharing another's kept input keeps nothing of its own)
+            if times != 0 and edge["shard"] != "expert":
+                walk(child, repeat * times)
+
+    walk(unit, sympy.Integer(1))
+    return sympy.Add(*saved)
 
 
 def optimizer_state_bytes(precision: Precision, optimizer: Optimizer) -> sympy.Rational:
@@ -404,27 +475,25 @@ def static_bytes(params, precision: Precision, optimizer: Optimizer, *, weight_s
     }
 
 
+@derivation  # the top layouts of a plan share them
 def _activations_per_device(expr: sympy.Expr, model: Model, layout: Layout) -> sympy.Expr:
     """Tensor parallelism shards the head and inner-width activations (and with sequence parallelism
     all of them); context parallelism splits the sequence; a pipeline stage holds its share of the
     layers for each micro-batch in flight (stages balanced)."""
-    in_flight = layout.in_flight
-    key = ("activations per device", expr, layout.tensor, layout.sequence, layout.context, layout.pipeline, in_flight)  # top layouts share them
-
-    def per_device() -> sympy.Expr:
-        shared = expr / layout.tensor if layout.sequence else expr.xreplace(tensor_split(model, layout.tensor))
-        return multiplied_out(shared / layout.context / layout.pipeline * in_flight)
-
-    return model.graph().derived(key, per_device)
+    shared = expr / layout.tensor if layout.sequence else expr.xreplace(tensor_split(model, layout.tensor))
+    return multiplied_out(shared / layout.context / layout.pipeline * layout.in_flight)
 
 
 def backward_peak(model: Model, layout: Layout = Layout()) -> sympy.Expr:
     """The most bytes one primitive's backward holds at once besides what the forward kept (its declared
     ``backward_peak``: the loss's logits gradients), per device: the vocabulary split over the tensor-parallel
     ranks, the tokens over the context-parallel ones. Expressions use the model's conventions."""
-    split = tensor_split(model, layout.tensor)
-    key = ("backward peak", frozenset(model.conventions.items()), sympy.sympify(layout.tensor), sympy.sympify(layout.context))
-    return model.graph().derived(key, lambda: multiplied_out(_largest_backward_peak(model).xreplace(split) / layout.context))
+    return _backward_peak(model, sympy.sympify(layout.tensor), sympy.sympify(layout.context))
+
+
+@derivation
+def _backward_peak(model: Model, tensor: sympy.Expr, context: sympy.Expr) -> sympy.Expr:
+    return multiplied_out(_largest_backward_peak(model).xreplace(tensor_split(model, tensor)) / context)
 
 
 def _largest_backward_peak(model: Model) -> sympy.Expr:
@@ -444,10 +513,10 @@ def backward_categories(model: Model, transient: sympy.Expr, layout: Layout) -> 
     rebuilt) and the backward peak beyond it. The loss's backward runs first and frees its gradients before any unit
     is rebuilt, so the two never coexist: the peak is the larger, not the sum."""
     split = Layout(tensor=layout.tensor, sequence=layout.sequence, context=layout.context)  # all that these lines depend on
-    key = ("backward categories", frozenset(model.conventions.items()), transient, split)  # the planner reworks layouts sharing them
-    return dict(model.graph().derived(key, lambda: _backward_categories(model, transient, split)))
+    return dict(_backward_categories(model, transient, split))  # the planner reworks layouts sharing them
 
 
+@derivation
 def _backward_categories(model: Model, transient: sympy.Expr, layout: Layout) -> dict[str, sympy.Expr]:
     rebuilt = _activations_per_device(transient, model, layout)
     peak = backward_peak(model, layout)
@@ -484,6 +553,7 @@ class Training:
     recompute: str = "none"
     flash: bool = True  # FlashAttention/SDPA, as time, roofline and plan assume; False: eager attention
     layout: Layout = Layout()
+    framework: str | None = None  # formulas/frameworks: its selective policy, buffers and overheads; None: the declared tensors alone
 
 
 def training_expressions(model: Model, setup: Training = Training()) -> tuple[dict[str, sympy.Expr], dict[str, sympy.Expr], dict[str, object]]:
@@ -494,11 +564,15 @@ def training_expressions(model: Model, setup: Training = Training()) -> tuple[di
     layout = setup.layout
     model = model.with_conventions(act_bytes=precision.act)
     state_bytes = optimizer_state_bytes(precision, optimizer)
-    kept, transient, by_component = saved_activations(model, recompute=setup.recompute, flash=setup.flash)
-    shards = {"optimizer_shards": layout.optimizer_shards, "gradient_shards": layout.data if layout.zero >= 2 else 1, "weight_shards": layout.data if layout.zero >= 3 else 1}
-    static = _static_lines(model, params_per_device(model, layout), precision, optimizer, shards)
+    fw = frameworks.framework(setup.framework)
+    recompute = fw.recompute_mode(setup.recompute) if fw else setup.recompute
+    if setup.recompute not in RECOMPUTE:
+        raise EvaluationError(f"unknown recomputation {setup.recompute!r}; choose one of {', '.join(RECOMPUTE)}")
+    kept, transient, by_component = saved_activations(model, recompute=recompute, flash=setup.flash)
+    static = _layout_static_lines(model, layout, precision, optimizer)
     others = {"activations": _activations_per_device(kept, model, layout), **backward_categories(model, transient, layout)}
     components = {k: _activations_per_device(v, model, layout) for k, v in by_component.items()}
+    others |= framework_overheads(model, fw, layout, precision, sympy.Add(*static.values(), *others.values()))
     assumptions = {
         "precision": setup.precision,
         "bytes_per_param": {"weights": precision.weights, "master": precision.master, "grads": precision.grads, "optimizer_state": _json(state_bytes)},
@@ -515,8 +589,37 @@ def training_expressions(model: Model, setup: Training = Training()) -> tuple[di
         "dropout": dropout_origin(model),
         "conventions": {s.name: _json(v) for s, v in model.conventions.items()},
         "stages_balanced": layout.pipeline > 1,
+        "framework": fw.describe() if fw else "none: the declared tensors alone (no buffers, CUDA context or allocator reserve)",
     }
     return static | {k: _expanded(model, v) for k, v in others.items()}, components, assumptions
+
+
+def framework_overheads(model: Model, fw: frameworks.Framework | None, layout: Layout, precision: Precision, held: sympy.Expr) -> dict[str, sympy.Expr]:
+    """The framework's buffers and overheads on one device (formulas/frameworks): each byte-valued one at this ZeRO
+    stage, then the allocator's reserve as its share of everything else (``held`` and those buffers)."""
+    if fw is None:
+        return {}
+    unit = frameworks.unit_params(model, layout.tensor, layout.expert)
+    params = params_per_device(model, layout)
+    found = frameworks.overhead_bytes(fw, zero=layout.zero, unit=unit, params=params, weight_bytes=precision.weights, grad_bytes=precision.grads)
+    reserve = frameworks.reserve_fraction(fw)
+    if reserve:
+        inside = sympy.Add(*(v for k, v in found.items() if k not in fw.outside_allocator()))
+        found["allocator_reserve"] = sympy.Rational(reserve.numerator, reserve.denominator) * (held + inside)
+    return found
+
+
+def _layout_static_lines(model: Model, layout: Layout, precision: Precision, optimizer: Optimizer) -> dict[str, sympy.Expr]:
+    """static_bytes per device: the dense parameters sharded over the data-parallel ranks, the routed experts'
+    over the expert-data-parallel group (Layout.static_shards)."""
+    params = params_per_device(model, layout)
+    shards, expert_shards = layout.static_shards(), layout.static_shards(experts=True)
+    if shards == expert_shards:
+        return _static_lines(model, params, precision, optimizer, shards)
+    experts = expert_params_expression(model, layout.tensor, layout.pipeline, layout.expert)
+    dense = _static_lines(model, multiplied_out(params - experts), precision, optimizer, shards)
+    routed = _static_lines(model, experts, precision, optimizer, expert_shards)
+    return {k: multiplied_out(dense[k] + routed[k]) for k in dense}
 
 
 def _static_lines(model: Model, params: sympy.Expr, precision: Precision, optimizer: Optimizer, shards: Mapping[str, int]) -> dict[str, sympy.Expr]:
@@ -526,15 +629,19 @@ def _static_lines(model: Model, params: sympy.Expr, precision: Precision, optimi
     lines = static_bytes(sympy.Integer(1), precision, optimizer, **shards)
     if not all(isinstance(f, sympy.Rational) for f in lines.values()):
         return {k: _expanded(model, v) for k, v in static_bytes(params, precision, optimizer, **shards).items()}
-    terms = model.graph().derived(("polynomial", params), lambda: polynomial(params))  # a plan's top layouts share it
+    terms = _polynomial(params)  # a plan's top layouts share it
     if terms is None:
         return {k: _expanded(model, v) for k, v in static_bytes(params, precision, optimizer, **shards).items()}
     return {k: from_polynomial({m: c * Fraction(int(f.p), int(f.q)) for m, c in terms.items()} if f else {}) for k, f in lines.items()}
 
 
 def _expanded(model: Model, expr: sympy.Expr) -> sympy.Expr:
-    """sympy.expand, once per expression and graph: a plan's top layouts share most of their lines."""
-    return model.graph().derived(("expanded", expr), lambda: multiplied_out(expr))
+    """sympy.expand, once per expression: a plan's top layouts share most of their lines."""
+    return _multiplied_out(expr)
+
+
+_multiplied_out = derivation(multiplied_out)
+_polynomial = derivation(polynomial)
 
 
 def training_memory(model: Model, *, batch: int, seq: int, setup: Training = Training()) -> MemoryReport:

@@ -25,13 +25,16 @@ from ..engine.errors import EvaluationError
 from ..engine.evaluate import compile_expression
 from ..engine.multiplied import multiplied_out
 from .hardware import Hardware
-from .memory import RECOMPUTE, Layout, MemoryReport, Training, backward_peak, params_at_sizes, recipes, saved_activations, saved_activations_at_sizes, static_bytes, tensor_split, training_memory
+from .memory import RECOMPUTE, Layout, MemoryReport, Training, backward_peak, params_at_sizes, recipes, routed_part, saved_activations, saved_activations_at_sizes, static_bytes, tensor_split, training_memory
 from ..engine.model import Model
+from . import frameworks
+from .frameworks import Framework, overhead_bytes, reserve_fraction, unit_params
 from .finetune import FineTune, finetune_memory, frozen_weight_bytes, kept_by, rank_share, trainable_params
 from .timing import TENSOR, TrainingTime, data_comm, expert_comm, pipeline_comm, placement, rank_sizes, rank_work, step_bounds, tensor_comm, training_time
 
 T, P, E, B = TENSOR, *sympy.symbols("pipeline expert micro_batch", positive=True)
 MICRO_BATCHES = (1, 2, 4, 8, 16, 32)
+HEADROOM = 2 * 2**30  # bytes a plan leaves free per device by default: what no framework file counts (plan --headroom)
 
 
 def _divisors(n: int) -> list[int]:
@@ -105,22 +108,50 @@ def _compiled(model: Model, expr: sympy.Expr, names: tuple[str, ...], fixed: dic
     return compile_expression(bound, names)
 
 
-def memory_per_device(model: Model, c: Candidates, *, seq: int, global_batch: int, precision: str, optimizer: str, flash: bool, finetune: FineTune | None = None) -> np.ndarray:
-    """Bytes per device of every candidate, as ``training_memory`` (or ``finetune_memory``) counts them (1F1B, stages balanced)."""
+def _zero_shards(c: Candidates, group: np.ndarray) -> dict[str, np.ndarray]:
+    return {"optimizer_shards": np.where(c.zero >= 1, group, 1.0), "gradient_shards": np.where(c.zero >= 2, group, 1.0), "weight_shards": np.where(c.zero >= 3, group, 1.0)}
+
+
+def static_per_device(model: Model, c: Candidates, *, precision: str, optimizer: str, finetune: FineTune | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Weights, master weights, gradients and optimizer states per device of every candidate, and the parameters
+    per rank they are of (tensor, pipeline and expert shares, before ZeRO)."""
     recipe = recipes().precision[precision]
     states = recipes().optimizer[optimizer]
-    model = model.with_conventions(act_bytes=recipe.act)
     d = c.data.astype(np.float64)
-    shards = {"optimizer_shards": np.where(c.zero >= 1, d, 1.0), "gradient_shards": np.where(c.zero >= 2, d, 1.0), "weight_shards": np.where(c.zero >= 3, d, 1.0)}
+    shards = _zero_shards(c, d)
     if finetune is None:
-        params = _compiled(model, params_at_sizes(model, T, P, E), ("tensor", "pipeline", "expert"), {})(c.tensor, c.pipeline, c.expert)
-        static = sum(static_bytes(params, recipe, states, **shards).values())
-    else:
-        share = rank_share(model, T, P)
-        rank = {"lora_rank": finetune.rank}
-        trained = _compiled(model, share(trainable_params(model, finetune)), ("tensor", "pipeline"), rank)(c.tensor, c.pipeline)
-        frozen = _compiled(model, share(frozen_weight_bytes(model, finetune, recipe.weights)), ("tensor", "pipeline"), rank)(c.tensor, c.pipeline)
-        static = sum(static_bytes(trained, recipe, states, **shards).values()) + frozen / shards["weight_shards"]
+        per_rank = params_at_sizes(model, T, P, E)
+        params, experts = (_compiled(model, f, ("tensor", "pipeline", "expert"), {})(c.tensor, c.pipeline, c.expert) for f in (per_rank, routed_part(per_rank)))
+        # the routed experts' copies shard over the expert-data-parallel group (memory.Layout.static_shards)
+        return sum(static_bytes(params - experts, recipe, states, **shards).values()) + sum(static_bytes(experts, recipe, states, **_zero_shards(c, d / c.expert)).values()), params
+    share = rank_share(model, T, P)
+    rank = {"lora_rank": finetune.rank}
+    trained = _compiled(model, share(trainable_params(model, finetune)), ("tensor", "pipeline"), rank)(c.tensor, c.pipeline)
+    frozen = _compiled(model, share(frozen_weight_bytes(model, finetune, recipe.weights)), ("tensor", "pipeline"), rank)(c.tensor, c.pipeline)
+    return sum(static_bytes(trained, recipe, states, **shards).values()) + frozen / shards["weight_shards"], trained
+
+
+def _framework_overheads(model: Model, fw: Framework, c: Candidates, params: np.ndarray, held: np.ndarray, precision: str) -> np.ndarray:
+    """memory.framework_overheads of every candidate: its buffers at each one's ZeRO stage, then the allocator's reserve."""
+    recipe = recipes().precision[precision]
+    pairs = list(zip(c.tensor.tolist(), c.expert.tolist()))
+    units = {pair: unit_params(model, *pair) for pair in set(pairs)}
+    unit = np.array([units[pair] for pair in pairs], dtype=np.float64)
+    inside, outside = np.zeros(len(c)), np.zeros(len(c))
+    for zero in np.unique(c.zero):
+        rows = c.zero == zero
+        for name, value in overhead_bytes(fw, zero=int(zero), unit=unit[rows], params=params[rows], weight_bytes=recipe.weights, grad_bytes=recipe.grads).items():
+            (outside if name in fw.outside_allocator() else inside)[rows] += value
+    return inside + outside + float(reserve_fraction(fw)) * (held + inside)
+
+
+def memory_per_device(model: Model, c: Candidates, *, seq: int, global_batch: int, precision: str, optimizer: str, flash: bool, finetune: FineTune | None = None, framework: str | None = None) -> np.ndarray:
+    """Bytes per device of every candidate, as ``training_memory`` (or ``finetune_memory``) counts them (1F1B, stages balanced),
+    with the ``framework``'s selective recomputation and overheads (formulas/frameworks; not for fine-tuning)."""
+    recipe = recipes().precision[precision]
+    fw = frameworks.framework(framework) if finetune is None else None
+    model = model.with_conventions(act_bytes=recipe.act)
+    static, params = static_per_device(model, c, precision=precision, optimizer=optimizer, finetune=finetune)
     microbatches = global_batch / (c.micro_batch * c.data)
     in_flight = np.minimum(c.pipeline, microbatches)
     activations = np.zeros(len(c))
@@ -130,7 +161,7 @@ def memory_per_device(model: Model, c: Candidates, *, seq: int, global_batch: in
         if not rows.any():
             continue
         if finetune is None:  # the sizes put in before multiplying out: the same polynomials in batch and tensor, sooner
-            kept, transient = saved_activations_at_sizes(model, rank_sizes(model, seq), recompute=mode, flash=flash)
+            kept, transient = saved_activations_at_sizes(model, rank_sizes(model, seq), recompute=fw.recompute_mode(mode) if fw else mode, flash=flash)
         else:
             kept, transient, _ = saved_activations(model, recompute=mode, flash=flash, kept_by=kept_by(model, finetune))
             kept, transient = kept.xreplace(split), transient.xreplace(split)
@@ -140,7 +171,8 @@ def memory_per_device(model: Model, c: Candidates, *, seq: int, global_batch: in
         rebuilt = _compiled(model, transient, names, fixed)(c.micro_batch[rows], c.tensor[rows])
         loss = _compiled(model, backward_peak(model).xreplace(split), names, fixed)(c.micro_batch[rows], c.tensor[rows])
         activations[rows] = keep / c.pipeline[rows] * in_flight[rows] + np.maximum(rebuilt, loss)  # never together (memory.backward_categories)
-    return static + activations
+    held = static + activations
+    return held if fw is None else held + _framework_overheads(model, fw, c, params, held, precision)
 
 
 # --- time, vectorised --------------------------------------------------------------------------
@@ -226,6 +258,7 @@ class PlannedLayout:
     recompute: str
     memory: MemoryReport
     time: TrainingTime
+    estimate: object | None = None  # symform.estimate's TrainingEstimate; None without the device's efficiency data
 
 
 @dataclass
@@ -259,10 +292,48 @@ class Plan:
                     "memory": p.memory.as_dict(),
                     "time": p.time.as_dict(),
                 }
+                | ({"estimate": p.estimate.as_dict()} if p.estimate is not None else {})
                 for p in self.best
             ],
             "assumptions": self.assumptions,
         }
+
+
+#: Layouts the estimate ranks: the best this many by the floor and by the sum at peak (the screen's two figures),
+#: since the estimate, kernel by kernel, is too slow for every candidate.
+SHORTLIST = 24
+
+
+def _timed(model: Model, gpu, fitting: Candidates, i: int, flash: bool, timing_args: dict) -> TrainingTime:
+    layout, micro_batch, recompute = fitting.layout(i, timing_args["global_batch"])
+    return training_time(model, gpu, micro_batch=micro_batch, layout=layout, recompute=recompute, flash=flash, **timing_args)
+
+
+def _by_estimate(model: Model, gpu, fitting: Candidates, order: np.ndarray, lower: np.ndarray, upper: np.ndarray, memory: np.ndarray, top: int, flash: bool, timing_args: dict):
+    """The screen's order with its head re-ranked by the estimate (then the sum at peak, then memory): the floor
+    ties wherever compute sets it (every layout at the same FLOPs per device), where the estimate's kernels and
+    exposed communication tell them apart. The shortlist's bounds and estimates, by candidate, for reuse."""
+    from . import estimate
+    from ..engine.errors import ConfigError
+
+    count = max(SHORTLIST, 4 * top)
+    # the layouts no faster one beats on memory too come first: the ones a plan can list (dominated ones are dropped)
+    head = order[undominated(memory[order])]
+    shortlist = list(dict.fromkeys([*head[:count].tolist(), *order[:count].tolist(), *np.lexsort((memory, lower, upper))[:count].tolist()]))
+    timed = {}
+    for i in shortlist:
+        bounds = _timed(model, gpu, fitting, i, flash, timing_args)
+        layout, micro_batch, recompute = fitting.layout(i, timing_args["global_batch"])
+        try:
+            found = estimate.training_estimate(model, gpu, micro_batch=micro_batch, layout=layout, recompute=recompute, attention="sdpa" if flash else "eager", bounds=bounds, **timing_args)
+        except ConfigError as e:
+            if "no efficiency data" not in str(e):
+                raise
+            return order, {}
+        timed[i] = (bounds, found)
+    ranked = sorted(shortlist, key=lambda i: (timed[i][1].step.estimate, upper[i], memory[i]))
+    rest = [i for i in order.tolist() if i not in timed]
+    return np.array(ranked + rest, dtype=np.int64), timed
 
 
 def undominated(memory_in_order: np.ndarray) -> np.ndarray:
@@ -289,9 +360,14 @@ def plan(
     node_size: int | None = None,
     memory_bytes: int | None = None,
     finetune: FineTune | None = None,
+    framework: str | None = None,
+    headroom: int = HEADROOM,
 ) -> Plan:
     """The fastest layouts that fit: screened over every candidate, the best ``top`` worked out exactly
-    (``finetune``: of a fine-tuning step, symform.finetune)."""
+    (``finetune``: of a fine-tuning step, symform.finetune), each leaving ``headroom`` bytes of the device free; with
+    ``framework`` (formulas/frameworks), its selective recomputation, buffers and overheads counted."""
+    if isinstance(headroom, bool) or not isinstance(headroom, int) or headroom < 0:
+        raise EvaluationError(f"headroom is {quoted(headroom)}; give the bytes to keep free on each device, 0 or more")
     for name, value in (("devices", devices), ("global_batch", global_batch), ("seq", seq), ("top", top)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise EvaluationError(f"{name} is {quoted(value)}; give a whole number of 1 or more")
@@ -302,20 +378,23 @@ def plan(
     capacity = memory_bytes if memory_bytes is not None else int(place.device.memory_bytes)
     started = clock.perf_counter()
     c = enumerate_layouts(model, devices, global_batch, finetune=finetune)
-    memory = memory_per_device(model, c, seq=seq, global_batch=global_batch, precision=precision, optimizer=optimizer, flash=flash, finetune=finetune)
-    fits = memory <= capacity
+    memory = memory_per_device(model, c, seq=seq, global_batch=global_batch, precision=precision, optimizer=optimizer, flash=flash, finetune=finetune, framework=framework)
+    static, _ = static_per_device(model, c, precision=precision, optimizer=optimizer, finetune=finetune)
+    fits = (memory <= capacity - headroom) & (static <= capacity)  # never a layout whose weights and states alone overflow
     fitting = c.take(fits)
     lower, upper = step_time_bounds(model, fitting, gpu, seq=seq, global_batch=global_batch, precision=precision, flash=flash, dtype=dtype, node_size=node_size, finetune=finetune) if len(fitting) else (np.array([]), np.array([]))
     order = np.lexsort((memory[fits], upper, lower))  # fastest first; then the better worst case, then less memory
+    timing_args = dict(global_batch=global_batch, seq=seq, dtype=dtype, precision=precision, node_size=node_size, finetune=finetune)
+    order, timed = _by_estimate(model, gpu, fitting, order, lower, upper, memory[fits], top, flash, timing_args)
     order = order[undominated(memory[fits][order])]
     screen = clock.perf_counter() - started
     best = []
     for i in order[:top]:
         layout, micro_batch, recompute = fitting.layout(int(i), global_batch)
-        setup = Training(precision=precision, optimizer=optimizer, recompute=recompute, flash=flash, layout=layout)
+        setup = Training(precision=precision, optimizer=optimizer, recompute=recompute, flash=flash, layout=layout, framework=framework if finetune is None else None)
         report = training_memory(model, batch=micro_batch, seq=seq, setup=setup) if finetune is None else finetune_memory(model, finetune, batch=micro_batch, seq=seq, training=setup)
-        timed = training_time(model, gpu, global_batch=global_batch, micro_batch=micro_batch, seq=seq, layout=layout, recompute=recompute, dtype=dtype, flash=flash, precision=precision, node_size=node_size, finetune=finetune)
-        best.append(PlannedLayout(layout, micro_batch, recompute, report, timed))
+        bounds, found = timed.get(int(i)) or (_timed(model, gpu, fitting, int(i), flash, timing_args), None)
+        best.append(PlannedLayout(layout, micro_batch, recompute, report, bounds, found))
     return Plan(
         model=model.name,
         gpu=place.name,
@@ -328,7 +407,10 @@ def plan(
         best=best,
         assumptions={
             "memory_budget_bytes": capacity,
-            "ranking": "training_time's lower bound (full overlap), then its upper bound (no overlap), then less memory; a layout that a faster (or as fast) one beats on memory too is not listed",
+            "headroom_bytes": headroom,
+            "headroom": "kept free on every device for what no framework file counts (NCCL communicators' buffers, cuBLAS and cuDNN workspaces, kernels loaded late)",
+            "framework": frameworks.framework(framework).describe() if framework and finetune is None else "none: the declared tensors alone",
+            "ranking": f"symform.estimate's step time, then the sum at peak (no overlap), then less memory, over the {SHORTLIST} best layouts by either of training_time's figures (by those alone where the device has no efficiency data); a layout that a faster (or as fast) one beats on memory too is not listed",
             "schedule": "1F1B, stages holding equal numbers of layers",
             "search": f"tensor degrees dividing every tensor-parallel size, pipeline degrees dividing n_layers, expert degrees dividing data and n_experts, micro-batches {MICRO_BATCHES} dividing the batch per rank, ZeRO 0-3, recomputation {', '.join(RECOMPUTE)}",
             "precision": precision,

@@ -29,12 +29,13 @@ import sympy
 from . import flash_attention, routing
 from .finetune import FineTune, step_leaf_flops
 from .memory import GENERATING
+from ..engine.derivation import derivation
 from ..engine.budget import check_expansion, expand
 from ..engine.errors import BudgetError, ConfigError, EvaluationError
 from ..engine.evaluate import exact_value
 from ..engine.formula import to_latex
-from ..engine.kept_tables import keepable
 from .hardware import Device, System, load_device
+from ..engine.graph import ComponentGraph
 from ..engine.model import Model
 from ..engine.multiplied import multiplied_out
 
@@ -191,7 +192,6 @@ def _json_number(value: Quantity) -> int | float:
 # --- single operations, in closed form ----------------------------------------------
 
 
-@keepable
 @dataclass(frozen=True)
 class Work:
     """FLOPs and bytes of one piece of work, as sympy expressions (or exact numbers)."""
@@ -286,7 +286,6 @@ def small_batch_intensity(
 # --- whole models, per phase ----------------------------------------------------------
 
 
-@keepable
 @dataclass(frozen=True)
 class PhaseWork:
     """A phase's FLOPs and bytes per component (slash paths), over the workload symbols left free."""
@@ -348,15 +347,12 @@ def phase_work(
         raise EvaluationError(f"fine-tuning is a training step; give phase train, not {phase}")
     if values and phase == "decode":  # a decode step's expert routing reads top_k and n_experts in the leaves
         raise EvaluationError("sizes put into the leaves first are for train and prefill; for decode, substitute them in the result")
-    if weight_bytes is not None:
-        return _phase_work(model, phase, depth, flash, sram_bytes, weight_bytes, expert_skew, finetune, grouped, values or {})
-    # once per graph, conventions and options: a plan asks again for every layout it reworks
-    given = frozenset((values or {}).items())
-    key = ("phase work", phase, depth, flash, sram_bytes, expert_skew, finetune, grouped, frozenset(model.conventions.items()), given)
-    work = model.graph().derived(key, lambda: _phase_work(model, phase, depth, flash, sram_bytes, None, expert_skew, finetune, grouped, dict(given)))
+    # once per model and options: a plan asks again for every layout it reworks
+    work = _phase_work(model, phase, depth, flash, sram_bytes, weight_bytes, expert_skew, finetune, grouped, dict(values or {}))
     return PhaseWork(work.phase, dict(work.components), work.notes, work)
 
 
+@derivation
 def _phase_work(
     model: Model, phase: str, depth: int | None, flash: bool, sram_bytes: int, weight_bytes: Mapping[str, sympy.Expr] | None, expert_skew: float,
     finetune: FineTune | None = None, grouped: bool = True, values: Mapping[sympy.Symbol, sympy.Expr] | None = None,
@@ -450,29 +446,28 @@ def _leaves(
     values: Mapping[sympy.Symbol, sympy.Expr] | None = None,
 ) -> dict[str, sympy.Expr]:
     replace = _conventions(model, keep) | dict(values or {})
-    if weight_bytes is None:  # the same conventions give the same leaves: once per graph (shared across conventions)
-        key = ("roofline leaves", quantity, frozenset(replace.items()))
-        return dict(model.graph().derived(key, lambda: _leaves_under(model, quantity, replace)))
+    if weight_bytes is None:  # the same conventions give the same leaves: once per graph (shared across sizes)
+        return dict(_leaves_under(model.graph(), quantity, replace))
     parts = model.breakdown(quantity, depth=None, conventions=False)
     symbol = model.vocabulary["weight_bytes"]  # each leaf's weights read at their stored width
     return {path: sympy.expand(f.expr.xreplace({symbol: weight_bytes.get(path, replace[symbol])}).xreplace(replace)) for path, f in parts.items()}
 
 
-def _leaves_under(model: Model, quantity: str, replace: Mapping[sympy.Symbol, sympy.Expr]) -> dict[str, sympy.Expr]:
+@derivation
+def _leaves_under(graph: ComponentGraph, quantity: str, replace: Mapping[sympy.Symbol, sympy.Expr]) -> dict[str, sympy.Expr]:
     # each leaf's term (multiplicity × expression) with the conventions in, multiplied out once: the numbers
     # they put in leave fewer terms than multiplying out over the convention symbols first
     # Each leaf reads a few conventions at most: one multiplied out under the same values of those is
     # the same expression whatever the others are (training's and inference's leaves share most terms).
-    graph = model.graph()
     parts = graph.leaf_terms(quantity)
-    reads = graph.derived(("convention symbols read", quantity), lambda: {path: expr.free_symbols for path, expr in parts.items()})
     leaves = {}
     for path, expr in parts.items():
-        used = frozenset((s, replace[s]) for s in reads[path] if s in replace)
-        leaves[path] = graph.derived(("leaf under", quantity, path, used), lambda: _leaf_under(expr, dict(used), f"{path}'s {quantity}"))
+        used = {s: replace[s] for s in sorted(expr.free_symbols, key=lambda s: s.name) if s in replace}
+        leaves[path] = _leaf_under(expr, used, f"{path}'s {quantity}")
     return leaves
 
 
+@derivation
 def _leaf_under(expr: sympy.Expr, values: dict[sympy.Symbol, sympy.Expr], what: str) -> sympy.Expr:
     """expand(expr.xreplace(values)): where every value is a number or one symbol to the power ±1 times one, the
     leaf within the budget is within it with them in (none adds a term or a degree), and the values go in as
@@ -679,9 +674,7 @@ def roofline(
     peak, bandwidth = gpu.flops_per_s(dtype), gpu.hbm_bytes_per_s
 
     def place(w: Work) -> Roofline:
-        return Roofline(
-            exact_value(w.flops, values), exact_value(w.bytes, values), peak, bandwidth
-        )
+        return Roofline(_value(w.flops, values), _value(w.bytes, values), peak, bandwidth)
 
     components = {path: place(w) for path, w in work.components.items()}
     components = {path: r for path, r in components.items() if r.flops or r.bytes}
@@ -695,6 +688,11 @@ def roofline(
         components,
         work.notes,
     )
+
+
+def _value(expr: sympy.Expr, values: Mapping[sympy.Symbol, sympy.Expr]) -> float | int | Fraction:
+    """Exact, but for the expected count of experts a decode batch touches (in floats: symform.routing)."""
+    return routing.expected_value(expr, values) if routing.is_expected_count(expr) else exact_value(expr, values)
 
 
 def _values(

@@ -51,10 +51,11 @@ import numpy as np
 import sympy
 
 from ..engine.budget import ARRAY_ELEMENTS, check_count, quoted
-from ..engine.errors import EvaluationError
+from ..engine.errors import ConfigError, EvaluationError
 from ..engine.evaluate import check_value, exact_value, numpy_modules
 from ..engine.exact import exact_function
-from ..engine.model import Model, normalise_quantity
+from ..engine.graph import BoundRequirement
+from ..engine.model import Model, failed_requirement, normalise_quantity
 from .kernels import INT64_LIMIT, Kernel, polynomial_kernel
 
 FLOAT_EXACT = 2**53  # every integer of smaller magnitude is a float64
@@ -457,6 +458,18 @@ class Relation:
     relation: sympy.Basic
     text: str
     why: str
+    # what words a failure as the model's own checks word it: the model, the requirement where it is bound,
+    # the values of its names that are not swept, the arguments of the part that declares it
+    model: str = ""
+    bound: BoundRequirement | None = None
+    context: tuple = ()
+    args: tuple = ()
+
+    def failure(self, point: Mapping[sympy.Symbol, object]) -> str:
+        """The one-line message of Model's checks, at a point where the requirement fails."""
+        if self.bound is None:
+            return f"{self.text} does not hold at {', '.join(f'{s.name}={v}' for s, v in point.items())}: {self.why}"
+        return failed_requirement(self.model, self.bound, {**dict(self.context), **{s: sympy.sympify(v) for s, v in point.items()}}, dict(self.args))
 
 
 def requirement_relations(model: Model, swept: Sequence[str], fixed: Mapping[str, object]) -> list[Relation]:
@@ -465,15 +478,18 @@ def requirement_relations(model: Model, swept: Sequence[str], fixed: Mapping[str
     # the model's conventions too: its media settings (images and their size) decide how many of seq's tokens they take
     known = {**{s.name: v for s, v in model.conventions.items()}, **model.values, **fixed}
     out = []
-    for bound in model.graph().requirements:
-        relation = bound.relation.xreplace({s: sympy.sympify(known[s.name]) for s in bound.relation.free_symbols if s.name in known and s.name not in swept})
+    graph = model.graph()
+    for bound in graph.requirements:
+        context = {s: sympy.sympify(known[s.name]) for s in bound.relation.free_symbols if s.name in known and s.name not in swept}
+        relation = bound.relation.xreplace(context)
+        args = graph.graph.nodes[bound.path]["args"]
         if relation in (sympy.true, sympy.false) or not relation.free_symbols:
             if relation == sympy.false:
-                raise EvaluationError(f"{bound.requirement.text} does not hold at the fixed sizes: {bound.requirement.why}")
+                raise ConfigError(failed_requirement(model.name, bound, context, args))
             continue
         if any(s.name not in known and s.name not in swept for s in relation.free_symbols):
             continue
-        out.append(Relation(relation, bound.requirement.text, bound.requirement.why))
+        out.append(Relation(relation, bound.requirement.text, bound.requirement.why, model.name, bound, tuple(context.items()), tuple(args.items())))
     return out
 
 
@@ -493,8 +509,14 @@ def check_relations(relations: Sequence[Relation], axes: Sequence[Axis]) -> None
         holds = np.broadcast_to(_relation(r.relation, tuple(symbols))(*(values[s.name] for s in symbols)), tuple(len(a) for a in involved))
         if not holds.all():
             first = np.unravel_index(int(np.argmin(holds)), holds.shape)
-            at = ", ".join(f"{s.name}={_axis_of(involved, s.name)[1][first[_axis_of(involved, s.name)[0]]]}" for s in symbols)
-            raise EvaluationError(f"{r.text} does not hold at {at}: {r.why}")
+            point = {s: _plain(_axis_of(involved, s.name)[1][first[_axis_of(involved, s.name)[0]]]) for s in symbols}
+            raise ConfigError(r.failure(point))
+
+
+def _plain(value) -> int | float:
+    """A column's value as the number it stands for: a whole float64 as an int."""
+    value = value.item() if hasattr(value, "item") else value
+    return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
 @lru_cache(maxsize=256)

@@ -3,11 +3,14 @@
 Every result is built from pieces symform already has: FLOPs and HBM bytes from the
 model's declarations (``roofline.phase_work``), peaks and link bandwidths from the
 device files (``hardware``), collective costs from ``parallel_comm`` and
-``collectives``, pipeline bubbles from ``scaling``. Each time comes as two bounds:
+``collectives``, pipeline bubbles from ``scaling``. Each time comes as two figures at the datasheet peaks:
 
-- lower: compute, memory traffic and communication fully overlapped, the step takes
-  as long as the slowest of them (max);
-- upper: nothing overlapped, they add up (sum).
+- lower (the floor): compute, memory traffic and communication fully overlapped, the step takes
+  as long as the slowest of them (max); for serving, the memory traffic a fused engine still
+  moves and the communication at the links' bandwidth alone (no per-message latency);
+- upper: nothing overlapped, they add up (sum). Not a ceiling: kernels run below peak, so a
+  real step (and symform.estimate's estimate) can take longer; the estimate's ceiling is
+  every kernel at its sustained rates with nothing overlapped.
 
 Peaks are the datasheets' dense figures with no efficiency factor, so the lower bound
 is what a perfect implementation could reach. Every result carries an ``assumptions``
@@ -25,9 +28,10 @@ from fractions import Fraction
 import numpy
 import sympy
 
-from . import finetune, parallel_comm, scaling
+from . import finetune, parallel_comm, routing, scaling
 from .finetune import FineTune
 from .collectives import ALPHA, BETA, N, P, collective, cost_model, link_bandwidth, link_latency
+from ..engine.derivation import derivation
 from ..engine.budget import ARRAY_ELEMENTS, check_count, check_result
 from ..engine.errors import ConfigError, EvaluationError
 from ..engine.evaluate import compile_expression, exact_value
@@ -105,7 +109,9 @@ def _bind(model: Model, expr: sympy.Expr, **workload: int) -> Number:
     """Exact value of an expression at the model's sizes and the workload: summed over its monomials where it is
     a polynomial there (value_at), else by exact_value, which also words what is wrong."""
     named = {**model.values, **workload}
-    values = {s: sympy.Integer(named[s.name]) for s in expr.free_symbols if s.name in named}
+    values = {s: sympy.Rational(named[s.name]) for s in expr.free_symbols if s.name in named}
+    if routing.is_expected_count(expr):  # the experts a batch touches: an expectation, in floats
+        return routing.expected_value(expr, values)
     try:
         found = value_at(expr, values)
     except ZeroDivisionError:  # exact_value words it
@@ -174,10 +180,8 @@ def recompute_work(model: Model, recompute: str, *, flash: bool = False, values:
     units = recomputed_units(model, recompute)
     if flash and recompute == "selective":
         return sympy.Integer(0), sympy.Integer(0)
-    # once per graph, conventions and options: a plan asks again for every layout it reworks
-    given = frozenset((values or {}).items())
-    key = ("recompute work", recompute, flash, frozenset(model.conventions.items()), given)
-    return model.graph().derived(key, lambda: _recompute_work(model, units, flash, dict(given)))
+    # once per model and options: a plan asks again for every layout it reworks
+    return _recompute_work(model, units, flash, dict(values or {}))
 
 
 def rank_sizes(model: Model, seq: int | None = None) -> dict[sympy.Symbol, sympy.Expr]:
@@ -198,6 +202,7 @@ def rank_work(model: Model, recompute: str, *, flash: bool, finetune: FineTune |
     return train, recompute_work(model, recompute, flash=flash, values=sized)
 
 
+@derivation
 def _recompute_work(model: Model, units: list[str], flash: bool, values: Mapping[sympy.Symbol, sympy.Expr]) -> tuple[sympy.Expr, sympy.Expr]:
     leaves = phase_work(model, "prefill", depth=None, flash=flash, values=values).components
     inside = [w for path, w in leaves.items() if any(path == u or path.startswith(f"{u}/") for u in units)]
@@ -425,6 +430,7 @@ def training_time(
     peak, bandwidth = place.device.flops_per_s(dtype), place.device.hbm_bytes_per_s
     tensor_split(model, layout.tensor)  # the degree divides every size it splits
     check_pipeline(model, layout.pipeline)
+    _check_chunks(model, layout)
     trainable = _finetune_trainable(model, finetune, layout)
     train, (extra_flops, extra_bytes) = rank_work(model, recompute, flash=flash, finetune=finetune)
     per_device = _per_device(model, {TENSOR: layout.tensor}, layout.pipeline, layout.context)
@@ -474,6 +480,17 @@ def training_time(
         },
         assumptions=_training_assumptions(place, dtype, layout, recompute, flash, precision, comm) | (_finetune_assumptions(finetune) if finetune else {}),
     )
+
+
+def _check_chunks(model: Model, layout: Layout) -> None:
+    """A virtual pipeline (interleaved 1F1B): chunks > 1 only with that schedule and a pipeline, each chunk whole layers."""
+    if layout.chunks == 1:
+        return
+    if layout.schedule != "interleaved" or layout.pipeline == 1:
+        raise ConfigError(f"{layout.chunks} model chunks per device is the interleaved schedule's virtual pipeline; give the interleaved schedule and a pipeline degree above 1, or drop the chunks")
+    layers = model.values.get("n_layers", 1)
+    if layers % (layout.pipeline * layout.chunks):
+        raise ConfigError(f"{layers} layers do not split into {layout.pipeline} stages × {layout.chunks} chunks of whole layers; give chunks with pipeline × chunks dividing {layers}")
 
 
 def _model_flops(model: Model, setup: FineTune | None, global_batch: int, seq: int) -> Number:
@@ -676,7 +693,7 @@ def _training_assumptions(place: Placement, dtype: str, layout: Layout, recomput
         "peak": f"{place.device.name} dense {dtype} peak, no efficiency factor",
         "dtype": dtype_assumption(dtype),
         "hbm": f"{place.device.name} HBM bandwidth, no efficiency factor",
-        "overlap": "lower bound: compute, memory traffic and communication fully overlapped (max); upper bound: none overlapped (sum)",
+        "overlap": "floor (lower bound): compute, memory traffic and communication fully overlapped at peak (max); peak, no overlap: their sum (not a ceiling: kernels below peak take longer; the estimate's ceiling is)",
         "bytes": "HBM bytes as an unfused eager framework moves them; backward moves twice the forward's bytes; optimizer traffic not counted"
         + ("; FlashAttention in the attention cores" if flash else ""),
         "balance": "work, bytes and communication divide evenly: tensor-parallel sizes split exactly, pipeline stages hold equal shares (embedding and head included), routing is uniform over experts",
@@ -710,10 +727,23 @@ class PhaseTime:
     t_mem: float
     t_comm: float
     link: str | None
+    # the communication at the links' full bandwidth with no per-message latency: what the floor counts, since a
+    # serving engine's one-shot all-reduce at its own measured latency beats the ring and tree at the default one
+    t_comm_floor: float | None = None
+    # the memory traffic a fused engine still moves (element-wise leaves kept out of HBM): the floor's
+    t_mem_floor: float | None = None
+
+    @property
+    def comm_floor(self) -> float:
+        return self.t_comm if self.t_comm_floor is None else self.t_comm_floor
+
+    @property
+    def mem_floor(self) -> float:
+        return self.t_mem if self.t_mem_floor is None else self.t_mem_floor
 
     @property
     def time_lower(self) -> float:
-        return max(self.t_math, self.t_mem, self.t_comm)
+        return max(self.t_math, self.mem_floor, self.comm_floor)
 
     @property
     def time_upper(self) -> float:
@@ -722,7 +752,7 @@ class PhaseTime:
     @property
     def bound(self) -> str:
         """What sets the lower bound: compute, memory or communication."""
-        return max(("compute", self.t_math), ("memory", self.t_mem), ("communication", self.t_comm), key=lambda kv: kv[1])[0]
+        return max(("compute", self.t_math), ("memory", self.mem_floor), ("communication", self.comm_floor), key=lambda kv: kv[1])[0]
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -733,6 +763,8 @@ class PhaseTime:
             "t_math_s": self.t_math,
             "t_mem_s": self.t_mem,
             "t_comm_s": self.t_comm,
+            "t_comm_floor_s": self.comm_floor,
+            "t_mem_floor_s": self.mem_floor,
             "link": self.link,
             "time_lower_s": self.time_lower,
             "time_upper_s": self.time_upper,
@@ -818,12 +850,26 @@ class InferenceTime:
         }
 
 
-def _inference_work(model: Model, phase: str, tensor: int, flash: bool, weight_bytes: Mapping[str, sympy.Expr] | None = None, expert_skew: float = 0) -> tuple[sympy.Expr, sympy.Expr]:
-    """Per-device FLOPs and bytes of a phase, over batch and seq (prefill) or batch and past (decode);
-    ``weight_bytes``: bytes per parameter by leaf, as a checkpoint stores them."""
+def _inference_work(model: Model, phase: str, tensor: int, flash: bool, weight_bytes: Mapping[str, sympy.Expr] | None = None, expert_skew: float = 0, grouped: bool = True) -> tuple[sympy.Expr, sympy.Expr, sympy.Expr]:
+    """Per-device FLOPs and bytes of a phase, over batch and seq (prefill) or batch and past (decode), and of
+    those bytes the ones a fused serving engine still moves (the floor's); ``weight_bytes``: bytes per
+    parameter by leaf, as a checkpoint stores them."""
     split = tensor_split(model, tensor)
-    total = phase_work(model, phase, depth=1, flash=flash, weight_bytes=weight_bytes, expert_skew=expert_skew).total
-    return sympy.expand(total.flops.xreplace(split)), sympy.expand(total.bytes.xreplace(split))
+    work = phase_work(model, phase, depth=None, flash=flash, weight_bytes=weight_bytes, expert_skew=expert_skew, grouped=grouped)
+    fusable = fused_leaves(flash)
+    kept = sympy.Add(*(w.bytes for path, w in work.components.items() if path.rsplit("/", 1)[-1] not in fusable))
+    total = work.total
+    return sympy.expand(total.flops.xreplace(split)), sympy.expand(total.bytes.xreplace(split)), sympy.expand(kept.xreplace(split))
+
+
+def fused_leaves(flash: bool) -> frozenset[str]:
+    """The element-wise leaves a fused serving engine keeps out of HBM (hardware/efficiency/rules.toml,
+    fusion.fused): a floor cannot charge their traffic, since the estimate does not. Eager attention keeps
+    its score matrices' softmax and mask kernels."""
+    from .estimate import SCORE_LEAVES, rules  # the estimate builds on this module
+
+    fused = rules().fusion["fused"][1]
+    return fused if flash else fused - SCORE_LEAVES
 
 
 def _inference_comm(model: Model, place: Placement, tensor: int, batch: int, seq: int, *, alpha: float | None = None, bandwidth: float | None = None, algorithms: tuple[str, ...] = ALGORITHMS) -> tuple[float, str | None]:
@@ -840,11 +886,13 @@ def _inference_comm(model: Model, place: Placement, tensor: int, batch: int, seq
     return transfer_seconds([x for x in layer if x.phase == "forward"], place, link, **rates) * layers + transfer_seconds(forward, place, link, **rates), link
 
 
-def _phase_time(model: Model, place: Placement, phase: str, work: tuple[sympy.Expr, sympy.Expr], tensor: int, dtype: str, **workload: int) -> PhaseTime:
-    flops, moved = (_bind(model, w, **workload) for w in work)
+def _phase_time(model: Model, place: Placement, phase: str, work: tuple[sympy.Expr, sympy.Expr, sympy.Expr], tensor: int, dtype: str, **workload: int) -> PhaseTime:
+    flops, moved, kept = (_bind(model, w, **workload) for w in work)
     seq = workload.get("seq", 1)
     t_comm, link = _inference_comm(model, place, tensor, workload["batch"], seq)
-    return PhaseTime(phase, dict(workload), flops, moved, float(flops) / place.device.flops_per_s(dtype), float(moved) / place.device.hbm_bytes_per_s, t_comm, link)
+    floor, _ = _inference_comm(model, place, tensor, workload["batch"], seq, alpha=0.0)
+    hbm = place.device.hbm_bytes_per_s
+    return PhaseTime(phase, dict(workload), flops, moved, float(flops) / place.device.flops_per_s(dtype), float(moved) / hbm, t_comm, link, floor, float(kept) / hbm)
 
 
 def prefill_time(model: Model, gpu: str | os.PathLike[str] | Hardware, *, batch: int, prompt: int, tensor: int = 1, dtype: str = "bf16", flash: bool = False, node_size: int | None = None) -> PhaseTime:
@@ -882,8 +930,11 @@ def inference_time(
     node_size: int | None = None,
     weight_bytes: Mapping[str, sympy.Expr] | None = None,
     expert_skew: float = 0,
+    grouped: bool = True,
 ) -> InferenceTime:
-    """TTFT, TPOT and tokens/s for ``batch`` requests of ``prompt`` tokens generating ``output`` tokens each."""
+    """TTFT, TPOT and tokens/s for ``batch`` requests of ``prompt`` tokens generating ``output`` tokens each
+    (``grouped``: with ``flash``, the attention reads a key/value head once for the query heads sharing it;
+    else once per query head, as kernels without grouped-query packing do)."""
     for name, value in (("batch", batch), ("prompt", prompt), ("output", output), ("tensor", tensor)):
         _whole(name, value)
     check_count(output, ARRAY_ELEMENTS, "output tokens (one decode step each)", "ARRAY_ELEMENTS", f"time at most {ARRAY_ELEMENTS:,} output tokens")
@@ -892,12 +943,12 @@ def inference_time(
     model = at_dtype(model, dtype)
     if tensor > place.node_size:
         raise ConfigError(f"tensor degree {tensor} exceeds the {place.node_size} accelerators of one node; inference tensor parallelism stays within a node (give node_size or a system)")
-    prefill_work = _inference_work(model, "prefill", tensor, flash, weight_bytes)
-    decode_work = _inference_work(model, "decode", tensor, flash, weight_bytes, expert_skew)
+    prefill_work = _inference_work(model, "prefill", tensor, flash, weight_bytes, grouped=grouped)
+    decode_work = _inference_work(model, "decode", tensor, flash, weight_bytes, expert_skew, grouped)
     prefill = _phase_time(model, place, "prefill", prefill_work, tensor, dtype, batch=batch, seq=prompt)
     first = _phase_time(model, place, "decode", decode_work, tensor, dtype, batch=batch, past=prompt)
     last = _phase_time(model, place, "decode", decode_work, tensor, dtype, batch=batch, past=prompt + output - 2) if output > 1 else first
-    lower, upper = _decode_sum(model, place, decode_work, dtype, batch, prompt, output - 1, first.t_comm)
+    lower, upper = _decode_sum(model, place, decode_work, dtype, batch, prompt, output - 1, first.t_comm, first.comm_floor)
     v = model.vocabulary
     return InferenceTime(
         model=model.name,
@@ -923,15 +974,17 @@ def inference_time(
     )
 
 
-def _decode_sum(model: Model, place: Placement, work: tuple[sympy.Expr, sympy.Expr], dtype: str, batch: int, prompt: int, steps: int, t_comm: float) -> tuple[float, float]:
-    """Both bounds summed over ``steps`` decode steps after prompt, prompt + 1, … cached tokens (float64, vectorised)."""
+def _decode_sum(model: Model, place: Placement, work: tuple[sympy.Expr, sympy.Expr, sympy.Expr], dtype: str, batch: int, prompt: int, steps: int, t_comm: float, comm_floor: float) -> tuple[float, float]:
+    """Both bounds summed over ``steps`` decode steps after prompt, prompt + 1, … cached tokens (float64, vectorised);
+    the lower one with the floor's memory traffic and communication (bandwidth alone)."""
     if steps == 0:
         return 0.0, 0.0
     past = numpy.arange(prompt, prompt + steps, dtype=numpy.float64)
-    flops, moved = (_sizes(model, w).xreplace({model.vocabulary["batch"]: batch}) for w in work)
+    flops, moved, kept = (_sizes(model, w).xreplace({model.vocabulary["batch"]: batch}) for w in work)
     t_math = numpy.broadcast_to(compile_expression(flops, ("past",))(past), past.shape) / place.device.flops_per_s(dtype)
     t_mem = numpy.broadcast_to(compile_expression(moved, ("past",))(past), past.shape) / place.device.hbm_bytes_per_s
-    lower = numpy.maximum(numpy.maximum(t_math, t_mem), t_comm).sum()
+    t_kept = numpy.broadcast_to(compile_expression(kept, ("past",))(past), past.shape) / place.device.hbm_bytes_per_s
+    lower = numpy.maximum(numpy.maximum(t_math, t_kept), comm_floor).sum()
     upper = (t_math + t_mem + t_comm).sum()
     return float(lower), float(upper)
 
@@ -941,7 +994,7 @@ def _inference_assumptions(place: Placement, dtype: str, tensor: int, flash: boo
         "peak": f"{place.device.name} dense {dtype} peak, no efficiency factor",
         "dtype": dtype_assumption(dtype),
         "hbm": f"{place.device.name} HBM bandwidth, no efficiency factor",
-        "overlap": "lower bound: compute, memory traffic and communication fully overlapped (max); upper bound: none overlapped (sum)",
+        "overlap": "floor: compute, memory traffic (what a fused engine still moves) and communication (bandwidth alone, no latency) overlapped at peak (max); peak, no overlap: their sum with latency (not a ceiling; the estimate's ceiling is)",
         "bytes": "HBM bytes as an unfused eager framework moves them, weights read once per forward pass"
         + ("; FlashAttention in the attention cores (decode: each key/value head read once for the query heads sharing it)" if flash else "; eager attention (scores materialised, the cache read per query head)"),
         "ttft": "the prefill's forward pass over the prompts (the first output token comes from it)",

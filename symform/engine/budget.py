@@ -65,8 +65,9 @@ def quoted(text: object) -> str:
 
 # -- numbers written as text -------------------------------------------------------------------
 
-_NUMBER = re.compile(r"\s*([+-]?)(?:(\d+)(?:\.(\d*))?|\.(\d+))(?:[eE]([+-]?\d+))?\s*")
-_RATIO = re.compile(r"\s*([+-]?\d+)\s*/\s*([+-]?\d+)\s*")
+# around a number only ASCII spaces, tabs and line ends: a control character (\x1f) is no blank
+_NUMBER = re.compile(r"[ \t\r\n]*([+-]?)(?:(\d+)(?:\.(\d*))?|\.(\d+))(?:[eE]([+-]?\d+))?[ \t\r\n]*")
+_RATIO = re.compile(r"[ \t\r\n]*([+-]?\d+)[ \t\r\n]*/[ \t\r\n]*([+-]?\d+)[ \t\r\n]*")
 
 
 def number_from_text(text: str, what: str) -> Fraction:

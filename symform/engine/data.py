@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from .budget import check_nesting, read_bounded
-from .disk_cache import Store, digest, fingerprint, plain_json
+from .disk_cache import Store, plain_json
 from .errors import ConfigError, DeclarationError, FileBudgetError
 
-_TABLES = Store("tables", "tomllib")  # a bundled TOML file's text -> its table
+_TABLES = Store("tables")  # a bundled TOML file's text -> its table
 
 _DATA_DIRS = ("formulas", "hardware")
 
@@ -52,23 +52,6 @@ def version() -> str:
         return "unknown (neither installed nor a checkout)"
 
 
-@cache
-def bundled_fingerprint() -> str:
-    """A hash of symform's code, its bundled files and sympy's release (the numbers come out of sympy's
-    arithmetic): what anything worked out from those alone depends on (disk_cache.fingerprint)."""
-    package = Path(__file__).resolve().parents[1]
-    root = data_root()
-    return fingerprint(package, *(root / d for d in _DATA_DIRS), *_sympy_release())
-
-
-def _sympy_release() -> tuple[Path, ...]:
-    """sympy's release file (its version), found without importing sympy."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("sympy")
-    return (Path(spec.origin).with_name("release.py"),) if spec is not None and spec.origin else ()
-
-
 def formulas_dir() -> Path:
     return data_root() / "formulas"
 
@@ -99,7 +82,7 @@ def read_toml(path: Path) -> dict[str, Any]:
     check_nesting(text, path)
     bundled = _is_bundled(path)
     if bundled:
-        key = digest(text)
+        key = Store.key("tomllib.loads", text)
         kept = _TABLES.get(key)
         if isinstance(kept, str):  # each caller gets tables of its own, as from tomllib
             try:

@@ -23,6 +23,7 @@ import sympy
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError
 
 from .data import formulas_dir, read_toml
+from .derivation import Identity
 from .errors import DeclarationError, SymformError, describe_validation
 from .names import is_identifier
 from .safe_expr import parse
@@ -175,6 +176,9 @@ class Component:
 @dataclass(frozen=True)
 class Library:
     """Every declared component by name, checked as a whole."""
+
+    def derivation_key(self) -> Identity:  # built once per set of files: by identity (engine/derivation)
+        return Identity(self)
 
     components: Mapping[str, Component]
     vocabulary: Vocabulary

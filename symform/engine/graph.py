@@ -10,7 +10,7 @@ the total.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable, Iterable, Mapping
+from typing import Iterable, Mapping
 
 import networkx as nx
 import sympy
@@ -19,6 +19,7 @@ from .declarations import QUANTITIES, SLOT, Component, Library, Requirement
 from .budget import GRAPH_DEPTH, GRAPH_NODES, check_expansion, expand
 from .errors import BudgetError, DeclarationError
 from .multiplied import Polynomial, from_polynomial, polynomial, summed
+from .derivation import Identity, derivation
 from .safe_expr import substituted
 
 Binding = sympy.Expr | str  # an expression, or a component name for a slot
@@ -36,51 +37,31 @@ class BoundRequirement:
 class ComponentGraph:
     graph: nx.DiGraph
     requirements: list[BoundRequirement] = field(default_factory=list)
-    # a built graph does not change, and models differing only in conventions share it: what is
-    # derived from it is derived once (sympy expressions are immutable; callers get fresh dicts)
-    _derived: dict = field(default_factory=dict, repr=False, compare=False)
-    # where the graph is kept between runs (kept_graphs), what is derived from it is too: a keeper's
-    # recall(key) gives (True, value) for a value an earlier run derived, remember(key, value) keeps one
-    keeper: Any = field(default=None, repr=False, compare=False)
-    _deriving: int = field(default=0, repr=False, compare=False)
 
-    def derived(self, key: Hashable, compute: Callable[[], Any], *, between_runs: bool = True) -> Any:
-        """``compute()``'s value, computed once per key for this graph: for what depends on the graph alone
-        (or on the graph and what the key names). An unhashable key (a caller's odd argument) is not kept.
-        What is derived outside any other derivation is recalled from the keeper, or given to it (the
-        derivations within one are needed only where it is not kept); ``between_runs=False`` for a value
-        its callers change (a memo of their own), which is this run's alone."""
-        try:
-            hash(key)
-        except TypeError:
-            return compute()
-        if key not in self._derived:
-            outermost = between_runs and self.keeper is not None and self._deriving == 0
-            found, value = self.keeper.recall(key) if outermost else (False, None)
-            if not found:
-                self._deriving += 1
-                try:
-                    value = compute()
-                finally:
-                    self._deriving -= 1
-                if outermost:
-                    self.keeper.remember(key, value)
-            self._derived[key] = value
-        return self._derived[key]
+    def derivation_key(self) -> Identity:
+        # a built graph does not change: what is derived from it (derivation) is keyed by the graph itself
+        return Identity(self)
 
     def leaves(self) -> list[str]:
-        return list(self.derived("leaves", lambda: [n for n in self.graph if self.graph.nodes[n]["component"].is_primitive]))
+        return list(self._leaves())
+
+    @derivation
+    def _leaves(self) -> list[str]:
+        return [n for n in self.graph if self.graph.nodes[n]["component"].is_primitive]
 
     def multiplicities(self, quantity: str, shards: Mapping[str, sympy.Expr] | None = None) -> dict[str, sympy.Expr]:
         """Each node's repeat count from the root; a part sharded over a parallel dimension
         (``shards[name]`` ranks) counts its share on one rank."""
-        if not shards:
-            return dict(self.derived(("multiplicities", quantity), lambda: self._multiplicities(quantity, {})))
-        return self._multiplicities(quantity, shards)
+        return dict(self._multiplicities(quantity, dict(shards or {})))
 
+    @derivation
+    def _order(self) -> list[str]:
+        return list(nx.topological_sort(self.graph))
+
+    @derivation
     def _multiplicities(self, quantity: str, shards: Mapping[str, sympy.Expr]) -> dict[str, sympy.Expr]:
         weight = {"": sympy.Integer(1)}
-        for node in self.derived("order", lambda: list(nx.topological_sort(self.graph))):
+        for node in self._order():
             for child in self.graph.successors(node):
                 edge = self.graph.edges[node, child]
                 split = shards.get(edge["shard"], 1) if edge["shard"] else 1
@@ -89,8 +70,9 @@ class ComponentGraph:
 
     def leaf_terms(self, quantity: str) -> dict[str, sympy.Expr]:
         """Each leaf's contribution to the whole model: multiplicity × own expression."""
-        return dict(self.derived(("leaf_terms", quantity), lambda: self._leaf_terms(quantity)))
+        return dict(self._leaf_terms(quantity))
 
+    @derivation
     def _leaf_terms(self, quantity: str) -> dict[str, sympy.Expr]:
         weight = self.multiplicities(quantity)
         # a part repeated zero times for this quantity (the loss for params) is not part of its breakdown
@@ -99,8 +81,9 @@ class ComponentGraph:
     def leading_rewrites(self) -> dict[sympy.Expr, sympy.Expr]:
         """What leading-order forms write in place of an expression, as the components declare it
         (``leading``), in the model's symbols: ceil(seq/chunk) → seq/chunk."""
-        return dict(self.derived("leading", self._leading_rewrites))
+        return dict(self._leading_rewrites())
 
+    @derivation
     def _leading_rewrites(self) -> dict[sympy.Expr, sympy.Expr]:
         found: dict[sympy.Expr, sympy.Expr] = {}
         for node in self.graph.nodes.values():
@@ -110,13 +93,15 @@ class ComponentGraph:
                 found.update({k.xreplace(local): v.xreplace(local) for k, v in component.leading.items()})
         return found
 
+    @derivation
     def total(self, quantity: str) -> sympy.Expr:
-        return self.derived(("total", quantity), lambda: _multiplied_sum(self.leaf_terms(quantity).values(), f"the model's {quantity}"))
+        return _multiplied_sum(self.leaf_terms(quantity).values(), f"the model's {quantity}")
 
     def breakdown(self, quantity: str, depth: int | None = None) -> dict[str, sympy.Expr]:
         """Sums by path prefix of at most ``depth`` segments (all the way down when None)."""
-        return dict(self.derived(("breakdown", quantity, depth), lambda: self._breakdown(quantity, depth)))
+        return dict(self._breakdown(quantity, depth))
 
+    @derivation
     def _breakdown(self, quantity: str, depth: int | None) -> dict[str, sympy.Expr]:
         groups: dict[str, list[sympy.Expr]] = {}
         for path, term in self.leaf_terms(quantity).items():

@@ -24,9 +24,10 @@ from . import hub
 from .families import Checkpoint, ContextLimit, ModelSpec, checkpoint_facts, find_preset, load_config_file, preset_config, presets, spec_from_config
 from .formula import Formula
 from .multiplied import multiplied_out
-from .graph import BoundRequirement, ComponentGraph, assumption_names, introduced_ratios
-from .kept_graphs import kept_graph
+from .derivation import Identity, derivation, inputs_key
+from .graph import BoundRequirement, ComponentGraph, assumption_names, build_graph, introduced_ratios
 from .safe_expr import parse
+from .exact import exact_predicate
 from .size_checks import GeneratedChecks, SizeCheck, generate_checks, size_checks
 from .userfile import load_declaration_file
 
@@ -110,6 +111,7 @@ class Model:
         the same sizes, which passed its checks: the conventions that differ from its own (only the requirements
         reading those can fail here: parts and repeats read sizes alone)."""
         self._values, self._arguments = resized or self._split_arguments()
+        self._key: tuple | None = None  # derivation_key, made when a derivation first asks
         self._evaluators: dict[str, object] = {}  # quantity -> exact function with this model's sizes bound
         self._evaluations: dict[str, int] = {}
         self._ratios: dict[str, sympy.Rational] | None = None
@@ -210,6 +212,13 @@ class Model:
     def name(self) -> str:
         return self.spec.name
 
+    def derivation_key(self) -> tuple:
+        """Everything a derivation given this model could read (engine/derivation): its declarations, its spec
+        (every size and argument, the config, the checkpoint), its conventions and its accounting."""
+        if self._key is None:
+            self._key = (Identity(self.library), inputs_key(self.spec), inputs_key(self.conventions), self.accounting)
+        return self._key
+
     @property
     def context_limit(self) -> ContextLimit | None:
         """The most tokens (cached and new) the model reads, as its config states it (a ``ContextLimit``:
@@ -243,7 +252,7 @@ class Model:
                 known = ", ".join(self.assumption_sets()) or "none"
                 raise EvaluationError(f"unknown assumption set {(unknown or [assume])[0]!r}; this model's components declare: {known}")
             try:
-                self._graphs[assume] = kept_graph(self.library, self.spec.root, self._arguments, assume=assume)
+                self._graphs[assume] = build_graph(self.library, self.spec.root, self._arguments, assume=assume)
             except ZeroDivisionError:  # a part binds a divisor to 0 (sympy folds Mod(x, 0) as it substitutes)
                 raise DeclarationError(f"{self.name}: a part's arguments make a divisor zero; give sizes and bindings that keep every divisor positive") from None
         return self._graphs[assume]
@@ -268,26 +277,9 @@ class Model:
 
     def expression(self, quantity: str, *, assume: str | None = None, conventions: bool = True) -> Formula:
         """The whole model's expression for a quantity, over the vocabulary's symbols."""
-        key = (quantity, assume, conventions)
-        formula = self._structure.expressions.get(key)
-        if formula is None:
-            formula = self._structure.expressions[key] = self._expression(quantity, assume, conventions)
-        return formula
-
-    def _expression(self, quantity: str, assume: str | None, conventions: bool) -> Formula:
         quantity = normalise_quantity(quantity)
-        graph = self.graph(assume=assume)
-        # the graph's, at these conventions: once per graph (and kept with it between runs)
-        key = ("finished", quantity, frozenset(self.conventions.items()) if conventions else None)
-        return Formula(graph.derived(key, lambda: self._finish(self._total(graph, quantity), conventions).expr), self.vocabulary)
-
-    def _total(self, graph: ComponentGraph, quantity: str) -> sympy.Expr:
-        if quantity in QUANTITIES:
-            return graph.total(quantity)
-        text = derived_quantities()[quantity].expression
-        used = set(_IDENTIFIER.findall(text))  # the totals it names: each is a whole graph multiplied out
-        names = {**{n: self.vocabulary[n] for n in self.vocabulary.names()}, **{q: graph.total(q) for q in QUANTITIES if q in used}}
-        return parse(text, names)
+        # the graph's at these conventions: shared by every model of the same structure, whatever its sizes
+        return _finished(self.graph(assume=assume), quantity, self.conventions if conventions else None, self.vocabulary)
 
     def breakdown(self, quantity: str, *, depth: int | None = 1, assume: str | None = None, conventions: bool = True) -> dict[str, Formula]:
         """Per-component expressions by slash path (``depth`` segments deep); they sum to the total."""
@@ -300,8 +292,7 @@ class Model:
         return {path: self._finish(e, conventions) for path, e in parts.items()}
 
     def _finish(self, expr: sympy.Expr, conventions: bool) -> Formula:
-        # multiplied out once: the conventions in, each convention's monomials gathered (sympy.expand's result)
-        return Formula(multiplied_out(expr, self.conventions if conventions else None), self.vocabulary)
+        return _finish(expr, self.conventions if conventions else None, self.vocabulary)
 
     # -- numbers -------------------------------------------------------------------
 
@@ -310,10 +301,17 @@ class Model:
         return {**self.values, **workload}
 
     def evaluate(self, quantity: str, **workload: object) -> Number:
-        """Exact value of a quantity at this model's sizes and the given workload (batch, seq, tokens, past)."""
-        if self._workload_checks is not _NO_CHECKS:
-            self.check_workload(**workload)
+        """Exact value of a quantity at this model's sizes and the given workload (batch, seq, tokens, past).
+        A size of the model's given again is the model resized (``with_arguments``), checked as such."""
+        if not self._arguments.keys().isdisjoint(workload):
+            model, workload = self._resized_by(workload)
+            if model is not self:
+                return model.evaluate(quantity, **workload)
         vocabulary = self.vocabulary
+        # a model none of whose requirements waits for the workload skips the checks, unless the workload gives
+        # settings (an image count): the model those make has checks of its own
+        if self._workload_checks is not _NO_CHECKS or not vocabulary.settings.isdisjoint(workload):
+            self.check_workload(**workload)
         # the generated function answers where every value is plainly valid and the count is sound;
         # anything else takes sympy's route, which gives the same number or words the error
         if vocabulary.settings.isdisjoint(workload) and plain_values(workload, vocabulary) is not None:
@@ -340,6 +338,8 @@ class Model:
         if not self.vocabulary.settings.isdisjoint(workload):  # an image count given here: the model it makes checks
             model, rest = self._with_settings(workload)
             return model.check_workload(**rest)
+        if self._workload_checks is None and self._passes_generated_workload_checks(workload):
+            return  # a resized model: no sympy substitution per model (the checks that fail take the path below)
         if self._workload_checks is None:
             self._workload_checks = self._find_workload_checks()
         if not self._workload_checks:
@@ -348,7 +348,23 @@ class Model:
         values = {s: check_value(s.name, workload[s.name], self.vocabulary) for s in sorted(read, key=lambda s: s.name)}
         for relation, requirement in self._workload_checks:
             if relation.free_symbols <= values.keys() and relation.xreplace(values) != sympy.true:
-                raise ConfigError(_failed_requirement(self.name, requirement, {**self._known(), **values}, self.graph().graph.nodes[requirement.path]["args"]))
+                raise ConfigError(failed_requirement(self.name, requirement, {**self._known(), **values}, self.graph().graph.nodes[requirement.path]["args"]))
+
+    def _passes_generated_workload_checks(self, workload: Mapping[str, object]) -> bool:
+        """Whether each requirement reading the workload that the workload settles holds, by the structure's
+        generated predicates over plain numbers; False where any fails or cannot be decided that way."""
+        if plain_values(workload, self.vocabulary) is None:
+            return False
+        values = None
+        for names, test in self._structure.workload_tests(self):
+            if names <= workload.keys():
+                values = values or {**self._plain_values, **workload}
+                try:
+                    if test(values) is not True:
+                        return False
+                except Exception:  # noqa: BLE001: a size left symbolic, a division by zero: sympy decides and words it
+                    return False
+        return True
 
     def _find_workload_checks(self) -> tuple[tuple[sympy.Basic, BoundRequirement], ...]:
         """Each requirement left over the workload alone once this model's sizes and conventions are in."""
@@ -358,33 +374,24 @@ class Model:
         """(index among the graph's requirements that read the workload, the relation left once this model's
         sizes and conventions are in) of each that the sizes do not settle."""
         graph = self.graph()
-        workload, reading = self._reading_workload(graph)
+        workload, reading = _reading_workload(graph, self.vocabulary)
         if not reading:  # most models: found once per graph, so a resized model pays a lookup
             return ()
         # what a requirement leaves depends on the values of its own symbols alone: models of one graph that differ
         # in other sizes (with_arguments) share the substitution
-        left = graph.derived("workload relations", dict, between_runs=False)
-        sizes, conventions = self._values, self.conventions
+        known = self._known()
         found = []
         for i, (requirement, symbols) in enumerate(reading):
-            key = (i, tuple(sizes.get(s, conventions.get(s)) for s in symbols))
-            if key not in left:
-                if len(left) >= _WORKLOAD_KEPT:
-                    left.clear()
-                relation = requirement.relation.xreplace(self._known())
-                left[key] = relation if relation.free_symbols and relation.free_symbols <= workload else None
-            if left[key] is not None:
-                found.append((i, left[key]))
+            left = _left_over(requirement.relation, tuple((s, known[s]) for s in symbols if s in known), workload)
+            if left is not None:
+                found.append((i, left))
         return tuple(found)
 
     def _workload_checks_of(self, relations: tuple[tuple[int, sympy.Basic], ...]) -> tuple[tuple[sympy.Basic, BoundRequirement], ...]:
         if not relations:
             return _NO_CHECKS
-        _, reading = self._reading_workload(self.graph())
+        _, reading = _reading_workload(self.graph(), self.vocabulary)
         return tuple((relation, reading[i][0]) for i, relation in relations)
-
-    def _reading_workload(self, graph: ComponentGraph) -> tuple[frozenset[sympy.Symbol], list[tuple[BoundRequirement, tuple[sympy.Symbol, ...]]]]:
-        return graph.derived("workload requirements", lambda: _reading_workload(graph, self.vocabulary))
 
     def _known(self) -> dict[sympy.Symbol, sympy.Expr]:
         return {**self.conventions, **self._values}
@@ -409,6 +416,16 @@ class Model:
         self._evaluators[quantity] = specialised or shared[quantity]
         return self._evaluators[quantity]
 
+    def _resized_by(self, workload: dict[str, object]) -> tuple["Model", dict[str, object]]:
+        """The model with the sizes the workload gives for its own arguments (checked as with_arguments checks
+        them: heads that divide, ...), and the rest of the workload; itself where they are its own values."""
+        sizes = {k: v for k, v in workload.items() if k in self._arguments}
+        rest = {k: v for k, v in workload.items() if k not in sizes}
+        own = self._plain_values
+        if all(type(v) is int and own.get(k) == v for k, v in sizes.items()):
+            return self, rest
+        return self.with_arguments(**sizes), rest
+
     def _with_settings(self, workload: dict[str, object]) -> tuple["Model", dict[str, object]]:
         """Workload values that have defaults (past) are settings: they select the expression, not just a value."""
         settings = {k: v for k, v in workload.items() if k in self._settable and k not in self.vocabulary.names("convention", "dtype")}
@@ -422,6 +439,10 @@ class Model:
         return self.expression(quantity).subs(**fixed).compile(*names)
 
     def evaluate_breakdown(self, quantity: str, *, depth: int | None = 1, **workload: object) -> dict[str, Number]:
+        if not self._arguments.keys().isdisjoint(workload):
+            model, workload = self._resized_by(workload)
+            if model is not self:
+                return model.evaluate_breakdown(quantity, depth=depth, **workload)
         self.check_workload(**workload)
         model, workload = self._with_settings(workload)
         values = model.bindings(**workload)
@@ -479,12 +500,10 @@ class Model:
         checks = self._structure.size_checks(graph)
         to_run = self._checks_to_run(checks)
         if checks and len(to_run) == len(checks):
-            # every check by sympy (the first model of its structure): its verdict follows from the graph and these
-            # values alone, so a verdict that passed (with what the requirements reading the workload leave) is
-            # derived once per graph and kept with it between runs
-            known = frozenset(self._known().items())
-            relations = graph.derived(("checked", known), lambda: self._run_checks(graph, checks, to_run) or self._workload_relations())
-            self._workload_checks = self._workload_checks_of(relations)
+            # every check by sympy (the first model of its structure): what the requirements reading the
+            # workload leave is found on the way
+            self._run_checks(graph, checks, to_run)
+            self._workload_checks = self._workload_checks_of(self._workload_relations())
         else:
             self._run_checks(graph, checks, to_run)
 
@@ -552,16 +571,43 @@ class Model:
             if holds.free_symbols:
                 return  # stays symbolic: checked when an evaluation binds the workload (check_workload)
             if holds != sympy.true:
-                raise ConfigError(_failed_requirement(self.name, bound, known, graph.graph.nodes[bound.path]["args"]))
+                raise ConfigError(failed_requirement(self.name, bound, known, graph.graph.nodes[bound.path]["args"]))
 
 
+@derivation
 def _reading_workload(graph: ComponentGraph, vocabulary) -> tuple[frozenset[sympy.Symbol], list[tuple[BoundRequirement, tuple[sympy.Symbol, ...]]]]:
     """The workload's symbols, and the graph's requirements that read any of them, each with its symbols."""
     workload = frozenset(vocabulary.symbols("workload"))
     return workload, [(r, tuple(sorted(r.relation.free_symbols, key=lambda s: s.name))) for r in graph.requirements if not workload.isdisjoint(r.relation.free_symbols)]
 
 
-def _failed_requirement(name: str, bound: BoundRequirement, known: Mapping[sympy.Symbol, object], args: Mapping[str, object]) -> str:
+@derivation
+def _left_over(relation: sympy.Basic, values: tuple[tuple[sympy.Symbol, sympy.Expr], ...], workload: frozenset[sympy.Symbol]) -> sympy.Basic | None:
+    """What a requirement reading the workload leaves once the values of its other symbols are in; None where
+    they settle it (or it reads more than the workload)."""
+    left = relation.xreplace(dict(values))
+    return left if left.free_symbols and left.free_symbols <= workload else None
+
+
+@derivation
+def _finished(graph: ComponentGraph, quantity: str, conventions: Mapping[sympy.Symbol, sympy.Rational] | None, vocabulary) -> Formula:
+    """A quantity's whole-model expression from a graph, at the given conventions (None: left symbolic)."""
+    if quantity in QUANTITIES:
+        total = graph.total(quantity)
+    else:
+        text = derived_quantities()[quantity].expression
+        used = set(_IDENTIFIER.findall(text))  # the totals it names: each is a whole graph multiplied out
+        names = {**{n: vocabulary[n] for n in vocabulary.names()}, **{q: graph.total(q) for q in QUANTITIES if q in used}}
+        total = parse(text, names)
+    return _finish(total, conventions, vocabulary)
+
+
+def _finish(expr: sympy.Expr, conventions: Mapping[sympy.Symbol, sympy.Rational] | None, vocabulary) -> Formula:
+    # multiplied out once: the conventions in, each convention's monomials gathered (sympy.expand's result)
+    return Formula(multiplied_out(expr, conventions), vocabulary)
+
+
+def failed_requirement(name: str, bound: BoundRequirement, known: Mapping[sympy.Symbol, object], args: Mapping[str, object]) -> str:
     """The requirement as declared, with the value of each name in it: a size of the model's, or the number
     an argument is bound to (``n_groups`` where the requirement reads ``n_experts % n_groups``)."""
     values = {s.name: known[s] for s in bound.relation.free_symbols if s in known}
@@ -574,7 +620,6 @@ def _failed_requirement(name: str, bound: BoundRequirement, known: Mapping[sympy
 
 
 _NO_CHECKS: tuple = ()  # a model none of whose requirements waits for the workload
-_WORKLOAD_KEPT = 4096  # substituted workload requirements kept per graph (one per distinct value of their symbols)
 _PASSED_KEPT = 4096  # undecided checks remembered as passed, per structure, before forgetting them all
 
 
@@ -585,15 +630,27 @@ class _Structure:
     def __init__(self, library: Library, graphs: dict[str | None, ComponentGraph]):
         self.library = library  # held: the key names it by id
         self.graphs = graphs  # shared with the structures that differ only in conventions
-        self.expressions: dict[tuple, Formula] = {}
         self.generated: dict[frozenset, GeneratedChecks | None] = {}  # bound sizes -> generated checks (None until a second model)
         self.passed: set[tuple] = set()  # (undecided check, the values it reads) that sympy passed
         self._checks: list[SizeCheck] | None = None
+        self._workload_tests: tuple | None = None
         self.evaluators: dict[str, object] = {}  # quantity -> generated exact function (None: sympy's route)
+
+    def workload_tests(self, model: "Model") -> tuple[tuple[frozenset[str], Callable], ...]:
+        """Each requirement reading the workload as (the workload names it reads, a generated predicate over
+        the sizes and the workload), the structure's conventions in: made once, for every model like this one."""
+        if self._workload_tests is None:
+            workload, reading = _reading_workload(model.graph(), model.vocabulary)
+            tests = []
+            for requirement, _symbols in reading:
+                relation = requirement.relation.xreplace(model.conventions)
+                tests.append((frozenset(s.name for s in relation.free_symbols & workload), exact_predicate([("{0}", (relation,))])))
+            self._workload_tests = tuple(tests)
+        return self._workload_tests
 
     def size_checks(self, graph: ComponentGraph) -> list[SizeCheck]:
         if self._checks is None:  # the graph's alone: shared with the structures that differ only in conventions
-            self._checks = graph.derived("size checks", lambda: size_checks(graph))
+            self._checks = size_checks(graph)
         return self._checks
 
 

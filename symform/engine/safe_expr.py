@@ -15,7 +15,6 @@ import ast
 import json
 import re
 from functools import cache
-from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import sympy
@@ -271,20 +270,28 @@ _IDENTIFIERS = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NODES: dict[str, Callable[..., sympy.Basic]] = {
     "Add": lambda *a: sympy.Add._from_args(a),
     "Mul": lambda *a: sympy.Mul._from_args(a),
-    "Pow": lambda b, e: sympy.Pow(b, e, evaluate=False),
+    "Pow": lambda b, e: sympy.Pow(*_kept_power(b, e), evaluate=False),
     **{c.__name__: (lambda c: lambda *a: c(*a, evaluate=False))(c) for c in (sympy.Max, sympy.Min, sympy.floor, sympy.ceiling, sympy.Mod, sympy.log)},
     **{type(c(1, 2, evaluate=False)).__name__: (lambda c: lambda a, b: c(a, b, evaluate=False))(c) for c in _COMPARE.values()},
     **{c.__name__: (lambda c: lambda *a: c(*a))(c) for c in (sympy.And, sympy.Or, sympy.Not)},
 }
 _SYMBOLS: dict[sympy.Symbol, str] = {}
+
+
+def _kept_power(base: sympy.Expr, exponent: sympy.Expr) -> tuple[sympy.Expr, sympy.Expr]:
+    """A kept power held to the budgets parsing holds a written one to (a number for exponent, within
+    MAX_EXPONENT, a constant within CONSTANT_DIGITS): an edited cache cannot ask for 10**(10**99)."""
+    if not exponent.is_Number or abs(exponent) > MAX_EXPONENT or power_digits(base, exponent) > CONSTANT_DIGITS:
+        raise ValueError("a kept power past the budget")
+    return base, exponent
+
+
 MAX_TREE_NODES = 8 * MAX_NODES  # sympy's tree of a parsed text is of the order of its syntax tree
 
 
 @cache
 def _store() -> disk_cache.Store:
-    here = Path(__file__).resolve().parent
-    code = b"".join((here / name).read_bytes() for name in ("safe_expr.py", "budget.py"))
-    return disk_cache.Store("expressions", disk_cache.digest(sympy.__version__, code))
+    return disk_cache.Store("expressions")
 
 
 def _cache_key(source: str, names: Mapping[str, sympy.Basic], relation: bool) -> str | None:
@@ -304,7 +311,7 @@ def _cache_key(source: str, names: Mapping[str, sympy.Basic], relation: bool) ->
         else:
             return None
     try:
-        return disk_cache.digest(*parts)
+        return disk_cache.Store.key("parse", *parts)
     except UnicodeEncodeError:
         return None
 
@@ -357,7 +364,7 @@ def _kept(expr: sympy.Basic, values: Mapping[sympy.Symbol, sympy.Basic]) -> symp
     if given is None or any(tree is None for _, tree in used):
         return expr.xreplace(values)
     described = sorted(f"{name}:{symbol_description(symbol)}" for symbol, name in names.items())
-    key = disk_cache.digest("substituted", json.dumps([given, used, described]))
+    key = disk_cache.Store.key("xreplace", json.dumps([given, used, described]))
     by_name = {name: symbol for symbol, name in names.items()}
     try:
         tree = _store().get(key)

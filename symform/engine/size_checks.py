@@ -23,6 +23,7 @@ from typing import Callable, Iterable
 
 import sympy
 
+from .derivation import derivation
 from .exact import exact_predicate
 from .graph import BoundRequirement, ComponentGraph
 
@@ -38,6 +39,7 @@ class SizeCheck:
     requirement: BoundRequirement | None = None
 
 
+@derivation
 def size_checks(graph: ComponentGraph) -> list[SizeCheck]:
     """Every check, in the order a model makes them: parts, repeats, requirements."""
     checks = [SizeCheck("part", expr, path, quantity) for path in graph.leaves() for quantity, expr in graph.graph.nodes[path]["quantities"].items()]

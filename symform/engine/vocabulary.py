@@ -10,6 +10,7 @@ from typing import Literal, Mapping
 import sympy
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
+from .derivation import Identity
 from .data import formulas_dir, read_toml
 from .budget import number_from_text
 from .errors import DeclarationError, describe_validation
@@ -74,6 +75,9 @@ class Entry:
 @dataclass(frozen=True)
 class Vocabulary:
     entries: Mapping[str, Entry] = field(default_factory=dict)
+
+    def derivation_key(self) -> Identity:  # built once per set of files: by identity (engine/derivation)
+        return Identity(self)
 
     def __contains__(self, name: object) -> bool:
         return name in self.entries

@@ -19,8 +19,7 @@ from .cli_args import exact_number, given_once, positive_int
 from ..engine.budget import quoted
 from ..engine.names import is_identifier
 from ..engine.errors import SymformError
-from ..engine.data import accountings_table, bundled_fingerprint, version
-from ..engine.disk_cache import Store, cache_dir, digest, plain_json
+from ..engine.data import accountings_table, version
 
 if TYPE_CHECKING:  # the commands that build expressions import these; --help and models never load sympy
     from ..engine.derive import Derivation
@@ -173,20 +172,22 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     p = verbs.add_parser("hardware", help="accelerators and systems: the list, or one of them", description="accelerators and systems: the list, or one of them")
     p.add_argument("name", nargs="?", help="a bundled device (symform hardware) or a path to a device file (.toml)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p = verbs.add_parser("cache", help="the cache symform keeps between runs: where it is and what it holds (info), or empty it (clear)", description="the cache symform keeps between runs: where it is and what it holds (info), or empty it (clear)")
+    p.add_argument("action", choices=("info", "clear"), help="info: the directory, each store file, its size and entries; clear: remove symform's store files, nothing else")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p = verbs.add_parser("web", help="a local page and JSON API over these commands (needs starlette and uvicorn: pip install starlette uvicorn)", description="a local page and JSON API over these commands (needs starlette and uvicorn: pip install starlette uvicorn)")
+    if wanted("web"):
+        _from("web", "web_arguments")(p)
     return parser
 
 
 def _accountings() -> list[str]:
-    """The named convention sets' names, read without building the engine (a command answered from the kept
-    results loads none of it)."""
+    """The named convention sets' names, read without building the engine (--help loads none of it)."""
     return sorted(accountings_table())
 
 
-def main(argv: Sequence[str] | None = None, *, keep_results: bool | None = None) -> int:
-    """Run one command. ``keep_results`` (by default: when run as a program, argv from the command line)
-    answers a command from the results an earlier run kept, and keeps its own for the next run."""
-    global _KEEP_RESULTS
-    _KEEP_RESULTS = argv is None if keep_results is None else keep_results
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command (``argv``: the command line's arguments, else sys.argv's)."""
     code = _main(list(sys.argv[1:] if argv is None else argv))
     if argv is None:
         # Run as a program (the console script, python -m symform): the interpreter exits next, and its
@@ -235,6 +236,10 @@ def _run(args: argparse.Namespace) -> str:
         return _from("validation_report", "validate_command")(args)
     if args.verb == "hardware":
         return _hardware(args)
+    if args.verb == "cache":
+        return _cache(args)
+    if args.verb == "web":
+        return _from("web", "web_command")(args)
     if args.verb == "plot":
         return _from("plots", "plot_command")(args)
     if args.verb == "latex":
@@ -244,9 +249,9 @@ def _run(args: argparse.Namespace) -> str:
 
         return docs_command(args)
     if args.verb == "params":
-        return _params_text(_kept_facts(args, _params_facts), args)
+        return _params_text(_facts(args, _params_facts), args)
     if args.verb == "flops":
-        return _flops_text(_kept_facts(args, _flops_facts), args)
+        return _flops_text(_facts(args, _flops_facts), args)
     model = _load(args)
     if args.verb in _MODULE_VERBS:
         module, _, command, _ = _MODULE_VERBS[args.verb]
@@ -310,42 +315,26 @@ def _conventions(model: Model) -> dict[str, int | float]:
     return {s.name: _json_number(Fraction(int(v.p), int(v.q))) for s, v in model.conventions.items() if s.name in kinds}
 
 
-# --- results kept between runs ------------------------------------------------------------------------
-# What a command prints about a bundled preset follows from its command line, symform's code and its
-# bundled files alone. Run as a program, the numbers it printed are kept (disk_cache, plain JSON) under a
-# hash of all three, and the next run with the same command line prints them again without building the
-# model (`symform params` then imports none of sympy or pydantic). Models from files or the Hub are not kept (their
-# files can change behind a path or a name); nor is a number JSON would not give back as it was.
+def _cache(args: argparse.Namespace) -> str:
+    from ..engine import disk_cache
 
-_KEEP_RESULTS = False
-
-
-@cache
-def _results() -> Store:
-    return Store("results", bundled_fingerprint())
-
-
-def _kept_facts(args: argparse.Namespace, work: Callable[[Model, argparse.Namespace], dict[str, Any]]) -> dict[str, Any]:
-    """``work``'s facts about the model the command line names: kept from an earlier run, or worked out (and kept)."""
-    key = digest(repr(sorted(vars(args).items()))) if _KEEP_RESULTS and cache_dir() is not None else None
-    kept = _results().get(key) if key is not None else None
-    if isinstance(kept, dict) and isinstance(kept.get("facts"), dict) and isinstance(kept.get("notes"), list):
-        if kept["notes"]:
-            args.notes = kept["notes"]
-        return kept["facts"]
-    model = _load(args)
-    facts = work(model, args)
-    if key is not None and args.revision is None and _is_preset(args.model):
-        entry = {"facts": facts, "notes": list(getattr(args, "notes", []))}
-        if plain_json(entry):
-            _results().put(key, entry)
-    return facts
+    if args.action == "clear":
+        removed = disk_cache.clear()
+        return json.dumps({"removed": removed}) if args.json else f"removed {len(removed)} file{'s' if len(removed) != 1 else ''} from {disk_cache.cache_dir() or 'no cache directory'}"
+    found = disk_cache.info()
+    if args.json:
+        return json.dumps(found)
+    lines = [f"cache directory  {found['directory'] or 'none'}  ({found['chosen_by']})"]
+    for f in found["files"]:
+        held = f"{f['entries']:,} entries" if f["current"] else "another version's: never read (symform cache clear removes it)"
+        lines.append(f"  {f['file']}  {f['bytes']:,} bytes  {held}")
+    lines.append(f"total            {found['bytes']:,} bytes in {len(found['files'])} file{'s' if len(found['files']) != 1 else ''}")
+    return "\n".join(lines)
 
 
-def _is_preset(name: str) -> bool:
-    from ..engine.families import find_preset
-
-    return find_preset(name) is not None
+def _facts(args: argparse.Namespace, work: Callable[[Model, argparse.Namespace], dict[str, Any]]) -> dict[str, Any]:
+    """``work``'s facts about the model the command line names."""
+    return work(_load(args), args)
 
 
 def _params_facts(model: Model, args: argparse.Namespace) -> dict[str, Any]:

@@ -84,21 +84,23 @@ def fraction(text: str) -> float:
 ATTENTION = ("sdpa", "eager")
 
 
-def attention_arguments(p) -> None:
+def attention_arguments(p, kernels: Sequence[tuple[str, str]] = ()) -> None:
     """The attention kernels a command assumes, defined once for every command: --attention sdpa (FlashAttention
     kernels, the default, as transformers, training frameworks and serving engines run) or eager (score matrices
-    materialised, as PyTorch eager keeps them), and the same as --flash / --no-flash."""
-    p.add_argument("--attention", choices=ATTENTION, default=None, help="attention kernels: sdpa (FlashAttention, the default, as transformers and serving engines run) or eager (scores materialised, as PyTorch eager keeps them)")
+    materialised, as PyTorch eager keeps them), and the same as --flash / --no-flash; ``kernels``: (name, what it
+    is) of further kernels a command times."""
+    more = "".join(f"; {name}: {what}" for name, what in kernels)
+    p.add_argument("--attention", choices=(*ATTENTION, *(name for name, _ in kernels)), default=None, help="attention kernels: sdpa (FlashAttention, the default, as transformers and serving engines run) or eager (scores materialised, as PyTorch eager keeps them)" + more)
     p.add_argument("--flash", action=argparse.BooleanOptionalAction, default=None, help="the same as --attention sdpa; --no-flash: as --attention eager")
 
 
 def uses_flash(args: argparse.Namespace) -> bool:
     """True for FlashAttention/SDPA (the default), False for eager; --attention and --flash/--no-flash contradicting refused."""
-    if args.attention is not None and args.flash is not None and args.flash != (args.attention == "sdpa"):
+    if args.attention is not None and args.flash is not None and args.flash != (args.attention != "eager"):
         given = "--flash" if args.flash else "--no-flash"
         raise ConfigError(f"{given} and --attention {args.attention} contradict each other; drop one")
     if args.attention is not None:
-        return args.attention == "sdpa"
+        return args.attention != "eager"
     return True if args.flash is None else args.flash
 
 

@@ -30,6 +30,7 @@ from ..analysis.memory import (
 )
 from ..engine.model import Model
 from ..analysis.finetune import finetune_memory, finetune_memory_expressions
+from ..analysis.frameworks import DEFAULT as DEFAULT_FRAMEWORK, EAGER, framework, frameworks
 from .finetune_args import finetune_arguments, finetune_setup
 
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
@@ -94,6 +95,17 @@ def recipe_arguments(group) -> None:
     group.add_argument("--recompute", default="none", choices=RECOMPUTE, help="activation recomputation: selective (attention cores) or full (whole layers)")
 
 
+def framework_argument(group) -> None:
+    group.add_argument("--framework", choices=list(frameworks()), help=f"the training framework whose kernels, selective recomputation, buffers and overheads to count (formulas/frameworks; default {DEFAULT_FRAMEWORK}, or {EAGER} with --accounting)")
+
+
+def framework_name(args: argparse.Namespace) -> str:
+    """The framework a command assumes: the one named, else eager where an accounting was named, else the default."""
+    if getattr(args, "framework", None):
+        return args.framework
+    return EAGER if getattr(args, "accounting", None) else DEFAULT_FRAMEWORK
+
+
 def setup_arguments(p: argparse.ArgumentParser) -> None:
     """The options both commands share: phase, precision, optimizer, layout, recomputation, formats."""
     phase = p.add_mutually_exclusive_group(required=True)
@@ -103,10 +115,11 @@ def setup_arguments(p: argparse.ArgumentParser) -> None:
     train = p.add_argument_group("training")
     recipe_arguments(train)
     train.add_argument("--zero", type=int, default=0, choices=(0, 1, 2, 3), help="ZeRO stage over the data-parallel ranks")
-    train.add_argument("--distributed-optimizer", action="store_true", help="Megatron's distributed optimizer (optimizer states sharded like ZeRO-1)")
+    train.add_argument("--distributed-optimizer", action=argparse.BooleanOptionalAction, default=None, help="Megatron's distributed optimizer (optimizer states sharded like ZeRO-1; default: the framework's)")
     for name, help in (("dp", "data"), ("pp", "pipeline"), ("ep", "expert"), ("cp", "context")):
         train.add_argument(f"--{name}", type=positive_int, default=1, help=f"{help}-parallel degree")
-    train.add_argument("--sp", action="store_true", help="sequence parallelism alongside tensor parallelism")
+    train.add_argument("--sp", action=argparse.BooleanOptionalAction, default=None, help="sequence parallelism alongside tensor parallelism (default: the framework's, with --tp > 1)")
+    framework_argument(train)
     train.add_argument("--schedule", default="1f1b", choices=SCHEDULES, help="pipeline schedule")
     train.add_argument("--microbatches", type=positive_int, help="micro-batches per step (default: as many as pipeline stages)")
     train.add_argument("--chunks", type=positive_int, default=1, help="model chunks per device (interleaved schedule)")
@@ -156,15 +169,17 @@ def fit_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _layout(args: argparse.Namespace) -> Layout:
+    # a fine-tuning step is counted by symform.finetune, which takes no framework: none of its defaults apply
+    fw = framework(framework_name(args) if finetune_setup(args) is None else EAGER)
     return Layout(
-        data=args.dp, tensor=args.tp, pipeline=args.pp, expert=args.ep, context=args.cp, sequence=args.sp,
-        zero=args.zero, distributed_optimizer=args.distributed_optimizer,
+        data=args.dp, tensor=args.tp, pipeline=args.pp, expert=args.ep, context=args.cp, sequence=fw.default("sequence_parallel", args.sp, args.tp),
+        zero=args.zero, distributed_optimizer=fw.default("distributed_optimizer", args.distributed_optimizer),
         schedule=args.schedule, microbatches=args.microbatches, chunks=args.chunks,
     )  # fmt: skip
 
 
 def _training(args: argparse.Namespace) -> Training:
-    return Training(precision=args.precision, optimizer=args.optimizer, recompute=args.recompute, flash=uses_flash(args), layout=_layout(args))
+    return Training(precision=args.precision, optimizer=args.optimizer, recompute=args.recompute, flash=uses_flash(args), layout=_layout(args), framework=framework_name(args))
 
 
 def _inference(args: argparse.Namespace) -> Inference:
@@ -231,6 +246,8 @@ def _memory_table(report: MemoryReport, device: tuple[str, int] | None) -> str:
     if "attention" in report.assumptions:
         other = "--attention sdpa (--flash)" if report.assumptions["attention"].startswith("eager") else "--attention eager (--no-flash)"
         lines.append(f"attention: {report.assumptions['attention']}; {other} for the other")
+    if isinstance(report.assumptions.get("framework"), dict):
+        lines.append(framework_line(report.assumptions["framework"]))
     if report.activations_by_component:
         lines.append("activations by component: " + ", ".join(f"{k} {float(v) / 1e9:.3f} GB" for k, v in report.activations_by_component.items() if v))
     if device:
@@ -242,6 +259,14 @@ def _memory_table(report: MemoryReport, device: tuple[str, int] | None) -> str:
         lines.append(_checkpoint_line(size))
     lines.append("assumptions: " + _assumptions_line(report.assumptions))
     return "\n".join(lines)
+
+
+def framework_line(described: dict) -> str:
+    """The framework a report assumed, in one line: its name, what it is, what it leaves out."""
+    line = f"framework {described['name']}: {described['doc']}; --framework {' | '.join(frameworks())} for another"
+    if described.get("not_modelled"):
+        line += "; not modelled: " + ", ".join(described["not_modelled"])
+    return line
 
 
 def _placed(report: MemoryReport, args: argparse.Namespace):
@@ -315,7 +340,7 @@ def _checkpoint_line(size: dict) -> str:
 
 
 def _assumptions_line(assumptions: dict) -> str:
-    skip = {"conventions", "workload", "layout", "checkpoint_size", "trainable_params", "params", "attention", "backward_peak", "flash_attention"}
+    skip = {"conventions", "workload", "layout", "checkpoint_size", "trainable_params", "params", "attention", "backward_peak", "flash_attention", "framework"}
     items = [f"{k}={v}" for k, v in assumptions.items() if k not in skip]
     layout = assumptions.get("layout")
     if layout:

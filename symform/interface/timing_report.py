@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from .cli_args import attention_arguments, non_negative_float, positive_float, positive_int, uses_flash
@@ -15,11 +16,17 @@ from ..engine.errors import BudgetError, ConfigError
 from ..analysis.finetune import describe_text
 from ..analysis.memory import RECOMPUTE, SCHEDULES, Layout, matmul_rate, recipes, stored_weights
 from ..engine.model import Model
+from ..analysis.frameworks import EAGER, framework
+from .memory_report import framework_argument, framework_name
 
 if TYPE_CHECKING:  # the timing module (and numpy) load when a time is asked for, not with the CLI
     from ..analysis.timing import InferenceTime, PhaseTime, TrainingTime
 
-TRAIN_ONLY = ("global_batch", "micro_batch", "seq", "dp", "pp", "ep", "cp", "recompute", "schedule", "zero", "measured_step", "measured_tokens_per_s", "tokens")
+TRAIN_ONLY = ("global_batch", "micro_batch", "seq", "dp", "pp", "ep", "cp", "recompute", "schedule", "zero", "measured_step", "measured_tokens_per_s", "tokens", "sp", "chunks", "tp_comm_overlap")
+#: Decode attention kernels beyond sdpa and eager, with their sources (symform.estimate.ATTENTION)
+DECODE_KERNELS = (
+    ("fused_per_head", "a fused kernel reading each key/value head once per query head, not once per group (TensorRT-LLM's masked MHA for generation before its XQA kernel, v0.8: docs/source/blogs/XQA-kernel.md); sdpa reads it once per group (FlashDecoding, FlashAttention-2's grouped-query packing, TensorRT-LLM's XQA)"),
+)
 INFER_ONLY = ("batch", "prompt", "output")
 CACHE_ONLY = ("kv_dtype",)  # training holds no KV cache
 
@@ -39,7 +46,10 @@ def time_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--recompute", choices=RECOMPUTE, help="activation recomputation (default none)")
     p.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="ZeRO stage / FSDP sharding over the data-parallel ranks (3 = FSDP full shard; default 0)")
     p.add_argument("--fit-only", action="store_true", help="refuse a training layout whose memory does not fit one device")
-    p.add_argument("--schedule", choices=SCHEDULES, help="pipeline schedule (default 1f1b)")
+    p.add_argument("--schedule", choices=SCHEDULES, help="pipeline schedule (default 1f1b; interleaved with --chunks above 1)")
+    p.add_argument("--chunks", type=positive_int, help="virtual pipeline: model chunks per device in the interleaved schedule, bubble (pp − 1)/(chunks × micro-batches) (Narayanan et al. 2021, sec. 2.2.2); default 1")
+    p.add_argument("--sp", action="store_true", default=None, help="sequence parallelism with tensor parallelism: all-gathers and reduce-scatters in place of the all-reduces (Korthikanti et al. 2022)")
+    p.add_argument("--tp-comm-overlap", action="store_true", default=None, help="with --sp: the tensor-parallel communication pipelined with the GEMMs, as Megatron-LM's --tp-comm-overlap (Transformer Engine Userbuffers) runs it; only what outlasts the GEMMs is exposed in the estimate")
     p.add_argument("--batch", type=positive_int, help="requests served together (inference)")
     p.add_argument("--prompt", type=positive_int, help="prompt tokens per request (inference)")
     p.add_argument("--output", type=positive_int, help="tokens generated per request (inference)")
@@ -49,7 +59,8 @@ def time_arguments(p: argparse.ArgumentParser) -> None:
     kv_dtype_argument(p)
     p.add_argument("--expert-skew", type=non_negative_float, default=0.0, metavar="S", help="mixture of experts, decode: Zipf exponent of the routing (default 0: uniform), which sets how many distinct experts a step reads")
     p.add_argument("--gemm-model", choices=("rows", "waves"), help="the estimate's GEMM model at its own fit: rows (the default) or waves (tiles and waves over the SMs; docs/time.md)")
-    attention_arguments(p)  # for the bounds, the estimate and the memory check alike
+    attention_arguments(p, DECODE_KERNELS)  # for the bounds, the estimate and the memory check alike
+    framework_argument(p)  # the memory check's
     p.add_argument("--measured-step", type=positive_float, metavar="SECONDS", help="a measured training step: MFU and HFU by the PaLM, Megatron and exact definitions")
     p.add_argument("--measured-tokens-per-s", type=positive_float, metavar="TOKENS", help="a measured training throughput (tokens/s of the whole run), as --measured-step")
     p.add_argument("--tokens", type=positive_float, metavar="N", help="tokens of a whole training run (e.g. 15e12): its duration in days and GPU-hours")
@@ -83,11 +94,16 @@ def _time_command(model: Model, args: argparse.Namespace) -> str:
     model = with_kv_dtype(model, args)
 
     tune = finetune_setup(args, training=args.train)
+    given = args.attention
     args.attention = "sdpa" if uses_flash(args) else "eager"  # one name from here on, whichever option gave it
+    if given in (name for name, _ in DECODE_KERNELS):
+        if args.train:
+            raise ConfigError(f"--attention {given} is a serving engine's decode kernel; use sdpa or eager with --train")
+        args.attention = given
     if args.train:
         args.dtype = args.dtype or "bf16"
         result = _train(model, args, tune)
-        found = _estimate(lambda: estimate.training_estimate(model, args.gpu, global_batch=args.global_batch, micro_batch=args.micro_batch or 1, seq=args.seq, layout=_layout(args), recompute=args.recompute or "none", dtype=args.dtype, attention=args.attention, node_size=args.node_size, finetune=tune, gemm_model=args.gemm_model))
+        found = _estimate(lambda: estimate.training_estimate(model, args.gpu, global_batch=args.global_batch, micro_batch=args.micro_batch or 1, seq=args.seq, layout=_layout(args), recompute=args.recompute or "none", dtype=args.dtype, attention=args.attention, node_size=args.node_size, finetune=tune, gemm_model=args.gemm_model, tp_comm_overlap=bool(args.tp_comm_overlap)))
         memory = _memory_fit(model, args, result, tune)
         measured = utilisation.measured(model, result, step_s=args.measured_step, tokens_per_s=args.measured_tokens_per_s) if (args.measured_step or args.measured_tokens_per_s) else None
         run = utilisation.duration(model, result, found, args.tokens, measured) if args.tokens else None
@@ -156,19 +172,21 @@ def _estimate(make):
 
 def _layout(args: argparse.Namespace) -> Layout:
     dp, tp, pp = _degrees(args)
-    return Layout(data=dp, tensor=tp, pipeline=pp, expert=args.ep or 1, context=args.cp or 1, schedule=args.schedule or "1f1b", zero=args.zero or 0)
+    chunks = args.chunks or 1
+    schedule = args.schedule or ("interleaved" if chunks > 1 else "1f1b")
+    return Layout(data=dp, tensor=tp, pipeline=pp, expert=args.ep or 1, context=args.cp or 1, schedule=schedule, zero=args.zero or 0, sequence=bool(args.sp), chunks=chunks)
 
 
 def _with_attention(table: str, args: argparse.Namespace) -> str:
     first, _, rest = table.partition("\n")
-    which = "sdpa: FlashAttention kernels in the attention cores" if args.attention == "sdpa" else "eager: scores materialised"
+    which = {"sdpa": "sdpa: FlashAttention kernels in the attention cores", "eager": "eager: scores materialised"}.get(args.attention, f"{args.attention}: {dict(DECODE_KERNELS).get(args.attention, '').split(';')[0]}")
     other = "--attention eager (--no-flash)" if args.attention == "sdpa" else "--attention sdpa (--flash)"
     return f"{first}\nattention      {which}; {other} for the other\n{rest}"
 
 
 def _flash(args: argparse.Namespace) -> bool:
     """FlashAttention (SDPA) unless eager was asked for: the bounds, the estimate and the memory check agree."""
-    return args.attention == "sdpa"
+    return args.attention != "eager"
 
 
 def _memory_fit(model: Model, args: argparse.Namespace, result: TrainingTime, tune=None) -> dict[str, object]:
@@ -179,7 +197,11 @@ def _memory_fit(model: Model, args: argparse.Namespace, result: TrainingTime, tu
 
     place = placement(args.gpu, args.node_size)
     flash = _flash(args)
-    setup = Training(recompute=args.recompute or "none", flash=flash, layout=_layout(args))
+    # the memory check counts the framework's buffers and layout defaults (sequence parallelism); fine-tuning takes none
+    name = framework_name(args) if tune is None else EAGER
+    layout = _layout(args)
+    layout = replace(layout, sequence=framework(name).default("sequence_parallel", None, layout.tensor), distributed_optimizer=framework(name).default("distributed_optimizer", None))
+    setup = Training(recompute=args.recompute or "none", flash=flash, layout=layout, framework=name)
     if tune is not None:
         from ..analysis.finetune import finetune_memory
 
@@ -190,7 +212,7 @@ def _memory_fit(model: Model, args: argparse.Namespace, result: TrainingTime, tu
     if offloaded is not None:
         report = offloaded.pop("device")
     need, have = int(report.total), int(place.device.memory_bytes)
-    fit = {"bytes_per_device": need, "capacity_bytes": have, "fits": need <= have, "attention": "flash" if flash else "eager"}
+    fit = {"bytes_per_device": need, "capacity_bytes": have, "fits": need <= have, "attention": "flash" if flash else "eager", "framework": name}
     if offloaded is not None:
         fit["offload"] = offloaded
     if args.fit_only and not fit["fits"]:
@@ -224,7 +246,7 @@ def _offloaded(report, args: argparse.Namespace, device, result: TrainingTime) -
 
 def _memory_line(memory: dict[str, object]) -> str:
     verdict = "fits" if memory["fits"] else "DOES NOT FIT (--fit-only refuses it)"
-    line = f"\nmemory/device  {memory['bytes_per_device'] / 1e9:.1f} GB of {memory['capacity_bytes'] / 1e9:.1f} GB: {verdict} (symform memory --train, {memory['attention']} attention)"
+    line = f"\nmemory/device  {memory['bytes_per_device'] / 1e9:.1f} GB of {memory['capacity_bytes'] / 1e9:.1f} GB: {verdict} (symform memory --train --framework {memory['framework']}, {memory['attention']} attention)"
     off = memory.get("offload")
     if off:
         where = ", ".join(f"{t / 1e9:.1f} GB {'in host memory' if tier == 'cpu' else 'on NVMe'}" for tier, t in off["totals"].items() if tier != "device")
@@ -240,8 +262,9 @@ def _training_extra(found, measured, run, tune=None) -> str:
     else:
         e = found.step
         lines = [
-            f"estimate       {_s(e.estimate)} (band {_s(e.low)} to {_s(e.high)}), attention {found.attention}: compute {_s(found.compute_s)}, exposed comm {_s(sum(found.exposed_comm_s.values()))}, bubble {_s(found.bubble_s)}, optimizer {_s(found.optimizer_s)}",
+            f"estimate       {_s(e.estimate)} (band {_s(e.low)} to {_s(e.high)}; ceiling {_s(e.ceiling)}: sustained rates, nothing overlapped), attention {found.attention}: compute {_s(found.compute_s)}, exposed comm {_s(sum(found.exposed_comm_s.values()))}, bubble {_s(found.bubble_s)}, optimizer {_s(found.optimizer_s)}",
             f"at estimate    MFU {found.mfu():.1%}  HFU {found.hfu():.1%}  tokens/s {found.tokens_per_s:,.0f}",
+            *_extrapolating_line(found.extrapolating, 14),
         ]
         if tune:
             lines.append(f"               {FINETUNE_ESTIMATE}")
@@ -257,10 +280,18 @@ def _serving_extra(found) -> str:
     if isinstance(found, str):
         return f"\nestimate               none: {found}"
     return "\n" + "\n".join([
-        f"{'estimate TTFT':<22} {_s(found.ttft.estimate)} (band {_s(found.ttft.low)} to {_s(found.ttft.high)}), attention {found.attention}, fused kernels",
-        f"{'estimate TPOT':<22} {_s(found.tpot.estimate)} (band {_s(found.tpot.low)} to {_s(found.tpot.high)})",
+        f"{'estimate TTFT':<22} {_s(found.ttft.estimate)} (band {_s(found.ttft.low)} to {_s(found.ttft.high)}; ceiling {_s(found.ttft.ceiling)}), attention {found.attention}, fused kernels",
+        f"{'estimate TPOT':<22} {_s(found.tpot.estimate)} (band {_s(found.tpot.low)} to {_s(found.tpot.high)}; ceiling {_s(found.tpot.ceiling)})",
         f"{'estimate tokens/s':<22} {found.tokens_per_s.estimate:,.1f}",
+        *_extrapolating_line(found.extrapolating, 22),
     ])
+
+
+def _extrapolating_line(reasons: tuple[str, ...], width: int) -> list[str]:
+    """What the estimate lies outside the published runs by: its band is widened for each (docs/validation.md)."""
+    if not reasons:
+        return []
+    return [f"{'extrapolating':<{width}} {'; '.join(reasons)}: band widened (rules.toml [band_widen])"]
 
 
 def _serving_offload(model: Model, args: argparse.Namespace, result: InferenceTime) -> dict[str, object] | None:
@@ -384,6 +415,7 @@ def _infer(model: Model, args: argparse.Namespace) -> InferenceTime:
     result = inference_time(
         model, args.gpu, batch=args.batch, prompt=args.prompt, output=args.output, tensor=tp,
         dtype=dtype, flash=_flash(args), node_size=args.node_size, weight_bytes=weight_bytes, expert_skew=args.expert_skew,
+        grouped=args.attention != "fused_per_head",
     )
     if stored is not None:
         result.assumptions["weights"] = f"read as stored: {stored.read}"
@@ -421,7 +453,7 @@ def training_table(r: TrainingTime) -> str:
     if r.bubble_ratio:
         lines.append(f"bubble         {r.bubble_ratio:.2%} of the micro-batch work")
     lines += [
-        f"step time      {_s(r.time_lower)} (full overlap) to {_s(r.time_upper)} (no overlap)",
+        f"step time      {_s(r.time_lower)} (floor: peak, full overlap) to {_s(r.time_upper)} (peak, no overlap; not a ceiling)",
         f"MFU            {r.mfu_high:.1%} to {r.mfu_low:.1%}    HFU {r.hfu_high:.1%} to {r.hfu_low:.1%}",
         f"tokens/s       {r.tokens_per_s_high:,.0f} to {r.tokens_per_s_low:,.0f}",
         "assumptions (--json lists them all): " + r.assumptions["peak"] + "; " + r.assumptions["node_size_source"],
@@ -430,7 +462,9 @@ def training_table(r: TrainingTime) -> str:
 
 
 def _phase_line(label: str, p: PhaseTime) -> str:
-    return f"{label:<22} {_s(p.time_lower)} to {_s(p.time_upper)}  ({p.bound}-bound: compute {_s(p.t_math)}, memory {_s(p.t_mem)}, comm {_s(p.t_comm)})"
+    memory = _s(p.t_mem) + (f" ({_s(p.mem_floor)} fused)" if p.mem_floor < p.t_mem else "")
+    comm = _s(p.t_comm) + (f" ({_s(p.comm_floor)} at bandwidth alone)" if p.comm_floor < p.t_comm else "")
+    return f"{label:<22} {_s(p.time_lower)} to {_s(p.time_upper)}  ({p.bound}-bound: compute {_s(p.t_math)}, memory {memory}, comm {comm})"
 
 
 def inference_table(r: InferenceTime) -> str:

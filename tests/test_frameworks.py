@@ -1,0 +1,135 @@
+"""Training frameworks as data (formulas/frameworks): each one's selective recomputation, buffers and overheads,
+derived by hand from the framework's own defaults; eager adds nothing to the exact accounting."""
+
+from __future__ import annotations
+
+import pytest
+import sympy
+
+from checks import run, run_json
+from symform import EvaluationError, load
+from symform.analysis.frameworks import frameworks
+from symform.analysis.memory import Layout, Training, training_memory
+
+# Llama 3.1 8B: d 4096, 32 layers, 32 query and 8 key/value heads of 128, d_ff 14,336, vocabulary 128,256
+EMBEDDING = 128_256 * 4096  # the largest FSDP unit: one decoder layer holds 218,112,000 parameters
+
+
+def values(framework, *, recompute="selective", zero=3, data=8, batch=2, seq=8192, name="llama-3.1-8b", precision="mixed"):
+    setup = Training(precision=precision, recompute=recompute, flash=True, layout=Layout(data=data, zero=zero), framework=framework)
+    return training_memory(load(name), batch=batch, seq=seq, setup=setup)
+
+
+def test_torchtitan_selective_keeps_the_layer_input_every_second_product_and_the_attention_kernels_results():
+    """torchtitan's per-op policy (activation_checkpoint.py, _save_list, mm_count % 2): of the seven products of a
+    Llama layer, wq (1st), wv (3rd), w1 (5th) and w2 (7th) are saved, wk, wo and w3 recomputed; the flash kernel's
+    output and fp32 log-sum-exp are saved; the checkpoint keeps the layer's input. In bf16, per token and layer:
+    2·(4096 input + 4096 wq + 1024 wv + 4096 attention output + 14336 w1 + 4096 w2) + 4·32 = 63,616 bytes."""
+    report = values("torchtitan")
+    assert 2 * (4096 + 4096 + 1024 + 4096 + 14336 + 4096) + 4 * 32 == 63_616
+    assert report.activations_by_component["layers"] == 32 * 63_616 * 2 * 8192
+
+
+def test_megatron_selective_recomputes_only_the_attention_core():
+    """Megatron's selective recomputation under FlashAttention keeps what the kernel reads (Q, K, V) and drops only its
+    log-sum-exp; its layers keep far more than torchtitan's per-op policy."""
+    megatron, torchtitan = values("megatron"), values("torchtitan")
+    none = values("megatron", recompute="none")
+    assert none.activations_by_component["layers"] - megatron.activations_by_component["layers"] == 32 * 4 * 2 * 32 * 8192
+    assert megatron.activations_by_component["layers"] > torchtitan.activations_by_component["layers"]
+
+
+def test_fsdp_buffers_are_two_gathered_units_and_one_unit_of_fp32_gradients():
+    """FSDP2 prefetches one unit while another computes: two of the largest unit (here the embedding, 525,336,576
+    parameters, larger than a layer) in bf16, and that unit's fp32 gradients before its reduce-scatter."""
+    report = values("torchtitan")
+    assert report.values["fsdp_gathered_params"] == 2 * EMBEDDING * 2
+    assert report.values["fsdp_unsharded_grads"] == EMBEDDING * 4
+    assert report.values["cuda_context"] == 400_000_000
+    held = report.total - report.values["cuda_context"] - report.values["allocator_reserve"]
+    assert report.values["allocator_reserve"] == held / 50
+
+
+def test_deepspeed_buckets_at_the_config_defaults():
+    """DeepSpeedZeroConfig: reduce_bucket_size = allgather_bucket_size = 5e8 elements, stage3_prefetch_bucket_size =
+    5e7, stage3_max_live_parameters = 1e9. In bf16 (2 bytes), a bucket of 5e8 elements is 1e9 bytes."""
+    zero2 = values("deepspeed", zero=2).values
+    assert zero2["zero_reduce_bucket"] == zero2["zero_allgather_bucket"] == 10**9
+    zero3 = values("deepspeed", zero=3).values
+    assert zero3["zero3_live_params"] == (EMBEDDING + 5 * 10**7) * 2 and "zero_allgather_bucket" not in zero3
+    small = values("deepspeed", zero=2, name="gpt2").values  # 124,439,808 parameters: a bucket holds them all
+    assert small["zero_reduce_bucket"] == 124_439_808 * 2
+
+
+def test_megatron_accumulates_gradients_in_fp32():
+    """With bf16, Megatron-LM accumulates and reduces gradients in fp32 main_grad buffers: 2 more bytes a parameter
+    than the mixed recipe's bf16 gradients, none more with mixed-fp32-grads."""
+    assert values("megatron", zero=0, data=1).values["fp32_grad_buffer"] == 2 * 8_030_261_248
+    assert "fp32_grad_buffer" not in {k for k, v in values("megatron", zero=0, data=1, precision="mixed-fp32-grads").values.items() if v}
+
+
+def test_the_eager_framework_is_the_declared_tensors_alone():
+    plain = training_memory(load("llama-3.1-8b"), batch=1, seq=512, setup=Training(recompute="selective"))
+    eager = training_memory(load("llama-3.1-8b"), batch=1, seq=512, setup=Training(recompute="selective", framework="eager"))
+    assert eager.values == plain.values
+    assert "CUDA context" in eager.assumptions["framework"]["not_modelled"]
+
+
+def test_every_framework_field_names_its_source():
+    for fw in frameworks().values():
+        assert fw.source and fw.selective.source and (fw.loss is None or fw.loss.source)
+        assert all(o.source for o in fw.overheads)
+        assert all(d["source"] for d in fw.defaults.model_dump(exclude_none=True).values())
+
+
+def test_unknown_framework_is_one_line():
+    with pytest.raises(EvaluationError, match="unknown framework 'jax'"):
+        training_memory(load("gpt2"), batch=1, seq=16, setup=Training(framework="jax"))
+
+
+def test_cli_names_the_framework_and_applies_its_layout_defaults(capsys):
+    report = run_json(capsys, "memory", "llama-3.1-8b", "--train", "--batch", "1", "--seq", "1024", "--tp", "2", "--framework", "megatron")
+    assert report["assumptions"]["framework"]["name"] == "megatron"
+    assert report["assumptions"]["layout"]["sequence"] is True and report["assumptions"]["layout"]["distributed_optimizer"] is True
+    default = run_json(capsys, "memory", "llama-3.1-8b", "--train", "--batch", "1", "--seq", "1024")
+    assert default["assumptions"]["framework"]["name"] == "torchtitan"
+    eager = run_json(capsys, "memory", "llama-3.1-8b", "--train", "--batch", "1", "--seq", "1024", "--accounting", "eager")
+    assert eager["assumptions"]["framework"]["name"] == "eager"
+    off = run_json(capsys, "memory", "llama-3.1-8b", "--train", "--batch", "1", "--seq", "1024", "--tp", "2", "--framework", "megatron", "--no-sp")
+    assert off["assumptions"]["layout"]["sequence"] is False
+    code, out, _ = run(capsys, "memory", "llama-3.1-8b", "--train", "--batch", "1", "--seq", "1024")
+    assert code == 0 and "framework torchtitan:" in out
+
+
+def test_cli_refuses_an_unknown_framework(capsys):
+    code, _, err = run(capsys, "memory", "gpt2", "--train", "--batch", "1", "--seq", "16", "--framework", "jax")
+    assert code == 2 and "jax" in err
+
+
+def test_the_readme_training_time_examples_fit(capsys):
+    """Defect 4: the README's own `symform time ... --train` examples are runs that ran (Llama 3.1 70B with TP 8 and
+    PP 4, as Megatron-style frameworks run it with sequence parallelism; Llama 3.1 8B under FSDP with selective
+    recomputation); their memory check must not say DOES NOT FIT."""
+    import shlex
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    commands = [line.split("#")[0].strip() for line in readme.splitlines() if line.startswith("symform time ") and " --train" in line]
+    assert len(commands) >= 2
+    for command in commands:
+        code, out, err = run(capsys, *shlex.split(command)[1:])
+        assert code == 0, err
+        assert "DOES NOT FIT" not in out and "memory/device" in out, command
+
+
+def test_a_framework_on_a_symbolic_model_asks_for_its_sizes():
+    from symform import Model
+
+    with pytest.raises(EvaluationError, match="buffers need the model's sizes"):
+        training_memory(Model.from_component("gpt2_lm"), batch=1, seq=16, setup=Training(framework="torchtitan"))
+
+
+def test_fit_under_a_framework_solves_with_its_buffers(capsys):
+    report = run_json(capsys, "fit", "llama-3.1-8b", "--train", "--gpu", "h100-sxm", "--solve", "batch", "--seq", "8192", "--zero", "3", "--dp", "8", "--recompute", "selective", "--framework", "deepspeed")
+    assert report["largest"] >= 1 and report["at_largest"]["total"] <= 80 * 2**30
+    assert report["at_largest"]["components"]["zero3_live_params"] == (EMBEDDING + 5 * 10**7) * 2
