@@ -51,7 +51,7 @@ def test_family_page_formulas_parse_back_to_the_model_s_expressions(pages):
 
 
 def test_docs_command_writes_the_pages(tmp_path, capsys, pages, monkeypatch):
-    monkeypatch.setattr(docgen, "pages", lambda: pages)  # generated once per module: it takes seconds
+    monkeypatch.setattr(docgen, "page_makers", lambda: {rel: (lambda text=text: text) for rel, text in pages.items()})  # generated once per module: it takes seconds
     stale = tmp_path / "components" / "no_longer_declared.md"
     stale.parent.mkdir(parents=True)
     stale.write_text(docgen.HEADER + "# a page of a component no longer declared")
@@ -66,7 +66,7 @@ def test_docs_command_writes_the_pages(tmp_path, capsys, pages, monkeypatch):
 
 
 def test_docs_refuses_to_overwrite_a_file_it_did_not_write(tmp_path, capsys, pages, monkeypatch):
-    monkeypatch.setattr(docgen, "pages", lambda: pages)
+    monkeypatch.setattr(docgen, "page_makers", lambda: {rel: (lambda text=text: text) for rel, text in pages.items()})
     readme = tmp_path / "README.md"
     readme.write_text("my project")
     code, out, err = run(capsys, "docs", "--out", str(tmp_path))
@@ -75,20 +75,20 @@ def test_docs_refuses_to_overwrite_a_file_it_did_not_write(tmp_path, capsys, pag
 
 
 def test_docs_removes_only_what_its_manifest_lists(tmp_path, capsys, pages, monkeypatch):
-    monkeypatch.setattr(docgen, "pages", lambda: pages)
+    monkeypatch.setattr(docgen, "page_makers", lambda: {rel: (lambda text=text: text) for rel, text in pages.items()})
     assert main(["docs", "--out", str(tmp_path)]) == 0
     elsewhere = tmp_path / "keep.md"
     elsewhere.write_text("mine")
     (tmp_path / docgen.MANIFEST).write_text("../keep.md\nkeep.md\ncomponents/gone.md\n")  # a tampered manifest
     gone = tmp_path / "components" / "gone.md"
-    gone.write_text("listed: symform wrote it")
+    gone.write_text(docgen.HEADER + "listed, and symform wrote it")
     assert main(["docs", "--out", str(tmp_path)]) == 0
     capsys.readouterr()
     assert elsewhere.read_text() == "mine" and not gone.exists()
 
 
 def test_docs_into_a_file_is_one_line(tmp_path, capsys, pages, monkeypatch):
-    monkeypatch.setattr(docgen, "pages", lambda: pages)
+    monkeypatch.setattr(docgen, "page_makers", lambda: {rel: (lambda text=text: text) for rel, text in pages.items()})
     blocker = tmp_path / "a_file"
     blocker.write_text("x")
     code, out, err = run(capsys, "docs", "--out", str(blocker / "reference"))

@@ -225,7 +225,7 @@ def test_cli_writes_each_chart(mpl, capsys, tmp_path, argv, magic, suffix):
         (["memory", "qwen3-0.6b", "--gpu", "hgx-h100-8gpu", "--batch", "1", "--seq", "512", "--out", "x.png"], "system"),
         (["memory", "qwen3-0.6b", "--gpu", "no-such-gpu", "--batch", "1", "--seq", "512", "--out", "x.png"], "no-such-gpu"),
         (["memory", "qwen3-0.6b", "--batch", "1", "--seq", "512", "--out", "x.png"], "--gpu"),
-        (["roofline", "qwen3-0.6b", "--gpu", "h100-sxm", "--phase", "decode", "--batch", "1", "--out", "x.png"], "--context"),
+        (["roofline", "qwen3-0.6b", "--gpu", "h100-sxm", "--phase", "decode", "--batch", "1", "--out", "x.png"], "--past"),
         (["bar-chart", "qwen3-0.6b"], "invalid choice"),
     ],
 )

@@ -312,15 +312,36 @@ def load_device(name_or_path: str | os.PathLike[str]) -> Hardware:
     text = os.fspath(name_or_path) if isinstance(name_or_path, os.PathLike) else name_or_path
     if not isinstance(text, str):
         raise ConfigError(f"a device name or path is needed, not {type(name_or_path).__name__}")
-    if text in _bundled():
+    bundled = _bundled()
+    if text in bundled:
         return _load_bundled(text)
+    if text.lower() in bundled:  # H100-SXM: names are lower case, as the presets' are matched
+        return _load_bundled(text.lower())
     path = Path(text)
-    if path.suffix.lower() != ".toml" and not path.exists():
-        raise ConfigError(f"{_clip(repr(text))} is neither a bundled device nor a .toml file; bundled: {', '.join(_bundled())} (or give the path of a device file, see {_DOCS})")
+    try:
+        exists = path.exists()
+    except OSError as e:  # a name too long for the filesystem
+        exists = False
+        if path.suffix.lower() == ".toml":
+            raise ConfigError(f"{_clip(repr(text))}: cannot read ({e.strerror or type(e).__name__}); give a shorter path") from None
+    if path.suffix.lower() != ".toml" and not exists:
+        near = near_devices(text)
+        hint = f"did you mean {' or '.join(near)}? " if near else ""
+        raise ConfigError(f"{_clip(repr(text))} is neither a bundled device nor a .toml file; {hint}bundled: {', '.join(bundled)} (or give the path of a device file, see {_DOCS})")
     try:
         return _load_path(path)
     except ConfigError as e:  # a path may hold any character: keep the message on one line
         raise ConfigError(_one_line(str(e), limit=2000)) from None
+
+
+def near_devices(text: str) -> list[str]:
+    """Bundled devices a name may have meant: those it begins (h100: h100-sxm, h100-pcie, …), else near misses."""
+    from ..engine.hub import close_names
+
+    names = list(_bundled())
+    lowered = text.lower().strip()
+    starting = [n for n in names if lowered and n.startswith(lowered)]
+    return starting[:4] if starting else close_names(lowered, names)
 
 
 @cache

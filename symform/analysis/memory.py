@@ -26,6 +26,7 @@ from ..engine import html_table
 from ..engine.derivation import derivation
 from ..engine.data import formulas_dir, read_toml
 from ..engine.errors import DeclarationError, EvaluationError, describe_validation
+from ..engine.budget import DEVICES, check_count, quoted
 from ..engine.evaluate import Number, exact_value, fast_exact, plain_values
 from ..engine.formula import Formula
 from ..engine.model import Model
@@ -96,6 +97,13 @@ def _pick(table: Mapping[str, object], name: str, what: str):
 # --- layouts ---------------------------------------------------------------------------
 
 
+def check_degree(name: str, value: object) -> None:
+    """A parallel degree: a whole number from 1 to the DEVICES budget (10**5000 ranks is refused, not computed with)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise EvaluationError(f"{name} parallel degree is {quoted(value)}; give a whole number of 1 or more")
+    check_count(value, DEVICES, f"{name} parallel degree", "DEVICES", f"give at most {DEVICES:,} ranks")
+
+
 @dataclass(frozen=True)
 class Layout:
     """How the work is split: degrees of each kind of parallelism, ZeRO stage, pipeline schedule."""
@@ -114,9 +122,7 @@ class Layout:
 
     def __post_init__(self) -> None:
         for name in ("data", "tensor", "pipeline", "expert", "context", "chunks"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise EvaluationError(f"{name} parallel degree is {value!r}; give a whole number of 1 or more")
+            check_degree(name, getattr(self, name))
         if self.zero not in (0, 1, 2, 3):
             raise EvaluationError(f"ZeRO stage {self.zero!r} does not exist; choose 0, 1, 2 or 3")
         if self.schedule not in SCHEDULES:
@@ -660,6 +666,9 @@ class Inference:
     act_bytes: Number | None = None
     tensor: int = 1
     flash: bool = True
+
+    def __post_init__(self) -> None:
+        check_degree("tensor", self.tensor)
 
 
 BIT_WIDTH = re.compile(r"([1-9][0-9]?)bit")  # "6bit": any whole bit width up to 99

@@ -166,8 +166,20 @@ def _keep(config: Mapping[str, Any], *keys: str) -> tuple[str, ...]:
             continue
         if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
             raise ConfigError(f"the checkpoint's quantization_config has {key} = {quoted(value)}; it must be a list of module names")
+        for name in value:
+            _check_whole_layers(key, name)
         names += value
     return tuple(dict.fromkeys([*names, "lm_head"]))
+
+
+def _check_whole_layers(key: str, name: str) -> None:
+    """A kept module with a layer or expert index (``model.layers.0.mlp``) is kept in that one layer only, as
+    transformers matches module names; symform counts every layer of a kind alike, so it cannot keep it apart."""
+    if not name.startswith("re:") and any(w.isdigit() for w in name.split(".")):
+        raise ConfigError(
+            f"the checkpoint's quantization_config keeps {quoted(name)} unquantised ({key}), a module of one numbered layer or expert; "
+            "symform counts every layer alike and would keep it in all of them: give --weight-format to say how the weights are stored"
+        )
 
 
 def _with(formats: Mapping[str, WeightFormat], name: str, **changes: Any) -> WeightFormat:
@@ -252,6 +264,8 @@ def _compressed_tensors(config: Mapping[str, Any], formats: Mapping[str, WeightF
     if kind == "int" and bits == 4:
         group = _positive(weights, "group_size", 128, "group_size")
         symmetric = weights.get("symmetric", True)
+        if not isinstance(symmetric, bool):  # "false" as text would read as true
+            raise ConfigError(f"the checkpoint's compressed-tensors scheme has symmetric = {quoted(symmetric)}; it must be true or false (JSON booleans)")
         name = "int4-packed" if symmetric else "int4-packed-zero"
         return StoredFormat(name, _with(formats, name, group=group), keep, f"compressed-tensors ({fmt_name}): int4 in groups of {group}, {'symmetric' if symmetric else 'with zero points'}")
     raise ConfigError(f"the checkpoint's compressed-tensors scheme ({kind} {bits} bits, {strategy}) is not one symform reads; give --weight-format")

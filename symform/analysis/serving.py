@@ -472,6 +472,7 @@ def speculation(target: Model, gpu, *, k: int, alpha: float, draft: Model | str 
     if draft is None:
         return Speculation(k, alpha, "free (no draft cost)")
     if isinstance(draft, Model):
+        check_same_vocabulary(target, draft)
         steps = StepModel(draft, gpu, tensor=tensor, dtype=dtype, node_size=node_size)
         return Speculation(k, alpha, f"draft model {draft.name}", lambda b, past: steps.step(decoding=b, past=past))
     if draft == "eagle":
@@ -484,6 +485,21 @@ def speculation(target: Model, gpu, *, k: int, alpha: float, draft: Model | str 
         without = StepModel(target.with_arguments(include_mtp=0), gpu, tensor=tensor, dtype=dtype, weight_format=weight_format, node_size=node_size)
         return Speculation(k, alpha, f"{target.name}'s MTP module (DeepSeek-AI 2024, DeepSeek-V3 report, sec. 2.2)", lambda b, past: with_mtp.step(decoding=b, past=past) - without.step(decoding=b, past=past))
     raise ConfigError(f"unknown draft {draft!r}; give a model, mtp or eagle")
+
+
+# Drafters of one tokenizer may pad their embedding tables differently (Qwen2.5-0.5B has 151,936 rows,
+# Qwen2.5-72B 152,064); another tokenizer's differ by far more than padding.
+_VOCAB_PADDING = 0.01
+
+
+def check_same_vocabulary(target: Model, draft: Model) -> None:
+    """The target verifies the drafter's tokens, so both read one tokenizer: vocabularies equal up to padding."""
+    ours, theirs = target.values.get("vocab"), draft.values.get("vocab")
+    if ours and theirs and abs(ours - theirs) > _VOCAB_PADDING * max(ours, theirs):
+        raise ConfigError(
+            f"draft model {draft.name} has a vocabulary of {theirs:,} tokens and {target.name} one of {ours:,}: speculative decoding "
+            "checks the drafter's tokens with the target's, so both need one tokenizer; give a drafter of the same family, eagle or mtp"
+        )
 
 
 def _has_mtp(model: Model) -> bool:

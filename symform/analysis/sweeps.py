@@ -260,7 +260,11 @@ def compile_quantities(model: Model, quantities: Sequence[str] | str, names: Seq
     ``names`` are swept; everything else is bound from ``fixed``, the model's sizes and the conventions.
     The result is kept per model: a second sweep of the same quantities does no symbolic work.
     """
+    if not isinstance(quantities, (str, list, tuple)) or not all(isinstance(q, str) for q in quantities):
+        raise EvaluationError(f"quantities are {quoted(quantities)}; give a name or a list of names (symform.quantity_names(), or memory.total)")
     quantities = (quantities,) if isinstance(quantities, str) else tuple(quantities)
+    if not quantities:
+        raise EvaluationError("no quantity to sweep; name at least one (symform.quantity_names(), or memory.total)")
     names = tuple(names)
     key = _cache_key(model, quantities, names, fixed, training)
     cached = _COMPILED.get(model, {}).get(key) if key is not None else None
@@ -806,7 +810,7 @@ def sweep(
 
     ``quantities``: names of :func:`symform.quantity_names` and memory categories
     ``memory.weights`` … ``memory.total`` (a training step, ``training=`` a
-    ``symform.memory.Training``). ``grid``: name → values, each its own axis.
+    ``symform.memory.Training``). ``grid``: name → values, each its own axis of ``result.shape`` (the columns are flat, one entry a point; ``result.grid(name)`` gives one in that shape).
     ``zip``: name → equal-length arrays, one axis. ``sample``: name → ``(low, high)``
     (whole numbers, inclusive) or a list to pick from, ``n`` random rows from ``seed``.
     ``inexact``: ``"warn"`` (default), ``"raise"`` or ``"allow"``, for float64 values

@@ -28,6 +28,9 @@ NUMBER_DIGITS = 40
 CONSTANT_DIGITS = 100
 # digits of an exact result's numerator or denominator (a float holds about 308)
 RESULT_DIGITS = 300
+# sqrt and log calls nested in one another in one expression: sympy's numeric evaluation of a nested log
+# doubles its work at each level (log(log(…)) 20 deep runs for minutes); real formulas nest at most 2
+ROOT_LOG_DEPTH = 8
 # terms of an expression once multiplied out, and its degree in the sizes
 EXPANDED_TERMS = 5_000
 DEGREE = 128
@@ -44,6 +47,8 @@ DEVICES = 2**24
 STEP_TOKENS = 2**53
 # bytes read from one model, declaration or device file, and its nesting depth
 FILE_BYTES = 16 * 2**20
+# bytes of safetensors headers read for one checkpoint, all its files together (DeepSeek-V3's 163 shards: ~10 MiB)
+HEADER_BYTES = 32 * 2**20
 NESTING_DEPTH = 64
 # characters of user text quoted back in a message
 QUOTED = 60
@@ -51,7 +56,10 @@ QUOTED = 60
 
 def quoted(text: object) -> str:
     """``text`` as repr, cut to a readable length: messages stay one short line."""
-    shown = repr(text)
+    try:
+        shown = repr(text)
+    except ValueError:  # an int past Python's digit limit for text (10**5000) has no repr
+        return f"an integer of about {int(text.bit_length() * 0.30103):,} digits" if isinstance(text, int) else f"a {type(text).__name__} too large to show"
     return shown if len(shown) <= QUOTED else shown[: QUOTED - 5] + "…" + shown[-4:]
 
 
@@ -155,8 +163,31 @@ def _digits(n: int) -> int:
 # -- expressions -------------------------------------------------------------------------------
 
 
+def check_roots_and_logs(expr: sympy.Basic, what: str) -> None:
+    """Refuse sqrt and log nested past ROOT_LOG_DEPTH, however they came to nest: written so, or a part's argument
+    bound to such a call (each declaration within the budget, their composition past it)."""
+    if _root_log_depth(expr, {}) > ROOT_LOG_DEPTH:
+        raise BudgetError(
+            f"{what} nests sqrt and log over {ROOT_LOG_DEPTH} deep, past symform's budget (symform.engine.budget.ROOT_LOG_DEPTH): "
+            "each level multiplies the work of evaluating them; nest fewer calls across the parts"
+        )
+
+
+def _root_log_depth(expr: sympy.Basic, seen: dict) -> int:
+    if expr.is_Atom:
+        return 0
+    if expr in seen:
+        return seen[expr]
+    inner = max((_root_log_depth(a, seen) for a in expr.args), default=0)
+    here = type(expr).__name__ == "log" or (expr.is_Pow and expr.exp.is_Rational and not expr.exp.is_Integer)
+    seen[expr] = depth = inner + here
+    return depth
+
+
 def check_expansion(expr: sympy.Basic, what: str) -> None:
-    """Refuse before sympy.expand when the multiplied-out expression would pass EXPANDED_TERMS or DEGREE."""
+    """Refuse before sympy.expand when the multiplied-out expression would pass EXPANDED_TERMS or DEGREE, or nest
+    sqrt and log past ROOT_LOG_DEPTH."""
+    check_roots_and_logs(expr, what)
     terms, degree = _size(expr, {})
     if terms > EXPANDED_TERMS:
         raise BudgetError(
@@ -213,17 +244,23 @@ def _size(expr: sympy.Basic, seen: dict) -> tuple[int, int]:
 def check_count(count: int, budget: int, what: str, name: str, fix: str) -> None:
     """``count`` things of a kind within ``budget`` (named ``name`` in symform.engine.budget)."""
     if count > budget:
-        raise BudgetError(f"{what}: {count:,} is past symform's budget of {budget:,} (symform.engine.budget.{name}); {fix}")
+        shown = f"{count:,}" if count.bit_length() < 10_000 else quoted(count)  # past ~3,000 digits Python has no text for it
+        raise BudgetError(f"{what}: {shown} is past symform's budget of {budget:,} (symform.engine.budget.{name}); {fix}")
 
 
 # -- files ---------------------------------------------------------------------------------------
 
 
+def check_plain_file(path, what: str) -> None:
+    """Refuse a pipe or socket before it is opened: reading would wait for a writer that may never come."""
+    mode = os.stat(path).st_mode
+    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+        raise FileBudgetError(f"{path}: {what} is a pipe or socket, which symform does not wait on; give the file itself")
+
+
 def read_bounded(path, what: str) -> bytes:
     """A file's bytes, FILE_BYTES at most: a link to /dev/zero or a huge file is refused after one read."""
-    mode = os.stat(path).st_mode
-    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):  # reading would wait for a writer that may never come
-        raise FileBudgetError(f"{path}: {what} is a pipe or socket, which symform does not wait on; give the file itself")
+    check_plain_file(path, what)
     with open(path, "rb") as f:
         data = f.read(FILE_BYTES + 1)
     if len(data) > FILE_BYTES:

@@ -111,6 +111,26 @@ def _is_bundled(path: Path) -> bool:
         return False
 
 
+def read_json(path: Path, what: str = "a UTF-8 JSON file") -> Any:
+    """A JSON file as read from a user or the Hub cache: at most FILE_BYTES, nested at most NESTING_DEPTH,
+    finite numbers of at most Python's digit limit; every failure one line. (A link to /dev/zero, a pipe,
+    a 5,000-digit number, NaN and 10,000 nested lists all end here.)"""
+    text = read_text(path, what)
+    check_nesting(text, path)
+    try:
+        return json.loads(text, parse_constant=_no_constant)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}); fix the file") from None
+    except ValueError as e:  # NaN and Infinity, or an integer past Python's digit limit
+        raise ConfigError(f"{path}: {e}; fix the file") from None
+    except RecursionError:
+        raise FileBudgetError(f"{path}: nested too deep to read; flatten the file") from None
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON (sizes are finite numbers)")
+
+
 def read_text(path: Path, what: str) -> str:
     """A UTF-8 text file, read with a bound on its size; filesystem errors as one line."""
     try:

@@ -20,8 +20,8 @@ from typing import Any, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .budget import LAYERS, check_count, check_nesting, check_number, quoted
-from .data import formulas_dir, read_text, read_toml
+from .budget import LAYERS, check_count, check_number, quoted
+from .data import formulas_dir, read_json, read_toml
 from .errors import ConfigError, DeclarationError, describe_validation
 from .names import is_identifier
 
@@ -211,8 +211,10 @@ def checkpoint_facts(config: Mapping[str, Any], *, quant_file: Mapping[str, Any]
     shards = None
     if isinstance(index, Mapping):
         size = (index.get("metadata") or {}).get("total_size") if isinstance(index.get("metadata"), Mapping) else None
-        total_size = int(size) if isinstance(size, (int, float)) and not isinstance(size, bool) else total_size
+        total_size = _index_total_size(size) if isinstance(size, (int, float)) and not isinstance(size, bool) else total_size
         weight_map = index.get("weight_map")
+        if isinstance(weight_map, Mapping) and not all(isinstance(v, str) for v in weight_map.values()):
+            raise ConfigError("model.safetensors.index.json: weight_map maps a tensor to something other than a file name; fix or remove the index")
         shards = len(set(weight_map.values())) if isinstance(weight_map, Mapping) else None
     return Checkpoint(
         quantization=quantization if isinstance(quantization, Mapping) else None,
@@ -221,6 +223,14 @@ def checkpoint_facts(config: Mapping[str, Any], *, quant_file: Mapping[str, Any]
         shards=shards,
         dtypes=dtypes,
     )
+
+
+def _index_total_size(size: int | float) -> int:
+    """metadata.total_size: the checkpoint's bytes, a whole number of at least 0 within the number budget."""
+    if isinstance(size, float) and not size.is_integer() or size < 0:  # NaN and the infinities are not whole either
+        raise ConfigError(f"model.safetensors.index.json: metadata.total_size is {quoted(size)}; it must be a whole number of bytes, 0 or more: fix or remove the index")
+    check_number(int(size), "model.safetensors.index.json: metadata.total_size")
+    return int(size)
 
 
 @cache
@@ -413,6 +423,7 @@ def read_fields(specs: Mapping[str, FieldSpec], config: Mapping[str, Any], origi
             continue
         if key in section and section[key] is not None:
             raw = section[key]
+            _check_layer_indices(name, raw, spec, origin)
         elif spec.nullable and (key in section or spec.default is None):
             values[field] = None  # null, or absent with no default: the config class's None
             continue
@@ -592,6 +603,18 @@ def _kind(spec: FieldSpec) -> str:
     }[spec.type]
 
 
+def _check_layer_indices(field: str, raw: Any, spec: FieldSpec, origin: str) -> None:
+    """A config's list of layer indices counts from 0, as transformers reads it (``i in moe_layers``): -1 names no
+    layer there, where a family may use it internally to mean the list is absent."""
+    if spec.type == "int_list" and isinstance(raw, list):
+        negative = next((i for i, v in enumerate(raw) if isinstance(v, int) and not isinstance(v, bool) and v < 0), None)
+        if negative is not None:
+            raise ConfigError(
+                f"{origin}: field {field!r} gives {raw[negative]} (entry {negative}); layer indices count from 0 "
+                "(transformers would match no layer with it): list the layers, or [] for none"
+            )
+
+
 def _check_type(field: str, raw: Any, spec: FieldSpec, origin: str) -> Any:
     import sympy
 
@@ -663,18 +686,7 @@ def load_config_file(path: Path) -> dict[str, Any]:
             raise ConfigError(f"{path}: no such file; give a preset name (symform models) or a path to a config.json")
     except OSError as e:  # a name too long, a loop of links: the path itself is unusable
         raise ConfigError(f"{path}: cannot read ({e.strerror or e.__class__.__name__}); give a readable UTF-8 JSON file") from None
-    text = read_text(path, "a UTF-8 JSON file")
-    check_nesting(text, path)
-    try:
-        return json.loads(text, parse_constant=_no_constant)
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}); fix the file") from None
-    except ValueError as e:  # NaN and Infinity, or an integer past Python's digit limit
-        raise ConfigError(f"{path}: {e}; fix the file") from None
-
-
-def _no_constant(name: str) -> None:
-    raise ValueError(f"{name} is not JSON (sizes are finite numbers)")
+    return read_json(path)
 
 
 class PresetEntry(BaseModel):

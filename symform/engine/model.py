@@ -18,7 +18,7 @@ from . import html_table
 from .data import accountings_table, formulas_dir, read_toml
 from .declarations import QUANTITIES, Library, default_library
 from .errors import ConfigError, DeclarationError, EvaluationError, SymformError, describe_validation
-from .budget import expand, quoted
+from .budget import check_roots_and_logs, expand, quoted
 from .evaluate import Number, check_value, exact_evaluator, plain_values, run_exact
 from . import hub
 from .families import Checkpoint, ContextLimit, ModelSpec, checkpoint_facts, find_preset, load_config_file, preset_config, presets, spec_from_config
@@ -79,7 +79,10 @@ def normalise_quantity(name: str) -> str:
         raise EvaluationError(f"a quantity is named by a string such as 'params', not {type(name).__name__}")
     key = name.replace("-", "_")
     if key not in quantity_names():
-        raise EvaluationError(f"unknown quantity {quoted(name)}; choose one of {', '.join(q.replace('_', '-') for q in quantity_names())}")
+        shown = [q.replace("_", "-") for q in quantity_names()]
+        near = hub.close_names(name.replace("_", "-"), shown)
+        hint = f"did you mean {' or '.join(near)}? " if near else ""
+        raise EvaluationError(f"unknown quantity {quoted(name)}; {hint}choose one of {', '.join(shown)}")
     return key
 
 
@@ -143,6 +146,9 @@ class Model:
             checkpoint = checkpoint_facts(files.config, quant_file=files.quant_config, index=files.index, dtypes=hub.checkpoint_dtypes(files))
             spec = spec_from_config(files.config, name=text, origin=files.origin)
             return cls(replace(spec, checkpoint=checkpoint), **options)
+        named = find_preset(text) if revision is not None and not exists else None
+        if named is not None:  # a preset's own name with --revision: only its Hub id has revisions
+            raise ConfigError(f"{quoted(text)} is a bundled preset, which has no revisions; give its Hub id with the revision ({presets()[named].hub} --revision {revision}) or drop the revision")
         if not exists and path.suffix == "":
             near = hub.close_names(text, [*presets(), *(e.hub for e in presets().values())])
             hint = f"did you mean {' or '.join(near)}? " if near else ""
@@ -325,6 +331,10 @@ class Model:
         """ConfigError where a requirement that reads the workload fails at the values given (a sequence too short
         for its images' tokens): the model's own checks decide those only once an evaluation binds the workload.
         ``evaluate`` and the memory reports check; call it before evaluating an expression of the model yourself."""
+        if plain_values(workload, self.vocabulary) is None:  # batch=-1, nan or '2': refused, never counted
+            for name, value in workload.items():
+                if name in self.vocabulary:
+                    check_value(name, value, self.vocabulary)
         if not self.vocabulary.settings.isdisjoint(workload):  # an image count given here: the model it makes checks
             model, rest = self._with_settings(workload)
             return model.check_workload(**rest)
@@ -683,6 +693,7 @@ def forget_structures() -> None:
 
 
 def _substituted(expr: sympy.Basic, values: Mapping[sympy.Symbol, sympy.Expr], where: str) -> sympy.Basic:
+    check_roots_and_logs(expr, where)  # sympy evaluates each nested log at the sizes: work that doubles per level
     try:
         return expr.xreplace(values)
     except ZeroDivisionError:

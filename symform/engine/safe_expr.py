@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping
 import sympy
 
 from . import disk_cache
-from .budget import check_constant, check_expansion, power_digits, quoted, CONSTANT_DIGITS
+from .budget import check_constant, check_expansion, power_digits, quoted, CONSTANT_DIGITS, ROOT_LOG_DEPTH
 from .errors import ExpressionError
 from .names import is_identifier  # re-exported: where it was first defined
 
@@ -106,6 +106,7 @@ class _Converter:
     def __init__(self, source: str, names: Mapping[str, sympy.Basic]):
         self.source = source
         self.names = names
+        self.roots_and_logs = 0  # sqrt and log calls around the node being read
 
     def refuse(self, what: str) -> ExpressionError:
         return ExpressionError(f"{what} is not allowed in expressions ({self.source!r}); use numbers, names, arithmetic and {', '.join(FUNCTIONS)}")
@@ -194,7 +195,17 @@ class _Converter:
         if (arity is not None and len(node.args) != arity) or not node.args:
             want = f"{arity}" if arity is not None else "at least 1"
             raise ExpressionError(f"{node.func.id}() takes {want} argument(s), got {len(node.args)} in {self.source!r}")
-        return self.folded(function(*(self.operand(a) for a in node.args)))
+        nests = node.func.id in ("sqrt", "log")
+        self.roots_and_logs += nests
+        try:
+            if self.roots_and_logs > ROOT_LOG_DEPTH:
+                raise ExpressionError(
+                    f"sqrt and log nest over {ROOT_LOG_DEPTH} deep in {quoted(self.source)}, past symform's budget "
+                    "(symform.engine.budget.ROOT_LOG_DEPTH): each level multiplies the work of evaluating them; write fewer nested calls"
+                )
+            return self.folded(function(*(self.operand(a) for a in node.args)))
+        finally:
+            self.roots_and_logs -= nests
 
     def condition(self, node: ast.AST) -> sympy.Basic:
         if not _is_condition(node):

@@ -6,6 +6,7 @@ Bad input ends with one line on stderr and exit status 2.
 from __future__ import annotations
 
 import argparse
+import difflib
 import gc
 import importlib
 import json
@@ -44,9 +45,43 @@ def _from(module: str, name: str):
     return getattr(importlib.import_module(f".{module}", __package__), name)
 
 
+_ARGV: list[str] = []  # the command line being parsed: a parser's error looks in it for a flag no parser knows
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, exit 2, as for every other bad input
+        verb = self._verb_parser()
+        if verb is not None:  # "unrecognized arguments" of a verb's flag: that verb's help tells the flags
+            return verb.error(message)
+        message = self._unknown_flag() or message  # before "the following arguments are required": the likelier slip
         self.exit(EXIT_BAD_INPUT, f"symform: error: {message} (see {self.prog} --help)\n")
+
+    def _verb_parser(self) -> argparse.ArgumentParser | None:
+        """For the top-level parser, the parser of the verb on the command line."""
+        if self.prog != "symform" or not self._subparsers:
+            return None
+        choices = self._subparsers._group_actions[0].choices
+        return next((choices[a] for a in _ARGV if a in choices), None)
+
+    def _unknown_flag(self) -> str | None:
+        known = _flags(self)
+        for token in _ARGV:
+            flag = token.split("=", 1)[0]
+            if not flag.startswith("--") or flag == "--" or flag in known or sum(k.startswith(flag) for k in known) == 1:
+                continue
+            near = ["--" + n for n in difflib.get_close_matches(flag[2:], sorted(k[2:] for k in known), n=3, cutoff=0.75)]
+            return f"unknown option {quoted(flag)}" + (f"; did you mean {' or '.join(near)}?" if near else "")
+        return None
+
+
+def _flags(parser: argparse.ArgumentParser) -> set[str]:
+    """Every --flag the parser and the parsers below it take."""
+    found = {s for s in parser._option_string_actions if s.startswith("--")}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found |= _flags(sub)
+    return found
 
 
 def _assignment(text: str) -> tuple[str, Number]:
@@ -68,7 +103,7 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     """The whole command line; with ``verb``, the other verbs' options are left out (their modules not loaded); with "", every verb's are."""
     parser = _Parser(prog="symform", description="Symbolic cost formulas for transformer models.")
     parser.add_argument("--version", action="version", version=f"symform {version()}")
-    verbs = parser.add_subparsers(dest="verb", required=True, parser_class=_Parser)
+    verbs = parser.add_subparsers(dest="verb", required=True, parser_class=_Parser, metavar="COMMAND", help="what to work out (symform COMMAND --help for its options)")
 
     def wanted(name: str) -> bool:
         return verb is None or verb == name
@@ -165,6 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: list[str]) -> int:
+    _ARGV[:] = argv
     if argv[:1] == ["latex"] and "--formulas" in argv:  # models one after another, no quantity: its own parser
         return _print_or_fail(lambda: _from("latex_report", "appendix_command")(argv[1:]))
     try:  # no verb (--help, --version): "" wants none of the verbs' options, only their names and help
@@ -509,7 +545,8 @@ def _hardware(args: argparse.Namespace) -> str:
 
     if args.name is None:
         if args.json:
-            return json.dumps({"accelerators": device_names(kind="accelerator"), "systems": device_names(kind="system")})
+            # each device's whole data by name, as `symform hardware NAME --json` gives one
+            return json.dumps({kind + "s": {n: device_json(load_device(n)) for n in device_names(kind=kind)} for kind in ("accelerator", "system")})
         return devices_table()
     device = load_device(args.name)
     return json.dumps(device_json(device)) if args.json else device_table(device)

@@ -65,6 +65,14 @@ def positive_float(text: str) -> float:
     return value
 
 
+def non_negative_float(text: str) -> float:
+    """An exponent or a weight that may be 0 (a Zipf skew): finite, 0 or more."""
+    value = _float(text)
+    if not 0 <= value < float("inf"):  # also refuses nan
+        raise argparse.ArgumentTypeError(f"{quoted(text)} is not a finite number of 0 or more")
+    return value
+
+
 def fraction(text: str) -> float:
     """A share or a rate from 0 to 1 (memory utilisation, an acceptance rate)."""
     value = _float(text)

@@ -12,10 +12,12 @@ can tell when the committed pages are stale.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
+import tempfile
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 import sympy
 
@@ -23,6 +25,7 @@ from . import latex as tex
 from ..engine.data import read_toml
 from ..engine.declarations import QUANTITIES, Component, component_files, default_library
 from ..engine.derive import derive
+from ..engine.budget import quoted
 from ..engine.errors import ConfigError, OutputError, SymformError
 from .output import writing
 from ..engine.families import FamilySpec, ModelSpec, _choose, all_families, family_for, preset_config, presets
@@ -315,49 +318,109 @@ def family_specs() -> dict[str, FamilySpec]:
     return {name: f.spec for name, f in all_families().items()}
 
 
-def pages() -> dict[str, str]:
-    """Relative path → page text, for every page."""
+def page_makers() -> dict[str, Callable[[], str]]:
+    """Relative path → the function that makes its page: the names are known at once, the pages take minutes."""
     components = declared_in()
     specs = family_specs()
-    out = {"README.md": index_page(components, specs)}
-    out.update({f"components/{n}.md": component_page(n, w) for n, w in components.items()})
-    out.update({f"families/{n}.md": family_page(n, s) for n, s in specs.items()})
+    makers: dict[str, Callable[[], str]] = {"README.md": lambda: index_page(components, specs)}
+    makers.update({f"components/{n}.md": (lambda n=n, w=w: component_page(n, w)) for n, w in components.items()})
+    makers.update({f"families/{n}.md": (lambda n=n, s=s: family_page(n, s)) for n, s in specs.items()})
+    return makers
+
+
+def pages(progress: Callable[[int, int, str], None] | None = None) -> dict[str, str]:
+    """Relative path → page text, for every page; ``progress(done, total, path)`` after each page."""
+    return _made(page_makers(), progress)
+
+
+def _made(makers: dict[str, Callable[[], str]], progress: Callable[[int, int, str], None] | None) -> dict[str, str]:
+    out = {}
+    for done, (rel, make) in enumerate(makers.items(), 1):
+        out[rel] = make()
+        if progress is not None:
+            progress(done, len(makers), rel)
     return out
 
 
 MANIFEST = ".symform-docs"  # the pages the last run wrote, one relative path a line
 
 
-def write(out: Path) -> list[Path]:
+def write(out: Path, progress: Callable[[int, int, str], None] | None = None) -> list[Path]:
     """Write every page under ``out``, removing pages it wrote before for components or families no
-    longer declared. It replaces only files it generated (listed in its manifest, or carrying its
-    header) and refuses to write over any other file."""
-    texts = pages()
+    longer declared. It replaces and removes only files that carry its header (a manifest line alone
+    is no proof: the manifest may be stale), never follows a link out of ``out``, and refuses to write
+    over any other file. The destination is checked before the pages are made (that takes minutes)."""
     with writing(out, directory=True):
+        _check_destination(out)
+        makers = page_makers()
         ours = _generated(out)
-        foreign = sorted(rel for rel in texts if (out / rel).exists() and rel not in ours)
+        foreign = sorted(rel for rel in makers if _occupied(out / rel) and rel not in ours)
         if foreign:
             raise OutputError(f"{out / foreign[0]} exists and was not written by symform docs; move it away or give another --out")
+        texts = _made(makers, progress)
         for rel in sorted(ours - set(texts)):
             (out / rel).unlink(missing_ok=True)
         written = []
         for rel, text in texts.items():
             path = out / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
+            _inside(out, path.parent, make=True)
+            _replace(path, text)
             written.append(path)
-        (out / MANIFEST).write_text("".join(f"{rel}\n" for rel in texts), encoding="utf-8")
+        _replace(out / MANIFEST, "".join(f"{rel}\n" for rel in texts))
     return written
 
 
+_NOT_A_FOLDER_TO_WRITE = ("/proc", "/sys", "/dev")  # pseudo-filesystems: writes there reach the kernel, not files
+
+
+def _check_destination(out: Path) -> None:
+    """``out`` is (or can be made) a folder symform can create files in: a file, a device or a pseudo-filesystem is refused."""
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"{quoted(str(out))} is a file, not a folder; give a folder for the pages (--out docs/reference)")
+    resolved = out.resolve()
+    if any(resolved == Path(top) or resolved.is_relative_to(top) for top in _NOT_A_FOLDER_TO_WRITE):
+        raise OutputError(f"{quoted(str(out))} is under /{resolved.parts[1]}, a pseudo-filesystem, not a folder of files; give a folder for the pages")
+    out.mkdir(parents=True, exist_ok=True)
+    probe, name = tempfile.mkstemp(dir=out, prefix=".symform-docs-probe-")  # created exclusively, removed at once
+    os.close(probe)
+    os.unlink(name)
+
+
+def _inside(out: Path, folder: Path, *, make: bool = False) -> None:
+    """``folder`` is ``out`` or a real folder within it: a link to elsewhere (components -> /etc) is refused."""
+    if make:
+        folder.mkdir(parents=True, exist_ok=True)
+    if folder.is_symlink() or not folder.resolve().is_relative_to(out.resolve()):
+        raise OutputError(f"{folder} is a link out of {quoted(str(out))}; symform docs writes only inside it: remove the link")
+
+
+def _occupied(path: Path) -> bool:
+    return path.exists() or path.is_symlink()
+
+
+def _replace(path: Path, text: str) -> None:
+    """Write ``path`` through a temporary file created exclusively beside it, then renamed over it: a link at
+    ``path`` is replaced, never written through."""
+    handle, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(name, path)
+    except BaseException:
+        Path(name).unlink(missing_ok=True)
+        raise
+
+
 def _generated(out: Path) -> set[str]:
-    """Relative paths of the pages under ``out`` that symform docs wrote: its manifest's, and any page of its layout that starts with its header."""
+    """Relative paths of the pages under ``out`` that symform docs wrote: plain files of its layout (listed in its
+    manifest or not) that start with its header. A link is never one, nor a file in a folder that links elsewhere."""
     manifest = out / MANIFEST
-    listed = set(manifest.read_text(encoding="utf-8").split()) if manifest.is_file() else set()
-    candidates = [out / "README.md", *(p for sub in ("components", "families") if (out / sub).is_dir() for p in (out / sub).glob("*.md"))]
-    marked = {p.relative_to(out).as_posix() for p in candidates if p.is_file() and _starts_with_header(p)}
-    safe = {rel for rel in listed if _is_page_path(rel)}
-    return safe | marked
+    listed = set(manifest.read_text(encoding="utf-8").split()) if manifest.is_file() and not manifest.is_symlink() else set()
+    folders = [out / sub for sub in ("components", "families") if (out / sub).is_dir()]
+    for folder in folders:
+        _inside(out, folder)
+    candidates = {out / "README.md", *(p for folder in folders for p in folder.glob("*.md")), *(out / rel for rel in listed if _is_page_path(rel))}
+    return {p.relative_to(out).as_posix() for p in candidates if p.is_file() and not p.is_symlink() and _starts_with_header(p)}
 
 
 def _is_page_path(rel: str) -> bool:
@@ -371,8 +434,14 @@ def _starts_with_header(path: Path) -> bool:
         return f.read(len(HEADER.encode())) == HEADER.encode()
 
 
+def _show_progress(done: int, total: int, rel: str) -> None:
+    """A line on stderr per tenth of the pages: making them all takes minutes."""
+    if done == total or done % max(1, total // 10) == 0:
+        print(f"symform docs: {done}/{total} pages made ({rel})", file=sys.stderr, flush=True)
+
+
 def docs_command(args: argparse.Namespace) -> str:
-    written = write(Path(args.out))
+    written = write(Path(args.out), _show_progress)
     return f"wrote {len(written)} pages under {args.out}"
 
 

@@ -24,18 +24,25 @@ def latex_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--formulas", action="store_true", help="symform latex --formulas MODEL [MODEL ...] [--seq S]: an appendix table of N, N_active, forward FLOPs and KV bytes per token, formula and number, with a glossary")
 
 
-def appendix_command(argv: list[str]) -> str:
-    """``symform latex --formulas MODEL...``: models given one after another, no quantity."""
-    from .appendix import appendix
+def appendix_parser():
+    """The options of ``symform latex --formulas``: its own parser, since it takes models one after another."""
     from .cli import _Parser
     from .cli_args import positive_int
 
     p = _Parser(prog="symform latex --formulas", description="an appendix table of N, N_active, forward FLOPs and KV bytes per token")
-    p.add_argument("models", nargs="+", metavar="MODEL")
+    p.add_argument("--formulas", action="store_true", help="the appendix table (the option that chose this form of symform latex)")
+    p.add_argument("models", nargs="+", metavar="MODEL", help="bundled presets, Hub ids, config.json paths or architecture files, one column each")
     p.add_argument("--seq", type=positive_int, default=4096, help="sequence length the forward FLOPs per token average over (default 4096)")
     p.add_argument("--standalone", action="store_true", help="a complete .tex document (pdflatex)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    args = p.parse_args([a for a in argv if a != "--formulas"])
+    return p
+
+
+def appendix_command(argv: list[str]) -> str:
+    """``symform latex --formulas MODEL...``: models given one after another, no quantity."""
+    from .appendix import appendix
+
+    args = appendix_parser().parse_args(argv)
     text = appendix([Model.load(m) for m in args.models], seq=args.seq, standalone=args.standalone)
     return json.dumps({"latex": text}) if args.json else text
 

@@ -47,6 +47,21 @@ def kv_dtype(text: str) -> Fraction:
     return Fraction(bits, 8)
 
 
+def kv_dtype_argument(group) -> None:
+    """--kv-dtype, with one meaning and default in every command that holds a KV cache."""
+    group.add_argument("--kv-dtype", type=kv_dtype, metavar="TYPE", help=f"KV cache element type: {', '.join(KV_DTYPES)} or any bit width (6bit); default: the kv_bytes convention, 2 bytes (bf16)")
+
+
+def with_kv_dtype(model, args: argparse.Namespace):
+    """The model with --kv-dtype's bytes per cached value, where it is given (refused beside a different --convention kv_bytes)."""
+    if getattr(args, "kv_dtype", None) is None:
+        return model
+    given = dict(args.conventions).get("kv_bytes")
+    if given is not None and Fraction(given) != args.kv_dtype:
+        raise EvaluationError(f"--kv-dtype gives kv_bytes={args.kv_dtype} but --convention kv_bytes={given}; give one of them")
+    return model.with_conventions(kv_bytes=args.kv_dtype)
+
+
 def weight_format_name(text: str) -> str:
     if text in recipes().weight_format or bit_width(text) is not None:
         return text
@@ -67,11 +82,16 @@ def memory_budget(text: str) -> int:
     return int(value)
 
 
+def precision_arguments(group) -> None:
+    """How a training step stores its copies: --precision and --optimizer, with one meaning and default in every command."""
+    table = recipes()
+    group.add_argument("--precision", default="mixed", choices=list(table.precision), help="training recipe: bytes per parameter of each copy (default mixed: bf16 weights and grads, fp32 master and states; formulas/memory.toml)")
+    group.add_argument("--optimizer", default="adamw", choices=list(table.optimizer), help="optimizer whose states each parameter keeps (default adamw: two fp32 moments; formulas/memory.toml)")
+
+
 def recipe_arguments(group) -> None:
     """How a training step stores its copies and keeps its activations: --precision, --optimizer, --recompute."""
-    table = recipes()
-    group.add_argument("--precision", default="mixed", choices=list(table.precision), help="bytes per parameter of each copy (default mixed: bf16 weights and grads, fp32 master and states)")
-    group.add_argument("--optimizer", default="adamw", choices=list(table.optimizer))
+    precision_arguments(group)
     group.add_argument("--recompute", default="none", choices=RECOMPUTE, help="activation recomputation: selective (attention cores) or full (whole layers)")
 
 
@@ -108,10 +128,10 @@ def setup_arguments(p: argparse.ArgumentParser) -> None:
     both.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel degree")
     attention_arguments(both)
     infer = p.add_argument_group("inference")
-    infer.add_argument("--past", type=non_negative_int, default=0, help="tokens already in the KV cache (the context when decoding)")
+    infer.add_argument("--past", "--context", dest="past", type=non_negative_int, default=0, help="tokens already in the KV cache (the context when decoding; --context is the same flag)")
     infer.add_argument("--weight-format", type=weight_format_name, default=None, metavar="FORMAT", help=f"stored weights: {', '.join(table.weight_format)}, or any bit width of the linear layers' weights (6bit); default: as the checkpoint says (its quantization_config or hf_quant_config.json), bf16 when it names none")
-    infer.add_argument("--kv-dtype", type=kv_dtype, metavar="TYPE", help=f"KV cache element type: {', '.join(KV_DTYPES)} or any bit width (6bit); default: the kv_bytes convention, 2 bytes (bf16)")
-    infer.add_argument("--kv-block", type=positive_int, help="paged KV cache block size in tokens (vLLM: 16); default: the kv_block convention, 1")
+    kv_dtype_argument(infer)
+    infer.add_argument("--kv-block", "--block-size", dest="kv_block", type=positive_int, help="paged KV cache block size in tokens (vLLM: 16); default: the kv_block convention, 1 (--block-size is the same flag)")
 
 
 def memory_arguments(p: argparse.ArgumentParser) -> None:

@@ -8,9 +8,8 @@ from typing import TYPE_CHECKING
 
 from .cli_args import attention_arguments, positive_int, uses_flash
 from .finetune_args import finetune_arguments, finetune_setup
-from ..analysis.memory import recipes
 from ..engine.errors import ConfigError
-from .memory_report import framework_argument, framework_line, framework_name, memory_budget
+from .memory_report import framework_argument, framework_line, framework_name, memory_budget, precision_arguments
 
 HEADROOM_TEXT = "2GiB"  # the planner's default (planner.HEADROOM), as --headroom takes it
 from .serving_report import refuse_serving_options, serve_arguments, serve_command
@@ -25,8 +24,7 @@ def plan_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpus", type=positive_int, help="devices in all (training)")
     p.add_argument("--global-batch", type=positive_int, help="sequences per training step")
     p.add_argument("--seq", type=positive_int, help="tokens per sequence (training)")
-    p.add_argument("--precision", default="mixed", choices=list(recipes().precision))
-    p.add_argument("--optimizer", default="adamw", choices=list(recipes().optimizer))
+    precision_arguments(p)
     attention_arguments(p)
     p.add_argument("--memory", type=memory_budget, metavar="BYTES", help="memory per device (default: the device's)")
     p.add_argument("--headroom", type=headroom_bytes, default=HEADROOM_TEXT, metavar="BYTES", help=f"memory to leave free on every device (default {HEADROOM_TEXT}; 0 for none)")

@@ -25,8 +25,8 @@ from pathlib import Path
 from .cli_args import attention_arguments, uses_flash, positive_int as _positive
 from ..engine.errors import EvaluationError
 from ..engine.evaluate import Number
-from ..analysis.memory import RECOMPUTE, Layout, MemoryReport, Training, recipes, training_memory
-from .memory_report import _gpu_memory
+from ..analysis.memory import RECOMPUTE, Layout, MemoryReport, Training, training_memory
+from .memory_report import _gpu_memory, precision_arguments
 from ..engine.model import Model
 from .output import writing
 from .roofline_chart import _pyplot, check_chart_path
@@ -308,7 +308,7 @@ def plot_arguments(p: argparse.ArgumentParser) -> None:
     """``symform plot KIND …``: one sub-command per chart."""
     from .roofline_report import roofline_arguments
 
-    kinds = p.add_subparsers(dest="chart", required=True, parser_class=type(p))
+    kinds = p.add_subparsers(dest="chart", required=True, parser_class=type(p), metavar="CHART", help="the chart to draw: params-share, flops-share, memory or roofline (symform plot CHART --help)")
     q = kinds.add_parser("params-share", help="parameter share by component across models (stacked bars)")
     q.add_argument("models", nargs="+", metavar="MODEL", help=MODEL_HELP)
     q.add_argument("--active", action="store_true", help="active parameters per token (mixtures of experts) instead of all")
@@ -323,8 +323,7 @@ def plot_arguments(p: argparse.ArgumentParser) -> None:
     q.add_argument("--gpu", required=True, metavar="NAME", help="an accelerator (symform hardware) whose memory is drawn as the limit")
     q.add_argument("--batch", type=_size_list, required=True, metavar="B1,B2,…", help="micro-batch sizes, e.g. 1,2,4,8")
     q.add_argument("--seq", type=_size_list, required=True, metavar="S1,S2,…", help="sequence lengths, one panel each, e.g. 1024,4096")
-    q.add_argument("--precision", default="mixed", choices=list(recipes().precision))
-    q.add_argument("--optimizer", default="adamw", choices=list(recipes().optimizer))
+    precision_arguments(q)
     q.add_argument("--recompute", default="none", choices=RECOMPUTE, help="activation recomputation")
     attention_arguments(q)
     q.add_argument("--zero", type=int, default=0, choices=(0, 1, 2, 3), help="ZeRO stage over --dp ranks")

@@ -9,6 +9,7 @@ from dataclasses import replace
 from ..analysis import flash_attention
 from ..analysis.hardware import DTYPE_BYTES
 from .finetune_args import finetune_arguments, finetune_setup
+from .memory_report import kv_dtype_argument, with_kv_dtype
 from .cli_args import attention_arguments, uses_flash, non_negative_int, positive_int
 from ..engine.errors import ConfigError
 from ..engine.model import Model
@@ -46,13 +47,14 @@ def roofline_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", required=True, type=positive_int, help="sequences per step")
     p.add_argument("--seq", type=positive_int, help="tokens per sequence (train, prefill)")
     p.add_argument(
-        "--context", type=non_negative_int, help="tokens already in the KV cache (decode)"
+        "--past", "--context", dest="context", type=non_negative_int, help="tokens already in the KV cache (decode; --context is the same flag)"
     )
     p.add_argument(
         "--dtype",
         default=None,
         help="peak rate and storage width: bf16, fp16, fp8, tf32, fp32, … (default: the rate the checkpoint's weight format runs at where the device has it, else bf16)",
     )
+    kv_dtype_argument(p)
     p.add_argument(
         "--weight-format",
         default=None,
@@ -86,7 +88,7 @@ def roofline_command(model: Model, args: argparse.Namespace) -> str:
     widths = args.dtype or "bf16"  # a rate taken from the checkpoint leaves activations and the cache in bf16
     args.dtype = matmul_rate(stored, gpu.dense_flops_per_s, args.dtype)
     gpu.flops_per_s(args.dtype)  # an unknown dtype fails here, before any algebra
-    model = _in_dtype(model, widths, given=dict(args.conventions))
+    model = with_kv_dtype(_in_dtype(model, widths, given=dict(args.conventions)), args)
     options = {"dtype": args.dtype, "flash": uses_flash(args), "sram_bytes": args.sram_bytes}
     if weight_bytes is not None:
         options["weight_bytes"] = weight_bytes
@@ -125,11 +127,11 @@ def _check_workload(args: argparse.Namespace) -> None:
     if args.phase == "decode":
         if args.context is None:
             raise ConfigError(
-                "--phase decode needs --context C (tokens already in the KV cache)"
+                "--phase decode needs --past C (tokens already in the KV cache)"
             )
         if args.seq is not None:
             raise ConfigError(
-                "--phase decode runs one new token per sequence; give --context, not --seq"
+                "--phase decode runs one new token per sequence; give --past, not --seq"
             )
     else:
         if args.seq is None:
@@ -138,7 +140,7 @@ def _check_workload(args: argparse.Namespace) -> None:
             )
         if args.context is not None:
             raise ConfigError(
-                f"--phase {args.phase} starts from an empty cache; --context is for --phase decode"
+                f"--phase {args.phase} starts from an empty cache; --past is for --phase decode"
             )
 
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from .cli_args import fraction, positive_float, positive_int
 from ..engine.errors import ConfigError
 from ..engine.model import Model
-from .memory_report import kv_dtype, weight_format_name
+from .memory_report import kv_dtype_argument, weight_format_name
 
 if TYPE_CHECKING:  # the serving model (and numpy) load when a plan is asked for
     from ..analysis.serving import Curve, Lengths, Setup
@@ -45,13 +45,13 @@ def serve_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--rate", type=positive_float, metavar="REQ/S", help="requests per second to serve: replicas and GPUs in all")
     g.add_argument("--mode", action="append", choices=("continuous", "chunked", "disaggregated"), help="scheduling to consider (repeatable; default all three)")
     g.add_argument("--tp-max", type=positive_int, help="the largest tensor degree to try (default: one node)")
-    g.add_argument("--block-size", type=positive_int, help="paged KV cache block, tokens (default: the engine's, hardware/efficiency/serving.toml)")
+    g.add_argument("--kv-block", "--block-size", dest="block_size", type=positive_int, help="paged KV cache block size in tokens (default: the engine's, hardware/efficiency/serving.toml; --block-size is the same flag)")
     g.add_argument("--token-budget", type=positive_int, help="chunked prefill: tokens per engine step (default: the engine's)")
     g.add_argument("--memory-utilisation", type=fraction, help="share of device memory the engine uses (default: the engine's)")
     g.add_argument("--admit", choices=("longest", "steady"), help="how many requests the cache takes: longest (every one at its longest, no preemption; the default) or steady (at mean occupancy, preempting when many are long at once)")
     g.add_argument("--kv-link", choices=("scale_out", "scale_up", "pcie"), help="disaggregation: the link the KV cache moves over (default scale_out)")
     g.add_argument("--weight-format", type=weight_format_name, help="stored weights (default: as the checkpoint says)")
-    g.add_argument("--kv-dtype", type=kv_dtype, metavar="TYPE", help="KV cache element type (default bf16)")
+    kv_dtype_argument(g)
     g.add_argument("--speculate", type=int, metavar="K", help="speculative decoding: K drafted tokens per target pass")
     g.add_argument("--acceptance", type=fraction, metavar="ALPHA", help="speculative decoding: each drafted token's acceptance rate")
     g.add_argument("--draft", metavar="MODEL", help="speculative decoding's drafter: a model (preset, Hub id, config), mtp (the model's multi-token-prediction module) or eagle (an EAGLE head); default: a free draft")
@@ -134,12 +134,13 @@ def _lengths(args: argparse.Namespace) -> Lengths:
 
 
 def _setup(model: Model, args: argparse.Namespace) -> Setup:
-    from ..analysis.serving import Setup, engine
+    from ..analysis.serving import Setup, check_same_vocabulary, engine
 
     settings = engine(utilisation=args.memory_utilisation, block_tokens=args.block_size, token_budget=args.token_budget)
     draft = args.draft
     if draft not in (None, "mtp", "eagle"):
         draft = Model.load(draft)
+        check_same_vocabulary(model, draft)
     if args.speculate is not None and args.speculate < 0:
         raise ConfigError(f"--speculate is {args.speculate}; give 0 or more drafted tokens")
     if (args.speculate is None) != (args.acceptance is None):

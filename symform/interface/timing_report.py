@@ -7,11 +7,12 @@ import json
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from .cli_args import attention_arguments, positive_float, positive_int, uses_flash
+from .cli_args import attention_arguments, non_negative_float, positive_float, positive_int, uses_flash
 from .finetune_args import finetune_arguments, finetune_setup
+from .memory_report import kv_dtype_argument, with_kv_dtype
 
 
-from ..engine.errors import ConfigError
+from ..engine.errors import BudgetError, ConfigError
 from ..analysis.finetune import describe_text
 from ..analysis.memory import RECOMPUTE, SCHEDULES, Layout, matmul_rate, recipes, stored_weights
 from ..engine.model import Model
@@ -27,6 +28,7 @@ DECODE_KERNELS = (
     ("fused_per_head", "a fused kernel reading each key/value head once per query head, not once per group (TensorRT-LLM's masked MHA for generation before its XQA kernel, v0.8: docs/source/blogs/XQA-kernel.md); sdpa reads it once per group (FlashDecoding, FlashAttention-2's grouped-query packing, TensorRT-LLM's XQA)"),
 )
 INFER_ONLY = ("batch", "prompt", "output")
+CACHE_ONLY = ("kv_dtype",)  # training holds no KV cache
 
 
 def time_arguments(p: argparse.ArgumentParser) -> None:
@@ -54,7 +56,8 @@ def time_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default=None, help="matmul dtype: bf16, fp16, fp8, …; sets the peak rate, and fp8/int8/fp4 also the bytes of each weight read (default: bf16, or for serving the rate of the checkpoint's weight format where the device has one)")
     p.add_argument("--weight-format", default=None, choices=list(recipes().weight_format), help="serving: how the weights are stored and read (default: as the checkpoint says)")
     p.add_argument("--node-size", type=positive_int, help="accelerators per scale-up domain (default: the system's, or 8 for an accelerator)")
-    p.add_argument("--expert-skew", type=float, default=0.0, metavar="S", help="mixture of experts, decode: Zipf exponent of the routing (default 0: uniform), which sets how many distinct experts a step reads")
+    kv_dtype_argument(p)
+    p.add_argument("--expert-skew", type=non_negative_float, default=0.0, metavar="S", help="mixture of experts, decode: Zipf exponent of the routing (default 0: uniform), which sets how many distinct experts a step reads")
     p.add_argument("--gemm-model", choices=("rows", "waves"), help="the estimate's GEMM model at its own fit: rows (the default) or waves (tiles and waves over the SMs; docs/time.md)")
     attention_arguments(p, DECODE_KERNELS)  # for the bounds, the estimate and the memory check alike
     framework_argument(p)  # the memory check's
@@ -71,7 +74,24 @@ def time_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def time_command(model: Model, args: argparse.Namespace) -> str:
+    try:
+        return _time_command(model, args)
+    except BudgetError as e:
+        if not args.expert_skew:
+            raise
+        # the skewed routing's expectation is symform's own arithmetic, not the user's sizes: say which flag led there
+        raise BudgetError(
+            f"--expert-skew {args.expert_skew:g}: symform could not work out the expected distinct experts a decode step reads on "
+            f"{model.name} within its budgets ({str(e).split(';')[0]}); this is a limit of symform, not of your sizes: drop --expert-skew (uniform routing) for now"
+        ) from None
+
+
+def _time_command(model: Model, args: argparse.Namespace) -> str:
     from ..analysis import estimate, utilisation
+
+    if args.train:
+        _refuse(args, CACHE_ONLY, "--train")
+    model = with_kv_dtype(model, args)
 
     tune = finetune_setup(args, training=args.train)
     given = args.attention
