@@ -194,7 +194,7 @@ def _document(capsys) -> str:
 def test_standalone_document_is_complete(capsys):
     doc = _document(capsys)
     assert doc.startswith(r"\documentclass") and doc.rstrip().endswith(r"\end{document}")
-    assert r"\usepackage{amsmath" in doc and r"\[" in doc and "Symbols" in doc
+    assert r"\usepackage{amsmath" in doc and r"\begin{align*}" in doc and "Symbols" in doc
 
 
 @pytest.mark.skipif(shutil.which("pdflatex") is None, reason="no LaTeX engine (apt-get install texlive-latex-base texlive-latex-recommended)")

@@ -38,6 +38,7 @@ from ..engine.evaluate import Number
 from ..engine.graph import build_graph
 from ..engine.model import Model, normalise_quantity
 from ..engine.vocabulary import Vocabulary, default_vocabulary
+from .latex_layout import TEXT_WIDTH_PT, Group, Term, broken, broken_runs, joined, width_pt
 
 # The letter each quantity conventionally goes by on the left of an equation.
 QUANTITY_LETTERS = {
@@ -186,7 +187,14 @@ class Line:
     relation: str
     expr: sympy.Expr
     reason: str
-    written: str | None = None  # the LaTeX of expr block by block, each layer kind's repeat a factor
+    blocks: tuple | None = None  # expr block by block, each layer kind's repeat a factor, where that is how it is written
+    params: sympy.Expr | None = None  # the N the line is written with (its reason, ``with N ≈ …``), to leading order
+
+    def runs(self, vocabulary: Vocabulary) -> list[list[Term]]:
+        """The line's sum in runs that each start a row: one per layer kind where it is written by block."""
+        if self.blocks:
+            return [block_terms(b, vocabulary) for b in by_layer_kind(self.blocks)]
+        return [expr_terms(self.expr, vocabulary)]
 
 
 def assumption_substitutions(model: Model, assume: str) -> dict[sympy.Symbol, sympy.Expr]:
@@ -201,7 +209,9 @@ def assumption_substitutions(model: Model, assume: str) -> dict[sympy.Symbol, sy
 
 
 def derivation_lines(d: Derivation, model: Model) -> list[Line]:
-    """The steps of a derivation as lines: exact, grouped per layer, each assumption, leading order, in N and D."""
+    """The steps of a derivation as lines: exact, grouped per layer, each assumption, leading order, in N and D.
+    An assumption set that changes nothing in this model (granular's d_e = d_ff/G where no layer has experts)
+    adds no line: the lines it would add are the ones above."""
     v = model.vocabulary
     blocks = step_blocks(model, d)
     lines = [Line("=", d.steps[0].formula.expr, "\\text{exact}")]
@@ -209,18 +219,21 @@ def derivation_lines(d: Derivation, model: Model) -> list[Line]:
     if per_layer is not None:
         lines.append(per_layer)
     for i, step in enumerate(d.steps[1:], start=1):
+        before = d.steps[i - 1].formula.expr
+        if sympy.expand(step.formula.expr - before) == 0:
+            continue
         if step.label.startswith("assuming"):
-            subs = assumption_substitutions(model, d.assumptions)
+            subs = {s: e for s, e in assumption_substitutions(model, d.assumptions).items() if s in before.free_symbols}
             reason = "\\text{with } " + ",\\ ".join(f"{latex(s, v)} = {latex(e, v)}" for s, e in subs.items()) if subs else step.latex_label
-            lines.append(Line("=", step.formula.expr, reason))
+            lines.append(Line("=", step.formula.expr, reason + _error_note(step.relative_error, d.model)))
             grouped = _per_layer_line(step.formula.expr, blocks[i], v)
             if grouped is not None:
                 lines.append(grouped)
-        elif step.formula.expr != d.steps[i - 1].formula.expr:  # already leading order: no line
-            written = _blocks_latex(blocks[i], v) if _several_kinds(blocks[i]) else None
+        else:
+            written = blocks[i] if _several_kinds(blocks[i]) else None
             lines.append(Line("\\approx", step.formula.expr, step.latex_label + _error_note(step.relative_error, d.model), written))
     if d.in_terms_of_params is not None:
-        lines.append(Line("=", d.in_terms_of_params.expr, f"\\text{{with }} N \\approx {latex(d.params_leading.expr, v)}"))
+        lines.append(Line("=", d.in_terms_of_params.expr, f"\\text{{with }} N \\approx {latex(d.params_leading.expr, v)}", params=d.params_leading.expr))
     return lines
 
 
@@ -229,7 +242,7 @@ def _per_layer_line(expr: sympy.Expr, blocks, vocabulary: Vocabulary) -> Line | 
     several kinds and its block form is that expression (collected in n alone, n_dense's terms would cancel);
     else collected in the layer count; None when that says no more than the sum."""
     if _several_kinds(blocks):
-        return Line("=", sympy.Add(*(b.total for b in blocks)), "\\text{per layer}", _blocks_latex(blocks, vocabulary))
+        return Line("=", sympy.Add(*(b.total for b in blocks)), "\\text{per layer}", blocks)
     grouped = _per_layer(expr, vocabulary)
     return Line("=", grouped, "\\text{per layer}") if grouped is not None else None
 
@@ -237,10 +250,6 @@ def _per_layer_line(expr: sympy.Expr, blocks, vocabulary: Vocabulary) -> Line | 
 def _several_kinds(blocks) -> bool:
     kinds = [b for b in blocks or () if b.repeat.free_symbols]
     return len(kinds) > 1 or any(isinstance(b.repeat, sympy.Add) for b in kinds)
-
-
-def _blocks_latex(blocks, vocabulary: Vocabulary) -> str:
-    return " + ".join(block_latex(b, vocabulary) for b in by_layer_kind(blocks))
 
 
 def _per_layer(expr: sympy.Expr, vocabulary: Vocabulary) -> sympy.Expr | None:
@@ -261,12 +270,79 @@ def _error_note(error: float | None, model: str) -> str:
     return f"\\quad ({percent}\\,\\% \\text{{ at {_text(model)}}})"
 
 
-def derivation_latex(d: Derivation, model: Model) -> str:
-    """An ``aligned`` block: the quantity's letter, then one line per step, each with its reason."""
-    lines = derivation_lines(d, model)
+def derivation_latex(d: Derivation, model: Model, *, width: float = TEXT_WIDTH_PT) -> str:
+    """An ``aligned`` block: the quantity's letter, then one step per line (a long sum over several, broken
+    between blocks or terms so that no line is wider than ``width`` points), each with its reason on the right."""
     v = model.vocabulary
-    rows = [f"{quantity_letter(d.quantity) if i == 0 else ''} &{line.relation} {line.written or latex(line.expr, v)} && {line.reason}" for i, line in enumerate(lines)]
+    steps = [(line.relation, line.runs(v), _reason(line, v)) for line in derivation_lines(d, model)]
+    return aligned(quantity_letter(d.quantity), steps, width=width)
+
+
+def _reason(line: Line, vocabulary: Vocabulary) -> "str | Aside":
+    if line.params is None:
+        return line.reason
+    return Aside("\\text{with } N \\approx", tuple(expr_terms(line.params, vocabulary)))
+
+
+@dataclass(frozen=True)
+class Aside:
+    """A reason that is itself a formula (``with N ≈ 12 d² n``): on the right where it fits, else on rows of
+    its own under the step, broken as a sum is."""
+
+    opening: str
+    terms: tuple[Term, ...]
+
+    def text(self) -> str:
+        return f"{self.opening} {joined(self.terms)}"
+
+
+def aligned(letter: str, steps: Sequence[tuple[str, Sequence[Sequence[Term]], "str | Aside"]], *, width: float = TEXT_WIDTH_PT) -> str:
+    """``letter &rel sum && reason`` per step in an ``aligned`` block no wider than ``width`` points: the reasons
+    (wrapped at their commas where long) in a right-hand column, each sum broken into as many rows as it needs;
+    a reason that is a formula too wide for that column goes on rows of its own under its step."""
+    cap = width * _LABEL_SHARE
+    labels = [_label(reason, cap) for _, _, reason in steps]
+    label_width = max((width_pt(r) for rows in labels for r in rows), default=0.0)
+    relation_width = max(width_pt("{}" + relation + "{}") for relation, _, _ in steps)
+    budget = width - width_pt(letter) - relation_width - label_width - _COLUMN_GAP_PT
+    rows = []
+    for i, ((relation, runs, reason), label) in enumerate(zip(steps, labels)):
+        sums = broken_runs(runs, budget)
+        for j in range(max(len(sums), len(label))):
+            lhs = letter if i == 0 and j == 0 else ""
+            rhs = (relation + " " if j == 0 else "") + (sums[j] if j < len(sums) else "")
+            rows.append(f"{lhs} &{rhs}".rstrip() + (f" && {label[j]}" if j < len(label) and label[j] else ""))
+        if isinstance(reason, Aside) and not label:
+            first, *rest = reason.terms
+            aside = broken([Term(False, f"{reason.opening} {'- ' if first.negative else ''}{first.text()}"), *rest], budget - width_pt("\\qquad"), indent="\\qquad ")
+            rows += [f" &\\qquad {row}" for row in aside]
     return "\\begin{aligned}\n" + " \\\\\n".join(rows) + "\n\\end{aligned}"
+
+
+def _label(reason: "str | Aside", cap: float) -> list[str]:
+    if isinstance(reason, Aside):
+        text = reason.text()
+        return [text] if width_pt(text) <= cap else []
+    return label_rows(reason, cap)
+
+
+# what of the width the reasons on the right may take before they wrap; the space amsmath's aligned puts
+# between a column pair and the next (2 em at 11 pt) and some to spare
+_LABEL_SHARE = 0.34
+_COLUMN_GAP_PT = 26.0
+
+
+def label_rows(reason: str, budget: float) -> list[str]:
+    """A reason as rows no wider than ``budget`` where its pieces allow: split after the commas of a list of
+    substitutions and before a parenthesised note (``\\quad (−5.1 % at …)``)."""
+    pieces = re.split(r"(?<=,)\\ |\\quad (?=\()", reason)
+    rows: list[str] = []
+    for piece in pieces:
+        if rows and width_pt(rows[-1] + "\\ " + piece) <= budget:
+            rows[-1] += "\\ " + piece
+        else:
+            rows.append(piece if not rows else "\\quad " + piece)
+    return rows
 
 
 def derivation(model: Model, quantity: str, *, assume: str | None = "standard", leading: bool = True, large: Sequence[str] | None = None, **workload: object) -> str:
@@ -397,7 +473,9 @@ def glossary(vocabulary: Vocabulary | None = None, symbols: Iterable[sympy.Symbo
 PREAMBLE = r"""\documentclass[11pt]{article}
 \usepackage[utf8]{inputenc}
 \usepackage[T1]{fontenc}
+\IfFileExists{lmodern.sty}{\usepackage{lmodern}}{}% scalable fonts (T1 Computer Modern is bitmaps otherwise)
 \usepackage{amsmath,amssymb}
+\allowdisplaybreaks % a long derivation may continue on the next page
 \usepackage{graphicx}
 \usepackage[margin=2cm]{geometry}
 \IfFileExists{booktabs.sty}{\usepackage{booktabs}}{% a minimal TeX without booktabs: plain rules
@@ -406,15 +484,16 @@ PREAMBLE = r"""\documentclass[11pt]{article}
 
 
 def standalone(sections: Sequence[tuple[str, str]], *, title: str = "symform") -> str:
-    """A complete document from (heading, body) pairs; bodies are LaTeX (tables, or display math given as aligned blocks)."""
+    """A complete document from (heading, body) pairs; bodies are LaTeX (tables, or display math given as aligned
+    blocks, which become ``align*`` so that a long one may continue on the next page)."""
     parts = [PREAMBLE, "\\title{" + _text(title) + "}", "\\date{}", "\\begin{document}", "\\maketitle"]
     for heading, body in sections:
         if heading:
             parts.append("\\section*{" + _text(heading) + "}")
         if body.lstrip().startswith("\\begin{aligned}"):
-            body = "\\[\n" + body + "\n\\]"
+            body = body.replace("\\begin{aligned}", "\\begin{align*}").replace("\\end{aligned}", "\\end{align*}")
         elif body.lstrip().startswith("\\begin{tabular}"):
-            body = "\\begin{center}\n\\small\n" + body + "\n\\end{center}"
+            body = "\\begin{center}\n" + body + "\n\\end{center}"
         parts.append(body)
     parts.append("\\end{document}")
     return "\n".join(parts) + "\n"
@@ -423,6 +502,11 @@ def standalone(sections: Sequence[tuple[str, str]], *, title: str = "symform") -
 def display(formula: str) -> str:
     """A formula as display math in a document."""
     return "\\[\n" + formula + "\n\\]"
+
+
+def equation_block(letter: str, expr: sympy.Expr, vocabulary: Vocabulary, *, width: float = TEXT_WIDTH_PT) -> str:
+    """``letter = expr`` as an ``aligned`` block, the sum broken into rows no wider than ``width`` points."""
+    return aligned(letter, [("=", [expr_terms(expr, vocabulary)], "")], width=width)
 
 
 # --- block forms ----------------------------------------------------------------------------------
@@ -437,33 +521,72 @@ def repeat_latex(repeat: sympy.Expr, vocabulary: Vocabulary) -> str:
 
 def block_latex(block, vocabulary: Vocabulary) -> str:
     """``repeat · (one instance)``, the instance with its common factors pulled out."""
-    inner = latex(sympy.factor_terms(block.expr), vocabulary)
+    return joined(block_terms(block, vocabulary))
+
+
+def block_terms(block, vocabulary: Vocabulary) -> list[Term]:
+    """A block as terms of a sum: ``repeat · (one instance)``, one Group that may break between the instance's
+    terms; the instance alone (its terms) where the repeat is 1."""
+    inner = sympy.factor_terms(block.expr)
     if block.repeat == 1:
-        return inner
+        return expr_terms(inner, vocabulary)
     if len(sympy.Add.make_args(block.repeat)) == 1:  # n·(…): sympy orders the factors as a reader writes them
-        return latex(block.repeat * sympy.factor_terms(block.expr), vocabulary)
-    wrapped = inner if len(sympy.Add.make_args(sympy.factor_terms(block.expr))) == 1 else f"\\left({inner}\\right)"
-    return f"{repeat_latex(block.repeat, vocabulary)} \\cdot {wrapped}"
+        return expr_terms(block.repeat * inner, vocabulary)
+    repeat = repeat_latex(block.repeat, vocabulary) + " \\cdot "
+    terms = expr_terms(inner, vocabulary)
+    if len(terms) > 1:
+        return [Term(False, Group(repeat, tuple(terms)))]
+    (term,) = terms
+    body = Group(repeat + term.body.opening, term.body.inner) if isinstance(term.body, Group) else repeat + term.body
+    return [Term(term.negative, body)]
 
 
-def structure_latex(st, model: Model, active=None) -> str:
+def expr_terms(expr: sympy.Expr, vocabulary: Vocabulary) -> list[Term]:
+    """An expression's summands in the order :func:`latex` prints them, a product with a parenthesised sum
+    (``n·(…)``) as a Group that may break between the sum's terms."""
+    expr = sympy.sympify(expr)
+    printer = _Printer(vocabulary)
+    ordered = printer._as_ordered_terms(expr) if isinstance(expr, sympy.Add) else [expr]
+    return [_term(t, vocabulary) for t in ordered]
+
+
+def _term(term: sympy.Expr, vocabulary: Vocabulary) -> Term:
+    negative = term.could_extract_minus_sign()
+    body = -term if negative else term
+    if isinstance(body, sympy.Mul):
+        sums = [f for f in body.args if isinstance(f, sympy.Add)]
+        if len(sums) == 1:
+            rest = sympy.Mul(*(f for f in body.args if f is not sums[0]))
+            opening = "" if rest == 1 else latex(rest, vocabulary) + " \\cdot "
+            return Term(negative, Group(opening, tuple(expr_terms(sums[0], vocabulary))))
+    return Term(negative, latex(body, vocabulary))
+
+
+def structure_latex(st, model: Model, active=None, *, width: float = TEXT_WIDTH_PT) -> str:
     """An ``aligned`` block, one line per block (its name on the right); then, when given, the N_active form."""
     v = model.vocabulary
     relation = "\\approx" if st.leading else "="
-    rows = []
+    steps = []
     for i, block in enumerate(st.blocks):
-        lhs = f"{quantity_letter(st.quantity)} &{relation} " if i == 0 else " &+ "
-        rows.append(f"{lhs}{block_latex(block, v)} && \\text{{{_text(block.name)}}}")
+        terms = block_terms(block, v)
+        if i > 0:  # a block after the first continues the sum: its sign is the relation column's
+            first, *rest = terms
+            steps.append(("-" if first.negative else "+", [[Term(False, first.body), *rest]], f"\\text{{{_text(block.name)}}}"))
+        else:
+            steps.append((relation, [terms], f"\\text{{{_text(block.name)}}}"))
     if active is not None:
         letter = v.entry(active.symbol_name).latex
-        rows.append(f" &\\approx {active_latex(active, v)} && \\text{{in terms of }} {letter}")
-    return "\\begin{aligned}\n" + " \\\\\n".join(rows) + "\n\\end{aligned}"
+        steps.append(("\\approx", active_runs(active, v), f"\\text{{in terms of }} {letter}"))
+    return aligned(quantity_letter(st.quantity), steps, width=width)
 
 
 def active_latex(active, vocabulary: Vocabulary) -> str:
     """The N_active form: the multiple of N_active, then what that leaves out, one term per layer kind."""
+    return joined([t for run in active_runs(active, vocabulary) for t in run])
+
+
+def active_runs(active, vocabulary: Vocabulary) -> list[list[Term]]:
     n_active = vocabulary[active.symbol_name]
     if not active.rest_blocks:
-        return latex(active.with_symbol(n_active), vocabulary)
-    terms = [block_latex(b, vocabulary) for b in by_layer_kind(active.rest_blocks)]
-    return latex(active.multiple * n_active, vocabulary) + "".join(f" - {t.lstrip('- ')}" if t.startswith("-") else f" + {t}" for t in terms)
+        return [expr_terms(active.with_symbol(n_active), vocabulary)]
+    return [expr_terms(active.multiple * n_active, vocabulary)] + [block_terms(b, vocabulary) for b in by_layer_kind(active.rest_blocks)]

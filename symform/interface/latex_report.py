@@ -78,7 +78,7 @@ def _model_sections(args: argparse.Namespace, load: Callable[[argparse.Namespace
         expr = model.expression(quantity).expr
         body, used = tex.latex(expr, model.vocabulary), expr.free_symbols
         if args.standalone:
-            body = tex.display(f"{tex.quantity_letter(quantity)} = {body}")
+            body = tex.equation_block(tex.quantity_letter(quantity), expr, model.vocabulary)
     if args.glossary:
         return [("Symbols", tex.glossary(model.vocabulary, used))]
     sections = [("", body)]
@@ -118,5 +118,5 @@ def _component_sections(args: argparse.Namespace) -> list[tuple[str, str]]:
         return [("Symbols", tex.glossary(vocabulary, expr.free_symbols))]
     body = f"{tex.quantity_letter(quantity)} = {tex.latex(expr, vocabulary)}"
     if args.standalone:
-        return [("", tex.display(body)), ("Symbols", tex.glossary(vocabulary, expr.free_symbols))]
+        return [("", tex.equation_block(tex.quantity_letter(quantity), expr, vocabulary)), ("Symbols", tex.glossary(vocabulary, expr.free_symbols))]
     return [("", body)]
