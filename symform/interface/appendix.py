@@ -17,8 +17,9 @@ from ..engine.errors import ConfigError
 from ..engine.evaluate import Number
 from ..engine.families import all_families, family_for, preset_config, presets
 from ..engine.model import Model
-from ..engine.structure import Block, block_large, default_assumptions, leading_blocks, structure, without_flags
+from ..engine.structure import Block, block_large, by_layer_kind, default_assumptions, leading_blocks, structure, without_flags
 from . import latex as tex
+from .latex_layout import breakable
 
 COLUMNS = (
     ("params", "$N$", "parameters"),
@@ -61,35 +62,63 @@ def cell_latex(c: Cell, model: Model) -> str:
     return " + ".join(tex.block_latex(b, model.vocabulary) for b in c.blocks)
 
 
+def _breakable_latex(c: Cell, model: Model) -> str:
+    """The cell's formula as inline math TeX may break between blocks and inside a block's parentheses."""
+    terms = [t for b in by_layer_kind(c.blocks) for t in tex.block_terms(b, model.vocabulary)]
+    return breakable(terms) if terms else "0"
+
+
+UNITS = {"forward_flops": "FLOP", "kv_cache": "B"}
+
+
 def appendix_table(models: Sequence[Model], *, seq: int) -> tuple[str, set[sympy.Symbol]]:
-    """The booktabs table (formula over number in each cell) and the symbols its formulas use."""
+    """A ``longtable`` at the document's type size, placed where it is written and continued over pages: per
+    model a heading row (its name and the assumptions its forms make), then one row per quantity with the
+    formula to leading order (broken over lines as it needs), the exact count and the formula's error there."""
     used: set[sympy.Symbol] = set()
     rows = []
     for m in models:
         cells = [cell(m, q, seq) for q, _, _ in COLUMNS]
         used |= {s for c in cells for s in c.formula.free_symbols}
-        unit = {"forward_flops": "FLOP", "kv_cache": "B"}
-        rows.append([tex._text(m.name), *(f"${cell_latex(c, m)}$" for c in cells)])
-        rows.append(["", *(_number(c.value, unit.get(q, "")) for c, (q, _, _) in zip(cells, COLUMNS))])
-    header = ["model", *(h for _, h, _ in COLUMNS)]
-    table = tex._tabular(header, rows, None, "l" + "l" * len(COLUMNS))
+        assume = default_assumptions(m)
+        rows.append(f"\\multicolumn{{4}}{{@{{}}l}}{{\\textbf{{{tex._text(m.name)}}}\\quad {_assumption_words(assume)}}} \\\\*")
+        for c, (q, letter, _) in zip(cells, COLUMNS):
+            error = _error(m, c, q, seq).replace("%", "~\\%")
+            rows.append(f"{letter} & ${_breakable_latex(c, m)}$ & {_number(c.value, UNITS.get(q, ''))} & {error} \\\\")
+        rows.append("\\midrule" if m is not models[-1] else "\\bottomrule")
+    head = "& formula, to leading order & exact & error \\\\"
+    table = "\n".join([
+        "\\begin{longtable}{@{}l>{\\raggedright\\arraybackslash}p{0.55\\linewidth}rr@{}}",
+        "\\toprule", head, "\\midrule", "\\endfirsthead",
+        "\\toprule", head, "\\midrule", "\\endhead",
+        *rows,
+        "\\end{longtable}",
+    ])
     return table, used
+
+
+def _assumption_words(assume: str | None) -> str:
+    if assume is None:
+        return "(its own sizes: no assumption set)"
+    return f"(assuming {tex._text(assume.replace(',', ', '))})"
 
 
 def _number(value: Number, unit: str) -> str:
     exact = f"{int(value):,}".replace(",", "\\,") if float(value).is_integer() else f"{float(value):,.1f}".replace(",", "\\,")
-    return f"{exact}{(' ' + unit) if unit else ''}"
+    return f"{exact}{('~' + unit) if unit else ''}"
 
 
 def appendix(models: Sequence[Model], *, seq: int, standalone: bool = False) -> str:
     table, used = appendix_table(models, seq=seq)
     vocabulary = models[0].vocabulary
     note = (
-        f"Each cell: the formula to leading order in the widths, the vocabulary and the sequence, under each family's "
-        f"default assumptions, and below it the exact count (forward FLOPs per token over a sequence of {seq} tokens, "
-        f"batch 1; KV bytes per cached token at the default storage sizes)."
+        "Per model: its parameters $N$, its active parameters $N_{\\mathrm{active}}$, its forward FLOPs per token "
+        f"$C_{{\\mathrm{{fwd}}}}/s$ averaged over a sequence of $s = {seq}$ tokens (batch 1) and its KV-cache (or state) "
+        "bytes per cached token $M_{\\mathrm{KV}}$ at the default storage sizes; each as its formula to leading order "
+        "in the widths, the vocabulary and the sequence, under the family's default assumptions, as the exact count, "
+        "and as the formula's relative error at the model's own sizes."
     )
-    body = "\\begin{table}[t]\n\\centering\n\\small\n\\resizebox{\\linewidth}{!}{%\n" + table + "}\n\\caption{" + tex._text(note) + "}\n\\end{table}"
+    body = note + "\n\n" + table
     glossary = tex.glossary(vocabulary, used)
     if standalone:
         return tex.standalone([("", body), ("Symbols", glossary)], title="Model costs")

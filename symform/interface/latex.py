@@ -476,7 +476,7 @@ PREAMBLE = r"""\documentclass[11pt]{article}
 \IfFileExists{lmodern.sty}{\usepackage{lmodern}}{}% scalable fonts (T1 Computer Modern is bitmaps otherwise)
 \usepackage{amsmath,amssymb}
 \allowdisplaybreaks % a long derivation may continue on the next page
-\usepackage{graphicx}
+\usepackage{array,longtable}
 \usepackage[margin=2cm]{geometry}
 \IfFileExists{booktabs.sty}{\usepackage{booktabs}}{% a minimal TeX without booktabs: plain rules
   \newcommand{\toprule}{\hline}\newcommand{\midrule}{\hline}\newcommand{\bottomrule}{\hline}}

@@ -204,5 +204,21 @@ def _operand(text: str) -> str:
     return "{}" + text if text[:1] in "+-" else text
 
 
+def breakable(terms: Sequence[Term]) -> str:
+    """The sum as inline math TeX may break at its operators, inside parentheses too (``\\bigl(``/``\\bigr)``,
+    which TeX does not pair as it pairs ``\\left``/``\\right``): for a table's paragraph column."""
+    out = ""
+    for i, t in enumerate(terms):
+        out += (("- " if t.negative else "") if i == 0 else (" - " if t.negative else " + ")) + _breakable_body(t.body)
+    return out
+
+
+def _breakable_body(body: "str | Group") -> str:
+    if not isinstance(body, Group):
+        return body
+    opening, closing = body.delimiters()
+    return f"{body.opening}{opening}{breakable(body.inner)}{closing}"
+
+
 def rows_width(rows: Sequence[str]) -> float:
     return max((width_pt(_operand(r)) for r in rows), default=0.0)
