@@ -1,0 +1,123 @@
+"""LaTeX a paper can print: standalone documents whose every line fits the text, at the document's type size."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import pytest
+import sympy
+from checks import run
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import symform
+from symform import latex as tex
+from symform.interface.latex_layout import Group, Term, broken, breakable, joined, width_pt
+
+# a dense, a mixture-of-experts with multi-head latent attention, and a hybrid (Mamba-2, attention, MLP) model
+DOCUMENTS = {
+    "dense": ("latex", "train-flops", "llama-3-8b", "--derivation", "--standalone"),
+    "moe-mla": ("latex", "active-params", "deepseek-v3", "--derivation", "--standalone"),
+    "hybrid": ("latex", "active-params", "nemotron-h-8b", "--derivation", "--standalone"),
+    "appendix": ("latex", "--formulas", "qwen3-32b", "deepseek-v3", "mixtral-8x7b", "gpt-oss-120b", "nemotron-h-8b", "qwen3-next-80b-a3b", "--standalone"),
+}
+# commands that set type smaller than \small, or scale a box (and the type in it) to fit
+SMALL_TYPE = re.compile(r"\\(footnotesize|scriptsize|tiny|resizebox|scalebox)\b")
+OVERFULL = re.compile(r"Overfull \\hbox \((\d+(?:\.\d+)?)pt too wide\)")
+
+
+def overfull_boxes(log: str) -> list[float]:
+    """The overfull boxes TeX reports in a .log, in points too wide."""
+    return [float(x) for x in OVERFULL.findall(log)]
+
+
+def test_overfull_boxes_are_read_from_the_log():
+    log = "Overfull \\hbox (1075.41682pt too wide) in paragraph at lines 12--13\nOverfull \\hbox (0.5pt too wide) detected"
+    assert overfull_boxes(log) == [1075.41682, 0.5]
+
+
+@pytest.mark.skipif(shutil.which("pdflatex") is None, reason="no LaTeX engine: apt-get install texlive-latex-base texlive-latex-recommended (the documents are not compiled)")
+def test_standalone_documents_fit_the_page_at_the_document_s_type_size(capsys, tmp_path):
+    for kind, argv in DOCUMENTS.items():
+        code, out, err = run(capsys, *argv)
+        assert code == 0, err
+        assert not SMALL_TYPE.search(out), f"{kind}: type below \\small or scaled: {SMALL_TYPE.search(out)[0]}"
+        (tmp_path / f"{kind}.tex").write_text(out, encoding="utf-8")
+        result = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", f"{kind}.tex"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stdout[-2000:]
+        log = (tmp_path / f"{kind}.log").read_text(encoding="latin-1")
+        assert [x for x in overfull_boxes(log) if x > 1.0] == [], f"{kind}: {' '.join(argv)} has lines wider than the text"
+
+
+def test_the_hybrid_derivation_prints_no_line_twice():
+    """Nemotron-H's default set (granular: d_e = d_ff/G) touches no symbol of the model: it adds no lines."""
+    model = symform.load("nemotron-h-8b")
+    d = symform.derive(model, "active_params", assume="granular", leading=True)
+    lines = tex.derivation_lines(d, model)
+    printed = [tex.latex(line.expr) for line in lines]
+    assert len(printed) == len(set(printed))
+    assert not any("d_{e}" in line.reason for line in lines)  # no substitution for a symbol the model has not
+
+
+def test_a_long_derivation_is_broken_into_rows_each_no_wider_than_the_text():
+    model = symform.load("deepseek-v3")
+    text = tex.derivation_latex(symform.derive(model, "active_params", assume="standard", leading=True), model)
+    rows = text.split("\n")[1:-1]
+    assert len(rows) > 10  # one per block or group of terms, not one per step
+    for row in rows:
+        sum_part = row.split("&&")[0].split("&", 1)[1]
+        assert width_pt(sum_part) < tex.TEXT_WIDTH_PT * 0.7, row
+    # each layer kind starts a row of its own
+    assert any(r.lstrip().startswith("&\\quad + \\left(n - n_{\\mathrm{dense}}\\right) \\cdot") for r in rows)
+
+
+def test_width_estimates_grow_with_the_text_and_count_scripts_smaller():
+    assert width_pt("d") < width_pt("d n") < width_pt("d n + V")
+    assert width_pt("d_{ff}") < width_pt("d ff") + 1
+    assert 20 < width_pt("12 d^{2} n + 2 d V") < 80  # TeX: 62.5 pt at 11 pt
+
+
+_letters = st.sampled_from(["d", "n", "V", "d_{ff}", "h_{kv}", "n_{\\mathrm{dense}}", "\\frac{d}{2}", "s"])
+_atom = st.builds(lambda c, xs: f"{c} " + " ".join(xs) if c > 1 else " ".join(xs), st.integers(1, 40), st.lists(_letters, min_size=1, max_size=4))
+
+
+@st.composite
+def _terms(draw, depth: int = 0):
+    out = []
+    for _ in range(draw(st.integers(1, 12))):
+        if depth == 0 and draw(st.booleans()):
+            body = Group(draw(_atom) + " \\cdot ", tuple(draw(_terms(depth=1))))
+        else:
+            body = draw(_atom)
+        out.append(Term(draw(st.booleans()), body))
+    return out
+
+
+def _unbroken(rows: list[str]) -> str:
+    text = " ".join(rows).replace("\\quad", " ").replace("\\qquad", " ")
+    text = re.sub(r"\\[Bb]ig(l\(|r\))", lambda m: "\\left(" if m[1] == "l(" else "\\right)", text)
+    return re.sub(r"\s+", " ", text).replace("\\left( ", "\\left(").strip()
+
+
+@settings(max_examples=60, deadline=None)
+@given(terms=_terms(), budget=st.floats(120, 500))
+def test_broken_rows_are_the_sum_and_fit_where_its_terms_do(terms, budget):
+    rows = broken(terms, budget)
+    assert _unbroken(rows) == re.sub(r"\s+", " ", joined(terms)).strip()
+    widest_atom = max(width_pt(a) for t in terms for a in ([t.body] if isinstance(t.body, str) else [t.body.opening, *(i.text() for i in t.body.inner)]))
+    if widest_atom < budget / 3:
+        assert all(width_pt("{}" + r) <= budget + 1 for r in rows)
+    assert _unbroken([breakable(terms)]) == re.sub(r"\s+", " ", joined(terms)).strip()
+
+
+def test_broken_derivation_rows_read_back_to_the_expression():
+    pytest.importorskip("antlr4", reason="sympy's LaTeX parser needs antlr4-python3-runtime==4.11 (the test extra)")
+    model = symform.load("deepseek-v3")
+    d = symform.derive(model, "params", assume="standard", leading=True)
+    v = model.vocabulary
+    for line in tex.derivation_lines(d, model):
+        rows = broken([t for run in line.runs(v) for t in run], 300)
+        back = tex.parse_back(_unbroken(rows), line.expr.free_symbols, v)
+        assert sympy.expand(back - line.expr) == 0
