@@ -21,6 +21,7 @@ DOCUMENTS = {
     "dense": ("latex", "train-flops", "llama-3-8b", "--derivation", "--standalone"),
     "moe-mla": ("latex", "active-params", "deepseek-v3", "--derivation", "--standalone"),
     "hybrid": ("latex", "active-params", "nemotron-h-8b", "--derivation", "--standalone"),
+    "blocks": ("latex", "forward-flops", "gemma-2-9b", "--blocks", "--leading", "--batch", "1", "--seq", "4096", "--standalone"),
     "appendix": ("latex", "--formulas", "qwen3-32b", "deepseek-v3", "mixtral-8x7b", "gpt-oss-120b", "nemotron-h-8b", "qwen3-next-80b-a3b", "--standalone"),
 }
 # commands that set type smaller than \small, or scale a box (and the type in it) to fit
@@ -121,3 +122,43 @@ def test_broken_derivation_rows_read_back_to_the_expression():
         rows = broken([t for run in line.runs(v) for t in run], 300)
         back = tex.parse_back(_unbroken(rows), line.expr.free_symbols, v)
         assert sympy.expand(back - line.expr) == 0
+
+
+def test_the_derivation_makes_the_family_s_default_assumptions_as_derive_s_blocks_do(capsys):
+    """Nemotron-H's default (granular) leaves its MLP and attention at their own sizes; "standard" would put
+    d_ff = 4d and as many KV heads as query heads, 21 % off at nemotron-h-8b."""
+    code, out, _ = run(capsys, "latex", "params", "nemotron-h-8b", "--derivation")
+    assert code == 0 and "d_{ff} = 4 d" not in out and "h_{kv} = h" not in out
+    report = symform.load("nemotron-h-8b")
+    from symform.engine.structure import default_assumptions
+
+    assert default_assumptions(report) == "granular"
+    code, out, _ = run(capsys, "latex", "params", "deepseek-v3", "--derivation")
+    assert code == 0 and "\\frac{d_{ff}}{G}" in out  # granular: d_e = d_ff/G, as `derive`'s block form writes it
+
+
+def test_every_form_names_its_assumptions_and_its_error(capsys):
+    code, out, _ = run(capsys, "latex", "params", "deepseek-v3", "--blocks", "--leading")
+    assert code == 0 and "assuming granular, standard (the family's default); at" in out
+    assert re.search(r"\\text\{[^}]*deepseek-v3:\}\\ [+-]0\.\d\d\\,\\%", out)
+    code, out, _ = run(capsys, "latex", "active-params", "deepseek-v3", "--derivation")
+    # the assumption step and the leading order each say how far they are at the model's sizes
+    assert out.count("\\text{ at deepseek-v3}") == 2
+
+
+def test_every_symbol_printed_is_in_the_glossary_left_hand_sides_included(capsys):
+    for quantity, letter in (("training-bytes", "M_{\\mathrm{train}}"), ("train-flops", "C_{\\mathrm{train}}"), ("kv-cache", "M_{\\mathrm{KV}}")):
+        code, out, _ = run(capsys, "latex", quantity, "qwen3-8b", "--derivation", "--standalone")
+        assert code == 0 and "\\mathrm{training" not in out and "\\_" not in out.split("\\section*{Symbols}")[0].split("\\maketitle")[1]
+        body, glossary = out.split("\\section*{Symbols}")
+        assert f"{letter} &" in body and f"${letter}$ &" in glossary
+        model = symform.load("qwen3-8b")
+        d = tex.derivation_of(model, quantity.replace("-", "_"), assume=None)
+        for symbol in tex.derivation_symbols(d):
+            assert f"${model.vocabulary.entry(symbol.name).latex}$" in glossary, symbol
+        assert "& unit \\\\" in glossary
+
+
+def test_titles_are_in_words():
+    assert tex.quantity_words("active_params") == "Active parameters per token"
+    assert all(not any(c == "_" for c in tex.quantity_words(q)) for q in tex.QUANTITIES_PRINTED)

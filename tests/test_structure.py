@@ -219,7 +219,7 @@ APPENDIX = ["qwen3-32b", "deepseek-v3", "mixtral-8x7b", "gemma-2-9b", "gpt-oss-1
 def _appendix_rows(text: str) -> dict[str, list[list[str]]]:
     """The appendix's rows by model: under each model's heading row, one row of cells per quantity."""
     rows: dict[str, list[list[str]]] = {}
-    for line in text.splitlines():
+    for line in text.split("\\end{longtable}")[0].splitlines():
         heading = re.match(r"\\multicolumn\{4\}\{@\{\}l\}\{\\textbf\{([^}]*)\}", line)
         if heading:
             current = rows.setdefault(heading[1].replace("\\_", "_"), [])

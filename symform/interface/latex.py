@@ -40,19 +40,31 @@ from ..engine.model import Model, normalise_quantity
 from ..engine.vocabulary import Vocabulary, default_vocabulary
 from .latex_layout import TEXT_WIDTH_PT, Group, Term, broken, broken_runs, joined, width_pt
 
-# The letter each quantity conventionally goes by on the left of an equation.
-QUANTITY_LETTERS = {
-    "params": "N",
-    "active_params": "N_{\\mathrm{active}}",
-    "forward_flops": "C_{\\mathrm{fwd}}",
-    "backward_flops": "C_{\\mathrm{bwd}}",
-    "train_step_flops": "C_{\\mathrm{step}}",
-    "train_flops": "C",
-    "bytes_moved": "Q",
-    "saved_activations": "M_{\\mathrm{act}}",
-    "kv_cache": "M_{\\mathrm{KV}}",
-    "recurrent_state": "M_{\\mathrm{state}}",
+@dataclass(frozen=True)
+class Printed:
+    """How a quantity is printed: the letter it goes by on the left of an equation, in words, and its unit."""
+
+    letter: str
+    words: str
+    unit: str
+
+
+QUANTITIES_PRINTED = {
+    "params": Printed("N", "parameters", "parameters"),
+    "active_params": Printed("N_{\\mathrm{active}}", "active parameters per token", "parameters"),
+    "forward_flops": Printed("C_{\\mathrm{fwd}}", "forward FLOPs", "FLOP"),
+    "backward_flops": Printed("C_{\\mathrm{bwd}}", "backward FLOPs", "FLOP"),
+    "train_step_flops": Printed("C_{\\mathrm{step}}", "FLOPs of one training step", "FLOP"),
+    "train_flops": Printed("C_{\\mathrm{train}}", "training FLOPs for D tokens", "FLOP"),
+    "bytes_moved": Printed("Q", "bytes moved to and from memory", "B"),
+    "saved_activations": Printed("M_{\\mathrm{act}}", "activation bytes saved for backward", "B"),
+    "kv_cache": Printed("M_{\\mathrm{KV}}", "KV-cache bytes", "B"),
+    "recurrent_state": Printed("M_{\\mathrm{state}}", "recurrent-state bytes", "B"),
+    "inference_bytes": Printed("M_{\\mathrm{infer}}", "bytes held to serve", "B"),
+    "training_bytes": Printed("M_{\\mathrm{train}}", "bytes one device holds to train", "B"),
 }
+# The letter each quantity conventionally goes by on the left of an equation.
+QUANTITY_LETTERS = {q: p.letter for q, p in QUANTITIES_PRINTED.items()}
 
 # A bare d (not part of \delta, not d_{...}) followed by a letter, which reads as a differential (dn) to the
 # parser and to a reader alike: the printer separates the two.
@@ -146,7 +158,13 @@ def equation(lhs: str, expr: sympy.Basic, vocabulary: Vocabulary | None = None) 
 
 
 def quantity_letter(quantity: str) -> str:
-    return QUANTITY_LETTERS.get(quantity, "\\mathrm{" + quantity.replace("_", "\\_") + "}")
+    return QUANTITIES_PRINTED[quantity].letter
+
+
+def quantity_words(quantity: str) -> str:
+    """The quantity in words, as a title says it (``Training FLOPs for D tokens``)."""
+    words = QUANTITIES_PRINTED[quantity].words
+    return words[0].upper() + words[1:]
 
 
 # --- one quantity of a model or a component ------------------------------------------------
@@ -312,6 +330,8 @@ def aligned(letter: str, steps: Sequence[tuple[str, Sequence[Sequence[Term]], "s
             lhs = letter if i == 0 and j == 0 else ""
             rhs = (relation + " " if j == 0 else "") + (sums[j] if j < len(sums) else "")
             rows.append(f"{lhs} &{rhs}".rstrip() + (f" && {label[j]}" if j < len(label) and label[j] else ""))
+        if isinstance(reason, Note):
+            rows += [f" &\\qquad {row}" for row in reason.rows(budget - width_pt("\\qquad"))]
         if isinstance(reason, Aside) and not label:
             first, *rest = reason.terms
             aside = broken([Term(False, f"{reason.opening} {'- ' if first.negative else ''}{first.text()}"), *rest], budget - width_pt("\\qquad"), indent="\\qquad ")
@@ -319,7 +339,30 @@ def aligned(letter: str, steps: Sequence[tuple[str, Sequence[Sequence[Term]], "s
     return "\\begin{aligned}\n" + " \\\\\n".join(rows) + "\n\\end{aligned}"
 
 
-def _label(reason: "str | Aside", cap: float) -> list[str]:
+@dataclass(frozen=True)
+class Note:
+    """A line under a form, in words (``assuming granular, standard;``) and then a formula (``+0.01 % at …``): on
+    rows of its own, wrapped between words."""
+
+    words: str  # text, LaTeX-escaped
+    tail: str = ""  # math
+
+    def rows(self, budget: float) -> list[str]:
+        rows: list[str] = []
+        for word in self.words.split(" "):
+            if rows and width_pt(f"\\text{{{rows[-1]} {word}}}") <= budget:
+                rows[-1] += " " + word
+            else:
+                rows.append(word)
+        if self.tail and width_pt(f"\\text{{{rows[-1]}}}\\ {self.tail}") > budget:
+            *kept, last = rows[-1].split(" ")  # the formula keeps the words before it company on a row of its own
+            rows[-1:] = ([" ".join(kept)] if kept else []) + [last]
+        return [f"\\text{{{r}}}" for r in rows[:-1]] + [f"\\text{{{rows[-1]}}}" + (f"\\ {self.tail}" if self.tail else "")]
+
+
+def _label(reason: "str | Aside | Note", cap: float) -> list[str]:
+    if isinstance(reason, Note):
+        return []
     if isinstance(reason, Aside):
         text = reason.text()
         return [text] if width_pt(text) <= cap else []
@@ -347,9 +390,21 @@ def label_rows(reason: str, budget: float) -> list[str]:
 
 def derivation(model: Model, quantity: str, *, assume: str | None = "standard", leading: bool = True, large: Sequence[str] | None = None, **workload: object) -> str:
     """derive() as LaTeX: exact → after the named assumptions → leading order → in terms of N and D."""
-    if assume is not None and assume not in model.assumption_sets():
-        assume = None  # a model whose components declare no such set: the exact form and its leading order
-    return derivation_latex(derive(model, quantity, assume=assume, leading=leading, large=large, **workload), model)
+    return derivation_latex(derivation_of(model, quantity, assume=assume, leading=leading, large=large, **workload), model)
+
+
+def derivation_of(model: Model, quantity: str, *, assume: str | None, leading: bool = True, large: Sequence[str] | None = None, **workload: object) -> Derivation:
+    """derive() under ``assume`` where the model's components declare every set it names; else the exact form
+    and its leading order."""
+    if assume is not None and not all(a.strip() in model.assumption_sets() for a in assume.split(",")):
+        assume = None
+    return derive(model, quantity, assume=assume, leading=leading, large=large, **workload)
+
+
+def derivation_symbols(d: Derivation) -> set[sympy.Symbol]:
+    """Every symbol a derivation's lines print (an assumption's ratios, N on the right of the last)."""
+    formulas = [s.formula for s in d.steps] + [f for f in (d.in_terms_of_params, d.params_leading) if f is not None]
+    return set().union(*(f.expr.free_symbols for f in formulas))
 
 
 # --- numbers ---------------------------------------------------------------------------------
@@ -410,11 +465,8 @@ def _tabular(header: Sequence[str], rows: Sequence[Sequence[str]], total: Sequen
 
 
 def _unit(quantity: str) -> str:
-    if "flops" in quantity:
-        return "FLOP"
-    if quantity in ("bytes_moved", "saved_activations", "kv_cache", "recurrent_state"):
-        return "B"
-    return ""
+    unit = QUANTITIES_PRINTED[quantity].unit
+    return "" if unit == "parameters" else unit
 
 
 def breakdown_table(models: Sequence[Model], quantity: str, *, depth: int = 1, formulas: bool | None = None, **workload: object) -> str:
@@ -462,12 +514,20 @@ def memory_table(models: Sequence[Model], *, batch: int, seq: int) -> str:
 # --- glossary and documents ------------------------------------------------------------------
 
 
-def glossary(vocabulary: Vocabulary | None = None, symbols: Iterable[sympy.Symbol] | None = None) -> str:
-    """A booktabs table of the symbols (all of them, or those given): letter, name, meaning."""
+def glossary(vocabulary: Vocabulary | None = None, symbols: Iterable[sympy.Symbol] | None = None, quantities: Iterable[str] = ()) -> str:
+    """A booktabs table of the symbols (all of them, or those given), after the ``quantities`` whose letters stand
+    on the left of the equations: letter, name, meaning, unit."""
     vocabulary = vocabulary or default_vocabulary()
     names = vocabulary.names() if symbols is None else [n for n in vocabulary.names() if vocabulary[n] in set(symbols)]
-    rows = [[f"${vocabulary.entry(n).latex}$", f"\\texttt{{{_text(n)}}}", _text(vocabulary.entry(n).spec.description)] for n in names]
-    return _tabular(["symbol", "name", "meaning"], rows, None, "llp{0.62\\linewidth}")
+    letters = {vocabulary.entry(n).latex for n in names}
+    rows = [[f"${p.letter}$", f"\\texttt{{{_text(q)}}}", _text(p.words), _text(p.unit)] for q, p in ((q, QUANTITIES_PRINTED[q]) for q in dict.fromkeys(quantities)) if p.letter not in letters]
+    rows += [[f"${vocabulary.entry(n).latex}$", f"\\texttt{{{_text(n)}}}", _text(vocabulary.entry(n).spec.description), _symbol_unit(n)] for n in names]
+    return _tabular(["symbol", "name", "meaning", "unit"], rows, None, "llp{0.42\\linewidth}l")
+
+
+def _symbol_unit(name: str) -> str:
+    """A storage size is bytes per element; the other symbols count (layers, heads, tokens, widths)."""
+    return "B/element" if name.endswith("_bytes") else ""
 
 
 PREAMBLE = r"""\documentclass[11pt]{article}
@@ -562,8 +622,9 @@ def _term(term: sympy.Expr, vocabulary: Vocabulary) -> Term:
     return Term(negative, latex(body, vocabulary))
 
 
-def structure_latex(st, model: Model, active=None, *, width: float = TEXT_WIDTH_PT) -> str:
-    """An ``aligned`` block, one line per block (its name on the right); then, when given, the N_active form."""
+def structure_latex(st, model: Model, active=None, *, width: float = TEXT_WIDTH_PT, notes: "tuple[Note | None, Note | None]" = (None, None)) -> str:
+    """An ``aligned`` block, one line per block (its name on the right); then, when given, the N_active form;
+    under each, where given, its note (the assumptions it makes, its error at the model)."""
     v = model.vocabulary
     relation = "\\approx" if st.leading else "="
     steps = []
@@ -574,9 +635,13 @@ def structure_latex(st, model: Model, active=None, *, width: float = TEXT_WIDTH_
             steps.append(("-" if first.negative else "+", [[Term(False, first.body), *rest]], f"\\text{{{_text(block.name)}}}"))
         else:
             steps.append((relation, [terms], f"\\text{{{_text(block.name)}}}"))
+    if notes[0] is not None:
+        steps.append(("", [], notes[0]))
     if active is not None:
         letter = v.entry(active.symbol_name).latex
         steps.append(("\\approx", active_runs(active, v), f"\\text{{in terms of }} {letter}"))
+        if notes[1] is not None:
+            steps.append(("", [], notes[1]))
     return aligned(quantity_letter(st.quantity), steps, width=width)
 
 

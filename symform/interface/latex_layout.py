@@ -193,7 +193,7 @@ def _broken_group(term: Term, room: float, indent: str, *, first: bool) -> list[
     assert isinstance(group, Group)
     opening, closing = group.delimiters()
     head = _lead(term, first) + group.opening + opening
-    inner = broken(group.inner, room - max(width_pt(_operand(head)), width_pt(indent)), indent="")
+    inner = broken(group.inner, room - max(width_pt(_operand(head)), width_pt(indent)) - width_pt(closing), indent="")
     rows = [head + inner[0]] + [f"{indent}{r}" for r in inner[1:]]
     rows[-1] += closing
     return rows

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from typing import Callable
 
 from . import latex as tex
@@ -13,7 +14,7 @@ from ..engine.model import Model, normalise_quantity
 
 
 def latex_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--derivation", action="store_true", help="the whole derivation: exact, per layer, under the assumptions (--assume, default standard), leading order, in terms of N and D")
+    p.add_argument("--derivation", action="store_true", help="the whole derivation: exact, per layer, under the assumptions (--assume; by default the family's, as derive's blocks), leading order, in terms of N and D")
     p.add_argument("--table", action="store_true", help="a booktabs table per component (params, forward-flops, ...), of training compute in PF-days (train-flops: give --tokens, --seq) or of training memory in GB (quantity memory: give --batch, --seq)")
     p.add_argument("--and", dest="more", action="append", default=[], metavar="MODEL", help="another model for the table's columns (repeat for more)")
     p.add_argument("--depth", type=int, default=1, help="table rows: component paths this many segments deep (default 1)")
@@ -44,9 +45,15 @@ def latex_command(args: argparse.Namespace, load: Callable[[argparse.Namespace],
     sections = _component_sections(args) if args.component else _model_sections(args, load)
     if args.standalone:
         models = [args.model, *args.more] if args.table else [args.model]
-        return tex.standalone(sections, title=f"{args.quantity.replace('_', '-')} of {', '.join(models)}")
+        return tex.standalone(sections, title=_title(args.quantity, models))
     text = "\n\n".join(body for _, body in sections)
     return json.dumps({"latex": text}) if args.json else text
+
+
+def _title(quantity: str, models: list[str]) -> str:
+    """The document's title in words: ``Training memory of qwen3-8b``, ``Active parameters per token of deepseek-v3``."""
+    words = "Training memory" if quantity == "memory" else tex.quantity_words(normalise_quantity(quantity))
+    return f"{words} of {', '.join(models)}"
 
 
 def _workload(args: argparse.Namespace) -> dict[str, int]:
@@ -66,25 +73,51 @@ def _model_sections(args: argparse.Namespace, load: Callable[[argparse.Namespace
     if args.blocks:
         from .structure_report import block_forms
 
-        st, active, _ = block_forms(model, quantity, assume=args.assume, leading=args.leading, workload=_workload(args))
-        body, used = tex.structure_latex(st, model, active), st.expr.free_symbols | ({model.vocabulary[active.symbol_name]} if active else set())
+        st, active, note = block_forms(model, quantity, assume=args.assume, leading=args.leading, workload=_workload(args))
+        body = tex.structure_latex(st, model, active, notes=_block_notes(model, st, active, note, _workload(args)))
+        used, quantities = st.expr.free_symbols | ({model.vocabulary[active.symbol_name]} if active else set()), [quantity]
     elif args.derivation:
-        body = tex.derivation(model, quantity, assume=args.assume or "standard", leading=True, large=large, **_workload(args))
-        used = derive(model, quantity).exact.expr.free_symbols | {model.vocabulary["n_params"]}
+        d = tex.derivation_of(model, quantity, assume=shared_default(model, args.assume), leading=True, large=large, **_workload(args))
+        body, used, quantities = tex.derivation_latex(d, model), tex.derivation_symbols(d), [quantity]
     elif args.assume or args.leading:
-        d = derive(model, quantity, assume=args.assume, leading=args.leading, large=large, **_workload(args))
-        body, used = tex.derivation_latex(d, model), d.exact.expr.free_symbols
+        d = derive(model, quantity, assume=shared_default(model, args.assume), leading=args.leading, large=large, **_workload(args))
+        body, used, quantities = tex.derivation_latex(d, model), tex.derivation_symbols(d), [quantity]
     else:
         expr = model.expression(quantity).expr
-        body, used = tex.latex(expr, model.vocabulary), expr.free_symbols
+        body, used, quantities = tex.latex(expr, model.vocabulary), expr.free_symbols, [quantity]
         if args.standalone:
             body = tex.equation_block(tex.quantity_letter(quantity), expr, model.vocabulary)
     if args.glossary:
-        return [("Symbols", tex.glossary(model.vocabulary, used))]
+        return [("Symbols", tex.glossary(model.vocabulary, used, quantities))]
     sections = [("", body)]
     if args.standalone:
-        sections.append(("Symbols", tex.glossary(model.vocabulary, used)))
+        sections.append(("Symbols", tex.glossary(model.vocabulary, used, quantities)))
     return sections
+
+
+def shared_default(model: Model, assume: str | None) -> str | None:
+    """The assumption set a derivation makes: the one named (``none``: none), else the family's default, which
+    ``derive``'s block form makes too (``default_assumptions``)."""
+    from ..engine.structure import default_assumptions
+
+    if assume is None:
+        return default_assumptions(model)
+    return None if assume == "none" else assume
+
+
+def _block_notes(model: Model, st, active, note: str, workload: dict[str, int]) -> tuple[tex.Note, tex.Note | None]:
+    """The line under the block form and under its N_active form: the assumptions and the error at the model."""
+    from ..engine.structure import error_at
+
+    note = re.sub(r",(?=\S)", ", ", note)  # granular,standard as words: granular, standard
+
+    def line(expr) -> tex.Note:
+        error = error_at(model, st.quantity, expr, **workload)
+        if error is None:
+            return tex.Note(tex._text(f"{note}; give the workload (--batch, --seq, --tokens) for its error at {model.name}"))
+        return tex.Note(tex._text(f"{note}; at {model.name}:"), f"{error * 100:+.2f}\\,\\%")
+
+    return line(st.expr), line(active.expr) if active is not None else None
 
 
 def _table_symbols(models: list[Model], quantity: str) -> set:
@@ -115,8 +148,8 @@ def _component_sections(args: argparse.Namespace) -> list[tuple[str, str]]:
     expr = expressions[quantity]
     vocabulary = tex.default_vocabulary()
     if args.glossary:
-        return [("Symbols", tex.glossary(vocabulary, expr.free_symbols))]
+        return [("Symbols", tex.glossary(vocabulary, expr.free_symbols, [quantity]))]
     body = f"{tex.quantity_letter(quantity)} = {tex.latex(expr, vocabulary)}"
     if args.standalone:
-        return [("", tex.equation_block(tex.quantity_letter(quantity), expr, vocabulary)), ("Symbols", tex.glossary(vocabulary, expr.free_symbols))]
+        return [("", tex.equation_block(tex.quantity_letter(quantity), expr, vocabulary)), ("Symbols", tex.glossary(vocabulary, expr.free_symbols, [quantity]))]
     return [("", body)]
