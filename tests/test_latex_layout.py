@@ -162,3 +162,16 @@ def test_every_symbol_printed_is_in_the_glossary_left_hand_sides_included(capsys
 def test_titles_are_in_words():
     assert tex.quantity_words("active_params") == "Active parameters per token"
     assert all(not any(c == "_" for c in tex.quantity_words(q)) for q in tex.QUANTITIES_PRINTED)
+
+
+def test_the_appendix_s_kv_column_counts_a_sliding_window_at_the_context(capsys):
+    """gpt-oss-120b (its config.json): 36 layers alternating a 128-token sliding window and full attention, 8 KV
+    heads of 64, bf16: K and V are 2·8·64·2 = 2048 B per layer and token, 36 × 2048 = 73,728 B per cached token.
+    At a 131,072-token context the 18 windowed layers hold 127 tokens each: 18·2048 + 18·2048·127/131072 =
+    36,899.7 B per token, about half."""
+    code, out, _ = run(capsys, "latex", "--formulas", "gpt-oss-120b", "--seq", "131072")
+    assert code == 0
+    row = next(line for line in out.splitlines() if line.startswith("$M_{\\mathrm{KV}}/s$"))
+    by_hand = 18 * 2048 + 18 * 2048 * 127 / 131072
+    assert f"{by_hand:,.1f}".replace(",", "\\,") + "~B" in row
+    assert "\\min\\left(s, w - 1\\right)" in row  # the window stays in the formula: exact at any context

@@ -25,7 +25,7 @@ COLUMNS = (
     ("params", "$N$", "parameters"),
     ("active_params", "$N_{\\mathrm{active}}$", "active parameters per token"),
     ("forward_flops", "$C_{\\mathrm{fwd}}/s$", "forward FLOPs per token, averaged over a sequence of s tokens"),
-    ("kv_cache", "$M_{\\mathrm{KV}}$", "KV-cache (or state) bytes per cached token"),
+    ("kv_cache", "$M_{\\mathrm{KV}}/s$", "KV-cache bytes per token of a context of s tokens (a sliding window holds no more than its width)"),
 )
 
 
@@ -40,8 +40,12 @@ class Cell:
 
 
 def per_token_workload(quantity: str, seq: int) -> dict[str, int]:
-    """What each column is evaluated at: forward FLOPs over one sequence of ``seq`` tokens, the cache of one token."""
-    return {"forward_flops": {"batch": 1, "seq": seq}, "kv_cache": {"batch": 1, "seq": 1}}.get(quantity, {})
+    """What each column is evaluated at: forward FLOPs over one sequence of ``seq`` tokens, and the cache of that
+    sequence (a windowed layer caches no more than its window, so the bytes per token fall as the context grows)."""
+    return {"forward_flops": {"batch": 1, "seq": seq}, "kv_cache": {"batch": 1, "seq": seq}}.get(quantity, {})
+
+
+PER_SEQUENCE = ("forward_flops", "kv_cache")  # columns given per token: the sequence's count over its tokens
 
 
 def cell(model: Model, quantity: str, seq: int) -> Cell:
@@ -49,13 +53,13 @@ def cell(model: Model, quantity: str, seq: int) -> Cell:
     v = model.vocabulary
     workload = per_token_workload(quantity, seq)
     value = model.evaluate(quantity, **workload)
-    per_token = {"forward_flops": {v["batch"]: 1}, "kv_cache": {v["batch"]: 1, v["seq"]: 1, v["past"]: 0}}.get(quantity, {})
-    divide = v["seq"] if quantity == "forward_flops" else 1
+    per_token = {"forward_flops": {v["batch"]: 1}, "kv_cache": {v["batch"]: 1, v["past"]: 0}}.get(quantity, {})
+    divide = v["seq"] if quantity in PER_SEQUENCE else 1
     assume = default_assumptions(model)
     exact = structure(model, quantity, assume=assume).blocks
     blocks = [replace(b, expr=without_flags(sympy.expand(b.expr.xreplace(per_token) / divide), model.values), parts=()) for b in exact]
     large = [s for s in block_large(model) if quantity == "forward_flops" or s != v["seq"]]
-    return Cell(tuple(leading_blocks(blocks, large, model.leading_rewrites(assume=assume))), value / seq if quantity == "forward_flops" else value)
+    return Cell(tuple(leading_blocks(blocks, large, model.leading_rewrites(assume=assume))), value / seq if quantity in PER_SEQUENCE else value)
 
 
 def cell_latex(c: Cell, model: Model) -> str:
@@ -114,7 +118,8 @@ def appendix(models: Sequence[Model], *, seq: int, standalone: bool = False) -> 
     note = (
         "Per model: its parameters $N$, its active parameters $N_{\\mathrm{active}}$, its forward FLOPs per token "
         f"$C_{{\\mathrm{{fwd}}}}/s$ averaged over a sequence of $s = {seq}$ tokens (batch 1) and its KV-cache (or state) "
-        "bytes per cached token $M_{\\mathrm{KV}}$ at the default storage sizes; each as its formula to leading order "
+        "bytes per token $M_{\\mathrm{KV}}/s$ of a context of $s$ tokens at the default storage sizes (a sliding-window "
+        "layer caches at most its window); each as its formula to leading order "
         "in the widths, the vocabulary and the sequence, under the family's default assumptions, as the exact count, "
         "and as the formula's relative error at the model's own sizes."
     )
