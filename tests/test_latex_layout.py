@@ -46,9 +46,12 @@ def test_standalone_documents_fit_the_page_at_the_document_s_type_size(capsys, t
         assert code == 0, err
         assert not SMALL_TYPE.search(out), f"{kind}: type below \\small or scaled: {SMALL_TYPE.search(out)[0]}"
         (tmp_path / f"{kind}.tex").write_text(out, encoding="utf-8")
-        result = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", f"{kind}.tex"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
-        assert result.returncode == 0, result.stdout[-2000:]
-        log = (tmp_path / f"{kind}.log").read_text(encoding="latin-1")
+        for _ in range(3):  # a longtable settles its column widths over runs ("Rerun LaTeX")
+            result = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", f"{kind}.tex"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+            assert result.returncode == 0, result.stdout[-2000:]
+            log = (tmp_path / f"{kind}.log").read_text(encoding="latin-1")
+            if "Rerun LaTeX" not in log:
+                break
         assert [x for x in overfull_boxes(log) if x > 1.0] == [], f"{kind}: {' '.join(argv)} has lines wider than the text"
 
 
@@ -140,7 +143,7 @@ def test_the_derivation_makes_the_family_s_default_assumptions_as_derive_s_block
 def test_every_form_names_its_assumptions_and_its_error(capsys):
     code, out, _ = run(capsys, "latex", "params", "deepseek-v3", "--blocks", "--leading")
     assert code == 0 and "assuming granular, standard (the family's default); at" in out
-    assert re.search(r"\\text\{[^}]*deepseek-v3:\}\\ [+-]0\.\d\d\\,\\%", out)
+    assert re.search(r"\\text\{[^}]*deepseek-v3:\}\\ \{[+-]0\.\d\d\}\\,\\%", out)
     code, out, _ = run(capsys, "latex", "active-params", "deepseek-v3", "--derivation")
     # the assumption step and the leading order each say how far they are at the model's sizes
     assert out.count("\\text{ at deepseek-v3}") == 2

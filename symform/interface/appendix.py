@@ -87,7 +87,8 @@ def appendix_table(models: Sequence[Model], *, seq: int) -> tuple[str, set[sympy
         assume = default_assumptions(m)
         rows.append(f"\\multicolumn{{4}}{{@{{}}l}}{{\\textbf{{{tex._text(m.name)}}}\\quad {_assumption_words(assume)}}} \\\\*")
         for c, (q, letter, _) in zip(cells, COLUMNS):
-            error = _error(m, c, q, seq).replace("%", "~\\%")
+            error = _error(m, c, q, seq)
+            error = error if error == "n/a" else f"${error.removesuffix('%')}\\,\\%$"  # in math: a minus sign, not a hyphen
             rows.append(f"{letter} & ${_breakable_latex(c, m)}$ & {_number(c.value, UNITS.get(q, ''))} & {error} \\\\")
         rows.append("\\midrule" if m is not models[-1] else "\\bottomrule")
     head = "& formula, to leading order & exact & error \\\\"

@@ -115,7 +115,7 @@ def _block_notes(model: Model, st, active, note: str, workload: dict[str, int]) 
         error = error_at(model, st.quantity, expr, **workload)
         if error is None:
             return tex.Note(tex._text(f"{note}; give the workload (--batch, --seq, --tokens) for its error at {model.name}"))
-        return tex.Note(tex._text(f"{note}; at {model.name}:"), f"{error * 100:+.2f}\\,\\%")
+        return tex.Note(tex._text(f"{note}; at {model.name}:"), f"{{{error * 100:+.2f}}}\\,\\%")  # braced: a sign, not an operator after the words
 
     return line(st.expr), line(active.expr) if active is not None else None
 
