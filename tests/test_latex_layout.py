@@ -178,3 +178,21 @@ def test_the_appendix_s_kv_column_counts_a_sliding_window_at_the_context(capsys)
     by_hand = 18 * 2048 + 18 * 2048 * 127 / 131072
     assert f"{by_hand:,.1f}".replace(",", "\\,") + "~B" in row
     assert "\\min\\left(s, w - 1\\right)" in row  # the window stays in the formula: exact at any context
+
+
+def test_dsa_s_sparse_core_attention_stays_at_leading_order():
+    """DeepSeek-V3.2-Exp (DeepSeek-AI 2025, §2.1): the lightning indexer is O(L²) and the core attention O(L·k),
+    each query reading k = index_topk = 2048 selected keys. Per token and layer, the core's products over those k
+    keys are Q·Kᵀ, 2·(d_nope + d_rope)·h·k, and A·V, 2·d_v·h·k: under DeepSeek-V2's ranks (d_rope = d_nope/2,
+    d_v = d_nope) 3·d_nope·h·k + 2·d_nope·h·k = 5·d_nope·h·k. Dropped as lower order than the indexer's s²
+    term, the block form was 9 % under the count at a 32k context."""
+    from symform.engine.structure import error_at, structure
+
+    m = symform.load("deepseek-v3.2")
+    v = m.vocabulary
+    st = structure(m, "forward_flops", assume="granular,standard", leading=True)
+    moe = next(b for b in st.blocks if b.name == "layers/moe")
+    b, s, d_nope, h, k = v["batch"], v["seq"], v["d_nope"], v["n_heads"], v["index_topk"]
+    core = sympy.expand(moe.expr).coeff(k)
+    assert sympy.expand(core - 5 * b * s * d_nope * h) == 0
+    assert abs(error_at(m, "forward_flops", st.expr, batch=1, seq=32768)) < 0.01
