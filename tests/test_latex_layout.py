@@ -22,6 +22,7 @@ DOCUMENTS = {
     "moe-mla": ("latex", "active-params", "deepseek-v3", "--derivation", "--standalone"),
     "hybrid": ("latex", "active-params", "nemotron-h-8b", "--derivation", "--standalone"),
     "blocks": ("latex", "forward-flops", "gemma-2-9b", "--blocks", "--leading", "--batch", "1", "--seq", "4096", "--standalone"),
+    "compare": ("latex", "--compare", "deepseek-v3", "qwen3-32b", "--standalone"),
     "appendix": ("latex", "--formulas", "qwen3-32b", "deepseek-v3", "mixtral-8x7b", "gpt-oss-120b", "nemotron-h-8b", "qwen3-next-80b-a3b", "--standalone"),
 }
 # commands that set type smaller than \small, or scale a box (and the type in it) to fit
@@ -196,3 +197,14 @@ def test_dsa_s_sparse_core_attention_stays_at_leading_order():
     core = sympy.expand(moe.expr).coeff(k)
     assert sympy.expand(core - 5 * b * s * d_nope * h) == 0
     assert abs(error_at(m, "forward_flops", st.expr, batch=1, seq=32768)) < 0.01
+
+
+def test_compare_prints_two_architectures_forms_side_by_side(capsys):
+    code, out, _ = run(capsys, "latex", "--compare", "mixtral-8x7b", "llama-3-8b")
+    assert code == 0 and out.count("\\begin{longtable}") == 1
+    head = next(line for line in out.splitlines() if line.startswith("\\textbf{mixtral-8x7b}"))
+    assert "\\textbf{llama-3-8b}" in head and "(assuming granular, grouped, standard)" in head
+    params = next(line for line in out.splitlines() if "46\\,702\\,792\\,704" in line)  # symform params mixtral-8x7b
+    assert "8\\,030\\,261\\,248" in params.split("&")[1]  # llama-3-8b's, in the same row
+    code, _, err = run(capsys, "latex", "--compare", "llama-3-8b")
+    assert code == 2 and err.count("\n") == 1 and "two models" in err

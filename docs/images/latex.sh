@@ -11,6 +11,7 @@ symform latex train-flops llama-3-8b --derivation --seq 4096 --standalone > late
 symform latex active-params deepseek-v3 --derivation --standalone > latex-moe-mla.tex
 symform latex active-params nemotron-h-8b --derivation --standalone > latex-hybrid.tex
 symform latex forward-flops deepseek-v3 --blocks --leading --batch 1 --seq 4096 --standalone > latex-blocks.tex
+symform latex --compare deepseek-v3 qwen3-32b --standalone > latex-compare.tex
 symform latex --formulas qwen3-32b deepseek-v3 mixtral-8x7b gpt-oss-120b nemotron-h-8b --standalone > latex-appendix.tex
 for tex in latex-*.tex; do
   name="${tex%.tex}"

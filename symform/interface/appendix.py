@@ -131,6 +131,50 @@ def appendix(models: Sequence[Model], *, seq: int, standalone: bool = False) -> 
     return body + "\n\n" + glossary
 
 
+def compare_table(models: Sequence[Model], *, seq: int) -> tuple[str, set[sympy.Symbol]]:
+    """The models' forms side by side: a column per model (its assumption set at the head), a row per quantity,
+    each cell the formula to leading order (broken over lines as it needs), then the exact count and the
+    formula's error there."""
+    used: set[sympy.Symbol] = set()
+    width = f"{0.96 / len(models) - 0.02:.2f}"
+    column = f">{{\\raggedright\\arraybackslash}}p{{{width}\\linewidth}}"
+    heads = [f"\\textbf{{{tex._text(m.name)}}} {_assumption_words(default_assumptions(m))}" for m in models]
+    rows = []
+    for q, letter, _ in COLUMNS:
+        cells = [cell(m, q, seq) for m in models]
+        used |= {s for c in cells for s in c.formula.free_symbols}
+        rows.append(f"\\multicolumn{{{len(models)}}}{{@{{}}l}}{{{letter}}} \\\\*")
+        texts = []
+        for m, c in zip(models, cells):
+            error = _error(m, c, q, seq)
+            error = error if error == "n/a" else f"${error.removesuffix('%')}\\,\\%$"
+            texts.append(f"${_breakable_latex(c, m)}$\\newline {_number(c.value, UNITS.get(q, ''))}, {error}")
+        rows.append(" & ".join(texts) + " \\\\")
+        rows.append("\\midrule" if q != COLUMNS[-1][0] else "\\bottomrule")
+    table = "\n".join([
+        f"\\begin{{longtable}}{{@{{}}{column * len(models)}@{{}}}}",
+        "\\toprule", " & ".join(heads) + " \\\\", "\\midrule", "\\endhead",
+        *rows,
+        "\\end{longtable}",
+    ])
+    return table, used
+
+
+def comparison(models: Sequence[Model], *, seq: int, standalone: bool = False) -> str:
+    """``symform latex --compare A B``: the appendix's four forms of each model, side by side."""
+    table, used = compare_table(models, seq=seq)
+    note = (
+        "Each cell: the formula to leading order in the widths, the vocabulary and the sequence, under the family's "
+        f"default assumptions; below it the exact count and the formula's relative error at the model's own sizes "
+        f"(per token: forward FLOPs and KV-cache bytes over a sequence of $s = {seq}$ tokens, batch 1)."
+    )
+    glossary = tex.glossary(models[0].vocabulary, used, [q for q, _, _ in COLUMNS])
+    body = note + "\n\n" + table
+    if standalone:
+        return tex.standalone([("", body), ("Symbols", glossary)], title=f"{', '.join(m.name for m in models[:-1])} and {models[-1].name} compared")
+    return body + "\n\n" + glossary
+
+
 def family_members(family: str) -> list[Model]:
     """The family's bundled presets; a family with none (llama4_text, gemma4_text), at its config's defaults
     (transformers' Llama4TextConfig defaults are Llama 4 Scout's text sizes); none where it has neither."""

@@ -23,6 +23,7 @@ def latex_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--standalone", action="store_true", help="a complete .tex document (pdflatex) with the symbols' glossary")
     p.add_argument("--blocks", action="store_true", help="the quantity by block (each layer kind a repeat times one layer), one line per block; with --leading to leading order; the family's default assumptions unless --assume")
     p.add_argument("--formulas", action="store_true", help="symform latex --formulas MODEL [MODEL ...] [--seq S]: an appendix table of N, N_active, forward FLOPs and KV bytes per token, formula and number, with a glossary")
+    p.add_argument("--compare", action="store_true", help="symform latex --compare MODEL MODEL [--seq S]: the same forms of two architectures side by side")
 
 
 def appendix_command(argv: list[str]) -> str:
@@ -38,6 +39,24 @@ def appendix_command(argv: list[str]) -> str:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     args = p.parse_args([a for a in argv if a != "--formulas"])
     text = appendix([Model.load(m) for m in args.models], seq=args.seq, standalone=args.standalone)
+    return json.dumps({"latex": text}) if args.json else text
+
+
+def compare_command(argv: list[str]) -> str:
+    """``symform latex --compare A B``: two (or more) architectures' forms side by side."""
+    from .appendix import comparison
+    from .cli import _Parser
+    from .cli_args import positive_int
+
+    p = _Parser(prog="symform latex --compare", description="two architectures' forms side by side: N, N_active, forward FLOPs and KV bytes per token")
+    p.add_argument("models", nargs="+", metavar="MODEL")
+    p.add_argument("--seq", type=positive_int, default=4096, help="sequence length the per-token columns average over (default 4096)")
+    p.add_argument("--standalone", action="store_true", help="a complete .tex document (pdflatex)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    args = p.parse_args([a for a in argv if a != "--compare"])
+    if len(args.models) < 2:
+        raise EvaluationError("--compare needs two models or more: symform latex --compare MODEL MODEL")
+    text = comparison([Model.load(m) for m in args.models], seq=args.seq, standalone=args.standalone)
     return json.dumps({"latex": text}) if args.json else text
 
 
