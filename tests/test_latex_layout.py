@@ -208,3 +208,19 @@ def test_compare_prints_two_architectures_forms_side_by_side(capsys):
     assert "8\\,030\\,261\\,248" in params.split("&")[1]  # llama-3-8b's, in the same row
     code, _, err = run(capsys, "latex", "--compare", "llama-3-8b")
     assert code == 2 and err.count("\n") == 1 and "two models" in err
+
+
+def test_korthikanti_s_accounting_is_one_flag(capsys):
+    """Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models, §4.1, eq. (1): a GPT
+    layer keeps sbh·(34 + 5as/h) bytes of activations (s tokens, b sequences, hidden size h, a heads), 16-bit
+    activations and one-byte dropout masks. In symform's letters (d the hidden size, h the heads): b·s·(34·d +
+    5·h·s), from the declarations under --accounting korthikanti and the standard GPT shape (d_ff = 4d, d_h = d/h)."""
+    from symform.engine.model import Model
+
+    model = Model.from_component("gpt2_lm", mlp="gpt2_mlp_one_op").with_accounting("korthikanti")
+    v = model.vocabulary
+    b, s, d, h, n = v["batch"], v["seq"], v["d_model"], v["n_heads"], v["n_layers"]
+    assumed = sympy.expand(symform.derive(model, "saved_activations", assume="standard").steps[1].formula.expr)
+    assert sympy.expand(assumed.coeff(n) - s * b * (34 * d + 5 * h * s)) == 0
+    code, out, _ = run(capsys, "latex", "saved-activations", "gpt2", "--accounting", "korthikanti", "--derivation", "--assume", "standard")
+    assert code == 0 and "M_{\\mathrm{act}} &=" in out
