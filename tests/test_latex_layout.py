@@ -224,3 +224,23 @@ def test_korthikanti_s_accounting_is_one_flag(capsys):
     assert sympy.expand(assumed.coeff(n) - s * b * (34 * d + 5 * h * s)) == 0
     code, out, _ = run(capsys, "latex", "saved-activations", "gpt2", "--accounting", "korthikanti", "--derivation", "--assume", "standard")
     assert code == 0 and "M_{\\mathrm{act}} &=" in out
+
+
+@pytest.mark.parametrize("recompute, per_layer", [("selective", 34), ("full", 2)])
+def test_recompute_gives_korthikanti_s_table_2(capsys, recompute, per_layer):
+    """Korthikanti et al. 2022, Table 2 (no parallelism): selective recomputation keeps sbh·34 bytes per layer
+    (the attention core, 5as²b, recomputed), full recomputation sbh·2 (each layer's 16-bit input)."""
+    from symform.engine.model import Model
+
+    model = Model.from_component("gpt2_lm", mlp="gpt2_mlp_one_op").with_accounting("korthikanti")
+    v = model.vocabulary
+    d = symform.derive(model, "saved_activations", assume="standard")
+    kept = tex.recomputed_derivation(d, model, recompute)
+    assumed = sympy.expand(kept.steps[-1].formula.expr)
+    assert sympy.expand(assumed.coeff(v["n_layers"]) - per_layer * v["seq"] * v["batch"] * v["d_model"]) == 0
+    code, out, _ = run(capsys, "latex", "saved-activations", "gpt2", "--accounting", "korthikanti", "--recompute", recompute)
+    assert code == 0 and f"exact, {recompute} recomputation" in out
+    code, out, _ = run(capsys, "derive", "saved-activations", "gpt2", "--recompute", recompute, "--batch", "1", "--seq", "1024")
+    assert code == 0 and f"exact, recompute {recompute}" in out
+    code, _, err = run(capsys, "derive", "params", "gpt2", "--recompute", recompute)
+    assert code == 2 and err.count("\n") == 1 and "saved-activations" in err

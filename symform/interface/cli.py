@@ -110,6 +110,7 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
         p = model_command(name, help, quantity=wanted(name))
         p.add_argument("--assume", metavar="NAME", help="assumption sets declared by the components, comma-separated, the first a component declares applying to it (standard; grouped,standard); none for no assumptions; the blocks use the family's default when not given")
         p.add_argument("--leading", action="store_true", help="keep only the leading order in the large symbols")
+        p.add_argument("--recompute", default="none", choices=("none", "selective", "full"), help="saved-activations under activation recomputation: selective (attention cores recomputed) or full (each layer's input kept alone)")
         p.add_argument("--large", metavar="A,B", help="comma-separated symbols to treat as large (default: the vocabulary's widths)")
         workload(p, required=False)
         p.add_argument("--tokens", type=positive_int, help="training tokens D")
@@ -223,6 +224,8 @@ def _run(args: argparse.Namespace) -> str:
     large = [s.strip() for s in args.large.split(",") if s.strip()] if args.large else None
     chain_assume = None if args.assume == "none" else args.assume
     derivation = derive(model, args.quantity, assume=chain_assume, leading=args.leading, large=large, **workload)
+    if args.recompute != "none":  # what training keeps when it recomputes: the chain alone (blocks are of what it saves)
+        return _from("latex_report", "recomputed_text")(_from("latex", "recomputed_derivation")(derivation, model, args.recompute, **workload), args.json)
     if args.verb == "latex":
         return derivation.latex() if (chain_assume or args.leading) else derivation.exact.latex()
     return _derivation(derivation, args, model, workload)

@@ -232,7 +232,7 @@ def derivation_lines(d: Derivation, model: Model) -> list[Line]:
     adds no line: the lines it would add are the ones above."""
     v = model.vocabulary
     blocks = step_blocks(model, d)
-    lines = [Line("=", d.steps[0].formula.expr, "\\text{exact}")]
+    lines = [Line("=", d.steps[0].formula.expr, d.steps[0].latex_label)]
     per_layer = _per_layer_line(d.steps[0].formula.expr, blocks[0], v)
     if per_layer is not None:
         lines.append(per_layer)
@@ -399,6 +399,37 @@ def derivation_of(model: Model, quantity: str, *, assume: str | None, leading: b
     if assume is not None and not all(a.strip() in model.assumption_sets() for a in assume.split(",")):
         assume = None
     return derive(model, quantity, assume=assume, leading=leading, large=large, **workload)
+
+
+def recomputed_derivation(d: Derivation, model: Model, recompute: str, **workload: object) -> Derivation:
+    """``d`` (a derivation of saved_activations) for what a training step keeps under activation recomputation
+    (``selective``: attention cores recomputed; ``full``: each layer's input alone): every step's expression the
+    kept bytes' under the same assumptions and to the same leading order, its error against the kept bytes."""
+    from dataclasses import replace
+
+    from ..analysis.memory import saved_activations
+    from ..engine.derive import Step, leading_order
+    from ..engine.formula import Formula
+    from ..engine.structure import in_stand_ins, without_flags
+
+    if d.quantity != "saved_activations":
+        raise EvaluationError(f"--recompute changes what training keeps: it applies to saved-activations, not {d.quantity.replace('_', '-')}")
+    v = model.vocabulary
+    kept = without_flags(saved_activations(model, recompute=recompute)[0], model.values)
+    values = {v[k]: sympy.nsimplify(x) for k, x in {**model.values, **model.ratio_values, **workload}.items()}
+    exact_at = kept.xreplace(values)
+    expr, steps = kept, []
+    for step in d.steps:
+        if step.label.startswith("assuming"):
+            expr = sympy.expand(expr.xreplace(assumption_substitutions(model, d.assumptions)))
+        elif step.label.startswith("leading"):
+            rewrites = model.leading_rewrites(assume=d.assumptions)
+            expr = leading_order(in_stand_ins(expr, rewrites), [v[n] for n in d.large], rewrites)
+        at = expr.xreplace(values)
+        error = float(sympy.Rational(at) / sympy.Rational(exact_at) - 1) if not (at.free_symbols or exact_at.free_symbols) and exact_at != 0 else None
+        label = step.label if step.label != "exact" else f"exact, recompute {recompute}"
+        steps.append(Step(label, step.latex_label if step.label != "exact" else f"\\text{{exact, {recompute} recomputation}}", Formula(expr, v), None if at.free_symbols else float(at), error if step is not d.steps[0] else None))
+    return replace(d, steps=tuple(steps), in_terms_of_params=None, params_leading=None, params_value=None, relative_error_with_real_params=None)
 
 
 def derivation_symbols(d: Derivation) -> set[sympy.Symbol]:

@@ -96,10 +96,10 @@ def _model_sections(args: argparse.Namespace, load: Callable[[argparse.Namespace
         body = tex.structure_latex(st, model, active, notes=_block_notes(model, st, active, note, _workload(args)))
         used, quantities = st.expr.free_symbols | ({model.vocabulary[active.symbol_name]} if active else set()), [quantity]
     elif args.derivation:
-        d = tex.derivation_of(model, quantity, assume=shared_default(model, args.assume), leading=True, large=large, **_workload(args))
+        d = _recomputed(tex.derivation_of(model, quantity, assume=shared_default(model, args.assume), leading=True, large=large, **_workload(args)), model, args)
         body, used, quantities = tex.derivation_latex(d, model), tex.derivation_symbols(d), [quantity]
-    elif args.assume or args.leading:
-        d = derive(model, quantity, assume=shared_default(model, args.assume), leading=args.leading, large=large, **_workload(args))
+    elif args.assume or args.leading or args.recompute != "none":
+        d = _recomputed(derive(model, quantity, assume=shared_default(model, args.assume), leading=args.leading, large=large, **_workload(args)), model, args)
         body, used, quantities = tex.derivation_latex(d, model), tex.derivation_symbols(d), [quantity]
     else:
         expr = model.expression(quantity).expr
@@ -114,6 +114,19 @@ def _model_sections(args: argparse.Namespace, load: Callable[[argparse.Namespace
     return sections
 
 
+def recomputed_text(d, as_json: bool) -> str:
+    """``derive saved-activations --recompute …``: the chain of forms of what training keeps, each with its error."""
+    if as_json:
+        steps = [{"label": s.label, "expression": str(s.formula), "latex": s.formula.latex(), "value": s.value, "relative_error": s.relative_error} for s in d.steps]
+        return json.dumps({"model": d.model, "quantity": d.quantity, "assumptions": d.assumptions, "steps": steps, "expression": str(d.result), "relative_error": d.relative_error})
+    lines = [f"{d.quantity.replace('_', '-')} of {d.model}"]
+    for step in d.steps:
+        lines += [f"  {step.label}:", f"    {step.formula}"]
+        if step.relative_error is not None:
+            lines.append(f"    relative error at {d.model}: {step.relative_error:+.2%}")
+    return "\n".join(lines)
+
+
 def shared_default(model: Model, assume: str | None) -> str | None:
     """The assumption set a derivation makes: the one named (``none``: none), else the family's default, which
     ``derive``'s block form makes too (``default_assumptions``)."""
@@ -122,6 +135,10 @@ def shared_default(model: Model, assume: str | None) -> str | None:
     if assume is None:
         return default_assumptions(model)
     return None if assume == "none" else assume
+
+
+def _recomputed(d, model: Model, args: argparse.Namespace):
+    return tex.recomputed_derivation(d, model, args.recompute, **_workload(args)) if args.recompute != "none" else d
 
 
 def _block_notes(model: Model, st, active, note: str, workload: dict[str, int]) -> tuple[tex.Note, tex.Note | None]:
