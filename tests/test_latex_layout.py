@@ -244,3 +244,16 @@ def test_recompute_gives_korthikanti_s_table_2(capsys, recompute, per_layer):
     assert code == 0 and f"exact, recompute {recompute}" in out
     code, _, err = run(capsys, "derive", "params", "gpt2", "--recompute", recompute)
     assert code == 2 and err.count("\n") == 1 and "saved-activations" in err
+
+
+def test_bytes_per_element_are_symbols_with_units(capsys):
+    """qwen3-8b keeps K and V of 8 heads of 128 per layer and token: M_KV = 2·b·s·n·h_kv·d_h·B_kv, B_kv = 2 (bf16)."""
+    code, out, _ = run(capsys, "latex", "kv-cache", "qwen3-8b", "--derivation", "--standalone")
+    assert code == 0
+    body, glossary = out.split("\\section*{Symbols}")
+    assert "M_{\\mathrm{KV}} &= 2 b d_h B_{kv} h_{kv} n s" in body
+    assert "$B_{kv}$ & \\texttt{kv\\_bytes} &" in glossary and "B/element \\\\" in glossary
+    model = symform.load("qwen3-8b")
+    d = tex.derivation_of(model, "inference_bytes", assume=None, batch=1, seq=4096)
+    assert model.vocabulary["weight_bytes"] in d.exact.expr.free_symbols
+    assert d.relative_error is not None and abs(d.relative_error) < 0.3  # errors still at the model's bytes per element

@@ -250,7 +250,7 @@ def derivation_lines(d: Derivation, model: Model) -> list[Line]:
         else:
             written = blocks[i] if _several_kinds(blocks[i]) else None
             lines.append(Line("\\approx", step.formula.expr, step.latex_label + _error_note(step.relative_error, d.model), written))
-    if d.in_terms_of_params is not None:
+    if d.in_terms_of_params is not None and d.result.expr != 0:  # 0 = 0·N says nothing
         lines.append(Line("=", d.in_terms_of_params.expr, f"\\text{{with }} N \\approx {latex(d.params_leading.expr, v)}", params=d.params_leading.expr))
     return lines
 
@@ -395,10 +395,18 @@ def derivation(model: Model, quantity: str, *, assume: str | None = "standard", 
 
 def derivation_of(model: Model, quantity: str, *, assume: str | None, leading: bool = True, large: Sequence[str] | None = None, **workload: object) -> Derivation:
     """derive() under ``assume`` where the model's components declare every set it names; else the exact form
-    and its leading order."""
+    and its leading order. Bytes per element stay symbols (B_kv, B_w, …) in a count of bytes."""
     if assume is not None and not all(a.strip() in model.assumption_sets() for a in assume.split(",")):
         assume = None
-    return derive(model, quantity, assume=assume, leading=leading, large=large, **workload)
+    return derive(model, quantity, assume=assume, leading=leading, large=large, symbolic=storage_sizes(model, quantity), **workload)
+
+
+def storage_sizes(model: Model, quantity: str) -> tuple[str, ...]:
+    """The bytes per element a count of bytes is printed with as symbols (B_kv·…), not folded into its numbers;
+    activations keep theirs folded (their dtypes interlock with the accounting's switches)."""
+    if QUANTITIES_PRINTED[normalise_quantity(quantity)].unit != "B" or normalise_quantity(quantity) in ("saved_activations", "bytes_moved"):
+        return ()
+    return tuple(n for n in model.vocabulary.names("dtype") if n.endswith("_bytes") and n not in ("act_bytes", "stat_bytes", "mask_bytes", "index_bytes", "loss_bytes"))
 
 
 def recomputed_derivation(d: Derivation, model: Model, recompute: str, **workload: object) -> Derivation:

@@ -99,7 +99,7 @@ def _model_sections(args: argparse.Namespace, load: Callable[[argparse.Namespace
         d = _recomputed(tex.derivation_of(model, quantity, assume=shared_default(model, args.assume), leading=True, large=large, **_workload(args)), model, args)
         body, used, quantities = tex.derivation_latex(d, model), tex.derivation_symbols(d), [quantity]
     elif args.assume or args.leading or args.recompute != "none":
-        d = _recomputed(derive(model, quantity, assume=shared_default(model, args.assume), leading=args.leading, large=large, **_workload(args)), model, args)
+        d = _recomputed(derive(model, quantity, assume=shared_default(model, args.assume), leading=args.leading, large=large, symbolic=tex.storage_sizes(model, quantity), **_workload(args)), model, args)
         body, used, quantities = tex.derivation_latex(d, model), tex.derivation_symbols(d), [quantity]
     else:
         expr = model.expression(quantity).expr
