@@ -22,6 +22,7 @@ DOCUMENTS = {
     "moe-mla": ("latex", "active-params", "deepseek-v3", "--derivation", "--standalone"),
     "hybrid": ("latex", "active-params", "nemotron-h-8b", "--derivation", "--standalone"),
     "blocks": ("latex", "forward-flops", "gemma-2-9b", "--blocks", "--leading", "--batch", "1", "--seq", "4096", "--standalone"),
+    "part": ("latex", "params", "deepseek-v2", "--part", "layers/moe/attn", "--standalone"),
     "compare": ("latex", "--compare", "deepseek-v3", "qwen3-32b", "--standalone"),
     "appendix": ("latex", "--formulas", "qwen3-32b", "deepseek-v3", "mixtral-8x7b", "gpt-oss-120b", "nemotron-h-8b", "qwen3-next-80b-a3b", "--standalone"),
 }
@@ -257,3 +258,29 @@ def test_bytes_per_element_are_symbols_with_units(capsys):
     d = tex.derivation_of(model, "inference_bytes", assume=None, batch=1, seq=4096)
     assert model.vocabulary["weight_bytes"] in d.exact.expr.free_symbols
     assert d.relative_error is not None and abs(d.relative_error) < 0.3  # errors still at the model's bytes per element
+
+
+def test_mla_per_projection_is_deepseek_v2_s_matrices(capsys):
+    """DeepSeek-V2 (DeepSeek-AI 2024, §2.1.2, eqs. 9–14 and 37–38): W^DQ ∈ R^{d_c'×d}, W^UQ ∈ R^{d_h n_h×d_c'},
+    W^QR ∈ R^{d_h^R n_h×d_c'}, W^DKV ∈ R^{d_c×d}, W^KR ∈ R^{d_h^R×d}, W^UK, W^UV ∈ R^{d_h n_h×d_c}, W^O ∈
+    R^{d×d_h n_h}. transformers fuses W^UQ with W^QR (q_b_proj), W^DKV with W^KR (kv_a_proj), W^UK with W^UV
+    (kv_b_proj); d_c' = r_q, d_c = r_kv, d_h = d_nope (and d_v for values), d_h^R = d_rope."""
+    from symform.engine.structure import part_block
+
+    m = symform.load("deepseek-v2")
+    v = m.vocabulary
+    d, h, rq, rkv, dn, dr, dv = (v[x] for x in ("d_model", "n_heads", "q_lora_rank", "kv_lora_rank", "d_nope", "d_rope", "d_v"))
+    paper = {
+        "q_a_proj": rq * d,  # W^DQ
+        "q_b_proj": dn * h * rq + dr * h * rq,  # W^UQ, W^QR
+        "kv_a_proj": rkv * d + dr * d,  # W^DKV, W^KR
+        "kv_b_proj": dn * h * rkv + dv * h * rkv,  # W^UK, W^UV
+        "o_proj": d * dv * h,  # W^O
+    }
+    parts = {p.name: p.expr for p in part_block(m, "params", "layers/moe/attn").parts}
+    for name, size in paper.items():
+        assert sympy.expand(parts[name] - size) == 0, name
+    code, out, _ = run(capsys, "latex", "params", "deepseek-v2", "--part", "layers/moe/attn")
+    assert code == 0 and "h r_{q} \\cdot \\left(d_{\\mathrm{nope}} + d_{\\mathrm{rope}}\\right) && \\text{q\\_b\\_proj}" in out
+    code, _, err = run(capsys, "latex", "params", "deepseek-v2", "--part", "layers/moe/atn")
+    assert code == 2 and err.count("\n") == 1 and "layers/moe" in err

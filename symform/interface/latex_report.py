@@ -22,6 +22,7 @@ def latex_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--component", action="store_true", help="MODEL names a declared component (gated_mlp, gqa_attention, ...): its quantity over its own arguments")
     p.add_argument("--standalone", action="store_true", help="a complete .tex document (pdflatex) with the symbols' glossary")
     p.add_argument("--blocks", action="store_true", help="the quantity by block (each layer kind a repeat times one layer), one line per block; with --leading to leading order; the family's default assumptions unless --assume")
+    p.add_argument("--part", metavar="PATH", help="one component of the model part by part (--part layers/moe/attn: MLA's projections, each its own matrix, as DeepSeek-V2 writes them)")
     p.add_argument("--formulas", action="store_true", help="symform latex --formulas MODEL [MODEL ...] [--seq S]: an appendix table of N, N_active, forward FLOPs and KV bytes per token, formula and number, with a glossary")
     p.add_argument("--compare", action="store_true", help="symform latex --compare MODEL MODEL [--seq S]: the same forms of two architectures side by side")
 
@@ -89,7 +90,12 @@ def _model_sections(args: argparse.Namespace, load: Callable[[argparse.Namespace
         return sections
     quantity = normalise_quantity(args.quantity)
     large = [s.strip() for s in args.large.split(",") if s.strip()] if args.large else None
-    if args.blocks:
+    if args.part:
+        from ..engine.structure import part_block
+
+        block = part_block(model, quantity, args.part, assume=None if args.assume in (None, "none") else args.assume)
+        body, used, quantities = tex.part_latex(block, model, quantity), block.expr.free_symbols, [quantity]
+    elif args.blocks:
         from .structure_report import block_forms
 
         st, active, note = block_forms(model, quantity, assume=args.assume, leading=args.leading, workload=_workload(args))
