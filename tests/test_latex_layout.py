@@ -22,6 +22,7 @@ DOCUMENTS = {
     "moe-mla": ("latex", "active-params", "deepseek-v3", "--derivation", "--standalone"),
     "hybrid": ("latex", "active-params", "nemotron-h-8b", "--derivation", "--standalone"),
     "blocks": ("latex", "forward-flops", "gemma-2-9b", "--blocks", "--leading", "--batch", "1", "--seq", "4096", "--standalone"),
+    "table": ("latex", "forward-flops", "nemotron-h-8b", "--table", "--depth", "2", "--batch", "1", "--seq", "4096", "--standalone"),
     "part": ("latex", "params", "deepseek-v2", "--part", "layers/moe/attn", "--standalone"),
     "compare": ("latex", "--compare", "deepseek-v3", "qwen3-32b", "--standalone"),
     "appendix": ("latex", "--formulas", "qwen3-32b", "deepseek-v3", "mixtral-8x7b", "gpt-oss-120b", "nemotron-h-8b", "qwen3-next-80b-a3b", "--standalone"),

@@ -38,7 +38,7 @@ from ..engine.evaluate import Number
 from ..engine.graph import build_graph
 from ..engine.model import Model, normalise_quantity
 from ..engine.vocabulary import Vocabulary, default_vocabulary
-from .latex_layout import TEXT_WIDTH_PT, Group, Term, broken, broken_runs, joined, width_pt
+from .latex_layout import TEXT_WIDTH_PT, Group, Term, breakable, broken, broken_runs, joined, width_pt
 
 @dataclass(frozen=True)
 class Printed:
@@ -521,12 +521,12 @@ def breakdown_table(models: Sequence[Model], quantity: str, *, depth: int = 1, f
     for path in paths:
         cells = [human(v[path], unit) if path in v else "--" for v in values]
         row = [f"\\texttt{{{_text(path)}}}", *cells]
-        if formulas:
-            row.append(f"${latex(models[0].breakdown(quantity, depth=depth)[path].expr, models[0].vocabulary)}$" if path in values[0] else "")
+        if formulas:  # as inline math TeX may break at its operators, so that a long part's formula wraps in its column
+            row.append(f"${breakable(expr_terms(models[0].breakdown(quantity, depth=depth)[path].expr, models[0].vocabulary))}$" if path in values[0] else "")
         rows.append(row)
     total = ["total", *[human(m.evaluate(quantity, **workload), unit) for m in models]] + ([""] if formulas else [])
     header = ["component", *[_text(m.name) for m in models]] + (["formula"] if formulas else [])
-    return _tabular(header, rows, total, "l" + "r" * len(models) + ("l" if formulas else ""))
+    return _tabular(header, rows, total, "l" + "r" * len(models) + (">{\\raggedright\\arraybackslash}p{0.6\\linewidth}" if formulas else ""))
 
 
 def training_flops_table(models: Sequence[Model], *, tokens: int, seq: int, batch: int = 1) -> str:
