@@ -22,6 +22,7 @@ DOCUMENTS = {
     "moe-mla": ("latex", "active-params", "deepseek-v3", "--derivation", "--standalone"),
     "hybrid": ("latex", "active-params", "nemotron-h-8b", "--derivation", "--standalone"),
     "blocks": ("latex", "forward-flops", "gemma-2-9b", "--blocks", "--leading", "--batch", "1", "--seq", "4096", "--standalone"),
+    "glossary": ("latex", "training-bytes", "qwen3.5-0.8b", "--standalone"),  # forty symbols: the glossary runs over a page
     "table": ("latex", "forward-flops", "nemotron-h-8b", "--table", "--depth", "2", "--batch", "1", "--seq", "4096", "--standalone"),
     "part": ("latex", "params", "deepseek-v2", "--part", "layers/moe/attn", "--standalone"),
     "compare": ("latex", "--compare", "deepseek-v3", "qwen3-32b", "--standalone"),
@@ -29,7 +30,7 @@ DOCUMENTS = {
 }
 # commands that set type smaller than \small, or scale a box (and the type in it) to fit
 SMALL_TYPE = re.compile(r"\\(footnotesize|scriptsize|tiny|resizebox|scalebox)\b")
-OVERFULL = re.compile(r"Overfull \\hbox \((\d+(?:\.\d+)?)pt too wide\)")
+OVERFULL = re.compile(r"Overfull \\[hv]box \((\d+(?:\.\d+)?)pt too (?:wide|high)\)")
 
 
 def overfull_boxes(log: str) -> list[float]:
@@ -39,7 +40,8 @@ def overfull_boxes(log: str) -> list[float]:
 
 def test_overfull_boxes_are_read_from_the_log():
     log = "Overfull \\hbox (1075.41682pt too wide) in paragraph at lines 12--13\nOverfull \\hbox (0.5pt too wide) detected"
-    assert overfull_boxes(log) == [1075.41682, 0.5]
+    log += "\nOverfull \\vbox (31.16876pt too high) has occurred while \\output is active []"
+    assert overfull_boxes(log) == [1075.41682, 0.5, 31.16876]
 
 
 @pytest.mark.skipif(shutil.which("pdflatex") is None, reason="no LaTeX engine: apt-get install texlive-latex-base texlive-latex-recommended (the documents are not compiled)")
@@ -55,7 +57,7 @@ def test_standalone_documents_fit_the_page_at_the_document_s_type_size(capsys, t
             log = (tmp_path / f"{kind}.log").read_text(encoding="latin-1")
             if "Rerun LaTeX" not in log:
                 break
-        assert [x for x in overfull_boxes(log) if x > 1.0] == [], f"{kind}: {' '.join(argv)} has lines wider than the text"
+        assert [x for x in overfull_boxes(log) if x > 1.0] == [], f"{kind}: {' '.join(argv)} has lines wider than the text or pages taller than it"
 
 
 def test_the_hybrid_derivation_prints_no_line_twice():
@@ -203,7 +205,7 @@ def test_dsa_s_sparse_core_attention_stays_at_leading_order():
 
 def test_compare_prints_two_architectures_forms_side_by_side(capsys):
     code, out, _ = run(capsys, "latex", "--compare", "mixtral-8x7b", "llama-3-8b")
-    assert code == 0 and out.count("\\begin{longtable}") == 1
+    assert code == 0 and out.count("\\begin{longtable}") == 2  # the comparison, then the glossary
     head = next(line for line in out.splitlines() if line.startswith("\\textbf{mixtral-8x7b}"))
     assert "\\textbf{llama-3-8b}" in head and "(assuming granular, grouped, standard)" in head
     params = next(line for line in out.splitlines() if "46\\,702\\,792\\,704" in line)  # symform params mixtral-8x7b

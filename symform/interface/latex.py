@@ -561,7 +561,16 @@ def glossary(vocabulary: Vocabulary | None = None, symbols: Iterable[sympy.Symbo
     letters = {vocabulary.entry(n).latex for n in names}
     rows = [[f"${p.letter}$", f"\\texttt{{{_text(q)}}}", _text(p.words), _text(p.unit)] for q, p in ((q, QUANTITIES_PRINTED[q]) for q in dict.fromkeys(quantities)) if p.letter not in letters]
     rows += [[f"${vocabulary.entry(n).latex}$", f"\\texttt{{{_text(n)}}}", _text(vocabulary.entry(n).spec.description), _symbol_unit(n)] for n in names]
-    return _tabular(["symbol", "name", "meaning", "unit"], rows, None, "llp{0.42\\linewidth}l")
+    return _longtable(["symbol", "name", "meaning", "unit"], rows, "llp{0.42\\linewidth}l")
+
+
+def _longtable(header: Sequence[str], rows: Sequence[Sequence[str]], align: str) -> str:
+    """A booktabs ``longtable``: a glossary of a hybrid model's forty symbols continues on the next page, where a
+    ``tabular`` would run off the bottom of this one; its header repeats on each page."""
+    head = [" & ".join(header) + " \\\\", "\\midrule"]
+    body = ["\\begin{longtable}{" + align + "}", "\\toprule", *head, "\\endfirsthead", "\\toprule", *head, "\\endhead"]
+    body += [" & ".join(r) + " \\\\" for r in rows]
+    return "\n".join(body + ["\\bottomrule", "\\end{longtable}"])
 
 
 def _symbol_unit(name: str) -> str:
