@@ -182,7 +182,7 @@ def test_the_appendix_s_kv_column_counts_a_sliding_window_at_the_context(capsys)
     row = next(line for line in out.splitlines() if line.startswith("$M_{\\mathrm{KV}}/s$"))
     by_hand = 18 * 2048 + 18 * 2048 * 127 / 131072
     assert f"{by_hand:,.1f}".replace(",", "\\,") + "~B" in row
-    assert "\\min\\left(s, w - 1\\right)" in row  # the window stays in the formula: exact at any context
+    assert "\\frac{4 d_h h_{kv} n_{\\mathrm{local}}}{s} \\cdot \\bigl(w - 1\\bigr)" in row  # a windowed layer caches w − 1 tokens
 
 
 def test_dsa_s_sparse_core_attention_stays_at_leading_order():

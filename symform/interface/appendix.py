@@ -57,9 +57,25 @@ def cell(model: Model, quantity: str, seq: int) -> Cell:
     divide = v["seq"] if quantity in PER_SEQUENCE else 1
     assume = default_assumptions(model)
     exact = structure(model, quantity, assume=assume).blocks
-    blocks = [replace(b, expr=without_flags(sympy.expand(b.expr.xreplace(per_token) / divide), model.values), parts=()) for b in exact]
+    at = {v[k]: sympy.nsimplify(x) for k, x in {**model.values, **model.ratio_values, **workload}.items()}
+    blocks = [replace(b, expr=branch_in_force(without_flags(sympy.expand(b.expr.xreplace(per_token) / divide), model.values), at), parts=()) for b in exact]
     large = [s for s in block_large(model) if quantity == "forward_flops" or s != v["seq"]]
     return Cell(tuple(leading_blocks(blocks, large, model.leading_rewrites(assume=assume))), value / seq if quantity in PER_SEQUENCE else value)
+
+
+def branch_in_force(expr: sympy.Expr, values: dict) -> sympy.Expr:
+    """``expr`` with each min/max that the model's sizes and the workload settle written as the branch in force
+    there: a windowed layer at a context longer than its window caches w − 1 tokens, min(s, w − 1) is w − 1
+    (a formula for contexts at least that long, exact at the one the column is for)."""
+
+    def in_force(e: sympy.Expr) -> sympy.Expr:
+        sizes = [a.xreplace(values) for a in e.args]
+        if any(x.free_symbols for x in sizes):
+            return e
+        pick = min if isinstance(e, sympy.Min) else max
+        return e.args[sizes.index(pick(sizes))]
+
+    return expr.replace(lambda e: isinstance(e, (sympy.Min, sympy.Max)), in_force)
 
 
 def cell_latex(c: Cell, model: Model) -> str:
