@@ -287,3 +287,12 @@ def test_mla_per_projection_is_deepseek_v2_s_matrices(capsys):
     assert code == 0 and "h r_{q} \\cdot \\left(d_{\\mathrm{nope}} + d_{\\mathrm{rope}}\\right) && \\text{q\\_b\\_proj}" in out
     code, _, err = run(capsys, "latex", "params", "deepseek-v2", "--part", "layers/moe/atn")
     assert code == 2 and err.count("\n") == 1 and "layers/moe" in err
+
+
+def test_width_breaks_for_a_two_column_paper(capsys):
+    code, out, _ = run(capsys, "latex", "active-params", "deepseek-v3", "--derivation", "--width", "240")
+    assert code == 0
+    narrow = [row.split("&&")[0].split("&", 1)[1] for row in out.split("\n")[1:-1] if "&" in row]
+    code, out, _ = run(capsys, "latex", "active-params", "deepseek-v3", "--derivation")
+    wide = [row.split("&&")[0].split("&", 1)[1] for row in out.split("\n")[1:-1] if "&" in row]
+    assert len(narrow) > len(wide) and max(width_pt(r) for r in narrow) < 240

@@ -320,16 +320,20 @@ def aligned(letter: str, steps: Sequence[tuple[str, Sequence[Sequence[Term]], "s
     a reason that is a formula too wide for that column goes on rows of its own under its step."""
     cap = width * _LABEL_SHARE
     labels = [_label(reason, cap) for _, _, reason in steps]
+    # a reason that does not wrap to the right-hand column's share (a narrow page) goes under its step instead
+    under = [rows if any(width_pt(r) > cap for r in rows) else [] for rows in labels]
+    labels = [[] if below else rows for rows, below in zip(labels, under)]
     label_width = max((width_pt(r) for rows in labels for r in rows), default=0.0)
     relation_width = max(width_pt("{}" + relation + "{}") for relation, _, _ in steps)
     budget = width - width_pt(letter) - relation_width - label_width - _COLUMN_GAP_PT
     rows = []
-    for i, ((relation, runs, reason), label) in enumerate(zip(steps, labels)):
+    for i, ((relation, runs, reason), label, below) in enumerate(zip(steps, labels, under)):
         sums = broken_runs(runs, budget)
         for j in range(max(len(sums), len(label))):
             lhs = letter if i == 0 and j == 0 else ""
             rhs = (relation + " " if j == 0 else "") + (sums[j] if j < len(sums) else "")
             rows.append(f"{lhs} &{rhs}".rstrip() + (f" && {label[j]}" if j < len(label) and label[j] else ""))
+        rows += [f" &\\qquad {row.removeprefix(chr(92) + 'quad ')}" for row in below]
         if isinstance(reason, Note):
             rows += [f" &\\qquad {row}" for row in reason.rows(budget - width_pt("\\qquad"))]
         if isinstance(reason, Aside) and not label:

@@ -22,6 +22,7 @@ def latex_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--component", action="store_true", help="MODEL names a declared component (gated_mlp, gqa_attention, ...): its quantity over its own arguments")
     p.add_argument("--standalone", action="store_true", help="a complete .tex document (pdflatex) with the symbols' glossary")
     p.add_argument("--blocks", action="store_true", help="the quantity by block (each layer kind a repeat times one layer), one line per block; with --leading to leading order; the family's default assumptions unless --assume")
+    p.add_argument("--width", type=float, default=tex.TEXT_WIDTH_PT, metavar="PT", help=f"the text width the lines are broken to, in points (default {tex.TEXT_WIDTH_PT:g}: the standalone document's; about 240 for a column of a two-column paper)")
     p.add_argument("--part", metavar="PATH", help="one component of the model part by part (--part layers/moe/attn: MLA's projections, each its own matrix, as DeepSeek-V2 writes them)")
     p.add_argument("--formulas", action="store_true", help="symform latex --formulas MODEL [MODEL ...] [--seq S]: an appendix table of N, N_active, forward FLOPs and KV bytes per token, formula and number, with a glossary")
     p.add_argument("--compare", action="store_true", help="symform latex --compare MODEL MODEL [--seq S]: the same forms of two architectures side by side")
@@ -94,24 +95,24 @@ def _model_sections(args: argparse.Namespace, load: Callable[[argparse.Namespace
         from ..engine.structure import part_block
 
         block = part_block(model, quantity, args.part, assume=None if args.assume in (None, "none") else args.assume)
-        body, used, quantities = tex.part_latex(block, model, quantity), block.expr.free_symbols, [quantity]
+        body, used, quantities = tex.part_latex(block, model, quantity, width=args.width), block.expr.free_symbols, [quantity]
     elif args.blocks:
         from .structure_report import block_forms
 
         st, active, note = block_forms(model, quantity, assume=args.assume, leading=args.leading, workload=_workload(args))
-        body = tex.structure_latex(st, model, active, notes=_block_notes(model, st, active, note, _workload(args)))
+        body = tex.structure_latex(st, model, active, notes=_block_notes(model, st, active, note, _workload(args)), width=args.width)
         used, quantities = st.expr.free_symbols | ({model.vocabulary[active.symbol_name]} if active else set()), [quantity]
     elif args.derivation:
         d = _recomputed(tex.derivation_of(model, quantity, assume=shared_default(model, args.assume), leading=True, large=large, **_workload(args)), model, args)
-        body, used, quantities = tex.derivation_latex(d, model), tex.derivation_symbols(d), [quantity]
+        body, used, quantities = tex.derivation_latex(d, model, width=args.width), tex.derivation_symbols(d), [quantity]
     elif args.assume or args.leading or args.recompute != "none":
         d = _recomputed(derive(model, quantity, assume=shared_default(model, args.assume), leading=args.leading, large=large, symbolic=tex.storage_sizes(model, quantity), **_workload(args)), model, args)
-        body, used, quantities = tex.derivation_latex(d, model), tex.derivation_symbols(d), [quantity]
+        body, used, quantities = tex.derivation_latex(d, model, width=args.width), tex.derivation_symbols(d), [quantity]
     else:
         expr = model.expression(quantity).expr
         body, used, quantities = tex.latex(expr, model.vocabulary), expr.free_symbols, [quantity]
         if args.standalone:
-            body = tex.equation_block(tex.quantity_letter(quantity), expr, model.vocabulary)
+            body = tex.equation_block(tex.quantity_letter(quantity), expr, model.vocabulary, width=args.width)
     if args.glossary:
         return [("Symbols", tex.glossary(model.vocabulary, used, quantities))]
     sections = [("", body)]
