@@ -216,16 +216,30 @@ def test_block_latex_reads_back():
 APPENDIX = ["qwen3-32b", "deepseek-v3", "mixtral-8x7b", "gemma-2-9b", "gpt-oss-120b", "qwen3-next-80b-a3b", "nemotron-h-8b", "deepseek-v3.2", "glm-4.7"]
 
 
+def _appendix_rows(text: str) -> dict[str, list[list[str]]]:
+    """The appendix's rows by model: under each model's heading row, one row of cells per quantity."""
+    rows: dict[str, list[list[str]]] = {}
+    for line in text.split("\\end{longtable}")[0].splitlines():
+        heading = re.match(r"\\multicolumn\{4\}\{@\{\}l\}\{\\textbf\{([^}]*)\}", line)
+        if heading:
+            current = rows.setdefault(heading[1].replace("\\_", "_"), [])
+        elif rows and line.endswith("\\\\") and line.count("&") == 3:
+            current.append([c.strip() for c in line.removesuffix("\\\\").split("&")])
+    return rows
+
+
 def test_appendix_numbers_are_the_cli_s(capsys):
     code, out, _ = run(capsys, "latex", "--formulas", *APPENDIX, "--seq", "4096")
-    assert code == 0 and "\\toprule" in out and "Symbols" not in out and "\\texttt{vocab}" in out
-    numbers = [row for row in out.splitlines() if row.startswith(" & ")]
-    for name, row in zip(APPENDIX, numbers):
-        cells = [int(re.sub(r"\D", "", c)) for c in row.strip(" \\").split("&")[1:]]
+    assert code == 0 and "\\begin{longtable}" in out and "Symbols" not in out and "\\texttt{vocab}" in out
+    assert "resizebox" not in out and "\\begin{table}" not in out  # at the document's type size, where it is written
+    rows = _appendix_rows(out)
+    assert list(rows) == APPENDIX
+    for name in APPENDIX:
+        cells = [float(re.sub(r"[^\d.]", "", row[2])) for row in rows[name]]
         params = run_json(capsys, "params", name)
         flops = run_json(capsys, "flops", name, "--batch", "1", "--seq", "4096")
-        memory = run_json(capsys, "memory", name, "--infer", "--batch", "1", "--seq", "1")
-        assert cells == [params["total"], params["active"], flops["forward"] // 4096, memory["components"]["kv_cache"]], name
+        memory = run_json(capsys, "memory", name, "--infer", "--batch", "1", "--seq", "4096")  # the cache of a 4096-token context
+        assert cells == [params["total"], params["active"], flops["forward"] // 4096, round(memory["components"]["kv_cache"] / 4096, 1)], name
         assert flops["forward"] % 4096 == 0
 
 

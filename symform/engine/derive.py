@@ -137,19 +137,30 @@ def derive(
     assume: str | None = None,
     leading: bool = False,
     large: Iterable[str] | None = None,
+    symbolic: Iterable[str] = (),
     **workload: object,
 ) -> Derivation:
-    """Derive ``quantity`` for ``model``: exact → assumptions → leading order → in terms of N."""
+    """Derive ``quantity`` for ``model``: exact → assumptions → leading order → in terms of N. ``symbolic``: the
+    conventions kept as symbols rather than put in at their values (bytes per element: B_kv·…), each step's
+    error still at the model's values of them."""
     quantity = normalise_quantity(quantity)
     vocabulary = model.vocabulary
     large_symbols = [vocabulary[n] for n in large] if large is not None else sorted(vocabulary.large, key=lambda s: s.name)
     values = {vocabulary[k]: v for k, v in _checked_values(model, workload).items()}
+    kept = {vocabulary[n] for n in symbolic}
+    values |= {s: x for s, x in model.conventions.items() if s in kept}
 
-    # Min(1, n_shared_experts) says how an optional part is encoded; at a model that has the part it is 1
-    exact = without_flags(model.expression(quantity).expr, model.values)
+    def expression(assume: str | None) -> sympy.Expr:
+        # Min(1, n_shared_experts) says how an optional part is encoded; at a model that has the part it is 1
+        if not kept:
+            return without_flags(model.expression(quantity, assume=assume).expr, model.values)
+        raw = model.expression(quantity, assume=assume, conventions=False).expr
+        return without_flags(sympy.expand(raw.xreplace({s: x for s, x in model.conventions.items() if s not in kept})), model.values)
+
+    exact = expression(None)
     chain = [("exact", "\\text{exact}", exact)]
     if assume is not None:
-        chain.append((f"assuming {assume}", f"\\text{{assuming {assume}}}", without_flags(model.expression(quantity, assume=assume).expr, model.values)))
+        chain.append((f"assuming {assume}", f"\\text{{assuming {assume}}}", expression(assume)))
     if leading:
         present = chain[-1][2].free_symbols
         large_symbols = [s for s in large_symbols if s in present] or large_symbols

@@ -94,6 +94,18 @@ def structure(model: Model, quantity: str, *, assume: str | None = None, leading
     return Structure(quantity, model.name, assume, leading, tuple(s.name for s in large_symbols), tuple(blocks))
 
 
+def part_block(model: Model, quantity: str, path: str, *, assume: str | None = None) -> Block:
+    """The component at ``path`` (``layers/moe/attn``) as a block: its repeat in the model, one instance, and
+    that instance's parts one level down (an attention's projections, each its own matrix)."""
+    from .errors import EvaluationError
+
+    graph = model.graph(assume=assume)
+    if path not in graph.graph.nodes or path == "":
+        tops = ", ".join(b for b in _block_nodes(graph))
+        raise EvaluationError(f"{model.name} has no part {path!r}; its blocks are {tops} (add /NAME for a part inside one)")
+    return _block(graph, model, path, normalise_quantity(quantity), _finisher(model), with_parts=True)
+
+
 def block_large(model: Model, *, within: sympy.Expr | None = None) -> list[sympy.Symbol]:
     """The widths, the vocabulary (an embedding is a V×d matrix), the sequence (attention's s² next to the
     projections' s·d²) and its chunks: what a block form keeps at leading order; with ``within``, only those it holds

@@ -144,6 +144,7 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
         p = model_command(name, help, quantity=wanted(name))
         p.add_argument("--assume", metavar="NAME", help="assumption sets declared by the components, comma-separated, the first a component declares applying to it (standard; grouped,standard); none for no assumptions; the blocks use the family's default when not given")
         p.add_argument("--leading", action="store_true", help="keep only the leading order in the large symbols")
+        p.add_argument("--recompute", default="none", choices=("none", "selective", "full"), help="saved-activations under activation recomputation: selective (attention cores recomputed) or full (each layer's input kept alone)")
         p.add_argument("--large", metavar="A,B", help="comma-separated symbols to treat as large (default: the vocabulary's widths)")
         workload(p, required=False)
         p.add_argument("--tokens", type=positive_int, help="training tokens D")
@@ -203,6 +204,8 @@ def _main(argv: list[str]) -> int:
     _ARGV[:] = argv
     if argv[:1] == ["latex"] and "--formulas" in argv:  # models one after another, no quantity: its own parser
         return _print_or_fail(lambda: _from("latex_report", "appendix_command")(argv[1:]))
+    if argv[:1] == ["latex"] and "--compare" in argv:  # the same: models side by side
+        return _print_or_fail(lambda: _from("latex_report", "compare_command")(argv[1:]))
     try:  # no verb (--help, --version): "" wants none of the verbs' options, only their names and help
         args = build_parser(argv[0] if argv and not argv[0].startswith("-") else "").parse_args(argv)
     except SystemExit as e:  # --help, or a usage error already reported on one line
@@ -262,6 +265,8 @@ def _run(args: argparse.Namespace) -> str:
     large = [s.strip() for s in args.large.split(",") if s.strip()] if args.large else None
     chain_assume = None if args.assume == "none" else args.assume
     derivation = derive(model, args.quantity, assume=chain_assume, leading=args.leading, large=large, **workload)
+    if args.recompute != "none":  # what training keeps when it recomputes: the chain alone (blocks are of what it saves)
+        return _from("latex_report", "recomputed_text")(_from("latex", "recomputed_derivation")(derivation, model, args.recompute, **workload), args.json)
     if args.verb == "latex":
         return derivation.latex() if (chain_assume or args.leading) else derivation.exact.latex()
     return _derivation(derivation, args, model, workload)
