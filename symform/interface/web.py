@@ -182,7 +182,7 @@ def run_cli(argv: list[str]) -> tuple[int, str, str]:
 
     out, err = io.StringIO(), io.StringIO()
     with _CLI_LOCK, _hub_offline(), redirect_stdout(out), redirect_stderr(err):
-        code = main(argv, keep_results=False)
+        code = main(argv)
     return code, out.getvalue(), err.getvalue()
 
 
