@@ -29,7 +29,10 @@ SLIDING, FULL = "sliding_attention", "full_attention"
 BASE = dict(vocab_size=101, hidden_size=32, intermediate_size=48, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
 
 # (family, preset): the published configs whose parameters must match to the digit
-PRESETS = [("olmo2", "olmo-2-13b"), ("olmo3", "olmo-3-7b"), ("smollm3", "smollm3-3b"), ("seed_oss", "seed-oss-36b")]
+PRESETS = [
+    ("olmo2", "olmo-2-13b"), ("olmo3", "olmo-3-7b"), ("smollm3", "smollm3-3b"), ("seed_oss", "seed-oss-36b"), ("exaone4", "exaone-4.0-32b"),
+    ("starcoder2", "starcoder2-15b"),
+]  # fmt: skip
 
 # tiny instances, each keeping its family's pattern of layer types; windows below and above the test sequences
 TINY = {
@@ -48,6 +51,20 @@ TINY = {
     "seed_oss, output bias, no dropout": dict(
         BASE, model_type="seed_oss", head_dim=12, attention_out_bias=True, attention_dropout=0.0, residual_dropout=0.0,
         pad_token_id=0, bos_token_id=None, eos_token_id=None,
+    ),
+    "exaone4, three sliding to one full (from sliding_window_pattern), NoPE full layers": dict(
+        BASE, model_type="exaone4", num_hidden_layers=4, sliding_window=4, head_dim=12,
+    ),
+    "exaone4, full layers only with a window (no rotary tables kept), tied": dict(
+        BASE, model_type="exaone4", num_hidden_layers=2, sliding_window=4, layer_types=[FULL, FULL], tie_word_embeddings=True,
+    ),
+    "exaone4, no window: every layer full with RoPE": dict(BASE, model_type="exaone4", num_hidden_layers=2, sliding_window=None, layer_types=[FULL, FULL]),
+    "starcoder2, window 4, every dropout 0.1, tied": dict(
+        BASE, model_type="starcoder2", sliding_window=4, attention_dropout=0.1, residual_dropout=0.1, embedding_dropout=0.1,
+        bos_token_id=None, eos_token_id=None,
+    ),
+    "starcoder2, no biases, untied, embedding dropout only": dict(
+        BASE, model_type="starcoder2", use_bias=False, tie_word_embeddings=False, embedding_dropout=0.1, bos_token_id=None, eos_token_id=None,
     ),
 }  # fmt: skip
 
