@@ -53,6 +53,10 @@ CASES = [
     ("deepseek_v2 MLA, direct q", DEEPSEEK_V2, ("q_proj", "kv_a_proj", "o_proj"), "lora"),
     ("gpt2 Conv1D", GPT2, ("c_attn", "c_proj", "c_fc"), "lora"),
     ("gpt2 Conv1D dora", GPT2, ("c_attn",), "dora"),
+    # peft's target_modules="all-linear": every Linear (and GPT-2's Conv1D) but the output head
+    ("llama all-linear keyword, untied head", {"model_type": "llama", "tie_word_embeddings": False}, ("all-linear",), "lora"),
+    ("qwen3 all-linear keyword, dora", {"model_type": "qwen3", "head_dim": 16}, ("all-linear",), "dora"),
+    ("gpt2 all-linear keyword", GPT2, ("all-linear",), "lora"),
 ]
 RANK = 4
 
@@ -62,7 +66,8 @@ def peft_model(config: dict, targets: tuple[str, ...], method: str, *, rank: int
     targets = tuple(PEFT_NAMES.get(t, t) for t in targets)
     base = build_for_training(config, torch.float32, **options)
     base.enable_input_require_grads()
-    lora = peft.LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules=list(targets), use_dora=method == "dora", fan_in_fan_out=config["model_type"] == "gpt2")
+    modules = "all-linear" if targets == ("all-linear",) else list(targets)  # peft reads the keyword only as the whole string
+    lora = peft.LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules=modules, use_dora=method == "dora", fan_in_fan_out=config["model_type"] == "gpt2")
     return peft.get_peft_model(base, lora).train()
 
 
@@ -135,3 +140,14 @@ def test_unknown_targets_and_ranges_are_refused():
         finetune_counts(model, FineTune(freeze=("layers:2-3",)))
     with pytest.raises(EvaluationError, match="cannot freeze"):
         FineTune(freeze=("attention",))
+
+
+@pytest.mark.filterwarnings("ignore:The following:RuntimeWarning")  # peft's own notes on its expert rank and alpha patterns
+def test_all_linear_on_routed_experts_is_refused_by_name():
+    """peft 0.21 extends all-linear to transformers' fused 3-D expert weights and the router (a qwen3_moe gets
+    adapters on mlp.experts and mlp.gate), which symform's per-projection adapters do not model."""
+    base = peft.get_peft_model(build_for_training({**TINY, **MOE}, torch.float32), peft.LoraConfig(r=RANK, target_modules="all-linear"))
+    adapted = {name.split(".lora_")[0].rsplit(".", 1)[-1] for name, _ in base.named_parameters() if ".lora_" in name}
+    assert {"experts", "gate"} <= adapted
+    with pytest.raises(EvaluationError, match="routed experts"):
+        finetune_counts(symform_model(MOE), FineTune(rank=RANK, targets=("all-linear",)))
