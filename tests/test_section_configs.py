@@ -83,3 +83,14 @@ def test_infinity_in_a_field_symform_does_not_read_is_accepted(tmp_path):
 def test_a_non_finite_value_in_a_field_symform_reads_is_refused(changes, field, tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(dict(preset_dict("qwen3-0.6b"), **changes)))
     one_line_error(ConfigError, lambda: Model.load(tmp_path / "config.json"), field, "not finite")
+
+
+def test_an_unknown_type_holding_the_family_s_fields_is_read_with_them():
+    """sarvam_mla's config class writes DeepSeek-V3's fields (q_lora_rank null among them) and transformers builds
+    DeepseekV3ForCausalLM for it: the fallback reads it, a null field being a value the config gives."""
+    config = transformers.AutoConfig.for_model("sarvam_mla", num_hidden_layers=2).to_dict()
+    config["architectures"] = ["DeepseekV3ForCausalLM"]
+    assert config["q_lora_rank"] is None
+    model = Model.from_config(config)
+    assert model.spec.family == "deepseek_v3"
+    assert model.evaluate("params") == meta_params(config)

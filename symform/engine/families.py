@@ -344,7 +344,7 @@ def _check_fallback(family: Family, model_type: Any, config: Mapping[str, Any], 
     missing = [
         name for name, field in spec.fields.items()
         if field.in_ is None and field.type == "int" and isinstance(field.default, str) and field.default.isdigit()
-        and _with_alias(section, field.key or name, field.aliases).get(field.key or name) is None
+        and (field.key or name) not in _with_alias(section, field.key or name, field.aliases)
     ]  # fmt: skip
     if missing:
         raise ConfigError(f"{named} the config lacks {', '.join(missing[:6])}{' ...' if len(missing) > 6 else ''}, which {family.name} would read with its own defaults: give the config of a supported model_type")
