@@ -47,6 +47,9 @@ TINY = {
         BASE, model_type="smollm3", num_hidden_layers=4, pad_token_id=0, use_sliding_window=True, sliding_window=4,
         tie_word_embeddings=False, head_dim=12, attention_bias=True, mlp_bias=True,
     ),
+    "smollm3, no_rope_layers listed (two NoPE layers slide), no layer_types": dict(
+        BASE, model_type="smollm3", num_hidden_layers=4, pad_token_id=0, use_sliding_window=True, sliding_window=4, no_rope_layers=[1, 0, 0, 1],
+    ),
     "seed_oss, Q/K/V biases, dropout 0.1": dict(BASE, model_type="seed_oss", head_dim=16, pad_token_id=0, bos_token_id=None, eos_token_id=None),
     "seed_oss, output bias, no dropout": dict(
         BASE, model_type="seed_oss", head_dim=12, attention_out_bias=True, attention_dropout=0.0, residual_dropout=0.0,
