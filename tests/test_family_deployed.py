@@ -31,7 +31,7 @@ BASE = dict(vocab_size=101, hidden_size=32, intermediate_size=48, num_attention_
 # (family, preset): the published configs whose parameters must match to the digit
 PRESETS = [
     ("olmo2", "olmo-2-13b"), ("olmo3", "olmo-3-7b"), ("smollm3", "smollm3-3b"), ("seed_oss", "seed-oss-36b"), ("exaone4", "exaone-4.0-32b"),
-    ("starcoder2", "starcoder2-15b"), ("ernie4_5", "ernie-4.5-0.3b"),
+    ("starcoder2", "starcoder2-15b"), ("ernie4_5", "ernie-4.5-0.3b"), ("apertus", "apertus-8b"),
 ]  # fmt: skip
 
 # tiny instances, each keeping its family's pattern of layer types; windows below and above the test sequences
@@ -71,6 +71,11 @@ TINY = {
     ),
     "ernie4_5, tied, head_dim 16": dict(BASE, model_type="ernie4_5", head_dim=16),
     "ernie4_5, biases, untied, MHA, head_dim 12": dict(BASE, model_type="ernie4_5", head_dim=12, use_bias=True, tie_word_embeddings=False, num_key_value_heads=4),
+    "apertus, xIELU MLP, per-head Q/K norms, GQA": dict(BASE, model_type="apertus", head_dim=16, pad_token_id=0, bos_token_id=None, eos_token_id=None),
+    "apertus, tied, attention bias, MHA": dict(
+        BASE, model_type="apertus", head_dim=12, num_key_value_heads=4, tie_word_embeddings=True, attention_bias=True,
+        pad_token_id=0, bos_token_id=None, eos_token_id=None,
+    ),
 }  # fmt: skip
 
 SHAPES = [(2, 7), (1, 3), (1, 1)]  # seq above and below every tiny window, and one token
