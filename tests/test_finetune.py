@@ -151,3 +151,20 @@ def test_all_linear_on_routed_experts_is_refused_by_name():
     assert {"experts", "gate"} <= adapted
     with pytest.raises(EvaluationError, match="routed experts"):
         finetune_counts(symform_model(MOE), FineTune(rank=RANK, targets=("all-linear",)))
+
+
+@pytest.mark.parametrize("case", ["nemotron_h", "nemotron_h-no-conv-bias", "qwen3_5", "qwen3_next-dense"])
+@pytest.mark.parametrize("batch, seq", [(2, 70), (1, 5)])
+def test_lora_on_a_hybrid_skips_the_frozen_convolution_s_weight_gradient(case, batch, seq):
+    """Adapters on the attention projections freeze the recurrent layers' depthwise convolution: PyTorch computes
+    its input's gradient only. The counter misses the scans' triangular solves (forward, and one transposed solve
+    each in backward), as tests/test_family_recurrent.py names them."""
+    from test_family_recurrent import CONFIGS, uncounted_solves
+
+    config = CONFIGS[case]
+    base = build_for_training(config, torch.float32, experts_implementation="eager")
+    base.enable_input_require_grads()
+    model = peft.get_peft_model(base, peft.LoraConfig(r=RANK, target_modules=["q_proj", "o_proj"])).train()
+    expected = step_flops(model, input_ids(config.get("text_config", config), batch, seq)) + 2 * uncounted_solves(config, batch, seq)
+    counts = finetune_counts(Model.from_config(config, accounting="eager"), FineTune(rank=RANK, targets=("q_proj", "o_proj")), batch=batch, seq=seq)
+    assert counts.step_flops == expected
