@@ -168,3 +168,25 @@ def test_lora_on_a_hybrid_skips_the_frozen_convolution_s_weight_gradient(case, b
     expected = step_flops(model, input_ids(config.get("text_config", config), batch, seq)) + 2 * uncounted_solves(config, batch, seq)
     counts = finetune_counts(Model.from_config(config, accounting="eager"), FineTune(rank=RANK, targets=("q_proj", "o_proj")), batch=batch, seq=seq)
     assert counts.step_flops == expected
+
+
+GEMMA4 = {
+    "model_type": "gemma4_text", "num_hidden_layers": 3, "head_dim": 8, "global_head_dim": 16, "sliding_window": 4,
+    "hidden_size_per_layer_input": 8, "vocab_size_per_layer_input": 101,
+}  # fmt: skip
+# peft's target_modules as transformers names the modules, where symform's part names differ
+TRANSFORMERS_NAMES = [
+    ("gemma4_text per-layer embeddings", GEMMA4, ("per_layer_input_gate", "per_layer_projection", "per_layer_model_projection")),
+    ("deepseek_v2 latent key/value projection", DEEPSEEK_V2, ("kv_a_proj_with_mqa", "o_proj")),
+]
+
+
+@pytest.mark.parametrize(("case", "config", "targets"), TRANSFORMERS_NAMES, ids=[c[0] for c in TRANSFORMERS_NAMES])
+def test_targets_named_as_transformers_names_the_modules(case, config, targets):
+    config = {**TINY, **config}
+    base = build_for_training(config, torch.float32, experts_implementation="eager")
+    base.enable_input_require_grads()
+    model = peft.get_peft_model(base, peft.LoraConfig(r=RANK, lora_alpha=2 * RANK, lora_dropout=0.0, target_modules=list(targets))).train()
+    counts = finetune_counts(symform_model(config), FineTune(rank=RANK, targets=targets), batch=2, seq=7)
+    assert counts.trainable_params == sum(p.numel() for p in model.parameters() if p.requires_grad)
+    assert counts.step_flops == step_flops(model, input_ids(config, 2, 7))

@@ -224,7 +224,14 @@ class Plan:
         if ALL_LINEAR in self.setup.targets:
             heads = set(aliases().roles.get("lm_head", ()))
             return not heads & set(leaf.split("/"))
-        return leaf.rsplit("/", 1)[-1] in self.setup.targets
+        return leaf.rsplit("/", 1)[-1] in self._target_names
+
+    @cached_property
+    def _target_names(self) -> set[str]:
+        """The targets as symform's part names: transformers' module names (peft's target_modules) where they differ
+        (checkpoints.toml's module_aliases: Gemma 4's per_layer_input_gate is ple_gate)."""
+        renamed = aliases().module_aliases
+        return {renamed.get(t, t) for t in self.setup.targets}
 
     def _under_experts(self, leaf: str) -> bool:
         """Whether ``leaf`` lies inside a part sharded over experts (a mixture of experts' routed experts)."""
@@ -244,7 +251,8 @@ class Plan:
                 )
             return
         names = {leaf.rsplit("/", 1)[-1] for leaf in adaptable}
-        unknown = [t for t in self.setup.targets if t not in names]
+        renamed = aliases().module_aliases
+        unknown = [t for t in self.setup.targets if renamed.get(t, t) not in names]
         if unknown:
             raise EvaluationError(f"{self.model.name} has no projection named {unknown[0]!r} to adapt; its projections: {', '.join(sorted(names))}")
 
