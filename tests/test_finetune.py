@@ -190,3 +190,36 @@ def test_targets_named_as_transformers_names_the_modules(case, config, targets):
     counts = finetune_counts(symform_model(config), FineTune(rank=RANK, targets=targets), batch=2, seq=7)
     assert counts.trainable_params == sum(p.numel() for p in model.parameters() if p.requires_grad)
     assert counts.step_flops == step_flops(model, input_ids(config, 2, 7))
+
+
+# targets named after expert projections: peft adapts Linear modules by name, and transformers holds the routed
+# experts as fused 3-D weights, so only the shared experts' (and dense layers') projections get adapters
+EXPERT_NAMES = [
+    ("qwen2_moe up,down: the shared expert's only", {**TINY, **QWEN2_MOE}, ("up_proj", "down_proj")),
+    ("nemotron_h MoE up,down: shared experts and MLP layers only", "nemotron_h-moe", ("up_proj", "down_proj")),
+]
+
+
+@pytest.mark.parametrize(("case", "config", "targets"), EXPERT_NAMES, ids=[c[0] for c in EXPERT_NAMES])
+def test_expert_projection_names_adapt_no_routed_expert(case, config, targets):
+    if isinstance(config, str):
+        from test_family_recurrent import CONFIGS
+
+        config = CONFIGS[config]
+    base = build_for_training(config, torch.float32, experts_implementation="eager")
+    base.enable_input_require_grads()
+    model = peft.get_peft_model(base, peft.LoraConfig(r=RANK, lora_alpha=2 * RANK, lora_dropout=0.0, target_modules=list(targets))).train()
+    counts = finetune_counts(Model.from_config(config, accounting="eager"), FineTune(rank=RANK, targets=targets), batch=2, seq=7)
+    assert counts.trainable_params == sum(p.numel() for p in model.parameters() if p.requires_grad)
+    assert counts.step_flops == step_flops(model, input_ids(config, 2, 7))
+
+
+@pytest.mark.filterwarnings("ignore:The following:RuntimeWarning")  # peft's own notes on its expert rank and alpha patterns
+def test_expert_projection_names_are_refused_where_peft_adapts_the_fused_experts():
+    """For qwen3_moe (among the model types transformers' conversion table fuses) peft turns gate_proj, up_proj and
+    down_proj into adapters on the fused 3-D expert weights."""
+    base = build_for_training({**TINY, **MOE}, torch.float32, experts_implementation="eager")
+    model = peft.get_peft_model(base, peft.LoraConfig(r=RANK, target_modules=["gate_proj", "up_proj", "down_proj"]))
+    assert any("mlp.experts.lora_" in name for name, _ in model.named_parameters())
+    with pytest.raises(EvaluationError, match="fused routed-expert weights"):
+        finetune_counts(symform_model(MOE), FineTune(rank=RANK, targets=("gate_proj", "up_proj", "down_proj")))

@@ -224,7 +224,8 @@ class Plan:
         if ALL_LINEAR in self.setup.targets:
             heads = set(aliases().roles.get("lm_head", ()))
             return not heads & set(leaf.split("/"))
-        return leaf.rsplit("/", 1)[-1] in self._target_names
+        # peft adapts Linear modules by name; transformers holds routed experts as fused 3-D weights, none of them
+        return leaf.rsplit("/", 1)[-1] in self._target_names and not self._under_experts(leaf)
 
     @cached_property
     def _target_names(self) -> set[str]:
@@ -239,6 +240,12 @@ class Plan:
         edges = (self.graph.graph.get_edge_data("/".join(steps[:i]), "/".join(steps[: i + 1])) for i in range(1, len(steps)))
         return any(edge is not None and edge.get("shard") == "expert" for edge in edges)
 
+    def _peft_fuses_experts(self) -> bool:
+        from ..engine.families import all_families
+
+        family = all_families().get(self.model.spec.family) if self.model.spec.family else None
+        return family is not None and family.spec.peft_fused_experts
+
     def _check_targets(self) -> None:
         adaptable = [leaf for leaf in self.shares if self.nodes[leaf]["component"].adapters and not self._tied(leaf)]
         if ALL_LINEAR in self.setup.targets:
@@ -250,6 +257,12 @@ class Plan:
                     "and the router, which symform does not model; name the projections instead (--lora-targets q_proj,k_proj,v_proj,o_proj)"
                 )
             return
+        experts = {leaf.rsplit("/", 1)[-1] for leaf in adaptable if self._under_experts(leaf)} & self._target_names
+        if experts and self._peft_fuses_experts():
+            raise EvaluationError(
+                f"{self.model.name}: peft adapts the fused routed-expert weights for {', '.join(sorted(experts))} on this model type, which "
+                "symform does not model; name projections outside the routed experts (attention, shared experts)"
+            )
         names = {leaf.rsplit("/", 1)[-1] for leaf in adaptable}
         renamed = aliases().module_aliases
         unknown = [t for t in self.setup.targets if renamed.get(t, t) not in names]

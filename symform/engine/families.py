@@ -145,6 +145,10 @@ class FamilySpec(BaseModel):
     # a whole number; they are the model's defaults, under any accounting and any convention the user sets
     conventions: dict[str, str] = Field(default_factory=dict)
     per_layer: PerLayerSpec | None = None
+    # peft (0.21) turns adapter targets that name the routed experts' projections into adapters on transformers'
+    # fused 3-D expert weights for this model type (transformers' conversion table), which symform does not model;
+    # elsewhere such names reach no routed expert (peft adapts Linear modules, and the experts are none)
+    peft_fused_experts: bool = False
 
 
 @dataclass(frozen=True)
