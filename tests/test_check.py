@@ -151,7 +151,7 @@ def _llama4_forward_fails() -> bool:
 @pytest.mark.oracle
 def test_a_llama4_config_is_checked_against_the_whole_class(check, monkeypatch):
     """Llama4ForConditionalGeneration, its tower a `visual` row. Its eager experts run every expert on every token
-    (tests/test_family_llama4.py), so only the experts' FLOPs and what they keep differ from symform's top_k.
+    (tests/test_family_llama4.py), which the check's eager accounting counts: every row agrees.
     transformers 5.24's forward reads `image_outputs` from its language model's output, which has none: given one."""
     from transformers.modeling_outputs import MoeCausalLMOutputWithPast
 
@@ -160,7 +160,7 @@ def test_a_llama4_config_is_checked_against_the_whole_class(check, monkeypatch):
     report = check(Model.from_config({"model_type": "llama4"}, name="llama4 defaults"))
     assert report.transformers_class == "Llama4ForConditionalGeneration"
     assert [r for r in report.differences if r.quantity in ("params", "kv_cache")] == []
-    assert [r.part for r in report.differences if r.quantity == "forward_flops"] == ["mlp", "total"]
+    assert report.differences == []
     assert [r.pytorch > 0 for r in report.rows if r.quantity == "params" and r.part == "visual"] == [True]
 
 

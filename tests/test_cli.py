@@ -10,7 +10,7 @@ import pytest
 from checks import run, run_json
 
 from symform.engine.data import formulas_dir
-from symform.engine.families import presets, supported_model_types
+from symform.engine.families import preset_config, presets, supported_model_types
 
 
 def test_params_json_matches_the_qwen3_32b_checkpoint(capsys):
@@ -32,7 +32,9 @@ def test_presets_match_their_published_checkpoint_sizes(capsys, name):
         # Llama 2's checkpoint also stores rotary_emb.inv_freq, a non-parameter fp32 buffer
         # of d_head/2 = 64 values in each of 32 layers: 32 × 64 × 4 bytes = 8192 bytes.
         stored -= 32 * 64 * 4
-    assert 2 * total == stored
+    config = preset_config(name)[0]
+    stored_as = config.get("torch_dtype", config.get("dtype", "bfloat16"))  # OLMo 2 13B's checkpoint is float32
+    assert {"float32": 4, "bfloat16": 2, "float16": 2}[stored_as] * total == stored
 
 
 def test_flops_json_shape_and_conventions(capsys):
@@ -44,7 +46,7 @@ def test_flops_json_shape_and_conventions(capsys):
         "flops_per_mac": 2, "causal": 1, "bwd_mult": 2, "count_elementwise": 0, "windowed": 1, "dropout": 0, "upcast": 1,
         "weight_bytes": 2, "act_bytes": 2, "kv_bytes": 2, "kv_block": 1, "stat_bytes": 4, "mask_bytes": 1, "index_bytes": 8, "loss_bytes": 4,
         "state_bytes": 4, "grad_bytes": 2, "optimizer_bytes": 4,
-        "views": 0, "cpu_kernels": 0, "loss_chunks": 0,
+        "views": 0, "cpu_kernels": 0, "loss_chunks": 0, "every_expert": 0,
     }
 
 

@@ -47,6 +47,8 @@ COST_FREE = {
     "classifier_dropout": "a classification head's dropout",
     "rms_norm_eps": "a value, not a size",
     "layer_norm_epsilon": "a value, not a size",
+    "norm_epsilon": "a value, not a size (StarCoder 2's LayerNorms)",
+    "dtype": "the weights' dtype is a convention (weight_bytes), not a size (Apertus's xIELU makes its scalars in it)",
     "initializer_range": "initialisation only",
     "pad_token_id": "a token id",
     "image_token_id": "a token id of the multimodal wrapper",

@@ -230,3 +230,23 @@ def test_a_dense_stack_keeps_what_eager_pytorch_keeps(case, dtype, act_bytes):
     kept = saved_for_backward(build_for_training(config, dtype), input_ids(config, batch, seq))
     model = Model.from_config(config, accounting="eager", conventions={"act_bytes": act_bytes, "cpu_kernels": 1})
     assert model.evaluate("saved_activations", batch=batch, seq=seq) == kept
+
+
+@pytest.mark.parametrize("dtype, act_bytes", [(torch.float32, 4), (torch.bfloat16, 2)])
+@pytest.mark.parametrize("case", list(TINY))
+def test_saved_activations_under_the_eager_accounting_equal_what_eager_pytorch_keeps(case, dtype, act_bytes):
+    """transformers' Llama4TextExperts runs every expert on every token (the hidden states repeated once per
+    expert, scaled by the sigmoid scores, one batched product): the eager accounting counts what that keeps."""
+    config, batch, seq = TINY[case], 2, 7
+    kept = saved_for_backward(build_for_training(config, dtype), input_ids(config, batch, seq))
+    model = Model.from_config(config, accounting="eager", conventions={"act_bytes": act_bytes, "cpu_kernels": 1})
+    assert model.evaluate("saved_activations", batch=batch, seq=seq) == kept
+
+
+@pytest.mark.parametrize("case", list(TINY))
+def test_forward_flops_under_the_eager_accounting_equal_the_counter(case):
+    """Under the eager accounting the unrouted experts the tests above subtract are counted: every expert, every token."""
+    config = TINY[case]
+    model, sym = build(config), Model.from_config(config, accounting="eager")
+    for batch, seq in SHAPES:
+        assert sym.evaluate("forward_flops", batch=batch, seq=seq) == count_forward(model, input_ids(config, batch, seq)).get_total_flops()

@@ -53,6 +53,10 @@ CASES = [
     ("deepseek_v2 MLA, direct q", DEEPSEEK_V2, ("q_proj", "kv_a_proj", "o_proj"), "lora"),
     ("gpt2 Conv1D", GPT2, ("c_attn", "c_proj", "c_fc"), "lora"),
     ("gpt2 Conv1D dora", GPT2, ("c_attn",), "dora"),
+    # peft's target_modules="all-linear": every Linear (and GPT-2's Conv1D) but the output head
+    ("llama all-linear keyword, untied head", {"model_type": "llama", "tie_word_embeddings": False}, ("all-linear",), "lora"),
+    ("qwen3 all-linear keyword, dora", {"model_type": "qwen3", "head_dim": 16}, ("all-linear",), "dora"),
+    ("gpt2 all-linear keyword", GPT2, ("all-linear",), "lora"),
 ]
 RANK = 4
 
@@ -62,7 +66,8 @@ def peft_model(config: dict, targets: tuple[str, ...], method: str, *, rank: int
     targets = tuple(PEFT_NAMES.get(t, t) for t in targets)
     base = build_for_training(config, torch.float32, **options)
     base.enable_input_require_grads()
-    lora = peft.LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules=list(targets), use_dora=method == "dora", fan_in_fan_out=config["model_type"] == "gpt2")
+    modules = "all-linear" if targets == ("all-linear",) else list(targets)  # peft reads the keyword only as the whole string
+    lora = peft.LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules=modules, use_dora=method == "dora", fan_in_fan_out=config["model_type"] == "gpt2")
     return peft.get_peft_model(base, lora).train()
 
 
@@ -135,3 +140,86 @@ def test_unknown_targets_and_ranges_are_refused():
         finetune_counts(model, FineTune(freeze=("layers:2-3",)))
     with pytest.raises(EvaluationError, match="cannot freeze"):
         FineTune(freeze=("attention",))
+
+
+@pytest.mark.filterwarnings("ignore:The following:RuntimeWarning")  # peft's own notes on its expert rank and alpha patterns
+def test_all_linear_on_routed_experts_is_refused_by_name():
+    """peft 0.21 extends all-linear to transformers' fused 3-D expert weights and the router (a qwen3_moe gets
+    adapters on mlp.experts and mlp.gate), which symform's per-projection adapters do not model."""
+    base = peft.get_peft_model(build_for_training({**TINY, **MOE}, torch.float32), peft.LoraConfig(r=RANK, target_modules="all-linear"))
+    adapted = {name.split(".lora_")[0].rsplit(".", 1)[-1] for name, _ in base.named_parameters() if ".lora_" in name}
+    assert {"experts", "gate"} <= adapted
+    with pytest.raises(EvaluationError, match="routed experts"):
+        finetune_counts(symform_model(MOE), FineTune(rank=RANK, targets=("all-linear",)))
+
+
+@pytest.mark.parametrize("case", ["nemotron_h", "nemotron_h-no-conv-bias", "qwen3_5", "qwen3_next-dense"])
+@pytest.mark.parametrize("batch, seq", [(2, 70), (1, 5)])
+def test_lora_on_a_hybrid_skips_the_frozen_convolution_s_weight_gradient(case, batch, seq):
+    """Adapters on the attention projections freeze the recurrent layers' depthwise convolution: PyTorch computes
+    its input's gradient only. The counter misses the scans' triangular solves (forward, and one transposed solve
+    each in backward), as tests/test_family_recurrent.py names them."""
+    from test_family_recurrent import CONFIGS, uncounted_solves
+
+    config = CONFIGS[case]
+    base = build_for_training(config, torch.float32, experts_implementation="eager")
+    base.enable_input_require_grads()
+    model = peft.get_peft_model(base, peft.LoraConfig(r=RANK, target_modules=["q_proj", "o_proj"])).train()
+    expected = step_flops(model, input_ids(config.get("text_config", config), batch, seq)) + 2 * uncounted_solves(config, batch, seq)
+    counts = finetune_counts(Model.from_config(config, accounting="eager"), FineTune(rank=RANK, targets=("q_proj", "o_proj")), batch=batch, seq=seq)
+    assert counts.step_flops == expected
+
+
+GEMMA4 = {
+    "model_type": "gemma4_text", "num_hidden_layers": 3, "head_dim": 8, "global_head_dim": 16, "sliding_window": 4,
+    "hidden_size_per_layer_input": 8, "vocab_size_per_layer_input": 101,
+}  # fmt: skip
+# peft's target_modules as transformers names the modules, where symform's part names differ
+TRANSFORMERS_NAMES = [
+    ("gemma4_text per-layer embeddings", GEMMA4, ("per_layer_input_gate", "per_layer_projection", "per_layer_model_projection")),
+    ("deepseek_v2 latent key/value projection", DEEPSEEK_V2, ("kv_a_proj_with_mqa", "o_proj")),
+]
+
+
+@pytest.mark.parametrize(("case", "config", "targets"), TRANSFORMERS_NAMES, ids=[c[0] for c in TRANSFORMERS_NAMES])
+def test_targets_named_as_transformers_names_the_modules(case, config, targets):
+    config = {**TINY, **config}
+    base = build_for_training(config, torch.float32, experts_implementation="eager")
+    base.enable_input_require_grads()
+    model = peft.get_peft_model(base, peft.LoraConfig(r=RANK, lora_alpha=2 * RANK, lora_dropout=0.0, target_modules=list(targets))).train()
+    counts = finetune_counts(symform_model(config), FineTune(rank=RANK, targets=targets), batch=2, seq=7)
+    assert counts.trainable_params == sum(p.numel() for p in model.parameters() if p.requires_grad)
+    assert counts.step_flops == step_flops(model, input_ids(config, 2, 7))
+
+
+# targets named after expert projections: peft adapts Linear modules by name, and transformers holds the routed
+# experts as fused 3-D weights, so only the shared experts' (and dense layers') projections get adapters
+EXPERT_NAMES = [
+    ("qwen2_moe up,down: the shared expert's only", {**TINY, **QWEN2_MOE}, ("up_proj", "down_proj")),
+    ("nemotron_h MoE up,down: shared experts and MLP layers only", "nemotron_h-moe", ("up_proj", "down_proj")),
+]
+
+
+@pytest.mark.parametrize(("case", "config", "targets"), EXPERT_NAMES, ids=[c[0] for c in EXPERT_NAMES])
+def test_expert_projection_names_adapt_no_routed_expert(case, config, targets):
+    if isinstance(config, str):
+        from test_family_recurrent import CONFIGS
+
+        config = CONFIGS[config]
+    base = build_for_training(config, torch.float32, experts_implementation="eager")
+    base.enable_input_require_grads()
+    model = peft.get_peft_model(base, peft.LoraConfig(r=RANK, lora_alpha=2 * RANK, lora_dropout=0.0, target_modules=list(targets))).train()
+    counts = finetune_counts(Model.from_config(config, accounting="eager"), FineTune(rank=RANK, targets=targets), batch=2, seq=7)
+    assert counts.trainable_params == sum(p.numel() for p in model.parameters() if p.requires_grad)
+    assert counts.step_flops == step_flops(model, input_ids(config, 2, 7))
+
+
+@pytest.mark.filterwarnings("ignore:The following:RuntimeWarning")  # peft's own notes on its expert rank and alpha patterns
+def test_expert_projection_names_are_refused_where_peft_adapts_the_fused_experts():
+    """For qwen3_moe (among the model types transformers' conversion table fuses) peft turns gate_proj, up_proj and
+    down_proj into adapters on the fused 3-D expert weights."""
+    base = build_for_training({**TINY, **MOE}, torch.float32, experts_implementation="eager")
+    model = peft.get_peft_model(base, peft.LoraConfig(r=RANK, target_modules=["gate_proj", "up_proj", "down_proj"]))
+    assert any("mlp.experts.lora_" in name for name, _ in model.named_parameters())
+    with pytest.raises(EvaluationError, match="fused routed-expert weights"):
+        finetune_counts(symform_model(MOE), FineTune(rank=RANK, targets=("gate_proj", "up_proj", "down_proj")))

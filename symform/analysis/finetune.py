@@ -52,10 +52,11 @@ from .memory import (
     tensor_split,
     weight_format,
 )
-from .quantization import stored_bytes
+from .quantization import aliases, stored_bytes
 
 METHODS = ("lora", "dora")
 EMBEDDINGS = "embeddings"
+ALL_LINEAR = "all-linear"  # peft's target_modules="all-linear": every linear projection but the output head
 QLORA_FORMAT = "nf4-double"  # QLoRA's NormalFloat4 with double-quantised scales (Dettmers et al. 2023, §3)
 QLORA_KEEP = ("lm_head",)  # transformers' bitsandbytes integration leaves the output head unquantised
 _LAYERS = re.compile(r"layers:(\d+)(?:-(\d+))?")
@@ -206,7 +207,7 @@ class Plan:
         if not has_weights:
             return Share(trained=ZERO, silent=silent)
         adapted = ZERO
-        if self.setup.adapters and component.adapters and leaf.rsplit("/", 1)[-1] in self.setup.targets and not self._tied(leaf):
+        if self.setup.adapters and component.adapters and self._targeted(leaf) and not self._tied(leaf):
             adapted = ONE - frozen
         trained = ZERO if self.setup.adapters else ONE - frozen
         return Share(trained=trained, adapted=adapted, silent=silent)
@@ -215,9 +216,54 @@ class Plan:
         """A leaf that uses weights owned elsewhere (a tied output head): its params count zero times."""
         return self._multiplicities["params"][leaf] == 0 and self.nodes[leaf]["quantities"]["params"] != 0
 
+    def _targeted(self, leaf: str) -> bool:
+        """Whether the setup's targets name ``leaf``: by its part name, or every projection but the output head
+        (peft's all-linear, which leaves out the model's output embeddings)."""
+        if ALL_LINEAR in self.setup.targets:
+            heads = set(aliases().roles.get("lm_head", ()))
+            return not heads & set(leaf.split("/"))
+        # peft adapts Linear modules by name; transformers holds routed experts as fused 3-D weights, none of them
+        return leaf.rsplit("/", 1)[-1] in self._target_names and not self._under_experts(leaf)
+
+    @cached_property
+    def _target_names(self) -> set[str]:
+        """The targets as symform's part names: transformers' module names (peft's target_modules) where they differ
+        (checkpoints.toml's module_aliases: Gemma 4's per_layer_input_gate is ple_gate)."""
+        renamed = aliases().module_aliases
+        return {renamed.get(t, t) for t in self.setup.targets}
+
+    def _under_experts(self, leaf: str) -> bool:
+        """Whether ``leaf`` lies inside a part sharded over experts (a mixture of experts' routed experts)."""
+        steps = leaf.split("/")
+        edges = (self.graph.graph.get_edge_data("/".join(steps[:i]), "/".join(steps[: i + 1])) for i in range(1, len(steps)))
+        return any(edge is not None and edge.get("shard") == "expert" for edge in edges)
+
+    def _peft_fuses_experts(self) -> bool:
+        from ..engine.families import all_families
+
+        family = all_families().get(self.model.spec.family) if self.model.spec.family else None
+        return family is not None and family.spec.peft_fused_experts
+
     def _check_targets(self) -> None:
-        names = {leaf.rsplit("/", 1)[-1] for leaf in self.shares if self.nodes[leaf]["component"].adapters and not self._tied(leaf)}
-        unknown = [t for t in self.setup.targets if t not in names]
+        adaptable = [leaf for leaf in self.shares if self.nodes[leaf]["component"].adapters and not self._tied(leaf)]
+        if ALL_LINEAR in self.setup.targets:
+            if len(self.setup.targets) > 1:
+                raise EvaluationError(f"{ALL_LINEAR} already names every projection; give it alone or name the projections")
+            if any(self._under_experts(leaf) for leaf in adaptable):
+                raise EvaluationError(
+                    f"{self.model.name} has routed experts: peft's {ALL_LINEAR} also adapts transformers' fused 3-D expert weights "
+                    "and the router, which symform does not model; name the projections instead (--lora-targets q_proj,k_proj,v_proj,o_proj)"
+                )
+            return
+        experts = {leaf.rsplit("/", 1)[-1] for leaf in adaptable if self._under_experts(leaf)} & self._target_names
+        if experts and self._peft_fuses_experts():
+            raise EvaluationError(
+                f"{self.model.name}: peft adapts the fused routed-expert weights for {', '.join(sorted(experts))} on this model type, which "
+                "symform does not model; name projections outside the routed experts (attention, shared experts)"
+            )
+        names = {leaf.rsplit("/", 1)[-1] for leaf in adaptable}
+        renamed = aliases().module_aliases
+        unknown = [t for t in self.setup.targets if renamed.get(t, t) not in names]
         if unknown:
             raise EvaluationError(f"{self.model.name} has no projection named {unknown[0]!r} to adapt; its projections: {', '.join(sorted(names))}")
 

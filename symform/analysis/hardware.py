@@ -23,7 +23,6 @@ Files are data: parsed by ``tomllib`` and validated; nothing in them is executed
 from __future__ import annotations
 
 import datetime
-import math
 import os
 import re
 from fractions import Fraction

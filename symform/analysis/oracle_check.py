@@ -21,7 +21,7 @@ from functools import cache
 from typing import Any, Mapping
 
 from ..engine.data import formulas_dir, read_toml
-from ..engine.families import FamilySpec, all_families, count_layers, layers_in, read_fields, sub_config
+from ..engine.families import FamilySpec, count_layers, layers_in, read_fields, reading_spec, sub_config
 from ..engine.errors import ConfigError, SymformError
 from ..engine.model import Model
 from .memory import dropout_origin
@@ -121,7 +121,7 @@ def tiny_config(config: Mapping[str, Any], family: str | None = None) -> dict[st
     text_config) and per-layer lists cut to the layer count. For a family whose layers come in kinds (a
     hybrid's linear and full attention, Mamba, MLP and expert layers), the layer count is the smallest, from
     the table's up, at which every kind the full model has is still there."""
-    spec = all_families()[family].spec if family is not None else None
+    spec = reading_spec(family, config) if family is not None else None
     where = spec.fields_in if spec is not None else ""
     result = _shrunk(config, set() if where else _read_in(spec, None))
     if where:
@@ -224,7 +224,7 @@ def check(model: Model) -> CheckReport:
         rows = [*_param_rows(ours, module), *_flop_rows(torch, ours, module, config), *_cache_rows(torch, ours, module, config), _saved_row(torch, ours, module, config)]
     finally:
         transformers.logging.set_verbosity(verbosity)
-    sizes_in = all_families()[model.spec.family].spec.fields_in if model.spec.family is not None else ""
+    sizes_in = reading_spec(model.spec.family, config).fields_in if model.spec.family is not None else ""
     return CheckReport(model.name, type(module).__name__, config, rows, sizes_in, dropout_origin(ours))
 
 
@@ -234,7 +234,7 @@ def _checkpoint_class(transformers, family: str | None, config: Mapping[str, Any
     vision-language checkpoint: tower and language model); None for the others, transformers' causal LM."""
     if family is None:
         return None
-    spec = all_families()[family].spec
+    spec = reading_spec(family, config)
     if any(choice.field == "architectures" for choice in spec.choose.values()):
         names = sub_config(config, spec.fields_in, "config").get("architectures")
         return names[0] if isinstance(names, list) and names and isinstance(names[0], str) else None

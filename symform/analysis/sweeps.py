@@ -513,11 +513,6 @@ def check_relations(relations: Sequence[Relation], axes: Sequence[Axis]) -> None
             raise ConfigError(r.failure(point))
 
 
-def _plain(value) -> int | float:
-    """A column's value as the number it stands for: a whole float64 as an int."""
-    value = value.item() if hasattr(value, "item") else value
-    return int(value) if isinstance(value, float) and value.is_integer() else value
-
 
 @lru_cache(maxsize=256)
 def _relation(relation, symbols):

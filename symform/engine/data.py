@@ -111,14 +111,15 @@ def _is_bundled(path: Path) -> bool:
         return False
 
 
-def read_json(path: Path, what: str = "a UTF-8 JSON file") -> Any:
+def read_json(path: Path, what: str = "a UTF-8 JSON file", *, non_finite: bool = False) -> Any:
     """A JSON file as read from a user or the Hub cache: at most FILE_BYTES, nested at most NESTING_DEPTH,
-    finite numbers of at most Python's digit limit; every failure one line. (A link to /dev/zero, a pipe,
-    a 5,000-digit number, NaN and 10,000 nested lists all end here.)"""
+    numbers of at most Python's digit limit, finite unless ``non_finite`` (a config.json may hold NaN and
+    Infinity as Python's json and transformers read them: the fields symform reads refuse them); every
+    failure one line. (A link to /dev/zero, a pipe, a 5,000-digit number and 10,000 nested lists end here.)"""
     text = read_text(path, what)
     check_nesting(text, path)
     try:
-        return json.loads(text, parse_constant=_no_constant)
+        return json.loads(text, **({} if non_finite else {"parse_constant": _no_constant}))
     except json.JSONDecodeError as e:
         raise ConfigError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}); fix the file") from None
     except ValueError as e:  # NaN and Infinity, or an integer past Python's digit limit

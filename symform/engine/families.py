@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import builtins
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from functools import cache
@@ -127,6 +128,9 @@ class FamilySpec(BaseModel):
     # a config key whose presence (not null) selects this family over the one that reads the same model type
     # without it: a vision-language checkpoint's vision_config, for the class that holds the tower too
     when_present: str = ""
+    # the model types of the `fields_in` sub-config itself: a config of one of them is that sub-config alone (what
+    # the text class's save_pretrained writes: Qwen3.5's qwen3_5_text), read with its fields at the top level
+    section_model_types: list[str] = Field(default_factory=list)
     fields: dict[str, FieldSpec]
     counts: dict[str, CountSpec] = Field(default_factory=dict)
     bind: dict[str, str]
@@ -141,6 +145,10 @@ class FamilySpec(BaseModel):
     # a whole number; they are the model's defaults, under any accounting and any convention the user sets
     conventions: dict[str, str] = Field(default_factory=dict)
     per_layer: PerLayerSpec | None = None
+    # peft (0.21) turns adapter targets that name the routed experts' projections into adapters on transformers'
+    # fused 3-D expert weights for this model type (transformers' conversion table), which symform does not model;
+    # elsewhere such names reach no routed expert (peft adapts Linear modules, and the experts are none)
+    peft_fused_experts: bool = False
 
 
 @dataclass(frozen=True)
@@ -299,15 +307,61 @@ def family_for(config: Mapping[str, Any], origin: str) -> Family:
         path = formulas_dir() / "families" / f"{model_type}.toml"
         if path.is_file() and model_type in _family_file(path).spec.model_types and not _family_file(path).spec.when_present:
             return _variant(_family_file(path), model_type, config)
+    if isinstance(model_type, str) and model_type in _section_readers():
+        return _section_reader(_section_readers()[model_type].name)
     if not isinstance(model_type, str) or model_type not in families():
         by_class = family_for_architectures(config.get("architectures"))
         if by_class is not None:
+            _check_fallback(by_class, model_type, config, origin)
             return by_class
         raise ConfigError(
             f"{origin}: model_type {quoted(model_type)} is not supported; supported: {', '.join(supported_model_types())}"
             " (or declare the architecture yourself: see docs/declaring-architectures.md)"
         )
     return _variant(families()[model_type], model_type, config)
+
+
+@cache
+def _section_readers() -> Mapping[str, Family]:
+    """The family reading each model type that names its `fields_in` sub-config (qwen3_5_text: qwen3_5)."""
+    found: dict[str, Family] = {}
+    for family in all_families().values():
+        for model_type in family.spec.section_model_types:
+            if model_type in found or model_type in families():
+                raise DeclarationError(f"{family.name}.toml: section model_type {model_type!r} is already read by another family")
+            found[model_type] = family
+    return MappingProxyType(found)
+
+
+@cache
+def _section_reader(name: str) -> Family:
+    """Family ``name`` reading a config that is its `fields_in` sub-config alone: every field at the top level."""
+    return Family(name, all_families()[name].spec.model_copy(update={"fields_in": ""}))
+
+
+def reading_spec(family: str, config: Mapping[str, Any]) -> FamilySpec:
+    """The spec family ``family`` reads ``config`` with: its own, or with its sizes at the top level where the
+    config's model type is that of its `fields_in` sub-config."""
+    reader = _section_readers().get(config.get("model_type")) if isinstance(config.get("model_type"), str) else None
+    return _section_reader(reader.name).spec if reader is not None and reader.name == family else all_families()[family].spec
+
+
+def _check_fallback(family: Family, model_type: Any, config: Mapping[str, Any], origin: str) -> None:
+    """A config of an unknown model type that names a family's class is read by that family only where it holds
+    the family's own fields: the sub-config the family reads its sizes from, and each size whose default is a
+    number of the family's config class (another class's config lacking it would be read with those defaults)."""
+    spec, cls = family.spec, family.spec.transformers_class
+    named = f"{origin}: model_type {quoted(model_type)} is not supported; its architectures name {cls}, but"
+    if spec.fields_in and not isinstance(config.get(spec.fields_in.split(".")[0]), Mapping):
+        raise ConfigError(f"{named} the config has no {spec.fields_in!r}, where {family.name} reads its sizes: give the config of a supported model_type")
+    section = sub_config(config, spec.fields_in, origin)
+    missing = [
+        name for name, field in spec.fields.items()
+        if field.in_ is None and field.type == "int" and isinstance(field.default, str) and field.default.isdigit()
+        and (field.key or name) not in _with_alias(section, field.key or name, field.aliases)
+    ]  # fmt: skip
+    if missing:
+        raise ConfigError(f"{named} the config lacks {', '.join(missing[:6])}{' ...' if len(missing) > 6 else ''}, which {family.name} would read with its own defaults: give the config of a supported model_type")
 
 
 def family_for_architectures(architectures: Any) -> Family | None:
@@ -368,6 +422,7 @@ def _context_limit(spec: ContextSpec | None, fields: Mapping[str, Any], config: 
         factor = rope.get("factor")
         original = rope.get("original_max_position_embeddings", config.get("original_max_position_embeddings"))
         summary = {"type": kind if isinstance(kind, str) else None}
+        _refuse_non_finite(f"{spec.rope_scaling}.factor", factor, None, origin)
         if isinstance(factor, (int, float)) and not isinstance(factor, bool):
             summary["factor"] = factor
         if isinstance(original, int) and not isinstance(original, bool) and original > 0:
@@ -618,6 +673,7 @@ def _check_layer_indices(field: str, raw: Any, spec: FieldSpec, origin: str) -> 
 def _check_type(field: str, raw: Any, spec: FieldSpec, origin: str) -> Any:
     import sympy
 
+    _refuse_non_finite(field, raw, spec, origin)
     problem = ConfigError(f"{origin}: field {field!r} is {quoted(raw)}; it must be a {_kind(spec)}")
     if spec.type in ("int_list", "str_list", "pattern") and isinstance(raw, (list, str)):
         # one entry per layer: a longer list is refused before its entries are read
@@ -686,7 +742,21 @@ def load_config_file(path: Path) -> dict[str, Any]:
             raise ConfigError(f"{path}: no such file; give a preset name (symform models) or a path to a config.json")
     except OSError as e:  # a name too long, a loop of links: the path itself is unusable
         raise ConfigError(f"{path}: cannot read ({e.strerror or e.__class__.__name__}); give a readable UTF-8 JSON file") from None
-    return read_json(path)
+    # NaN and Infinity are read as Python's json and transformers read them (Nemotron-H's published
+    # "time_step_limit": [0.0, Infinity]); a field symform reads refuses them where it is read
+    return read_json(path, non_finite=True)
+
+
+def _non_finite(value: Any) -> bool:
+    return isinstance(value, float) and not math.isfinite(value)
+
+
+def _refuse_non_finite(name: str, value: Any, spec: FieldSpec | None, origin: str) -> None:
+    """A NaN or an infinity where symform reads a number (a size, a factor), named as the JSON file writes it."""
+    if _non_finite(value) or isinstance(value, list) and any(map(_non_finite, value)):
+        written = json.dumps(value, allow_nan=True)[:60]
+        kind = f"; it must be a {_kind(spec)}" if spec is not None else "; it must be a finite number"
+        raise ConfigError(f"{origin}: field {name!r} is {written}, not finite{kind}: give a finite value")
 
 
 class PresetEntry(BaseModel):

@@ -396,7 +396,7 @@ def _read_json(path: Path, repo_id: str, filename: str) -> dict[str, Any]:
     """A cached file through the one bounded JSON reader: a link to /dev/zero, a pipe, a 5,000-digit number or
     deep nesting is one line."""
     try:
-        value = read_json(path, f"the cached {filename}")
+        value = read_json(path, f"the cached {filename}", non_finite=filename == CONFIG)  # a config as a local one is read
     except SymformError as e:
         raise HubError(f"{repo_id}: the cached {filename} is unusable ({e}); delete it from the cache and retry") from None
     if not isinstance(value, Mapping):

@@ -12,7 +12,6 @@ import importlib
 import json
 import sys
 from fractions import Fraction
-from functools import cache
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from .cli_args import exact_number, given_once, positive_int

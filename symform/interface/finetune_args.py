@@ -28,7 +28,7 @@ def finetune_arguments(p: argparse.ArgumentParser, *, needs: str = "--train", se
     title = "fine-tuning (" + (f"with {needs}; " if needs else "") + "docs/fine-tuning.md)"
     tune = p.add_argument_group(title)
     tune.add_argument("--lora-rank", type=positive_int, metavar="R", help="rank of a LoRA adapter on each target projection; the base weights are frozen")
-    targets = "the projections that get an adapter, by part name: q_proj,v_proj (symform params MODEL --depth 4 lists them)"
+    targets = "the projections that get an adapter, by part name: q_proj,v_proj (symform params MODEL --depth 4 lists them), or all-linear (peft's: every projection but the output head)"
     if several_targets:
         tune.add_argument("--lora-targets", type=names, action="append", metavar="NAMES", help=targets + "; repeat it to sweep several sets")
     else:

@@ -146,7 +146,7 @@ def argv_for(verb: str, query: list[tuple[str, str]], *, model_path: str | None 
         elif option in valued:
             options.append(f"{option}={_checked_value(key, value)}")
         else:
-            options.append(option)  # unknown: the CLI's parser names it ("unrecognized arguments")
+            options.append(option)  # unknown: the CLI's parser names it and the verb's --help
     if model_path is not None:
         positional["model"] = model_path
     return [verb, *(positional[name] for name in POSITIONALS[verb] if name in positional), *options, "--json"]

@@ -1,0 +1,127 @@
+"""A census, not a timing: which of transformers' model types symform reads, and how exactly.
+
+    python benchmarks/model_types.py            # one line per model type, then the counts
+    python benchmarks/model_types.py --json     # the same as one JSON object
+
+For every model type transformers knows (its CONFIG_MAPPING), the config class's
+defaults are written out as a config.json would hold them, naming the causal-LM
+class (else the image-text-to-text class, else the first model class) under
+``architectures``. symform then reads it: a refusal by name is ``refused``; a
+config it reads goes through ``symform check`` (the config shrunk to tiny sizes,
+transformers' module built in float32 with eager attention and eager experts on
+the CPU), and is ``exact`` where parameters, forward FLOPs and the cache equal
+PyTorch's, ``differs`` otherwise (the rows that differ are named). Anything else
+that goes wrong is ``crash`` (symform) or ``no oracle`` (transformers could not
+build or run its own module). Saved activations are reported beside, not counted.
+Needs torch and transformers (the ``oracle`` extra); takes a few minutes on a CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run from a checkout without installing
+    sys.path.insert(0, str(ROOT))
+
+EXACT_QUANTITIES = ("params", "forward_flops", "kv_cache")  # what "exact" requires
+
+
+# the tasks whose model types the census counts apart (the ones a user runs: generation, image-text, encoders, speech)
+TASKS = (
+    "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES", "MODEL_FOR_MASKED_LM_MAPPING_NAMES",
+    "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", "MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES", "MODEL_FOR_CTC_MAPPING_NAMES",
+)  # fmt: skip
+
+
+def task_types(transformers) -> set[str]:
+    auto = transformers.models.auto.modeling_auto
+    return {model_type for name in TASKS for model_type in getattr(auto, name, {})}
+
+
+def named_class(transformers, model_type: str) -> str | None:
+    """The class a checkpoint of this type names first: its causal LM, else its image-text-to-text class."""
+    auto = transformers.models.auto.modeling_auto
+    for mapping in (auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES, auto.MODEL_MAPPING_NAMES):
+        name = mapping.get(model_type)
+        if isinstance(name, str):
+            return name
+    return None
+
+
+def default_config(transformers, model_type: str) -> dict:
+    """The config class's defaults as a config.json holds them (save_pretrained's keys)."""
+    config = transformers.AutoConfig.for_model(model_type).to_dict()
+    cls = named_class(transformers, model_type)
+    config["architectures"] = [cls] if cls else None
+    return json.loads(json.dumps(config, default=str))
+
+
+def census_of(model_type: str, transformers) -> dict:
+    from symform.analysis.oracle_check import check
+    from symform.engine.errors import SymformError
+    from symform.engine.model import Model
+
+    try:
+        config = default_config(transformers, model_type)
+    except Exception as e:  # noqa: BLE001 - transformers' own config class cannot be built without arguments
+        return {"model_type": model_type, "status": "no oracle", "why": f"config: {type(e).__name__}: {str(e)[:120]}"}
+    try:
+        model = Model.from_config(config, name=model_type)
+        model.evaluate("params")
+    except SymformError as e:
+        return {"model_type": model_type, "status": "refused", "why": str(e)[:160]}
+    except Exception as e:  # noqa: BLE001 - a crash is what the census looks for
+        return {"model_type": model_type, "status": "crash", "why": f"{type(e).__name__}: {str(e)[:160]}"}
+    try:
+        report = check(model)
+    except SymformError as e:
+        return {"model_type": model_type, "family": model.spec.family, "status": "refused", "why": str(e)[:160]}
+    except Exception as e:  # noqa: BLE001 - transformers could not build or run the tiny module
+        return {"model_type": model_type, "family": model.spec.family, "status": "no oracle", "why": f"{type(e).__name__}: {str(e)[:160]}"}
+    wrong = sorted({r.quantity for r in report.differences})
+    status = "exact" if not set(wrong) & set(EXACT_QUANTITIES) else "differs"
+    return {"model_type": model_type, "family": model.spec.family, "status": status, "differs_in": wrong}
+
+
+def census() -> list[dict]:
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    types = sorted(transformers.models.auto.configuration_auto.CONFIG_MAPPING_NAMES)
+    results = []
+    for model_type in types:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            results.append(census_of(model_type, transformers))
+        print(f"{results[-1]['model_type']:32s} {results[-1]['status']}", file=sys.stderr, flush=True)
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    args = parser.parse_args()
+    import transformers
+
+    results = census()
+    tasks = task_types(transformers)
+    statuses = ("exact", "differs", "refused", "crash", "no oracle")
+    counts = {status: sum(1 for r in results if r["status"] == status) for status in statuses}
+    task_counts = {status: sum(1 for r in results if r["status"] == status and r["model_type"] in tasks) for status in statuses}
+    if args.json:
+        print(json.dumps({"counts": counts, "total": len(results), "task_counts": task_counts, "task_total": len(tasks & {r["model_type"] for r in results}), "types": results}, indent=1))
+        return
+    for r in results:
+        if r["status"] in ("exact", "differs", "crash"):
+            print(f"{r['model_type']:32s} {r['status']:8s} {r.get('family', '')} {', '.join(r.get('differs_in', [])) or r.get('why', '')}")
+    print(f"{len(results)} config types: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    print(f"{sum(task_counts.values())} with a causal-LM, image-text, masked-LM, seq2seq or speech class: " + ", ".join(f"{n} {s}" for s, n in task_counts.items()))
+
+
+if __name__ == "__main__":
+    main()
