@@ -23,14 +23,13 @@ from __future__ import annotations
 import re
 import unicodedata
 from dataclasses import dataclass, replace
-from fractions import Fraction
 from functools import cache
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Sequence
 
 import sympy
 from sympy.printing.latex import LatexPrinter
 
-from ..engine.declarations import QUANTITIES, Component, Library, default_library
+from ..engine.declarations import QUANTITIES, Library, default_library
 from ..engine.derive import Derivation, derive, step_blocks
 from ..engine.structure import by_layer_kind
 from ..engine.errors import EvaluationError

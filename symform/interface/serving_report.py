@@ -62,7 +62,6 @@ def serve_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def serve_command(model: Model, args: argparse.Namespace) -> str:
-    from ..analysis.serving import Lengths
     from ..analysis.serving_planner import Targets, plan_serving
 
     missing = [f"--{n.replace('_', '-')}" for n in ("prompt", "output", "ttft_max", "tpot_max") if getattr(args, n) is None]

@@ -191,7 +191,6 @@ def _flash(args: argparse.Namespace) -> bool:
 
 def _memory_fit(model: Model, args: argparse.Namespace, result: TrainingTime, tune=None) -> dict[str, object]:
     """The layout's training memory on one device (symform.memory, as `symform memory --train` counts it) against the device's."""
-    from ..analysis.hardware import load_device
     from ..analysis.memory import Training, training_memory
     from ..analysis.timing import placement
 
