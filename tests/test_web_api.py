@@ -58,6 +58,8 @@ ROUTES = [
     ("flops", [("model", "llama-3-8b"), ("batch", "2"), ("seq", "1024")], ["flops", "llama-3-8b", "--batch", "2", "--seq", "1024"]),
     ("memory", [("model", "qwen3-32b"), ("train", "1"), ("batch", "1"), ("seq", "4096"), ("gpu", "h100-sxm"), ("tp", "2"), ("dp", "4"), ("zero", "1"), ("recompute", "selective")],
      ["memory", "qwen3-32b", "--train", "--batch", "1", "--seq", "4096", "--gpu", "h100-sxm", "--tp", "2", "--dp", "4", "--zero", "1", "--recompute", "selective"]),
+    ("memory", [("model", "qwen3-0.6b"), ("train", "1"), ("batch", "1"), ("seq", "1024"), ("framework", "megatron"), ("tp", "2"), ("dp", "2")],
+     ["memory", "qwen3-0.6b", "--train", "--batch", "1", "--seq", "1024", "--framework", "megatron", "--tp", "2", "--dp", "2"]),
     ("memory", [("model", "llama-3-8b"), ("infer", "1"), ("batch", "1"), ("seq", "131072"), ("gpu", "h100-sxm"), ("weight_format", "fp8")],
      ["memory", "llama-3-8b", "--infer", "--batch", "1", "--seq", "131072", "--gpu", "h100-sxm", "--weight-format", "fp8"]),
     ("fit", [("model", "qwen3-8b"), ("infer", "1"), ("gpu", "h100-sxm"), ("solve", "batch"), ("seq", "8192")], ["fit", "qwen3-8b", "--infer", "--gpu", "h100-sxm", "--solve", "batch", "--seq", "8192"]),

@@ -288,6 +288,7 @@ def options() -> dict[str, object]:
         "weight_format": choices("time", "--weight-format"),
         "recompute": choices("memory", "--recompute"),
         "zero": choices("memory", "--zero"),
+        "framework": choices("memory", "--framework"),
         "quantity": _quantities(),
     }
 
