@@ -232,7 +232,11 @@ def test_points_that_break_a_requirement_are_refused():
         model.with_arguments(n_heads=40, n_kv_heads=6)
     with pytest.raises(symform.ConfigError) as evaluated:
         model.evaluate("params", n_heads=40, n_kv_heads=6)
-    assert str(swept.value) == str(resized.value) == str(evaluated.value)
+    with pytest.raises(symform.ConfigError) as compiled:
+        model.compile("params", "n_heads", "n_kv_heads")(np.array([32.0, 40.0]), np.array([8.0, 6.0]))
+    assert str(swept.value) == str(resized.value) == str(evaluated.value) == str(compiled.value)
+    fine = model.compile("params", "n_heads", "n_kv_heads")(np.array([32.0, 40.0]), np.array([8.0, 10.0]))
+    assert list(fine) == [model.evaluate("params"), model.with_arguments(n_heads=40, n_kv_heads=10).evaluate("params")]
     fine = sweep(model, "params", zip={"n_heads": [32, 40], "n_kv_heads": [8, 10]})
     assert len(fine["params"]) == 2
 

@@ -18,7 +18,7 @@ from . import html_table
 from .data import accountings_table, formulas_dir, read_toml
 from .declarations import QUANTITIES, Library, default_library
 from .errors import ConfigError, DeclarationError, EvaluationError, SymformError, describe_validation
-from .budget import check_roots_and_logs, expand, quoted
+from .budget import check_count, check_roots_and_logs, expand, quoted
 from .evaluate import Number, check_value, exact_evaluator, plain_values, run_exact
 from . import hub
 from .families import Checkpoint, ContextLimit, ModelSpec, checkpoint_facts, find_preset, load_config_file, preset_config, presets, spec_from_config
@@ -434,9 +434,33 @@ class Model:
         return self.with_conventions(**settings), {k: v for k, v in workload.items() if k not in settings}
 
     def compile(self, quantity: str, *names: str):
-        """A vectorised float64 function of ``names``; the model's own sizes not named are bound."""
+        """A vectorised float64 function of ``names``; the model's own sizes not named are bound. Sizes of the
+        model's given to it as numbers or numpy arrays are checked as ``with_arguments`` checks them (heads that
+        divide, ...), once per distinct combination, and refused with the same message; dask arrays stay lazy
+        and unchecked here (``symform.sweep(zip=...)`` and ``lazy_sweep`` check them block by block)."""
         fixed = {k: v for k, v in self.values.items() if k not in names}
-        return self.expression(quantity).subs(**fixed).compile(*names)
+        function = self.expression(quantity).subs(**fixed).compile(*names)
+        sizes = [i for i, name in enumerate(names) if name in self._arguments]
+        if not sizes:
+            return function
+
+        def checked(*arrays):
+            columns = {names[i]: arrays[i] for i in sizes if i < len(arrays)}
+            if not any(hasattr(c, "__dask_graph__") for c in columns.values()):  # never computed to be checked
+                self._check_size_columns(columns)
+            return function(*arrays)
+
+        return checked
+
+    def _check_size_columns(self, columns: Mapping[str, object]) -> None:
+        """Each distinct combination of the given sizes makes a model that passes its checks (ConfigError otherwise)."""
+        import numpy
+
+        shaped = numpy.broadcast_arrays(*(numpy.asarray(v) for v in columns.values()))
+        rows = numpy.unique(numpy.stack([numpy.ravel(c) for c in shaped], axis=-1), axis=0) if shaped[0].size else []
+        check_count(len(rows), COMPILED_CHECKS, "distinct combinations of sizes to check", "COMPILED_CHECKS", "evaluate fewer distinct sizes at once, or use symform.sweep, which checks each axis once")
+        for row in rows:
+            self.with_arguments(**{name: _as_size(value) for name, value in zip(columns, row)})
 
     def evaluate_breakdown(self, quantity: str, *, depth: int | None = 1, **workload: object) -> dict[str, Number]:
         if not self._arguments.keys().isdisjoint(workload):
@@ -617,6 +641,16 @@ def failed_requirement(name: str, bound: BoundRequirement, known: Mapping[sympy.
             values[symbol.name] = value
     got = f" ({', '.join(f'{k}={v}' for k, v in sorted(values.items()))})" if values else ""
     return f"{name}: {bound.requirement.text} does not hold{got} in {bound.path or bound.component}: {bound.requirement.why}"
+
+
+COMPILED_CHECKS = 100_000  # distinct size combinations a compiled function checks in one call (each a with_arguments)
+
+
+def _as_size(value: object) -> object:
+    """A size read from an array as the number it stands for: a whole float as an int, anything else as given
+    (with_arguments words what is wrong with it)."""
+    value = value.item() if hasattr(value, "item") else value
+    return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
 _NO_CHECKS: tuple = ()  # a model none of whose requirements waits for the workload
