@@ -712,12 +712,14 @@ def _structure(library: Library, root: str, arguments: Mapping[str, object], con
 
 
 def forget_structures() -> None:
-    """Forget every shared graph, expression and generated function: the next model builds from its
+    """Forget every shared graph, expression, derivation and generated function: the next model builds from its
     declarations again (benchmarks measure that cold path; nothing else needs it)."""
+    from .derivation import forget_derivations
     from .evaluate import _free
     from .exact import exact_function, screened_maker
     from .graph import forget_instances
 
+    forget_derivations()
     _STRUCTURES.clear()
     _GRAPHS.clear()
     forget_instances()
