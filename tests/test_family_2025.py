@@ -18,6 +18,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from oracle import build, check_cache_bytes, check_forward_flops, check_train_step_flops, meta_params, preset_dict  # noqa: E402
+from family_checks import check_tiny_params, eager  # noqa: E402
 
 from symform.engine.model import Model  # noqa: E402
 
@@ -59,10 +60,6 @@ SHAPES = [(2, 7), (1, 3), (1, 1)]  # seq above and below every tiny window, and 
 CACHE_SEQS = (3, 9)  # shorter and longer than every tiny window
 
 
-def eager(config: dict) -> Model:
-    return Model.from_config(config, name="tiny").with_conventions(windowed=0)
-
-
 @pytest.mark.parametrize("family, preset", PRESETS)
 def test_published_parameters_equal_numel(family, preset):
     config = preset_dict(preset)
@@ -72,8 +69,7 @@ def test_published_parameters_equal_numel(family, preset):
 
 @pytest.mark.parametrize("case", list(TINY))
 def test_tiny_parameters_equal_numel(case):
-    config = TINY[case]
-    assert Model.from_config(config).evaluate("params") == sum(p.numel() for p in build(config, eager_experts=True).parameters())
+    check_tiny_params(TINY[case])
 
 
 @pytest.mark.parametrize("case", list(TINY))

@@ -24,6 +24,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from oracle import build, build_for_training, check_cache_bytes, check_forward_flops, check_saved_config_reads_the_same, check_train_step_flops, count_forward, input_ids, meta_params, preset_dict, saved_for_backward  # noqa: E402
+from family_checks import check_tiny_params, eager  # noqa: E402
 
 from symform.engine.errors import ConfigError  # noqa: E402
 from symform.engine.model import Model  # noqa: E402
@@ -48,10 +49,6 @@ TINY = {
 
 SHAPES = [(2, 7), (1, 3), (1, 1)]  # seq above and below the tiny index_topk values, and one token
 CACHE_SEQS = (3, 9)
-
-
-def eager(config: dict) -> Model:
-    return Model.from_config(config, name="tiny").with_conventions(windowed=0)
 
 
 def test_published_parameters_equal_numel():
@@ -80,8 +77,7 @@ def test_published_checkpoint_elements_rebuilt_by_hand():
 
 @pytest.mark.parametrize("case", list(TINY))
 def test_tiny_parameters_equal_numel(case):
-    config = TINY[case]
-    assert Model.from_config(config).evaluate("params") == sum(p.numel() for p in build(config, eager_experts=True).parameters())
+    check_tiny_params(TINY[case])
 
 
 @pytest.mark.parametrize("case", list(TINY))

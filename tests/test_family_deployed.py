@@ -19,7 +19,8 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from oracle import build, build_for_training, check_cache_bytes, check_forward_flops, check_train_step_flops, input_ids, meta_params, preset_dict, saved_for_backward  # noqa: E402
+from oracle import build, check_cache_bytes, check_forward_flops, check_train_step_flops, meta_params, preset_dict  # noqa: E402
+from family_checks import check_saved_activations, check_tiny_params, eager  # noqa: E402
 
 from symform.engine.model import Model  # noqa: E402
 
@@ -82,10 +83,6 @@ SHAPES = [(2, 7), (1, 3), (1, 1)]  # seq above and below every tiny window, and 
 CACHE_SEQS = (3, 9)  # shorter and longer than every tiny window
 
 
-def eager(config: dict) -> Model:
-    return Model.from_config(config, name="tiny").with_conventions(windowed=0)
-
-
 @pytest.mark.parametrize("family, preset", PRESETS)
 def test_published_parameters_equal_numel(family, preset):
     config = preset_dict(preset)
@@ -95,8 +92,7 @@ def test_published_parameters_equal_numel(family, preset):
 
 @pytest.mark.parametrize("case", list(TINY))
 def test_tiny_parameters_equal_numel(case):
-    config = TINY[case]
-    assert Model.from_config(config).evaluate("params") == sum(p.numel() for p in build(config, eager_experts=True).parameters())
+    check_tiny_params(TINY[case])
 
 
 @pytest.mark.parametrize("case", list(TINY))
@@ -123,8 +119,4 @@ def test_cache_bytes_equal_the_tensors_transformers_keeps(case, seq):
 @pytest.mark.parametrize("case", list(TINY))
 def test_saved_activations_equal_what_eager_pytorch_keeps(case, dtype):
     """Every tensor autograd keeps for backward in a training forward (dropout masks where the config drops out)."""
-    config, batch, seq = TINY[case], 2, 8
-    kept = saved_for_backward(build_for_training(config, dtype, experts_implementation="eager"), input_ids(config, batch, seq))
-    act_bytes = torch.tensor([], dtype=dtype).element_size()
-    model = Model.from_config(config, accounting="eager", conventions={"act_bytes": act_bytes, "cpu_kernels": 1})
-    assert model.evaluate("saved_activations", batch=batch, seq=seq) == kept
+    check_saved_activations(TINY[case], dtype)

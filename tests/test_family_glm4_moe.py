@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from oracle import build, check_cache_bytes, check_forward_flops, check_saved_config_reads_the_same, check_train_step_flops  # noqa: E402
+from family_checks import check_tiny_params, eager  # noqa: E402
 
 from symform.engine.model import Model  # noqa: E402
 
@@ -39,10 +40,6 @@ TINY = {
 SHAPES = [(2, 7), (1, 3), (1, 1)]
 
 
-def eager(config: dict) -> Model:
-    return Model.from_config(config, name="tiny").with_conventions(windowed=0)
-
-
 @pytest.mark.parametrize("case", list(TINY))
 def test_family_is_glm4_moe(case):
     assert Model.from_config(TINY[case]).spec.family == "glm4_moe"
@@ -50,8 +47,7 @@ def test_family_is_glm4_moe(case):
 
 @pytest.mark.parametrize("case", list(TINY))
 def test_tiny_parameters_equal_numel(case):
-    config = TINY[case]
-    assert Model.from_config(config).evaluate("params") == sum(p.numel() for p in build(config, eager_experts=True).parameters())
+    check_tiny_params(TINY[case])
 
 
 @pytest.mark.parametrize("case", list(TINY))

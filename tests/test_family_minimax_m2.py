@@ -15,7 +15,8 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from oracle import build, build_for_training, check_cache_bytes, check_forward_flops, check_saved_config_reads_the_same, check_train_step_flops, input_ids, meta_params, saved_for_backward  # noqa: E402
+from oracle import build, check_cache_bytes, check_forward_flops, check_saved_config_reads_the_same, check_train_step_flops, meta_params  # noqa: E402
+from family_checks import check_saved_activations  # noqa: E402
 
 from symform.engine.errors import ConfigError  # noqa: E402
 from symform.engine.model import Model  # noqa: E402
@@ -125,9 +126,4 @@ def test_the_defaults_are_transformers_defaults_and_the_published_size():
 @pytest.mark.parametrize("case", list(TINY))
 def test_saved_activations_equal_what_eager_pytorch_keeps(case, dtype):
     """Every tensor autograd keeps for backward (the fp32 sigmoid scores, the whole-projection norms' statistics)."""
-    config, batch, seq = TINY[case], 2, 8
-    kept = saved_for_backward(build_for_training(config, dtype, experts_implementation="eager"), input_ids(config, batch, seq))
-    # the oracle runs PyTorch's CPU kernels
-    act_bytes = torch.tensor([], dtype=dtype).element_size()
-    model = Model.from_config(config, accounting="eager", conventions={"act_bytes": act_bytes, "cpu_kernels": 1})
-    assert model.evaluate("saved_activations", batch=batch, seq=seq) == kept
+    check_saved_activations(TINY[case], dtype)
