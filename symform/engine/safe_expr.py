@@ -437,7 +437,7 @@ def _decode(tree: Any, names: Mapping[str, sympy.Basic], left: list[int]) -> sym
     return kept_leaf_value(tree)
 
 
-# --- the node types a kept tree may name (here and in engine/kept_graphs): an allow-list, built unevaluated --
+# --- the node types a kept tree may name: an allow-list, built unevaluated --
 
 
 def kept_leaf(expr: sympy.Basic) -> list[Any] | None:
