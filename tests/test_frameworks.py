@@ -77,8 +77,8 @@ def test_the_eager_framework_is_the_declared_tensors_alone():
 
 def test_every_framework_field_names_its_source():
     for fw in frameworks().values():
-        assert fw.source and fw.selective.source and (fw.loss is None or fw.loss.source)
-        assert all(o.source for o in fw.overheads)
+        assert fw.source and (fw.selective is None or fw.selective.source) and (fw.loss is None or fw.loss.source)
+        assert all(o.source for o in fw.overheads) and all(c.source for c in fw.conventions.values())
         assert all(d["source"] for d in fw.defaults.model_dump(exclude_none=True).values())
 
 
@@ -133,3 +133,29 @@ def test_fit_under_a_framework_solves_with_its_buffers(capsys):
     report = run_json(capsys, "fit", "llama-3.1-8b", "--train", "--gpu", "h100-sxm", "--solve", "batch", "--seq", "8192", "--zero", "3", "--dp", "8", "--recompute", "selective", "--framework", "deepspeed")
     assert report["largest"] >= 1 and report["at_largest"]["total"] <= 80 * 2**30
     assert report["at_largest"]["components"]["zero3_live_params"] == (EMBEDDING + 5 * 10**7) * 2
+
+
+def test_a_framework_without_selective_recomputation_says_so_in_one_line():
+    with pytest.raises(EvaluationError, match="framework 'llm-foundry' has no selective recomputation; choose --recompute none or full"):
+        training_memory(load("gpt2"), batch=1, seq=16, setup=Training(recompute="selective", framework="llm-foundry"))
+
+
+def test_a_malformed_framework_file_is_one_line_from_the_cli(tmp_path, monkeypatch, capsys):
+    """The frameworks' names are read while the command line is parsed: a malformed file there is one line, exit 2."""
+    import shutil
+
+    from symform.analysis import frameworks as module
+    from symform.engine import data
+    from symform.interface.cli import main
+
+    shutil.copytree(data.formulas_dir(), tmp_path / "formulas")
+    (tmp_path / "formulas" / "frameworks" / "broken.toml").write_text('doc = "no source"\n')
+    monkeypatch.setattr(data, "data_root", lambda: tmp_path)
+    module.frameworks.cache_clear()
+    try:
+        code = main(["plan", "gpt2", "--gpu", "a100-sxm-80gb", "--gpus", "8", "--global-batch", "64", "--seq", "1024"])
+    finally:
+        monkeypatch.undo()
+        module.frameworks.cache_clear()
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("symform: error: frameworks/broken.toml:") and len(err.strip().splitlines()) == 1

@@ -117,7 +117,8 @@ class _Prepared:
     work: Any = None
 
 
-def _layout(setup: Mapping[str, Any]) -> Layout:
+def run_layout(setup: Mapping[str, Any]) -> Layout:
+    """The layout a measured training run names (its degrees, ZeRO stage and pipeline schedule)."""
     t, p, chunks = setup.get("tensor", 1), setup.get("pipeline", 1), setup.get("chunks", 1)
     schedule = "interleaved" if chunks > 1 else "1f1b"
     return Layout(data=setup["gpus"] // (t * p), tensor=t, pipeline=p, expert=setup.get("expert", 1), zero=setup.get("zero", 0), schedule=schedule, chunks=chunks)
@@ -126,7 +127,7 @@ def _layout(setup: Mapping[str, Any]) -> Layout:
 def _prepare(run: Run) -> _Prepared:
     model, s = run_model(run), run.setup
     if run.kind == "training":
-        layout = _layout(s)
+        layout = run_layout(s)
         bounds = timing.training_time(model, s["gpu"], global_batch=s["global_batch"], micro_batch=s["micro_batch"], seq=s["seq"], layout=layout, recompute=s.get("recompute", "none"), dtype=s.get("dtype", "bf16"), flash=s.get("attention", "sdpa") != "eager")
         work = estimate.kernels(timing.at_dtype(model, s.get("dtype", "bf16")), "train", workload={"batch": s["micro_batch"], "seq": s["seq"]}, tensor=layout.tensor, pipeline=layout.pipeline, recompute=s.get("recompute", "none"), attention=s.get("attention", "sdpa"))
         return _Prepared(run, model, bounds, work)
@@ -152,7 +153,7 @@ def predict_with_band(run: Run, factors: Mapping[str, Any] | None = None) -> tup
     if run.kind == "training":
         convention = _training_fusion(factors or {})
         result = estimate.training_estimate(
-            prepared.model, s["gpu"], global_batch=s["global_batch"], micro_batch=s["micro_batch"], seq=s["seq"], layout=_layout(s),
+            prepared.model, s["gpu"], global_batch=s["global_batch"], micro_batch=s["micro_batch"], seq=s["seq"], layout=run_layout(s),
             recompute=s.get("recompute", "none"), dtype=s.get("dtype", "bf16"), attention=s.get("attention", "sdpa"), efficiency_data=eff, bounds=prepared.bounds, work=prepared.work, convention=convention,
         )
         return _training_figure(run, prepared, result.step.estimate), _relative(result.step)

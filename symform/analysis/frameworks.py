@@ -26,8 +26,8 @@ DEFAULT = "torchtitan"  # PyTorch-native FSDP: the framework of most published o
 EAGER = "eager"
 POLICY_MODES = {"attention-core": "selective", "saved-ops": "saved_ops"}  # the declared saved_activations_when mode each policy reads
 # the names an overhead's bytes may use: the largest FSDP/ZeRO-3 unit's and the rank's parameters (tensor, pipeline and
-# expert shares, before ZeRO), and the recipe's bytes per weight and per gradient
-OVERHEAD_NAMES = ("unit_params", "params", "weight_bytes", "grad_bytes")
+# expert shares, before ZeRO), the recipe's bytes per weight and per gradient, and the data-parallel degree
+OVERHEAD_NAMES = ("unit_params", "params", "weight_bytes", "grad_bytes", "data")
 
 
 class _Strict(BaseModel):
@@ -59,6 +59,13 @@ class Loss(_Strict):
     source: str
 
 
+class Convention(_Strict):
+    """A convention of the model's declarations the framework sets (its fused loss keeps the logits as they are, say)."""
+
+    value: int
+    source: str
+
+
 class Overhead(_Strict):
     name: str
     doc: str
@@ -74,14 +81,19 @@ class Framework(_Strict):
     doc: str
     source: str
     defaults: Defaults = Defaults()
-    selective: Selective
+    selective: Selective | None = None  # None: the framework has no selective mode
     loss: Loss | None = None
+    conventions: dict[str, Convention] = Field(default_factory=dict)
     overheads: list[Overhead] = Field(default_factory=list)
     not_modelled: list[str] = Field(default_factory=list)
 
     def recompute_mode(self, recompute: str) -> str:
         """The saved_activations_when mode its ``recompute`` setting reads: selective as its policy defines it."""
-        return POLICY_MODES[self.selective.policy] if recompute == "selective" else recompute
+        if recompute != "selective":
+            return recompute
+        if self.selective is None:
+            raise EvaluationError(f"framework {self.name!r} has no selective recomputation; choose --recompute none or full")
+        return POLICY_MODES[self.selective.policy]
 
     def default(self, name: str, given: bool | None, tensor: int = 1) -> bool:
         """``given`` where the user gave it (not None), else the framework's default for ``name`` (sequence
@@ -93,6 +105,9 @@ class Framework(_Strict):
             return False
         return bool(found.value)
 
+    def convention_values(self) -> dict[str, int]:
+        return {name: c.value for name, c in self.conventions.items()}
+
     def outside_allocator(self) -> set[str]:
         return {o.name for o in self.overheads if o.outside_allocator}
 
@@ -101,8 +116,9 @@ class Framework(_Strict):
         return {
             "name": self.name,
             "doc": self.doc,
-            "selective": f"{self.selective.policy}: {self.selective.doc}",
+            "selective": f"{self.selective.policy}: {self.selective.doc}" if self.selective else "none: the framework recomputes whole blocks or nothing",
             **({"loss": f"{self.loss.doc} ({self.loss.source})"} if self.loss else {}),
+            **({"conventions": {k: f"{c.value} ({c.source})" for k, c in self.conventions.items()}} if self.conventions else {}),
             "defaults": {k: v["value"] for k, v in self.defaults.model_dump(exclude_none=True).items()},
             "overheads": {o.name: f"{o.doc} ({o.source})" for o in self.overheads},
             **({"not_modelled": list(self.not_modelled)} if self.not_modelled else {}),
@@ -131,6 +147,11 @@ def framework(name: str | None) -> Framework | None:
     if name not in table:
         raise EvaluationError(f"unknown framework {name!r}; choose one of {', '.join(table)}")
     return table[name]
+
+
+def under(model: Model, fw: Framework | None, act_bytes: int) -> Model:
+    """The model as a training step under ``fw`` counts it: activations in ``act_bytes``, the framework's conventions."""
+    return model.with_conventions(act_bytes=act_bytes, **(fw.convention_values() if fw else {}))
 
 
 def unit_params(model: Model, tensor: int = 1, expert: int = 1) -> int:
@@ -167,14 +188,14 @@ def _unit_of(graph, leaf: str) -> tuple[str, sympy.Expr]:
     return parts[0], sympy.Integer(1)
 
 
-def overhead_bytes(fw: Framework, *, zero: int, unit: object, params: object, weight_bytes: int, grad_bytes: int) -> dict[str, object]:
-    """Each byte-valued overhead at this ZeRO stage (numbers, sympy expressions or numpy arrays for unit and params)."""
+def overhead_bytes(fw: Framework, *, zero: int, unit: object, params: object, weight_bytes: int, grad_bytes: int, data: object = 1) -> dict[str, object]:
+    """Each byte-valued overhead at this ZeRO stage (numbers, sympy expressions or numpy arrays for unit, params and data)."""
     found = {}
     for overhead in fw.overheads:
         if overhead.bytes is None or zero not in overhead.zero:
             continue
         expr = _overhead_expression(overhead.bytes)
-        found[overhead.name] = _evaluate(expr, {"unit_params": unit, "params": params, "weight_bytes": weight_bytes, "grad_bytes": grad_bytes})
+        found[overhead.name] = _evaluate(expr, {"unit_params": unit, "params": params, "weight_bytes": weight_bytes, "grad_bytes": grad_bytes, "data": data})
     return found
 
 

@@ -562,9 +562,9 @@ def training_expressions(model: Model, setup: Training = Training()) -> tuple[di
     precision = _pick(recipes().precision, setup.precision, "precision")
     optimizer = _pick(recipes().optimizer, setup.optimizer, "optimizer")
     layout = setup.layout
-    model = model.with_conventions(act_bytes=precision.act)
-    state_bytes = optimizer_state_bytes(precision, optimizer)
     fw = frameworks.framework(setup.framework)
+    model = frameworks.under(model, fw, precision.act)
+    state_bytes = optimizer_state_bytes(precision, optimizer)
     recompute = fw.recompute_mode(setup.recompute) if fw else setup.recompute
     if setup.recompute not in RECOMPUTE:
         raise EvaluationError(f"unknown recomputation {setup.recompute!r}; choose one of {', '.join(RECOMPUTE)}")
@@ -601,7 +601,7 @@ def framework_overheads(model: Model, fw: frameworks.Framework | None, layout: L
         return {}
     unit = frameworks.unit_params(model, layout.tensor, layout.expert)
     params = params_per_device(model, layout)
-    found = frameworks.overhead_bytes(fw, zero=layout.zero, unit=unit, params=params, weight_bytes=precision.weights, grad_bytes=precision.grads)
+    found = frameworks.overhead_bytes(fw, zero=layout.zero, unit=unit, params=params, weight_bytes=precision.weights, grad_bytes=precision.grads, data=layout.data)
     reserve = frameworks.reserve_fraction(fw)
     if reserve:
         inside = sympy.Add(*(v for k, v in found.items() if k not in fw.outside_allocator()))

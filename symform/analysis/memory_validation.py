@@ -15,7 +15,9 @@ from typing import Any, Mapping
 from ..engine.data import data_root, read_toml
 from ..engine.errors import ConfigError
 from ..engine.model import Model
+from . import calibration
 from .frameworks import framework
+from .hardware import load_device
 from .memory import Layout, Training, training_memory
 
 FIGURES = {"peak_reserved_gib": 2**30}  # the figure each source reports, and its unit in bytes
@@ -132,3 +134,64 @@ def _setup(s: Mapping[str, Any]) -> str:
 
 def within(cases: list[MemoryCase], limit: float) -> bool:
     return not math.isnan(median_abs_error(cases)) and median_abs_error(cases) <= limit
+
+
+# --- the timed runs: do they fit where they ran? ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TimedRunFit:
+    """symform's training memory of a published timed run (calibration's training runs) on the device it ran on."""
+
+    run: calibration.Run
+    framework: str
+    total_bytes: float
+    capacity_bytes: float
+    not_modelled: tuple[str, ...]  # the run's settings symform's memory does not count
+
+    @property
+    def fits(self) -> bool:
+        return self.total_bytes <= self.capacity_bytes
+
+
+# settings of a timed run that change its memory but that symform's training memory does not take
+_UNMODELLED = {"dtype": ("fp8", "FP8 activations kept at one byte"), "recompute_modules": (None, "per-module recomputation")}
+
+
+def timed_run_fit(run: calibration.Run) -> TimedRunFit:
+    s = run.setup
+    fw = framework(calibration.sources()[run.source].get("framework", "torchtitan"))
+    base = calibration.run_layout(s)
+    layout = Layout(
+        data=base.data, tensor=base.tensor, pipeline=base.pipeline, expert=base.expert, zero=base.zero, schedule=base.schedule, chunks=base.chunks,
+        sequence=fw.default("sequence_parallel", s.get("sequence_parallel"), base.tensor),
+        distributed_optimizer=base.zero == 0 and fw.default("distributed_optimizer", None),
+    )  # fmt: skip
+    setup = Training(recompute=s.get("recompute", "none"), flash=s.get("attention", "sdpa") != "eager", layout=layout, framework=fw.name)
+    report = training_memory(calibration.run_model(run), batch=s["micro_batch"], seq=s["seq"], setup=setup)
+    unmodelled = tuple(why for key, (value, why) in _UNMODELLED.items() if key in s and (value is None or s[key] == value))
+    return TimedRunFit(run, fw.name, float(report.total), float(load_device(s["gpu"]).memory_bytes), unmodelled)
+
+
+def timed_run_fits() -> list[TimedRunFit]:
+    return [timed_run_fit(run) for run in calibration.runs() if run.kind == "training"]
+
+
+def timed_fits_section(fits: list[TimedRunFit]) -> list[str]:
+    """docs/validation.md's section on whether each timed training run fits the device it ran on."""
+    missing = [f for f in fits if not f.fits]
+    lines = [
+        "## Do the timed runs fit?",
+        "",
+        "Each published training run above ran, so its memory fit its devices. symform memory --train under the "
+        "framework the source ran (its `framework`, torchtitan where it names none), the run's layout, micro-batch, "
+        "sequence and recomputation, against the device's memory. A run predicted not to fit is a miss of the memory model.",
+        "",
+        f"{len(fits) - len(missing)} of {len(fits)} fit; predicted not to fit: {', '.join(f.run.name for f in missing) or 'none'}.",
+        "",
+        "| run | framework | predicted GB | device GB | fits | not modelled |",
+        "|---|---|---:|---:|---|---|",
+    ]
+    for f in fits:
+        lines.append(f"| {f.run.name} | {f.framework} | {f.total_bytes / 1e9:.1f} | {f.capacity_bytes / 1e9:.1f} | {'yes' if f.fits else 'no'} | {', '.join(f.not_modelled)} |")
+    return lines

@@ -71,6 +71,12 @@ class Candidates:
         return layout, micro_batch, RECOMPUTE[int(self.recompute[i])]
 
 
+def recompute_modes(framework: str | None) -> tuple[str, ...]:
+    """The recomputation modes a plan searches: all of them, less selective where the framework has no selective mode."""
+    fw = frameworks.framework(framework)
+    return tuple(m for m in RECOMPUTE if m != "selective" or fw is None or fw.selective is not None)
+
+
 def enumerate_layouts(model: Model, devices: int, global_batch: int, *, micro_batches=MICRO_BATCHES, zero_stages=(0, 1, 2, 3), recompute=RECOMPUTE, finetune: FineTune | None = None) -> Candidates:
     """Every layout whose degrees multiply to ``devices``, split the model evenly and the batch into whole micro-batches;
     with ``finetune``, only those its memory and time model (no expert parallelism, ZeRO up to 2, no pipeline with frozen layers)."""
@@ -140,7 +146,7 @@ def _framework_overheads(model: Model, fw: Framework, c: Candidates, params: np.
     inside, outside = np.zeros(len(c)), np.zeros(len(c))
     for zero in np.unique(c.zero):
         rows = c.zero == zero
-        for name, value in overhead_bytes(fw, zero=int(zero), unit=unit[rows], params=params[rows], weight_bytes=recipe.weights, grad_bytes=recipe.grads).items():
+        for name, value in overhead_bytes(fw, zero=int(zero), unit=unit[rows], params=params[rows], weight_bytes=recipe.weights, grad_bytes=recipe.grads, data=c.data[rows].astype(np.float64)).items():
             (outside if name in fw.outside_allocator() else inside)[rows] += value
     return inside + outside + float(reserve_fraction(fw)) * (held + inside)
 
@@ -150,7 +156,7 @@ def memory_per_device(model: Model, c: Candidates, *, seq: int, global_batch: in
     with the ``framework``'s selective recomputation and overheads (formulas/frameworks; not for fine-tuning)."""
     recipe = recipes().precision[precision]
     fw = frameworks.framework(framework) if finetune is None else None
-    model = model.with_conventions(act_bytes=recipe.act)
+    model = frameworks.under(model, fw, recipe.act)
     static, params = static_per_device(model, c, precision=precision, optimizer=optimizer, finetune=finetune)
     microbatches = global_batch / (c.micro_batch * c.data)
     in_flight = np.minimum(c.pipeline, microbatches)
@@ -377,7 +383,7 @@ def plan(
     place = placement(gpu, node_size)
     capacity = memory_bytes if memory_bytes is not None else int(place.device.memory_bytes)
     started = clock.perf_counter()
-    c = enumerate_layouts(model, devices, global_batch, finetune=finetune)
+    c = enumerate_layouts(model, devices, global_batch, finetune=finetune, recompute=recompute_modes(framework if finetune is None else None))
     memory = memory_per_device(model, c, seq=seq, global_batch=global_batch, precision=precision, optimizer=optimizer, flash=flash, finetune=finetune, framework=framework)
     static, _ = static_per_device(model, c, precision=precision, optimizer=optimizer, finetune=finetune)
     fits = (memory <= capacity - headroom) & (static <= capacity)  # never a layout whose weights and states alone overflow

@@ -209,6 +209,9 @@ def _main(argv: list[str]) -> int:
         args = build_parser(argv[0] if argv and not argv[0].startswith("-") else "").parse_args(argv)
     except SystemExit as e:  # --help, or a usage error already reported on one line
         return int(e.code or 0)
+    except SymformError as e:  # a data file the options are read from (the frameworks' names) is malformed
+        print(f"symform: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     return _print_or_fail(lambda: _run(args), args)
 
 

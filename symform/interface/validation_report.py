@@ -89,6 +89,7 @@ def markdown(cases: list[calibration.Case]) -> str:
         for c in chosen:
             out.append(f"| {c.run.name} | {c.run.split} | {_setup(c)} | {c.run.measured[0]} | {_figure(c.run.measured[1])} | {_figure(c.predicted)} | {c.error:+.1%} | {'yes' if c.inside else 'no'} |")
     out += ["", *memory_validation.markdown_section(memory_validation.memory_cases())]
+    out += ["", *memory_validation.timed_fits_section(memory_validation.timed_run_fits())]
     out += ["", *gemm_models_section(cases), "", MISSES.strip()]
     return "\n".join(out) + "\n"
 
