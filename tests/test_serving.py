@@ -227,6 +227,27 @@ def test_best_concurrency_is_none_when_one_request_misses(model):
     assert best_concurrency(replica, Targets(1e-6, 1e-6)) is None
 
 
+def test_offline_saturates_every_layout_and_does_no_worse_than_any_latency_target(model, plan):
+    """Batch inference (no latency target): each layout runs at the most requests its cache holds, and dropping the
+    targets can only raise the best tokens/s per GPU."""
+    offline = plan_serving(model, GPU, Lengths.fixed(1024, 128), Targets.offline(), modes=("chunked", "disaggregated"), max_tensor=2)
+    assert offline.best and offline.as_dict()["offline"] is True and offline.as_dict()["ttft_max_s"] is None
+    for layout in offline.best:
+        assert layout.point.concurrency == layout.largest
+    assert offline.best[0].point.tokens_per_s_per_gpu >= max(r.point.tokens_per_s_per_gpu for r in plan.best)
+    assert "saturated" in offline.assumptions["search"]
+
+
+def test_offline_and_latency_targets_exclude_each_other_in_one_line(capsys):
+    base = ("plan", MODEL, "--serve", "--gpu", GPU, "--prompt", "512", "--output", "64")
+    code, _, err = run(capsys, *base, "--offline", "--tpot-max", "50ms")
+    assert code == 2 and err.strip() == "symform: error: --offline plans with no latency target; drop --tpot-max or --offline"
+    code, _, err = run(capsys, *base)
+    assert code == 2 and "--offline for batch inference" in err and len(err.strip().splitlines()) == 1
+    code, out, _ = run(capsys, *base, "--offline", "--tp-max", "1", "--mode", "continuous")
+    assert code == 0 and "offline: no latency target" in out
+
+
 # --- the command line -----------------------------------------------------------------------------------------------------
 
 

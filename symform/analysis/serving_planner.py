@@ -25,6 +25,15 @@ class Targets:
     def met(self, point: ServingPoint) -> bool:
         return point.ttft_s <= self.ttft_s and point.tpot_s <= self.tpot_s
 
+    @classmethod
+    def offline(cls) -> "Targets":
+        """No latency target (batch inference): every layout saturates, at the most requests its cache holds."""
+        return cls(math.inf, math.inf)
+
+    @property
+    def is_offline(self) -> bool:
+        return math.isinf(self.ttft_s) and math.isinf(self.tpot_s)
+
 
 @dataclass(frozen=True)
 class ServingLayout:
@@ -66,7 +75,8 @@ class ServingPlan:
 
     def as_dict(self) -> dict[str, object]:
         return {
-            "model": self.model, "gpu": self.gpu, "lengths": self.lengths.as_dict(), "ttft_max_s": self.targets.ttft_s, "tpot_max_s": self.targets.tpot_s,
+            "model": self.model, "gpu": self.gpu, "lengths": self.lengths.as_dict(), "offline": self.targets.is_offline,
+            "ttft_max_s": None if self.targets.is_offline else self.targets.ttft_s, "tpot_max_s": None if self.targets.is_offline else self.targets.tpot_s,
             "rate_requests_per_s": self.rate, "layouts": [b.as_dict() for b in self.best], "refused": self.refused, "notes": self.notes, "assumptions": self.assumptions,
         }  # fmt: skip
 
@@ -156,12 +166,13 @@ def plan_serving(
     by_mode: dict[str, ServingLayout] = {}
     for layout in found:
         by_mode.setdefault(layout.mode, layout)
-    return ServingPlan(model.name, place.name, lengths, targets, rate, found[:top], refused, by_mode, notes, _assumptions(setup, rate) | {"evidence": sorted(evidence) + ["hardware/efficiency/serving.toml (engine settings)"]})
+    return ServingPlan(model.name, place.name, lengths, targets, rate, found[:top], refused, by_mode, notes, _assumptions(setup, rate, targets.is_offline) | {"evidence": sorted(evidence) + ["hardware/efficiency/serving.toml (engine settings)"]})
 
 
-def _assumptions(setup: Setup, rate: float | None) -> dict[str, object]:
+def _assumptions(setup: Setup, rate: float | None, offline: bool = False) -> dict[str, object]:
+    at = "saturated: the most requests the paged cache holds without preemption (offline, no latency target)" if offline else "the largest concurrency meeting both targets (bisection), up to what the paged cache holds without preemption"
     return {
-        "search": "tensor degrees 1, 2, 4, … within one node; continuous and chunked scheduling on one pool; disaggregated with every prefill and decode degree; each at the largest concurrency meeting both targets (bisection), up to what the paged cache holds without preemption",
+        "search": f"tensor degrees 1, 2, 4, … within one node; continuous and chunked scheduling on one pool; disaggregated with every prefill and decode degree; each at {at}",
         "ranking": "GPUs for the rate, then output tokens/s per GPU" if rate else "output tokens/s per GPU (disaggregated: the decode replica and its share of the prefill pool)",
         "kv_link": setup.kv_link,
         "engine": {"utilisation": setup.settings.utilisation, "block_tokens": setup.settings.block_tokens, "token_budget": setup.settings.token_budget, "sources": setup.settings.sources},

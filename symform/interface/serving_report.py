@@ -15,9 +15,9 @@ from .memory_report import kv_dtype_argument, weight_format_name
 
 if TYPE_CHECKING:  # the serving model (and numpy) load when a plan is asked for
     from ..analysis.serving import Curve, Lengths, Setup
-    from ..analysis.serving_planner import ServingPlan
+    from ..analysis.serving_planner import ServingPlan, Targets
 
-SERVE_ONLY = ("prompt", "output", "prompt_max", "output_max", "ttft_max", "tpot_max", "rate", "mode", "tp_max", "block_size", "token_budget", "memory_utilisation", "admit", "kv_link", "weight_format", "kv_dtype", "speculate", "acceptance", "draft", "curve", "plot", "price_per_hour", "energy")
+SERVE_ONLY = ("prompt", "output", "prompt_max", "output_max", "ttft_max", "tpot_max", "offline", "rate", "mode", "tp_max", "block_size", "token_budget", "memory_utilisation", "admit", "kv_link", "weight_format", "kv_dtype", "speculate", "acceptance", "draft", "curve", "plot", "price_per_hour", "energy")
 _DURATION = re.compile(r"\s*([0-9]*\.?[0-9]+(?:e-?[0-9]+)?)\s*(ms|s|us|µs)?\s*", re.IGNORECASE)
 
 
@@ -42,6 +42,7 @@ def serve_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--output-max", type=positive_int, help="the longest output (default: --output)")
     g.add_argument("--ttft-max", type=duration, help="time-to-first-token target: 0.5, 500ms")
     g.add_argument("--tpot-max", type=duration, help="time-per-output-token target: 0.05, 50ms")
+    g.add_argument("--offline", action="store_true", help="batch inference, no latency targets (instead of --ttft-max and --tpot-max): every layout saturated at the most requests its cache holds, ranked by output tokens/s per GPU")
     g.add_argument("--rate", type=positive_float, metavar="REQ/S", help="requests per second to serve: replicas and GPUs in all")
     g.add_argument("--mode", action="append", choices=("continuous", "chunked", "disaggregated"), help="scheduling to consider (repeatable; default all three)")
     g.add_argument("--tp-max", type=positive_int, help="the largest tensor degree to try (default: one node)")
@@ -62,9 +63,10 @@ def serve_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def serve_command(model: Model, args: argparse.Namespace) -> str:
-    from ..analysis.serving_planner import Targets, plan_serving
+    from ..analysis.serving_planner import plan_serving
 
-    missing = [f"--{n.replace('_', '-')}" for n in ("prompt", "output", "ttft_max", "tpot_max") if getattr(args, n) is None]
+    targets = _targets(args)
+    missing = [f"--{n.replace('_', '-')}" for n in ("prompt", "output") if getattr(args, n) is None]
     if missing:
         raise ConfigError(f"plan --serve needs {', '.join(missing)}")
     for name in ("global_batch", "seq", "gpus", "memory"):
@@ -72,12 +74,12 @@ def serve_command(model: Model, args: argparse.Namespace) -> str:
             raise ConfigError(f"--{name.replace('_', '-')} is a training option; drop it with --serve")
     lengths = _lengths(args)
     setup = _setup(model, args)
-    plan = plan_serving(model, args.gpu, lengths, Targets(args.ttft_max, args.tpot_max), setup=setup, modes=tuple(args.mode or ("continuous", "chunked", "disaggregated")), rate=args.rate, max_tensor=args.tp_max, top=args.top)
+    plan = plan_serving(model, args.gpu, lengths, targets, setup=setup, modes=tuple(args.mode or ("continuous", "chunked", "disaggregated")), rate=args.rate, max_tensor=args.tp_max, top=args.top)
     curves = _curves(model, args.gpu, lengths, plan, setup) if (args.curve or args.plot) and plan.best else {}
     if args.plot and curves:
         from .plots import save
 
-        save(serving_figure(list(curves.values()), chosen=plan.best[0].point, targets=(args.ttft_max, args.tpot_max)), args.plot)
+        save(serving_figure(list(curves.values()), chosen=plan.best[0].point, targets=None if targets.is_offline else (args.ttft_max, args.tpot_max)), args.plot)
     priced = _layout_costs(plan, args)
     if args.json:
         data = plan.as_dict()
@@ -92,6 +94,21 @@ def serve_command(model: Model, args: argparse.Namespace) -> str:
     if args.plot and curves:
         text += f"\n\nwrote {args.plot}"
     return text
+
+
+def _targets(args: argparse.Namespace) -> Targets:
+    """The latency targets the plan meets: both given, or --offline for none."""
+    from ..analysis.serving_planner import Targets
+
+    given = [f"--{n.replace('_', '-')}" for n in ("ttft_max", "tpot_max") if getattr(args, n) is not None]
+    if args.offline:
+        if given:
+            raise ConfigError(f"--offline plans with no latency target; drop {' and '.join(given)} or --offline")
+        return Targets.offline()
+    missing = [f"--{n.replace('_', '-')}" for n in ("ttft_max", "tpot_max") if getattr(args, n) is None]
+    if missing:
+        raise ConfigError(f"plan --serve needs {', '.join(missing)} (or --offline for batch inference with no latency target)")
+    return Targets(args.ttft_max, args.tpot_max)
 
 
 def _layout_costs(plan: ServingPlan, args: argparse.Namespace) -> list[dict[str, object]]:
@@ -163,7 +180,7 @@ def _ms(seconds: float) -> str:
 
 def plan_table(plan: ServingPlan) -> str:
     lines = [
-        f"serving layouts of {plan.model} on {plan.gpu}: {plan.lengths.describe()}; TTFT ≤ {_ms(plan.targets.ttft_s)}, TPOT ≤ {_ms(plan.targets.tpot_s)}" + (f", {plan.rate:g} requests/s" if plan.rate else ""),
+        f"serving layouts of {plan.model} on {plan.gpu}: {plan.lengths.describe()}; " + ("offline: no latency target, each layout saturated" if plan.targets.is_offline else f"TTFT ≤ {_ms(plan.targets.ttft_s)}, TPOT ≤ {_ms(plan.targets.tpot_s)}") + (f", {plan.rate:g} requests/s" if plan.rate else ""),
     ]
     if not plan.best:
         lines.append("no layout meets the targets:")
