@@ -102,7 +102,8 @@ def appendix_table(models: Sequence[Model], *, seq: int) -> tuple[str, set[sympy
         used |= {s for c in cells for s in c.formula.free_symbols}
         assume = default_assumptions(m)
         rows.append(f"\\multicolumn{{4}}{{@{{}}l}}{{\\textbf{{{tex._text(m.name)}}}\\quad {_assumption_words(assume)}}} \\\\*")
-        for c, (q, letter, _) in zip(cells, COLUMNS):
+        for c, (q, _, _) in zip(cells, COLUMNS):
+            letter = column_letter(q)
             error = _error(m, c, q, seq)
             error = error if error == "n/a" else f"${error.removesuffix('%')}\\,\\%$"  # in math: a minus sign, not a hyphen
             rows.append(f"{letter} & ${_breakable_latex(c, m)}$ & {_number(c.value, UNITS.get(q, ''))} & {error} \\\\")
@@ -116,6 +117,11 @@ def appendix_table(models: Sequence[Model], *, seq: int) -> tuple[str, set[sympy
         "\\end{longtable}",
     ])
     return table, used
+
+
+def column_letter(quantity: str) -> str:
+    """A column's letter in the letters in force (a paper's, with --symbols): per token where the column is."""
+    return f"${tex.quantity_letter(quantity)}{'/' + tex.symbol_latex(tex.default_vocabulary()['seq']) if quantity in PER_SEQUENCE else ''}$"
 
 
 def _assumption_words(assume: str | None) -> str:
@@ -132,16 +138,18 @@ def _number(value: Number, unit: str) -> str:
 def appendix(models: Sequence[Model], *, seq: int, standalone: bool = False) -> str:
     table, used = appendix_table(models, seq=seq)
     vocabulary = models[0].vocabulary
+    n, n_active, fwd, kv = (column_letter(q) for q, _, _ in COLUMNS)
+    s = f"${tex.symbol_latex(vocabulary['seq'], vocabulary)}$"
     note = (
-        "Per model: its parameters $N$, its active parameters $N_{\\mathrm{active}}$, its forward FLOPs per token "
-        f"$C_{{\\mathrm{{fwd}}}}/s$ averaged over a sequence of $s = {seq}$ tokens (batch 1) and its KV-cache (or state) "
-        "bytes per token $M_{\\mathrm{KV}}/s$ of a context of $s$ tokens at the default storage sizes (a sliding-window "
+        f"Per model: its parameters {n}, its active parameters {n_active}, its forward FLOPs per token "
+        f"{fwd} averaged over a sequence of {s[:-1]} = {seq}$ tokens (batch 1) and its KV-cache (or state) "
+        f"bytes per token {kv} of a context of {s} tokens at the default storage sizes (a sliding-window "
         "layer caches at most its window); each as its formula to leading order "
         "in the widths, the vocabulary and the sequence, under the family's default assumptions, as the exact count, "
         "and as the formula's relative error at the model's own sizes."
     )
     body = note + "\n\n" + table
-    glossary = tex.glossary(vocabulary, used)
+    glossary = tex.glossary(vocabulary, used | {vocabulary["seq"]}, [q for q, _, _ in COLUMNS])  # the columns' letters and their s too
     if standalone:
         return tex.standalone([("", body), ("Symbols", glossary)], title="Model costs")
     return body + "\n\n" + glossary
@@ -156,7 +164,8 @@ def compare_table(models: Sequence[Model], *, seq: int) -> tuple[str, set[sympy.
     column = f">{{\\raggedright\\arraybackslash}}p{{{width}\\linewidth}}"
     heads = [f"\\textbf{{{tex._text(m.name)}}} {_assumption_words(default_assumptions(m))}" for m in models]
     rows = []
-    for q, letter, _ in COLUMNS:
+    for q, _, _ in COLUMNS:
+        letter = column_letter(q)
         cells = [cell(m, q, seq) for m in models]
         used |= {s for c in cells for s in c.formula.free_symbols}
         rows.append(f"\\multicolumn{{{len(models)}}}{{@{{}}l}}{{{letter}}} \\\\*")
@@ -184,7 +193,7 @@ def comparison(models: Sequence[Model], *, seq: int, standalone: bool = False) -
         f"default assumptions; below it the exact count and the formula's relative error at the model's own sizes "
         f"(per token: forward FLOPs and KV-cache bytes over a sequence of $s = {seq}$ tokens, batch 1)."
     )
-    glossary = tex.glossary(models[0].vocabulary, used, [q for q, _, _ in COLUMNS])
+    glossary = tex.glossary(models[0].vocabulary, used | {models[0].vocabulary["seq"]}, [q for q, _, _ in COLUMNS])
     body = note + "\n\n" + table
     if standalone:
         return tex.standalone([("", body), ("Symbols", glossary)], title=f"{', '.join(m.name for m in models[:-1])} and {models[-1].name} compared")

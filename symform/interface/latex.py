@@ -22,9 +22,12 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from functools import cache
-from typing import Iterable, Sequence
+from types import MappingProxyType
+from typing import Iterable, Iterator, Mapping, Sequence
 
 import sympy
 from sympy.printing.latex import LatexPrinter
@@ -77,10 +80,28 @@ _CALL = re.compile(r"(?<=[\w}])\s+\\left\(")
 
 # --- formulas ----------------------------------------------------------------------------
 
+# A paper's own letters for symform's symbols and quantities (``--symbols kaplan``), by name: in force while a
+# document is written, so that every formula, reason and glossary row of it prints them.
+_LETTERS: ContextVar[Mapping[str, str]] = ContextVar("letters", default=MappingProxyType({}))
+
+
+@contextmanager
+def letters_in_force(letters: Mapping[str, str]) -> Iterator[None]:
+    """Print ``letters`` (symbol or quantity name → LaTeX) in place of symform's own inside the block."""
+    token = _LETTERS.set(MappingProxyType(dict(letters)))
+    try:
+        yield
+    finally:
+        _LETTERS.reset(token)
+
 
 def symbol_latex(symbol: sympy.Symbol, vocabulary: Vocabulary | None = None) -> str:
-    """The conventional letter of a vocabulary symbol; other names in a form the parser reads as one symbol."""
+    """The conventional letter of a vocabulary symbol (a paper's, where its letters are in force); other names
+    in a form the parser reads as one symbol."""
     vocabulary = vocabulary or default_vocabulary()
+    own = _LETTERS.get().get(symbol.name)
+    if own is not None and symbol.name in vocabulary:
+        return own
     if symbol.name in vocabulary:
         return vocabulary.by_symbol(symbol).latex
     base, _, sub = symbol.name.partition("_")
@@ -157,7 +178,7 @@ def equation(lhs: str, expr: sympy.Basic, vocabulary: Vocabulary | None = None) 
 
 
 def quantity_letter(quantity: str) -> str:
-    return QUANTITIES_PRINTED[quantity].letter
+    return _LETTERS.get().get(quantity) or QUANTITIES_PRINTED[quantity].letter
 
 
 def quantity_words(quantity: str) -> str:
@@ -232,6 +253,7 @@ def derivation_lines(d: Derivation, model: Model) -> list[Line]:
     v = model.vocabulary
     blocks = step_blocks(model, d)
     lines = [Line("=", d.steps[0].formula.expr, d.steps[0].latex_label)]
+    leading_label = "\\text{leading order in } " + ", ".join(latex(v[n], v) for n in d.large)  # in the letters in force
     per_layer = _per_layer_line(d.steps[0].formula.expr, blocks[0], v)
     if per_layer is not None:
         lines.append(per_layer)
@@ -248,9 +270,10 @@ def derivation_lines(d: Derivation, model: Model) -> list[Line]:
                 lines.append(grouped)
         else:
             written = blocks[i] if _several_kinds(blocks[i]) else None
-            lines.append(Line("\\approx", step.formula.expr, step.latex_label + _error_note(step.relative_error, d.model), written))
+            label = leading_label if step.label.startswith("leading") else step.latex_label
+            lines.append(Line("\\approx", step.formula.expr, label + _error_note(step.relative_error, d.model), written))
     if d.in_terms_of_params is not None and d.result.expr != 0:  # 0 = 0·N says nothing
-        lines.append(Line("=", d.in_terms_of_params.expr, f"\\text{{with }} N \\approx {latex(d.params_leading.expr, v)}", params=d.params_leading.expr))
+        lines.append(Line("=", d.in_terms_of_params.expr, f"\\text{{with }} {quantity_letter('params')} \\approx {latex(d.params_leading.expr, v)}", params=d.params_leading.expr))
     return lines
 
 
@@ -298,7 +321,7 @@ def derivation_latex(d: Derivation, model: Model, *, width: float = TEXT_WIDTH_P
 def _reason(line: Line, vocabulary: Vocabulary) -> "str | Aside":
     if line.params is None:
         return line.reason
-    return Aside("\\text{with } N \\approx", tuple(expr_terms(line.params, vocabulary)))
+    return Aside(f"\\text{{with }} {quantity_letter('params')} \\approx", tuple(expr_terms(line.params, vocabulary)))
 
 
 @dataclass(frozen=True)
@@ -561,9 +584,9 @@ def glossary(vocabulary: Vocabulary | None = None, symbols: Iterable[sympy.Symbo
     on the left of the equations: letter, name, meaning, unit."""
     vocabulary = vocabulary or default_vocabulary()
     names = vocabulary.names() if symbols is None else [n for n in vocabulary.names() if vocabulary[n] in set(symbols)]
-    letters = {vocabulary.entry(n).latex for n in names}
-    rows = [[f"${p.letter}$", f"\\texttt{{{_text(q)}}}", _text(p.words), _text(p.unit)] for q, p in ((q, QUANTITIES_PRINTED[q]) for q in dict.fromkeys(quantities)) if p.letter not in letters]
-    rows += [[f"${vocabulary.entry(n).latex}$", f"\\texttt{{{_text(n)}}}", _text(vocabulary.entry(n).spec.description), _symbol_unit(n)] for n in names]
+    letters = {symbol_latex(vocabulary[n], vocabulary) for n in names}
+    rows = [[f"${quantity_letter(q)}$", f"\\texttt{{{_text(q)}}}", _text(p.words), _text(p.unit)] for q, p in ((q, QUANTITIES_PRINTED[q]) for q in dict.fromkeys(quantities)) if quantity_letter(q) not in letters]
+    rows += [[f"${symbol_latex(vocabulary[n], vocabulary)}$", f"\\texttt{{{_text(n)}}}", _text(vocabulary.entry(n).spec.description), _symbol_unit(n)] for n in names]
     return _longtable(["symbol", "name", "meaning", "unit"], rows, "llp{0.42\\linewidth}l")
 
 
@@ -689,7 +712,7 @@ def structure_latex(st, model: Model, active=None, *, width: float = TEXT_WIDTH_
     if notes[0] is not None:
         steps.append(("", [], notes[0]))
     if active is not None:
-        letter = v.entry(active.symbol_name).latex
+        letter = symbol_latex(v[active.symbol_name], v)
         steps.append(("\\approx", active_runs(active, v), f"\\text{{in terms of }} {letter}"))
         if notes[1] is not None:
             steps.append(("", [], notes[1]))
