@@ -48,19 +48,26 @@ def per_token_workload(quantity: str, seq: int) -> dict[str, int]:
 PER_SEQUENCE = ("forward_flops", "kv_cache")  # columns given per token: the sequence's count over its tokens
 
 
-def cell(model: Model, quantity: str, seq: int) -> Cell:
-    """The column's value for one token, exact, and its block formula per token to leading order."""
+def cell(model: Model, quantity: str, seq: int, *, one: dict | None = None) -> Cell:
+    """The column's value for one token, exact, and its block formula per token to leading order (under the
+    family's default assumptions, or, given ``one``, the exact blocks with those substitutions put in)."""
     v = model.vocabulary
     workload = per_token_workload(quantity, seq)
     value = model.evaluate(quantity, **workload)
     per_token = {"forward_flops": {v["batch"]: 1}, "kv_cache": {v["batch"]: 1, v["past"]: 0}}.get(quantity, {})
     divide = v["seq"] if quantity in PER_SEQUENCE else 1
     assume = default_assumptions(model)
-    exact = structure(model, quantity, assume=assume).blocks
+    exact = structure(model, quantity, assume=assume).blocks if one is None else [replace(b, expr=b.expr.xreplace(one)) for b in structure(model, quantity).blocks]
     at = {v[k]: sympy.nsimplify(x) for k, x in {**model.values, **model.ratio_values, **workload}.items()}
     blocks = [replace(b, expr=branch_in_force(without_flags(sympy.expand(b.expr.xreplace(per_token) / divide), model.values), at), parts=()) for b in exact]
     large = [s for s in block_large(model) if quantity == "forward_flops" or s != v["seq"]]
     return Cell(tuple(leading_blocks(blocks, large, model.leading_rewrites(assume=assume))), value / seq if quantity in PER_SEQUENCE else value)
+
+
+def printed_cell(model: Model, quantity: str, seq: int) -> Cell:
+    """The cell as LaTeX prints it: each symbol one meaning (``tex.one_meaning``: DeepSeek-V3's d_ff its own
+    18,432 in the dense MLP as in its experts' d_ff/G, not 8d/3 there)."""
+    return cell(model, quantity, seq, one=tex.one_meaning(model, quantity, default_assumptions(model)))
 
 
 def branch_in_force(expr: sympy.Expr, values: dict) -> sympy.Expr:
@@ -98,7 +105,7 @@ def appendix_table(models: Sequence[Model], *, seq: int) -> tuple[str, set[sympy
     used: set[sympy.Symbol] = set()
     rows = []
     for m in models:
-        cells = [cell(m, q, seq) for q, _, _ in COLUMNS]
+        cells = [printed_cell(m, q, seq) for q, _, _ in COLUMNS]
         used |= {s for c in cells for s in c.formula.free_symbols}
         assume = default_assumptions(m)
         rows.append(f"\\multicolumn{{4}}{{@{{}}l}}{{\\textbf{{{tex._text(m.name)}}}\\quad {_assumption_words(assume)}}} \\\\*")
@@ -166,7 +173,7 @@ def compare_table(models: Sequence[Model], *, seq: int) -> tuple[str, set[sympy.
     rows = []
     for q, _, _ in COLUMNS:
         letter = column_letter(q)
-        cells = [cell(m, q, seq) for m in models]
+        cells = [printed_cell(m, q, seq) for m in models]
         used |= {s for c in cells for s in c.formula.free_symbols}
         rows.append(f"\\multicolumn{{{len(models)}}}{{@{{}}l}}{{{letter}}} \\\\*")
         texts = []

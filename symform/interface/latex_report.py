@@ -146,13 +146,15 @@ def _model_sections(args: argparse.Namespace, load: Callable[[argparse.Namespace
         from .structure_report import block_forms
 
         st, active, note = block_forms(model, quantity, assume=args.assume, leading=args.leading, workload=_workload(args))
+        st, active = _in_one_meaning(model, st, active)
         body = tex.structure_latex(st, model, active, notes=_block_notes(model, st, active, note, _workload(args)), width=args.width)
         used, quantities = st.expr.free_symbols | ({model.vocabulary[active.symbol_name]} if active else set()), [quantity]
     elif args.derivation:
         d = _recomputed(tex.derivation_of(model, quantity, assume=shared_default(model, args.assume), leading=True, large=large, **_workload(args)), model, args)
         body, used, quantities = tex.derivation_latex(d, model, width=args.width), tex.derivation_symbols(d), [quantity]
     elif args.assume or args.leading or args.recompute != "none":
-        d = _recomputed(derive(model, quantity, assume=shared_default(model, args.assume), leading=args.leading, large=large, symbolic=tex.storage_sizes(model, quantity), **_workload(args)), model, args)
+        d = derive(model, quantity, assume=shared_default(model, args.assume), leading=args.leading, large=large, symbolic=tex.storage_sizes(model, quantity), **_workload(args))
+        d = _recomputed(tex.derivation_in_one_meaning(d, model, **_workload(args)), model, args)
         body, used, quantities = tex.derivation_latex(d, model, width=args.width), tex.derivation_symbols(d), [quantity]
     else:
         expr = model.expression(quantity).expr
@@ -192,6 +194,16 @@ def shared_default(model: Model, assume: str | None) -> str | None:
 
 def _recomputed(d, model: Model, args: argparse.Namespace):
     return tex.recomputed_derivation(d, model, args.recompute, **_workload(args)) if args.recompute != "none" else d
+
+
+def _in_one_meaning(model: Model, st, active):
+    """The block form with each symbol one meaning (``tex.one_meaning``: DeepSeek-V3's d_ff its own 18,432 in
+    every block, not 8d/3 in one and 18,432 in d_ff/G in the next); the N_active form prints only N_active's
+    multiple and what grows with the sequence, which no such symbol is in."""
+    from dataclasses import replace
+
+    blocks = tex.blocks_in_one_meaning(model, st.quantity, st.assumptions, leading=st.leading, large=list(st.large) if st.leading else None)
+    return (st if blocks is None else replace(st, blocks=blocks)), active
 
 
 def _block_notes(model: Model, st, active, note: str, workload: dict[str, int]) -> tuple[tex.Note, tex.Note | None]:
