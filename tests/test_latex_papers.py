@@ -82,8 +82,8 @@ def test_mamba2_state_per_layer():
 @pytest.mark.parametrize("paper, letters", [
     ("kaplan", ["C_{\\mathrm{forward}}/n_{\\mathrm{ctx}} &\\approx 2 N + 2 d_{\\mathrm{model}} n_{\\mathrm{layer}} n_{\\mathrm{ctx}}"]),
     ("chinchilla", ["C &\\approx 6 N D"]),
-    ("korthikanti", ["34 b h s + 5 b a s^{2}", "$a$ & \\texttt{n\\_heads}"]),
-    ("deepseek-v2", ["d_{h}^{R} l + d_{c} l", "\\frac{9 d_{h} l}{2}", "$d_{c}$ & \\texttt{kv\\_lora\\_rank}"]),
+    ("korthikanti", ["b s \\cdot \\left(34 h + 5 a s\\right)", "$a$ & \\texttt{n\\_heads}"]),
+    ("deepseek-v2", ["l \\cdot \\left(d_{h}^{R} + d_{c}\\right)", "d \\cdot \\left(d_{h}^{R} + d_{c}\\right) && W^{DKV}, W^{KR}\\ (\\text{kv\\_a\\_proj})", "\\frac{9 d_{h} l}{2}", "$d_{c}$ & \\texttt{kv\\_lora\\_rank}"]),
     ("mamba2", ["2 K G N + K P H + P H N", "$N$ & \\texttt{ssm\\_state}"]),
 ])
 def test_each_paper_is_one_flag_in_its_own_letters(capsys, paper, letters):

@@ -836,20 +836,24 @@ def structure_latex(st, model: Model, active=None, *, width: float = TEXT_WIDTH_
     return aligned(quantity_letter(st.quantity), steps, width=width)
 
 
-def part_latex(block, model: Model, quantity: str, *, width: float = TEXT_WIDTH_PT) -> str:
+def part_latex(block, model: Model, quantity: str, *, width: float = TEXT_WIDTH_PT, labels: Mapping[str, str] | None = None) -> str:
     """One instance of a component (``layers/moe/attn``) part by part, each part's own product on a line of its
-    own with its name on the right (MLA's projections as DeepSeek-V2 writes its matrices); under them, how many
-    instances the model holds."""
+    own with its name on the right (MLA's projections as DeepSeek-V2 writes its matrices), or the label
+    ``labels`` gives it (LaTeX: the paper's matrices, W^{DQ}); under them, how many instances the model holds."""
     v = model.vocabulary
+
+    def label(name: str) -> str:
+        return f"{labels[name]}\\ (\\text{{{_text(name)}}})" if labels and name in labels else f"\\text{{{_text(name)}}}"
+
     parts = [p for p in block.parts if p.expr != 0] or [replace(block, parts=())]
     steps = []
     for i, part in enumerate(parts):
         terms = expr_terms(sympy.factor_terms(part.total), v)
         if i > 0:
             first, *rest = terms
-            steps.append(("-" if first.negative else "+", [[Term(False, first.body), *rest]], f"\\text{{{_text(part.name)}}}"))
+            steps.append(("-" if first.negative else "+", [[Term(False, first.body), *rest]], label(part.name)))
         else:
-            steps.append(("=", [terms], f"\\text{{{_text(part.name)}}}"))
+            steps.append(("=", [terms], label(part.name)))
     steps.append(("", [], Note(_text(f"one {block.name}; the model holds"), f"{repeat_latex(block.repeat, v)} \\text{{ of them}}")))
     return aligned(f"{quantity_letter(quantity)}\\,[\\text{{{_text(block.name.rsplit('/', 1)[-1])}}}]", steps, width=width)
 

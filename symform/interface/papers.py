@@ -51,6 +51,8 @@ class PaperForm(BaseModel):
     in_terms_of: str | None = None  # another form's name: this one as a multiple of its letter plus the rest
     part: str | None = None  # a component part by part (DeepSeek-V2's MLA projections)
     at: dict[str, int] = {}  # the workload its error is evaluated at
+    factor: bool = False  # printed with its common factors out, as the paper writes it
+    labels: dict[str, str] = {}  # a part's label as the paper writes it (q_a_proj = "W^{DQ}"), LaTeX
 
 
 class PaperFile(BaseModel):
@@ -166,7 +168,7 @@ def _form(spec: PaperForm, paper: PaperFile, earlier: dict[str, Form]) -> Form:
     quantity = normalise_quantity(spec.quantity)
     if spec.part is not None:
         block = part_block(model, quantity, spec.part, assume=spec.assume)
-        return Form(spec, model, tex.quantity_letter(quantity), block.expr, None, tex.part_latex(block, model, quantity))
+        return Form(spec, model, tex.quantity_letter(quantity), block.expr, None, tex.part_latex(block, model, quantity, labels=_labels(spec)))
     expr = _selected(model, spec, quantity, leading=spec.leading, assume=spec.assume)
     exact = _selected(model, spec, quantity, leading=False, assume=None)
     if spec.in_terms_of is not None:
@@ -176,6 +178,14 @@ def _form(spec: PaperForm, paper: PaperFile, earlier: dict[str, Form]) -> Form:
     per = "".join(tex.latex(v[n], v) for n in spec.per)
     lhs = tex.quantity_letter(quantity) + (f"/{per}" if len(spec.per) == 1 else f"/({per})" if spec.per else "")
     return Form(spec, model, lhs, expr, _error(model, spec, expr, exact, earlier))
+
+
+def _labels(spec: PaperForm) -> dict[str, str]:
+    for name, label in spec.labels.items():
+        problem = latex_problem(label)
+        if problem:
+            raise ConfigError(f"the form {spec.name!r}: the label {label[:40]!r} of {name!r} is refused: {problem}")
+    return spec.labels
 
 
 def _selected(model: Model, spec: PaperForm, quantity: str, *, leading: bool, assume: str | None) -> sympy.Expr:
@@ -254,7 +264,7 @@ def paper_latex(source: str, *, standalone: bool = False, width: float = tex.TEX
             if form.body is not None:
                 sections.append((f"{form.spec.name} ({form.spec.where})", form.body))
                 continue
-            steps = [("\\approx" if form.spec.leading else "=", [_terms(form.expr, v)], f"\\text{{{tex._text(form.spec.where)}}}"), ("", [], _note(form))]
+            steps = [("\\approx" if form.spec.leading else "=", [_terms(form.expr, v, form.spec.factor)], f"\\text{{{tex._text(form.spec.where)}}}"), ("", [], _note(form))]
             sections.append((f"{form.spec.name} ({form.spec.where})", tex.aligned(form.lhs, steps, width=width)))
         glossary = tex.glossary(default_vocabulary(), used, quantities)
         if standalone:
@@ -262,8 +272,11 @@ def paper_latex(source: str, *, standalone: bool = False, width: float = tex.TEX
         return "\n\n".join([f"% {tex._text(paper.citation)}", *(f"% {h}\n{b}" for h, b in sections)])
 
 
-def _terms(expr: sympy.Expr, vocabulary: Vocabulary) -> list:
-    """The form's terms, a multiple of N first, as the papers write 2N + … and 6ND."""
+def _terms(expr: sympy.Expr, vocabulary: Vocabulary, factor: bool = False) -> list:
+    """The form's terms, a multiple of N first, as the papers write 2N + … and 6ND; with ``factor``, the common
+    factors out, as sbh·(34 + …) and (d_c + d_h^R)·l."""
+    if factor:
+        return tex.expr_terms(sympy.factor_terms(expr), vocabulary)
     n = vocabulary["n_params"]
     with_n = sympy.Add(*(t for t in sympy.Add.make_args(expr) if t.has(n)))
     if with_n == 0 or with_n == expr:
