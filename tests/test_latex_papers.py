@@ -12,6 +12,8 @@ import re
 import pytest
 import sympy
 from checks import run
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from symform.engine.vocabulary import default_vocabulary
 from symform.interface import latex as tex
@@ -182,3 +184,22 @@ def test_every_glossary_row_has_a_unit(capsys):
     units = {r.split(" & ")[0]: r.split(" & ")[-1].removesuffix(" \\\\") for r in rows}
     assert units["$d$"] == "count" and units["$G$"] == "ratio" and units["$B_{kv}$"] == "B/element"
     assert units["$M_{\\mathrm{infer}}$"] == "B" and all(units.values()), units
+
+
+_USED = [default_vocabulary()[n] for n in ("d_model", "n_layers", "vocab", "d_ff", "n_heads", "n_kv_heads", "d_head", "seq", "batch")]
+
+
+@settings(max_examples=25, deadline=None)
+@given(chosen=st.sets(st.sampled_from(_USED), min_size=1), tags=st.lists(st.sampled_from("abcxyz"), min_size=9, max_size=9))
+def test_a_formula_in_a_paper_s_letters_reads_back_to_the_same_expression(chosen, tags):
+    """Whatever symbols a mapping renames (to distinct letters), the printed formula is still the expression."""
+    pytest.importorskip("antlr4", reason="sympy's LaTeX parser needs antlr4-python3-runtime==4.11 (the test extra)")
+    import symform
+
+    m = symform.load("llama-3-8b")
+    expr = symform.derive(m, "forward_flops", assume=None).exact.expr
+    letters = {s.name: f"\\xi_{{{tags[i]}{i}}}" for i, s in enumerate(_USED) if s in chosen}
+    with tex.letters_in_force(letters):
+        text = tex.latex(expr, m.vocabulary)
+        assert all(letter in text for name, letter in letters.items() if m.vocabulary[name] in expr.free_symbols)
+        assert sympy.expand(tex.parse_back(text, expr.free_symbols, m.vocabulary) - expr) == 0

@@ -18,11 +18,11 @@ from typing import Literal
 import sympy
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from ..engine.budget import number_from_text
 from ..engine.data import formulas_dir, read_toml
 from ..engine.errors import ConfigError, EvaluationError, describe_validation
 from ..engine.latex_fragment import latex_problem
 from ..engine.model import Model, normalise_quantity
-from ..engine.budget import number_from_text
 from ..engine.vocabulary import Vocabulary, default_vocabulary
 from . import latex as tex
 
