@@ -26,6 +26,8 @@ DOCUMENTS = {
     "table": ("latex", "forward-flops", "nemotron-h-8b", "--table", "--depth", "2", "--batch", "1", "--seq", "4096", "--standalone"),
     "part": ("latex", "params", "deepseek-v2", "--part", "layers/moe/attn", "--standalone"),
     "compare": ("latex", "--compare", "deepseek-v3", "qwen3-32b", "--standalone"),
+    "paper-kaplan": ("latex", "--paper", "kaplan", "--standalone"),
+    "paper-deepseek-v2": ("latex", "--paper", "deepseek-v2", "--standalone"),
     "appendix": ("latex", "--formulas", "qwen3-32b", "deepseek-v3", "mixtral-8x7b", "gpt-oss-120b", "nemotron-h-8b", "qwen3-next-80b-a3b", "--standalone"),
 }
 # commands that set type smaller than \small, or scale a box (and the type in it) to fit

@@ -13,6 +13,7 @@ symform latex active-params nemotron-h-8b --derivation --standalone > latex-hybr
 symform latex forward-flops deepseek-v3 --blocks --leading --batch 1 --seq 4096 --standalone > latex-blocks.tex
 symform latex --compare deepseek-v3 qwen3-32b --standalone > latex-compare.tex
 symform latex --formulas qwen3-32b deepseek-v3 mixtral-8x7b gpt-oss-120b nemotron-h-8b --standalone > latex-appendix.tex
+symform latex --paper deepseek-v2 --standalone > latex-paper.tex
 for tex in latex-*.tex; do
   name="${tex%.tex}"
   pdflatex -interaction=nonstopmode -halt-on-error "$tex" > /dev/null

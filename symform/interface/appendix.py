@@ -48,19 +48,26 @@ def per_token_workload(quantity: str, seq: int) -> dict[str, int]:
 PER_SEQUENCE = ("forward_flops", "kv_cache")  # columns given per token: the sequence's count over its tokens
 
 
-def cell(model: Model, quantity: str, seq: int) -> Cell:
-    """The column's value for one token, exact, and its block formula per token to leading order."""
+def cell(model: Model, quantity: str, seq: int, *, one: dict | None = None) -> Cell:
+    """The column's value for one token, exact, and its block formula per token to leading order (under the
+    family's default assumptions, or, given ``one``, the exact blocks with those substitutions put in)."""
     v = model.vocabulary
     workload = per_token_workload(quantity, seq)
     value = model.evaluate(quantity, **workload)
     per_token = {"forward_flops": {v["batch"]: 1}, "kv_cache": {v["batch"]: 1, v["past"]: 0}}.get(quantity, {})
     divide = v["seq"] if quantity in PER_SEQUENCE else 1
     assume = default_assumptions(model)
-    exact = structure(model, quantity, assume=assume).blocks
+    exact = structure(model, quantity, assume=assume).blocks if one is None else [replace(b, expr=b.expr.xreplace(one)) for b in structure(model, quantity).blocks]
     at = {v[k]: sympy.nsimplify(x) for k, x in {**model.values, **model.ratio_values, **workload}.items()}
     blocks = [replace(b, expr=branch_in_force(without_flags(sympy.expand(b.expr.xreplace(per_token) / divide), model.values), at), parts=()) for b in exact]
     large = [s for s in block_large(model) if quantity == "forward_flops" or s != v["seq"]]
     return Cell(tuple(leading_blocks(blocks, large, model.leading_rewrites(assume=assume))), value / seq if quantity in PER_SEQUENCE else value)
+
+
+def printed_cell(model: Model, quantity: str, seq: int) -> Cell:
+    """The cell as LaTeX prints it: each symbol one meaning (``tex.one_meaning``: DeepSeek-V3's d_ff its own
+    18,432 in the dense MLP as in its experts' d_ff/G, not 8d/3 there)."""
+    return cell(model, quantity, seq, one=tex.one_meaning(model, quantity, default_assumptions(model)))
 
 
 def branch_in_force(expr: sympy.Expr, values: dict) -> sympy.Expr:
@@ -98,11 +105,12 @@ def appendix_table(models: Sequence[Model], *, seq: int) -> tuple[str, set[sympy
     used: set[sympy.Symbol] = set()
     rows = []
     for m in models:
-        cells = [cell(m, q, seq) for q, _, _ in COLUMNS]
+        cells = [printed_cell(m, q, seq) for q, _, _ in COLUMNS]
         used |= {s for c in cells for s in c.formula.free_symbols}
         assume = default_assumptions(m)
         rows.append(f"\\multicolumn{{4}}{{@{{}}l}}{{\\textbf{{{tex._text(m.name)}}}\\quad {_assumption_words(assume)}}} \\\\*")
-        for c, (q, letter, _) in zip(cells, COLUMNS):
+        for c, (q, _, _) in zip(cells, COLUMNS):
+            letter = column_letter(q)
             error = _error(m, c, q, seq)
             error = error if error == "n/a" else f"${error.removesuffix('%')}\\,\\%$"  # in math: a minus sign, not a hyphen
             rows.append(f"{letter} & ${_breakable_latex(c, m)}$ & {_number(c.value, UNITS.get(q, ''))} & {error} \\\\")
@@ -116,6 +124,11 @@ def appendix_table(models: Sequence[Model], *, seq: int) -> tuple[str, set[sympy
         "\\end{longtable}",
     ])
     return table, used
+
+
+def column_letter(quantity: str) -> str:
+    """A column's letter in the letters in force (a paper's, with --symbols): per token where the column is."""
+    return f"${tex.quantity_letter(quantity)}{'/' + tex.symbol_latex(tex.default_vocabulary()['seq']) if quantity in PER_SEQUENCE else ''}$"
 
 
 def _assumption_words(assume: str | None) -> str:
@@ -132,16 +145,18 @@ def _number(value: Number, unit: str) -> str:
 def appendix(models: Sequence[Model], *, seq: int, standalone: bool = False) -> str:
     table, used = appendix_table(models, seq=seq)
     vocabulary = models[0].vocabulary
+    n, n_active, fwd, kv = (column_letter(q) for q, _, _ in COLUMNS)
+    s = f"${tex.symbol_latex(vocabulary['seq'], vocabulary)}$"
     note = (
-        "Per model: its parameters $N$, its active parameters $N_{\\mathrm{active}}$, its forward FLOPs per token "
-        f"$C_{{\\mathrm{{fwd}}}}/s$ averaged over a sequence of $s = {seq}$ tokens (batch 1) and its KV-cache (or state) "
-        "bytes per token $M_{\\mathrm{KV}}/s$ of a context of $s$ tokens at the default storage sizes (a sliding-window "
+        f"Per model: its parameters {n}, its active parameters {n_active}, its forward FLOPs per token "
+        f"{fwd} averaged over a sequence of {s[:-1]} = {seq}$ tokens (batch 1) and its KV-cache (or state) "
+        f"bytes per token {kv} of a context of {s} tokens at the default storage sizes (a sliding-window "
         "layer caches at most its window); each as its formula to leading order "
         "in the widths, the vocabulary and the sequence, under the family's default assumptions, as the exact count, "
         "and as the formula's relative error at the model's own sizes."
     )
     body = note + "\n\n" + table
-    glossary = tex.glossary(vocabulary, used)
+    glossary = tex.glossary(vocabulary, used | {vocabulary["seq"]}, [q for q, _, _ in COLUMNS])  # the columns' letters and their s too
     if standalone:
         return tex.standalone([("", body), ("Symbols", glossary)], title="Model costs")
     return body + "\n\n" + glossary
@@ -156,8 +171,9 @@ def compare_table(models: Sequence[Model], *, seq: int) -> tuple[str, set[sympy.
     column = f">{{\\raggedright\\arraybackslash}}p{{{width}\\linewidth}}"
     heads = [f"\\textbf{{{tex._text(m.name)}}} {_assumption_words(default_assumptions(m))}" for m in models]
     rows = []
-    for q, letter, _ in COLUMNS:
-        cells = [cell(m, q, seq) for m in models]
+    for q, _, _ in COLUMNS:
+        letter = column_letter(q)
+        cells = [printed_cell(m, q, seq) for m in models]
         used |= {s for c in cells for s in c.formula.free_symbols}
         rows.append(f"\\multicolumn{{{len(models)}}}{{@{{}}l}}{{{letter}}} \\\\*")
         texts = []
@@ -184,7 +200,7 @@ def comparison(models: Sequence[Model], *, seq: int, standalone: bool = False) -
         f"default assumptions; below it the exact count and the formula's relative error at the model's own sizes "
         f"(per token: forward FLOPs and KV-cache bytes over a sequence of $s = {seq}$ tokens, batch 1)."
     )
-    glossary = tex.glossary(models[0].vocabulary, used, [q for q, _, _ in COLUMNS])
+    glossary = tex.glossary(models[0].vocabulary, used | {models[0].vocabulary["seq"]}, [q for q, _, _ in COLUMNS])
     body = note + "\n\n" + table
     if standalone:
         return tex.standalone([("", body), ("Symbols", glossary)], title=f"{', '.join(m.name for m in models[:-1])} and {models[-1].name} compared")

@@ -205,6 +205,8 @@ def _main(argv: list[str]) -> int:
         return _print_or_fail(lambda: _from("latex_report", "appendix_command")(argv[1:]))
     if argv[:1] == ["latex"] and "--compare" in argv:  # the same: models side by side
         return _print_or_fail(lambda: _from("latex_report", "compare_command")(argv[1:]))
+    if argv[:1] == ["latex"] and "--paper" in argv:  # a paper's forms: no model, no quantity
+        return _print_or_fail(lambda: _from("latex_report", "paper_command")(argv[1:]))
     try:  # no verb (--help, --version): "" wants none of the verbs' options, only their names and help
         args = build_parser(argv[0] if argv and not argv[0].startswith("-") else "").parse_args(argv)
     except SystemExit as e:  # --help, or a usage error already reported on one line

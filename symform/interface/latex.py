@@ -22,15 +22,18 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from functools import cache
-from typing import Iterable, Sequence
+from types import MappingProxyType
+from typing import Iterable, Iterator, Mapping, Sequence
 
 import sympy
 from sympy.printing.latex import LatexPrinter
 
 from ..engine.declarations import QUANTITIES, Library, default_library
-from ..engine.derive import Derivation, derive, step_blocks
+from ..engine.derive import Derivation, derive
 from ..engine.structure import by_layer_kind
 from ..engine.errors import EvaluationError
 from ..engine.evaluate import Number
@@ -77,10 +80,28 @@ _CALL = re.compile(r"(?<=[\w}])\s+\\left\(")
 
 # --- formulas ----------------------------------------------------------------------------
 
+# A paper's own letters for symform's symbols and quantities (``--symbols kaplan``), by name: in force while a
+# document is written, so that every formula, reason and glossary row of it prints them.
+_LETTERS: ContextVar[Mapping[str, str]] = ContextVar("letters", default=MappingProxyType({}))
+
+
+@contextmanager
+def letters_in_force(letters: Mapping[str, str]) -> Iterator[None]:
+    """Print ``letters`` (symbol or quantity name → LaTeX) in place of symform's own inside the block."""
+    token = _LETTERS.set(MappingProxyType(dict(letters)))
+    try:
+        yield
+    finally:
+        _LETTERS.reset(token)
+
 
 def symbol_latex(symbol: sympy.Symbol, vocabulary: Vocabulary | None = None) -> str:
-    """The conventional letter of a vocabulary symbol; other names in a form the parser reads as one symbol."""
+    """The conventional letter of a vocabulary symbol (a paper's, where its letters are in force); other names
+    in a form the parser reads as one symbol."""
     vocabulary = vocabulary or default_vocabulary()
+    own = _LETTERS.get().get(symbol.name)
+    if own is not None and symbol.name in vocabulary:
+        return own
     if symbol.name in vocabulary:
         return vocabulary.by_symbol(symbol).latex
     base, _, sub = symbol.name.partition("_")
@@ -157,7 +178,7 @@ def equation(lhs: str, expr: sympy.Basic, vocabulary: Vocabulary | None = None) 
 
 
 def quantity_letter(quantity: str) -> str:
-    return QUANTITIES_PRINTED[quantity].letter
+    return _LETTERS.get().get(quantity) or QUANTITIES_PRINTED[quantity].letter
 
 
 def quantity_words(quantity: str) -> str:
@@ -225,12 +246,98 @@ def assumption_substitutions(model: Model, assume: str) -> dict[sympy.Symbol, sy
     return dict(sorted(found.items(), key=lambda kv: kv[0].name))
 
 
+def one_meaning(model: Model, quantity: str, assume: str | None) -> dict[sympy.Symbol, sympy.Expr] | None:
+    """The substitutions to write ``quantity``'s forms under ``assume`` with, where the engine's would give a letter
+    two meanings; None where they give it one. One component's set may name a symbol another's replaces:
+    DeepSeek-V3's experts take granular's d_e = d_ff/G, G = d_ff/d_e at the model's own d_ff (18,432), while its
+    dense MLP takes standard's d_ff = 8d/3 (19,115), and the form would print d_ff for 8d/3 in one block and for
+    18,432 in the next. Such a symbol stays itself, the model's own size, in every block (d_ff, not 8d/3, in the
+    dense MLP too); the others are put in as the set says. None also where putting them in over the whole model
+    does not give the engine's form up to that symbol (a set that replaces a symbol differently per component)."""
+    if assume is None:
+        return None
+    subs = assumption_substitutions(model, assume)
+    kept = {s for s in subs if any(s in e.free_symbols for e in subs.values())}
+    if not kept:
+        return None
+    one = {s: e for s, e in subs.items() if s not in kept}
+    exact = model.expression(quantity).expr
+    engine = model.expression(quantity, assume=assume).expr
+    if sympy.expand(_closed(exact.xreplace(one), subs) - _closed(engine, subs)) != 0:
+        return None
+    return one
+
+
+def _closed(expr: sympy.Expr, subs: dict[sympy.Symbol, sympy.Expr]) -> sympy.Expr:
+    """``expr`` with the substitutions put in until none of their symbols is left (d_e = d_ff/G, d_ff = 8d/3)."""
+    for _ in range(len(subs) + 1):
+        again = expr.xreplace(subs)
+        if again == expr:
+            break
+        expr = again
+    return sympy.expand(expr)
+
+
+def derivation_in_one_meaning(d: Derivation, model: Model, **workload: object) -> Derivation:
+    """``d`` with its steps under the assumptions written with :func:`one_meaning`'s substitutions (each
+    symbol one meaning), their leading order and errors at the model recomputed; ``d`` where there is nothing
+    to change."""
+    from ..engine.derive import Step, _monomial_ratio, leading_order
+    from ..engine.formula import Formula
+    from ..engine.structure import in_stand_ins, without_flags
+
+    one = one_meaning(model, d.quantity, d.assumptions)
+    if one is None:
+        return d
+    v = model.vocabulary
+    values = {v[k]: sympy.nsimplify(x) for k, x in {**model.values, **model.ratio_values, **workload}.items()} | dict(model.conventions)
+    exact_at = d.steps[0].formula.expr.xreplace(values)
+    rewrites = model.leading_rewrites(assume=d.assumptions)
+    large = [v[n] for n in d.large]
+
+    def leading(expr: sympy.Expr) -> sympy.Expr:
+        return leading_order(in_stand_ins(expr, rewrites), large, rewrites)
+
+    expr, steps = d.steps[0].formula.expr, [d.steps[0]]
+    for step in d.steps[1:]:
+        expr = sympy.expand(expr.xreplace(one)) if step.label.startswith("assuming") else leading(expr)
+        at = expr.xreplace(values)
+        known = not (at.free_symbols or exact_at.free_symbols)
+        error = float(sympy.Rational(at) / sympy.Rational(exact_at) - 1) if known and exact_at != 0 else None
+        steps.append(Step(step.label, step.latex_label, Formula(expr, v), float(at) if known else None, error))
+    params = in_terms = None
+    if d.params_leading is not None:
+        params = leading(sympy.expand(without_flags(model.expression("params").expr, model.values).xreplace(one)))
+        ratio = _monomial_ratio(expr, params)
+        if ratio is not None and ratio.free_symbols <= set(v.symbols("workload", "convention", "dtype")):
+            in_terms = Formula(ratio * v["n_params"], v)
+    return replace(d, steps=tuple(steps), params_leading=params and Formula(params, v), in_terms_of_params=in_terms)
+
+
+def blocks_in_one_meaning(model: Model, quantity: str, assume: str | None, *, leading: bool, large=None):
+    """The structure's blocks under ``assume`` written with :func:`one_meaning`'s substitutions (the exact
+    blocks with them put in, then to leading order as ``structure`` takes it); None where the engine's are."""
+    from ..engine.structure import block_large, leading_blocks, structure
+
+    one = one_meaning(model, quantity, assume)
+    if one is None:
+        return None
+    blocks = [replace(b, expr=sympy.expand(b.expr.xreplace(one)), parts=()) for b in structure(model, quantity).blocks]
+    if leading:
+        rewrites = model.leading_rewrites(assume=assume)
+        if any(b.expr.has(k) for b in blocks for k in rewrites):
+            blocks = leading_blocks(blocks, block_large(model), rewrites)
+        symbols = [model.vocabulary[n] for n in large] if large is not None else block_large(model, within=sympy.Add(*(b.total for b in blocks)))
+        blocks = leading_blocks(blocks, symbols, rewrites)
+    return tuple(blocks)
+
+
 def derivation_lines(d: Derivation, model: Model) -> list[Line]:
     """The steps of a derivation as lines: exact, grouped per layer, each assumption, leading order, in N and D.
     An assumption set that changes nothing in this model (granular's d_e = d_ff/G where no layer has experts)
     adds no line: the lines it would add are the ones above."""
     v = model.vocabulary
-    blocks = step_blocks(model, d)
+    blocks = _step_blocks(model, d)
     lines = [Line("=", d.steps[0].formula.expr, d.steps[0].latex_label)]
     per_layer = _per_layer_line(d.steps[0].formula.expr, blocks[0], v)
     if per_layer is not None:
@@ -240,7 +347,8 @@ def derivation_lines(d: Derivation, model: Model) -> list[Line]:
         if sympy.expand(step.formula.expr - before) == 0:
             continue
         if step.label.startswith("assuming"):
-            subs = {s: e for s, e in assumption_substitutions(model, d.assumptions).items() if s in before.free_symbols}
+            said = one_meaning(model, d.quantity, d.assumptions) or assumption_substitutions(model, d.assumptions)
+            subs = {s: e for s, e in said.items() if s in before.free_symbols}
             reason = "\\text{with } " + ",\\ ".join(f"{latex(s, v)} = {latex(e, v)}" for s, e in subs.items()) if subs else step.latex_label
             lines.append(Line("=", step.formula.expr, reason + _error_note(step.relative_error, d.model)))
             grouped = _per_layer_line(step.formula.expr, blocks[i], v)
@@ -248,10 +356,33 @@ def derivation_lines(d: Derivation, model: Model) -> list[Line]:
                 lines.append(grouped)
         else:
             written = blocks[i] if _several_kinds(blocks[i]) else None
-            lines.append(Line("\\approx", step.formula.expr, step.latex_label + _error_note(step.relative_error, d.model), written))
+            label = _leading_label(d, before, v) if step.label.startswith("leading") else step.latex_label
+            lines.append(Line("\\approx", step.formula.expr, label + _error_note(step.relative_error, d.model), written))
     if d.in_terms_of_params is not None and d.result.expr != 0:  # 0 = 0·N says nothing
-        lines.append(Line("=", d.in_terms_of_params.expr, f"\\text{{with }} N \\approx {latex(d.params_leading.expr, v)}", params=d.params_leading.expr))
+        lines.append(Line("=", d.in_terms_of_params.expr, f"\\text{{with }} {quantity_letter('params')} \\approx {latex(d.params_leading.expr, v)}", params=d.params_leading.expr))
     return lines
+
+
+def _leading_label(d: Derivation, before: sympy.Expr, vocabulary: Vocabulary) -> str:
+    """``leading order in d, d_nope``: the large symbols the step's form has (in the letters in force)."""
+    large = [n for n in d.large if vocabulary[n] in before.free_symbols] or list(d.large)
+    return "\\text{leading order in } " + ", ".join(latex(vocabulary[n], vocabulary) for n in large)
+
+
+def _step_blocks(model: Model, d: Derivation) -> list:
+    """Each step as blocks where they are its expression (derive's ``step_blocks``), the steps under the
+    assumptions written with :func:`one_meaning`'s substitutions where derivation_in_one_meaning wrote them so."""
+    from ..engine.structure import structure
+
+    found = []
+    for i, step in enumerate(d.steps):
+        leading = d.leading and i == len(d.steps) - 1
+        large = list(d.large) if leading else None
+        blocks = blocks_in_one_meaning(model, d.quantity, d.assumptions, leading=leading, large=large) if i else None
+        if blocks is None:
+            blocks = structure(model, d.quantity, assume=d.assumptions if i else None, leading=leading, large=large).blocks
+        found.append(blocks if sympy.expand(sympy.Add(*(b.total for b in blocks)) - step.formula.expr) == 0 else None)
+    return found
 
 
 def _per_layer_line(expr: sympy.Expr, blocks, vocabulary: Vocabulary) -> Line | None:
@@ -298,7 +429,7 @@ def derivation_latex(d: Derivation, model: Model, *, width: float = TEXT_WIDTH_P
 def _reason(line: Line, vocabulary: Vocabulary) -> "str | Aside":
     if line.params is None:
         return line.reason
-    return Aside("\\text{with } N \\approx", tuple(expr_terms(line.params, vocabulary)))
+    return Aside(f"\\text{{with }} {quantity_letter('params')} \\approx", tuple(expr_terms(line.params, vocabulary)))
 
 
 @dataclass(frozen=True)
@@ -401,7 +532,8 @@ def derivation_of(model: Model, quantity: str, *, assume: str | None, leading: b
     and its leading order. Bytes per element stay symbols (B_kv, B_w, …) in a count of bytes."""
     if assume is not None and not all(a.strip() in model.assumption_sets() for a in assume.split(",")):
         assume = None
-    return derive(model, quantity, assume=assume, leading=leading, large=large, symbolic=storage_sizes(model, quantity), **workload)
+    d = derive(model, quantity, assume=assume, leading=leading, large=large, symbolic=storage_sizes(model, quantity), **workload)
+    return derivation_in_one_meaning(d, model, **workload)
 
 
 def storage_sizes(model: Model, quantity: str) -> tuple[str, ...]:
@@ -561,9 +693,9 @@ def glossary(vocabulary: Vocabulary | None = None, symbols: Iterable[sympy.Symbo
     on the left of the equations: letter, name, meaning, unit."""
     vocabulary = vocabulary or default_vocabulary()
     names = vocabulary.names() if symbols is None else [n for n in vocabulary.names() if vocabulary[n] in set(symbols)]
-    letters = {vocabulary.entry(n).latex for n in names}
-    rows = [[f"${p.letter}$", f"\\texttt{{{_text(q)}}}", _text(p.words), _text(p.unit)] for q, p in ((q, QUANTITIES_PRINTED[q]) for q in dict.fromkeys(quantities)) if p.letter not in letters]
-    rows += [[f"${vocabulary.entry(n).latex}$", f"\\texttt{{{_text(n)}}}", _text(vocabulary.entry(n).spec.description), _symbol_unit(n)] for n in names]
+    letters = {symbol_latex(vocabulary[n], vocabulary) for n in names}
+    rows = [[f"${quantity_letter(q)}$", f"\\texttt{{{_text(q)}}}", _text(p.words), _text(p.unit)] for q, p in ((q, QUANTITIES_PRINTED[q]) for q in dict.fromkeys(quantities)) if quantity_letter(q) not in letters]
+    rows += [[f"${symbol_latex(vocabulary[n], vocabulary)}$", f"\\texttt{{{_text(n)}}}", _text(vocabulary.entry(n).spec.description), _symbol_unit(n, vocabulary)] for n in names]
     return _longtable(["symbol", "name", "meaning", "unit"], rows, "llp{0.42\\linewidth}l")
 
 
@@ -576,9 +708,17 @@ def _longtable(header: Sequence[str], rows: Sequence[Sequence[str]], align: str)
     return "\n".join(body + ["\\bottomrule", "\\end{longtable}"])
 
 
-def _symbol_unit(name: str) -> str:
-    """A storage size is bytes per element; the other symbols count (layers, heads, tokens, widths)."""
-    return "B/element" if name.endswith("_bytes") else ""
+def _symbol_unit(name: str, vocabulary: Vocabulary | None = None) -> str:
+    """A storage size is bytes per element; N and N_active parameters; the sizes count (layers, heads, tokens,
+    elements of a width); a ratio (G = d_ff/d_e, causal's 1/2) has none."""
+    vocabulary = vocabulary or default_vocabulary()
+    if name.endswith("_bytes"):
+        return "B/element"
+    if name in ("n_params", "n_active_params"):
+        return "parameters"
+    if name == "flops_per_mac":
+        return "FLOP/MAC"
+    return "count" if name in vocabulary and "integer" in vocabulary.entry(name).spec.domain else "ratio"
 
 
 PREAMBLE = r"""\documentclass[11pt]{article}
@@ -689,27 +829,31 @@ def structure_latex(st, model: Model, active=None, *, width: float = TEXT_WIDTH_
     if notes[0] is not None:
         steps.append(("", [], notes[0]))
     if active is not None:
-        letter = v.entry(active.symbol_name).latex
+        letter = symbol_latex(v[active.symbol_name], v)
         steps.append(("\\approx", active_runs(active, v), f"\\text{{in terms of }} {letter}"))
         if notes[1] is not None:
             steps.append(("", [], notes[1]))
     return aligned(quantity_letter(st.quantity), steps, width=width)
 
 
-def part_latex(block, model: Model, quantity: str, *, width: float = TEXT_WIDTH_PT) -> str:
+def part_latex(block, model: Model, quantity: str, *, width: float = TEXT_WIDTH_PT, labels: Mapping[str, str] | None = None) -> str:
     """One instance of a component (``layers/moe/attn``) part by part, each part's own product on a line of its
-    own with its name on the right (MLA's projections as DeepSeek-V2 writes its matrices); under them, how many
-    instances the model holds."""
+    own with its name on the right (MLA's projections as DeepSeek-V2 writes its matrices), or the label
+    ``labels`` gives it (LaTeX: the paper's matrices, W^{DQ}); under them, how many instances the model holds."""
     v = model.vocabulary
+
+    def label(name: str) -> str:
+        return f"{labels[name]}\\ (\\text{{{_text(name)}}})" if labels and name in labels else f"\\text{{{_text(name)}}}"
+
     parts = [p for p in block.parts if p.expr != 0] or [replace(block, parts=())]
     steps = []
     for i, part in enumerate(parts):
         terms = expr_terms(sympy.factor_terms(part.total), v)
         if i > 0:
             first, *rest = terms
-            steps.append(("-" if first.negative else "+", [[Term(False, first.body), *rest]], f"\\text{{{_text(part.name)}}}"))
+            steps.append(("-" if first.negative else "+", [[Term(False, first.body), *rest]], label(part.name)))
         else:
-            steps.append(("=", [terms], f"\\text{{{_text(part.name)}}}"))
+            steps.append(("=", [terms], label(part.name)))
     steps.append(("", [], Note(_text(f"one {block.name}; the model holds"), f"{repeat_latex(block.repeat, v)} \\text{{ of them}}")))
     return aligned(f"{quantity_letter(quantity)}\\,[\\text{{{_text(block.name.rsplit('/', 1)[-1])}}}]", steps, width=width)
 

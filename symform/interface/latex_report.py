@@ -26,6 +26,37 @@ def latex_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--part", metavar="PATH", help="one component of the model part by part (--part layers/moe/attn: MLA's projections, each its own matrix, as DeepSeek-V2 writes them)")
     p.add_argument("--formulas", action="store_true", help="symform latex --formulas MODEL [MODEL ...] [--seq S]: an appendix table of N, N_active, forward FLOPs and KV bytes per token, formula and number, with a glossary")
     p.add_argument("--compare", action="store_true", help="symform latex --compare MODEL MODEL [--seq S]: the same forms of two architectures side by side")
+    symbols_argument(p)
+    p.add_argument("--paper", metavar="NAME", help="symform latex --paper NAME: the forms a paper writes (kaplan, chinchilla, korthikanti, deepseek-v2, mamba2), as symform derives them, in its letters")
+
+
+def symbols_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--symbols", metavar="FILE", help="a paper's own letters: a .toml file with a [symbols] table (d_model = \"d_{\\mathrm{model}}\"), or a bundled paper's (kaplan, chinchilla, korthikanti, deepseek-v2, mamba2)")
+
+
+def in_letters(symbols: str | None, produce: Callable[[], str]) -> str:
+    """``produce()``'s LaTeX in the letters of the mapping file ``symbols`` (symform's own where None)."""
+    if symbols is None:
+        return produce()
+    from .papers import read_paper
+
+    with tex.letters_in_force(read_paper(symbols).symbols):
+        return produce()
+
+
+def paper_command(argv: list[str]) -> str:
+    """``symform latex --paper NAME``: a paper's forms, each derived from the declarations, in its letters."""
+    from .cli import _Parser
+    from .papers import paper_latex
+
+    p = _Parser(prog="symform latex --paper", description="the forms a paper writes, as symform derives them, in the paper's letters")
+    p.add_argument("--paper", metavar="NAME", required=True, help="a bundled paper (kaplan, chinchilla, korthikanti, deepseek-v2, mamba2) or a paper file with [symbols] and [[forms]]")
+    p.add_argument("--standalone", action="store_true", help="a complete .tex document (pdflatex) with the letters' glossary")
+    p.add_argument("--width", type=float, default=tex.TEXT_WIDTH_PT, metavar="PT", help="the text width the lines are broken to, in points")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    args = p.parse_args(argv)
+    text = paper_latex(args.paper, standalone=args.standalone, width=args.width)
+    return json.dumps({"latex": text}) if args.json else text
 
 
 def appendix_parser():
@@ -39,6 +70,7 @@ def appendix_parser():
     p.add_argument("--seq", type=positive_int, default=4096, help="sequence length the forward FLOPs per token average over (default 4096)")
     p.add_argument("--standalone", action="store_true", help="a complete .tex document (pdflatex)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    symbols_argument(p)
     return p
 
 
@@ -47,7 +79,8 @@ def appendix_command(argv: list[str]) -> str:
     from .appendix import appendix
 
     args = appendix_parser().parse_args(argv)
-    text = appendix([Model.load(m) for m in args.models], seq=args.seq, standalone=args.standalone)
+    models = [Model.load(m) for m in args.models]
+    text = in_letters(args.symbols, lambda: appendix(models, seq=args.seq, standalone=args.standalone))
     return json.dumps({"latex": text}) if args.json else text
 
 
@@ -62,14 +95,20 @@ def compare_command(argv: list[str]) -> str:
     p.add_argument("--seq", type=positive_int, default=4096, help="sequence length the per-token columns average over (default 4096)")
     p.add_argument("--standalone", action="store_true", help="a complete .tex document (pdflatex)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    symbols_argument(p)
     args = p.parse_args([a for a in argv if a != "--compare"])
     if len(args.models) < 2:
         raise EvaluationError("--compare needs two models or more: symform latex --compare MODEL MODEL")
-    text = comparison([Model.load(m) for m in args.models], seq=args.seq, standalone=args.standalone)
+    models = [Model.load(m) for m in args.models]
+    text = in_letters(args.symbols, lambda: comparison(models, seq=args.seq, standalone=args.standalone))
     return json.dumps({"latex": text}) if args.json else text
 
 
 def latex_command(args: argparse.Namespace, load: Callable[[argparse.Namespace], Model]) -> str:
+    return in_letters(args.symbols, lambda: _latex_text(args, load))
+
+
+def _latex_text(args: argparse.Namespace, load: Callable[[argparse.Namespace], Model]) -> str:
     sections = _component_sections(args) if args.component else _model_sections(args, load)
     if args.standalone:
         models = [args.model, *args.more] if args.table else [args.model]
@@ -107,13 +146,15 @@ def _model_sections(args: argparse.Namespace, load: Callable[[argparse.Namespace
         from .structure_report import block_forms
 
         st, active, note = block_forms(model, quantity, assume=args.assume, leading=args.leading, workload=_workload(args))
+        st, active = _in_one_meaning(model, st, active)
         body = tex.structure_latex(st, model, active, notes=_block_notes(model, st, active, note, _workload(args)), width=args.width)
         used, quantities = st.expr.free_symbols | ({model.vocabulary[active.symbol_name]} if active else set()), [quantity]
     elif args.derivation:
         d = _recomputed(tex.derivation_of(model, quantity, assume=shared_default(model, args.assume), leading=True, large=large, **_workload(args)), model, args)
         body, used, quantities = tex.derivation_latex(d, model, width=args.width), tex.derivation_symbols(d), [quantity]
     elif args.assume or args.leading or args.recompute != "none":
-        d = _recomputed(derive(model, quantity, assume=shared_default(model, args.assume), leading=args.leading, large=large, symbolic=tex.storage_sizes(model, quantity), **_workload(args)), model, args)
+        d = derive(model, quantity, assume=shared_default(model, args.assume), leading=args.leading, large=large, symbolic=tex.storage_sizes(model, quantity), **_workload(args))
+        d = _recomputed(tex.derivation_in_one_meaning(d, model, **_workload(args)), model, args)
         body, used, quantities = tex.derivation_latex(d, model, width=args.width), tex.derivation_symbols(d), [quantity]
     else:
         expr = model.expression(quantity).expr
@@ -153,6 +194,16 @@ def shared_default(model: Model, assume: str | None) -> str | None:
 
 def _recomputed(d, model: Model, args: argparse.Namespace):
     return tex.recomputed_derivation(d, model, args.recompute, **_workload(args)) if args.recompute != "none" else d
+
+
+def _in_one_meaning(model: Model, st, active):
+    """The block form with each symbol one meaning (``tex.one_meaning``: DeepSeek-V3's d_ff its own 18,432 in
+    every block, not 8d/3 in one and 18,432 in d_ff/G in the next); the N_active form prints only N_active's
+    multiple and what grows with the sequence, which no such symbol is in."""
+    from dataclasses import replace
+
+    blocks = tex.blocks_in_one_meaning(model, st.quantity, st.assumptions, leading=st.leading, large=list(st.large) if st.leading else None)
+    return (st if blocks is None else replace(st, blocks=blocks)), active
 
 
 def _block_notes(model: Model, st, active, note: str, workload: dict[str, int]) -> tuple[tex.Note, tex.Note | None]:
