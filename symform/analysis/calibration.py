@@ -334,7 +334,8 @@ def gemm_model_factors(model: str | None) -> dict[str, str]:
     devices = sorted({name.split(":", 1)[0] for name, _, _ in FITTED if not name.startswith("rules:")})
     if model is None:
         return {}
-    return {f"{d}:gemm.model": model for d in devices if estimate.efficiency(d).gemm_model != model}
+    # a device whose file holds no fit of that model (b200's factors: the H100's, borrowed) keeps its own
+    return {f"{d}:gemm.model": model for d in devices if estimate.efficiency(d).gemm_model != model and model in estimate.efficiency(d).gemm_fits}
 
 
 def _loss(factors: Mapping[str, Any], chosen: list[Run]) -> float:
@@ -360,6 +361,7 @@ def fit_factors(rounds: int = 2, steps: int = 24, given: Mapping[str, Any] | Non
 
 
 def band(cases: list[Case], kind: str) -> float:
-    """The 90th percentile of |error| over the fit split of ``kind``: the band's half-width."""
-    errors = sorted(abs(c.error) for c in cases if c.run.kind == kind and c.run.split == "fit")
+    """The 90th percentile of |error| over the fit split of ``kind`` (mixtures of experts aside): the band's half-width."""
+    # mixture-of-experts runs are not cases like the rest: their band widens by rules.toml [band_widen] moe
+    errors = sorted(abs(c.error) for c in cases if c.run.kind == kind and c.run.split == "fit" and not _is_moe(c.run))
     return errors[min(len(errors) - 1, math.ceil(0.9 * len(errors)) - 1)]
