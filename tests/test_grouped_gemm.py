@@ -48,7 +48,8 @@ def test_tokens_per_expert_by_hand(qwen):
     gate, _ = _expert_kernel(qwen, seq=4096)
     spread = grouped_gemm.at_expert_degree([gate], 8)[0]
     assert grouped_gemm.tokens_per_expert(spread) == 2048 and grouped_gemm.local_experts(spread) == 16
-    assert grouped_gemm.tokens_per_expert(gate) == 256 and grouped_gemm.local_experts(gate) == 128
+    alone = grouped_gemm.at_expert_degree([gate], 1)[0]
+    assert grouped_gemm.tokens_per_expert(alone) == 256 and grouped_gemm.local_experts(alone) == 128
 
 
 def test_grouped_fraction_by_hand(qwen):
@@ -61,7 +62,7 @@ def test_grouped_fraction_by_hand(qwen):
     flops = 2 * 4096 * TOP_K * D_MODEL * D_EXPERT
     assert spread.flops / spread.calls == pytest.approx(flops)
     assert grouped_gemm.grouped_fraction(eff, spread) == pytest.approx(0.5 * flops / (flops + 1e10))
-    small, _ = _expert_kernel(qwen, seq=128)
+    small = grouped_gemm.at_expert_degree([_expert_kernel(qwen, seq=128)[0]], 1)[0]
     flops = 2 * 128 * TOP_K * D_MODEL * D_EXPERT
     assert grouped_gemm.grouped_fraction(eff, small) == pytest.approx(0.5 * flops / (flops + 1e10 * 7 / 127))
 
@@ -77,6 +78,14 @@ def test_each_local_expert_adds_its_time_to_every_call(qwen):
     assert compute == pytest.approx(spread.flops / (peak * 0.5) + 1e-5 * 16 * 3 * LAYERS)
     q_proj = next(k for k in work if k.path.endswith("attn/q_proj"))
     assert estimate.kernel_parts(q_proj, peak, hbm, eff, (1.0, frozenset()), 128)[0] == pytest.approx(q_proj.flops / (peak * 0.5))
+
+
+def test_serving_keeps_routed_gemms_as_one_gemm(qwen):
+    """expert_s is a training framework's (fitted on training runs): a served request's estimate does not move with it."""
+    served = dict(batch=8, prompt=512, output=16)
+    eff = estimate.efficiency("h100-sxm")
+    found = [estimate.serving_estimate(qwen, "h100-sxm", efficiency_data=replace(eff, expert_s=s), **served) for s in (0.0, 1e-3)]
+    assert found[0].ttft.estimate == found[1].ttft.estimate and found[0].tpot.estimate == found[1].tpot.estimate
 
 
 def test_all_to_all_bytes_per_layer_by_hand():

@@ -306,7 +306,7 @@ class Kernel:
     # autograd never records
     passes: tuple[float, float, float] = (1.0, 0.0, 0.0)
     routed: tuple[float, float] | None = None  # a routed expert's projection: (experts, per token) (grouped_gemm)
-    expert_degree: int = 1  # the expert-parallel ranks its experts are split over
+    expert_degree: int | None = None  # a training step's expert-parallel degree: its experts run as grouped GEMMs
 
     @property
     def products(self) -> tuple[tuple[float, float, float], ...]:

@@ -11,7 +11,10 @@ tile), the experts' output tiles share the SMs' waves, and each local expert add
 time to every grouped GEMM call (``expert_s``: its own problem set-up and tail, its own FP8
 scaling where the recipe quantises per expert), a time whatever the dtype's peak. A narrow
 expert with few tokens does little work against that time, so it runs further below the
-dense GEMM's rate. ``expert_s`` is data: ``[moe]`` in the device's file of hardware/efficiency/.
+dense GEMM's rate. ``expert_s`` is data: ``[moe]`` in the device's file of hardware/efficiency/,
+fitted on training frameworks' runs; so a training step's kernels take the grouped model
+(:func:`at_expert_degree`), while a serving engine's fused MoE kernels, of which no measured run
+is to hand, keep their routed GEMMs as one GEMM of all the tokens.
 """
 
 from __future__ import annotations
@@ -51,6 +54,10 @@ def at_expert_degree(work: Sequence["Kernel"], expert: int) -> list["Kernel"]:
     return [replace(k, expert_degree=expert) if k.routed and k.expert_degree != expert else k for k in work]
 
 
+def _grouped(kernel: "Kernel") -> bool:
+    return bool(kernel.routed and kernel.expert_degree)
+
+
 def local_experts(kernel: "Kernel") -> float:
     experts, _ = kernel.routed
     return experts / kernel.expert_degree
@@ -63,8 +70,9 @@ def tokens_per_expert(kernel: "Kernel") -> float:
 
 
 def gemm_rate(eff: "Efficiency", kernel: "Kernel") -> float:
-    """Fraction of the peak a GEMM kernel sustains: a routed expert's as a grouped GEMM, any other as the device's GEMM model."""
-    if kernel.routed:
+    """Fraction of the peak a GEMM kernel sustains: a training step's routed experts' as a grouped GEMM, any other as
+    the device's GEMM model."""
+    if _grouped(kernel):
         return grouped_fraction(eff, kernel)
     return eff.gemm_fraction(kernel.rows, kernel.flops / kernel.calls, kernel.products, kernel.product_weights)
 
@@ -80,4 +88,4 @@ def grouped_fraction(eff: "Efficiency", kernel: "Kernel") -> float:
 
 def expert_seconds(eff: "Efficiency", kernel: "Kernel") -> float:
     """The time the local experts add to the kernel's grouped GEMM calls (none for any other kernel)."""
-    return eff.expert_s * local_experts(kernel) * kernel.calls if kernel.routed else 0.0
+    return eff.expert_s * local_experts(kernel) * kernel.calls if _grouped(kernel) else 0.0
