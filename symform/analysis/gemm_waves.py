@@ -4,7 +4,7 @@ symform.analysis.estimate)."""
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 
 def wave_efficiency(batches: float, rows: float, width: float, tile_m: int, tile_n: int, sms: int) -> float:

@@ -19,8 +19,9 @@ is to hand, keep their routed GEMMs as one GEMM of all the tokens.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from ..engine.model import Model
 
@@ -48,28 +49,28 @@ def _bound(model: Model, expr) -> float:
     return _bind(model, expr)
 
 
-def at_expert_degree(work: Sequence["Kernel"], expert: int) -> list["Kernel"]:
+def at_expert_degree(work: Sequence[Kernel], expert: int) -> list[Kernel]:
     """The kernels of a device in an expert-parallel group of ``expert`` ranks (its routed GEMMs' experts split
     over the ranks, its tokens joined by theirs)."""
     return [replace(k, expert_degree=expert) if k.routed and k.expert_degree != expert else k for k in work]
 
 
-def _grouped(kernel: "Kernel") -> bool:
+def _grouped(kernel: Kernel) -> bool:
     return bool(kernel.routed and kernel.expert_degree)
 
 
-def local_experts(kernel: "Kernel") -> float:
+def local_experts(kernel: Kernel) -> float:
     experts, _ = kernel.routed
     return experts / kernel.expert_degree
 
 
-def tokens_per_expert(kernel: "Kernel") -> float:
+def tokens_per_expert(kernel: Kernel) -> float:
     """Each local expert's rows under balanced routing: the group's rows · top_k spread over n_experts."""
     experts, top_k = kernel.routed
     return kernel.rows * top_k * kernel.expert_degree / experts
 
 
-def gemm_rate(eff: "Efficiency", kernel: "Kernel") -> float:
+def gemm_rate(eff: Efficiency, kernel: Kernel) -> float:
     """Fraction of the peak a GEMM kernel sustains: a training step's routed experts' as a grouped GEMM, any other as
     the device's GEMM model."""
     if _grouped(kernel):
@@ -77,7 +78,7 @@ def gemm_rate(eff: "Efficiency", kernel: "Kernel") -> float:
     return eff.gemm_fraction(kernel.rows, kernel.flops / kernel.calls, kernel.products, kernel.product_weights)
 
 
-def grouped_fraction(eff: "Efficiency", kernel: "Kernel") -> float:
+def grouped_fraction(eff: Efficiency, kernel: Kernel) -> float:
     """Fraction of the peak the grouped GEMM of ``kernel`` (a routed-expert projection) sustains: each local
     expert's rows and output tiles on their own, the group's fixed cost (``half_flops``) once per call."""
     rows = tokens_per_expert(kernel)
@@ -86,6 +87,6 @@ def grouped_fraction(eff: "Efficiency", kernel: "Kernel") -> float:
     return eff.gemm_fraction(rows, kernel.flops / kernel.calls, grouped.products, grouped.product_weights)
 
 
-def expert_seconds(eff: "Efficiency", kernel: "Kernel") -> float:
+def expert_seconds(eff: Efficiency, kernel: Kernel) -> float:
     """The time the local experts add to the kernel's grouped GEMM calls (none for any other kernel)."""
     return eff.expert_s * local_experts(kernel) * kernel.calls if _grouped(kernel) else 0.0
