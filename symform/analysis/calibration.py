@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from functools import cache
@@ -180,6 +181,8 @@ def _efficiency(gpu: str, factors: Mapping[str, Any]) -> estimate.Efficiency:
         eff = replace(eff, half_flops=mine["gemm.half_flops"])
     if "kernel.launch_s" in mine:
         eff = replace(eff, launch_s=mine["kernel.launch_s"])
+    if "moe.expert_s" in mine:
+        eff = replace(eff, expert_s=mine["moe.expert_s"])
     if "links.scale_up.latency_s" in mine:
         links = dict(eff.links)
         links["scale_up"] = replace(links["scale_up"], latency_s=mine["links.scale_up.latency_s"])
@@ -235,9 +238,10 @@ def validate(factors: Mapping[str, Any] | None = None, only: Iterable[Run] | Non
 def _reach(kind: str) -> dict[str, Any]:
     """What the fitted runs of ``kind`` cover (the held-out ones test the band, they do not widen its reach): the
     efficiency files they were measured on (by the file's device), the most devices on each, and the dtypes
-    each device's fitted runs of either kind ran their GEMMs at."""
+    each device's fitted runs of either kind ran their GEMMs at. Mixture-of-experts runs fit only the MoE
+    factors, so they do not count here (``_moe_measured``)."""
     devices: dict[str, dict[str, Any]] = {}
-    fitted = [r for r in runs() if r.split == "fit"]
+    fitted = [r for r in runs() if r.split == "fit" and not _is_moe(r)]
     for run in fitted:
         s = run.setup
         device = estimate.efficiency(s["gpu"]).device
@@ -251,9 +255,14 @@ def _reach(kind: str) -> dict[str, Any]:
     return devices
 
 
+def _is_moe(run: Run) -> bool:
+    return "n_experts" in run_model(run).values
+
+
 @cache
-def _moe_measured(kind: str) -> bool:
-    return any("n_experts" in run_model(r).values for r in runs() if r.kind == kind and r.split == "fit")
+def _moe_measured(kind: str) -> dict[str, int]:
+    """How many fitted mixture-of-experts runs of ``kind`` were measured on each efficiency file (by device)."""
+    return dict(Counter(estimate.efficiency(r.setup["gpu"]).device for r in runs() if r.kind == kind and r.split == "fit" and _is_moe(r)))
 
 
 def extrapolating(kind: str, *, device: str, dtype: str, devices: int, moe: bool, features: Iterable[str] = ()) -> list[tuple[str, str]]:
@@ -267,8 +276,9 @@ def extrapolating(kind: str, *, device: str, dtype: str, devices: int, moe: bool
         found.append(("dtype", f"{dtype} on {device} (its fitted runs: {', '.join(sorted(reach[device]['dtypes']))})"))
     if device in reach and devices > reach[device]["most"]:
         found.append(("scale", f"{devices:,} GPUs ({device}'s fitted {kind} runs reach {reach[device]['most']:,})"))
-    if moe and not _moe_measured(kind):
-        found.append(("moe", f"MoE (no fitted {kind} run of a mixture of experts)"))
+    if moe:  # a few MoE runs inform only the grouped GEMMs' cost; the frameworks' MoE recipes differ far more
+        fitted = _moe_measured(kind).get(device, 0)
+        found.append(("moe", f"MoE ({fitted or 'no'} fitted {kind} run{'s' * (fitted != 1)} of a mixture of experts on {device})"))
     found += [("layout", f"{f} (no fitted run uses it)") for f in features]
     return found
 
@@ -301,17 +311,21 @@ def summarise(cases: list[Case]) -> list[Summary]:
 #: The fitted factors: name, the runs that inform it, and the range searched.
 FITTED: tuple[tuple[str, Callable[[Run], bool], tuple[float, float]], ...] = (
     ("a100-sxm-80gb:gemm.sustained", lambda r: r.setup["gpu"] == "a100-sxm-80gb", (0.4, 1.0)),
-    # the H100's bf16 rate from its training runs; its FP8 serving runs inform the roll-off, launch and latency
-    ("h100-sxm:gemm.sustained", lambda r: r.kind == "training" and r.setup["gpu"] == "h100-sxm", (0.3, 1.0)),
+    # the H100's bf16 rate from its dense training runs; its FP8 serving runs inform the roll-off, launch and latency
+    ("h100-sxm:gemm.sustained", lambda r: r.kind == "training" and r.setup["gpu"] == "h100-sxm" and not _is_moe(r), (0.3, 1.0)),
     # a GEMM of half_flops runs at half the sustained rate: up to 10 GFLOP (a few µs of work)
     ("a100-sxm-80gb:gemm.half_flops", lambda r: r.setup["gpu"] == "a100-sxm-80gb", (0.0, 1e10)),
-    ("rules:fusion.training.fraction", lambda r: r.kind == "training", (0.0, 1.0)),
+    ("rules:fusion.training.fraction", lambda r: r.kind == "training" and not _is_moe(r), (0.0, 1.0)),
     # a kernel's fixed cost: the many small kernels of single-device serving show it (a few µs each),
     # apart from the all-reduces' latency, which the multi-device runs then show
     ("a100-sxm-80gb:kernel.launch_s", lambda r: r.kind == "serving" and r.setup["gpu"] == "a100-sxm-80gb" and r.setup.get("tensor", 1) == 1, (0.0, 20e-6)),
     ("a100-sxm-80gb:links.scale_up.latency_s", lambda r: r.kind == "serving" and r.setup["gpu"] == "a100-sxm-80gb" and r.setup.get("tensor", 1) > 1, (0.5e-6, 40e-6)),
-    ("h100-sxm:gemm.half_flops", lambda r: r.setup["gpu"] == "h100-sxm", (0.0, 4e10)),
+    ("h100-sxm:gemm.half_flops", lambda r: r.setup["gpu"] == "h100-sxm" and not _is_moe(r), (0.0, 4e10)),
     ("h100-sxm:kernel.launch_s", lambda r: r.kind == "serving" and r.setup["gpu"] == "h100-sxm" and r.setup.get("tensor", 1) == 1, (0.0, 20e-6)),
+    # the time each local expert adds to a grouped GEMM call (up to 40 µs), on each device's mixture-of-experts
+    # runs with its dense factors as fitted above
+    ("h100-sxm:moe.expert_s", lambda r: r.setup["gpu"] == "h100-sxm" and _is_moe(r), (0.0, 40e-6)),
+    ("b200:moe.expert_s", lambda r: r.setup["gpu"] == "b200" and _is_moe(r), (0.0, 40e-6)),
 )
 
 
@@ -321,7 +335,8 @@ def gemm_model_factors(model: str | None) -> dict[str, str]:
     devices = sorted({name.split(":", 1)[0] for name, _, _ in FITTED if not name.startswith("rules:")})
     if model is None:
         return {}
-    return {f"{d}:gemm.model": model for d in devices if estimate.efficiency(d).gemm_model != model}
+    # a device whose file holds no fit of that model (b200's factors: the H100's, borrowed) keeps its own
+    return {f"{d}:gemm.model": model for d in devices if estimate.efficiency(d).gemm_model != model and model in estimate.efficiency(d).gemm_fits}
 
 
 def _loss(factors: Mapping[str, Any], chosen: list[Run]) -> float:
@@ -347,6 +362,7 @@ def fit_factors(rounds: int = 2, steps: int = 24, given: Mapping[str, Any] | Non
 
 
 def band(cases: list[Case], kind: str) -> float:
-    """The 90th percentile of |error| over the fit split of ``kind``: the band's half-width."""
-    errors = sorted(abs(c.error) for c in cases if c.run.kind == kind and c.run.split == "fit")
+    """The 90th percentile of |error| over the fit split of ``kind`` (mixtures of experts aside): the band's half-width."""
+    # mixture-of-experts runs are not cases like the rest: their band widens by rules.toml [band_widen] moe
+    errors = sorted(abs(c.error) for c in cases if c.run.kind == kind and c.run.split == "fit" and not _is_moe(c.run))
     return errors[min(len(errors) - 1, math.ceil(0.9 * len(errors)) - 1)]

@@ -39,7 +39,8 @@ from ..engine.budget import quoted
 from ..engine.data import data_root, read_toml
 from ..engine.errors import ConfigError, EvaluationError
 from ..engine.model import Model
-from . import timing
+from . import grouped_gemm, timing
+from .gemm_waves import best_tile_efficiency, wave_efficiency  # noqa: F401  (estimate.wave_efficiency, as before)
 from .hardware import Hardware
 from .finetune import FineTune, kernel_passes, trained_per_device
 from .memory import Layout, params_per_device, tensor_split
@@ -83,6 +84,7 @@ class Efficiency:
     sms: int = 0  # streaming multiprocessors (compute units) a GEMM's tiles spread over
     # another GEMM model's fitted (sustained, half_flops), by model: [gemm.<model>] in the file
     gemm_fits: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    expert_s: float = 0.0  # [moe]: what each local expert adds to a grouped GEMM call, in seconds (symform.analysis.grouped_gemm)
 
     def with_gemm_model(self, model: str) -> "Efficiency":
         """This device under another GEMM model, with that model's fitted sustained fraction and roll-off."""
@@ -140,23 +142,6 @@ class Efficiency:
 GEMM_MODELS = ("rows", "waves")
 
 
-def wave_efficiency(batches: float, rows: float, width: float, tile_m: int, tile_n: int, sms: int) -> float:
-    """The fraction of the SMs' tile slots that do useful work for a product with a ``batches`` × ``rows`` ×
-    ``width`` output. The output is cut into ⌈rows/tile_m⌉·⌈width/tile_n⌉ tiles per batch, each SM working
-    on one at a time; a grid of fewer tiles than SMs has its reduction split among ⌊sms/tiles⌋ of them
-    (split-K), so ⌈tiles·split/sms⌉ waves of ``sms`` slots run, each slot 1/split of a tile's work."""
-    tiles = math.ceil(batches) * math.ceil(rows / tile_m) * math.ceil(width / tile_n)
-    split = max(1, sms // tiles)
-    waves = math.ceil(tiles * split / sms)
-    return batches * rows * width * split / (waves * sms * tile_m * tile_n)
-
-
-def best_tile_efficiency(batches: float, rows: float, width: float, tiles: Sequence[tuple[int, int]], sms: int) -> float:
-    """:func:`wave_efficiency` at the tile that keeps most of the SMs busy: the library's choice among the
-    tile shapes it has kernels for (cuBLAS's heuristics and autotuners choose per problem size)."""
-    return max(wave_efficiency(batches, rows, width, tile_m, tile_n, sms) for tile_m, tile_n in tiles)
-
-
 def _fraction(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
         raise ConfigError(f"{where} is {quoted(value)}; give a fraction in (0, 1]")
@@ -193,6 +178,8 @@ def _parse_efficiency(data: Mapping[str, Any], path: Path) -> Efficiency:
     sources |= {f"gemm.{m}": str(gemm[m].get("source", "")) for m in GEMM_MODELS if isinstance(gemm.get(m), dict)}
     kernel = data.get("kernel", {})
     sources["kernel"] = str(kernel.get("source", NO_KERNEL_DATA)) if kernel else NO_KERNEL_DATA
+    moe = data.get("moe", {})
+    sources["moe"] = str(moe.get("source", NO_MOE_DATA))
     return Efficiency(
         device=str(data.get("device", path.stem)),
         gemm_sustained=_fraction(gemm.get("sustained"), f"{path}: gemm.sustained"),
@@ -203,6 +190,7 @@ def _parse_efficiency(data: Mapping[str, Any], path: Path) -> Efficiency:
         links=links,
         sources=sources,
         launch_s=_positive(kernel.get("launch_s", 0.0), f"{path}: kernel.launch_s"),
+        expert_s=_positive(moe.get("expert_s", 0.0), f"{path}: moe.expert_s"),
         **_gemm_shape_data(gemm, path),
     )
 
@@ -231,6 +219,7 @@ def _is_tile(tile: Any) -> bool:
 
 #: What a device file without a [kernel] section gets: the plain roofline, named as such.
 NO_KERNEL_DATA = "no [kernel] data for this device: no fixed cost per kernel (launch_s = 0)"
+NO_MOE_DATA = "no [moe] data for this device: a grouped GEMM's experts cost nothing beyond their tiles (expert_s = 0)"
 
 
 @cache
@@ -316,6 +305,8 @@ class Kernel:
     # runs all three, a fine-tuning step none of a frozen weight's gradient and only the forward of a leaf
     # autograd never records
     passes: tuple[float, float, float] = (1.0, 0.0, 0.0)
+    routed: tuple[float, float] | None = None  # a routed expert's projection: (experts, per token) (grouped_gemm)
+    expert_degree: int | None = None  # a training step's expert-parallel degree: its experts run as grouped GEMMs
 
     @property
     def products(self) -> tuple[tuple[float, float, float], ...]:
@@ -378,7 +369,8 @@ def kernels(
         runs = tuple(float(p) for p in tuned.get(path, passes))
         calls = sum(runs) * (float(layers_here) if path.startswith("layers/") else 1.0)
         shape = _gemm_shape(model, path, split, workload, context) if kind == "gemm" else None
-        found.append(Kernel(path, kind, float(flops), float(moved), calls, float(rows), shape, runs))
+        routed = grouped_gemm.routed_experts(model, path) if kind == "gemm" else None
+        found.append(Kernel(path, kind, float(flops), float(moved), calls, float(rows), shape, runs, routed))
     return found
 
 
@@ -441,8 +433,8 @@ def kernel_parts(kernel: Kernel, peak: float, hbm: float, eff: Efficiency, fusio
     if kernel.kind == "elementwise":
         t_compute = 0.0
     else:
-        rate = eff.attention_fraction(head_size) if kernel.kind == "attention" else eff.gemm_fraction(kernel.rows, kernel.flops / kernel.calls, kernel.products, kernel.product_weights)
-        t_compute = kernel.flops / (peak * rate)
+        rate = eff.attention_fraction(head_size) if kernel.kind == "attention" else grouped_gemm.gemm_rate(eff, kernel)
+        t_compute = kernel.flops / (peak * rate) + grouped_gemm.expert_seconds(eff, kernel)
     if not t_compute and not t_mem:
         return 0.0, 0.0, 0.0
     return t_compute, t_mem, eff.launch_s * kernel.calls
@@ -644,6 +636,7 @@ def training_estimate(
     peak, hbm = _device_rates(place, dtype)
     if work is None:
         work = kernels(model, "train", workload={"batch": micro_batch, "seq": seq}, tensor=layout.tensor, pipeline=layout.pipeline, attention=attention, recompute=recompute, context=layout.context, finetune=finetune)
+    work = grouped_gemm.at_expert_degree(work, layout.expert)
     fusion, head = _fusion(convention, attention), _head_size(model)
     seconds = [kernel_seconds(k, peak, hbm, eff, fusion, head) for k in work]
     compute = sum(seconds) * bounds.microbatches
@@ -703,6 +696,7 @@ def _factors(eff: Efficiency, convention: str | tuple, band: str) -> dict[str, o
         "attention": {"fraction": {str(k): v for k, v in eff.attention.items()}, "source": eff.sources["attention"]},
         "memory": {"fraction": eff.memory, "source": eff.sources["memory"]},
         "kernel": {"launch_s": eff.launch_s, "source": eff.sources.get("kernel", NO_KERNEL_DATA)},
+        "moe": {"expert_s": eff.expert_s, "source": eff.sources.get("moe", NO_MOE_DATA)},
         "links": {n: {"bus_efficiency": l.bus_efficiency, "latency_s": l.latency_s, "source": eff.sources.get(f"links.{n}", "")} for n, l in eff.links.items()},
         "fusion": {"convention": convention, "fraction": r.fusion[convention][0], "source": r.sources[f"fusion.{convention}"]},
         "overlap": {k: dict(v) for k, v in r.overlap.items()},

@@ -155,7 +155,11 @@ class TimedRunFit:
 
 
 # settings of a timed run that change its memory but that symform's training memory does not take
-_UNMODELLED = {"dtype": ("fp8", "FP8 activations kept at one byte"), "recompute_modules": (None, "per-module recomputation")}
+_UNMODELLED = {
+    "dtype": ("fp8", "FP8 activations kept at one byte"),
+    "recompute_modules": (None, "per-module recomputation"),
+    "model_code": (None, "the framework's own modules (symform declares transformers')"),
+}
 
 
 def timed_run_fit(run: calibration.Run) -> TimedRunFit:
