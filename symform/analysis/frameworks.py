@@ -64,6 +64,7 @@ class Convention(_Strict):
 
     value: int
     source: str
+    precisions: list[str] | None = None  # the precision recipes (formulas/memory.toml) it holds under; None: every one
 
 
 class Overhead(_Strict):
@@ -105,8 +106,9 @@ class Framework(_Strict):
             return False
         return bool(found.value)
 
-    def convention_values(self) -> dict[str, int]:
-        return {name: c.value for name, c in self.conventions.items()}
+    def convention_values(self, precision: str | None = None) -> dict[str, int]:
+        """The conventions it sets for a step at ``precision`` (one that names its recipes holds under those alone)."""
+        return {name: c.value for name, c in self.conventions.items() if c.precisions is None or precision in c.precisions}
 
     def outside_allocator(self) -> set[str]:
         return {o.name for o in self.overheads if o.outside_allocator}
@@ -118,11 +120,15 @@ class Framework(_Strict):
             "doc": self.doc,
             "selective": f"{self.selective.policy}: {self.selective.doc}" if self.selective else "none: the framework recomputes whole blocks or nothing",
             **({"loss": f"{self.loss.doc} ({self.loss.source})"} if self.loss else {}),
-            **({"conventions": {k: f"{c.value} ({c.source})" for k, c in self.conventions.items()}} if self.conventions else {}),
+            **({"conventions": {k: f"{c.value}{_only_under(c)} ({c.source})" for k, c in self.conventions.items()}} if self.conventions else {}),
             "defaults": {k: v["value"] for k, v in self.defaults.model_dump(exclude_none=True).items()},
             "overheads": {o.name: f"{o.doc} ({o.source})" for o in self.overheads},
             **({"not_modelled": list(self.not_modelled)} if self.not_modelled else {}),
         }
+
+
+def _only_under(c: Convention) -> str:
+    return f" with --precision {' or '.join(c.precisions)}" if c.precisions is not None else ""
 
 
 @cache
@@ -149,9 +155,10 @@ def framework(name: str | None) -> Framework | None:
     return table[name]
 
 
-def under(model: Model, fw: Framework | None, act_bytes: int) -> Model:
-    """The model as a training step under ``fw`` counts it: activations in ``act_bytes``, the framework's conventions."""
-    return model.with_conventions(act_bytes=act_bytes, **(fw.convention_values() if fw else {}))
+def under(model: Model, fw: Framework | None, act_bytes: int, precision: str | None = None) -> Model:
+    """The model as a training step under ``fw`` counts it: activations in ``act_bytes``, the framework's conventions
+    at ``precision`` (the recipe's name: FP8 steps keep their linears' inputs in FP8 under Transformer Engine)."""
+    return model.with_conventions(act_bytes=act_bytes, **(fw.convention_values(precision) if fw else {}))
 
 
 def unit_params(model: Model, tensor: int = 1, expert: int = 1) -> int:

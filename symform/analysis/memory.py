@@ -563,7 +563,7 @@ def training_expressions(model: Model, setup: Training = Training()) -> tuple[di
     optimizer = _pick(recipes().optimizer, setup.optimizer, "optimizer")
     layout = setup.layout
     fw = frameworks.framework(setup.framework)
-    model = frameworks.under(model, fw, precision.act)
+    model = frameworks.under(model, fw, precision.act, setup.precision)
     state_bytes = optimizer_state_bytes(precision, optimizer)
     recompute = fw.recompute_mode(setup.recompute) if fw else setup.recompute
     if setup.recompute not in RECOMPUTE:

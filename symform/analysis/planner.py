@@ -156,7 +156,7 @@ def memory_per_device(model: Model, c: Candidates, *, seq: int, global_batch: in
     with the ``framework``'s selective recomputation and overheads (formulas/frameworks; not for fine-tuning)."""
     recipe = recipes().precision[precision]
     fw = frameworks.framework(framework) if finetune is None else None
-    model = frameworks.under(model, fw, recipe.act)
+    model = frameworks.under(model, fw, recipe.act, precision)
     static, params = static_per_device(model, c, precision=precision, optimizer=optimizer, finetune=finetune)
     microbatches = global_batch / (c.micro_batch * c.data)
     in_flight = np.minimum(c.pipeline, microbatches)
