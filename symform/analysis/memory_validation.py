@@ -172,7 +172,7 @@ def timed_run_fit(run: calibration.Run) -> TimedRunFit:
     )  # fmt: skip
     setup = Training(precision=timed_precision(s), recompute=s.get("recompute", "none"), flash=s.get("attention", "sdpa") != "eager", layout=layout, framework=fw.name)
     report = training_memory(calibration.run_model(run), batch=s["micro_batch"], seq=s["seq"], setup=setup)
-    unmodelled = tuple(why for key, (value, why) in _UNMODELLED.items() if key in s and (value is None or s[key] == value))
+    unmodelled = tuple(why for key, (value, why) in _UNMODELLED.items() if key in s and (value is None or s[key] == value)) + tuple(fw.not_modelled)
     return TimedRunFit(run, fw.name, float(report.total), float(load_device(s["gpu"]).memory_bytes), unmodelled)
 
 
