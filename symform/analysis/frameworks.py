@@ -67,6 +67,14 @@ class Convention(_Strict):
     precisions: list[str] | None = None  # the precision recipes (formulas/memory.toml) it holds under; None: every one
 
 
+class ModuleRecompute(_Strict):
+    """One of the framework's recomputable modules: the saved_activations_when mode that counts what it frees."""
+
+    mode: str
+    doc: str
+    source: str
+
+
 class Overhead(_Strict):
     name: str
     doc: str
@@ -85,6 +93,7 @@ class Framework(_Strict):
     selective: Selective | None = None  # None: the framework has no selective mode
     loss: Loss | None = None
     conventions: dict[str, Convention] = Field(default_factory=dict)
+    recompute_modules: dict[str, ModuleRecompute] = Field(default_factory=dict)  # by the framework's own module names
     overheads: list[Overhead] = Field(default_factory=list)
     not_modelled: list[str] = Field(default_factory=list)
 
@@ -123,6 +132,7 @@ class Framework(_Strict):
             **({"conventions": {k: f"{c.value}{_only_under(c)} ({c.source})" for k, c in self.conventions.items()}} if self.conventions else {}),
             "defaults": {k: v["value"] for k, v in self.defaults.model_dump(exclude_none=True).items()},
             "overheads": {o.name: f"{o.doc} ({o.source})" for o in self.overheads},
+            **({"recompute_modules": {k: f"{m.doc} ({m.source})" for k, m in self.recompute_modules.items()}} if self.recompute_modules else {}),
             **({"not_modelled": list(self.not_modelled)} if self.not_modelled else {}),
         }
 
@@ -159,6 +169,24 @@ def under(model: Model, fw: Framework | None, act_bytes: int, precision: str | N
     """The model as a training step under ``fw`` counts it: activations in ``act_bytes``, the framework's conventions
     at ``precision`` (the recipe's name: FP8 steps keep their linears' inputs in FP8 under Transformer Engine)."""
     return model.with_conventions(act_bytes=act_bytes, **(fw.convention_values(precision) if fw else {}))
+
+
+def module_modes(fw: Framework | None, modules: tuple[str, ...], recompute: str) -> tuple[str, tuple[str, ...]]:
+    """The recomputation mode and the further declared modes a per-module recomputation list reads: the list replaces
+    the framework's selective default (Megatron-Core's recompute_modules, default ["core_attn"]), so a module whose
+    mode is that selective mode keeps it and the others add theirs."""
+    if not modules:
+        return recompute, ()
+    if fw is None or not fw.recompute_modules:
+        raise EvaluationError(f"{fw.name if fw else 'no framework'} has no per-module recomputation; give --framework megatron or no recompute modules")
+    unknown = [m for m in modules if m not in fw.recompute_modules]
+    if unknown:
+        raise EvaluationError(f"recompute module {unknown[0]!r} is not counted under {fw.name}; choose among {', '.join(fw.recompute_modules)}")
+    if recompute not in ("none", POLICY_MODES.get(fw.selective.policy if fw.selective else "", "")):
+        raise EvaluationError(f"recompute modules go with --recompute none or selective, not {recompute!r}")
+    modes = tuple(dict.fromkeys(fw.recompute_modules[m].mode for m in modules))
+    selective = tuple(m for m in modes if m in POLICY_MODES.values())
+    return (selective[0] if selective else "none"), tuple(m for m in modes if m not in POLICY_MODES.values())
 
 
 def unit_params(model: Model, tensor: int = 1, expert: int = 1) -> int:

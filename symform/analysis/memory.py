@@ -23,6 +23,7 @@ import sympy
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..engine import html_table
+from ..engine.declarations import PARTS
 from ..engine.derivation import derivation
 from ..engine.data import formulas_dir, read_toml
 from ..engine.errors import DeclarationError, EvaluationError, describe_validation
@@ -357,14 +358,15 @@ def matmul_rate(stored: StoredFormat | None, rates: Mapping[str, object], given:
 # --- activations ------------------------------------------------------------------------
 
 
-def _modes(recompute: str, flash: bool) -> tuple[str, ...]:
+def _modes(recompute: str, flash: bool, also: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The declared modes in force: the recomputation's, ``also`` (a framework's per-module recomputation), flash."""
     if recompute not in RECOMPUTE and recompute not in REBUILDING:
         raise EvaluationError(f"unknown recomputation {recompute!r}; choose one of {', '.join(RECOMPUTE)}")
-    return tuple(m for m in ((recompute if recompute != "none" else None), ("flash" if flash else None)) if m)
+    return tuple(m for m in ((recompute if recompute != "none" else None), *also, ("flash" if flash else None)) if m)
 
 
 def saved_activations(
-    model: Model, *, recompute: str = "none", flash: bool = False, kept_by: Callable[[str, sympy.Expr], sympy.Expr] | None = None
+    model: Model, *, recompute: str = "none", flash: bool = False, kept_by: Callable[[str, sympy.Expr], sympy.Expr] | None = None, also: tuple[str, ...] = ()
 ) -> tuple[sympy.Expr, sympy.Expr, dict[str, sympy.Expr]]:
     """What one forward keeps for backward, with recomputation and fused attention applied top-down.
 
@@ -374,7 +376,7 @@ def saved_activations(
     (node path, what the node keeps as declared) → what it keeps instead, for
     every primitive and recomputed or fused unit: fine-tuning's frozen weights.
     """
-    modes = _modes(recompute, flash)
+    modes = _modes(recompute, flash, also)
     if kept_by is not None:  # fine-tuning's own accounting: not shared with other callers
         return _saved_activations.uncached(model, modes, kept_by)
     total, transient, by_component = _saved_activations(model, modes, _as_declared)  # the planner asks for each layout it reworks
@@ -409,6 +411,9 @@ def _saved_activations(
             return kept_by(node, data["saved_when"]["full"] + _saved_op_outputs(graph, node, "flash" in modes))
         for mode in modes:
             if mode in data["saved_when"]:
+                if PARTS in data["saved_when"][mode].free_symbols:  # the parts' sum less what this mode recomputes
+                    rest = tuple(m for m in modes if m != mode)
+                    return data["saved_when"][mode].xreplace({PARTS: kept(node, rest)})
                 if mode in REBUILDING:  # backward rebuilds the unit's activations (fused kernels still fused)
                     transients.append(kept(node, tuple(m for m in modes if m not in REBUILDING)))
                 return kept_by(node, data["saved_when"][mode])
@@ -554,6 +559,7 @@ class Training:
     flash: bool = True  # FlashAttention/SDPA, as time, roofline and plan assume; False: eager attention
     layout: Layout = Layout()
     framework: str | None = None  # formulas/frameworks: its selective policy, buffers and overheads; None: the declared tensors alone
+    recompute_modules: tuple[str, ...] = ()  # the framework's per-module recomputation (Megatron-Core's recompute_modules)
 
 
 def training_expressions(model: Model, setup: Training = Training()) -> tuple[dict[str, sympy.Expr], dict[str, sympy.Expr], dict[str, object]]:
@@ -568,7 +574,8 @@ def training_expressions(model: Model, setup: Training = Training()) -> tuple[di
     recompute = fw.recompute_mode(setup.recompute) if fw else setup.recompute
     if setup.recompute not in RECOMPUTE:
         raise EvaluationError(f"unknown recomputation {setup.recompute!r}; choose one of {', '.join(RECOMPUTE)}")
-    kept, transient, by_component = saved_activations(model, recompute=recompute, flash=setup.flash)
+    recompute, also = frameworks.module_modes(fw, setup.recompute_modules, recompute)
+    kept, transient, by_component = saved_activations(model, recompute=recompute, flash=setup.flash, also=also)
     static = _layout_static_lines(model, layout, precision, optimizer)
     others = {"activations": _activations_per_device(kept, model, layout), **backward_categories(model, transient, layout)}
     components = {k: _activations_per_device(v, model, layout) for k, v in by_component.items()}
@@ -580,6 +587,7 @@ def training_expressions(model: Model, setup: Training = Training()) -> tuple[di
         "optimizer_states": optimizer.states,
         "act_bytes": precision.act,
         "recompute": setup.recompute,
+        **({"recompute_modules": list(setup.recompute_modules)} if setup.recompute_modules else {}),
         "flash_attention": setup.flash,
         "attention": attention_accounting(setup.flash),
         **backward_peak_assumptions(layout),

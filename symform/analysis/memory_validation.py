@@ -156,7 +156,6 @@ class TimedRunFit:
 
 # settings of a timed run that change its memory but that symform's training memory does not take
 _UNMODELLED = {
-    "recompute_modules": (None, "per-module recomputation"),
     "model_code": (None, "the framework's own modules (symform declares transformers')"),
 }
 
@@ -170,7 +169,10 @@ def timed_run_fit(run: calibration.Run) -> TimedRunFit:
         sequence=fw.default("sequence_parallel", s.get("sequence_parallel"), base.tensor),
         distributed_optimizer=base.zero == 0 and fw.default("distributed_optimizer", None),
     )  # fmt: skip
-    setup = Training(precision=timed_precision(s), recompute=s.get("recompute", "none"), flash=s.get("attention", "sdpa") != "eager", layout=layout, framework=fw.name)
+    setup = Training(
+        precision=timed_precision(s), recompute=s.get("recompute", "none"), flash=s.get("attention", "sdpa") != "eager", layout=layout, framework=fw.name,
+        recompute_modules=tuple(s.get("recompute_modules", ())),
+    )  # fmt: skip
     report = training_memory(calibration.run_model(run), batch=s["micro_batch"], seq=s["seq"], setup=setup)
     unmodelled = tuple(why for key, (value, why) in _UNMODELLED.items() if key in s and (value is None or s[key] == value)) + tuple(fw.not_modelled)
     return TimedRunFit(run, fw.name, float(report.total), float(load_device(s["gpu"]).memory_bytes), unmodelled)

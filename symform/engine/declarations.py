@@ -29,6 +29,8 @@ from .names import is_identifier
 from .safe_expr import parse
 from .vocabulary import Vocabulary, default_vocabulary, make_symbol
 
+PARTS = sympy.Symbol("parts", nonnegative=True)  # in a saved_activations_when expression: what the parts keep otherwise
+
 QUANTITIES = ("params", "active_params", "forward_flops", "backward_flops", "bytes_moved", "saved_activations", "kv_cache", "recurrent_state")
 # What a primitive's quantity is when it does not declare it, in terms of the others.
 QUANTITY_DEFAULTS = {"active_params": "params", "backward_flops": "bwd_mult*forward_flops", "kv_cache": "0", "recurrent_state": "0"}
@@ -98,7 +100,8 @@ class ComponentDecl(BaseModel):
     # (the loss's logits gradients); the training memory counts the largest
     backward_peak: Scalar | None = None
     # what the component keeps for backward instead of its parts' sum, in a named mode of running it:
-    # recomputed from its inputs ("selective", "full") or as one fused kernel ("flash")
+    # recomputed from its inputs ("selective", "full") or as one fused kernel ("flash"); the expression may name
+    # `parts`, what its parts keep in the other modes (a mode that recomputes some of their tensors subtracts them)
     saved_activations_when: dict[str, Scalar] = Field(default_factory=dict)
     # a primitive with weights: its quantities when those weights are frozen (fine-tuning), and the
     # components that are its adapters, by method ({ lora = "lora_adapter" })
@@ -317,7 +320,7 @@ def _build_component(name: str, decl: ComponentDecl, vocabulary: Vocabulary, bas
         assumptions=MappingProxyType(assumptions),
         parts=tuple(parts),
         quantities=MappingProxyType(exprs),
-        saved_when=MappingProxyType({**(base.saved_when if base else {}), **{m: parse(v, names) for m, v in decl.saved_activations_when.items()}}),
+        saved_when=MappingProxyType({**(base.saved_when if base else {}), **{m: parse(v, {**names, "parts": PARTS}) for m, v in decl.saved_activations_when.items()}}),
         kind=decl.kind if decl.kind is not None else base.kind if base else None,
         switches=_switches(decl, args, base),
         frozen=_frozen(decl, names, exprs),

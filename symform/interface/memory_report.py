@@ -115,6 +115,7 @@ def setup_arguments(p: argparse.ArgumentParser) -> None:
     train = p.add_argument_group("training")
     recipe_arguments(train)
     train.add_argument("--zero", type=int, default=0, choices=(0, 1, 2, 3), help="ZeRO stage over the data-parallel ranks")
+    train.add_argument("--recompute-modules", type=lambda text: tuple(m.strip() for m in text.split(",") if m.strip()), default=(), metavar="A,B", help="the framework's modules to recompute (Megatron-Core's recompute_modules: core_attn, layernorm, moe_act, mla_up_proj); replaces --recompute selective's default")
     train.add_argument("--distributed-optimizer", action=argparse.BooleanOptionalAction, default=None, help="Megatron's distributed optimizer (optimizer states sharded like ZeRO-1; default: the framework's)")
     for name, help in (("dp", "data"), ("pp", "pipeline"), ("ep", "expert"), ("cp", "context")):
         train.add_argument(f"--{name}", type=positive_int, default=1, help=f"{help}-parallel degree")
@@ -179,7 +180,10 @@ def _layout(args: argparse.Namespace) -> Layout:
 
 
 def _training(args: argparse.Namespace) -> Training:
-    return Training(precision=args.precision, optimizer=args.optimizer, recompute=args.recompute, flash=uses_flash(args), layout=_layout(args), framework=framework_name(args))
+    return Training(
+        precision=args.precision, optimizer=args.optimizer, recompute=args.recompute, flash=uses_flash(args), layout=_layout(args), framework=framework_name(args),
+        recompute_modules=getattr(args, "recompute_modules", ()),
+    )  # fmt: skip
 
 
 def _inference(args: argparse.Namespace) -> Inference:
