@@ -37,7 +37,8 @@ def test_torchtitan_8b_on_8_and_128_gpus_differ_by_the_sharded_states():
 
 def test_every_timed_run_predicted_not_to_fit_names_the_setting_symform_does_not_count():
     """A published training run that ran fits its devices. Where symform's memory says it does not, the run must use
-    a setting the memory model does not take yet (FP8 activations, per-module recomputation): any other miss is a bug."""
+    a setting the memory model does not take yet (the framework's own modules where symform declares transformers'):
+    any other miss is a bug."""
     from symform.analysis.memory_validation import timed_run_fits
 
     fits = timed_run_fits()
