@@ -57,10 +57,14 @@ def symbols_for(fields: list[str]) -> dict[str, str]:
     return result
 
 
-def declaration_text(fitted: Fitted, name: str, origin: str) -> str:
-    symbols = symbols_for(sorted(fitted.fields))
-    writer = _Writer(name, {sympy.Symbol(f): sympy.Symbol(s) for f, s in symbols.items()})
+def declaration_text(fitted: Fitted, name: str, origin: str) -> tuple[str, list[str]]:
+    """The declaration file's text and the config fields its [model.bind] reads."""
+    heads = attention_fields(fitted.config)
+    symbols = symbols_for(sorted({*fitted.fields, *heads.values()}))
+    writer = _Writer(name, {sympy.Symbol(f): sympy.Symbol(s) for f, s in symbols.items()}, {role: symbols[f] for role, f in heads.items()})
     root = writer.component(fitted.tree, fitted.model_class)
+    used = writer.used(fitted.tree)
+    bound = sorted(f for f in symbols if symbols[f] in used)
     vocabulary = default_library().vocabulary
     lines = [
         f"# {fitted.model_class} as symform import read it from {origin} (transformers' module tree on the meta device).",
@@ -73,16 +77,16 @@ def declaration_text(fitted: Fitted, name: str, origin: str) -> str:
         f"doc = {_string(f'transformers {fitted.model_class}, imported')}",
         "",
         "[model.bind]  # each argument of the root from the config's fields",
-        *(f"{symbols[f]} = {_string(f)}" for f in sorted(fitted.fields)),
+        *(f"{symbols[f]} = {_string(f)}" for f in bound),
         "",
     ]
-    for field in sorted(fitted.fields):
+    for field in bound:
         symbol = symbols[field]
         if symbol not in vocabulary.entries:
             lines += [f"[symbols.{symbol}]", f"latex = {_string(_latex(field))}", 'kind = "architecture"', f"description = {_string(f'the config field {field}')}", ""]
     lines += writer.lines
-    lines += ["", "[model.transformers]  # the config: symform check builds transformers' model from it", *_table(_plain(fitted.config))]
-    return "\n".join(lines) + "\n"
+    lines += ["", "[model.transformers]  # the config: symform check builds transformers' model from it", *_table(_plain(_token_ids_kept(fitted.config, fitted.defaults)))]
+    return "\n".join(lines) + "\n", bound
 
 
 def _latex(field: str) -> str:
@@ -92,9 +96,10 @@ def _latex(field: str) -> str:
 class _Writer:
     """Components for a tree's modules: one per distinct module, named after its class."""
 
-    def __init__(self, prefix: str, symbols: dict[sympy.Symbol, sympy.Symbol]):
+    def __init__(self, prefix: str, symbols: dict[sympy.Symbol, sympy.Symbol], heads: dict[str, str]):
         self.prefix = _snake(prefix)
         self.symbols = symbols
+        self.heads = heads  # "heads" (and "kv") -> the symbols of the query (and key/value) head counts
         self.names: dict[tuple, str] = {}
         self.taken = set(default_library().components)
         self.lines: list[str] = []
@@ -107,7 +112,8 @@ class _Writer:
             return {str(s.subs(self.symbols)) for d in tree[3] for s in sympy.sympify(d).free_symbols}
         if tree[0] == "group":
             return {str(s.subs(self.symbols)) for count, _ in tree[1] for s in sympy.sympify(count).free_symbols} | {n for _, e in tree[1] for n in self.used(e)}
-        return {n for _, part in tree[2] for n in self.used(part)}
+        core = self._attention(tree)
+        return {n for _, part in tree[2] for n in self.used(part)} | (set(core[0]["with"].values()) & set(self.heads.values()) if core else set())
 
     def component(self, tree: tuple, cls: str) -> str:
         if tree in self.names:
@@ -118,6 +124,8 @@ class _Writer:
         parts: list[list[str]] = []
         for part, child in tree[2]:
             parts += self._parts(_identifier(part), child)
+        for extra in self._attention(tree) or ():
+            parts.append([f"name = {_string(extra['name'])}", f"use = {_string(extra['use'])}", f"with = {_inline(extra['with'])}"])
         args = sorted(self.used(tree))
         block = [f"[components.{name}]", f"doc = {_string(f'transformers {cls} (imported)')}", f"args = {json.dumps(args)}"]
         for part in parts:
@@ -164,12 +172,51 @@ class _Writer:
             return [[*lines, f"repeat = {_ZERO_PARAMS}" if repeat is None else f'repeat = {{ default = {_string(repeat)}, params = "0", active_params = "0" }}']]
         return [[*lines, *_repeat(repeat)]]
 
+    def _attention(self, tree: tuple) -> list[dict] | None:
+        """For a module named *Attention with query, key and value projections (or one fused), the score and
+        context products of its heads and the keys and values it caches: eager attention over every key.
+        None where its projections or head counts are not found (its parameters are counted all the same)."""
+        if tree[0] != "module" or not tree[1].lower().endswith("attention") or "heads" not in self.heads or "cross" in tree[1].lower():
+            return None
+        widths = {name.removeprefix("p_"): sympy.sympify(part[3][1]) for name, part in tree[2] if part[0] == "leaf" and part[1] == "linear"}
+        q, k, v = (next((widths[n] for n in names if n in widths), None) for names in _QKV)
+        heads = sympy.Symbol(self.heads["heads"])
+        kv = sympy.Symbol(self.heads.get("kv", self.heads["heads"]))
+        fused = next((widths[n] for n in _FUSED if n in widths), None)
+        if q is not None and k is not None and v is not None:
+            q, k, v = (sympy.sympify(x).subs(self.symbols) for x in (q, k, v))
+            d_qk, d_v = sympy.simplify(q / heads), sympy.simplify(v / kv)
+            width = k + v
+        elif fused is not None:
+            d_qk = d_v = sympy.simplify(sympy.sympify(fused).subs(self.symbols) / (heads + 2 * kv))
+            width = 2 * kv * d_qk
+        else:
+            return None
+        core = {"n_heads": str(heads), "d_qk": str(d_qk), "d_v": str(d_v), "n_kv_heads": str(kv)}
+        return [{"name": "core", "use": "attention_core", "with": core}, {"name": "kv_cache", "use": "kv_cache", "with": {"width": str(sympy.simplify(width))}}]
+
     def _fresh(self, name: str) -> str:
         candidate, n = name, 2
         while candidate in self.taken:
             candidate, n = f"{name}_{n}", n + 1
         self.taken.add(candidate)
         return candidate
+
+
+_QKV = (("q_proj", "q", "query", "wq", "q_lin", "q_attn"), ("k_proj", "k", "key", "wk", "k_lin"), ("v_proj", "v", "value", "wv", "v_lin"))
+_FUSED = ("qkv_proj", "query_key_value", "c_attn", "Wqkv", "qkv", "W_pack", "wqkv", "att_proj")
+
+
+def attention_fields(config: Mapping[str, Any]) -> dict[str, str]:
+    """The config fields of the query heads and, where it has one, the key/value heads."""
+    from .module_import import HEADS, KV_HEADS
+
+    found = {}
+    for role, names in (("heads", HEADS), ("kv", KV_HEADS)):
+        field = next((f for f in names if isinstance(config.get(f), int) and not isinstance(config.get(f), bool)), None)
+        if field is not None:
+            found[role] = field
+    return found
 
 
 def _repeat(repeat: str | None) -> list[str]:
@@ -193,6 +240,13 @@ def _string(text: str) -> str:
 
 def _inline(table: Mapping[str, str]) -> str:
     return "{ " + ", ".join(f"{k} = {_string(v)}" for k, v in table.items()) + " }"
+
+
+def _token_ids_kept(config: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """TOML has no null, and an absent field is the config class's default: a null token id whose default is a
+    token (past a small vocabulary, where an embedding's padding row cannot be) is written as token 0, which
+    changes no size."""
+    return {k: 0 if v is None and k.endswith(("_token_id", "_token_ids")) and defaults.get(k) is not None else v for k, v in config.items()}
 
 
 def _plain(value: Any) -> Any:

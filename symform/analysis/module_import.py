@@ -87,6 +87,7 @@ class Fitted:
     config: dict[str, Any]  # the full config (transformers' defaults filled in), as the declaration records it
     fields: dict[str, int]  # the fields the expressions read -> their values in the config
     parameters: int  # numel() summed over the model's parameters, from the module itself
+    defaults: dict[str, Any]  # the config class's own defaults (what an absent field reads as)
     builds: int  # how many times the model was built on the meta device
 
 
@@ -109,6 +110,13 @@ def full_config(transformers: Any, config: Mapping[str, Any], origin: str) -> di
     if type(hf) not in transformers.MODEL_FOR_CAUSAL_LM_MAPPING:
         raise ImportRefused(f"{origin}: transformers has no causal-LM class for model_type {model_type!r}; symform import reads causal language models")
     return json.loads(json.dumps(hf.to_dict(), default=str))
+
+
+def class_defaults(transformers: Any, model_type: str) -> dict[str, Any]:
+    try:
+        return json.loads(json.dumps(transformers.AutoConfig.for_model(model_type).to_dict(), default=str))
+    except Exception:  # noqa: BLE001 - a config class that needs arguments has no defaults to fall back on
+        return {}
 
 
 def _reason(error: Exception) -> str:
@@ -225,7 +233,8 @@ def _fit(torch: Any, transformers: Any, config: dict[str, Any], origin: str) -> 
                 depends[slot].add(atom)
     expressions = [_interpolate(slot, depends[slot], names, atoms, numbers_at, labels, origin) for slot in range(len(base))]
     _verify(builder, atoms, names, base_skeleton, expressions, labels, origin)
-    return _fitted(atoms, config, module, base_skeleton, base_numbers, expressions, labels, parameters, builder.builds, origin)
+    defaults = class_defaults(transformers, config["model_type"])
+    return _fitted(atoms, config, module, base_skeleton, base_numbers, expressions, labels, parameters, defaults, builder.builds, origin)
 
 
 def _accepted_atoms(builder: _Builder, config: dict[str, Any], skeleton: tuple) -> Atoms:
@@ -286,7 +295,7 @@ def _verify(builder: _Builder, atoms: Atoms, names: list[str], skeleton: tuple, 
             raise ImportRefused(f"{origin}: {labels[slot]} follows no product of config fields (it is {actual} where they predict {expression.subs(substitution)}); symform import cannot bind it")
 
 
-def _fitted(atoms: Atoms, config, module, skeleton, numbers, expressions, labels, parameters: int, builds: int, origin: str) -> Fitted:
+def _fitted(atoms: Atoms, config, module, skeleton, numbers, expressions, labels, parameters: int, defaults: dict, builds: int, origin: str) -> Fitted:
     """The expressions written over config fields and checked at the config's own values."""
     over_fields = {sympy.Symbol(a): atoms.as_fields(a) for a in atoms.names}
     written = [sympy.simplify(e.subs(over_fields)) if e.free_symbols else e for e in expressions]
@@ -295,7 +304,7 @@ def _fitted(atoms: Atoms, config, module, skeleton, numbers, expressions, labels
         if expression.subs(own) != actual:
             raise ImportRefused(f"{origin}: {labels[slot]} is {actual} in the config's model but {expression} = {expression.subs(own)}; symform import cannot bind it")
     used = sorted({str(s) for e in written for s in e.free_symbols})
-    return Fitted(refill(skeleton, written), type(module).__name__, config, {f: config[f] for f in used}, parameters, builds)
+    return Fitted(refill(skeleton, written), type(module).__name__, config, {f: config[f] for f in used}, parameters, defaults, builds)
 
 
 def rational(value: Fraction | int) -> sympy.Rational:

@@ -32,14 +32,14 @@ def import_command(args: argparse.Namespace) -> str:
     if not re.fullmatch(r"[A-Za-z0-9_.-]{1,100}", name):
         raise ConfigError(f"--name {name[:40]!r}: give letters, digits, '_', '-' or '.' (at most 100)")
     fitted = fit(config, origin)
-    text = declaration_text(fitted, name, origin)
+    text, bound = declaration_text(fitted, name, origin)
     if args.out:
         _write(Path(args.out), text)
     if args.json:
-        summary = {"model": name, "class": fitted.model_class, "parameters": fitted.parameters, "fields": fitted.fields, "builds": fitted.builds, "out": args.out}
+        summary = {"model": name, "class": fitted.model_class, "parameters": fitted.parameters, "fields": {f: fitted.config[f] for f in bound}, "builds": fitted.builds, "out": args.out}
         return json.dumps(summary if args.out else {**summary, "text": text})
     if args.out:
-        return f"wrote {args.out}: {fitted.model_class}, {fitted.parameters:,} parameters, sizes bound to {', '.join(sorted(fitted.fields)) or 'no field'}"
+        return f"wrote {args.out}: {fitted.model_class}, {fitted.parameters:,} parameters, sizes bound to {', '.join(bound) or 'no field'}"
     return text.rstrip("\n")
 
 
