@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import json
+import warnings
 from dataclasses import dataclass
 from fractions import Fraction
 from itertools import combinations
@@ -104,7 +105,9 @@ def full_config(transformers: Any, config: Mapping[str, Any], origin: str) -> di
     if not isinstance(model_type, str) or model_type not in known:
         raise ImportRefused(f"{origin}: model_type {str(model_type)[:60]!r} is not one transformers {transformers.__version__} knows; give the config.json of a transformers model")
     try:
-        hf = transformers.AutoConfig.for_model(**copy.deepcopy(dict(config)))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            hf = transformers.AutoConfig.for_model(**copy.deepcopy(dict(config)))
     except Exception as e:  # noqa: BLE001 - transformers' config classes raise anything on bad values
         raise ImportRefused(f"{origin}: transformers refuses this {model_type} config ({_reason(e)})") from None
     if type(hf) not in transformers.MODEL_FOR_CAUSAL_LM_MAPPING:
@@ -129,19 +132,23 @@ class _Builder:
 
     def __init__(self, torch: Any, transformers: Any, config: dict[str, Any]):
         self.torch, self.transformers, self.config, self.builds = torch, transformers, config, 0
+        self.failure = ""  # why transformers refused the last probe it refused
 
     def model(self, changes: Mapping[str, int]):
         config = _with_token_ids_in_range({**copy.deepcopy(self.config), **changes})
         self.builds += 1
-        hf = self.transformers.AutoConfig.for_model(**config)
-        with self.torch.device("meta"):
-            return self.transformers.AutoModelForCausalLM.from_config(hf, attn_implementation="eager")
+        with warnings.catch_warnings():  # transformers' advice on a probe's odd sizes is not the user's concern
+            warnings.simplefilter("ignore")
+            hf = self.transformers.AutoConfig.for_model(**config)
+            with self.torch.device("meta"):
+                return self.transformers.AutoModelForCausalLM.from_config(hf, attn_implementation="eager")
 
     def tree(self, changes: Mapping[str, int]) -> tuple | None:
         """The tree's skeleton, sizes and labels, or None where transformers cannot build the model so changed."""
         try:
             module = self.model(changes)
-        except Exception:  # noqa: BLE001 - a probe transformers refuses is a probe not taken
+        except Exception as e:  # noqa: BLE001 - a probe transformers refuses is a probe not taken
+            self.failure = _reason(e)
             return None
         return flatten(describe(module, self.torch))
 
@@ -185,11 +192,16 @@ def _atom_groups(config: Mapping[str, Any]) -> list[dict[str, dict[str, int]]]:
 
 
 def _assign(atoms: list[str], layers: frozenset[str], offset: int) -> dict[str, int]:
-    """Distinct values for the atoms: primes (or small layer counts), a different set for each offset."""
-    values, primes = {}, iter(_PRIMES[offset * 64 :])
+    """Distinct values for the atoms: primes (or small layer counts), a different set for each offset; a head's
+    width is 8 times a prime, since rotary positions turn pairs of its dimensions (of a half or a quarter of it)."""
+    values, primes = {}, iter(_PRIMES[offset * len(atoms) :])
     for atom in atoms:
-        values[atom] = _LAYER_VALUES[offset] if atom in layers else next(primes)
+        values[atom] = _LAYER_VALUES[offset] if atom in layers else next(primes) * (8 if _is_head_width(atom) else 1)
     return values
+
+
+def _is_head_width(atom: str) -> bool:
+    return atom == "@D" or any(word in atom for word in ("head_dim", "rotary_dim", "head_size", "kv_channels"))
 
 
 def fit(config: Mapping[str, Any], origin: str) -> Fitted:
@@ -220,7 +232,8 @@ def _fit(torch: Any, transformers: Any, config: dict[str, Any], origin: str) -> 
             chosen = {a: (_assign(names, atoms.layers, 1)[a] if a in flipped else _assign(names, atoms.layers, 0)[a]) for a in names}
             built = builder.tree(atoms.values(chosen))
             if built is None or built[0] != base_skeleton:
-                raise ImportRefused(f"{origin}: the model's structure changes when {', '.join(sorted(_field_names(atoms, flipped)))} change; symform import cannot bind its sizes")
+                why = f"transformers refuses ({builder.failure})" if built is None else "the model's structure changes"
+                raise ImportRefused(f"{origin}: when {', '.join(sorted(_field_names(atoms, flipped)))} change, {why}; symform import cannot bind its sizes")
             corners[flipped] = built[1]
         return corners[flipped]
 
@@ -288,7 +301,8 @@ def _verify(builder: _Builder, atoms: Atoms, names: list[str], skeleton: tuple, 
     chosen = _assign(names, atoms.layers, 2)
     built = builder.tree(atoms.values(chosen))
     if built is None or built[0] != skeleton:
-        raise ImportRefused(f"{origin}: the model's structure changes with its sizes; symform import cannot bind them")
+        why = f"transformers refuses them: {builder.failure}" if built is None else "the model's structure changes with them"
+        raise ImportRefused(f"{origin}: at a third set of sizes {why}; symform import cannot bind them")
     substitution = {sympy.Symbol(a): v for a, v in chosen.items()}
     for slot, (expression, actual) in enumerate(zip(expressions, built[1])):
         if expression.subs(substitution) != actual:
