@@ -33,6 +33,7 @@ HIDDEN = ("hidden_size", "n_embd", "d_model", "hidden_dim", "dim", "model_dim", 
 HEADS = ("num_attention_heads", "n_head", "num_heads", "n_heads", "attention_heads")
 KV_HEADS = ("num_key_value_heads", "num_kv_heads", "n_head_kv", "multi_query_group_num", "kv_n_heads", "n_kv_heads")
 LAYERS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
+RETRIES = 6  # fits started afresh without the fields whose combination transformers refused
 MAX_DEPENDENCE = 4  # atoms one size may depend on: its corners are 2**4 builds at most
 _PRIMES = [p for p in range(11, 4000) if sympy.isprime(p)]
 _LAYER_VALUES = (3, 2, 5)  # layer counts are atoms too, kept small: the model is built once per probe
@@ -224,16 +225,38 @@ def _fit(torch: Any, transformers: Any, config: dict[str, Any], origin: str) -> 
     parameters = sum(p.numel() for p in module.parameters())
     base_skeleton, base_numbers, labels = flatten(describe(module, torch))
     atoms = _accepted_atoms(builder, config, base_skeleton)
+    last = ""
+    for _ in range(RETRIES):
+        try:
+            expressions = _expressions(builder, atoms, base_skeleton, labels, origin)
+            break
+        except _CornerFailed as failed:  # fields that go together only at some values (an offset below a period)
+            atoms, last = Atoms({f: m for f, m in atoms.fields.items() if not set(m) & failed.atoms}, atoms.layers), str(failed)
+    else:
+        raise ImportRefused(f"{origin}: {last}; symform import cannot bind its sizes")
+    _verify(builder, atoms, atoms.names, base_skeleton, expressions, labels, origin)
+    defaults = class_defaults(transformers, config["model_type"])
+    return _fitted(atoms, config, module, base_skeleton, base_numbers, expressions, labels, parameters, defaults, builder.builds, origin)
+
+
+class _CornerFailed(Exception):
+    def __init__(self, message: str, atoms: frozenset[str]):
+        super().__init__(message)
+        self.atoms = atoms
+
+
+def _expressions(builder: _Builder, atoms: Atoms, base_skeleton: tuple, labels: list[str], origin: str) -> list[sympy.Expr]:
+    """Each size as a polynomial in the atoms, from the corners it needs."""
     names = atoms.names
     corners: dict[frozenset[str], list[int]] = {}
+    low, high = _assign(names, atoms.layers, 0), _assign(names, atoms.layers, 1)
 
     def numbers_at(flipped: frozenset[str]) -> list[int]:
         if flipped not in corners:
-            chosen = {a: (_assign(names, atoms.layers, 1)[a] if a in flipped else _assign(names, atoms.layers, 0)[a]) for a in names}
-            built = builder.tree(atoms.values(chosen))
+            built = builder.tree(atoms.values({a: high[a] if a in flipped else low[a] for a in names}))
             if built is None or built[0] != base_skeleton:
                 why = f"transformers refuses ({builder.failure})" if built is None else "the model's structure changes"
-                raise ImportRefused(f"{origin}: when {', '.join(sorted(_field_names(atoms, flipped)))} change, {why}; symform import cannot bind its sizes")
+                raise _CornerFailed(f"when {', '.join(sorted(_field_names(atoms, flipped)))} change, {why}", flipped)
             corners[flipped] = built[1]
         return corners[flipped]
 
@@ -244,10 +267,7 @@ def _fit(torch: Any, transformers: Any, config: dict[str, Any], origin: str) -> 
         for slot, (a, b) in enumerate(zip(base, flipped)):
             if a != b:
                 depends[slot].add(atom)
-    expressions = [_interpolate(slot, depends[slot], names, atoms, numbers_at, labels, origin) for slot in range(len(base))]
-    _verify(builder, atoms, names, base_skeleton, expressions, labels, origin)
-    defaults = class_defaults(transformers, config["model_type"])
-    return _fitted(atoms, config, module, base_skeleton, base_numbers, expressions, labels, parameters, defaults, builder.builds, origin)
+    return [_interpolate(slot, depends[slot], names, atoms, numbers_at, labels, origin) for slot in range(len(base))]
 
 
 def _accepted_atoms(builder: _Builder, config: dict[str, Any], skeleton: tuple) -> Atoms:
@@ -264,11 +284,16 @@ def _accepted_atoms(builder: _Builder, config: dict[str, Any], skeleton: tuple) 
             trial = {**accepted, **trial_group}
             trial_layers = layers | {f for f in trial_group if f in LAYERS}
             candidate = Atoms(trial, frozenset(trial_layers))
-            built = builder.tree(candidate.values(_assign(candidate.names, candidate.layers, 0)))
-            if built is not None and built[0] == skeleton:
+            if all(_same_structure(builder, candidate, offset, skeleton) for offset in range(3)):
                 accepted, layers = trial, trial_layers
                 break
     return Atoms(accepted, frozenset(layers))
+
+
+def _same_structure(builder: _Builder, atoms: Atoms, offset: int, skeleton: tuple) -> bool:
+    """Whether the model built with the atoms' values of one set (each set the fit uses) has the config's structure."""
+    built = builder.tree(atoms.values(_assign(atoms.names, atoms.layers, offset)))
+    return built is not None and built[0] == skeleton
 
 
 def _field_names(atoms: Atoms, flipped: frozenset[str]) -> set[str]:
