@@ -35,6 +35,8 @@ CONFIGS = {
         {"hidden_size": 96, "ffn_dim": 80, "num_hidden_layers": 3, "num_attention_heads": 6, "vocab_size": 131, "max_position_embeddings": 48, "word_embed_proj_dim": 96},
     ),
     "helium": ({**_SIZES, "num_key_value_heads": 2, "head_dim": 16}, {**_OTHER, "num_key_value_heads": 3, "head_dim": 8}),
+    # its masked-LM head registers one bias twice (its own, and its decoder's): counted once, where first yielded
+    "camembert": ({**_SIZES, "type_vocab_size": 2}, {**_OTHER, "type_vocab_size": 3}),
 }
 
 

@@ -155,10 +155,10 @@ class _Writer:
             count = "*".join(f"({s})" if not re.fullmatch(r"\w+", s) else s for s in sizes) or "1"
             return [[f"name = {_string(name)}", 'use = "parameters"', f"with = {_inline({'count': count})}", *_repeat(repeat)]]
         if primitive == "linear":
-            owned, bias_owned, bias = flags
+            owned, bias_owned, _ = flags
             d_in, d_out = sizes
-            if owned:
-                return [[f"name = {_string(name)}", 'use = "linear"', f"with = {_inline({'d_in': d_in, 'd_out': d_out, 'bias': str(bias)})}", *_repeat(repeat)]]
+            if owned:  # a bias registered first elsewhere (a masked-LM head's, shared with its decoder) is counted there
+                return [[f"name = {_string(name)}", 'use = "linear"', f"with = {_inline({'d_in': d_in, 'd_out': d_out, 'bias': str(bias_owned)})}", *_repeat(repeat)]]
             tied = [[f"name = {_string(name)}", 'use = "tied_linear"', f"with = {_inline({'d_in': d_in, 'd_out': d_out})}", *_repeat(repeat)]]
             return tied + ([[f"name = {_string(name + '_bias')}", 'use = "parameters"', f"with = {_inline({'count': d_out})}", *_repeat(repeat)]] if bias_owned else [])
         arguments = {

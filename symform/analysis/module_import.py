@@ -34,7 +34,7 @@ HEADS = ("num_attention_heads", "n_head", "num_heads", "n_heads", "attention_hea
 KV_HEADS = ("num_key_value_heads", "num_kv_heads", "n_head_kv", "multi_query_group_num", "kv_n_heads", "n_kv_heads")
 LAYERS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
 RETRIES = 6  # fits started afresh without the fields whose combination transformers refused
-MAX_DEPENDENCE = 4  # atoms one size may depend on: its corners are 2**4 builds at most
+MAX_DEPENDENCE = 5  # atoms one size may depend on: its corners are 2**5 builds at most
 _PRIMES = [p for p in range(11, 4000) if sympy.isprime(p)]
 _LAYER_VALUES = (3, 2, 5)  # layer counts are atoms too, kept small: the model is built once per probe
 
