@@ -37,6 +37,12 @@ CONFIGS = {
     "helium": ({**_SIZES, "num_key_value_heads": 2, "head_dim": 16}, {**_OTHER, "num_key_value_heads": 3, "head_dim": 8}),
     # its masked-LM head registers one bias twice (its own, and its decoder's): counted once, where first yielded
     "camembert": ({**_SIZES, "type_vocab_size": 2}, {**_OTHER, "type_vocab_size": 3}),
+    # its head is an nn.Linear with a per-token logit scale of its own; attention and MLP blocks alternate (its
+    # config writes each layer as two blocks, and each count of layers twice over)
+    "dory": tuple(
+        {**sizes, "num_key_value_heads": 2, "head_dim": 16, "num_hidden_layers": 6, "layer_types": ["sliding_attention", "mlp", "full_attention", "mlp", "sliding_attention", "mlp"], "n_input_layers": 2, "n_recurrent_layers": 2, "n_output_layers": 2}
+        for sizes in (_SIZES, _OTHER)
+    ),
 }
 
 

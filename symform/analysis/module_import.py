@@ -124,8 +124,10 @@ def class_defaults(transformers: Any, model_type: str) -> dict[str, Any]:
 
 
 def _reason(error: Exception) -> str:
-    text = str(error).splitlines()[0] if str(error) else type(error).__name__
-    return f"{type(error).__name__}: {text[:160]}"
+    """An error of transformers' in one line: its first, and the first of the error it was raised from (a config
+    validator's)."""
+    lines = [str(e).strip().splitlines()[0] for e in (error, error.__cause__) if e is not None and str(e).strip()]
+    return f"{type(error).__name__}: {' '.join(lines)[:200] or type(error).__name__}"
 
 
 class _Builder:
