@@ -206,3 +206,17 @@ def test_a_size_linear_in_each_atom_is_recovered_from_its_corners(coefficients, 
         return [truth.subs(values)]
 
     assert sympy.expand(_interpolate(0, set(depends), names, atoms, numbers_at, ["size"], "test") - truth) == 0
+
+
+@pytest.mark.oracle
+def test_a_module_inside_an_embedding_subclass_is_counted(oracle, capsys, tmp_path):
+    """Inkling's token embedding is an nn.Embedding holding an RMSNorm of its own (embed_norm), its experts fused
+    3-D tensors, its short convolutions depthwise Conv1d: every tensor is counted, at its config and at another."""
+    from symform.analysis.oracle_check import tiny_config
+
+    first = tiny_config(_full(oracle, {"model_type": "inkling_text"}))
+    out = _imported(capsys, tmp_path, first)
+    assert int(Model.load(out).evaluate("params")) == _numel(oracle, first)
+    second = {**first, "hidden_size": 96, "vocab_size": 131, "moe_intermediate_size": 48}
+    spec, library = load_declaration_file(out, config=_full(oracle, second))
+    assert int(Model(spec, library=library).evaluate("params")) == _numel(oracle, second)

@@ -34,8 +34,10 @@ def describe(module: Any, torch: Any, path: str = "", seen: set[int] | None = No
     seen = set() if seen is None else seen
     leaf = _leaf(module, torch, path, seen)
     if leaf is not None:
-        # a subclass may hold tensors of its own beside the weight and bias (a head's per-token logit scale)
+        # a subclass may hold tensors of its own beside the weight and bias (a head's per-token logit scale), or
+        # modules (an embedding's norm)
         extra = [(f"p_{n}", _bare(module, n, t, path, seen)) for n, t in module._parameters.items() if t is not None and n not in ("weight", "bias")]
+        extra += [(n, describe(child, torch, _join(path, n), seen)) for n, child in module._modules.items() if child is not None and _has_parameters(child)]
         return leaf if not extra else ("module", type(module).__name__, (("main", leaf), *extra))
     parts: list[tuple[str, tuple]] = []
     for name, tensor in module._parameters.items():
