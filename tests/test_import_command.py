@@ -132,6 +132,7 @@ def test_a_module_no_primitive_describes_is_refused_by_its_path():
         ("[1, 2, 3]", ["JSON object"]),
         ('{"model_type": 7}', ["model_type"]),
         ("{not json", ["config.json"]),
+        ('{"model_type": "phi", "num_hidden_layers": 1000000}', ["num_hidden_layers", "budget"]),
     ],
 )
 def test_malformed_or_hostile_configs_are_refused_in_one_line(source, words, oracle, capsys, tmp_path):

@@ -25,6 +25,7 @@ from typing import Any, Mapping
 
 import sympy
 
+from ..engine.budget import GRAPH_NODES
 from ..engine.errors import ConfigError
 from .module_tree import Unmappable, describe, flatten, refill
 
@@ -218,7 +219,16 @@ def fit(config: Mapping[str, Any], origin: str) -> Fitted:
         transformers.logging.set_verbosity(verbosity)
 
 
+def _within_budget(config: Mapping[str, Any], origin: str) -> None:
+    """Layers and experts transformers would build one module each, dozens of times: within the budget of component
+    instances, or refused before the first build (a config of 10⁶ layers would not finish)."""
+    for field in candidate_fields(config):
+        if ("layers" in field or "experts" in field or field in LAYERS) and config[field] > GRAPH_NODES:
+            raise ImportRefused(f"{origin}: {field} is {config[field]:,}, past symform's budget of {GRAPH_NODES:,} component instances (symform.engine.budget.GRAPH_NODES); give a config with fewer")
+
+
 def _fit(torch: Any, transformers: Any, config: dict[str, Any], origin: str) -> Fitted:
+    _within_budget(config, origin)
     builder = _Builder(torch, transformers, config)
     try:
         module = builder.model({})
