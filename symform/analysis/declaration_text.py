@@ -14,8 +14,9 @@ import json
 import math
 import re
 from collections import Counter
+from collections.abc import Mapping
 from functools import cache
-from typing import Any, Mapping
+from typing import Any
 
 import sympy
 

@@ -18,16 +18,16 @@ from __future__ import annotations
 import copy
 import json
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
-from fractions import Fraction
 from itertools import combinations
-from typing import Any, Mapping
+from typing import Any
 
 import sympy
 
 from ..engine.budget import GRAPH_NODES
 from ..engine.errors import ConfigError
-from .module_tree import Unmappable, describe, flatten, refill
+from .module_tree import describe, flatten, refill
 
 # the config fields that tie the attention's sizes together, each under the names transformers' configs use
 HIDDEN = ("hidden_size", "n_embd", "d_model", "hidden_dim", "dim", "model_dim", "embed_dim")
@@ -356,7 +356,3 @@ def _fitted(atoms: Atoms, config, module, skeleton, numbers, expressions, labels
             raise ImportRefused(f"{origin}: {labels[slot]} is {actual} in the config's model but {expression} = {expression.subs(own)}; symform import cannot bind it")
     used = sorted({str(s) for e in written for s in e.free_symbols})
     return Fitted(refill(skeleton, written), type(module).__name__, config, {f: config[f] for f in used}, parameters, defaults, builds)
-
-
-def rational(value: Fraction | int) -> sympy.Rational:
-    return sympy.Rational(value)
