@@ -13,7 +13,9 @@ as a number would be right at the first and wrong at the second). A type is
 - ``exact``: both counts equal PyTorch's;
 - ``exact once``: the first does, the second does not (a size bound to the wrong field);
 - ``differs``: the first does not;
-- ``refused``: symform import refuses it in one line (the reason is kept);
+- ``refused``: symform import refuses it in one line (the reason is kept): the command sets its declaration
+  beside PyTorch at both configs itself before it writes it, so that ``exact once`` and ``differs`` are
+  refusals there and here;
 - ``no oracle``: transformers cannot build its own default model on the meta device;
 - ``crash``: anything else (a bug to fix).
 
@@ -65,6 +67,7 @@ def census_of(model_type: str, transformers, torch, workdir: Path, run_check: bo
     from symform.engine.families import families
     from symform.engine.model import Model
     from symform.engine.userfile import load_declaration_file
+    from symform.interface.import_command import confirm
 
     row: dict = {"model_type": model_type, "bundled": model_type in families()}
     try:
@@ -82,6 +85,7 @@ def census_of(model_type: str, transformers, torch, workdir: Path, run_check: bo
     try:
         fitted = fit(config, model_type)
         text, bound = declaration_text(fitted, model_type, model_type)
+        confirm(text, fitted, bound, model_type)  # what the command does before it writes the file
         path = workdir / f"{model_type}.toml"
         path.write_text(text)
         model = Model.load(path)
@@ -154,7 +158,7 @@ def census(types: list[str], run_check: bool) -> list[dict]:
 
 def _reason(why: str) -> str:
     """A refusal's kind: its words with the sizes and names that vary between types taken out."""
-    for marker in ("has no symform primitive", "not depthwise", "which symform cannot read", "follows no product", "depends on", "structure changes", "transformers refuses", "cannot build", "no causal-LM class", "is not one transformers"):
+    for marker in ("could not tell apart", "has no symform primitive", "not depthwise", "which symform cannot read", "follows no product", "depends on", "structure changes", "transformers refuses", "cannot build", "no causal-LM class", "is not one transformers"):
         if marker in why:
             return marker
     return why[:60]

@@ -219,6 +219,20 @@ def fit(config: Mapping[str, Any], origin: str) -> Fitted:
         transformers.logging.set_verbosity(verbosity)
 
 
+def meta_parameters(config: Mapping[str, Any]) -> int | None:
+    """numel() summed over the causal LM transformers builds for ``config`` on the meta device; None where it cannot."""
+    torch, transformers = oracle()
+    verbosity = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()
+    try:
+        module = _Builder(torch, transformers, dict(config)).model({})
+    except Exception:  # noqa: BLE001 - a config transformers refuses has no count to compare with
+        return None
+    finally:
+        transformers.logging.set_verbosity(verbosity)
+    return sum(p.numel() for p in module.parameters())
+
+
 def _within_budget(config: Mapping[str, Any], origin: str) -> None:
     """Layers and experts transformers would build one module each, dozens of times: within the budget of component
     instances, or refused before the first build (a config of 10⁶ layers would not finish)."""
