@@ -7,7 +7,7 @@
 For every model type with a causal-LM class in transformers (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES), the config
 class's defaults, shrunk to check.toml's tiny sizes as `symform check` shrinks them, are imported
 (symform/analysis/module_import.py). The declaration's parameter count is set beside PyTorch's numel() of the
-model on the meta device, at that config and at a second one whose bound fields are all doubled (a size copied
+model on the meta device, at that config and at a second one whose fields the fit changed are all doubled (a size copied
 as a number would be right at the first and wrong at the second). A type is
 
 - ``exact``: both counts equal PyTorch's;
@@ -85,7 +85,7 @@ def census_of(model_type: str, transformers, torch, workdir: Path, run_check: bo
     try:
         fitted = fit(config, model_type)
         text, bound = declaration_text(fitted, model_type, model_type)
-        confirm(text, fitted, bound, model_type)  # what the command does before it writes the file
+        confirm(text, fitted, model_type)  # what the command does before it writes the file
         path = workdir / f"{model_type}.toml"
         path.write_text(text)
         model = Model.load(path)
@@ -100,7 +100,7 @@ def census_of(model_type: str, transformers, torch, workdir: Path, run_check: bo
     if ours != expected:
         return {**row, "status": "differs"}
     try:
-        second = _doubled(fitted.config, bound)
+        second = _doubled(fitted.config, fitted.varied)
         second_expected = _meta_numel(transformers, torch, second)
     except Exception as e:  # noqa: BLE001 - transformers refuses the doubled sizes: only the first config counts
         return {**row, "status": "exact", "second": f"no oracle ({type(e).__name__})"}

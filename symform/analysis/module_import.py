@@ -91,6 +91,7 @@ class Fitted:
     fields: dict[str, int]  # the fields the expressions read -> their values in the config
     parameters: int  # numel() summed over the model's parameters, from the module itself
     defaults: dict[str, Any]  # the config class's own defaults (what an absent field reads as)
+    varied: list[str]  # every field the probes changed (a field that follows another, OPT's word_embed_proj_dim, too)
     builds: int  # how many times the model was built on the meta device
 
 
@@ -369,4 +370,4 @@ def _fitted(atoms: Atoms, config, module, skeleton, numbers, expressions, labels
         if expression.subs(own) != actual:
             raise ImportRefused(f"{origin}: {labels[slot]} is {actual} in the config's model but {expression} = {expression.subs(own)}; symform import cannot bind it")
     used = sorted({str(s) for e in written for s in e.free_symbols})
-    return Fitted(refill(skeleton, written), type(module).__name__, config, {f: config[f] for f in used}, parameters, defaults, builds)
+    return Fitted(refill(skeleton, written), type(module).__name__, config, {f: config[f] for f in used}, parameters, defaults, sorted(atoms.fields), builds)

@@ -34,7 +34,7 @@ def import_command(args: argparse.Namespace) -> str:
         raise ConfigError(f"--name {name[:40]!r}: give letters, digits, '_', '-' or '.' (at most 100)")
     fitted = fit(config, origin)
     text, bound = declaration_text(fitted, name, origin)
-    confirm(text, fitted, bound, origin)
+    confirm(text, fitted, origin)
     if args.out:
         _write(Path(args.out), text)
     if args.json:
@@ -45,19 +45,19 @@ def import_command(args: argparse.Namespace) -> str:
     return text.rstrip("\n")
 
 
-def confirm(text: str, fitted, bound: list[str], origin: str) -> None:
+def confirm(text: str, fitted, origin: str) -> None:
     """The declaration, loaded as any file is, counts PyTorch's parameters at the config and at a second config
-    with every bound field doubled (where transformers builds that one); else it is refused rather than written:
+    with every field the probes changed doubled (where transformers builds that one); else it is refused rather than written:
     a size that follows a field at the probes' sizes and another beyond them would be a silent wrong number."""
     from ..analysis.module_import import ImportRefused, meta_parameters
     from ..engine.model import Model
     from ..engine.userfile import load_declaration_file
 
-    second = {**fitted.config, **{f: 2 * fitted.config[f] for f in bound}}
+    second = {**fitted.config, **{f: 2 * fitted.config[f] for f in fitted.varied}}
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "imported.toml"
         path.write_text(text, encoding="utf-8")
-        for config, expected, what in ((fitted.config, fitted.parameters, "at its config"), (second, None, f"with {', '.join(bound)} doubled")):
+        for config, expected, what in ((fitted.config, fitted.parameters, "at its config"), (second, None, f"with {', '.join(fitted.varied)} doubled")):
             expected = expected if expected is not None else meta_parameters(config)
             if expected is None:
                 continue  # transformers refuses the doubled sizes: nothing to set beside
