@@ -100,7 +100,8 @@ def argv_of(command: str, out_dir: Path) -> list[str]:
             argv += [word, str(out_dir / Path(words[i + 1]).name)]
             i += 2
             continue
-        argv.append(word)
+        written = out_dir / Path(word).name
+        argv.append(str(written) if "/" not in word and written.is_file() else word)  # a file an earlier line wrote
         i += 1
     return argv
 

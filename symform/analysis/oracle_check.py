@@ -257,7 +257,7 @@ def _build(torch, transformers, config: Mapping[str, Any], name: str, class_name
         construct = (lambda: transformers.AutoModelForCausalLM.from_config(hf_config, **options)) if class_name is None else (lambda: getattr(transformers, class_name)._from_config(hf_config, **options))
         _within_budget(torch, construct, name)
         module = construct()
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
+    except (ValueError, KeyError, TypeError, AttributeError, AssertionError) as e:  # torch asserts an embedding's padding row
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise ConfigError(f"{name}: transformers cannot build {class_name or 'a causal LM'} from this config ({reason[:200]})") from None
     return module
@@ -332,7 +332,8 @@ def _module_classes(module) -> dict[str, str]:
 def _symform_roles(model: Model, quantity: str, **workload: int) -> dict[str, int]:
     totals: dict[str, int] = {}
     for path, value in model.evaluate_breakdown(quantity, depth=None, **workload).items():
-        role = _role(path.split("/"))
+        # a declaration's parts may bear transformers' module names (symform import writes them): renamed alike
+        role = _role(path.split("/") if model.spec.family is not None else _renamed(path.split("/")))
         totals[role] = totals.get(role, 0) + int(value)
     return totals
 

@@ -22,16 +22,19 @@ the same safe expression parser: nothing in the file is ever executed.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+import sympy
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .data import read_toml
 from .declarations import Library, Scalar, default_library, parse_components
 from .errors import ConfigError, DeclarationError, describe_validation
 from .families import ModelSpec
+from .safe_expr import parse
 from .vocabulary import Vocabulary, vocabulary_from_table
 
 
@@ -44,6 +47,8 @@ class ModelDecl(BaseModel):
     doc: str = ""
     arguments: dict[str, Scalar] = Field(default_factory=dict)
     transformers: dict[str, Any] | None = None  # the config.json of the transformers model this declares, for symform check
+    # root arguments as expressions over [model.transformers]'s fields (a family's [bind]): what `symform import` writes
+    bind: dict[str, str] = Field(default_factory=dict)
 
 
 class DeclarationFile(BaseModel):
@@ -54,12 +59,16 @@ class DeclarationFile(BaseModel):
     components: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
 
-def load_declaration_file(path: Path) -> tuple[ModelSpec, Library]:
+def load_declaration_file(path: Path, config: dict[str, Any] | None = None) -> tuple[ModelSpec, Library]:
+    """The file's root and library; ``config`` in place of its ``[model.transformers]`` (another model's sizes,
+    read through its ``[model.bind]``)."""
     raw = read_toml(path)
     try:
         decl = DeclarationFile.model_validate(raw)
     except ValidationError as e:
         raise ConfigError(f"{path}: {describe_validation(e)}; see docs/declaring-architectures.md") from None
+    if config is not None:
+        decl.model.transformers = dict(config)
     base = default_library()
     vocabulary = _extended(base.vocabulary, decl.symbols, path)
     try:
@@ -68,7 +77,8 @@ def load_declaration_file(path: Path) -> tuple[ModelSpec, Library]:
         library[decl.model.root]
     except DeclarationError as e:
         raise ConfigError(f"{path}: {e}") from None
-    spec = ModelSpec(name=decl.model.name or path.stem, root=decl.model.root, arguments=MappingProxyType(decl.model.arguments), source=str(path), config=decl.model.transformers)
+    arguments = {**_bound(decl.model, path), **decl.model.arguments}
+    spec = ModelSpec(name=decl.model.name or path.stem, root=decl.model.root, arguments=MappingProxyType(arguments), source=str(path), config=decl.model.transformers)
     return spec, library
 
 
@@ -81,3 +91,22 @@ def _extended(vocabulary: Vocabulary, table: dict[str, dict[str, Any]], path: Pa
     except DeclarationError as e:
         raise ConfigError(f"{path}: {e}") from None
     return Vocabulary(MappingProxyType({**vocabulary.entries, **added.entries}))
+
+
+def _bound(model: ModelDecl, path: Path) -> dict[str, int]:
+    """The arguments ``[model.bind]`` reads from the config's top-level numbers (true and false as 1 and 0)."""
+    if not model.bind:
+        return {}
+    if model.transformers is None:
+        raise ConfigError(f"{path}: [model.bind] reads the config's fields, but the file has no [model.transformers] table; add the config or give [model] arguments")
+    numbers = {k: sympy.Integer(int(v)) for k, v in model.transformers.items() if isinstance(v, int)}
+    result = {}
+    for name, text in model.bind.items():
+        missing = sorted(set(re.findall(r"[A-Za-z_]\w*", text)) - set(numbers))
+        if missing:
+            raise ConfigError(f"{path}: [model.bind] {name} = {text[:80]!r} reads {missing[0]!r}, which [model.transformers] does not give as a number; add it to the config")
+        value = parse(text, numbers)
+        if not value.is_Integer:
+            raise ConfigError(f"{path}: [model.bind] {name} = {text[:80]!r} is {value}, not a whole number; check the config's values")
+        result[name] = int(value)
+    return result

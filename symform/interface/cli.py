@@ -164,6 +164,8 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     p = verbs.add_parser("docs", help="write the reference pages (a page per component and per family) from the declarations", description="write the reference pages (a page per component and per family) from the declarations")
     p.add_argument("--out", default="docs/reference", help="directory to write (default docs/reference)")
 
+    p = verbs.add_parser("import", help="write a declaration file for a transformers causal LM no bundled family reads, its sizes bound to the config's fields (pip install 'symform[oracle]')", description="write a declaration file for a transformers causal LM no bundled family reads, its sizes bound to the config's fields (pip install 'symform[oracle]')")
+    _from("import_command", "import_arguments")(p)
     p = verbs.add_parser("models", help="list bundled presets and supported Hugging Face model types", description="list bundled presets and supported Hugging Face model types")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p = verbs.add_parser("validate", help="symform's estimates of published measured runs and their errors (docs/validation.md)", description="symform's estimates of published measured runs and their errors (docs/validation.md)")
@@ -239,6 +241,8 @@ def _run(args: argparse.Namespace) -> str:
         given_once([name for name, _ in getattr(args, dest, None) or ()], flag)
     if args.verb == "models":
         return _models(args)
+    if args.verb == "import":
+        return _from("import_command", "import_command")(args)
     if args.verb == "validate":
         return _from("validation_report", "validate_command")(args)
     if args.verb == "hardware":
