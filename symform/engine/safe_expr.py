@@ -240,6 +240,10 @@ class _Converter:
                 raise ExpressionError(f"{node.id!r} is no condition in {quoted(self.source)} (it is never 0, or not a whole number); {_CONDITION_HELP}")
             return self.visit(node)  # the unknown name's message
         if not _is_condition(node, self.names):
+            if not isinstance(node, (ast.BinOp, ast.UnaryOp, ast.Constant, ast.Call, ast.IfExp)):
+                raise self.refuse(_describe(node))
+            if isinstance(node, ast.Call) and not (isinstance(node.func, ast.Name) and node.func.id in FUNCTIONS):
+                self.visit_Call(node)  # refuses the call, naming it
             raise ExpressionError(f"{quoted(ast.unparse(node))} is a number, not a condition, in {quoted(self.source)}; {_CONDITION_HELP}")
         return self.visit(node)
 

@@ -29,6 +29,7 @@ from typing import Iterable, Sequence
 import sympy
 from sympy.printing.latex import LatexPrinter
 
+from ..engine.conditions import NamedCondition
 from ..engine.declarations import QUANTITIES, Library, default_library
 from ..engine.derive import Derivation, derive, step_blocks
 from ..engine.structure import by_layer_kind
@@ -72,7 +73,7 @@ _DIFFERENTIAL = re.compile(r"(?<![A-Za-z\\])d\s+(?=[A-Za-z])")
 # not, so only parse_back separates them; the printed text keeps no stray space.
 _D_BEFORE_COMMAND = re.compile(r"(?<![A-Za-z\\])d\s*(?=\\[A-Za-z])")
 # A letter or number juxtaposed with a parenthesis: the parser reads n \left(…\right) as a function n(…).
-_CALL = re.compile(r"(?<=[\w}])\s+\\left\(")
+_CALL = re.compile(r"(?<=[\w}])(?<!\\neg)\s+\\left\(")  # a product, not \neg (…)
 
 
 # --- formulas ----------------------------------------------------------------------------
@@ -98,6 +99,11 @@ class _Printer(LatexPrinter):
 
     def _print_Symbol(self, expr: sympy.Symbol, style: str = "plain") -> str:
         return symbol_latex(expr, self._vocabulary)
+
+    def _print_Not(self, expr: sympy.Not) -> str:
+        """A named predicate negated reads as its name: ¬fp32_copy, not ¬(fp32_copy)."""
+        inner = expr.args[0]
+        return r"\neg " + self._print(inner) if isinstance(inner, NamedCondition) else super()._print_Not(expr)
 
 
 def latex(expr: sympy.Basic, vocabulary: Vocabulary | None = None) -> str:
