@@ -11,6 +11,7 @@ import sympy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from symform.analysis.lazy_sweeps import lazy_sweep
 from symform.analysis.sweeps import sweep
 from symform.engine.conditions import NamedCondition, PredicateDef, predicates, unnamed
 from symform.engine.errors import ExpressionError
@@ -59,13 +60,15 @@ def test_a_predicate_reads_the_names_in_force_where_it_is_used():
     assert own in expr.free_symbols and HEADS not in expr.free_symbols
 
 
-def test_the_bundled_predicates_parse_over_the_vocabulary():
+def test_every_bundled_predicate_reads_over_the_vocabulary():
     from symform.engine.vocabulary import default_vocabulary
 
     vocabulary = default_vocabulary()
-    names = {n: vocabulary[n] for n in vocabulary.names()} | dict(predicates()) | {"chunk": BATCH}
-    for name in predicates():
-        assert parse(f"1 if {name} else 0", names).has(NamedCondition) or True  # settles where the vocabulary decides it
+    chunk = sympy.Symbol("chunk", integer=True, positive=True)  # a chunked scan's argument (whole_chunks reads it)
+    names = {n: vocabulary[n] for n in vocabulary.names()} | dict(predicates()) | {"chunk": chunk}
+    for name, definition in predicates().items():
+        assert definition.doc and definition.name == name
+        parse(f"1 if {name} else 0", names)  # an unknown name or a malformed condition raises
 
 
 @pytest.mark.parametrize(
@@ -101,6 +104,21 @@ def test_hostile_conditions_are_one_line_refusals(text, words):
 def test_a_predicate_with_an_unknown_name_says_which_predicate():
     with pytest.raises(ExpressionError, match="predicate 'one_sequence_mqa'.*unknown name 'n_kv_heads'"):
         parse("1 if one_sequence_mqa else 0", {k: v for k, v in NAMES.items() if k != "n_kv_heads"})
+
+
+def test_a_conditional_is_kept_between_runs_as_it_parsed():
+    from symform.engine import disk_cache, safe_expr
+
+    if not disk_cache.enabled():
+        pytest.skip("the cache is off in this run")
+    text = "batch*(7 if fp32_copy and not one_sequence_mqa else 5) + (1 if upcast else 0)"
+    first = parse(text, NAMES)
+    key = safe_expr._cache_key(text, NAMES, False)
+    assert key is not None and safe_expr._store().get(key) is not None  # a predicate's text is part of the key
+    again = parse(text, NAMES)
+    assert safe_expr.same_tree(again, first)
+    other = {**NAMES, "fp32_copy": PredicateDef("fp32_copy", "act_bytes < 2", "another meaning")}
+    assert safe_expr._cache_key(text, other, False) != key
 
 
 def test_requirements_may_join_switches_and_comparisons():
@@ -149,6 +167,8 @@ def test_a_conditional_evaluates_alike_exact_compiled_and_swept(conditional_mode
     for exact in (False, True):  # float64 arrays through numpy's select, and exact integers row by row
         swept = sweep(model, "forward_flops", zip={"batch": batch, "seq": seq, "decoding": decoding}, exact=exact)
         assert [int(v) for v in swept["forward_flops"]] == want, exact
+    lazy = lazy_sweep(model, ["forward_flops"], zip={"batch": batch, "seq": seq, "decoding": decoding}, chunk=5)
+    assert [int(v) for v in lazy.compute()["forward_flops"]] == want
 
 
 @settings(max_examples=40, deadline=None)

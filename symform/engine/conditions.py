@@ -1,7 +1,7 @@
 """Conditions in declarations: named predicates, declared once in formulas/predicates.toml.
 
 A declaration says ``a if fp32_copy else b`` rather than encoding the flag as
-arithmetic (``min(1, 4 - act_bytes)``). The parser (:mod:`.safe_expr`) reads a
+arithmetic that happens to give 0 or 1. The parser (:mod:`.safe_expr`) reads a
 predicate's text where it is used, over the names in force there (a component's
 own ``n_kv_heads``), and wraps the condition it gives in :class:`NamedCondition`:
 evaluation sees the condition, LaTeX and derivations see the name.

@@ -96,7 +96,7 @@ def parse(text: object, names: Mapping[str, sympy.Basic], *, relation: bool = Fa
     except (RecursionError, MemoryError):
         raise ExpressionError(f"expression {quoted(source)} nests too deeply to read; write it flatter") from None
     if sum(1 for _ in ast.walk(tree)) > MAX_NODES:
-        raise ExpressionError(f"expression {source!r} is too complex (over {MAX_NODES} parts)")
+        raise ExpressionError(f"expression {quoted(source)} is too complex (over {MAX_NODES} parts)")
     body = tree.body
     if relation != _is_condition(body, names):
         want = "a comparison such as 'n_heads % n_kv_heads == 0'" if relation else "an arithmetic expression, not a comparison"
