@@ -34,6 +34,8 @@ NAMES = {
     "one_sequence_mqa": PredicateDef("one_sequence_mqa", "batch == 1 and n_kv_heads == 1", "one sequence, one head"),
     "ring": PredicateDef("ring", "not round", "a cycle"),
     "round": PredicateDef("round", "ring and batch > 1", "a cycle"),
+    **{f"p{i}": PredicateDef(f"p{i}", f"p{i + 1} and not p{i + 1}", "doubles") for i in range(30)},
+    "p30": PredicateDef("p30", "batch > 1", "the last"),
 }
 
 
@@ -81,6 +83,7 @@ def test_every_bundled_predicate_reads_over_the_vocabulary():
         ("(batch > 1) + 1", "cannot be a number"),
         ("2*(batch > 1 if upcast else batch < 1)", "cannot be a number"),  # a conditional picks numbers, not truths
         ("1 if ring else 0", "in terms of itself"),
+        ("1 if p0 else 0", "over 400 parts"),  # each predicate reads the next twice: 2**30 reads without a budget
         ("1 if x else 2", "unknown name 'x'"),
         ("1 if 0 < batch < 4 else 2", "chained comparisons"),
         (" ".join(f"{i} if batch > {i} else" for i in range(40)) + " 0", "CONDITION_DEPTH"),
@@ -125,6 +128,8 @@ def test_requirements_may_join_switches_and_comparisons():
     relation = parse("not upcast or act_bytes < 4", NAMES, relation=True)
     assert relation.xreplace({UPCAST: 1, BYTES: 4}) == sympy.false
     assert relation.xreplace({UPCAST: 0, BYTES: 4}) == sympy.true
+    named = parse("fp32_copy", NAMES, relation=True)  # a predicate alone is a requirement too
+    assert isinstance(named, NamedCondition) and named.xreplace({UPCAST: 1, BYTES: 2}) == sympy.true
 
 
 # --- one truth on every path ----------------------------------------------------------------

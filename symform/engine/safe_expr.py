@@ -101,7 +101,8 @@ def parse(text: object, names: Mapping[str, sympy.Basic], *, relation: bool = Fa
     if relation != _is_condition(body, names):
         want = "a comparison such as 'n_heads % n_kv_heads == 0'" if relation else "an arithmetic expression, not a comparison"
         raise ExpressionError(f"{source!r}: expected {want}")
-    result = _Converter(source, names).visit(body)
+    converter = _Converter(source, names)
+    result = converter.condition(body) if relation else converter.visit(body)
     if not relation:
         check_expansion(result, f"expression {quoted(source)}")
     if key is not None:
@@ -120,9 +121,10 @@ _CONDITION_HELP = "a condition is a comparison (x > 0), a 0/1 switch, a named pr
 
 
 class _Converter:
-    def __init__(self, source: str, names: Mapping[str, sympy.Basic], expanding: tuple[str, ...] = ()):
+    def __init__(self, source: str, names: Mapping[str, sympy.Basic], expanding: tuple[str, ...] = (), read: list[int] | None = None):
         self.source = source
         self.names = names
+        self.read = read if read is not None else [0]  # syntax nodes of the predicates read so far, shared with theirs
         self.roots_and_logs = 0  # sqrt and log calls around the node being read
         self.conditionals = 0  # a if c else b around the node being read
         self.expanding = expanding  # the named predicates being read, outermost first (a cycle is refused)
@@ -259,7 +261,10 @@ class _Converter:
             tree = None
         if tree is None or sum(1 for _ in ast.walk(tree)) > MAX_NODES:
             raise ExpressionError(f"predicate {definition.name!r}: cannot read its condition {quoted(source)}; write a short comparison such as 'batch == 1'")
-        inner = _Converter(source, self.names, (*self.expanding, definition.name))
+        self.read[0] += sum(1 for _ in ast.walk(tree))
+        if self.read[0] > MAX_NODES:  # predicates that each use others twice would grow without this
+            raise ExpressionError(f"the predicates {quoted(self.source)} uses read over {MAX_NODES} parts in all; define them more simply")
+        inner = _Converter(source, self.names, (*self.expanding, definition.name), self.read)
         try:
             return named(definition.name, inner.condition(tree.body))
         except ExpressionError as e:
