@@ -185,3 +185,16 @@ def test_exact_code_and_numpy_code_pick_the_same_branch(batch, heads, upcast, ac
     assert exact_function(expr)(values) == want
     numpy_fn = compile_expression(expr, tuple(values))
     assert numpy_fn(*(np.array([v]) for v in values.values()))[0] == want
+
+
+def test_leading_order_of_conditionals():
+    from symform.engine.derive import leading_order
+
+    d, s = sympy.Symbol("d_model", integer=True, positive=True), sympy.Symbol("seq", integer=True, positive=True)
+    picks = sympy.Piecewise((2, sympy.Eq(BATCH, 1)), (3, True))
+    past_four = sympy.Piecewise((1, s > 4), (0, True))
+    # a conditional between numbers is a factor of degree 0, whatever it tests (here the large seq)
+    assert leading_order(d**2 * picks + d * s * past_four + 7 * d, [d, s]) == d**2 * picks + d * s * past_four
+    # branches of different degrees: each its own leading order, under its condition (by hand: d·s² + d·s + d)
+    grows = d * sympy.Piecewise((s**2 + s, BATCH > 1), (s + 1, True)) + d
+    assert leading_order(grows, [d, s]) == sympy.Piecewise((d * s**2, BATCH > 1), (d * s, True))
