@@ -82,6 +82,11 @@ def one_param(tmp_path: Path, expression: str, **options) -> str:
     [
         ('"((9**64)**64)**64"', "CONSTANT_DIGITS"),
         ('"1 + (d_model > 1)"', "comparison cannot be a number"),
+        ('"1 if d_model else 2"', "no condition"),  # a size is never 0: a condition needs a comparison
+        ('"1 if d_model*2 else 2"', "not a condition"),
+        ('"' + " ".join(f"{i} if d_model > {i} else" for i in range(20)) + ' 0"', "CONDITION_DEPTH"),
+        ('"' + " ".join(f"{i} if d_model > {i} else" for i in range(60)) + ' 0"', "too complex"),  # named, not echoed whole
+        ('"1 if __import__(\'os\').system(\'true\') else 0"', "not allowed"),
         ('"d_model % (d_model - 8)"', "division by zero"),
         ('"1/(d_model - 8)"', "division by zero"),
         ('"sqrt(d_model - 16)"', "complex"),

@@ -31,6 +31,9 @@ RESULT_DIGITS = 300
 # sqrt and log calls nested in one another in one expression: sympy's numeric evaluation of a nested log
 # doubles its work at each level (log(log(…)) 20 deep runs for minutes); real formulas nest at most 2
 ROOT_LOG_DEPTH = 8
+# conditionals (a if c else b) nested in one another in one expression: each level is a Piecewise sympy
+# compares with the ones it holds; real formulas nest at most 3
+CONDITION_DEPTH = 12
 # terms of an expression once multiplied out, and its degree in the sizes
 EXPANDED_TERMS = 5_000
 DEGREE = 128

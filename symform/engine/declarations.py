@@ -26,6 +26,7 @@ from .data import formulas_dir, read_toml
 from .derivation import Identity
 from .errors import DeclarationError, SymformError, describe_validation
 from .names import is_identifier
+from .conditions import predicates
 from .safe_expr import parse
 from .vocabulary import Vocabulary, default_vocabulary, make_symbol
 
@@ -264,7 +265,8 @@ def _build_component(name: str, decl: ComponentDecl, vocabulary: Vocabulary, bas
         raise DeclarationError(f"extends {base.name!r}, a primitive; only composites can be extended")
     if decl.remove and base is None:
         raise DeclarationError("'remove' needs 'extends'")
-    context = {n: vocabulary[n] for n in vocabulary.names("workload", "convention", "dtype")}
+    # the named predicates (formulas/predicates.toml) are read where a condition uses them, over these names
+    context = {**predicates(), **{n: vocabulary[n] for n in vocabulary.names("workload", "convention", "dtype")}}
     args = _build_args(decl, context, vocabulary, base)
     names = {**context, **{a.name: a.symbol for a in args if not a.is_slot}}
     slots = {a.name for a in args if a.is_slot}

@@ -27,17 +27,34 @@ def leading_order(expr: sympy.Expr, large: Iterable[sympy.Symbol], rewrites: Map
     """The terms of highest total degree in the ``large`` symbols (each scaled by λ, top power of λ kept), after
     the ``rewrites`` the components declare for leading order (``Model.leading_rewrites``: ceil(seq/chunk) → seq/chunk)."""
     large = frozenset(large)
+    branching = _branching_in_large(expr, large)
+    if branching is not None:  # each branch has its own leading order: taken branch by branch, under its condition
+        return sympy.Piecewise(*((leading_order(expr.xreplace({branching: value}), large, rewrites), condition) for value, condition in branching.args))
     fast = None if rewrites else _leading_monomials(expr, large)
     if fast is not None:
         return fast
     scale = sympy.Dummy("lambda", positive=True)
-    scaled = sympy.expand(_without_rounding(in_stand_ins(expr, rewrites or {}), large).xreplace({s: scale * s for s in large}))
+    # a conditional left here picks between values free of the large symbols: a factor of degree 0, whatever it tests
+    base = _without_rounding(in_stand_ins(expr, rewrites or {}), large)
+    factors = {p: sympy.Dummy("branch") for p in base.atoms(sympy.Piecewise)} if base.has(sympy.Piecewise) else {}
+    scaled = sympy.expand(base.xreplace(factors).xreplace({s: scale * s for s in large}))
     terms: dict[sympy.Expr, list[sympy.Expr]] = {}
     for term in sympy.Add.make_args(scaled):
         _, power = term.as_coeff_exponent(scale)
         terms.setdefault(power, []).append(term)
     top = max(terms, key=lambda p: sympy.N(p))
-    return sympy.expand(sympy.Add(*terms[top]).xreplace({scale: 1}))
+    return sympy.expand(sympy.Add(*terms[top]).xreplace({scale: 1}).xreplace({d: p for p, d in factors.items()}))
+
+
+_BRANCHINGS = 6  # conditionals over large symbols split branch by branch (2**6 leading orders at most); past it, as factors
+
+
+def _branching_in_large(expr: sympy.Expr, large: frozenset[sympy.Symbol]) -> sympy.Piecewise | None:
+    """A conditional whose branches hold a large symbol (its degree depends on the branch), where there are few."""
+    if not expr.has(sympy.Piecewise):
+        return None
+    found = [p for p in expr.atoms(sympy.Piecewise) if any(large & value.free_symbols for value, _ in p.args)]
+    return found[0] if 0 < len(found) <= _BRANCHINGS else None
 
 
 def _leading_monomials(expr: sympy.Expr, large: frozenset[sympy.Symbol]) -> sympy.Expr | None:

@@ -20,6 +20,7 @@ from typing import Callable, NamedTuple, Sequence
 import sympy
 
 from ._numeric import CeilLog2
+from .conditions import NamedCondition
 from .horner import factor
 
 Number = int | Fraction
@@ -53,12 +54,16 @@ def _ceil_log2(x: Number) -> int:
     return (x - 1).bit_length()
 
 
+def _undefined() -> Number:
+    raise ValueError("no branch of a conditional holds")
+
+
 def _whole(x: Number) -> bool:
     """A whole number of 0 or more (a repeat count)."""
     return x >= 0 and (type(x) is int or x.denominator == 1)
 
 
-_NAMESPACE = {"_whole": _whole, "_q": _quotient, "_ceil": math.ceil, "_floor": math.floor, "_ceillog2": _ceil_log2, "_min": min, "_max": max, "_abs": abs}
+_NAMESPACE = {"_whole": _whole, "_q": _quotient, "_ceil": math.ceil, "_floor": math.floor, "_ceillog2": _ceil_log2, "_min": min, "_max": max, "_abs": abs, "_undefined": _undefined}
 _RELATIONS = {sympy.Eq: "==", sympy.Ne: "!=", sympy.Lt: "<", sympy.Le: "<=", sympy.Gt: ">", sympy.Ge: ">="}
 _FUNCTIONS = {sympy.ceiling: "_ceil", sympy.floor: "_floor", CeilLog2: "_ceillog2", sympy.Abs: "_abs"}
 
@@ -108,7 +113,20 @@ class _Writer:
             return "(" + joiner.join(self.write(a) for a in e.args) + ")"
         if isinstance(e, sympy.Not):
             return f"(not {self.write(e.args[0])})"
-        raise _Unsupported(type(e).__name__)  # floats, roots, logarithms, piecewise: sympy's business
+        if isinstance(e, sympy.Piecewise):
+            return self._conditional(e.args)
+        if isinstance(e, NamedCondition):
+            return self.write(e.condition)
+        raise _Unsupported(type(e).__name__)  # floats, roots, logarithms: sympy's business
+
+    def _conditional(self, pairs) -> str:
+        """The first branch whose condition holds, as Python's conditional expression; none holding is no
+        number (sympy's undefined Piecewise), so the caller hands it to sympy."""
+        expr, condition = pairs[0]
+        rest = self._conditional(pairs[1:]) if len(pairs) > 1 else "_undefined()"
+        if condition is sympy.true:
+            return self.write(expr)
+        return f"({self.write(expr)} if {self.write(condition)} else {rest})"
 
     def _sum(self, terms) -> str:
         """The whole multiples of products of symbols factored (:mod:`.horner`: fewer big-int

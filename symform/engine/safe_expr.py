@@ -3,7 +3,9 @@
 Declaration files come from users and from the internet, so their expressions
 are read with Python's ``ast`` parser (which only parses) and turned into sympy
 objects node by node. Only numbers, names from a given namespace, arithmetic,
-parentheses and a short list of functions are admitted; everything else
+parentheses, a short list of functions and conditions (``a if c else b`` over
+comparisons, 0/1 switches and named predicates joined by and, or, not) are
+admitted; everything else
 (attribute access, subscripts, lambdas, strings, keyword arguments, ...) is
 refused with a one-line message. ``sympify``/``parse_expr`` are never used:
 they call ``eval``.
@@ -13,14 +15,18 @@ from __future__ import annotations
 
 import ast
 import json
+import keyword
 import re
 from functools import cache
 from typing import Any, Callable, Mapping
 
 import sympy
+from sympy.core.symbol import Str
+from sympy.functions.elementary.piecewise import ExprCondPair
 
 from . import disk_cache
-from .budget import check_constant, check_expansion, power_digits, quoted, CONSTANT_DIGITS, ROOT_LOG_DEPTH
+from .budget import check_constant, check_expansion, power_digits, quoted, CONDITION_DEPTH, CONSTANT_DIGITS, ROOT_LOG_DEPTH
+from .conditions import NamedCondition, PredicateDef, named
 from .errors import ExpressionError
 from .names import is_identifier  # re-exported: where it was first defined
 
@@ -63,6 +69,9 @@ def parse(text: object, names: Mapping[str, sympy.Basic], *, relation: bool = Fa
     With ``relation=True`` the whole expression must be a condition: a
     comparison (``a % b == 0``), membership in a list-valued name
     (``i in mlp_only_layers``), or such conditions joined by and, or, not.
+    Anywhere in an arithmetic expression, ``a if c else b`` picks by a condition
+    c (compiled to a Piecewise); ``names`` may map a name to a
+    :class:`~symform.engine.conditions.PredicateDef`, which c then uses by name.
     """
     if isinstance(text, bool) or not isinstance(text, (str, int)):
         raise ExpressionError(f"expected an expression string, got {type(text).__name__} {text!r}")
@@ -83,14 +92,17 @@ def parse(text: object, names: Mapping[str, sympy.Basic], *, relation: bool = Fa
     try:
         tree = ast.parse(source, mode="eval")
     except SyntaxError as e:
-        raise ExpressionError(f"cannot parse {source!r}: {e.msg}; use numbers, names, + - * / // % **, ( ) and {', '.join(FUNCTIONS)}") from None
+        raise ExpressionError(f"cannot parse {source!r}: {e.msg}; use numbers, names, + - * / // % **, ( ), {', '.join(FUNCTIONS)} and a if condition else b") from None
+    except (RecursionError, MemoryError):
+        raise ExpressionError(f"expression {quoted(source)} nests too deeply to read; write it flatter") from None
     if sum(1 for _ in ast.walk(tree)) > MAX_NODES:
-        raise ExpressionError(f"expression {source!r} is too complex (over {MAX_NODES} parts)")
+        raise ExpressionError(f"expression {quoted(source)} is too complex (over {MAX_NODES} parts)")
     body = tree.body
-    if relation != _is_condition(body):
+    if relation != _is_condition(body, names):
         want = "a comparison such as 'n_heads % n_kv_heads == 0'" if relation else "an arithmetic expression, not a comparison"
         raise ExpressionError(f"{source!r}: expected {want}")
-    result = _Converter(source, names).visit(body)
+    converter = _Converter(source, names)
+    result = converter.condition(body) if relation else converter.visit(body)
     if not relation:
         check_expansion(result, f"expression {quoted(source)}")
     if key is not None:
@@ -98,15 +110,24 @@ def parse(text: object, names: Mapping[str, sympy.Basic], *, relation: bool = Fa
     return result
 
 
-def _is_condition(node: ast.AST) -> bool:
+def _is_condition(node: ast.AST, names: Mapping[str, object]) -> bool:
+    """Whether ``node`` is read as a truth value: a comparison, and/or/not, or a named predicate."""
+    if isinstance(node, ast.Name):
+        return isinstance(names.get(node.id), PredicateDef)
     return isinstance(node, (ast.Compare, ast.BoolOp)) or (isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not))
 
 
+_CONDITION_HELP = "a condition is a comparison (x > 0), a 0/1 switch, a named predicate, or such conditions joined by and, or, not"
+
+
 class _Converter:
-    def __init__(self, source: str, names: Mapping[str, sympy.Basic]):
+    def __init__(self, source: str, names: Mapping[str, sympy.Basic], expanding: tuple[str, ...] = (), read: list[int] | None = None):
         self.source = source
         self.names = names
+        self.read = read if read is not None else [0]  # syntax nodes of the predicates read so far, shared with theirs
         self.roots_and_logs = 0  # sqrt and log calls around the node being read
+        self.conditionals = 0  # a if c else b around the node being read
+        self.expanding = expanding  # the named predicates being read, outermost first (a cycle is refused)
 
     def refuse(self, what: str) -> ExpressionError:
         return ExpressionError(f"{what} is not allowed in expressions ({self.source!r}); use numbers, names, arithmetic and {', '.join(FUNCTIONS)}")
@@ -135,14 +156,16 @@ class _Converter:
         except KeyError:
             known = ", ".join(sorted(self.names)) or "none"
             raise ExpressionError(f"unknown name {node.id!r} in {self.source!r}; known names: {known}") from None
+        if isinstance(value, PredicateDef):
+            raise ExpressionError(f"{node.id!r} is a condition, not a number, in {quoted(self.source)}; use it as 'a if {node.id} else b'")
         if isinstance(value, tuple) and not allow_list:
             raise ExpressionError(f"{node.id!r} is a list; use it only as 'i in {node.id}' in {self.source!r}")
         return value
 
     def operand(self, node: ast.AST) -> sympy.Expr:
         """A number-valued part of arithmetic: a comparison there (1 + (a > b)) is refused."""
-        if _is_condition(node):
-            raise ExpressionError(f"a comparison cannot be a number in {quoted(self.source)}; comparisons go in requirements, not in arithmetic")
+        if _is_condition(node, self.names):
+            raise ExpressionError(f"a comparison cannot be a number in {quoted(self.source)}; pick a number by it: 'a if condition else b'")
         return self.visit(node)
 
     def visit_UnaryOp(self, node: ast.UnaryOp) -> sympy.Expr:
@@ -208,9 +231,60 @@ class _Converter:
             self.roots_and_logs -= nests
 
     def condition(self, node: ast.AST) -> sympy.Basic:
-        if not _is_condition(node):
-            raise ExpressionError(f"and, or and not join comparisons only in {self.source!r}")
+        """A truth value: a comparison, and/or/not, a named predicate, or a 0/1 switch (true where it is not 0)."""
+        if isinstance(node, ast.Name):
+            value = self.names.get(node.id)
+            if isinstance(value, PredicateDef):
+                return self.predicate(value)
+            if isinstance(value, sympy.Symbol) and value.is_integer and value.is_nonnegative and not value.is_positive:
+                return sympy.Ne(value, 0)
+            if node.id in self.names:
+                raise ExpressionError(f"{node.id!r} is no condition in {quoted(self.source)} (it is never 0, or not a whole number); {_CONDITION_HELP}")
+            return self.visit(node)  # the unknown name's message
+        if not _is_condition(node, self.names):
+            if not isinstance(node, (ast.BinOp, ast.UnaryOp, ast.Constant, ast.Call, ast.IfExp)):
+                raise self.refuse(_describe(node))
+            if isinstance(node, ast.Call) and not (isinstance(node.func, ast.Name) and node.func.id in FUNCTIONS):
+                self.visit_Call(node)  # refuses the call, naming it
+            raise ExpressionError(f"{quoted(ast.unparse(node))} is a number, not a condition, in {quoted(self.source)}; {_CONDITION_HELP}")
         return self.visit(node)
+
+    def predicate(self, definition: PredicateDef) -> sympy.Basic:
+        """A named predicate read over the names in force here, kept under its name."""
+        if definition.name in self.expanding:
+            cycle = " -> ".join((*self.expanding[self.expanding.index(definition.name):], definition.name))
+            raise ExpressionError(f"predicate {definition.name!r} is defined in terms of itself ({cycle}); define it from comparisons")
+        source = definition.when
+        try:
+            tree = ast.parse(source, mode="eval") if isinstance(source, str) and source.isascii() and len(source) <= MAX_LENGTH else None
+        except (SyntaxError, RecursionError, MemoryError):
+            tree = None
+        if tree is None or sum(1 for _ in ast.walk(tree)) > MAX_NODES:
+            raise ExpressionError(f"predicate {definition.name!r}: cannot read its condition {quoted(source)}; write a short comparison such as 'batch == 1'")
+        self.read[0] += sum(1 for _ in ast.walk(tree))
+        if self.read[0] > MAX_NODES:  # predicates that each use others twice would grow without this
+            raise ExpressionError(f"the predicates {quoted(self.source)} uses read over {MAX_NODES} parts in all; define them more simply")
+        inner = _Converter(source, self.names, (*self.expanding, definition.name), self.read)
+        try:
+            return named(definition.name, inner.condition(tree.body))
+        except ExpressionError as e:
+            if self.expanding:  # the innermost predicate names itself
+                raise
+            raise ExpressionError(f"predicate {definition.name!r}, used in {quoted(self.source)}: {e}") from None
+
+    def visit_IfExp(self, node: ast.IfExp) -> sympy.Expr:
+        self.conditionals += 1
+        try:
+            if self.conditionals > CONDITION_DEPTH:
+                raise ExpressionError(
+                    f"conditionals nest over {CONDITION_DEPTH} deep in {quoted(self.source)}, past symform's budget "
+                    "(symform.engine.budget.CONDITION_DEPTH); join the conditions with and/or instead"
+                )
+            condition = self.condition(node.test)
+            chosen, other = self.operand(node.body), self.operand(node.orelse)
+            return sympy.Piecewise((chosen, condition), (other, True))
+        finally:
+            self.conditionals -= 1
 
     def visit_BoolOp(self, node: ast.BoolOp) -> sympy.Basic:
         join = sympy.And if isinstance(node.op, ast.And) else sympy.Or
@@ -225,7 +299,8 @@ class _Converter:
         make = _COMPARE.get(type(op))
         if make is None:
             raise self.refuse(f"the comparison {type(op).__name__}")
-        return make(self.operand(node.left), self.operand(right), evaluate=False)
+        # inside a conditional a comparison sympy settles (n_kv_heads == 1 at a bound n_kv_heads) picks its branch now
+        return make(self.operand(node.left), self.operand(right), evaluate=self.conditionals > 0 or bool(self.expanding))
 
     def membership(self, left: ast.AST, right: ast.AST, *, negate: bool) -> sympy.Basic:
         if not isinstance(right, ast.Name):
@@ -245,7 +320,6 @@ def _describe(node: ast.AST) -> str:
         "Lambda": "a lambda",
         "Call": "a call",
         "BoolOp": "and/or",
-        "IfExp": "if/else",
         "JoinedStr": "an f-string",
         "List": "a list",
         "Tuple": "a tuple",
@@ -274,6 +348,9 @@ _NODES: dict[str, Callable[..., sympy.Basic]] = {
     **{c.__name__: (lambda c: lambda *a: c(*a, evaluate=False))(c) for c in (sympy.Max, sympy.Min, sympy.floor, sympy.ceiling, sympy.Mod, sympy.log)},
     **{type(c(1, 2, evaluate=False)).__name__: (lambda c: lambda a, b: c(a, b, evaluate=False))(c) for c in _COMPARE.values()},
     **{c.__name__: (lambda c: lambda *a: c(*a))(c) for c in (sympy.And, sympy.Or, sympy.Not)},
+    "Piecewise": lambda *a: sympy.Piecewise(*a, evaluate=False),
+    "ExprCondPair": lambda e, c: ExprCondPair(e, c),
+    "NamedCondition": lambda n, c: NamedCondition(n, c),
 }
 _SYMBOLS: dict[sympy.Symbol, str] = {}
 
@@ -300,13 +377,21 @@ def _cache_key(source: str, names: Mapping[str, sympy.Basic], relation: bool) ->
     if not disk_cache.enabled():
         return None
     parts = [source, "relation" if relation else "value"]
-    for name in sorted(set(_IDENTIFIERS.findall(source))):
+    found = set(_IDENTIFIERS.findall(source))
+    pending = sorted(found)
+    while pending:  # a named predicate brings the names its condition reads
+        name = pending.pop()
         value = names.get(name)
-        if isinstance(value, sympy.Symbol):
+        if isinstance(value, PredicateDef):
+            parts.append(f"{name}=predicate:{value.when}")
+            more = set(_IDENTIFIERS.findall(value.when)) - found
+            found |= more
+            pending.extend(sorted(more))
+        elif isinstance(value, sympy.Symbol):
             parts.append(f"{name}={value.name}:{symbol_description(value)}")
         elif isinstance(value, tuple) and all(isinstance(v, sympy.Integer) for v in value):
             parts.append(f"{name}={[int(v) for v in value]}")
-        elif value is None and name in FUNCTIONS:
+        elif value is None and (name in FUNCTIONS or keyword.iskeyword(name)):
             parts.append(name)
         else:
             return None
@@ -448,6 +533,8 @@ def kept_leaf(expr: sympy.Basic) -> list[Any] | None:
         return ["q", str(int(expr.p)), str(int(expr.q))]
     if expr is sympy.true or expr is sympy.false:
         return ["b", bool(expr)]
+    if isinstance(expr, Str):
+        return ["s", expr.name]
     return None
 
 
@@ -460,6 +547,8 @@ def kept_leaf_value(entry: Any) -> sympy.Basic:
         return number
     if kind == "b" and type(entry[1]) is bool:
         return sympy.true if entry[1] else sympy.false
+    if kind == "s" and is_identifier(entry[1]):
+        return Str(entry[1])
     raise ValueError(kind)
 
 

@@ -74,7 +74,26 @@ def without_flags(expr: sympy.Expr, values: Mapping[str, int]) -> sympy.Expr:
         at = other.xreplace({s: values[s.name] for s in other.free_symbols if s.name in values})
         return bool(other.free_symbols) and not at.free_symbols and bool(at >= 1)
 
-    return expr.replace(is_flag, lambda e: sympy.S.One)
+    at = {s: sympy.sympify(values[s.name]) for s in expr.free_symbols if s.name in values}
+    return branches_in_force(expr.replace(is_flag, lambda e: sympy.S.One), at)
+
+
+def branches_in_force(expr: sympy.Expr, at: Mapping[sympy.Symbol, object]) -> sympy.Expr:
+    """Each conditional (``a if c else b``) whose condition the values ``at`` settle written as the branch in
+    force there (an optional layer kind the model has, the flags of its own sizes); the others as they are."""
+    if not at or not expr.has(sympy.Piecewise):
+        return expr
+
+    def in_force(e: sympy.Piecewise) -> sympy.Expr:
+        for branch, condition in e.args:
+            settled = condition.xreplace(at) if condition.free_symbols & at.keys() else condition
+            if settled is sympy.true:
+                return branch
+            if settled is not sympy.false:
+                return e
+        return e
+
+    return expr.replace(lambda e: isinstance(e, sympy.Piecewise), in_force)
 
 
 def structure(model: Model, quantity: str, *, assume: str | None = None, leading: bool = False, large: Iterable[str] | None = None) -> Structure:

@@ -17,7 +17,7 @@ from ..engine.errors import ConfigError
 from ..engine.evaluate import Number
 from ..engine.families import all_families, family_for, preset_config, presets
 from ..engine.model import Model
-from ..engine.structure import Block, block_large, by_layer_kind, default_assumptions, leading_blocks, structure, without_flags
+from ..engine.structure import Block, block_large, branches_in_force, by_layer_kind, default_assumptions, leading_blocks, structure, without_flags
 from . import latex as tex
 from .latex_layout import breakable
 
@@ -82,7 +82,7 @@ def branch_in_force(expr: sympy.Expr, values: dict) -> sympy.Expr:
         pick = min if isinstance(e, sympy.Min) else max
         return e.args[sizes.index(pick(sizes))]
 
-    return expr.replace(lambda e: isinstance(e, (sympy.Min, sympy.Max)), in_force)
+    return branches_in_force(expr.replace(lambda e: isinstance(e, (sympy.Min, sympy.Max)), in_force), values)
 
 
 def cell_latex(c: Cell, model: Model) -> str:
