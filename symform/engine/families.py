@@ -630,7 +630,9 @@ def listed_kinds(spec: CountSpec, fields: Mapping[str, Any]) -> tuple[str, tuple
 def layers_in(spec: CountSpec, fields: Mapping[str, Any]) -> int:
     """How many layers the count is taken over: the `over` field, or the length of the list it reads."""
     listed = listed_kinds(spec, fields)
-    return int(fields[spec.over]) if spec.over or listed is None else len(listed[1])
+    if listed is None and not spec.over:
+        return 0  # the list's length is the number, and the config gives no list (or an empty one)
+    return int(fields[spec.over]) if spec.over else len(listed[1])
 
 
 def _holds(condition: str, names: Mapping[str, Any]) -> bool:
