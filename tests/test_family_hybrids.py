@@ -46,9 +46,10 @@ GRANITE = dict(
     layer_types=["linear_attention", "attention", "linear_attention"], mamba_n_heads=8, mamba_d_state=6, mamba_n_groups=2,
     mamba_chunk_size=16, num_local_experts=4, num_experts_per_tok=2, position_embedding_type="nope",
 )  # fmt: skip
-# without experts (the shared MLP alone), rotary positions, a tied head
+# without experts (the shared MLP alone), rotary positions, a tied head; the older kind names Granite's published
+# configs write (mamba, attention), which transformers renames
 GRANITE_DENSE = dict(
-    GRANITE, layer_types=["attention", "linear_attention"], num_hidden_layers=2, num_local_experts=0,
+    GRANITE, layer_types=["attention", "mamba"], num_hidden_layers=2, num_local_experts=0,
     position_embedding_type="rope", tie_word_embeddings=True,
 )  # fmt: skip
 # Falcon-H1: attention and a 96-wide Mamba-2 mixer side by side, with its gated RMSNorm and out_proj bias
