@@ -53,3 +53,34 @@ def test_a_config_without_head_dim_is_refused_in_one_line():
     from checks import one_line_error
 
     one_line_error(symform.ConfigError, lambda: Model.from_config({k: v for k, v in HUNYUAN.items() if k != "head_dim"}), "head_dim")
+
+
+# Hunyuan MoE: 4 experts (2 a token) beside a shared MLP, every layer
+HUNYUAN_MOE = dict(TINY, model_type="hunyuan_v1_moe", head_dim=16, num_experts=4, moe_topk=2, intermediate_size=32)
+MOE_CONFIGS = {"hunyuan-moe": HUNYUAN_MOE, "hunyuan-moe-tied-gqa1": dict(HUNYUAN_MOE, tie_word_embeddings=True, num_key_value_heads=1, moe_topk=3)}
+
+
+@pytest.mark.parametrize("case", MOE_CONFIGS)
+def test_moe_parameters_equal_numel(case):
+    check_tiny_params(MOE_CONFIGS[case])
+
+
+@pytest.mark.parametrize("case", MOE_CONFIGS)
+def test_moe_forward_flops_and_cache_equal_the_counter(case):
+    """The fp32 router is one more matrix product the counter counts like any other."""
+    config = MOE_CONFIGS[case]
+    model = build(config, eager_experts=True)
+    check_forward_flops(Model.from_config(config).with_conventions(training=0), model, config, [(2, 7), (1, 3), (1, 1)])
+    check_cache_bytes(config, model, 5)
+
+
+@pytest.mark.parametrize("case", MOE_CONFIGS)
+def test_moe_saved_activations_in_float32(case):
+    check_saved_activations(MOE_CONFIGS[case], torch.float32)
+
+
+def test_per_layer_lists_of_expert_settings_are_refused_in_one_line():
+    """Hunyuan-A13B's published config writes moe_topk per layer; symform reads one value for every layer."""
+    from checks import one_line_error
+
+    one_line_error(symform.ConfigError, lambda: Model.from_config(dict(HUNYUAN_MOE, moe_topk=[2, 2])), "moe_topk")
