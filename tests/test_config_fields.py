@@ -95,6 +95,41 @@ COST_FREE_IN = {
         "sparse_pred_ignore_index": "the label sparse prediction drops; sparse_prediction itself is refused",
         "head_dim": "the rotary tables' width where a config sets it; the attention's heads are hidden_size // num_attention_heads, which is read",
     },
+    "mamba2": {
+        "layer_types": "a property: every layer linear_attention",
+        "output_hidden_states": "which outputs are returned, not work",
+        "return_dict": "which outputs are returned, not work",
+        "rescale_prenorm_residual": "initialisation only",
+        "residual_in_fp32": "the residual stream's dtype: no size, FLOP or cache (saved activations are modelled in float32)",
+        **{name: "initialisation only (the dt bias)" for name in ("time_step_floor", "time_step_max", "time_step_min")},
+        "time_step_limit": "a clamp on dt: a value, not a size",
+        "time_step_rank": "stored by Mamba2Mixer and never used",
+    },
+    "bamba": {
+        "layer_types": "a property derived from attn_layer_indices, which is read",
+        "layers_block_type": "a property derived from attn_layer_indices, which is read",
+        "num_logits_to_keep": "how many logits generation asks for; symform counts every position's logits",
+        "time_step_limit": "a clamp on dt: a value, not a size",
+    },
+    "granitemoehybrid": {
+        **{name: "a scale: a value, not a size" for name in ("attention_multiplier", "embedding_multiplier", "logits_scaling", "residual_multiplier")},
+        "time_step_limit": "a clamp on dt: a value, not a size",
+    },
+    "falcon_h1": {
+        **{name: "a μP scale: a value, not a size" for name in (
+            "attention_in_multiplier", "attention_out_multiplier", "embedding_multiplier", "key_multiplier", "lm_head_multiplier",
+            "mlp_multipliers", "ssm_in_multiplier", "ssm_multipliers", "ssm_out_multiplier",
+        )},
+        "mamba_norm_before_gate": "the order of the gate and the grouped norm: the same work (saved activations of Falcon-H1 are not modelled)",
+        "layer_types": "a property: every layer hybrid",
+        "num_logits_to_keep": "how many logits generation asks for; symform counts every position's logits",
+        "time_step_limit": "a clamp on dt: a value, not a size",
+    },
+    "jamba": {
+        **{name: "a property derived from the layer periods and offsets, which are read" for name in ("layer_types", "layers_block_type", "layers_num_experts")},
+        **{name: "the scan's implementation is the caller's choice (the torch loop here), not a size" for name in ("use_associative_scan", "use_mamba_kernels", "use_mambapy")},
+    },
+    "lfm2": {"norm_eps": "a value, not a size"},
     "nemotron_h": {
         "mamba_hidden_act": "a one-op activation keeps one tensor whatever it computes",
         "mlp_hidden_act": "a one-op activation keeps one tensor whatever it computes",

@@ -586,7 +586,7 @@ def count_layers(name: str, spec: CountSpec, fields: Mapping[str, Any], origin: 
             return _count_each(name, spec, listed[1], fields)
         kinds = spec.kinds()
         return sympy.Integer(sum(1 for kind in listed[1] if kinds is None or kind in kinds))
-    if spec.when is None and not spec.over and any(fields.get(field) == () for field in spec.lists()):
+    if spec.when is None and not spec.over and any(fields.get(field) in ((), "") for field in spec.lists()):
         return sympy.Integer(0)  # the list's length is the number, and the list is empty (no DeepStack layers)
     if spec.when is None or not spec.over:
         raise DeclarationError(f"count {name!r} needs 'over' and a 'when' condition for configs without {' or '.join(spec.lists())}")
@@ -622,14 +622,17 @@ def listed_kinds(spec: CountSpec, fields: Mapping[str, Any]) -> tuple[str, tuple
     """The first of the count's lists the config gives (an absent, null or empty one is skipped), with its name."""
     for field in spec.lists():
         if fields.get(field):
-            return field, fields[field]
+            # a str field names one kind for the whole model (Granite 4.0-H's position_embedding_type): a list of one
+            return field, (fields[field],) if isinstance(fields[field], str) else fields[field]
     return None
 
 
 def layers_in(spec: CountSpec, fields: Mapping[str, Any]) -> int:
     """How many layers the count is taken over: the `over` field, or the length of the list it reads."""
     listed = listed_kinds(spec, fields)
-    return int(fields[spec.over]) if spec.over or listed is None else len(listed[1])
+    if listed is None and not spec.over:
+        return 0  # the list's length is the number, and the config gives no list (or an empty one)
+    return int(fields[spec.over]) if spec.over else len(listed[1])
 
 
 def _holds(condition: str, names: Mapping[str, Any]) -> bool:
