@@ -165,6 +165,11 @@ NOT_YET = {
 }
 NOT_YET["gemma4"] = NOT_YET["gemma4_text"]  # the same text stack, read from text_config
 COST_FREE_IN["qwen3_vl_moe"] = COST_FREE_IN["qwen3_vl"]  # Qwen3-VL's tower and text attention, with experts
+COST_FREE_IN["qwen2_5_vl"] = {
+    "layer_types": "which text layers slide, only with use_sliding_window, which is refused",
+    "sliding_window": "the text layers' window, only with use_sliding_window, which is refused",
+    "video_token_id": "videos are not modelled for Qwen2.5-VL: no cost depends on them, so --videos is refused",
+}
 MODELS = Path(transformers.__file__).parent / "models"
 MODULE = {"gemma3_text": "gemma3", "gemma4_text": "gemma4", "llama4_text": "llama4"}
 

@@ -151,3 +151,11 @@ def test_videos_are_refused_on_the_command_line(capsys, tmp_path):
     path.write_text(json.dumps(CONFIGS["published form (text fields at the top level), untied head"]))
     code, out, err = run(capsys, "flops", str(path), "--batch", "1", "--seq", "40", "--videos", "1", "--video-frames", "2", "--video-size", "16")
     assert code == 2 and not out and err.count("\n") == 1 and "videos" in err
+
+
+def test_a_head_dim_other_than_the_heads_width_is_refused_in_one_line():
+    """transformers sizes the heads hidden_size // num_attention_heads and the rotary tables head_dim: they must agree."""
+    config = dict(CONFIGS["published form (text fields at the top level), untied head"], head_dim=8)
+    one_line_error(ConfigError, lambda: Model.from_config(config).evaluate("params"), "head_dim")
+    agreeing = dict(config, head_dim=16)
+    assert Model.from_config(agreeing).evaluate("params") == Model.from_config(CONFIGS["published form (text fields at the top level), untied head"]).evaluate("params")
