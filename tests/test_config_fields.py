@@ -168,8 +168,9 @@ COST_FREE_IN["qwen3_vl_moe"] = COST_FREE_IN["qwen3_vl"]  # Qwen3-VL's tower and 
 COST_FREE_IN["qwen2_5_vl"] = {
     "layer_types": "which text layers slide, only with use_sliding_window, which is refused",
     "sliding_window": "the text layers' window, only with use_sliding_window, which is refused",
-    "video_token_id": "videos are not modelled for Qwen2.5-VL: no cost depends on them, so --videos is refused",
+    "video_token_id": "videos are not modelled for Qwen2-VL and Qwen2.5-VL: no cost depends on them, so --videos is refused",
 }
+COST_FREE_IN["qwen2_vl"] = COST_FREE_IN["qwen2_5_vl"]  # the same text stack, sliding window refused
 MODELS = Path(transformers.__file__).parent / "models"
 MODULE = {"gemma3_text": "gemma3", "gemma4_text": "gemma4", "llama4_text": "llama4"}
 
