@@ -75,6 +75,7 @@ COST_FREE_IN = {
     "gpt2": {name: "GPT-2's double-heads summary, not the language model" for name in ("summary_activation", "summary_first_dropout", "summary_last_dropout", "summary_proj_to_labels", "summary_type", "summary_use_proj")},
     "gemma": {"use_bidirectional_attention": "Gemma has no window: the mask changes, eager attention's work does not"},
     "gemma3_text": {"attn_logit_softcapping": "Gemma3Attention stores it but never applies it"},
+    "gemma3": {"attn_logit_softcapping": "Gemma3Attention stores it but never applies it"},
     "deepseek_v2": {"head_dim": "the rotary width, qk_rope_head_dim, which is read", "num_key_value_heads": "MLA's heads are num_attention_heads"},
     "deepseek_v3": {"head_dim": "the rotary width, qk_rope_head_dim, which is read", "num_key_value_heads": "MLA's heads are num_attention_heads"},
     "deepseek_v32": {"head_dim": "the rotary width, qk_rope_head_dim, which is read (the config class overwrites head_dim with it)", "num_key_value_heads": "MLA's heads are num_attention_heads (DeepseekV32Attention expands keys and values to them)"},
@@ -198,6 +199,13 @@ NOT_YET = {
     },
 }
 NOT_YET["gemma4"] = NOT_YET["gemma4_text"]  # the same text stack, read from text_config
+COST_FREE_IN["qwen3_vl_moe"] = COST_FREE_IN["qwen3_vl"]  # Qwen3-VL's tower and text attention, with experts
+COST_FREE_IN["qwen2_5_vl"] = {
+    "layer_types": "which text layers slide, only with use_sliding_window, which is refused",
+    "sliding_window": "the text layers' window, only with use_sliding_window, which is refused",
+    "video_token_id": "videos are not modelled for Qwen2-VL and Qwen2.5-VL: no cost depends on them, so --videos is refused",
+}
+COST_FREE_IN["qwen2_vl"] = COST_FREE_IN["qwen2_5_vl"]  # the same text stack, sliding window refused
 MODELS = Path(transformers.__file__).parent / "models"
 MODULE = {"gemma3_text": "gemma3", "gemma4_text": "gemma4", "llama4_text": "llama4"}
 

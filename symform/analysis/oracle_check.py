@@ -89,6 +89,7 @@ class _Tables:
     roles: dict[tuple[str, ...], str]  # segments (one or more, consecutive) -> the role they mark
     towers: dict[str, str]  # a segment -> the tower it is, one role for everything under it
     skip: list[str]
+    by_model_type: dict[str, dict[str, Any]] = None  # a model type -> tiny values its language model's sub-config takes
 
 
 @cache
@@ -104,6 +105,7 @@ def _tables() -> _Tables:
         roles={tuple(alias.split(".")): role for role, found in names.roles.items() for alias in found},
         skip=names.skip,
         towers={name: tower for tower, names in table.get("towers", {}).items() for name in names},
+        by_model_type=table.get("by_model_type", {}),
     )
 
 
@@ -126,6 +128,9 @@ def tiny_config(config: Mapping[str, Any], family: str | None = None) -> dict[st
     result = _shrunk(config, set() if where else _read_in(spec, None))
     if where:
         result = _replaced(result, where, _shrunk(sub_config(config, where, "config"), _read_in(spec, None)))
+    own = _tables().by_model_type.get(config.get("model_type"), {})
+    if own:  # sizes the tiny heads need that transformers' defaults for the type do not fit (M-RoPE's sections)
+        result = _replaced(result, where, {**sub_config(result, where, "config"), **copy.deepcopy(own)}) if where else {**result, **copy.deepcopy(own)}
     for name, sizes in _tables().sub_configs.items():
         given = config.get(name) if isinstance(config.get(name), Mapping) else {}
         read = _read_in(spec, name)
