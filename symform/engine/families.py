@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from .budget import LAYERS, check_count, check_number, quoted
 from .data import formulas_dir, read_json, read_toml
 from .errors import ConfigError, DeclarationError, describe_validation
+from .family_files import family_table
 from .names import is_identifier
 
 
@@ -244,7 +245,7 @@ def _index_total_size(size: int | float) -> int:
 @cache
 def _family_file(path: Path) -> Family:
     try:
-        return Family(path.stem, FamilySpec.model_validate(read_toml(path)))
+        return Family(path.stem, FamilySpec.model_validate(family_table(path)))
     except ValidationError as e:
         raise DeclarationError(f"{path.name}: {describe_validation(e)}") from None
 
