@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from .budget import LAYERS, check_count, check_number, quoted
 from .data import formulas_dir, read_json, read_toml
 from .errors import ConfigError, DeclarationError, describe_validation
-from .family_files import family_table
+from .family_files import family_table, reading_order
 from .names import is_identifier
 
 
@@ -463,13 +463,13 @@ def _choose(choice: ChoiceSpec, value: Any, is_bool: bool, origin: str) -> str:
 
 
 def read_fields(specs: Mapping[str, FieldSpec], config: Mapping[str, Any], origin: str, *, fields_in: str = "") -> dict[str, Any]:
-    """Read and type-check each field, applying transformers' defaults in declaration order."""
+    """Read and type-check each field, applying transformers' defaults (a field a default names is read first)."""
     import sympy
 
     from .safe_expr import parse
 
     values: dict[str, Any] = {}
-    for field, spec in specs.items():
+    for field, spec in reading_order(specs):
         where = fields_in if spec.in_ is None else spec.in_
         key = spec.key or field
         section = _with_alias(sub_config(config, where, origin), key, spec.aliases)
