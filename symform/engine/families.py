@@ -242,12 +242,15 @@ def _index_total_size(size: int | float) -> int:
     return int(size)
 
 
-@cache
-def _family_file(path: Path) -> Family:
+def load_family(path: Path) -> Family:
+    """A family file, symform's or a user's, with the families it extends applied: what a config is read with."""
     try:
         return Family(path.stem, FamilySpec.model_validate(family_table(path)))
     except ValidationError as e:
         raise DeclarationError(f"{path.name}: {describe_validation(e)}") from None
+
+
+_family_file = cache(load_family)
 
 
 @cache
@@ -377,10 +380,11 @@ def family_for_architectures(architectures: Any) -> Family | None:
     return None
 
 
-def spec_from_config(config: Any, *, name: str, origin: str) -> ModelSpec:
+def spec_from_config(config: Any, *, name: str, origin: str, family: Family | None = None) -> ModelSpec:
+    """The model a config describes, read by ``family`` (load_family) or else the family of its model type."""
     if not isinstance(config, Mapping):
         raise ConfigError(f"{origin}: a config must be a JSON object, got {type(config).__name__}")
-    family = family_for(config, origin)
+    family = family or family_for(config, origin)
     config = per_layer_read(family.spec, config, origin)
     fields = read_fields(family.spec.fields, config, origin, fields_in=family.spec.fields_in)
     _refuse_unmodelled(family.spec.refuse, fields, origin)
