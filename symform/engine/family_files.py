@@ -24,6 +24,7 @@ What names a file's own reader is never inherited: ``model_types``, ``when_prese
 from __future__ import annotations
 
 import re
+from functools import cache
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -39,8 +40,32 @@ WHOLE_ENTRIES = ("fields",)  # tables whose entries replace the base's whole  # 
 
 
 def family_table(path: Path) -> dict[str, Any]:
-    """The family file's table with its bases applied: what FamilySpec validates."""
-    return _resolved(Path(path), ())
+    """The family file's table with its bases applied: what FamilySpec validates (and never changes)."""
+    path = Path(path)
+    return _bundled(path) if _is_bundled(path) else _resolved(path, ())
+
+
+def _is_bundled(path: Path) -> bool:
+    try:
+        return path.resolve().is_relative_to(formulas_dir().resolve())
+    except (OSError, ValueError):
+        return False
+
+
+_RESOLVING: set[Path] = set()
+
+
+@cache
+def _bundled(path: Path) -> dict[str, Any]:
+    """A bundled family file resolved once per process: every family's reader is built when one config is read,
+    and most extend the same few files."""
+    if path in _RESOLVING:
+        raise DeclarationError(f"{path.name}: extends a family that extends it back; break the cycle")
+    _RESOLVING.add(path)
+    try:
+        return _resolved(path, ())
+    finally:
+        _RESOLVING.discard(path)
 
 
 def _resolved(path: Path, chain: tuple[str, ...]) -> dict[str, Any]:
@@ -60,7 +85,8 @@ def _resolved(path: Path, chain: tuple[str, ...]) -> dict[str, Any]:
     for name in names:
         if name in here:
             raise DeclarationError(f"{path.name}: extends {name!r}, which extends it back ({' -> '.join((*here, name))}); break the cycle")
-        base = _resolved(_base_path(path, name), here)
+        where = _base_path(path, name)
+        base = _bundled(where) if _is_bundled(where) else _resolved(where, here)
         merged = base if merged is None else inherit(merged, base, path.name)
     return inherit(merged, table, path.name)
 
