@@ -8,7 +8,7 @@ What PyTorch does that surprises (each one declared where it happens):
 
 - RMSNorm (llama family) keeps an fp32 copy of its input, the fp32 1/rms and the
   normalised values cast back; Gemma's (1 + g) norms scale in fp32 first, so they keep
-  the fp32 normalised values and the fp32 1 + g instead (`offset_rms_norm`).
+  the fp32 normalised values and the fp32 1 + g instead (`rms_norm(form=offset)`).
 - the attention softmax keeps an fp32 output, and the weighted sum a copy cast back;
   GPT-2's eager softmax runs in the activations' dtype and the two share one tensor.
 - repeat_kv copies keys and values to the query heads, except for one key/value head of
@@ -33,7 +33,7 @@ What PyTorch does that surprises (each one declared where it happens):
   RMSNorm scales by g in fp32 (keeping fp32 normalised values); its cos and sin are
   d_head/2 wide.
 - Gemma 4's RMSNorm raises mean(x²) + ε to the power -0.5, and pow keeps its input as well
-  as the product its output; it scales by an fp32 copy of g (`pow_rms_norm`). Its values'
+  as the product its output; it scales by an fp32 copy of g (`rms_norm(form=pow)`). Its values'
   norm has no g; with keys as values (attention_k_eq_v) it normalises the key projection's
   output, in fp32 the very storage k_norm keeps. Its sliding and full layers get cos and sin
   of their own widths, each layer keeps its one-element layer_scalar (a buffer), the

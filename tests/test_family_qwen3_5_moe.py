@@ -158,7 +158,7 @@ def test_check_agrees_with_the_real_module():
 @pytest.mark.parametrize(("batch", "seq"), [(2, 8), (1, 64)])
 def test_saved_activations_equal_what_eager_pytorch_keeps(dtype, batch, seq):
     """What the mixers keep (tests/test_activations.py's Gated DeltaNet cases), the routed and shared experts
-    and the (1 + w) fp32 norms (offset_rms_norm), to the byte: within one 64-token chunk, and exactly one."""
+    and the (1 + w) fp32 norms (rms_norm(form=offset)), to the byte: within one 64-token chunk, and exactly one."""
     config = CONFIGS["1 linear : 1 full from layer_types, 2 value heads per key head"]
     kept = saved_for_backward(build_for_training(config, dtype, experts_implementation="eager"), input_ids(text(config), batch, seq))
     model = Model.from_config(config, accounting="eager", conventions={"act_bytes": 4 if dtype == torch.float32 else 2, "cpu_kernels": 1})

@@ -111,6 +111,9 @@ class ComponentDecl(BaseModel):
     # a primitive that is a matrix product: its shape as expressions of the arguments, output rows m,
     # output width n, reduction k (and independent products, batches), for the tile-and-wave estimate
     gemm: dict[str, Scalar] = Field(default_factory=dict)
+    # a primitive's options, which a use site sets by name (rms_norm(form=offset)): option -> value -> the fields
+    # that value declares in place of the primitive's own (doc, source, args, quantities, frozen, ...)
+    options: dict[str, dict[str, dict[str, Any]]] = Field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -161,6 +164,8 @@ class Component:
     leading: Mapping[sympy.Expr, sympy.Expr] = field(default_factory=dict)  # leading-order forms: expression -> its stand-in
     gemm: Mapping[str, sympy.Expr] = field(default_factory=dict)  # a matrix product's m, n, k (and batches)
     backward_peak: sympy.Expr = sympy.Integer(0)  # primitives: what their backward holds at once besides what they keep
+    declaration: ComponentDecl | None = field(default=None, compare=False, repr=False)  # kept where it has options
+    options: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # option -> its values
 
     @property
     def is_primitive(self) -> bool:
@@ -186,15 +191,33 @@ class Library:
 
     components: Mapping[str, Component]
     vocabulary: Vocabulary
+    _variants: dict[str, Component] = field(default_factory=dict, compare=False, repr=False)  # by their canonical names
 
     def __contains__(self, name: object) -> bool:
+        if isinstance(name, str) and "(" in name:
+            try:
+                self[name]
+            except DeclarationError:
+                return False
+            return True
         return name in self.components
 
     def __getitem__(self, name: str) -> Component:
+        if isinstance(name, str) and "(" in name:
+            return self._variant(name)
         try:
             return self.components[name]
         except KeyError:
             raise DeclarationError(f"unknown component {name!r}; {_closest(name, self.components)}") from None
+
+    def _variant(self, name: str) -> Component:
+        """A primitive with options set (``rms_norm(form=offset)``): its declaration with the chosen values' fields."""
+        base_name, chosen = parse_options(name)
+        base = self[base_name]
+        canonical = option_name(base, chosen)
+        if canonical not in self._variants:
+            self._variants[canonical] = parse_component(canonical, with_options(base, chosen), self.vocabulary)
+        return self._variants[canonical]
 
     def merged(self, other: Mapping[str, Component]) -> "Library":
         clash = sorted(set(other) & set(self.components))
@@ -330,7 +353,61 @@ def _build_component(name: str, decl: ComponentDecl, vocabulary: Vocabulary, bas
         leading=_leading(decl, names, base),
         gemm=_gemm(decl, names),
         backward_peak=_backward_peak(decl, names, exprs),
+        declaration=decl if decl.options else None,
+        options=_options(decl, base),
     )
+
+
+# what an option's value may not change: what the primitive is (a slot takes it by its kind) and how it is built
+FIXED_BY_OPTIONS = ("kind", "extends", "remove", "parts", "options")
+
+
+def _options(decl: ComponentDecl, base: Component | None) -> Mapping[str, tuple[str, ...]]:
+    if not decl.options:
+        return MappingProxyType({})
+    if decl.parts or base is not None:
+        raise DeclarationError("'options' belong to a primitive (no parts, no extends); compose variants of a composite with extends")
+    for option, values in decl.options.items():
+        if not is_identifier(option) or not values or not all(is_identifier(v) for v in values):
+            raise DeclarationError(f"option {option!r} needs identifier names for itself and its values (options.form.offset)")
+        for value, fields in values.items():
+            fixed = sorted(set(fields) & set(FIXED_BY_OPTIONS))
+            if fixed:
+                raise DeclarationError(f"option {option} = {value} changes {fixed[0]!r}; an option's value may change what the primitive costs, not what it is")
+    return MappingProxyType({option: tuple(values) for option, values in decl.options.items()})
+
+
+def parse_options(name: str) -> tuple[str, dict[str, str]]:
+    """``rms_norm(form = offset)`` -> ("rms_norm", {"form": "offset"})."""
+    head, paren, rest = name.partition("(")
+    inner = rest[:-1] if rest.endswith(")") else None
+    pairs = [p.partition("=") for p in inner.split(",")] if inner and inner.strip() else []
+    chosen = {k.strip(): v.strip() for k, eq, v in pairs if eq}
+    if not paren or inner is None or len(chosen) != len(pairs) or not is_identifier(head.strip()) or not all(map(is_identifier, [*chosen, *chosen.values()])):
+        raise DeclarationError(f"component {name[:80]!r}: write a primitive's options as name(option=value, ...), such as rms_norm(form=offset)")
+    return head.strip(), chosen
+
+
+def option_name(base: Component, chosen: Mapping[str, str]) -> str:
+    """The canonical name of ``base`` with ``chosen`` options, each checked against those it declares."""
+    if not base.options:
+        raise DeclarationError(f"component {base.name!r} has no options; name it without parentheses")
+    for option, value in chosen.items():
+        if option not in base.options:
+            raise DeclarationError(f"component {base.name!r} has no option {option!r}; it has {', '.join(base.options)}")
+        if value not in base.options[option]:
+            raise DeclarationError(f"{base.name}'s option {option} is one of {', '.join(base.options[option])}, not {value!r}")
+    return f"{base.name}({', '.join(f'{o}={chosen[o]}' for o in base.options if o in chosen)})"
+
+
+def with_options(base: Component, chosen: Mapping[str, str]) -> ComponentDecl:
+    """The primitive's declaration with each chosen value's fields in place of its own, in the order declared."""
+    assert base.declaration is not None
+    raw = base.declaration.model_dump(by_alias=True, exclude_unset=True, exclude={"options"})
+    for option, values in base.declaration.options.items():
+        if option in chosen:
+            raw.update(values[chosen[option]])
+    return validate_declaration(base.name, raw)
 
 
 GEMM_SIZES = ("m", "n", "k", "batches")

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from .budget import LAYERS, check_count, check_number, quoted
 from .data import formulas_dir, read_json, read_toml
 from .errors import ConfigError, DeclarationError, describe_validation
+from .family_files import family_table, reading_order
 from .names import is_identifier
 
 
@@ -241,12 +242,15 @@ def _index_total_size(size: int | float) -> int:
     return int(size)
 
 
-@cache
-def _family_file(path: Path) -> Family:
+def load_family(path: Path) -> Family:
+    """A family file, symform's or a user's, with the families it extends applied: what a config is read with."""
     try:
-        return Family(path.stem, FamilySpec.model_validate(read_toml(path)))
+        return Family(path.stem, FamilySpec.model_validate(family_table(path)))
     except ValidationError as e:
         raise DeclarationError(f"{path.name}: {describe_validation(e)}") from None
+
+
+_family_file = cache(load_family)
 
 
 @cache
@@ -376,10 +380,11 @@ def family_for_architectures(architectures: Any) -> Family | None:
     return None
 
 
-def spec_from_config(config: Any, *, name: str, origin: str) -> ModelSpec:
+def spec_from_config(config: Any, *, name: str, origin: str, family: Family | None = None) -> ModelSpec:
+    """The model a config describes, read by ``family`` (load_family) or else the family of its model type."""
     if not isinstance(config, Mapping):
         raise ConfigError(f"{origin}: a config must be a JSON object, got {type(config).__name__}")
-    family = family_for(config, origin)
+    family = family or family_for(config, origin)
     config = per_layer_read(family.spec, config, origin)
     fields = read_fields(family.spec.fields, config, origin, fields_in=family.spec.fields_in)
     _refuse_unmodelled(family.spec.refuse, fields, origin)
@@ -462,13 +467,13 @@ def _choose(choice: ChoiceSpec, value: Any, is_bool: bool, origin: str) -> str:
 
 
 def read_fields(specs: Mapping[str, FieldSpec], config: Mapping[str, Any], origin: str, *, fields_in: str = "") -> dict[str, Any]:
-    """Read and type-check each field, applying transformers' defaults in declaration order."""
+    """Read and type-check each field, applying transformers' defaults (a field a default names is read first)."""
     import sympy
 
     from .safe_expr import parse
 
     values: dict[str, Any] = {}
-    for field, spec in specs.items():
+    for field, spec in reading_order(specs):
         where = fields_in if spec.in_ is None else spec.in_
         key = spec.key or field
         section = _with_alias(sub_config(config, where, origin), key, spec.aliases)

@@ -21,7 +21,7 @@ from .errors import ConfigError, DeclarationError, EvaluationError, SymformError
 from .budget import check_count, check_roots_and_logs, expand, quoted
 from .evaluate import Number, check_value, exact_evaluator, plain_values, run_exact
 from . import hub
-from .families import Checkpoint, ContextLimit, ModelSpec, checkpoint_facts, find_preset, load_config_file, preset_config, presets, spec_from_config
+from .families import Checkpoint, ContextLimit, ModelSpec, checkpoint_facts, find_preset, load_config_file, load_family, preset_config, presets, spec_from_config
 from .formula import Formula
 from .multiplied import multiplied_out
 from .derivation import Identity, derivation, inputs_key
@@ -162,9 +162,9 @@ class Model:
         return cls(replace(spec, checkpoint=_local_checkpoint(config, path)), **options)
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any], *, name: str = "model", **options: Any) -> "Model":
-        """A model from a Hugging Face config given as a dict."""
-        return cls(spec_from_config(config, name=name, origin=name), **options)
+    def from_config(cls, config: Mapping[str, Any], *, name: str = "model", family: str | Path | None = None, **options: Any) -> "Model":
+        """A model from a Hugging Face config given as a dict; ``family``: a family file of your own to read it with."""
+        return cls(spec_from_config(config, name=name, origin=name, family=load_family(Path(family)) if family else None), **options)
 
     @classmethod
     def from_component(cls, root: str, *, name: str | None = None, library: Library | None = None, conventions: Mapping[str, object] | None = None, **arguments: int | str) -> "Model":

@@ -57,7 +57,7 @@ def component_page(name: str, where: str) -> str:
     lines.append(f"Declared in `{where}`" + (f", extending [`{_extends(name)}`]({_extends(name)}.md)" if _extends(name) else "") + ".")
     if comp.source:
         lines += ["", f"Source: {comp.source}"]
-    lines += ["", *_arguments(comp), *_requirements(comp), *_assumptions(comp), *_leading(comp), *_parts(comp)]
+    lines += ["", *_arguments(comp), *_options(comp), *_requirements(comp), *_assumptions(comp), *_leading(comp), *_parts(comp)]
     lines += _quantities(tex.component_expressions(name), "with the arguments' defaults and the default counting conventions")
     lines += _fine_tuning(comp)
     lines += _backward_peak(comp)
@@ -120,11 +120,26 @@ def _arguments(comp: Component) -> list[str]:
     rows = ["## Arguments", "", "| argument | symbol | default | meaning |", "|---|---|---|---|"]
     for a in comp.args:
         if a.is_slot:
-            rows.append(f"| `{a.name}` | | [`{a.default}`]({a.default}.md) | a slot: any component with the arguments it is given |")
+            rows.append(f"| `{a.name}` | | [`{a.default}`]({_page(a.default)}.md) | a slot: any component with the arguments it is given |")
             continue
         default = "required" if a.default is None else f"${tex.latex(a.default)}$"
         meaning = vocabulary.entry(a.name).spec.description if a.name in vocabulary else ""
         rows.append(f"| `{a.name}` | ${tex.symbol_latex(a.symbol)}$ | {default} | {_cell(meaning)} |")
+    return rows + [""]
+
+
+def _page(name: str) -> str:
+    """The page of a component, of a primitive's for the primitive with options set (rms_norm(form=pow))."""
+    return name.partition("(")[0]
+
+
+def _options(comp: Component) -> list[str]:
+    if not comp.options or comp.declaration is None:
+        return []
+    rows = ["## Options", "", f"A use site sets them by name: `{comp.name}(option=value)`; each value declares these fields in place of the ones above.", ""]
+    for option, values in comp.declaration.options.items():
+        for value, fields in values.items():
+            rows.append(f"- `{comp.name}({option}={value})`: {_first_sentence(str(fields.get('doc', '')))} (declares {', '.join(f'`{f}`' for f in fields)})")
     return rows + [""]
 
 
@@ -156,7 +171,7 @@ def _parts(comp: Component) -> list[str]:
         return []
     rows = ["## Parts", "", "| part | component | repeat | arguments | note |", "|---|---|---|---|---|"]
     for p in comp.parts:
-        use = f"slot `{p.use[1:]}`" if p.use.startswith("@") else f"[`{p.use}`]({p.use}.md)"
+        use = f"slot `{p.use[1:]}`" if p.use.startswith("@") else f"[`{p.use}`]({_page(p.use)}.md)"
         repeat = _repeat(p.repeat)
         bound = ", ".join(f"`{k}` = " + (f"`{v}`" if isinstance(v, str) else f"${tex.latex(v)}$") for k, v in p.bindings.items())
         if p.passes:
@@ -284,7 +299,7 @@ def _choices(spec: FamilySpec) -> list[str]:
         return []
     rows = ["## Components chosen by the config", "", "| slot | field | value → component |", "|---|---|---|"]
     for slot, c in spec.choose.items():
-        cases = ", ".join(f"`{k}` → [`{v}`](../components/{v}.md)" for k, v in c.cases.items())
+        cases = ", ".join(f"`{k}` → [`{v}`](../components/{_page(v)}.md)" for k, v in c.cases.items())
         rows.append(f"| `{slot}` | `{c.field}` | {cases} |")
     return rows + [""]
 
