@@ -127,3 +127,14 @@ def test_bounds_bracket_a_mixture_of_experts_step_at_any_expert_degree(qwen, gpu
         assume(False)  # a device without fp8
     found = estimate.training_estimate(qwen, gpu, bounds=bounds, **setup)
     assert bounds.time_lower <= found.step.estimate * (1 + 1e-9) <= found.step.ceiling * (1 + 1e-9)
+
+
+def test_an_expert_repeat_that_reads_a_convention_is_bound_to_the_models_value(capsys):
+    """Llama 4's routed experts repeat by a convention (every_expert: transformers' eager module runs every expert on
+    every token); the grouped GEMMs read the repeat at the model's value instead of refusing for want of one."""
+    from checks import run
+
+    for workload in (["--infer", "--batch", "4", "--prompt", "512", "--output", "64"], ["--train", "--gpus", "8", "--micro-batch", "1", "--global-batch", "8", "--seq", "1024"]):
+        code, out, err = run(capsys, "time", "llama-4-scout", "--gpu", "h100-sxm", *workload)
+        assert code == 0, err
+        assert "estimate" in out

@@ -23,6 +23,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+import sympy
+
 from ..engine.model import Model
 
 if TYPE_CHECKING:
@@ -44,9 +46,10 @@ def routed_experts(model: Model, path: str) -> tuple[float, float] | None:
 
 
 def _bound(model: Model, expr) -> float:
+    """The edge's repeat at the model's sizes and conventions (a repeat may read one: every_expert)."""
     from .timing import _bind
 
-    return _bind(model, expr)
+    return _bind(model, sympy.sympify(expr).xreplace(model.conventions))
 
 
 def at_expert_degree(work: Sequence[Kernel], expert: int) -> list[Kernel]:
