@@ -346,10 +346,25 @@ def _rows(quantity: str, ours: Mapping[str, int], theirs: Mapping[str, int]) -> 
 def _param_rows(model: Model, module) -> list[Row]:
     theirs: dict[str, int] = {}
     classes = _module_classes(module)
-    for name, parameter in module.named_parameters():  # a tied weight is yielded once, as symform counts it
+    for name, parameter in _parameters_once(module):
         role = _role(_hf_segments(name, classes))
         theirs[role] = theirs.get(role, 0) + parameter.numel()
     return _rows("params", _symform_roles(model, "params"), theirs)
+
+
+def _parameters_once(module):
+    """Every parameter once, as symform counts a tied weight, under the name it is tied to: named_parameters()
+    yields it under whichever name comes first in module order (XLM-RoBERTa builds its head before its encoder,
+    which would put the token embedding among the heads)."""
+    ties = getattr(module, "_tied_weights_keys", None)
+    sources = set(ties.values()) if isinstance(ties, Mapping) else set()
+    names: dict[int, list[str]] = {}
+    tensors = {}
+    for name, parameter in module.named_parameters(remove_duplicate=False):
+        names.setdefault(id(parameter), []).append(name)
+        tensors[id(parameter)] = parameter
+    for key, found in names.items():
+        yield next((n for n in found if n in sources), found[0]), tensors[key]
 
 
 def _flop_rows(torch, model: Model, module, config: Mapping[str, Any]) -> list[Row]:
@@ -381,7 +396,7 @@ def _flop_rows(torch, model: Model, module, config: Mapping[str, Any]) -> list[R
     module.train()
     module.zero_grad(set_to_none=True)
     with FlopCounterMode(display=False, custom_mapping=fixes) as both:
-        _last_output(_forward(module, input_ids=ids)).sum().backward()
+        _backward_scalar(_forward(module, input_ids=ids)).backward()
     backward = both.get_total_flops() - forward.get_total_flops()
     ours_backward = int(model.with_conventions(training=0).evaluate("backward_flops", batch=BATCH, seq=SEQ))
     return [*_rows("forward_flops", ours, theirs), Row("backward_flops", "total", ours_backward, backward)]
@@ -477,10 +492,14 @@ def _forward(module, **inputs):
         ) from None
 
 
-def _last_output(output):
-    """The logits, or for an encoder without a head its last hidden state."""
+def _backward_scalar(output):
+    """The sum of the logits, or for an encoder without a head of every output it trains: its last hidden state
+    and, where it has a pooler, the pooled output (whose projection's gradients symform counts)."""
     logits = output.get("logits")
-    return logits if logits is not None else output["last_hidden_state"]
+    if logits is not None:
+        return logits.sum()
+    pooled = output.get("pooler_output")
+    return output["last_hidden_state"].sum() + (0 if pooled is None else pooled.sum())
 
 
 def _takes_labels(module) -> bool:
