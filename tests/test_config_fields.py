@@ -158,13 +158,15 @@ COST_FREE_IN = {
 }
 # Fields a new family (i13b) reads in transformers that symform does not model yet and does not refuse either:
 # real gaps, listed here so the test names them rather than hiding them. Remove an entry once it is read or refused.
+COST_FREE_IN.update({model_type: COST_FREE_IN["bert"] for model_type in ("roberta", "xlm-roberta", "camembert")})  # BERT's layers
+
 NOT_YET = {
     "gemma4_text": {
     },
 }
 NOT_YET["gemma4"] = NOT_YET["gemma4_text"]  # the same text stack, read from text_config
 MODELS = Path(transformers.__file__).parent / "models"
-MODULE = {"gemma3_text": "gemma3", "gemma4_text": "gemma4", "llama4_text": "llama4"}
+MODULE = {"gemma3_text": "gemma3", "gemma4_text": "gemma4", "llama4_text": "llama4", "xlm-roberta": "xlm_roberta"}
 
 
 def fields_the_modeling_code_reads(model_type: str) -> set[str]:

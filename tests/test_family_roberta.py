@@ -41,7 +41,7 @@ def checkpoint_class(config: dict, dtype=torch.float32):
     return model
 
 
-@pytest.mark.parametrize("preset", ["roberta-base", "roberta-large", "xlm-roberta-large"])
+@pytest.mark.parametrize("preset", ["roberta-base", "roberta-large", "xlm-roberta-large", "camembert-base"])
 @pytest.mark.parametrize("head", HEADS)
 @pytest.mark.parametrize("tied", [True, False])
 def test_flagship_params_equal_transformers_for_every_head(preset, head, tied):
