@@ -45,6 +45,7 @@ def test_preset_params_match_transformers(name):
 WITHOUT_PUBLISHED_CONFIG = {
     "gemma4_text": "Gemma 4 is published as gemma4 configs (Gemma4ForConditionalGeneration, preset gemma-4-31b-it)",
     "llama4_text": "Llama 4 is published as llama4 configs (Llama4ForConditionalGeneration, preset llama-4-maverick)",
+    "umt5": "Google's umT5 checkpoints (google/umt5-base … -xxl) publish config.json without model_type (UMT5ForConditionalGeneration uploads that name dense_act_fn and is_gated_act only)",
 }
 
 
