@@ -31,6 +31,11 @@ SAVED_GAP = {
 CHECK_NOT_YET: dict[str, str] = {
     "llama4_vl": "transformers 5.24's Llama4ForConditionalGeneration fails in its own forward (it reads image_outputs "
     "from its language model's output, which has none); tests/test_family_llama4_vl.py patches that for its oracles",
+    **{
+        family: "its flagship (tie_word_embeddings false) holds its own lm_head, which symform counts, while transformers 5.24's "
+        "config class ties the head whatever the config says; and T5's dropout sites (saved activations) are not declared yet"
+        for family in ("t5", "mt5")
+    },
 }
 
 
