@@ -44,9 +44,12 @@ def task_types(transformers) -> set[str]:
 
 
 def named_class(transformers, model_type: str) -> str | None:
-    """The class a checkpoint of this type names first: its causal LM, else its image-text-to-text class."""
+    """The class a checkpoint of this type names first: its causal LM, else its image-text-to-text class, else
+    its sequence-to-sequence or speech-to-text generation class (T5's, Whisper's), else its masked LM."""
     auto = transformers.models.auto.modeling_auto
-    for mapping in (auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES, auto.MODEL_MAPPING_NAMES):
+    tasks = (auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES, auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES,
+             auto.MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES, auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES)  # fmt: skip
+    for mapping in (*tasks, auto.MODEL_MAPPING_NAMES):
         name = mapping.get(model_type)
         if isinstance(name, str):
             return name

@@ -26,6 +26,7 @@ for _name in presets():
 SAVED_GAP = {
     "falcon_h1": "the μP-scaled Mamba-2 mixer (its μP vector is a buffer products keep, the gate without a norm) keeps tensors symform does not declare",
     "jamba": "transformers' torch scan runs token by token, keeping every step's state; symform declares the projections' inputs only",
+    **{family: "T5's dropout sites and its fp32 RMS norms' tensors are not declared yet" for family in ("t5", "mt5")},
 }
 
 # Families that check cannot yet build or compare at tiny sizes, each with what is left undone.

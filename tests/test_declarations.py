@@ -116,4 +116,4 @@ def test_every_bundled_component_instantiates_with_symbols():
         for quantity in ("params", "forward_flops", "backward_flops", "bytes_moved", "saved_activations"):
             expr = model.expression(quantity).expr
             assert isinstance(expr, sympy.Expr)
-            assert {s.name for s in expr.free_symbols} <= names | {"batch", "seq"}
+            assert {s.name for s in expr.free_symbols} <= names | {"batch", "seq", "source_seq"}  # source_seq: an encoder-decoder's encoder length, no default

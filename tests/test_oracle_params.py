@@ -47,6 +47,7 @@ WITHOUT_PUBLISHED_CONFIG = {
     "llama4_text": "Llama 4 is published as llama4 configs (Llama4ForConditionalGeneration, preset llama-4-maverick)",
     # not a missing file but one symform refuses by name: tests/test_family_hunyuan.py checks the family at tiny sizes
     "hunyuan_v1_moe": "Hunyuan-A13B's config.json writes moe_topk, moe_intermediate_size and num_shared_expert per layer (lists), which symform refuses",
+    "umt5": "Google's umT5 checkpoints (google/umt5-base … -xxl) publish config.json without model_type (UMT5ForConditionalGeneration uploads that name dense_act_fn and is_gated_act only)",
 }
 
 

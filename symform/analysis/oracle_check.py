@@ -28,6 +28,7 @@ from .memory import dropout_origin
 from .quantization import aliases
 
 BATCH, SEQ = 2, 8  # two sequences: transformers' loss pads a single sequence's labels by one token
+SOURCE_SEQ = 11  # an encoder-decoder's encoder tokens: another length than the decoder's, so that neither stands for the other
 MAX_PARAMS = 10**8  # the module is built in float32 and trained one step on the CPU: 10⁸ parameters is ~1.6 GB with gradients
 DROPPED = ("rope_scaling", "quantization_config")  # per-head rotary factors do not survive new sizes; FLOPs and parameters do not depend on them
 
@@ -352,20 +353,35 @@ def _rows(quantity: str, ours: Mapping[str, int], theirs: Mapping[str, int]) -> 
 def _param_rows(model: Model, module) -> list[Row]:
     theirs: dict[str, int] = {}
     classes = _module_classes(module)
-    for name, parameter in module.named_parameters():  # a tied weight is yielded once, as symform counts it
+    for name, parameter in _parameters_once(module):
         role = _role(_hf_segments(name, classes))
         theirs[role] = theirs.get(role, 0) + parameter.numel()
     return _rows("params", _symform_roles(model, "params"), theirs)
 
 
+def _parameters_once(module):
+    """Every parameter once, as symform counts a tied weight, under the name it is tied to: named_parameters()
+    yields it under whichever name comes first in module order (XLM-RoBERTa builds its head before its encoder,
+    which would put the token embedding among the heads)."""
+    ties = getattr(module, "_tied_weights_keys", None)
+    sources = set(ties.values()) if isinstance(ties, Mapping) else set()
+    names: dict[int, list[str]] = {}
+    tensors = {}
+    for name, parameter in module.named_parameters(remove_duplicate=False):
+        names.setdefault(id(parameter), []).append(name)
+        tensors[id(parameter)] = parameter
+    for key, found in names.items():
+        yield next((n for n in found if n in sources), found[0]), tensors[key]
+
+
 def _flop_rows(torch, model: Model, module, config: Mapping[str, Any]) -> list[Row]:
     from torch.utils.flop_counter import FlopCounterMode
 
-    ids = _ids(torch, config)
+    inputs = _inputs(torch, module, config)
     module.eval()
     fixes = _counter_fixes(torch)
     with torch.no_grad(), FlopCounterMode(display=False, custom_mapping=fixes) as forward:
-        _forward(module, input_ids=ids)
+        _forward(module, **inputs)
     counts = forward.get_flop_counts()
     theirs: dict[str, int] = {}
     classes = _module_classes(module)
@@ -382,14 +398,14 @@ def _flop_rows(torch, model: Model, module, config: Mapping[str, Any]) -> list[R
     rest = forward.get_total_flops() - sum(theirs.values())
     if rest:
         theirs["other"] = rest
-    ours = _symform_roles(model.with_conventions(training=0), "forward_flops", batch=BATCH, seq=SEQ)
+    ours = _symform_roles(model.with_conventions(training=0), "forward_flops", **_sizes(module))
     ours = {**{k: v for k, v in ours.items() if k in theirs or k in ("embed", "attn", "mlp", "final_norm", "lm_head")}, "other": sum(v for k, v in ours.items() if k not in ("embed", "attn", "mlp", "final_norm", "lm_head"))}
     module.train()
     module.zero_grad(set_to_none=True)
     with FlopCounterMode(display=False, custom_mapping=fixes) as both:
-        _last_output(_forward(module, input_ids=ids)).sum().backward()
+        _backward_scalar(_forward(module, **inputs)).backward()
     backward = both.get_total_flops() - forward.get_total_flops()
-    ours_backward = int(model.with_conventions(training=0).evaluate("backward_flops", batch=BATCH, seq=SEQ))
+    ours_backward = int(model.with_conventions(training=0).evaluate("backward_flops", **_sizes(module)))
     return [*_rows("forward_flops", ours, theirs), Row("backward_flops", "total", ours_backward, backward)]
 
 
@@ -420,9 +436,11 @@ def _cache_rows(torch, model: Model, module, config: Mapping[str, Any]) -> list[
     state (conv windows and state matrices) where the model has recurrent layers."""
     module.eval()
     with torch.no_grad():
-        output = _forward(module, input_ids=_ids(torch, config), use_cache=True)
+        output = _forward(module, **_inputs(torch, module, config), use_cache=True)
     cache = output.get("cache", output.get("past_key_values"))
     layers = getattr(cache, "layers", None)
+    if hasattr(cache, "cross_attention_cache"):  # an encoder-decoder's: the decoder's own keys and values and the encoder output's
+        layers = [*cache.self_attention_cache.layers, *cache.cross_attention_cache.layers]
     if cache is None:
         keys_values, states = 0, 0  # an encoder keeps nothing
     elif layers is None:
@@ -430,8 +448,8 @@ def _cache_rows(torch, model: Model, module, config: Mapping[str, Any]) -> list[
     else:
         keys_values = _bytes(torch, (getattr(layer, name, None) for layer in layers for name in ("keys", "values", "indexer_keys")))
         states = _bytes(torch, (t for layer in layers for name in ("conv_states", "recurrent_states") for t in (getattr(layer, name, None) or {}).values()))
-    rows = [Row("kv_cache", "total", int(model.evaluate("kv_cache", batch=BATCH, seq=SEQ)), keys_values)]
-    ours_state = int(model.evaluate("recurrent_state", batch=BATCH, seq=SEQ))
+    rows = [Row("kv_cache", "total", int(model.evaluate("kv_cache", **_sizes(module))), keys_values)]
+    ours_state = int(model.evaluate("recurrent_state", **_sizes(module)))
     if ours_state or states:
         rows.append(Row("recurrent_state", "total", ours_state, states))
     return rows
@@ -458,17 +476,18 @@ def _saved_row(torch, model: Model, module, config: Mapping[str, Any]) -> Row:
             packed.append((weakref.ref(alias), storage.data_ptr(), storage.nbytes()))
         return alias
 
-    ids = _ids(torch, config)
+    inputs = _inputs(torch, module, config)
+    ids = inputs.get("decoder_input_ids", inputs["input_ids"])
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
         # labels of their own, as a masked LM's are (its inputs carry mask tokens): a masked-LM loss keeps a view of them;
         # an encoder without a head (BertModel, ModernBertModel) takes none and computes no loss
-        output = _forward(module, input_ids=ids, **_labels(torch, module, ids))
+        output = _forward(module, **inputs, **_labels(torch, module, ids))
     # the cache a forward returns holds each recurrent layer's final state, and with it the graph that only the
     # state needs: training drops it (as tests/oracle.py does), so the count leaves it out
     output = {key: value for key, value in output.items() if key not in ("cache", "past_key_values")}
     kept = sum({ptr: size for alive, ptr, size in packed if alive() is not None}.values())
     del output
-    return Row("saved_activations", "total", int(model.evaluate("saved_activations", batch=BATCH, seq=SEQ)), kept)
+    return Row("saved_activations", "total", int(model.evaluate("saved_activations", **_sizes(module))), kept)
 
 
 def _forward(module, **inputs):
@@ -483,10 +502,14 @@ def _forward(module, **inputs):
         ) from None
 
 
-def _last_output(output):
-    """The logits, or for an encoder without a head its last hidden state."""
+def _backward_scalar(output):
+    """The sum of the logits, or for an encoder without a head of every output it trains: its last hidden state
+    and, where it has a pooler, the pooled output (whose projection's gradients symform counts)."""
     logits = output.get("logits")
-    return logits if logits is not None else output["last_hidden_state"]
+    if logits is not None:
+        return logits.sum()
+    pooled = output.get("pooler_output")
+    return output["last_hidden_state"].sum() + (0 if pooled is None else pooled.sum())
 
 
 def _takes_labels(module) -> bool:
@@ -504,7 +527,24 @@ def _labels(torch, module, ids) -> dict:
     return labels
 
 
-def _ids(torch, config: Mapping[str, Any]):
-    generator = torch.Generator().manual_seed(0)
+def _ids(torch, config: Mapping[str, Any], seq: int = SEQ):
+    generator = torch.Generator().manual_seed(0 if seq == SEQ else seq)  # the ids every check has run on
     vocab = config.get("vocab_size") or 101
-    return torch.randint(0, vocab, (BATCH, SEQ), generator=generator)
+    return torch.randint(0, vocab, (BATCH, seq), generator=generator)
+
+
+def _encoder_decoder(module) -> bool:
+    return bool(getattr(module.config, "is_encoder_decoder", False))
+
+
+def _inputs(torch, module, config: Mapping[str, Any]) -> dict:
+    """The token ids of one forward: SEQ of them per sequence, or for an encoder-decoder SOURCE_SEQ for the
+    encoder and SEQ for the decoder."""
+    if _encoder_decoder(module):
+        return {"input_ids": _ids(torch, config, SOURCE_SEQ), "decoder_input_ids": _ids(torch, config)}
+    return {"input_ids": _ids(torch, config)}
+
+
+def _sizes(module) -> dict[str, int]:
+    """The workload symform evaluates at, the same as _inputs hands the module."""
+    return {"batch": BATCH, "seq": SEQ, **({"source_seq": SOURCE_SEQ} if _encoder_decoder(module) else {})}

@@ -63,6 +63,9 @@ class PartDecl(BaseModel):
     repeat: Scalar | dict[str, Scalar] = "1"
     shard: str | None = None  # a parallel dimension whose ranks split this part's parameters among them ("expert")
     shares_input: str | None = None  # the part (a path below the same component) whose input tensor is this part's too
+    # workload settings this part's whole subtree reads as other values: an encoder-decoder's encoder runs on
+    # { seq = "source_seq", past = "0" } while its decoder reads seq and past as they are
+    workload: dict[str, Scalar] = Field(default_factory=dict)
     doc: str = ""
 
 
@@ -144,6 +147,7 @@ class Part:
     passes: bool = False  # arguments not bound in `with` take the caller's same-named arguments
     shard: str | None = None
     shares_input: str | None = None
+    workload: Mapping[sympy.Symbol, sympy.Expr] = field(default_factory=dict)  # a workload symbol -> what the subtree reads
 
 
 @dataclass(frozen=True)
@@ -319,7 +323,7 @@ def _build_component(name: str, decl: ComponentDecl, vocabulary: Vocabulary, bas
         if part.use.startswith(SLOT) and part.use[1:] not in slots:
             raise DeclarationError(f"part {part.name!r} uses {part.use!r}, but there is no slot argument {part.use[1:]!r}")
         bindings = {k: _binding(v, names, slots) for k, v in part.with_.items()}
-        declared[part.name] = Part(part.name, part.use, MappingProxyType(bindings), _repeat(part.repeat, names), part.doc, part.pass_, part.shard, part.shares_input)
+        declared[part.name] = Part(part.name, part.use, MappingProxyType(bindings), _repeat(part.repeat, names), part.doc, part.pass_, part.shard, part.shares_input, _rebinding(part, vocabulary, names))
     parts = _merge_parts(inherited, declared, {p.name: p.replaces for p in decl.parts})
 
     quantities = {q: getattr(decl, q) for q in QUANTITIES}
@@ -483,6 +487,17 @@ def _merge_parts(inherited: list[Part], declared: dict[str, Part], replaces: Map
         else:
             parts.append(part)
     return parts
+
+
+def _rebinding(part: PartDecl, vocabulary: Vocabulary, names: Mapping[str, sympy.Basic]) -> Mapping[sympy.Symbol, sympy.Expr]:
+    """A part's `workload` table: each key a workload setting, each value an expression in the caller's names."""
+    settings = set(vocabulary.names("workload"))
+    result = {}
+    for key, text in part.workload.items():
+        if key not in settings:
+            raise DeclarationError(f"part {part.name!r} rebinds {key!r}, which is not a workload setting; use one of {', '.join(sorted(settings))}")
+        result[vocabulary[key]] = parse(text, names)
+    return MappingProxyType(result)
 
 
 def _binding(value: Scalar, names: Mapping[str, sympy.Basic], slots: set[str]) -> sympy.Expr | str:

@@ -104,6 +104,9 @@ class ContextSpec(BaseModel):
 
     field: str  # a declared int field: max_position_embeddings, n_positions
     rope_scaling: str | None = None  # the config key of its RoPE scaling (a JSON object), reported with the limit
+    # positions the table holds that no token takes, an expression over the fields: RoBERTa numbers its tokens
+    # from pad_token_id + 1, so 514 positions cover 512 tokens
+    reserved: str = "0"
 
 
 class PerLayerSpec(BaseModel):
@@ -399,7 +402,7 @@ def spec_from_config(config: Any, *, name: str, origin: str, family: Family | No
         arguments[arg] = _whole(arg, text, numbers, origin)
     for slot, choice in family.spec.choose.items():
         arguments[slot] = _choose(choice, fields[choice.field], family.spec.fields[choice.field].type == "bool", origin)
-    context = _context_limit(family.spec.context, fields, config, origin)
+    context = _context_limit(family.spec.context, fields, config, origin, numbers)
     conventions = MappingProxyType({name: _whole(name, text, numbers, origin) for name, text in family.spec.conventions.items()})
     return ModelSpec(name=name, root=family.spec.root, arguments=MappingProxyType(arguments), family=family.name, source=origin, context=context, assume=family.spec.assume, checkpoint=checkpoint_facts(config), config=MappingProxyType(dict(config)), conventions=conventions)
 
@@ -413,7 +416,7 @@ def _whole(name: str, text: str, numbers: Mapping[str, Any], origin: str) -> int
     return int(value)
 
 
-def _context_limit(spec: ContextSpec | None, fields: Mapping[str, Any], config: Mapping[str, Any], origin: str) -> ContextLimit | None:
+def _context_limit(spec: ContextSpec | None, fields: Mapping[str, Any], config: Mapping[str, Any], origin: str, numbers: Mapping[str, Any]) -> ContextLimit | None:
     if spec is None:
         return None
     if spec.field not in fields:
@@ -433,7 +436,10 @@ def _context_limit(spec: ContextSpec | None, fields: Mapping[str, Any], config: 
         if isinstance(original, int) and not isinstance(original, bool) and original > 0:
             summary["original_max_position_embeddings"] = original
         summary = MappingProxyType({k: v for k, v in summary.items() if v is not None})
-    return ContextLimit(tokens=int(fields[spec.field]), field=spec.field, rope_scaling=summary)
+    tokens = int(fields[spec.field]) - _whole("reserved positions", spec.reserved, numbers, origin)
+    if tokens < 1:
+        raise ConfigError(f"{origin}: {spec.field} = {fields[spec.field]} leaves no position for a token once the {spec.reserved} reserved ones are taken; raise {spec.field}")
+    return ContextLimit(tokens=tokens, field=spec.field, rope_scaling=summary)
 
 
 def _refuse_unmodelled(refusals: list[RefusalSpec], fields: Mapping[str, Any], origin: str) -> None:

@@ -199,6 +199,7 @@ def _instantiate(
     assume: str | None,
     out: ComponentGraph,
     stack: tuple[str, ...],
+    rebind: Mapping[sympy.Symbol, sympy.Expr] | None = None,
 ) -> None:
     if component.name in stack:
         chain = " -> ".join(stack[stack.index(component.name) :] + (component.name,))
@@ -217,19 +218,20 @@ def _instantiate(
     local.update({component.arg(k).symbol: v for k, v in assumed.items()})
     args = {**args, **{s.name: v for s, v in local.items()}}
     _check_switches(component, args, path)
-    out.graph.add_node(path, component=component, args=args, quantities={}, assumed=assumed)
+    moved = _rebound(rebind)
+    out.graph.add_node(path, component=component, args={k: moved(v) for k, v in args.items()}, quantities={}, assumed=assumed)
     own = _bound_declaration(component, args, local)
     for req, relation in zip(component.requirements, own.requirements):
-        out.requirements.append(BoundRequirement(path, component.name, req, relation))
-    out.graph.nodes[path]["saved_when"] = dict(own.saved_when)
+        out.requirements.append(BoundRequirement(path, component.name, req, moved(relation)))
+    out.graph.nodes[path]["saved_when"] = {k: moved(v) for k, v in own.saved_when.items()}
     if component.is_primitive:
-        out.graph.nodes[path]["quantities"] = dict(own.quantities)
-        out.graph.nodes[path]["frozen"] = dict(own.frozen)
-        out.graph.nodes[path]["gemm"] = dict(own.gemm)
-        out.graph.nodes[path]["backward_peak"] = own.backward_peak
+        out.graph.nodes[path]["quantities"] = {k: moved(v) for k, v in own.quantities.items()}
+        out.graph.nodes[path]["frozen"] = {k: moved(v) for k, v in own.frozen.items()}
+        out.graph.nodes[path]["gemm"] = {k: moved(v) for k, v in own.gemm.items()}
+        out.graph.nodes[path]["backward_peak"] = moved(own.backward_peak)
         return
     for i, part in enumerate(component.parts):
-        repeat = own.repeat(i)
+        repeat = {k: moved(v) for k, v in own.repeat(i).items()}
         _check_repeat(part.name, repeat, path)
         if all(r == 0 for r in repeat.values()):
             continue
@@ -240,7 +242,23 @@ def _instantiate(
             given.update({a.name: args[a.name] for a in callee.args if a.name not in given and a.name in args})
         child_args = bind_arguments(library, callee, given, where=f"{child_path or 'model'}")
         out.graph.add_edge(path, child_path, repeat=repeat, shard=part.shard, shares_input=part.shares_input)
-        _instantiate(library, callee, child_path, child_args, assume, out, stack + (component.name,))
+        _instantiate(library, callee, child_path, child_args, assume, out, stack + (component.name,), _composed(rebind, part.workload, local))
+
+
+def _composed(outer: Mapping[sympy.Symbol, sympy.Expr] | None, inner: Mapping[sympy.Symbol, sympy.Expr], local: Mapping[sympy.Symbol, Binding]) -> Mapping[sympy.Symbol, sympy.Expr] | None:
+    """What a part's subtree reads for each workload setting: the part's own `workload` table (in the caller's
+    names, so under the caller's rebinding too), over the caller's."""
+    if not inner:
+        return outer
+    moved = _rebound(outer)
+    return {**(outer or {}), **{k: moved(substituted(v, local)) for k, v in inner.items()}}
+
+
+def _rebound(rebind: Mapping[sympy.Symbol, sympy.Expr] | None):
+    """A substitution of the rebound workload settings (the identity where there are none)."""
+    if not rebind:
+        return lambda value: value
+    return lambda value: value.xreplace(rebind) if isinstance(value, sympy.Basic) else value
 
 
 class _BoundDeclaration:
