@@ -34,7 +34,7 @@ if str(HERE) not in sys.path:
 from _configs import PRESET, hand_inplace, hand_params, hand_train_flops, paired, random_configs, row, speed_ratios  # noqa: E402
 
 import symform  # noqa: E402
-from symform.analysis.sweeps import compile_quantities  # noqa: E402
+from symform.analysis.sweeps.sweeps import compile_quantities  # noqa: E402
 
 KERNEL_GOAL = 0.8  # the compiled function's speed ÷ hand-written factored, in-place numpy's
 SUBS_GOAL = 1000.0  # per configuration, sympy subs ÷ the compiled function

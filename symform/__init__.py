@@ -20,20 +20,20 @@ _EXPORTS = {
     "EvaluationError": "engine.errors",
     "ExpressionError": "engine.errors",
     "SymformError": "engine.errors",
-    "Derivation": "engine.derive",
-    "derive": "engine.derive",
-    "leading_order": "engine.derive",
-    "presets": "engine.families",
-    "supported_model_types": "engine.families",
-    "Formula": "engine.formula",
-    "Model": "engine.model",
-    "quantity_names": "engine.model",
-    "load": "engine.model",
-    "vocabulary": "engine.vocabulary",
-    "device_names": "analysis.hardware",
-    "load_device": "analysis.hardware",
-    "sweep": "analysis.sweeps",  # symform.sweep(model, quantities, grid=...)
-    "SweepResult": "analysis.sweeps",
+    "Derivation": "engine.graph.derive",
+    "derive": "engine.graph.derive",
+    "leading_order": "engine.graph.derive",
+    "presets": "engine.language.families",
+    "supported_model_types": "engine.language.families",
+    "Formula": "engine.algebra.formula",
+    "Model": "engine.graph.model",
+    "quantity_names": "engine.graph.model",
+    "load": "engine.graph.model",
+    "vocabulary": "engine.language.vocabulary",
+    "device_names": "analysis.devices.hardware",
+    "load_device": "analysis.devices.hardware",
+    "sweep": "analysis.sweeps.sweeps",  # symform.sweep(model, quantities, grid=...)
+    "SweepResult": "analysis.sweeps.sweeps",
 }
 _RENAMED = {"load": ("Model", "load"), "vocabulary": ("default_vocabulary",)}
 
@@ -60,7 +60,7 @@ __all__ = [
 
 # Every module sits on one of three floors (docs/architecture.md): the engine, the
 # analyses built on it, and the interfaces that present them. The flat names that
-# users import (`symform.memory`, `from symform.hardware import ...`) stay valid: they
+# users import (`symform.analysis.memory.memory`, `from symform.analysis.devices.hardware import ...`) stay valid: they
 # name the same module objects, loaded on first use, so a command pays only for what it
 # uses and `import symform` stays close to `import sympy`.
 _FLOORS = ("engine", "analysis", "interface")
@@ -87,7 +87,7 @@ class _FlatNames:
     def find_spec(self, fullname, path=None, target=None):
         package, _, module = fullname.partition(".")
         if package != __name__ or "." in module or module in globals() or module in _EXPORTS or _floor_of(module) is None:
-            return None  # `symform.derive` stays the function: its module is symform.engine.derive
+            return None  # `symform.derive` stays the function: its module is symform.engine.graph.derive
         return importlib.util.spec_from_loader(fullname, self)
 
     def create_module(self, spec):
@@ -108,7 +108,7 @@ sys.meta_path.append(_FlatNames())
 
 def __getattr__(name: str):
     if name == "__version__":  # read on first use: a checkout's pyproject.toml or the installed metadata
-        from .engine.data import version
+        from .engine.store.data import version
 
         return version()
     if name in _EXPORTS:

@@ -19,7 +19,12 @@ FLOORS = ("engine", "analysis", "interface")  # lowest first: each may import on
 
 
 def _modules() -> dict[str, Path]:
-    return {f"{floor}.{p.stem}": p for floor in FLOORS for p in sorted((PACKAGE / floor).glob("*.py")) if p.stem != "__init__"}
+    return {
+        ".".join(p.relative_to(PACKAGE).with_suffix("").parts): p
+        for floor in FLOORS
+        for p in sorted((PACKAGE / floor).rglob("*.py"))
+        if p.stem != "__init__"
+    }
 
 
 def _imported_symform_modules(path: Path, floor: str) -> set[str]:
@@ -33,7 +38,8 @@ def _imported_symform_modules(path: Path, floor: str) -> set[str]:
                     continue
                 parts = base.split(".")[1:]
             else:
-                parts = [floor][: max(0, 2 - node.level)] + (node.module.split(".") if node.module else [])
+                package = list(path.relative_to(PACKAGE).parent.parts) if path.is_relative_to(PACKAGE) else [floor]
+                parts = package[: max(0, len(package) + 1 - node.level)] + (node.module.split(".") if node.module else [])
             if parts:
                 found.add(".".join(parts))
             else:  # from .. import analysis
@@ -52,8 +58,7 @@ def _floor(dotted: str) -> str | None:
     head = dotted.split(".")[0]
     if head in FLOORS:
         return head
-    flat = symform._floor_of(head)  # symform.memory, the flat name, is analysis.memory
-    return flat
+    return None
 
 
 def test_every_module_sits_on_a_floor():
@@ -62,7 +67,7 @@ def test_every_module_sits_on_a_floor():
 
 
 def test_module_names_are_unique_across_floors():
-    stems = [name.split(".")[1] for name in _modules()]
+    stems = [name.split(".")[-1] for name in _modules()]
     assert len(stems) == len(set(stems)), "symform.<module> must name one module"
 
 
@@ -78,26 +83,17 @@ def test_the_checker_sees_an_upward_import(tmp_path):
     """The parser behind the test above finds relative, absolute and lazy imports."""
     source = tmp_path / "probe.py"
     source.write_text(
-        "from ..interface.notebook import breakdown\n"
-        "import symform.plots\n"
-        "def f():\n    from symform.analysis import memory\n    importlib.import_module('.latex', 'symform')\n"
+        "from ..interface.papers.notebook import breakdown\n"
+        "import symform.interface.reports.plots\n"
+        "def f():\n    from symform.analysis import memory\n    importlib.import_module('symform.interface.papers.latex')\n"
     )
     found = _imported_symform_modules(source, "engine")
-    assert {"interface.notebook", "plots", "analysis", "analysis.memory", "latex"} <= found
+    assert {"interface.papers.notebook", "interface.reports.plots", "analysis", "analysis.memory", "symform.interface.papers.latex"} <= found
     assert {_floor(d) for d in found} >= {"interface", "analysis"}
 
 
-@pytest.mark.parametrize("flat", ["memory", "roofline", "hardware", "declarations", "latex", "notebook", "plots", "sweeps", "cli"])
-def test_flat_names_are_the_floor_modules(flat):
-    """`symform.memory` and `from symform.hardware import ...` keep working: the same module objects."""
-    module = importlib.import_module(f"symform.{flat}")
-    assert module is importlib.import_module(f"symform.{symform._floor_of(flat)}.{flat}")
-    assert getattr(symform, flat) is module
-    assert module.__spec__.name == module.__name__  # its own spec, not the flat name's
-
-
 def test_derive_stays_the_function():
-    importlib.import_module("symform.engine.derive")
+    importlib.import_module("symform.engine.graph.derive")
     assert callable(symform.derive) and symform.derive.__name__ == "derive"
 
 

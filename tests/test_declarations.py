@@ -4,7 +4,7 @@ import pytest
 import sympy
 
 from symform import DeclarationError, Model
-from symform.engine.declarations import default_library, parse_components
+from symform.engine.language.declarations import default_library, parse_components
 
 
 def merge(table):

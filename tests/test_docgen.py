@@ -9,9 +9,9 @@ import pytest
 import sympy
 
 import symform
-from symform import docgen
-from symform import latex as tex
-from symform.interface.cli import main
+from symform.interface.papers import docgen
+from symform.interface.papers import latex as tex
+from symform.interface.cli.cli import main
 
 from checks import run
 
@@ -24,10 +24,10 @@ def pages():
 
 
 def test_committed_reference_pages_are_current(pages):
-    """Fails when a declaration changed and docs/reference was not regenerated (python -m symform.interface.docgen)."""
+    """Fails when a declaration changed and docs/reference was not regenerated (python -m symform.interface.papers.docgen)."""
     committed = {p.relative_to(REFERENCE).as_posix(): p.read_text(encoding="utf-8") for p in REFERENCE.rglob("*.md")}
     stale = sorted(rel for rel in pages.keys() | committed.keys() if pages.get(rel) != committed.get(rel))
-    assert stale == [], "regenerate with: python -m symform.interface.docgen docs/reference"
+    assert stale == [], "regenerate with: python -m symform.interface.papers.docgen docs/reference"
 
 
 def test_a_page_per_component_and_family(pages):

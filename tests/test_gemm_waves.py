@@ -1,7 +1,7 @@
 """The tile-and-wave GEMM model: hand-counted tiles and waves, its bounds, and the GEMM shapes the kernels carry.
 
 Expected values are hand arithmetic (tiles, waves, split-K) or read from a preset's config JSON, never from
-symform.analysis.estimate itself.
+symform.analysis.time.estimate itself.
 """
 
 import json
@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 
 import symform
 from symform import DeclarationError
-from symform.analysis import calibration, estimate
-from symform.analysis.estimate import best_tile_efficiency, wave_efficiency
-from symform.analysis.finetune import FineTune
-from symform.engine.declarations import default_library, parse_components
+from symform.analysis.time import calibration, estimate
+from symform.analysis.time.estimate import best_tile_efficiency, wave_efficiency
+from symform.analysis.memory.finetune import FineTune
+from symform.engine.language.declarations import default_library, parse_components
 
 from checks import run as _run
 

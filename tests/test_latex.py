@@ -16,8 +16,8 @@ import sympy
 from checks import run
 
 import symform
-from symform import latex as tex
-from symform.engine.declarations import default_library
+from symform.interface.papers import latex as tex
+from symform.engine.language.declarations import default_library
 
 pytest.importorskip("antlr4", reason="sympy's LaTeX parser needs antlr4-python3-runtime==4.11 (the test extra)")
 

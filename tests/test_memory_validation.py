@@ -1,7 +1,7 @@
 """Predicted peak memory against the peaks published runs measured (hardware/measured, kind measured_memory):
 the measured figures are the sources' own numbers; symform's predictions must stay close and say every run fits."""
 
-from symform.analysis.memory_validation import median_abs_error, memory_cases, memory_runs, memory_sources
+from symform.analysis.memory.memory_validation import median_abs_error, memory_cases, memory_runs, memory_sources
 
 
 def test_median_error_on_measured_peaks_is_within_ten_percent():

@@ -10,9 +10,10 @@ from hypothesis import given, settings, strategies as st
 
 from checks import run
 from symform import ConfigError, load
-from symform.analysis import estimate, serving
-from symform.analysis.serving import Lengths, Setup, engine_defaults
-from symform.analysis.serving_planner import Targets, best_concurrency, plan_serving
+from symform.analysis.time import estimate
+from symform.analysis.serving import serving
+from symform.analysis.serving.serving import Lengths, Setup, engine_defaults
+from symform.analysis.plans.serving_planner import Targets, best_concurrency, plan_serving
 
 MODEL = "llama-3.2-1b"  # 16 layers, 8 KV heads of 64, bf16: small enough to build quickly
 GPU = "h100-sxm"
@@ -84,7 +85,7 @@ def test_a_draft_step_costs_time_and_speeds_decoding_when_accepted(model):
 
 @pytest.mark.parametrize("batch,prompt,output,tensor", [(1, 512, 64, 1), (16, 2048, 130, 2)])
 def test_steps_equal_the_validated_serving_estimate(model, batch, prompt, output, tensor):
-    """The composed engine step equals symform.estimate's TPOT (docs/validation.md) for the same decode."""
+    """The composed engine step equals symform.analysis.time.estimate's TPOT (docs/validation.md) for the same decode."""
     steps = serving.StepModel(model, GPU, tensor=tensor)
     found = estimate.serving_estimate(model, GPU, batch=batch, prompt=prompt, output=output, tensor=tensor)
     assert steps.step(decoding=batch, past=prompt + (output - 2) / 2) == pytest.approx(found.tpot.estimate, rel=1e-12)
@@ -276,7 +277,7 @@ def test_the_measured_table_in_the_docs_is_current(name):
     """docs/serving.md publishes the steps' error on each measured serving run; spot-check rows against the code."""
     from pathlib import Path
 
-    from symform.analysis import calibration
+    from symform.analysis.time import calibration
 
     table = (Path(__file__).resolve().parent.parent / "docs" / "serving.md").read_text(encoding="utf-8")
     row = next(line for line in table.splitlines() if line.startswith(f"| {name} |"))

@@ -13,10 +13,10 @@ import sympy
 
 from checks import run, run_json
 from symform import Model
-from symform.engine.families import all_families, presets
-from symform.engine.structure import active_form, default_assumptions, error_at, structure, without_flags
-from symform.interface import latex as tex
-from symform.interface.appendix import COLUMNS, cell, family_members
+from symform.engine.language.families import all_families, presets
+from symform.engine.graph.structure import active_form, default_assumptions, error_at, structure, without_flags
+from symform.interface.papers import latex as tex
+from symform.interface.papers.appendix import COLUMNS, cell, family_members
 
 
 @cache
