@@ -17,7 +17,8 @@ except ImportError:  # imported as benchmarks.bench_sweep
     from ._configs import PRESET, hand_inplace, paired, random_configs, row, speed_ratios
 
 import symform
-from symform.analysis.sweeps.sweeps import compile_quantities, sweep
+from symform.analysis.sweeps.sweeps import sweep
+from symform.analysis.sweeps.sweep_quantities import compile_quantities
 
 CONFIGS = 10**6
 QUANTITIES = ("params", "train_flops")

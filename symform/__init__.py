@@ -39,21 +39,20 @@ _EXPORTS = {
     # memory
     "training_memory": ("analysis.memory.memory", "training_memory"),
     "inference_memory": ("analysis.memory.memory", "inference_memory"),
-    "Layout": ("analysis.memory.memory", "Layout"),
+    "Layout": ("analysis.memory.settings", "Layout"),
     "Training": ("analysis.memory.memory", "Training"),
     "Inference": ("analysis.memory.memory", "Inference"),
     "FineTune": ("analysis.memory.finetune", "FineTune"),
     # time
-    "roofline": ("analysis.time.roofline", "roofline"),
     "training_time": ("analysis.time.timing", "training_time"),
-    "inference_time": ("analysis.time.timing", "inference_time"),
-    "prefill_time": ("analysis.time.timing", "prefill_time"),
-    "decode_time": ("analysis.time.timing", "decode_time"),
+    "inference_time": ("analysis.time.phase_time", "inference_time"),
+    "prefill_time": ("analysis.time.phase_time", "prefill_time"),
+    "decode_time": ("analysis.time.phase_time", "decode_time"),
     "training_estimate": ("analysis.time.estimate", "training_estimate"),
     # plans and sweeps
     "plan": ("analysis.plans.planner", "plan"),
     "sweep": ("analysis.sweeps.sweeps", "sweep"),
-    "SweepResult": ("analysis.sweeps.sweeps", "SweepResult"),
+    "SweepResult": ("analysis.sweeps.sweep_quantities", "SweepResult"),
     "lazy_sweep": ("analysis.sweeps.lazy_sweeps", "lazy_sweep"),
     # notebooks
     "breakdown": ("interface.papers.notebook", "breakdown"),

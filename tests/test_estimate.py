@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 import symform
 from symform.analysis.time import calibration, estimate
-from symform.analysis.memory.memory import Layout
+from symform.analysis.time import measured_runs
+from symform.analysis.memory.settings import Layout
 from symform.interface.reports.validation_report import markdown
 
 from checks import one_line_error, run as _run
@@ -45,24 +46,24 @@ def test_held_out_training_median_within_ten_percent(cases):
 
 
 def test_enough_measured_runs_with_sources():
-    runs = calibration.runs()
+    runs = measured_runs.runs()
     assert sum(r.kind == "training" and r.source != "narayanan2021" for r in runs) >= 10
     assert sum(r.kind == "serving" for r in runs) >= 10
-    for stem, source in calibration.sources().items():
+    for stem, source in measured_runs.sources().items():
         assert source["url"].startswith("https://") and source["counts_flops"], stem
 
 
 def test_mpt_configs_have_the_parameter_count_the_table_lists():
     """llm-foundry's NumParams column, checked against symform's exact count of the gpt2-family config."""
-    for run in calibration.runs():
+    for run in measured_runs.runs():
         if "params" in run.setup:
-            assert calibration.run_model(run).evaluate("params") == run.setup["params"], run.name
+            assert measured_runs.run_model(run).evaluate("params") == run.setup["params"], run.name
 
 
 def test_narayanan_eq3_reproduces_the_table_aggregate():
     """Table 1's 1T row: 163 TFLOP/s per GPU on 3072 GPUs is 502 PFLOP/s aggregate; Eq. 3 gives the step's FLOPs."""
-    run = next(r for r in calibration.runs() if r.name == "gpt-1008b")
-    model = calibration.run_model(run)
+    run = next(r for r in measured_runs.runs() if r.name == "gpt-1008b")
+    model = measured_runs.run_model(run)
     assert run.measured[1] * run.setup["gpus"] / 1e3 == pytest.approx(502, rel=0.01)
     # 1T parameters: Eq. 3 / (96·B·s) ≈ l·h² (1 + …) and 12·l·h² ≈ parameters
     assert 12 * 128 * 25600**2 == pytest.approx(1008e9, rel=0.01)
@@ -201,7 +202,7 @@ def test_cli_validate_summary(capsys):
 
 def test_fp8_drives_both_the_rate_and_the_weight_bytes():
     """--dtype fp8: the decode step reads 1-byte weights (the bytes drop by the weights' half) at the fp8 peak."""
-    from symform.analysis.time.timing import decode_time
+    from symform.analysis.time.phase_time import decode_time
 
     model = symform.load("llama-3-8b")
     bf16 = decode_time(model, "h100-sxm", batch=1, context=0)
@@ -238,7 +239,7 @@ def test_mixtral_decode_reads_every_touched_expert():
     """
     from fractions import Fraction
 
-    from symform.analysis.time.timing import decode_time
+    from symform.analysis.time.phase_time import decode_time
 
     model = symform.load("mixtral-8x7b")
     v = model.values
@@ -254,7 +255,8 @@ def test_mixtral_decode_reads_every_touched_expert():
 
 
 def test_time_train_reports_memory_fit_as_memory_counts_it(capsys):
-    from symform.analysis.memory.memory import Layout as L, Training, training_memory
+    from symform.analysis.memory.memory import Training, training_memory
+    from symform.analysis.memory.settings import Layout as L
 
     argv = ["time", "llama-3.2-1b", "--gpu", "h100-sxm", "--gpus", "8", "--train", "--global-batch", "16", "--seq", "2048", "--zero", "3", "--json"]
     code, out, _ = _run(capsys, *argv)

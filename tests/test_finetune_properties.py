@@ -161,7 +161,7 @@ def test_bad_fine_tuning_options_exit_2_with_one_line(capsys, argv, message):
 
 def _step(setup, **layout):
     from symform.analysis.time.estimate import training_estimate
-    from symform.analysis.memory.memory import Layout
+    from symform.analysis.memory.settings import Layout
 
     return training_estimate(MODEL, "h100-sxm", global_batch=8, micro_batch=1, seq=32, layout=Layout(**layout), finetune=setup)
 

@@ -9,7 +9,8 @@ import sympy
 from checks import run, run_json
 from symform import EvaluationError, load
 from symform.analysis.memory.frameworks import frameworks
-from symform.analysis.memory.memory import Layout, Training, training_memory
+from symform.analysis.memory.memory import Training, training_memory
+from symform.analysis.memory.settings import Layout
 
 # Llama 3.1 8B: d 4096, 32 layers, 32 query and 8 key/value heads of 128, d_ff 14,336, vocabulary 128,256
 EMBEDDING = 128_256 * 4096  # the largest FSDP unit: one decoder layer holds 218,112,000 parameters

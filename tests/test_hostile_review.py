@@ -14,7 +14,8 @@ import pytest
 import symform
 from symform import ConfigError, EvaluationError
 from symform.engine.errors import BudgetError
-from symform.analysis.memory.memory import Layout, Training, training_memory
+from symform.analysis.memory.memory import Training, training_memory
+from symform.analysis.memory.settings import Layout
 
 from checks import one_line_error, run
 

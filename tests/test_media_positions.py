@@ -70,7 +70,8 @@ def test_roofline_timing_and_the_planner_refuse_a_sequence_shorter_than_its_medi
     """The Python API's phase functions check the workload as the commands do (qwen3.5-0.8b: 196 tokens)."""
     from symform.analysis.plans.planner import plan
     from symform.analysis.time.roofline import roofline
-    from symform.analysis.time.timing import inference_time, prefill_time, training_time
+    from symform.analysis.time.timing import training_time
+    from symform.analysis.time.phase_time import inference_time, prefill_time
 
     loaded = symform.load("qwen3.5-0.8b").with_conventions(images=1, image_height=448, image_width=448)
     refused = {

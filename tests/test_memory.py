@@ -9,7 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from symform import EvaluationError, Model, load, vocabulary
-from symform.analysis.memory.memory import Inference, Layout, Training, inference_memory, largest_fitting, saved_activations, solve_fit, training_expressions, training_memory
+from symform.analysis.memory.memory import Inference, Training, inference_memory, saved_activations, training_expressions, training_memory
+from symform.analysis.memory.fitting import largest_fitting, solve_fit
+from symform.analysis.memory.settings import Layout
 
 v = vocabulary()
 b, s, d, h, L, V, t = (v[n] for n in ("batch", "seq", "d_model", "n_heads", "n_layers", "vocab", "d_ff"))

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 
 import symform
 from symform.analysis.devices.hardware import load_device
-from symform.analysis.memory.memory import Inference, Layout, Training, inference_memory, training_memory
+from symform.analysis.memory.memory import Inference, Training, inference_memory, training_memory
+from symform.analysis.memory.settings import Layout
 from symform.analysis.memory.offload import Offload, load_drive, parse_offload, place, with_times
 from symform.interface.cli.cli import main
 

@@ -10,7 +10,8 @@ import symform
 from symform.interface.reports import plots
 from symform.interface.cli.cli import main
 from symform.engine.errors import EvaluationError, SymformError
-from symform.analysis.memory.memory import Layout, Training, training_memory
+from symform.analysis.memory.memory import Training, training_memory
+from symform.analysis.memory.settings import Layout
 from symform.interface.reports.roofline_chart import PlotDependencyError
 
 ROOT = Path(__file__).resolve().parent.parent

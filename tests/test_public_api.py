@@ -2,8 +2,8 @@
 
 What the README, docs/*.md and the example notebooks show must run: each name they import or spell
 as ``symform.a.b.c`` resolves, a name the top level exports is written ``symform.<name>`` (one
-spelling), and no module answers to a second, shorter path (``symform.memory`` for
-``symform.analysis.memory.memory``).
+spelling), and no module answers to a second, shorter path (the flat ``symform.<module>`` that once named
+``symform.analysis.memory.memory`` and every other module).
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ def _module_names() -> list[str]:
 
 @pytest.mark.parametrize("stem", sorted({name.rsplit(".", 1)[1] for name in _module_names()}))
 def test_no_module_answers_to_a_flat_alias(stem):
-    """`symform.memory` was once a second name of `symform.analysis.memory.memory`: no such alias is left."""
+    """`symform.<module>` was once a second name of every module (`symform.analysis.memory.memory`): no such alias is left."""
     with pytest.raises(ModuleNotFoundError):
         importlib.import_module(f"symform.{stem}")
     if stem in symform.__all__:  # `symform.derive` is the function, not its module

@@ -10,7 +10,8 @@ import pytest
 
 from checks import one_line_error, run, run_json
 from symform import ConfigError
-from symform.analysis.memory.memory import Layout, checkpoint_size, recipes, weight_bytes_per_device, weight_format_for
+from symform.analysis.memory.memory import checkpoint_size, weight_bytes_per_device, weight_format_for
+from symform.analysis.memory.settings import Layout, recipes
 from symform.analysis.memory.quantization import checkpoint_format, kept, module_segments
 from symform.engine.language.families import Checkpoint, checkpoint_facts
 from symform.engine.algebra.formula import Formula

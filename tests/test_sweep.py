@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 import symform
 from symform.interface.cli.cli import main
-from symform.analysis.sweeps.sweeps import InexactFloatError, InexactFloatWarning, compile_quantities, scale_to_integer, sweep
+from symform.analysis.sweeps.sweeps import sweep
+from symform.analysis.sweeps.sweep_quantities import InexactFloatError, InexactFloatWarning, compile_quantities, scale_to_integer
 
 MODEL = symform.load("qwen3-0.6b")
 WORKLOAD = {"seq": 2048, "batch": 4, "tokens": 10**9}

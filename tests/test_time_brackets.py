@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 
 import symform
 from symform.analysis.time.estimate import serving_estimate, training_estimate
-from symform.analysis.memory.memory import Layout
-from symform.analysis.time.timing import inference_time, training_time
+from symform.analysis.memory.settings import Layout
+from symform.analysis.time.timing import training_time
+from symform.analysis.time.phase_time import inference_time
 from symform.engine.errors import SymformError
 
 # dense MHA and GQA, sliding windows, mixtures of experts (Mixtral's 8, Qwen3's 128, DeepSeek's MLA with shared experts)

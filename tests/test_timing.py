@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 
 import symform
 from symform.interface.cli.cli import main
-from symform.analysis.memory.memory import Layout
-from symform.analysis.time.timing import decode_time, inference_time, prefill_time, training_time
+from symform.analysis.memory.settings import Layout
+from symform.analysis.time.timing import training_time
+from symform.analysis.time.phase_time import decode_time, inference_time, prefill_time
 
 HARDWARE = Path(__file__).resolve().parent.parent / "hardware"
 

@@ -33,7 +33,8 @@ from ...engine.algebra.evaluate import Number
 from ...engine.graph.graph import ComponentGraph, build_graph
 from ...engine.graph.model import Model, derived_quantities, quantity_names
 from ...engine.language.safe_expr import parse
-from .memory import Layout, MemoryReport, Training, _activations_per_device, _evaluator, _json, _pick, _report, attention_accounting, backward_categories, backward_peak_assumptions, optimizer_state_bytes, recipes, saved_activations, static_bytes, tensor_split, weight_format
+from .memory import MemoryReport, Training, _activations_per_device, _evaluator, _json, _report, attention_accounting, backward_categories, backward_peak_assumptions, optimizer_state_bytes, saved_activations, static_bytes, tensor_split, weight_format
+from .settings import Layout, _pick, recipes
 from .quantization import aliases, stored_bytes
 
 METHODS = ("lora", "dora")

@@ -18,7 +18,8 @@ from ...engine.store.data import data_root, read_toml
 from ...engine.errors import ConfigError
 from ...engine.graph.model import Model
 from .finetune import FineTune, finetune_memory, finetune_memory_expressions
-from .memory import MemoryReport, Training, solve_fit
+from .memory import MemoryReport, Training
+from .fitting import solve_fit
 
 MEASURED_DIR = ("hardware", "finetune")
 MEASURES = ("longest_seq", "peak_gib", "fits")

@@ -16,17 +16,13 @@ import math
 import re
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
-from functools import cache
 from typing import Callable, Mapping
 
 import sympy
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ...engine.graph import html_table
 from ...engine.store.derivation import derivation
-from ...engine.store.data import formulas_dir, read_toml
-from ...engine.errors import DeclarationError, EvaluationError, describe_validation
-from ...engine.budget import DEVICES, check_count, quoted
+from ...engine.errors import EvaluationError
 from ...engine.algebra.evaluate import Number, exact_value, fast_exact, plain_values
 from ...engine.algebra.formula import Formula
 from ...engine.graph.model import Model
@@ -35,133 +31,16 @@ from ...engine.language.vocabulary import Vocabulary
 from .maxima import max_of
 from .quantization import StoredFormat, WeightFormat, _rational, bytes_per_weight, checkpoint_format, stored_bytes, weight_bytes_by_leaf
 from . import frameworks
-from ..parallel.scaling import in_flight_microbatches
+from .settings import GENERATING, REBUILDING, RECOMPUTE, Degree, Layout, Optimizer, Precision, _pick, check_degree, recipes
 
-# what every inference phase sets: no loss runs, and generating turns each sequence's last position alone into
-# logits (generate's logits_to_keep = 1; serving engines compute logits for the tokens they sample)
-GENERATING = {"training": 0, "all_logits": 0}
 
-RECOMPUTE = ("none", "selective", "full")
-# the modes that rebuild a unit in backward: the user's settings, and saved_ops, torchtitan's per-op selective policy
-# (a framework's reading of selective: symform.analysis.memory.frameworks)
-REBUILDING = ("selective", "full", "saved_ops")
-Degree = int | sympy.Expr
-SCHEDULES = ("1f1b", "interleaved", "gpipe", "naive")
 RULE_OF_THUMB = sympy.Rational(2, 5)  # inference activations ≈ 0.4 × parameter count in bytes (the notes, batch 1)
 
 
 # --- recipes (data) ----------------------------------------------------------------
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Precision(_Strict):
-    doc: str
-    source: str = ""
-    weights: int = Field(gt=0)
-    master: int = Field(ge=0)
-    grads: int = Field(gt=0)
-    state: int = Field(gt=0)
-    act: int = Field(gt=0)
-
-
-class Optimizer(_Strict):
-    doc: str
-    source: str = ""
-    states: int = Field(ge=0)
-    state_bytes: str | None = None
-
-
-class Recipes(_Strict):
-    precision: dict[str, Precision]
-    optimizer: dict[str, Optimizer]
-    weight_format: dict[str, WeightFormat]
-
-
-@cache
-def recipes() -> Recipes:
-    try:
-        return Recipes.model_validate(read_toml(formulas_dir() / "memory.toml"))
-    except ValidationError as e:
-        raise DeclarationError(f"memory.toml: {describe_validation(e)}") from None
-
-
-def _pick(table: Mapping[str, object], name: str, what: str):
-    if name not in table:
-        raise EvaluationError(f"unknown {what} {name!r}; choose one of {', '.join(table)}")
-    return table[name]
-
-
 # --- layouts ---------------------------------------------------------------------------
-
-
-def check_degree(name: str, value: object) -> None:
-    """A parallel degree: a whole number from 1 to the DEVICES budget (10**5000 ranks is refused, not computed with)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise EvaluationError(f"{name} parallel degree is {quoted(value)}; give a whole number of 1 or more")
-    check_count(value, DEVICES, f"{name} parallel degree", "DEVICES", f"give at most {DEVICES:,} ranks")
-
-
-@dataclass(frozen=True)
-class Layout:
-    """How the work is split: degrees of each kind of parallelism, ZeRO stage, pipeline schedule."""
-
-    data: int = 1
-    tensor: int = 1
-    pipeline: int = 1
-    expert: int = 1
-    context: int = 1
-    sequence: bool = False  # sequence parallelism alongside tensor parallelism (Korthikanti et al.)
-    zero: int = 0  # 1: optimizer states, 2: + gradients, 3: + weights sharded over the data-parallel ranks
-    distributed_optimizer: bool = False  # Megatron's: optimizer states sharded over data-parallel ranks (as ZeRO-1)
-    schedule: str = "1f1b"
-    microbatches: int | None = None  # per step and pipeline; default: as many as stages
-    chunks: int = 1  # model chunks per device in the interleaved schedule
-
-    def __post_init__(self) -> None:
-        for name in ("data", "tensor", "pipeline", "expert", "context", "chunks"):
-            check_degree(name, getattr(self, name))
-        if self.zero not in (0, 1, 2, 3):
-            raise EvaluationError(f"ZeRO stage {self.zero!r} does not exist; choose 0, 1, 2 or 3")
-        if self.schedule not in SCHEDULES:
-            raise EvaluationError(f"unknown pipeline schedule {self.schedule!r}; choose one of {', '.join(SCHEDULES)}")
-        if self.microbatches is not None and (not isinstance(self.microbatches, int) or self.microbatches < 1):
-            raise EvaluationError(f"microbatches is {self.microbatches!r}; give a whole number of 1 or more")
-        if self.sequence and self.tensor == 1:
-            raise EvaluationError("sequence parallelism splits along the tensor-parallel ranks; give tensor > 1 or drop it")
-
-    @property
-    def devices(self) -> int:
-        return self.data * self.tensor * self.pipeline * self.context
-
-    @property
-    def optimizer_shards(self) -> int:
-        return self.data if (self.zero >= 1 or self.distributed_optimizer) else 1
-
-    def static_shards(self, experts: bool = False) -> dict[str, int]:
-        """The ranks that split each static copy (ZeRO, the distributed optimizer): the data-parallel ranks and the
-        context-parallel ones, which hold the same parameters too (torchtitan shards FSDP over its dp_shard_cp mesh,
-        Megatron-Core its gradients and distributed optimizer over the data-parallel group with context parallelism).
-        The routed experts' copies (``experts``) split over the expert-data-parallel group, the ranks of that group
-        that hold the same experts (DeepSpeed-MoE's expert-data-parallel groups, Megatron-Core's expert data
-        parallelism): each expert's states are divided once by the expert ranks and once by that group, never twice."""
-        group = self.data * self.context
-        if experts and self.expert > 1:
-            if (self.zero >= 1 or self.distributed_optimizer) and self.data % self.expert:
-                raise EvaluationError(f"expert degree {self.expert} must divide the data-parallel degree {self.data} to shard the experts' states over the ranks that replicate them; choose an expert degree dividing it")
-            group = self.data * self.context // self.expert
-        sharded = (self.zero >= 1 or self.distributed_optimizer, self.zero >= 2, self.zero >= 3)
-        return {name: group if on else 1 for name, on in zip(("optimizer_shards", "gradient_shards", "weight_shards"), sharded)}
-
-    @property
-    def in_flight(self) -> sympy.Expr:
-        """Micro-batches whose activations the first pipeline stage holds at its peak."""
-        if self.pipeline == 1:
-            return sympy.Integer(1)
-        microbatches = self.microbatches or self.pipeline
-        return sympy.nsimplify(in_flight_microbatches(self.schedule, self.pipeline, microbatches, self.chunks))
 
 
 # --- reports ----------------------------------------------------------------------------
@@ -888,62 +767,3 @@ def _evaluator(values: Mapping[str, object], vocabulary: Vocabulary | None = Non
 def _json(value: object) -> int | float:
     number = sympy.Rational(value)
     return int(number) if number.is_Integer else float(number)
-
-
-# --- what fits ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Fit:
-    """The largest value of one workload variable whose memory stays within a budget."""
-
-    variable: str
-    largest: int  # 0 when not even 1 fits
-    budget: Number
-    closed_form: Formula | None  # variable ≤ this, when sympy can solve total(variable) = budget
-
-    def _repr_latex_(self) -> str:
-        name = r"\mathrm{" + self.variable.replace("_", r"\_") + "}"
-        largest = rf"{name}_{{\max}} = {self.largest}"
-        if self.closed_form is None:
-            return f"${largest}$"
-        return rf"${largest},\quad {name} \le {self.closed_form.latex()}$"
-
-
-def largest_fitting(total: Callable[[int], Number], budget: Number, *, limit: int = 1 << 40) -> int:
-    """The largest n ≥ 1 with total(n) ≤ budget (0 if none), for a total that grows with n: doubling, then bisection."""
-    if total(1) > budget:
-        return 0
-    low, high = 1, 2
-    while total(high) <= budget:
-        low, high = high, high * 2
-        if high > limit:
-            raise EvaluationError(f"more than {limit:,} fit in the budget; the memory does not grow with this variable")
-    while high - low > 1:
-        middle = (low + high) // 2
-        low, high = (middle, high) if total(middle) <= budget else (low, middle)
-    return low
-
-
-def solve_fit(expr: sympy.Expr, variable: str, budget: Number, values: Mapping[str, object], vocabulary) -> Fit:
-    """Largest integer value of ``variable`` with expr ≤ budget, every other symbol bound from ``values``."""
-    symbol = vocabulary[variable]
-    others = {s: sympy.Rational(values[s.name]) for s in expr.free_symbols if s != symbol and s.name in values}
-    bound = sympy.expand(expr.xreplace(others))
-    missing = sorted(s.name for s in bound.free_symbols if s != symbol)
-    if missing:
-        raise EvaluationError(f"cannot solve for {variable}: no value for {', '.join(missing)}")
-    largest = largest_fitting(lambda n: exact_value(bound, {symbol: sympy.Integer(n)}), budget)
-    return Fit(variable, largest, budget, _closed_form(bound, symbol, budget, vocabulary))
-
-
-def _closed_form(expr: sympy.Expr, symbol: sympy.Symbol, budget: Number, vocabulary) -> Formula | None:
-    """The root of expr = budget when expr is a polynomial of degree 1 or 2 in the variable."""
-    if expr.has(sympy.Min, sympy.Max, sympy.ceiling):
-        return None
-    poly = sympy.Poly(expr, symbol)
-    if poly.degree() not in (1, 2):
-        return None
-    real = sympy.Symbol(symbol.name, positive=True)  # the root is rarely a whole number: solve over the reals
-    roots = [r for r in sympy.solve(sympy.Eq(expr.xreplace({symbol: real}), sympy.Rational(budget)), real) if r.is_real]
-    return Formula(roots[0], vocabulary) if len(roots) == 1 else None

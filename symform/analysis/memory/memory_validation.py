@@ -16,7 +16,8 @@ from ...engine.store.data import data_root, read_toml
 from ...engine.errors import ConfigError
 from ...engine.graph.model import Model
 from .frameworks import framework
-from .memory import Layout, Training, training_memory
+from .memory import Training, training_memory
+from .settings import Layout
 
 FIGURES = {"peak_reserved_gib": 2**30}  # the figure each source reports, and its unit in bytes
 

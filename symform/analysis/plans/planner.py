@@ -25,12 +25,14 @@ from ...engine.errors import EvaluationError
 from ...engine.algebra.evaluate import compile_expression
 from ...engine.algebra.multiplied import multiplied_out
 from ..devices.hardware import Hardware
-from ..memory.memory import RECOMPUTE, Layout, MemoryReport, Training, backward_peak, params_at_sizes, recipes, routed_part, saved_activations, saved_activations_at_sizes, static_bytes, tensor_split, training_memory
+from ..memory.memory import MemoryReport, Training, backward_peak, params_at_sizes, routed_part, saved_activations, saved_activations_at_sizes, static_bytes, tensor_split, training_memory
+from ..memory.settings import RECOMPUTE, Layout, recipes
 from ...engine.graph.model import Model
 from ..memory import frameworks
 from ..memory.frameworks import Framework, overhead_bytes, reserve_fraction, unit_params
 from ..memory.finetune import FineTune, finetune_memory, frozen_weight_bytes, kept_by, rank_share, trainable_params
-from ..time.timing import TENSOR, TrainingTime, data_comm, expert_comm, pipeline_comm, placement, rank_sizes, rank_work, step_bounds, tensor_comm, training_time
+from ..time.timing import TrainingTime, data_comm, expert_comm, pipeline_comm, tensor_comm, training_time
+from ..time.step_model import TENSOR, placement, rank_sizes, rank_work, step_bounds
 
 T, P, E, B = TENSOR, *sympy.symbols("pipeline expert micro_batch", positive=True)
 MICRO_BATCHES = (1, 2, 4, 8, 16, 32)

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 
 from ...engine.errors import ConfigError
 from ...engine.graph.model import Model
-from ..time import timing
-from ..serving.serving import Lengths, Replica, ServingPoint, Setup, check_lengths
+from ..time import step_model
+from ..serving.serving import Replica, ServingPoint, Setup, check_lengths
+from ..serving.kv_pool import Lengths
 
 
 @dataclass(frozen=True)
@@ -116,7 +117,7 @@ def plan_serving(
             raise ConfigError(f"{name} is {value!r}; give a positive number of seconds")
     if rate is not None and not rate > 0:
         raise ConfigError(f"rate is {rate!r}; give a positive number of requests per second")
-    place = timing.placement(gpu, setup.node_size)
+    place = step_model.placement(gpu, setup.node_size)
     check_lengths(model, lengths)
     degrees = tensor_degrees(place.node_size, max_tensor)
     found: list[ServingLayout] = []

@@ -24,23 +24,24 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
-from fractions import Fraction
+from dataclasses import dataclass, field
 from functools import cache
 
 import sympy
 
-from ...engine.store.data import read_toml
-from ...engine.errors import ConfigError, EvaluationError, SymformError
+from ...engine.errors import ConfigError, SymformError
 from ...engine.algebra.evaluate import compile_expression
 from ...engine.graph.model import Model
-from ..time import estimate, timing
+from ..time import estimate
+from ..time import phase_time
+from ..time import step_model
+from ..time import efficiencies
 from ..parallel.collectives import link_latency
 from ..devices.hardware import Hardware
-from ..memory.memory import Inference, inference_expressions, largest_fitting, matmul_rate, stored_weights, tensor_split
+from ..memory.memory import matmul_rate, stored_weights, tensor_split
 from ..time.roofline import phase_work
+from .kv_pool import Engine, KVPool, Lengths, Number, _memory_forms, engine_defaults, paged_pool, within_context
 
-Number = int | float | Fraction
 MODES = ("continuous", "chunked", "disaggregated")
 LINKS = ("scale_up", "scale_out", "pcie")
 ADMIT = ("longest", "steady")
@@ -49,239 +50,10 @@ ADMIT = ("longest", "steady")
 # --- the engine's defaults -----------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Engine:
-    """A serving engine's settings: memory share, paged-cache block, token budget per step, and where each comes from."""
-
-    utilisation: float
-    block_tokens: int
-    token_budget: int
-    sources: dict[str, str] = field(default_factory=dict)
-
-
-@cache
-def engine_defaults() -> Engine:
-    data = read_toml(estimate.efficiency_dir() / "serving.toml")
-    return Engine(
-        utilisation=float(data["memory"]["utilisation"]),
-        block_tokens=int(data["paged_cache"]["block_tokens"]),
-        token_budget=int(data["chunked_prefill"]["token_budget"]),
-        sources={"utilisation": data["memory"]["source"], "block_tokens": data["paged_cache"]["source"], "token_budget": data["chunked_prefill"]["source"]},
-    )
-
-
-def engine(*, utilisation: float | None = None, block_tokens: int | None = None, token_budget: int | None = None) -> Engine:
-    """The defaults with the given settings replacing theirs (each then sourced as "given")."""
-    base = engine_defaults()
-    if utilisation is not None and not (isinstance(utilisation, (int, float)) and 0 < utilisation <= 1):
-        raise ConfigError(f"memory utilisation is {utilisation!r}; give a fraction in (0, 1]")
-    for name, value in (("block_tokens", block_tokens), ("token_budget", token_budget)):
-        if value is not None:
-            timing._whole(name, value)
-    given = {k: v for k, v in (("utilisation", utilisation), ("block_tokens", block_tokens), ("token_budget", token_budget)) if v is not None}
-    return replace(base, **given, sources={**base.sources, **{k: "given" for k in given}})
-
-
 # --- request lengths ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Lengths:
-    """Prompt and output tokens of the requests: a mean and a maximum of each (equal for fixed lengths)."""
-
-    prompt_mean: float
-    prompt_max: int
-    output_mean: float
-    output_max: int
-
-    @classmethod
-    def fixed(cls, prompt: int, output: int) -> "Lengths":
-        timing._whole("prompt", prompt), timing._whole("output", output)
-        return cls(prompt, prompt, output, output)
-
-    @classmethod
-    def spread(cls, prompt_mean: float, prompt_max: int, output_mean: float, output_max: int) -> "Lengths":
-        timing._whole("prompt maximum", prompt_max), timing._whole("output maximum", output_max)
-        for name, mean, top in (("prompt", prompt_mean, prompt_max), ("output", output_mean, output_max)):
-            if isinstance(mean, bool) or not isinstance(mean, (int, float)) or not 1 <= mean <= top:
-                raise ConfigError(f"{name} mean is {mean!r}; give a number from 1 to its maximum {top}")
-        return cls(float(prompt_mean), prompt_max, float(output_mean), output_max)
-
-    @property
-    def is_fixed(self) -> bool:
-        return self.prompt_mean == self.prompt_max and self.output_mean == self.output_max
-
-    @property
-    def longest(self) -> int:
-        """The most tokens one sequence ever holds: its whole prompt and all but its last output token cached, that one being computed."""
-        return self.prompt_max + self.output_max
-
-    @property
-    def mean_cached(self) -> float:
-        """Tokens a live sequence holds on average over its life (prompt, then half its output)."""
-        return self.prompt_mean + self.output_mean / 2
-
-    @property
-    def mean_past(self) -> float:
-        """The cache length of a mean decode step: after the prompt and half of the output − 1 steps."""
-        return self.prompt_mean + max(self.output_mean - 2, 0) / 2
-
-    def describe(self) -> str:
-        if self.is_fixed:
-            return f"prompt {self.prompt_max}, output {self.output_max}"
-        return f"prompt mean {self.prompt_mean:g} (max {self.prompt_max}), output mean {self.output_mean:g} (max {self.output_max})"
-
-    def as_dict(self) -> dict[str, float]:
-        return {"prompt_mean": self.prompt_mean, "prompt_max": self.prompt_max, "output_mean": self.output_mean, "output_max": self.output_max}
-
-
 # --- memory: the paged KV pool -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class KVPool:
-    """One replica's memory on each of its devices: what is fixed, the pool of KV blocks, and how many sequences it holds."""
-
-    capacity_bytes: int
-    usable_bytes: float
-    weights_bytes: float
-    activations_bytes: float
-    draft_bytes: float
-    pool_bytes: float
-    block_tokens: int
-    block_bytes: float
-    sequence_bytes_max: float  # one sequence at its longest, whole blocks
-    waste_bytes_max: float  # of it, the unused tail of its last block
-    sequence_bytes_mean: float  # one sequence averaged over its life, half a block's tail included
-    max_concurrency: int  # every sequence at its longest: no preemption ever
-    steady_concurrency: int  # sequences at their mean occupancy: more fit, with preemption when many are long at once
-    context_limit: int | None
-    context_field: str | None
-    memory_tokens: int  # the longest single sequence the pool holds
-
-    @property
-    def fragmentation(self) -> float:
-        """Share of a longest sequence's cache its last block leaves unused."""
-        return self.waste_bytes_max / self.sequence_bytes_max if self.sequence_bytes_max else 0.0
-
-    def context_note(self) -> str | None:
-        if self.context_limit is None:
-            return None
-        if self.memory_tokens > self.context_limit:
-            return f"the memory would hold one sequence of {self.memory_tokens:,} tokens, but the model reads at most {self.context_limit:,} ({self.context_field}); sequences stop there"
-        return f"the model reads up to {self.context_limit:,} tokens ({self.context_field}); the memory holds one sequence of at most {self.memory_tokens:,}"
-
-    def as_dict(self) -> dict[str, object]:
-        return {
-            "capacity_bytes": self.capacity_bytes,
-            "usable_bytes": self.usable_bytes,
-            "weights_bytes": self.weights_bytes,
-            "activations_bytes": self.activations_bytes,
-            "draft_bytes": self.draft_bytes,
-            "kv_pool_bytes": self.pool_bytes,
-            "block_tokens": self.block_tokens,
-            "block_bytes": self.block_bytes,
-            "sequence_bytes_max": self.sequence_bytes_max,
-            "fragmentation_bytes_max": self.waste_bytes_max,
-            "fragmentation": self.fragmentation,
-            "sequence_bytes_mean": self.sequence_bytes_mean,
-            "max_concurrency": self.max_concurrency,
-            "steady_concurrency": self.steady_concurrency,
-            "context_limit": self.context_limit,
-            "memory_tokens": self.memory_tokens,
-            "context_note": self.context_note(),
-        }
-
-
-@dataclass(frozen=True)
-class _MemoryForms:
-    weights: float
-    activations: Callable[[int], float]  # of a step over this many tokens
-    kv: Callable[[float, int], float]  # one sequence holding this many tokens, at this block size
-
-
-@cache
-def _categories(model: Model, weight_format: str | None, kv_bytes: Number | None) -> dict[str, sympy.Expr]:
-    """The serving memory's expressions on one device (no tensor split yet): built once per model, split per degree below."""
-    categories, _ = inference_expressions(model, Inference(weight_format=weight_format, kv_bytes=kv_bytes, kv_block=1, flash=True), keep=("past", "kv_block"))
-    return categories
-
-
-@cache
-def _memory_forms(model: Model, tensor: int, weight_format: str | None, kv_bytes: Number | None) -> _MemoryForms:
-    categories = _categories(model, weight_format, kv_bytes)
-    split = tensor_split(model, tensor)  # refuses a degree that does not divide the heads
-    values = {**model.values, "batch": 1}
-
-    def bind(expr: sympy.Expr, **more: int) -> sympy.Expr:
-        """The sizes put in, split ones divided by the degree, in one pass (as inference_expressions splits them, then evaluates)."""
-        named = {**values, **more}
-        expr = sympy.sympify(expr)
-        return expr.xreplace({s: sympy.Integer(named[s.name]) / (tensor if s in split else 1) for s in expr.free_symbols if s.name in named})
-
-    weights = float(bind(categories["weights"]))
-    kv = bind(categories["kv_cache"] + categories.get("recurrent_state", sympy.Integer(0)), seq=0)
-    kv_names = tuple(sorted(s.name for s in kv.free_symbols))
-    if set(kv_names) - {"past", "kv_block"}:
-        raise EvaluationError(f"{model.name}'s KV cache depends on {', '.join(sorted(set(kv_names) - {'past', 'kv_block'}))}; give them with --set")
-    kv_function = compile_expression(kv, ("past", "kv_block"))
-    act = bind(categories["activations"], past=0, kv_block=1)
-    act_function = compile_expression(act, ("seq",))
-    return _MemoryForms(weights, lambda tokens: float(act_function(tokens)), lambda tokens, block: float(kv_function(tokens, block)))
-
-
-
-def paged_pool(
-    model: Model,
-    gpu: str | os.PathLike[str] | Hardware,
-    lengths: Lengths,
-    *,
-    tensor: int = 1,
-    settings: Engine | None = None,
-    step_tokens: int | None = None,
-    weight_format: str | None = None,
-    kv_bytes: Number | None = None,
-    draft: Model | None = None,
-    node_size: int | None = None,
-) -> KVPool:
-    """How many sequences of ``lengths`` one replica on ``tensor`` devices holds in its paged KV cache.
-
-    The pool is the engine's share of the device memory less the weights (and a draft
-    model's) and the activations of the largest step (``step_tokens``: the token budget,
-    or the longest prompt when prefills are not chunked).
-    """
-    settings = settings or engine_defaults()
-    place = timing.placement(gpu, node_size)
-    timing._whole("tensor", tensor)
-    within_context(model, lengths)
-    limit = model.context_limit
-    forms = _memory_forms(model, tensor, weight_format, kv_bytes)
-    draft_forms = _memory_forms(draft, tensor, weight_format, kv_bytes) if draft is not None else None
-    capacity = int(place.device.memory_bytes)
-    usable = capacity * settings.utilisation
-    rows = step_tokens or lengths.prompt_max
-    activations = forms.activations(rows)
-    draft_bytes = draft_forms.weights if draft_forms else 0.0
-    pool = usable - forms.weights - activations - draft_bytes
-    block = settings.block_tokens
-
-    def sequence(tokens: float, size: int) -> float:
-        return forms.kv(tokens, size) + (draft_forms.kv(tokens, size) if draft_forms else 0.0)
-
-    longest = sequence(lengths.longest, block)
-    waste = longest - sequence(lengths.longest, 1)
-    # on-demand allocation: a live sequence holds its tokens so far, and on average half a block unused
-    mean = sequence(lengths.mean_cached, 1) + (sequence(block, 1) - sequence(0, 1)) * (block - 1) / (2 * block)
-    mean = min(mean, longest)  # a short sequence's half block on average cannot outgrow the blocks its longest holds
-    fits = int(pool // longest) if pool > 0 and longest > 0 else 0
-    steady = int(pool // mean) if pool > 0 and mean > 0 else 0
-    memory_tokens = largest_fitting(lambda n: sequence(n, block), pool, limit=1 << 34) if pool > 0 else 0
-    return KVPool(
-        capacity_bytes=capacity, usable_bytes=usable, weights_bytes=forms.weights, activations_bytes=activations, draft_bytes=draft_bytes,
-        pool_bytes=pool, block_tokens=block, block_bytes=sequence(block, block), sequence_bytes_max=longest, waste_bytes_max=waste,
-        sequence_bytes_mean=mean, max_concurrency=fits, steady_concurrency=steady,
-        context_limit=None if limit is None else limit.tokens, context_field=None if limit is None else limit.field, memory_tokens=memory_tokens,
-    )  # fmt: skip
 
 
 # --- time: engine steps from the model's kernels --------------------------------------------------------
@@ -334,26 +106,26 @@ def _per_sequence(leaf: _Leaf, long: int = 2**20) -> bool:
     return one == many and any(one)
 
 
-def _ideal(device: str) -> estimate.Efficiency:
+def _ideal(device: str) -> efficiencies.Efficiency:
     """No efficiency data: every kernel at the datasheet's peak (the time bounds' rates), named as such."""
     none = "no efficiency data for this device: datasheet peak (a lower bound on time); add hardware/efficiency/<device>.toml"
-    links = {name: estimate.LinkEfficiency(1.0, link_latency(name)) for name in LINKS}
-    return estimate.Efficiency(device, 1.0, 1, 0.0, {1: 1.0}, 1.0, links, {"gemm": none, "attention": none, "memory": none, **{f"links.{n}": none for n in LINKS}})
+    links = {name: efficiencies.LinkEfficiency(1.0, link_latency(name)) for name in LINKS}
+    return efficiencies.Efficiency(device, 1.0, 1, 0.0, {1: 1.0}, 1.0, links, {"gemm": none, "attention": none, "memory": none, **{f"links.{n}": none for n in LINKS}})
 
 
 class StepModel:
     """Seconds of engine steps of one replica (``tensor`` devices) at the device's sustained rates."""
 
-    def __init__(self, model: Model, gpu: str | os.PathLike[str] | Hardware, *, tensor: int = 1, dtype: str | None = None, weight_format: str | None = None, node_size: int | None = None, expert_skew: float = 0, efficiency_data: estimate.Efficiency | str | None = None, grouped_kv: bool = True):
+    def __init__(self, model: Model, gpu: str | os.PathLike[str] | Hardware, *, tensor: int = 1, dtype: str | None = None, weight_format: str | None = None, node_size: int | None = None, expert_skew: float = 0, efficiency_data: efficiencies.Efficiency | str | None = None, grouped_kv: bool = True):
         """``dtype``: the matmul rate (default: the stored weights' format where the device has its rate, else bf16), as ``symform time --infer``;
         ``grouped_kv``: the attention kernels read a key/value head once per group of query heads (False: once per query head, as
         TensorRT-LLM's generation kernel did before XQA)."""
-        timing._whole("tensor", tensor)
-        self.place = timing.placement(gpu, node_size)
+        step_model._whole("tensor", tensor)
+        self.place = step_model.placement(gpu, node_size)
         if tensor > self.place.node_size:
             raise ConfigError(f"tensor degree {tensor} exceeds the {self.place.node_size} accelerators of one node; serving tensor parallelism stays within a node")
         dtype = matmul_rate(stored_weights(model, weight_format)[0], self.place.device.dense_flops_per_s, dtype)
-        self.model = timing.at_dtype(model, dtype)
+        self.model = step_model.at_dtype(model, dtype)
         self.tensor, self.dtype = tensor, dtype
         try:
             self.efficiency = estimate._efficiency_for(self.place, efficiency_data)
@@ -387,10 +159,10 @@ class StepModel:
         if key not in self._comm:
             link = self.place.link(self.tensor)
             rates = self.efficiency.link(link)
-            bandwidth = timing._bandwidth(self.place, link) * rates.bus_efficiency
+            bandwidth = step_model._bandwidth(self.place, link) * rates.bus_efficiency
             batch, seq = (rows, 1) if decoding else (1, rows)
-            algorithms = estimate.rules().engine_all_reduce(link)
-            self._comm[key] = timing._inference_comm(self.model, self.place, self.tensor, batch, seq, alpha=rates.latency_s, bandwidth=bandwidth, algorithms=algorithms)[0]
+            algorithms = efficiencies.rules().engine_all_reduce(link)
+            self._comm[key] = phase_time._inference_comm(self.model, self.place, self.tensor, batch, seq, alpha=rates.latency_s, bandwidth=bandwidth, algorithms=algorithms)[0]
         return self._comm[key]
 
     def step(self, *, decoding: int = 0, past: float = 0.0, queries: int = 1, chunk: int = 0, prompt: float | None = None) -> float:
@@ -439,7 +211,7 @@ def expected_tokens(alpha: float, k: int) -> float:
     (1 − α^(k+1)) / (1 − α) (Leviathan et al. 2023, Fast Inference from Transformers via Speculative Decoding, eq. 1)."""
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= alpha <= 1:
         raise ConfigError(f"acceptance rate is {alpha!r}; give a number from 0 to 1")
-    timing._whole("drafted tokens", k, 0)
+    step_model._whole("drafted tokens", k, 0)
     if alpha == 1:
         return float(k + 1)
     return (1 - alpha ** (k + 1)) / (1 - alpha)
@@ -583,14 +355,8 @@ def kv_transfer(steps: StepModel, prompt: float, link: str = "scale_out", *, wei
     forms = _memory_forms(steps.model, steps.tensor, weight_format, kv_bytes)
     rates = steps.efficiency.links.get(link)
     efficiency, latency, source = (rates.bus_efficiency, rates.latency_s, steps.efficiency.sources.get(f"links.{link}", "")) if rates else (1.0, link_latency(link), f"no [links.{link}] in the efficiency data: datasheet bandwidth, default latency")
-    bandwidth = timing._bandwidth(steps.place, link) * efficiency
+    bandwidth = step_model._bandwidth(steps.place, link) * efficiency
     return Transfer(link, forms.kv(prompt, 1), bandwidth, latency, f"{steps.place.name} {link} bandwidth × {efficiency:g} ({source})")
-
-
-def within_context(model: Model, lengths: Lengths) -> None:
-    limit = model.context_limit
-    if limit is not None and lengths.longest > limit.tokens:
-        raise ConfigError(f"prompt + output = {lengths.longest:,} tokens is more than {model.name} reads ({limit.tokens:,}, {limit.field}); shorten the prompt or the output")
 
 
 def check_lengths(model: Model, lengths: Lengths) -> None:
@@ -836,17 +602,17 @@ def static_batch(steps: StepModel, batch: int, prompt: int, output: int) -> tupl
 
 def measured_errors() -> list[dict[str, object]]:
     """The engine-step model against every measured serving run of hardware/measured/: the figure each source reports, measured and predicted."""
-    from ..time import calibration
+    from ..time import measured_runs
 
-    return [measured_error(run) for run in calibration.runs() if run.kind == "serving"]
+    return [measured_error(run) for run in measured_runs.runs() if run.kind == "serving"]
 
 
 def measured_error(run) -> dict[str, object]:
-    """One measured serving run (a ``calibration.Run``): its figure as the source reports it, and as the engine steps predict it."""
-    from ..time import calibration
+    """One measured serving run (a ``measured_runs.Run``): its figure as the source reports it, and as the engine steps predict it."""
+    from ..time import measured_runs
 
     s = run.setup
-    steps = StepModel(calibration.run_model(run), s["gpu"], tensor=s.get("tensor", 1), dtype=s.get("dtype", "bf16"), grouped_kv=s.get("attention", "sdpa") != "fused_per_head")
+    steps = StepModel(measured_runs.run_model(run), s["gpu"], tensor=s.get("tensor", 1), dtype=s.get("dtype", "bf16"), grouped_kv=s.get("attention", "sdpa") != "fused_per_head")
     ttft, tpot, rate = static_batch(steps, s["batch"], s["prompt"], s["output"])
     what, measured = run.measured
     predicted = {"ttft_ms": ttft * 1e3, "tokens_per_s_per_sequence": 1 / tpot, "tokens_per_s": rate, "tokens_per_s_per_gpu": rate / s.get("tensor", 1)}[what]

@@ -34,7 +34,8 @@ import numpy as np
 
 from ...engine.errors import EvaluationError
 from ...engine.graph.model import Model
-from .sweeps import DEFAULT_CHUNK, FLOAT_EXACT, Axis, Relation, SweepResult, _column, _draw, _is_dask, _values, check_relations, compile_quantities, validate_columns
+from .sweep_points import Axis, Relation, _column, _draw, _values, check_relations, validate_columns
+from .sweep_quantities import DEFAULT_CHUNK, FLOAT_EXACT, SweepResult, _is_dask, compile_quantities
 
 MAX_BLOCKS = 10**6  # tasks in one graph: past this the scheduler, not the arithmetic, is the cost
 
@@ -106,7 +107,7 @@ def lazy_sweep(
     vocabulary = model.vocabulary
     domains = {k: vocabulary.entry(k).spec.domain for k in names}
     validate_columns(domains, grid_axes, exact=False)
-    from .sweeps import requirement_relations
+    from .sweep_points import requirement_relations
 
     description = Description(
         names, tuple(grid), tuple(a.columns[0] for a in grid_axes), tuple(sample.items()), n or 1, seed, chunk,
@@ -268,7 +269,7 @@ def _zipped(model: Model, quantities, zipped: Mapping[str, Any], fixed, training
         raise EvaluationError(f"{overlap[0]} is both swept and fixed; give it in one place")
     arrays = list(da.core.unify_chunks(*[x for a in arrays for x in (a, "i")])[1])
     compiled = compile_quantities(model, quantities, names, fixed=fixed, training=training)
-    from .sweeps import requirement_relations
+    from .sweep_points import requirement_relations
 
     vocabulary = model.vocabulary
     domains = tuple((k, vocabulary.entry(k).spec.domain) for k in names)

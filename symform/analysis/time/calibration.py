@@ -10,7 +10,6 @@ by ``symform validate --markdown``).
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from collections.abc import Callable, Iterable, Mapping
@@ -18,90 +17,13 @@ from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
 
-from ...engine.store.data import data_root, read_toml
 from ...engine.errors import ConfigError
 from ...engine.graph.model import Model
 from . import estimate, timing
-from ..memory.memory import Layout
-
-SPLITS = ("fit", "check")
-
-
-@dataclass(frozen=True, eq=False)  # one object per run: cached by identity
-class Run:
-    source: str  # the file's stem
-    name: str
-    split: str
-    kind: str  # "training" or "serving"
-    setup: Mapping[str, Any]
-    measured: tuple[str, float]  # what the source reports, and its value
-
-
-@dataclass(frozen=True)
-class Case:
-    run: Run
-    predicted: float
-    # the band of the time behind the figure, relative to its estimate: (low / estimate, high / estimate)
-    band: tuple[float, float] | None = None
-
-    @property
-    def error(self) -> float:
-        """Relative error of the estimate on the figure the source reports."""
-        return self.predicted / self.run.measured[1] - 1
-
-    @property
-    def inside(self) -> bool | None:
-        """Whether the measured value lies inside the estimate's band (None without a band)."""
-        if self.band is None:
-            return None
-        rate = self.run.measured[0] not in TIME_FIGURES  # a rate's time is its inverse
-        measured_time = (1 + self.error) if rate else 1 / (1 + self.error)  # measured time / estimated time
-        return self.band[0] <= measured_time <= self.band[1]
-
-
-#: Figures the sources report as times (the others are rates: tokens or FLOPs per second).
-TIME_FIGURES = ("ttft_ms",)
-
-
-@cache
-def sources() -> dict[str, dict[str, Any]]:
-    """Each source file's [source] table, by file stem."""
-    found = ((path.stem, read_toml(path)) for path in sorted((data_root() / "hardware" / "measured").glob("*.toml")))
-    return {stem: data["source"] for stem, data in found if data.get("kind") != "measured_memory"}  # peaks: memory_validation
-
-
-@cache
-def runs() -> tuple[Run, ...]:
-    found = []
-    for path in sorted((data_root() / "hardware" / "measured").glob("*.toml")):
-        data = read_toml(path)
-        if data.get("kind") == "measured_memory":  # measured peaks: symform.analysis.memory.memory_validation
-            continue
-        kind = {"measured_training": "training", "measured_serving": "serving"}.get(data.get("kind"))
-        if kind is None:
-            raise ConfigError(f"{path}: kind must be measured_training or measured_serving")
-        for entry in data.get("runs", []):
-            entry = dict(entry)
-            name, split, measured = entry.pop("name"), entry.pop("split"), entry.pop("measured")
-            if split not in SPLITS or len(measured) != 1:
-                raise ConfigError(f"{path}: run {name!r} needs split = fit or check and one measured figure")
-            found.append(Run(path.stem, name, split, kind, entry, next(iter(measured.items()))))
-    return tuple(found)
-
-
-def run_model(run: Run) -> Model:
-    """The run's model: a config given inline, or a bundled preset with overrides; with the run's conventions
-    (an FP8 KV cache's ``kv_bytes = 1``, say)."""
-    setup = run.setup
-    if "config" in setup:
-        model = Model.from_config(dict(setup["config"]), name=run.name)
-    elif "overrides" not in setup:
-        model = Model.load(setup["preset"])
-    else:
-        with open(data_root() / "formulas" / "presets" / f"{setup['preset']}.json", encoding="utf-8") as f:
-            config = json.load(f)
-        model = Model.from_config(config | dict(setup["overrides"]), name=run.name)
-    return model.with_conventions(**setup["conventions"]) if "conventions" in setup else model
+from . import step_model
+from . import efficiencies
+from .measured_runs import SPLITS, Case, Run, run_model, runs
+from ..memory.settings import Layout
 
 
 # --- predictions --------------------------------------------------------------------------------
@@ -128,10 +50,10 @@ def _prepare(run: Run) -> _Prepared:
     if run.kind == "training":
         layout = _layout(s)
         bounds = timing.training_time(model, s["gpu"], global_batch=s["global_batch"], micro_batch=s["micro_batch"], seq=s["seq"], layout=layout, recompute=s.get("recompute", "none"), dtype=s.get("dtype", "bf16"), flash=s.get("attention", "sdpa") != "eager")
-        work = estimate.kernels(timing.at_dtype(model, s.get("dtype", "bf16")), "train", workload={"batch": s["micro_batch"], "seq": s["seq"]}, tensor=layout.tensor, pipeline=layout.pipeline, recompute=s.get("recompute", "none"), attention=s.get("attention", "sdpa"))
+        work = estimate.kernels(step_model.at_dtype(model, s.get("dtype", "bf16")), "train", workload={"batch": s["micro_batch"], "seq": s["seq"]}, tensor=layout.tensor, pipeline=layout.pipeline, recompute=s.get("recompute", "none"), attention=s.get("attention", "sdpa"))
         return _Prepared(run, model, bounds, work)
     # the kernels at the run's dtype: FP8 weights are read at one byte, as serving_estimate reads them
-    work = estimate.serving_kernels(timing.at_dtype(model, s.get("dtype", "bf16")), batch=s["batch"], prompt=s["prompt"], output=s["output"], tensor=s.get("tensor", 1), attention=s.get("attention", "sdpa"))
+    work = estimate.serving_kernels(step_model.at_dtype(model, s.get("dtype", "bf16")), batch=s["batch"], prompt=s["prompt"], output=s["output"], tensor=s.get("tensor", 1), attention=s.get("attention", "sdpa"))
     return _Prepared(run, model, None, work)
 
 
@@ -168,8 +90,8 @@ def _relative(band: estimate.Band) -> tuple[float, float]:
     return band.low / band.estimate, band.high / band.estimate
 
 
-def _efficiency(gpu: str, factors: Mapping[str, Any]) -> estimate.Efficiency:
-    eff = estimate.efficiency(gpu)
+def _efficiency(gpu: str, factors: Mapping[str, Any]) -> efficiencies.Efficiency:
+    eff = efficiencies.efficiency(gpu)
     mine = {k.split(":", 1)[1]: v for k, v in factors.items() if k.startswith(f"{eff.device}:")}
     if "gemm.model" in mine:  # first: the model's own fit, then any factor given beside it
         eff = eff.with_gemm_model(mine["gemm.model"])
@@ -189,7 +111,7 @@ def _efficiency(gpu: str, factors: Mapping[str, Any]) -> estimate.Efficiency:
 def _training_fusion(factors: Mapping[str, Any]) -> str | tuple[float, frozenset[str]]:
     if "rules:fusion.training.fraction" not in factors:
         return "training"
-    return (factors["rules:fusion.training.fraction"], estimate.rules().fusion["training"][1])
+    return (factors["rules:fusion.training.fraction"], efficiencies.rules().fusion["training"][1])
 
 
 def narayanan_flops(model: Model, batch: int, seq: int) -> float:
@@ -228,48 +150,6 @@ def validate(factors: Mapping[str, Any] | None = None, only: Iterable[Run] | Non
 
 
 # --- the calibration's reach: what the runs cover, and how far a case lies outside it ---------------
-
-
-@cache
-def _reach(kind: str) -> dict[str, Any]:
-    """What the fitted runs of ``kind`` cover (the held-out ones test the band, they do not widen its reach): the
-    efficiency files they were measured on (by the file's device), the most devices on each, and the dtypes
-    each device's fitted runs of either kind ran their GEMMs at."""
-    devices: dict[str, dict[str, Any]] = {}
-    fitted = [r for r in runs() if r.split == "fit"]
-    for run in fitted:
-        s = run.setup
-        device = estimate.efficiency(s["gpu"]).device
-        if run.kind == kind:
-            seen = devices.setdefault(device, {"dtypes": set(), "most": 0})
-            seen["most"] = max(seen["most"], s.get("gpus", s.get("tensor", 1)))
-    for run in fitted:
-        device = estimate.efficiency(run.setup["gpu"]).device
-        if device in devices:
-            devices[device]["dtypes"].add(run.setup.get("dtype", "bf16"))
-    return devices
-
-
-@cache
-def _moe_measured(kind: str) -> bool:
-    return any("n_experts" in run_model(r).values for r in runs() if r.kind == kind and r.split == "fit")
-
-
-def extrapolating(kind: str, *, device: str, dtype: str, devices: int, moe: bool, features: Iterable[str] = ()) -> list[tuple[str, str]]:
-    """How a case lies outside the published runs of its ``kind``: (the widening's name in rules.toml
-    [band.widen], what to say), one per way. ``device``: its efficiency file's device; ``features``: layout
-    features no run has (sequence parallelism, a virtual pipeline, ...)."""
-    reach, found = _reach(kind), []
-    if device not in reach:
-        found.append(("device", f"{device}: no fitted {kind} run measured on it, its efficiency factors borrowed"))
-    elif dtype not in reach[device]["dtypes"]:
-        found.append(("dtype", f"{dtype} on {device} (its fitted runs: {', '.join(sorted(reach[device]['dtypes']))})"))
-    if device in reach and devices > reach[device]["most"]:
-        found.append(("scale", f"{devices:,} GPUs ({device}'s fitted {kind} runs reach {reach[device]['most']:,})"))
-    if moe and not _moe_measured(kind):
-        found.append(("moe", f"MoE (no fitted {kind} run of a mixture of experts)"))
-    found += [("layout", f"{f} (no fitted run uses it)") for f in features]
-    return found
 
 
 @dataclass(frozen=True)
@@ -320,7 +200,7 @@ def gemm_model_factors(model: str | None) -> dict[str, str]:
     devices = sorted({name.split(":", 1)[0] for name, _, _ in FITTED if not name.startswith("rules:")})
     if model is None:
         return {}
-    return {f"{d}:gemm.model": model for d in devices if estimate.efficiency(d).gemm_model != model}
+    return {f"{d}:gemm.model": model for d in devices if efficiencies.efficiency(d).gemm_model != model}
 
 
 def _loss(factors: Mapping[str, Any], chosen: list[Run]) -> float:

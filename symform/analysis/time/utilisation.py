@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from . import timing
+from .step_model import utilisation
 
 SECONDS_PER_DAY = 86400
 
@@ -26,16 +27,19 @@ def megatron_flops(model, batch: int, seq: int, recompute: bool) -> float:
 def measured(model, step: timing.TrainingTime, *, step_s: float | None = None, tokens_per_s: float | None = None) -> dict[str, float]:
     """MFU and HFU of a measured step (or throughput) of ``step``'s setup, by each definition."""
     seconds = step_s if step_s else step.tokens / tokens_per_s
-    capacity = seconds * step.devices * step.peak_flops_per_s
     full = step.recompute == "full"
+
+    def of_peak(flops) -> float:
+        return utilisation(flops, seconds, step.devices, step.peak_flops_per_s)
+
     return {
         "step_s": seconds,
         "tokens_per_s": step.tokens / seconds,
-        "mfu_palm": palm_flops_per_token(model, step.seq) * step.tokens / capacity,
-        "mfu_megatron": megatron_flops(model, step.global_batch, step.seq, False) / capacity,
-        "hfu_megatron": megatron_flops(model, step.global_batch, step.seq, full) / capacity,
-        "mfu_exact": float(step.model_flops) / capacity,
-        "hfu_exact": float(step.hardware_flops) / capacity,
+        "mfu_palm": of_peak(palm_flops_per_token(model, step.seq) * step.tokens),
+        "mfu_megatron": of_peak(megatron_flops(model, step.global_batch, step.seq, False)),
+        "hfu_megatron": of_peak(megatron_flops(model, step.global_batch, step.seq, full)),
+        "mfu_exact": of_peak(step.model_flops),
+        "hfu_exact": of_peak(step.hardware_flops),
     }
 
 

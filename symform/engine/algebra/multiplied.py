@@ -18,6 +18,7 @@ from typing import Iterable, Mapping
 
 import sympy
 
+from ..budget import check_expansion
 from ..errors import EvaluationError
 
 Monomial = frozenset  # of (variable, exponent) pairs, exponents non-zero
@@ -203,3 +204,9 @@ def _product(a: Monomial, b: Monomial) -> Monomial:
 
 def _number(x: int | Fraction) -> int | Fraction:
     return x.numerator if type(x) is Fraction and x.denominator == 1 else x
+
+
+def expand(expr: sympy.Basic, what: str = "an expression") -> sympy.Expr:
+    """sympy.expand within the expression budget (its result, worked out faster where it can be: multiplied)."""
+    check_expansion(expr, what)
+    return multiplied_out(expr)

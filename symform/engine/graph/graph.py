@@ -16,7 +16,8 @@ import networkx as nx
 import sympy
 
 from ..language.declarations import QUANTITIES, SLOT, Component, Library, Requirement
-from ..budget import GRAPH_DEPTH, GRAPH_NODES, check_expansion, expand
+from ..budget import GRAPH_DEPTH, GRAPH_NODES, check_expansion
+from ..algebra.multiplied import expand
 from ..errors import BudgetError, DeclarationError
 from ..algebra.multiplied import Polynomial, from_polynomial, polynomial, summed
 from ..store.derivation import Identity, derivation

@@ -18,17 +18,20 @@ from . import html_table
 from ..store.data import accountings_table, formulas_dir, read_toml
 from ..language.declarations import QUANTITIES, Library, default_library
 from ..errors import ConfigError, DeclarationError, EvaluationError, SymformError, describe_validation
-from ..budget import check_count, check_roots_and_logs, expand, quoted
+from ..budget import check_count, quoted
+from ..algebra.multiplied import expand
 from ..algebra.evaluate import Number, check_value, exact_evaluator, plain_values, run_exact
 from ..store import hub
 from ..language.families import Checkpoint, ContextLimit, ModelSpec, checkpoint_facts, find_preset, load_config_file, preset_config, presets, spec_from_config
 from ..algebra.formula import Formula
 from ..algebra.multiplied import multiplied_out
 from ..store.derivation import Identity, derivation, inputs_key
-from .graph import BoundRequirement, ComponentGraph, assumption_names, build_graph, introduced_ratios
+from .graph import ComponentGraph, assumption_names, build_graph, introduced_ratios
 from ..language.safe_expr import parse
 from ..algebra.exact import exact_predicate
-from .size_checks import GeneratedChecks, SizeCheck, generate_checks, size_checks
+from .size_checks import GeneratedChecks, SizeCheck, size_checks
+from . import requirements
+from .requirements import NO_CHECKS, _reading_workload
 from ..language.userfile import load_declaration_file
 
 
@@ -116,15 +119,15 @@ class Model:
         self._evaluations: dict[str, int] = {}
         self._ratios: dict[str, sympy.Rational] | None = None
         self._plain_values = {s.name: int(v) for s, v in self._values.items()}
-        self._workload_checks: tuple | None = None  # found at the first evaluation; _NO_CHECKS for most models
+        self._workload_checks: tuple | None = None  # found at the first evaluation; NO_CHECKS for most models
         same = like is not None and like._arguments == self._arguments
         self._structure = like._structure if same else _structure(self.library, self.spec.root, self._arguments, self.conventions)
         self._bound = like._bound if same and like._values.keys() == self._values.keys() else frozenset(self._values)
         self._graphs = self._structure.graphs
         if changed is None:
-            self._check_requirements()
+            requirements.check_requirements(self)
         else:
-            self._check_changed_conventions(changed)
+            requirements.check_changed_conventions(self, changed)
 
     # -- construction ---------------------------------------------------------
 
@@ -310,7 +313,7 @@ class Model:
         vocabulary = self.vocabulary
         # a model none of whose requirements waits for the workload skips the checks, unless the workload gives
         # settings (an image count): the model those make has checks of its own
-        if self._workload_checks is not _NO_CHECKS or not vocabulary.settings.isdisjoint(workload):
+        if self._workload_checks is not NO_CHECKS or not vocabulary.settings.isdisjoint(workload):
             self.check_workload(**workload)
         # the generated function answers where every value is plainly valid and the count is sound;
         # anything else takes sympy's route, which gives the same number or words the error
@@ -331,67 +334,7 @@ class Model:
         """ConfigError where a requirement that reads the workload fails at the values given (a sequence too short
         for its images' tokens): the model's own checks decide those only once an evaluation binds the workload.
         ``evaluate`` and the memory reports check; call it before evaluating an expression of the model yourself."""
-        if plain_values(workload, self.vocabulary) is None:  # batch=-1, nan or '2': refused, never counted
-            for name, value in workload.items():
-                if name in self.vocabulary:
-                    check_value(name, value, self.vocabulary)
-        if not self.vocabulary.settings.isdisjoint(workload):  # an image count given here: the model it makes checks
-            model, rest = self._with_settings(workload)
-            return model.check_workload(**rest)
-        if self._workload_checks is None and self._passes_generated_workload_checks(workload):
-            return  # a resized model: no sympy substitution per model (the checks that fail take the path below)
-        if self._workload_checks is None:
-            self._workload_checks = self._find_workload_checks()
-        if not self._workload_checks:
-            return
-        read = {s for relation, _ in self._workload_checks for s in relation.free_symbols if s.name in workload}
-        values = {s: check_value(s.name, workload[s.name], self.vocabulary) for s in sorted(read, key=lambda s: s.name)}
-        for relation, requirement in self._workload_checks:
-            if relation.free_symbols <= values.keys() and relation.xreplace(values) != sympy.true:
-                raise ConfigError(failed_requirement(self.name, requirement, {**self._known(), **values}, self.graph().graph.nodes[requirement.path]["args"]))
-
-    def _passes_generated_workload_checks(self, workload: Mapping[str, object]) -> bool:
-        """Whether each requirement reading the workload that the workload settles holds, by the structure's
-        generated predicates over plain numbers; False where any fails or cannot be decided that way."""
-        if plain_values(workload, self.vocabulary) is None:
-            return False
-        values = None
-        for names, test in self._structure.workload_tests(self):
-            if names <= workload.keys():
-                values = values or {**self._plain_values, **workload}
-                try:
-                    if test(values) is not True:
-                        return False
-                except Exception:  # noqa: BLE001: a size left symbolic, a division by zero: sympy decides and words it
-                    return False
-        return True
-
-    def _find_workload_checks(self) -> tuple[tuple[sympy.Basic, BoundRequirement], ...]:
-        """Each requirement left over the workload alone once this model's sizes and conventions are in."""
-        return self._workload_checks_of(self._workload_relations())
-
-    def _workload_relations(self) -> tuple[tuple[int, sympy.Basic], ...]:
-        """(index among the graph's requirements that read the workload, the relation left once this model's
-        sizes and conventions are in) of each that the sizes do not settle."""
-        graph = self.graph()
-        workload, reading = _reading_workload(graph, self.vocabulary)
-        if not reading:  # most models: found once per graph, so a resized model pays a lookup
-            return ()
-        # what a requirement leaves depends on the values of its own symbols alone: models of one graph that differ
-        # in other sizes (with_arguments) share the substitution
-        known = self._known()
-        found = []
-        for i, (requirement, symbols) in enumerate(reading):
-            left = _left_over(requirement.relation, tuple((s, known[s]) for s in symbols if s in known), workload)
-            if left is not None:
-                found.append((i, left))
-        return tuple(found)
-
-    def _workload_checks_of(self, relations: tuple[tuple[int, sympy.Basic], ...]) -> tuple[tuple[sympy.Basic, BoundRequirement], ...]:
-        if not relations:
-            return _NO_CHECKS
-        _, reading = _reading_workload(self.graph(), self.vocabulary)
-        return tuple((relation, reading[i][0]) for i, relation in relations)
+        requirements.check_workload(self, **workload)
 
     def _known(self) -> dict[sympy.Symbol, sympy.Expr]:
         return {**self.conventions, **self._values}
@@ -518,101 +461,6 @@ class Model:
                 arguments[name] = sympy.Integer(value)
         return values, arguments
 
-    def _check_requirements(self) -> None:
-        """No part's count below zero, every repeat whole, every requirement holding, where the sizes decide it."""
-        graph = self.graph()
-        checks = self._structure.size_checks(graph)
-        to_run = self._checks_to_run(checks)
-        if checks and len(to_run) == len(checks):
-            # every check by sympy (the first model of its structure): what the requirements reading the
-            # workload leave is found on the way
-            self._run_checks(graph, checks, to_run)
-            self._workload_checks = self._workload_checks_of(self._workload_relations())
-        else:
-            self._run_checks(graph, checks, to_run)
-
-    def _run_checks(self, graph: ComponentGraph, checks: list[SizeCheck], to_run: list[int]) -> None:
-        passed: set[tuple[str, sympy.Basic]] = set()
-        for i in to_run:
-            # a check's verdict is its expression's at these sizes: where many parts share one, the first words a failure
-            key = (checks[i].kind, checks[i].expr)
-            if key not in passed:
-                self._check(graph, checks[i])
-                passed.add(key)
-
-    def _check_changed_conventions(self, changed: frozenset) -> None:
-        """The requirements that read a convention in ``changed``: the rest passed on the model this one was made from."""
-        if not changed:
-            return
-        graph = self.graph()
-        for check in self._structure.size_checks(graph):
-            if check.kind == "requirement" and not changed.isdisjoint(check.expr.free_symbols):
-                self._check(graph, check)
-
-    def _checks_to_run(self, checks: list[SizeCheck]) -> list[int]:
-        """All of them, unless the generated checks pass: then those they leave undecided and sympy has
-        not yet passed at the values they read. Generated once a second model shares the graph."""
-        structure = self._structure
-        bound = self._bound
-        generated = structure.generated.get(bound, False)
-        if generated is False:
-            structure.generated[bound] = None  # the first model: sympy checks it
-        elif generated is None:
-            generated = structure.generated[bound] = generate_checks(checks, bound)
-        everything = range(len(checks))
-        if not generated:
-            return list(everything)
-        try:
-            if generated.passes(self._plain_values) is not True:
-                return list(everything)
-        except Exception:  # a division by zero, say: sympy words it
-            return list(everything)
-        if len(structure.passed) > _PASSED_KEPT:
-            structure.passed.clear()
-        for i, names in generated.undecided:
-            key = (i, names, tuple(self._plain_values[n] for n in names))
-            if key not in structure.passed:
-                self._check(self.graph(), checks[i])  # raises where it fails
-                structure.passed.add(key)
-        return []
-
-    def _check(self, graph: ComponentGraph, check: SizeCheck) -> None:
-        """One check at this model's sizes; ConfigError naming the part, repeat or requirement that fails."""
-        if check.kind == "part":
-            path, quantity = check.path, check.quantity
-            value = _substituted(check.expr, self._values, f"{self.name}: {quantity} of {path or 'the root'}")
-            if value.is_Number and value < 0:
-                raise ConfigError(f"{self.name}: {quantity} of {path or 'the root'} ({graph.graph.nodes[path]['component'].name}) is {value}, below zero; a count cannot be negative: check its declaration")
-        elif check.kind == "repeat":
-            count = _substituted(check.expr, self._values, f"{self.name}: the repeat of {check.path}")
-            if count.is_Number and (not count.is_Integer or count < 0):
-                raise ConfigError(f"{self.name}: {check.path} repeats {count} times at these sizes; a repeat is a whole number of 0 or more")
-        else:
-            bound = check.requirement
-            # workload settings (an image's size) are known here too: a requirement on them is checked with the sizes
-            known = self._known()
-            holds = _substituted(bound.relation, known, f"{self.name}: {bound.requirement.text} in {bound.path or bound.component}")
-            if holds.free_symbols:
-                return  # stays symbolic: checked when an evaluation binds the workload (check_workload)
-            if holds != sympy.true:
-                raise ConfigError(failed_requirement(self.name, bound, known, graph.graph.nodes[bound.path]["args"]))
-
-
-@derivation
-def _reading_workload(graph: ComponentGraph, vocabulary) -> tuple[frozenset[sympy.Symbol], list[tuple[BoundRequirement, tuple[sympy.Symbol, ...]]]]:
-    """The workload's symbols, and the graph's requirements that read any of them, each with its symbols."""
-    workload = frozenset(vocabulary.symbols("workload"))
-    return workload, [(r, tuple(sorted(r.relation.free_symbols, key=lambda s: s.name))) for r in graph.requirements if not workload.isdisjoint(r.relation.free_symbols)]
-
-
-@derivation
-def _left_over(relation: sympy.Basic, values: tuple[tuple[sympy.Symbol, sympy.Expr], ...], workload: frozenset[sympy.Symbol]) -> sympy.Basic | None:
-    """What a requirement reading the workload leaves once the values of its other symbols are in; None where
-    they settle it (or it reads more than the workload)."""
-    left = relation.xreplace(dict(values))
-    return left if left.free_symbols and left.free_symbols <= workload else None
-
-
 @derivation
 def _finished(graph: ComponentGraph, quantity: str, conventions: Mapping[sympy.Symbol, sympy.Rational] | None, vocabulary) -> Formula:
     """A quantity's whole-model expression from a graph, at the given conventions (None: left symbolic)."""
@@ -631,18 +479,6 @@ def _finish(expr: sympy.Expr, conventions: Mapping[sympy.Symbol, sympy.Rational]
     return Formula(multiplied_out(expr, conventions), vocabulary)
 
 
-def failed_requirement(name: str, bound: BoundRequirement, known: Mapping[sympy.Symbol, object], args: Mapping[str, object]) -> str:
-    """The requirement as declared, with the value of each name in it: a size of the model's, or the number
-    an argument is bound to (``n_groups`` where the requirement reads ``n_experts % n_groups``)."""
-    values = {s.name: known[s] for s in bound.relation.free_symbols if s in known}
-    for symbol in bound.requirement.relation.free_symbols:
-        value = args.get(symbol.name)
-        if symbol.name not in values and isinstance(value, sympy.Basic) and value.is_Number:
-            values[symbol.name] = value
-    got = f" ({', '.join(f'{k}={v}' for k, v in sorted(values.items()))})" if values else ""
-    return f"{name}: {bound.requirement.text} does not hold{got} in {bound.path or bound.component}: {bound.requirement.why}"
-
-
 COMPILED_CHECKS = 100_000  # distinct size combinations a compiled function checks in one call (each a with_arguments)
 
 
@@ -651,10 +487,6 @@ def _as_size(value: object) -> object:
     (with_arguments words what is wrong with it)."""
     value = value.item() if hasattr(value, "item") else value
     return int(value) if isinstance(value, float) and value.is_integer() else value
-
-
-_NO_CHECKS: tuple = ()  # a model none of whose requirements waits for the workload
-_PASSED_KEPT = 4096  # undecided checks remembered as passed, per structure, before forgetting them all
 
 
 class _Structure:
@@ -726,14 +558,6 @@ def forget_structures() -> None:
     _free.cache_clear()
     exact_function.cache_clear()
     screened_maker.cache_clear()
-
-
-def _substituted(expr: sympy.Basic, values: Mapping[sympy.Symbol, sympy.Expr], where: str) -> sympy.Basic:
-    check_roots_and_logs(expr, where)  # sympy evaluates each nested log at the sizes: work that doubles per level
-    try:
-        return expr.xreplace(values)
-    except ZeroDivisionError:
-        raise ConfigError(f"{where}: division by zero at these sizes; give sizes that keep every divisor positive") from None
 
 
 _CALLS_BEFORE_BINDING = 8  # evaluations of one quantity on one model before its sizes are multiplied in

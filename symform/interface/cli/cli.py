@@ -6,7 +6,6 @@ Bad input ends with one line on stderr and exit status 2.
 from __future__ import annotations
 
 import argparse
-import difflib
 import gc
 import importlib
 import json
@@ -14,9 +13,8 @@ import sys
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from ..options.cli_args import exact_number, given_once, positive_int
-from ...engine.budget import quoted
-from ...engine.language.names import is_identifier
+from ..options.cli_args import given_once, positive_int
+from ..options.parser import _ARGV, EXIT_BAD_INPUT, _assignment, _Parser, _setting
 from ...engine.errors import SymformError
 from ...engine.store.data import accountings_table, version
 
@@ -25,7 +23,6 @@ if TYPE_CHECKING:  # the commands that build expressions import these; --help an
     from ...engine.algebra.evaluate import Number
     from ...engine.graph.model import Model
 
-EXIT_BAD_INPUT = 2
 
 # Verbs whose options and work live in their own module, imported only when the verb is used:
 # verb -> (module, its arguments function, its command function, help)
@@ -42,60 +39,6 @@ _MODULE_VERBS = {
 
 def _from(module: str, name: str):
     return getattr(importlib.import_module(f"..{module}", __package__), name)
-
-
-_ARGV: list[str] = []  # the command line being parsed: a parser's error looks in it for a flag no parser knows
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2, as for every other bad input
-        verb = self._verb_parser()
-        if verb is not None:  # "unrecognized arguments" of a verb's flag: that verb's help tells the flags
-            return verb.error(message)
-        message = self._unknown_flag() or message  # before "the following arguments are required": the likelier slip
-        self.exit(EXIT_BAD_INPUT, f"symform: error: {message} (see {self.prog} --help)\n")
-
-    def _verb_parser(self) -> argparse.ArgumentParser | None:
-        """For the top-level parser, the parser of the verb on the command line."""
-        if self.prog != "symform" or not self._subparsers:
-            return None
-        choices = self._subparsers._group_actions[0].choices
-        return next((choices[a] for a in _ARGV if a in choices), None)
-
-    def _unknown_flag(self) -> str | None:
-        known = _flags(self)
-        for token in _ARGV:
-            flag = token.split("=", 1)[0]
-            if not flag.startswith("--") or flag == "--" or flag in known or sum(k.startswith(flag) for k in known) == 1:
-                continue
-            near = ["--" + n for n in difflib.get_close_matches(flag[2:], sorted(k[2:] for k in known), n=3, cutoff=0.75)]
-            return f"unknown option {quoted(flag)}" + (f"; did you mean {' or '.join(near)}?" if near else "")
-        return None
-
-
-def _flags(parser: argparse.ArgumentParser) -> set[str]:
-    """Every --flag the parser and the parsers below it take."""
-    found = {s for s in parser._option_string_actions if s.startswith("--")}
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for sub in action.choices.values():
-                found |= _flags(sub)
-    return found
-
-
-def _assignment(text: str) -> tuple[str, Number]:
-    name, eq, value = text.partition("=")
-    if not eq or not name.strip():
-        raise argparse.ArgumentTypeError(f"{quoted(text)} is not NAME=VALUE")
-    return name.strip(), exact_number(value)
-
-
-def _setting(text: str) -> tuple[str, Number | str]:
-    """NAME=NUMBER for a size or option, NAME=COMPONENT for a slot (e.g. attention=mla_attention_absorbed)."""
-    name, eq, value = text.partition("=")
-    if eq and is_identifier(value.strip().removeprefix("@")):
-        return name.strip(), value.strip().removeprefix("@")
-    return _assignment(text)
 
 
 def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
@@ -119,9 +62,7 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
         p.add_argument("--convention", dest="conventions", action="append", type=_assignment, default=[], metavar="NAME=VALUE", help="counting convention or storage size, e.g. --convention causal=1/2")
         p.add_argument("--accounting", choices=_accountings() if wanted(name) else None, help="a named convention set, applied before any --convention: eager counts what PyTorch eager keeps (formulas/accountings.toml, docs/memory.md)")
         p.add_argument("--json", action="store_true", help="print one JSON object")
-        _from("options.images", "image_arguments")(p)
-        _from("options.videos", "video_arguments")(p)
-        _from("options.audio", "audio_arguments")(p)
+        _from("options.media", "media_arguments")(p)
         return p
 
     def workload(p: argparse.ArgumentParser, *, required: bool) -> None:
@@ -273,8 +214,7 @@ def _run(args: argparse.Namespace) -> str:
 
 def _with_media(model: Model, args: argparse.Namespace) -> Model:
     """The model with the images, videos and audio clips the command line gives each sequence."""
-    with_images = _from("options.images", "with_images")(model, args)
-    with_media = _from("options.audio", "with_audio")(_from("options.videos", "with_videos")(with_images, args), args)
+    with_media = _from("options.media", "with_all_media")(model, args)
     # a sequence holds its media's tokens (a decode step's --seq is refused by its command, in its own words)
     if with_media is not model and getattr(args, "seq", None) is not None and getattr(args, "phase", None) != "decode":
         with_media.check_workload(seq=args.seq)
@@ -305,7 +245,6 @@ def kept_sizes_note(model: Model, settings: dict[str, object]) -> str | None:
         f"--set {', '.join(changed)} changes {'that size' if len(changed) == 1 else 'those sizes'} alone; "
         f"{', '.join(f'{k}={v:,}' for k, v in kept.items())} keep {model.name}'s values (--set them too to change them)"
     )
-
 
 
 def _json_number(value: Number) -> int | float:
@@ -385,8 +324,7 @@ def _flops_facts(model: Model, args: argparse.Namespace) -> dict[str, Any]:
     parts = model.evaluate_breakdown("forward_flops", depth=args.depth or 1 if args.json else args.depth, **workload)
     return {
         "name": model.name, "forward": forward, "backward": backward, "parts": parts, "conventions": _conventions(model),
-        "accounting": model.accounting or "default", "images": _from("options.images", "images_in")(model),
-        "videos": _from("options.videos", "videos_in")(model), "audio": _from("options.audio", "audio_in")(model),
+        "accounting": model.accounting or "default", **_from("options.media", "all_media_in")(model),
         **({"tune": tune, "counts": counts} if tune is not None else {}),  # objects: such facts are not kept
     }  # fmt: skip
 

@@ -30,7 +30,7 @@ def latex_arguments(p: argparse.ArgumentParser) -> None:
 
 def appendix_parser():
     """The options of ``symform latex --formulas``: its own parser, since it takes models one after another."""
-    from ..cli.cli import _Parser
+    from ..options.parser import _Parser
     from ..options.cli_args import positive_int
 
     p = _Parser(prog="symform latex --formulas", description="an appendix table of N, N_active, forward FLOPs and KV bytes per token")
@@ -54,7 +54,7 @@ def appendix_command(argv: list[str]) -> str:
 def compare_command(argv: list[str]) -> str:
     """``symform latex --compare A B``: two (or more) architectures' forms side by side."""
     from ..papers.appendix import comparison
-    from ..cli.cli import _Parser
+    from ..options.parser import _Parser
     from ..options.cli_args import positive_int
 
     p = _Parser(prog="symform latex --compare", description="two architectures' forms side by side: N, N_active, forward FLOPs and KV bytes per token")

@@ -13,7 +13,9 @@ from ...engine.budget import number_from_text, quoted
 from ...engine.errors import EvaluationError
 from ...engine.algebra.evaluate import Number
 from ...analysis.devices.hardware import load_device
-from ...analysis.memory.memory import RECOMPUTE, SCHEDULES, Inference, Layout, MemoryReport, Training, bit_width, inference_expressions, inference_memory, recipes, solve_fit, training_expressions, training_memory
+from ...analysis.memory.memory import Inference, MemoryReport, Training, bit_width, inference_expressions, inference_memory, training_expressions, training_memory
+from ...analysis.memory.fitting import solve_fit
+from ...analysis.memory.settings import RECOMPUTE, SCHEDULES, Layout, recipes
 from ...engine.graph.model import Model
 from ...analysis.memory.finetune import finetune_memory, finetune_memory_expressions
 from ...analysis.memory.frameworks import DEFAULT as DEFAULT_FRAMEWORK, EAGER, framework, frameworks
@@ -416,4 +418,3 @@ def _context_line(model: Model, solve: str, bound: int, largest: int, fixed: dic
         return f"{head}: nothing is left for {solve}{given}"
     verdict = "the memory holds more than the model reads" if largest > bound else "memory is the tighter limit"
     return f"{head}, so {solve} ≤ {bound:,}{given}: {verdict}; largest usable {min(largest, bound):,}"
-

@@ -25,7 +25,8 @@ from pathlib import Path
 from ..options.cli_args import attention_arguments, uses_flash, positive_int as _positive
 from ...engine.errors import EvaluationError
 from ...engine.algebra.evaluate import Number
-from ...analysis.memory.memory import RECOMPUTE, Layout, MemoryReport, Training, training_memory
+from ...analysis.memory.memory import MemoryReport, Training, training_memory
+from ...analysis.memory.settings import RECOMPUTE, Layout
 from .memory_report import _gpu_memory, precision_arguments
 from ...engine.graph.model import Model
 from ..options.output import writing
@@ -294,7 +295,7 @@ def _size_list(text: str) -> list[int]:
 
 
 def _model_options(p: argparse.ArgumentParser) -> None:
-    from ..cli.cli import _assignment, _setting  # the same NAME=VALUE parsing as every other command
+    from ..options.parser import _assignment, _setting  # the same NAME=VALUE parsing as every other command
 
     p.add_argument("--set", dest="sizes", action="append", type=_setting, default=[], metavar="NAME=VALUE", help="change an argument of every model (e.g. --set n_layers=32)")
     p.add_argument("--convention", dest="conventions", action="append", type=_assignment, default=[], metavar="NAME=VALUE", help="counting convention, e.g. --convention causal=1/2")

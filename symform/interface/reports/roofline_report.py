@@ -13,8 +13,10 @@ from .memory_report import kv_dtype_argument, with_kv_dtype
 from ..options.cli_args import attention_arguments, uses_flash, non_negative_int, positive_int
 from ...engine.errors import ConfigError
 from ...engine.graph.model import Model
-from ...analysis.memory.memory import matmul_rate, recipes, stored_weights
-from ...analysis.time.roofline import PHASES, Crossover, PhaseRoofline, Roofline, accelerator, decode_crossover, roofline
+from ...analysis.memory.memory import matmul_rate, stored_weights
+from ...analysis.memory.settings import recipes
+from ...analysis.time.roofline import PHASES, PhaseRoofline, Roofline, accelerator, roofline
+from ...analysis.time.crossovers import Crossover, decode_crossover
 
 #: --dtype sets the bytes of weights, activations and KV cache to its width
 #: (symform.analysis.devices.hardware.DTYPE_BYTES) unless --convention names them.

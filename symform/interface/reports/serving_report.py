@@ -14,7 +14,8 @@ from ...engine.graph.model import Model
 from .memory_report import kv_dtype_argument, weight_format_name
 
 if TYPE_CHECKING:  # the serving model (and numpy) load when a plan is asked for
-    from ...analysis.serving.serving import Curve, Lengths, Setup
+    from ...analysis.serving.serving import Curve, Setup
+    from ...analysis.serving.kv_pool import Lengths
     from ...analysis.plans.serving_planner import ServingPlan
 
 SERVE_ONLY = ("prompt", "output", "prompt_max", "output_max", "ttft_max", "tpot_max", "rate", "mode", "tp_max", "block_size", "token_budget", "memory_utilisation", "admit", "kv_link", "weight_format", "kv_dtype", "speculate", "acceptance", "draft", "curve", "plot", "price_per_hour", "energy")
@@ -99,7 +100,7 @@ def _layout_costs(plan: ServingPlan, args: argparse.Namespace) -> list[dict[str,
     if not (args.price_per_hour or args.energy):
         return []
     from ...analysis.devices import cost
-    from ...analysis.time.timing import placement
+    from ...analysis.time.step_model import placement
 
     tdp = placement(args.gpu, args.node_size).device.tdp_watts if args.energy else None
     return [cost.serving_cost(tokens_per_s=row.point.tokens_per_s_per_gpu, devices=1, price_per_hour=args.price_per_hour, tdp_watts=tdp) for row in plan.best]
@@ -125,7 +126,7 @@ def refuse_serving_options(args: argparse.Namespace) -> None:
 
 
 def _lengths(args: argparse.Namespace) -> Lengths:
-    from ...analysis.serving.serving import Lengths
+    from ...analysis.serving.kv_pool import Lengths
 
     if args.prompt_max is None and args.output_max is None:
         return Lengths.fixed(args.prompt, args.output)
@@ -133,7 +134,8 @@ def _lengths(args: argparse.Namespace) -> Lengths:
 
 
 def _setup(model: Model, args: argparse.Namespace) -> Setup:
-    from ...analysis.serving.serving import Setup, check_same_vocabulary, engine
+    from ...analysis.serving.serving import Setup, check_same_vocabulary
+    from ...analysis.serving.kv_pool import engine
 
     settings = engine(utilisation=args.memory_utilisation, block_tokens=args.block_size, token_budget=args.token_budget)
     draft = args.draft

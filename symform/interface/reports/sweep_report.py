@@ -14,7 +14,7 @@ from ...engine.errors import EvaluationError
 from ...engine.graph.model import Model
 
 if TYPE_CHECKING:
-    from ...analysis.sweeps.sweeps import SweepResult
+    from ...analysis.sweeps.sweep_quantities import SweepResult
 
 
 def sweep_arguments(p) -> None:
@@ -74,7 +74,8 @@ def _range(name: str, text: str) -> tuple[int, int]:
 def sweep_command(model: Model, args) -> str:
     import numpy as np
 
-    from ...analysis.sweeps.sweeps import InexactFloatWarning, _plain, sweep
+    from ...analysis.sweeps.sweeps import sweep
+    from ...analysis.sweeps.sweep_quantities import InexactFloatWarning, _plain
 
     def numeric(values):  # Fractions (a convention such as causal=1/2) stay exact in object columns
         return np.array(values, dtype=object) if any(isinstance(v, Fraction) for v in values) else values

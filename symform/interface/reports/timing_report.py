@@ -11,19 +11,20 @@ from ..options.cli_args import attention_arguments, non_negative_float, positive
 from ..options.finetune_args import finetune_arguments, finetune_setup
 from .memory_report import kv_dtype_argument, with_kv_dtype
 
-
 from ...engine.errors import BudgetError, ConfigError
 from ...analysis.memory.finetune import describe_text
-from ...analysis.memory.memory import RECOMPUTE, SCHEDULES, Layout, matmul_rate, recipes, stored_weights
+from ...analysis.memory.memory import matmul_rate, stored_weights
+from ...analysis.memory.settings import RECOMPUTE, SCHEDULES, Layout, recipes
 from ...engine.graph.model import Model
 from ...analysis.memory.frameworks import EAGER, framework
 from .memory_report import framework_argument, framework_name
 
 if TYPE_CHECKING:  # the timing module (and numpy) load when a time is asked for, not with the CLI
-    from ...analysis.time.timing import InferenceTime, PhaseTime, TrainingTime
+    from ...analysis.time.timing import TrainingTime
+    from ...analysis.time.phase_time import InferenceTime, PhaseTime
 
 TRAIN_ONLY = ("global_batch", "micro_batch", "seq", "dp", "pp", "ep", "cp", "recompute", "schedule", "zero", "measured_step", "measured_tokens_per_s", "tokens", "sp", "chunks", "tp_comm_overlap")
-#: Decode attention kernels beyond sdpa and eager, with their sources (symform.analysis.time.estimate.ATTENTION)
+#: Decode attention kernels beyond sdpa and eager, with their sources (symform.analysis.time.efficiencies.ATTENTION)
 DECODE_KERNELS = (
     ("fused_per_head", "a fused kernel reading each key/value head once per query head, not once per group (TensorRT-LLM's masked MHA for generation before its XQA kernel, v0.8: docs/source/blogs/XQA-kernel.md); sdpa reads it once per group (FlashDecoding, FlashAttention-2's grouped-query packing, TensorRT-LLM's XQA)"),
 )
@@ -192,7 +193,7 @@ def _flash(args: argparse.Namespace) -> bool:
 def _memory_fit(model: Model, args: argparse.Namespace, result: TrainingTime, tune=None) -> dict[str, object]:
     """The layout's training memory on one device (symform.analysis.memory.memory, as `symform memory --train` counts it) against the device's."""
     from ...analysis.memory.memory import Training, training_memory
-    from ...analysis.time.timing import placement
+    from ...analysis.time.step_model import placement
 
     place = placement(args.gpu, args.node_size)
     flash = _flash(args)
@@ -298,7 +299,7 @@ def _serving_offload(model: Model, args: argparse.Namespace, result: InferenceTi
     if not (args.offload or args.kv_offload):
         return None
     from ...analysis.memory.memory import Inference, inference_memory
-    from ...analysis.time.timing import placement
+    from ...analysis.time.step_model import placement
 
     device = placement(args.gpu, args.node_size).device
     setup = Inference(weight_format=args.weight_format, tensor=result.tensor, flash=_flash(args))
@@ -321,7 +322,7 @@ def _serving_offload_line(offloaded: dict[str, object] | None) -> str:
 
 
 def _tdp(args: argparse.Namespace) -> float | None:
-    from ...analysis.time.timing import placement
+    from ...analysis.time.step_model import placement
 
     return placement(args.gpu, args.node_size).device.tdp_watts if args.energy else None
 
@@ -408,7 +409,8 @@ def _infer(model: Model, args: argparse.Namespace) -> InferenceTime:
     tp = args.tp or args.gpus or 1
     if args.gpus is not None and args.gpus != tp:
         raise ConfigError(f"inference runs on one tensor-parallel group: --gpus {args.gpus} must equal --tp {tp}")
-    from ...analysis.time.timing import inference_time, placement
+    from ...analysis.time.phase_time import inference_time
+    from ...analysis.time.step_model import placement
 
     stored, weight_bytes = stored_weights(model, args.weight_format, conventions=dict(args.conventions))
     dtype = matmul_rate(stored, placement(args.gpu, args.node_size).device.dense_flops_per_s, args.dtype)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from ...analysis.time import calibration, estimate
+from ...analysis.time import calibration
+from ...analysis.time import measured_runs
+from ...analysis.time import efficiencies
 from ...analysis.memory import memory_validation
 
 
@@ -14,7 +16,7 @@ def validate_arguments(p: argparse.ArgumentParser) -> None:
     form.add_argument("--markdown", action="store_true", help="the whole of docs/validation.md")
     form.add_argument("--fit", action="store_true", help="refit the factors marked fitted on the fit split and print them (slow)")
     form.add_argument("--json", action="store_true", help="every case and the summary as one JSON object")
-    p.add_argument("--gemm-model", choices=estimate.GEMM_MODELS, help="estimate (or with --fit, fit) every fitted device's GEMMs by this model, at its own fit")
+    p.add_argument("--gemm-model", choices=efficiencies.GEMM_MODELS, help="estimate (or with --fit, fit) every fitted device's GEMMs by this model, at its own fit")
 
 
 def validate_command(args: argparse.Namespace) -> str:
@@ -31,7 +33,7 @@ def validate_command(args: argparse.Namespace) -> str:
     return summary_text(calibration.summarise(cases))
 
 
-def _case_dict(c: calibration.Case) -> dict[str, object]:
+def _case_dict(c: measured_runs.Case) -> dict[str, object]:
     return {"source": c.run.source, "name": c.run.name, "split": c.run.split, "kind": c.run.kind, "figure": c.run.measured[0], "measured": c.run.measured[1], "estimate": c.predicted, "error": c.error, "inside_band": c.inside, "setup": dict(c.run.setup)}
 
 
@@ -42,7 +44,7 @@ def summary_text(summaries: list[calibration.Summary]) -> str:
     return "\n".join(lines)
 
 
-def _setup(c: calibration.Case) -> str:
+def _setup(c: measured_runs.Case) -> str:
     s = c.run.setup
     model = s.get("preset") or "gpt2-style d={n_embd} L={n_layer} heads={n_head} V={vocab_size}".format(**s["config"])
     if "overrides" in s:
@@ -60,7 +62,7 @@ def _figure(value: float) -> str:
     return f"{value:,.0f}" if value >= 1000 else f"{value:.4g}"
 
 
-def markdown(cases: list[calibration.Case]) -> str:
+def markdown(cases: list[measured_runs.Case]) -> str:
     out = [
         "# Validation: symform's estimates against published measured runs",
         "",
@@ -81,7 +83,7 @@ def markdown(cases: list[calibration.Case]) -> str:
     ]
     for s in calibration.summarise(cases):
         out.append(f"| {s.kind} | {s.split} | {s.count} | {s.median:.1%} | {s.worst:.1%} | {s.inside} of {s.count} ({s.inside / s.count:.0%}) | {s.worst_case} |")
-    for stem, source in calibration.sources().items():
+    for stem, source in measured_runs.sources().items():
         chosen = [c for c in cases if c.run.source == stem]
         out += ["", f"## {source['title']}", "", f"Source: <{source['url']}>", "", f"Setup: {source['setup']}.", "", f"How it counts: {source['counts_flops']}.", ""]
         if source.get("assumed"):
@@ -94,10 +96,10 @@ def markdown(cases: list[calibration.Case]) -> str:
     return "\n".join(out) + "\n"
 
 
-def gemm_models_section(cases: list[calibration.Case]) -> list[str]:
+def gemm_models_section(cases: list[measured_runs.Case]) -> list[str]:
     """The bundled GEMM model's errors beside the other model's, each at its own fit."""
     models = {}
-    for model in estimate.GEMM_MODELS:
+    for model in efficiencies.GEMM_MODELS:
         given = calibration.gemm_model_factors(model)
         models[model] = cases if given == calibration.gemm_model_factors(None) else calibration.validate(given)
     out = [
@@ -126,7 +128,7 @@ def gemm_models_section(cases: list[calibration.Case]) -> list[str]:
     return out + _largest_differences(models)
 
 
-def _largest_differences(models: dict[str, list[calibration.Case]], count: int = 5) -> list[str]:
+def _largest_differences(models: dict[str, list[measured_runs.Case]], count: int = 5) -> list[str]:
     """The held-out cases the two models estimate most differently, with both errors."""
     rows, waves = models["rows"], models["waves"]
     pairs = sorted(((a, b) for a, b in zip(rows, waves) if a.run.split == "check"), key=lambda p: -abs(p[1].error - p[0].error))
