@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-# symform's cache between runs (symform.engine.disk_cache) starts empty for each benchmark run, in a
+# symform's cache between runs (symform.engine.store.disk_cache) starts empty for each benchmark run, in a
 # directory of its own: the untimed first run of each command fills it, as a user's first run does.
 CACHE = tempfile.mkdtemp(prefix="symform-bench-cache-")
 atexit.register(shutil.rmtree, CACHE, ignore_errors=True)

@@ -37,7 +37,7 @@ try:
     from _configs import paired_times  # noqa: E402
 except ImportError:  # imported as benchmarks.bench_exact
     from ._configs import paired_times  # noqa: E402
-from symform.engine.model import forget_structures  # noqa: E402
+from symform.engine.graph.model import forget_structures  # noqa: E402
 
 PRESET = "qwen3-32b"
 LARGEST = "deepseek-v3"

@@ -26,7 +26,7 @@ PROBLEMS = (  # (preset, gpu, devices, global batch, seq): docs/planner.md's exa
 _PLAN = """
 import json, time
 import symform
-from symform.analysis.planner import plan
+from symform.analysis.plans.planner import plan
 start = time.perf_counter()
 model = symform.load(%r)
 result = plan(model, %r, devices=%d, global_batch=%d, seq=%d, flash=True)

@@ -36,7 +36,7 @@ STACK_FLOOR = ["-c", "import networkx, pydantic.main, sympy; sympy.Symbol('x') +
 
 _LOADED = """
 import contextlib, io, json, sys
-from symform.interface.cli import main
+from symform.interface.cli.cli import main
 with contextlib.redirect_stdout(io.StringIO()):
     main(%r)
 print(json.dumps([m for m in %r if m in sys.modules]))

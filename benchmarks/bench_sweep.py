@@ -17,7 +17,8 @@ except ImportError:  # imported as benchmarks.bench_sweep
     from ._configs import PRESET, hand_inplace, paired, random_configs, row, speed_ratios
 
 import symform
-from symform.analysis.sweeps import compile_quantities, sweep
+from symform.analysis.sweeps.sweeps import sweep
+from symform.analysis.sweeps.sweep_quantities import compile_quantities
 
 CONFIGS = 10**6
 QUANTITIES = ("params", "train_flops")
@@ -110,7 +111,7 @@ def _dask_row(repeats: int) -> dict:
         import distributed
     except ImportError as e:
         return row("lazy sweep on a dask LocalCluster", "lazy end to end", [], False, error=f"dask.distributed not importable: {e}")
-    from symform.analysis.lazy_sweeps import block_points, lazy_sweep
+    from symform.analysis.sweeps.lazy_sweeps import block_points, lazy_sweep
 
     model = symform.load(PRESET)
     fixed = {"batch": 8, "tokens": 10**12, "vocab": 151936, "d_ff": 25600, "n_heads": 64, "n_kv_heads": 8, "d_head": 128}
@@ -148,7 +149,7 @@ def _dask_row(repeats: int) -> dict:
 
 def _graph_row(repeats: int) -> dict:
     """Building the lazy sweep of 10**9 points (described, nothing computed) at the default chunk."""
-    from symform.analysis.lazy_sweeps import lazy_sweep
+    from symform.analysis.sweeps.lazy_sweeps import lazy_sweep
 
     model = symform.load(PRESET)
     spec = dict(grid={"seq": [4096, 32768]}, sample={"d_model": (1024, 16384), "n_layers": (8, 128)}, n=GRAPH_POINTS // 2, seed=0, fixed={"batch": 8, "tokens": 10**12})

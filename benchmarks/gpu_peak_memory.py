@@ -91,7 +91,7 @@ def measure(setting: str, batch: int, seq: int, device: str) -> dict[str, int | 
 
 def predict(setting: str, batch: int, seq: int) -> dict[str, int]:
     from symform import load
-    from symform.analysis.memory import Training, training_memory
+    from symform.analysis.memory.memory import Training, training_memory
 
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "config.json"

@@ -6,7 +6,7 @@
 
 For every model type with a causal-LM class in transformers (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES), the config
 class's defaults, shrunk to check.toml's tiny sizes as `symform check` shrinks them, are imported
-(symform/analysis/module_import.py). The declaration's parameter count is set beside PyTorch's numel() of the
+(symform/analysis/memory/module_import.py). The declaration's parameter count is set beside PyTorch's numel() of the
 model on the meta device, at that config and at a second one whose fields the fit changed are all doubled (a size copied
 as a number would be right at the first and wrong at the second). A type is
 
@@ -60,14 +60,14 @@ def _doubled(config: dict, fields: list[str]) -> dict:
 
 
 def census_of(model_type: str, transformers, torch, workdir: Path, run_check: bool) -> dict:
-    from symform.analysis.declaration_text import declaration_text
-    from symform.analysis.module_import import fit
-    from symform.analysis.oracle_check import tiny_config
+    from symform.analysis.memory.declaration_text import declaration_text
+    from symform.analysis.memory.module_import import fit
+    from symform.analysis.memory.oracle_check import tiny_config
     from symform.engine.errors import SymformError
-    from symform.engine.families import families
-    from symform.engine.model import Model
-    from symform.engine.userfile import load_declaration_file
-    from symform.interface.import_command import confirm
+    from symform.engine.language.families import families
+    from symform.engine.graph.model import Model
+    from symform.engine.language.userfile import load_declaration_file
+    from symform.interface.reports.import_command import confirm
 
     row: dict = {"model_type": model_type, "bundled": model_type in families()}
     try:
@@ -116,7 +116,7 @@ def census_of(model_type: str, transformers, torch, workdir: Path, run_check: bo
 
 
 def _checked(model) -> str:
-    from symform.analysis.oracle_check import check
+    from symform.analysis.memory.oracle_check import check
 
     try:
         report = check(model)

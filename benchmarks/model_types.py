@@ -65,9 +65,9 @@ def default_config(transformers, model_type: str) -> dict:
 
 
 def census_of(model_type: str, transformers) -> dict:
-    from symform.analysis.oracle_check import check
+    from symform.analysis.memory.oracle_check import check
     from symform.engine.errors import SymformError
-    from symform.engine.model import Model
+    from symform.engine.graph.model import Model
 
     try:
         config = default_config(transformers, model_type)

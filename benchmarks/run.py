@@ -34,7 +34,7 @@ if str(HERE) not in sys.path:
 from _configs import PRESET, hand_inplace, hand_params, hand_train_flops, paired, random_configs, row, speed_ratios  # noqa: E402
 
 import symform  # noqa: E402
-from symform.analysis.sweeps import compile_quantities  # noqa: E402
+from symform.analysis.sweeps.sweep_quantities import compile_quantities  # noqa: E402
 
 KERNEL_GOAL = 0.8  # the compiled function's speed ÷ hand-written factored, in-place numpy's
 SUBS_GOAL = 1000.0  # per configuration, sympy subs ÷ the compiled function
@@ -143,7 +143,6 @@ def llm_analysis_values(a: dict[str, np.ndarray], k: int, gpu) -> tuple[dict[str
     return out, total / k
 
 
-
 def _version(dist: str) -> str | None:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -151,8 +150,6 @@ def _version(dist: str) -> str | None:
         return version(dist)
     except PackageNotFoundError:
         return None
-
-
 
 
 def llm_analysis_row(configs, repeats: int, quiet: bool, k: int) -> dict:

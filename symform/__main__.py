@@ -1,5 +1,5 @@
 import sys
 
-from .interface.cli import main
+from .interface.cli.cli import main
 
 sys.exit(main())

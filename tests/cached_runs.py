@@ -1,5 +1,5 @@
 """Two runs of one command in fresh interpreters that share a cache directory: what the first keeps, the
-second reads (symform.engine.disk_cache and the stores built on it)."""
+second reads (symform.engine.store.disk_cache and the stores built on it)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 _CODE = """
 import importlib, json, sys
-from symform.interface.cli import main
+from symform.interface.cli.cli import main
 module = importlib.import_module({module!r})
 calls = []
 original = getattr(module, {function!r})

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from symform import SymformError
-from symform.interface.cli import main
+from symform.interface.cli.cli import main
 
 
 def run(capsys, *argv):
@@ -35,7 +35,7 @@ def one_line_error(error_type, call, *words):
 
 def preset_dict(name: str) -> dict:
     """A preset's config.json as plain JSON (not through symform's loader)."""
-    from symform.engine.data import formulas_dir
-    from symform.engine.families import presets
+    from symform.engine.store.data import formulas_dir
+    from symform.engine.language.families import presets
 
     return json.loads((formulas_dir() / "presets" / presets()[name].file).read_text(encoding="utf-8"))

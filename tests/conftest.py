@@ -1,4 +1,4 @@
-"""The test session keeps symform's cache (symform.engine.disk_cache) in a directory of its own, not the user's."""
+"""The test session keeps symform's cache (symform.engine.store.disk_cache) in a directory of its own, not the user's."""
 
 import atexit
 import os

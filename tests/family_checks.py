@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from oracle import build, build_for_training, input_ids, saved_for_backward
 
-from symform.engine.model import Model
+from symform.engine.graph.model import Model
 
 
 def eager(config: dict) -> Model:

@@ -88,7 +88,7 @@ def run_here(*argv: str, seconds: float):
     import traceback
 
     from isolated import Outcome
-    from symform.interface.cli import main as cli_main
+    from symform.interface.cli.cli import main as cli_main
 
     out, err = io.StringIO(), io.StringIO()
 

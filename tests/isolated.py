@@ -15,7 +15,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from symform.interface.cli import main
+from symform.interface.cli.cli import main
 
 SECONDS = 20.0
 MEMORY_BYTES = 2 * 2**30

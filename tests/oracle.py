@@ -124,7 +124,7 @@ def image_token_ids(batch: int, seq: int, images: int, per_image: int, tokens: t
 def check_params_per_tower(config: dict, real, towers: dict[str, tuple[str, ...]] | None = None) -> None:
     """symform's parameters equal the real multimodal module's numel, whole and for each tower: symform's part ->
     the modules of real.model it stands for (by default the vision tower `visual`)."""
-    from symform.engine.model import Model
+    from symform.engine.graph.model import Model
 
     model = Model.from_config(config)
     assert model.evaluate("params") == sum(p.numel() for p in real.parameters())
@@ -248,7 +248,7 @@ def check_train_step_flops(symbolic, model, config: dict, batch: int = 2, seq: i
 
 def check_cache_bytes(config: dict, model, seq: int) -> None:
     """The KV cache (float32 here) equals the bytes of the tensors transformers' cache holds after a forward of 2 x seq."""
-    from symform.engine.model import Model
+    from symform.engine.graph.model import Model
 
     expected = cached_bytes(model, 2, seq)
     assert Model.from_config(config).with_conventions(kv_bytes=4).evaluate("kv_cache", batch=2, seq=seq) == expected
@@ -256,7 +256,7 @@ def check_cache_bytes(config: dict, model, seq: int) -> None:
 
 def check_saved_config_reads_the_same(config: dict, directory, quantities=("forward_flops", "saved_activations", "kv_cache")) -> None:
     """The config transformers writes (save_pretrained) costs what the one written by hand does."""
-    from symform.engine.model import Model
+    from symform.engine.graph.model import Model
 
     hf_config(config).save_pretrained(directory)
     saved, by_hand = Model.load(directory / "config.json"), Model.from_config(config)

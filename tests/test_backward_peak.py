@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 
 from checks import run, run_json
 from symform import Model
-from symform.analysis.finetune import FineTune, finetune_memory
-from symform.analysis.memory import Layout, Training, training_memory
+from symform.analysis.memory.finetune import FineTune, finetune_memory
+from symform.analysis.memory.memory import Training, training_memory
+from symform.analysis.memory.settings import Layout
 
 VOCAB = 1000
 TINY_LLAMA = {

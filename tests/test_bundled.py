@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 import symform
-from symform.engine.data import bundled_files, data_root
-from symform.engine.declarations import check_library, default_library
-from symform.engine.families import all_families, families, presets
+from symform.engine.store.data import bundled_files, data_root
+from symform.engine.language.declarations import check_library, default_library
+from symform.engine.language.families import all_families, families, presets
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -80,9 +80,9 @@ ODD_KINDS = [  # (preset, the field, a kind the family's code does not know)
 
 @pytest.mark.parametrize("preset, field, odd", ODD_KINDS)
 def test_a_layer_kind_the_family_does_not_know_is_refused(preset, field, odd, tmp_path, capsys):
-    from symform.engine.families import preset_config
+    from symform.engine.language.families import preset_config
     from symform.engine.errors import ConfigError
-    from symform.interface.cli import main
+    from symform.interface.cli.cli import main
 
     config, _ = preset_config(preset)
     section = config.get("text_config", config) if field not in config else config

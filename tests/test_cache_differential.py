@@ -20,9 +20,9 @@ import pytest
 from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
-from symform.engine import derivation, disk_cache
-from symform.engine import model as model_module
-from symform.interface.cli import main
+from symform.engine.store import derivation, disk_cache
+from symform.engine.graph import model as model_module
+from symform.interface.cli.cli import main
 
 PRESETS = {"qwen3-0.6b": ("n_layers=4", "d_ff=1024"), "mixtral-8x7b": ("n_experts=4", "top_k=1", "n_layers=4")}
 COMMANDS = {

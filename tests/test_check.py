@@ -11,7 +11,7 @@ import pytest
 
 from checks import one_line_error, run
 from symform import ConfigError, Model
-from symform.engine.families import presets
+from symform.engine.language.families import presets
 
 DATA = Path(__file__).parent / "data" / "check"
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,7 +41,7 @@ CHECK_NOT_YET: dict[str, str] = {
 def check():
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from symform.analysis.oracle_check import check
+    from symform.analysis.memory.oracle_check import check
 
     return check
 
@@ -85,7 +85,7 @@ def test_a_declaration_without_its_transformers_config_is_one_line(tmp_path, che
 
 
 def test_without_the_oracle_extra_check_names_it():
-    code = "import sys\nsys.modules['torch'] = None\nfrom symform.interface.cli import main\nsys.exit(main(sys.argv[1:]))"
+    code = "import sys\nsys.modules['torch'] = None\nfrom symform.interface.cli.cli import main\nsys.exit(main(sys.argv[1:]))"
     done = subprocess.run([sys.executable, "-c", code, "check", "qwen3-0.6b"], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
     assert done.returncode == 2 and done.stdout == ""
     assert "pip install 'symform[oracle]'" in done.stderr and done.stderr.count("\n") == 1
@@ -177,7 +177,7 @@ def test_a_module_whose_own_forward_fails_is_refused_in_one_line(check):
 @pytest.mark.oracle
 @pytest.mark.parametrize("case", VL_CHECKS)
 def test_a_vision_language_config_is_checked_against_its_checkpoint_class(check, case):
-    from symform.engine.families import preset_config
+    from symform.engine.language.families import preset_config
 
     config, cls = VL_CHECKS[case]
     config = config if config is not None else _without_vision(preset_config("qwen3.5-0.8b")[0])

@@ -35,8 +35,8 @@ import sympy
 import symform
 from checks import run_json
 from symform import DeclarationError, Model
-from symform.engine.declarations import default_library, parse_components
-from symform.engine.structure import active_form, structure
+from symform.engine.language.declarations import default_library, parse_components
+from symform.engine.graph.structure import active_form, structure
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "block-forms.md"
 SEQ = 4096
@@ -195,8 +195,8 @@ def test_doc_s_forward_flops_error_is_the_hand_form_s(name):
 
 @pytest.mark.parametrize("family", ["qwen3_next", "qwen3_5", "qwen3_5_moe", "nemotron_h"])
 def test_doc_rows_of_the_recurrent_families_are_current(family):
-    from symform.engine.families import families
-    from symform.interface.appendix import family_members, family_row
+    from symform.engine.language.families import families
+    from symform.interface.papers.appendix import family_members, family_row
 
     spec = next(f.spec for f in families().values() if f.name == family)
     row = family_row(family, spec.assume, family_members(family), seq=SEQ)
@@ -204,7 +204,7 @@ def test_doc_rows_of_the_recurrent_families_are_current(family):
 
 
 def test_per_repeat_writes_a_sum_with_the_layer_kinds_counts_as_factors():
-    from symform.engine.structure import Block, per_repeat
+    from symform.engine.graph.structure import Block, per_repeat
 
     n, n_lin, x, y, z = sympy.symbols("n n_lin x y z", positive=True)
     kinds = [Block("linear", n_lin, y), Block("full", n - n_lin, x), Block("head", sympy.S.One, z)]
@@ -219,7 +219,7 @@ def test_a_sequence_is_many_chunks_so_a_cost_per_sequence_beside_one_per_chunk_g
     """The stand-in seq/chunk declares the number of chunks large: a term that is another times (chunk/seq)^k is of
     lower order (once per sequence next to once per chunk), whether written per token or per sequence; terms of
     other shapes stay (C·d per token within a chunk, s·d attention, a window's Min)."""
-    from symform.engine.structure import in_stand_ins
+    from symform.engine.graph.structure import in_stand_ins
 
     s, C, d, k, h, b, t, w = sympy.symbols("seq chunk d k h b tokens w", positive=True)
     rewrites = {sympy.ceiling(s / C): s / C}

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from checks import run, run_json
 
-from symform.engine.data import formulas_dir
-from symform.engine.families import preset_config, presets, supported_model_types
+from symform.engine.store.data import formulas_dir
+from symform.engine.language.families import preset_config, presets, supported_model_types
 
 
 def test_params_json_matches_the_qwen3_32b_checkpoint(capsys):

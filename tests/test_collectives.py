@@ -14,9 +14,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import symform
-from symform import collectives as coll
-from symform import parallel_comm as pc
-from symform.engine._numeric import CeilLog2
+from symform.analysis.parallel import collectives as coll
+from symform.analysis.parallel import parallel_comm as pc
+from symform.engine.algebra._numeric import CeilLog2
 from symform.engine.errors import ConfigError, EvaluationError
 
 p, n, alpha, beta = coll.P, coll.N, coll.ALPHA, coll.BETA

@@ -11,15 +11,15 @@ import sympy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from symform.analysis.lazy_sweeps import lazy_sweep
-from symform.analysis.sweeps import sweep
-from symform.engine.conditions import NamedCondition, PredicateDef, predicates, unnamed
+from symform.analysis.sweeps.lazy_sweeps import lazy_sweep
+from symform.analysis.sweeps.sweeps import sweep
+from symform.engine.language.conditions import NamedCondition, PredicateDef, predicates, unnamed
 from symform.engine.errors import ExpressionError
-from symform.engine.exact import exact_function
-from symform.engine.evaluate import compile_expression
-from symform.engine.model import Model
-from symform.engine.safe_expr import parse
-from symform.interface.latex import latex
+from symform.engine.algebra.exact import exact_function
+from symform.engine.algebra.evaluate import compile_expression
+from symform.engine.graph.model import Model
+from symform.engine.language.safe_expr import parse
+from symform.interface.papers.latex import latex
 
 BATCH = sympy.Symbol("batch", integer=True, positive=True)
 HEADS = sympy.Symbol("n_kv_heads", integer=True, positive=True)
@@ -63,7 +63,7 @@ def test_a_predicate_reads_the_names_in_force_where_it_is_used():
 
 
 def test_every_bundled_predicate_reads_over_the_vocabulary():
-    from symform.engine.vocabulary import default_vocabulary
+    from symform.engine.language.vocabulary import default_vocabulary
 
     vocabulary = default_vocabulary()
     chunk = sympy.Symbol("chunk", integer=True, positive=True)  # a chunked scan's argument (whole_chunks reads it)
@@ -110,7 +110,8 @@ def test_a_predicate_with_an_unknown_name_says_which_predicate():
 
 
 def test_a_conditional_is_kept_between_runs_as_it_parsed():
-    from symform.engine import disk_cache, safe_expr
+    from symform.engine.store import disk_cache
+    from symform.engine.language import safe_expr
 
     if not disk_cache.enabled():
         pytest.skip("the cache is off in this run")
@@ -188,7 +189,7 @@ def test_exact_code_and_numpy_code_pick_the_same_branch(batch, heads, upcast, ac
 
 
 def test_leading_order_of_conditionals():
-    from symform.engine.derive import leading_order
+    from symform.engine.graph.derive import leading_order
 
     d, s = sympy.Symbol("d_model", integer=True, positive=True), sympy.Symbol("seq", integer=True, positive=True)
     picks = sympy.Piecewise((2, sympy.Eq(BATCH, 1)), (3, True))

@@ -20,7 +20,7 @@ from test_activations import FAMILIES  # noqa: E402
 
 from symform import Model  # noqa: E402
 from symform.engine.errors import ConfigError  # noqa: E402
-from symform.engine.families import all_families, families  # noqa: E402
+from symform.engine.language.families import all_families, families  # noqa: E402
 
 
 # transformers saves Gemma 4's global_head_dim (and num_global_key_value_heads) only inside per_layer_config

@@ -1,4 +1,4 @@
-"""Dollars and energy of training runs and of serving (symform.analysis.cost, `symform time --price-per-hour --energy`).
+"""Dollars and energy of training runs and of serving (symform.analysis.devices.cost, `symform time --price-per-hour --energy`).
 
 Expected values are hand arithmetic: device-hours = seconds × devices / 3600, dollars = device-hours ×
 price, energy = TDP × devices × seconds (the TDP upper bound), one kWh = 3.6e6 J.
@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import symform
-from symform.analysis.cost import run_cost, serving_cost
-from symform.interface.cli import main
+from symform.analysis.devices.cost import run_cost, serving_cost
+from symform.interface.cli.cli import main
 
 HARDWARE = Path(__file__).resolve().parent.parent / "hardware"
 

@@ -4,8 +4,8 @@ import pytest
 import sympy
 
 from symform import DeclarationError, Model
-from symform.engine.errors import ConfigError
-from symform.engine.declarations import default_library, parse_components
+from symform.engine.language.declarations import default_library, parse_components
+from ..symform.engine.errors import ConfigError
 
 
 def merge(table):

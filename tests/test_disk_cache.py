@@ -9,9 +9,10 @@ from collections.abc import Mapping
 import pytest
 import sympy
 
-from symform.engine import data, disk_cache, safe_expr
-from symform.engine.declarations import component_files, parse_components
-from symform.engine.vocabulary import default_vocabulary
+from symform.engine.store import data, disk_cache
+from symform.engine.language import safe_expr
+from symform.engine.language.declarations import component_files, parse_components
+from symform.engine.language.vocabulary import default_vocabulary
 
 
 @pytest.fixture
@@ -165,7 +166,7 @@ def test_a_link_planted_in_the_cache_directory_is_never_written_through(fresh_ca
 
 
 def test_cache_clear_removes_only_symforms_own_store_files(fresh_cache, capsys):
-    from symform.interface.cli import main
+    from symform.interface.cli.cli import main
 
     store = disk_cache.Store("tables")
     store.put("a", "x")

@@ -9,9 +9,10 @@ import pytest
 import sympy
 
 import symform
-from symform import docgen
-from symform import latex as tex
-from symform.interface.cli import main
+from symform.interface.papers import docgen
+from symform.interface.papers import latex as tex
+from symform.interface.papers.latex_parse import parse_back
+from symform.interface.cli.cli import main
 
 from checks import run
 
@@ -24,10 +25,10 @@ def pages():
 
 
 def test_committed_reference_pages_are_current(pages):
-    """Fails when a declaration changed and docs/reference was not regenerated (python -m symform.interface.docgen)."""
+    """Fails when a declaration changed and docs/reference was not regenerated (python -m symform.interface.papers.docgen)."""
     committed = {p.relative_to(REFERENCE).as_posix(): p.read_text(encoding="utf-8") for p in REFERENCE.rglob("*.md")}
     stale = sorted(rel for rel in pages.keys() | committed.keys() if pages.get(rel) != committed.get(rel))
-    assert stale == [], "regenerate with: python -m symform.interface.docgen docs/reference"
+    assert stale == [], "regenerate with: python -m symform.interface.papers.docgen docs/reference"
 
 
 def test_a_page_per_component_and_family(pages):
@@ -46,7 +47,7 @@ def test_family_page_formulas_parse_back_to_the_model_s_expressions(pages):
     assert set(blocks) >= {"params", "forward_flops", "kv_cache", "train_flops"}
     for quantity, text in blocks.items():
         expr = model.expression(quantity).expr
-        assert sympy.expand(tex.parse_back(text, expr.free_symbols) - expr) == 0, quantity
+        assert sympy.expand(parse_back(text, expr.free_symbols) - expr) == 0, quantity
     assert "&= 6 N D" in page and r"\approx 12 d^{2} n" in page
 
 

@@ -1,7 +1,7 @@
 """Point estimates, the published runs they are validated on, docs/validation.md, measured MFU and run duration.
 
 Expected values come from the sources' own numbers (hardware/measured/*.toml) and the
-efficiency files, never from symform.analysis.estimate itself; nothing times this machine.
+efficiency files, never from symform.analysis.time.estimate itself; nothing times this machine.
 """
 
 import json
@@ -14,9 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import symform
-from symform.analysis import calibration, estimate
-from symform.analysis.memory import Layout
-from symform.interface.validation_report import markdown
+from symform.analysis.time import calibration, estimate
+from symform.analysis.time import measured_runs
+from symform.analysis.memory.settings import Layout
+from symform.interface.reports.validation_report import markdown
 
 from checks import one_line_error, run as _run
 
@@ -45,24 +46,24 @@ def test_held_out_training_median_within_ten_percent(cases):
 
 
 def test_enough_measured_runs_with_sources():
-    runs = calibration.runs()
+    runs = measured_runs.runs()
     assert sum(r.kind == "training" and r.source != "narayanan2021" for r in runs) >= 10
     assert sum(r.kind == "serving" for r in runs) >= 10
-    for stem, source in calibration.sources().items():
+    for stem, source in measured_runs.sources().items():
         assert source["url"].startswith("https://") and source["counts_flops"], stem
 
 
 def test_mpt_configs_have_the_parameter_count_the_table_lists():
     """llm-foundry's NumParams column, checked against symform's exact count of the gpt2-family config."""
-    for run in calibration.runs():
+    for run in measured_runs.runs():
         if "params" in run.setup:
-            assert calibration.run_model(run).evaluate("params") == run.setup["params"], run.name
+            assert measured_runs.run_model(run).evaluate("params") == run.setup["params"], run.name
 
 
 def test_narayanan_eq3_reproduces_the_table_aggregate():
     """Table 1's 1T row: 163 TFLOP/s per GPU on 3072 GPUs is 502 PFLOP/s aggregate; Eq. 3 gives the step's FLOPs."""
-    run = next(r for r in calibration.runs() if r.name == "gpt-1008b")
-    model = calibration.run_model(run)
+    run = next(r for r in measured_runs.runs() if r.name == "gpt-1008b")
+    model = measured_runs.run_model(run)
     assert run.measured[1] * run.setup["gpus"] / 1e3 == pytest.approx(502, rel=0.01)
     # 1T parameters: Eq. 3 / (96·B·s) ≈ l·h² (1 + …) and 12·l·h² ≈ parameters
     assert 12 * 128 * 25600**2 == pytest.approx(1008e9, rel=0.01)
@@ -107,7 +108,7 @@ def test_one_shot_all_reduce_makes_batch_one_decode_latency_flat_in_the_degree()
 def test_fp8_cache_and_per_head_reads_of_decode_attention():
     """Decode attention reads the cache at kv_bytes; a kernel without grouped-query packing reads each key/value
     head once per query head (Llama-3.1-8B: 32 query heads over 8 key/value heads, head size 128)."""
-    from symform.analysis.roofline import phase_work
+    from symform.analysis.time.roofline import phase_work
 
     model = symform.load("llama-3.1-8b")
     def core_bytes(m, grouped):
@@ -201,7 +202,7 @@ def test_cli_validate_summary(capsys):
 
 def test_fp8_drives_both_the_rate_and_the_weight_bytes():
     """--dtype fp8: the decode step reads 1-byte weights (the bytes drop by the weights' half) at the fp8 peak."""
-    from symform.analysis.timing import decode_time
+    from symform.analysis.time.phase_time import decode_time
 
     model = symform.load("llama-3-8b")
     bf16 = decode_time(model, "h100-sxm", batch=1, context=0)
@@ -221,7 +222,7 @@ def test_expected_distinct_experts_uniform_and_skewed():
     from fractions import Fraction
 
     from symform import EvaluationError
-    from symform.analysis.routing import expected_experts
+    from symform.analysis.time.routing import expected_experts
 
     one_line_error(EvaluationError, lambda: expected_experts(8, 2, 8, skew=-1), "skew", "Zipf")
     assert expected_experts(8, 2, 1) == 2  # one token: exactly its top_k
@@ -238,7 +239,7 @@ def test_mixtral_decode_reads_every_touched_expert():
     """
     from fractions import Fraction
 
-    from symform.analysis.timing import decode_time
+    from symform.analysis.time.phase_time import decode_time
 
     model = symform.load("mixtral-8x7b")
     v = model.values
@@ -254,7 +255,8 @@ def test_mixtral_decode_reads_every_touched_expert():
 
 
 def test_time_train_reports_memory_fit_as_memory_counts_it(capsys):
-    from symform.analysis.memory import Layout as L, Training, training_memory
+    from symform.analysis.memory.memory import Training, training_memory
+    from symform.analysis.memory.settings import Layout as L
 
     argv = ["time", "llama-3.2-1b", "--gpu", "h100-sxm", "--gpus", "8", "--train", "--global-batch", "16", "--seq", "2048", "--zero", "3", "--json"]
     code, out, _ = _run(capsys, *argv)
@@ -279,7 +281,7 @@ def test_no_kernel_beats_the_datasheet(tensor, pipeline, micro, seq, recompute):
     model = _small()
     layout = Layout(data=2, tensor=tensor, pipeline=pipeline)
     found = estimate.training_estimate(model, "h100-sxm", global_batch=8 * micro, micro_batch=micro, seq=seq, layout=layout, recompute=recompute)
-    from symform.analysis.timing import training_time
+    from symform.analysis.time.timing import training_time
 
     bounds = training_time(model, "h100-sxm", global_batch=8 * micro, micro_batch=micro, seq=seq, layout=layout, recompute=recompute, flash=True)
     assert found.compute_s >= bounds.t_math * (1 - 1e-12)
@@ -300,7 +302,7 @@ def _small():
 
 
 def test_context_parallelism_splits_the_tokens_and_passes_keys_and_values_around_the_ring():
-    from symform.analysis.timing import training_time
+    from symform.analysis.time.timing import training_time
 
     model = _small()
     v = model.values
@@ -320,13 +322,13 @@ def test_context_parallelism_splits_the_tokens_and_passes_keys_and_values_around
 
 def test_context_parallel_degree_must_split_the_sequence():
     from symform import ConfigError
-    from symform.analysis.timing import training_time
+    from symform.analysis.time.timing import training_time
 
     one_line_error(ConfigError, lambda: training_time(_small(), "h100-sxm", global_batch=2, micro_batch=1, seq=1000, layout=Layout(context=3)), "1000", "3")
 
 
 def test_plan_lists_no_layout_beaten_on_both_time_and_memory():
-    from symform.analysis.planner import plan
+    from symform.analysis.plans.planner import plan
 
     found = plan(_small(), "h100-sxm", devices=8, global_batch=32, seq=2048, top=8)
     rows = [(p.estimate.step.estimate, p.memory.total) for p in found.best]

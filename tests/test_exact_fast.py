@@ -15,13 +15,13 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from symform import Model
-from symform.engine import model as model_module
-from symform.engine._numeric import CeilLog2
+from symform.engine.graph import model as model_module
+from symform.engine.algebra._numeric import CeilLog2
 from symform.engine.errors import SymformError
-from symform.engine.evaluate import check_value, exact_value, fast_exact
-from symform.engine.families import presets
-from symform.engine.model import quantity_names
-from symform.engine.vocabulary import default_vocabulary
+from symform.engine.algebra.evaluate import check_value, exact_value, fast_exact
+from symform.engine.language.families import presets
+from symform.engine.graph.model import quantity_names
+from symform.engine.language.vocabulary import default_vocabulary
 
 PRESETS = sorted(presets())
 QUANTITIES = quantity_names()
@@ -159,7 +159,7 @@ def test_a_model_evaluated_again_and_again_still_agrees(name):
 def test_integers_past_python_s_text_limit_are_computed_as_sympy_substitutes(digits):
     """Python will not write an int of more than 4,300 digits as text: the generated code binds such a constant
     (a hostile declaration's ((d_model + 1e300))**15 multiplied out has them) instead of failing."""
-    from symform.engine.exact import exact_function
+    from symform.engine.algebra.exact import exact_function
 
     x = sympy.Symbol("x")
     expr = sympy.Integer(7) ** int(digits / 0.845) * x + 3

@@ -27,7 +27,7 @@ from oracle import build, build_for_training, check_cache_bytes, check_forward_f
 from family_checks import check_tiny_params, eager  # noqa: E402
 
 from symform.engine.errors import ConfigError  # noqa: E402
-from symform.engine.model import Model  # noqa: E402
+from symform.engine.graph.model import Model  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 

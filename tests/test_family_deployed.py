@@ -22,7 +22,7 @@ transformers = pytest.importorskip("transformers")
 from oracle import build, check_cache_bytes, check_forward_flops, check_train_step_flops, meta_params, preset_dict  # noqa: E402
 from family_checks import check_saved_activations, check_tiny_params, eager  # noqa: E402
 
-from symform.engine.model import Model  # noqa: E402
+from symform.engine.graph.model import Model  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 

@@ -13,7 +13,7 @@ from oracle import hf_config, input_ids, preset_dict  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 import symform  # noqa: E402
-from symform.engine.model import Model  # noqa: E402
+from symform.engine.graph.model import Model  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 

@@ -38,7 +38,7 @@ from oracle import (  # noqa: E402
     top_level_counts,
 )
 
-from symform.engine.model import Model  # noqa: E402
+from symform.engine.graph.model import Model  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 

@@ -27,7 +27,7 @@ from oracle import (  # noqa: E402
 )  # fmt: skip
 
 from symform.engine.errors import SymformError  # noqa: E402
-from symform.engine.model import Model  # noqa: E402
+from symform.engine.graph.model import Model  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 

@@ -17,7 +17,7 @@ transformers = pytest.importorskip("transformers")
 from oracle import build, check_cache_bytes, check_forward_flops, check_saved_config_reads_the_same, check_train_step_flops  # noqa: E402
 from family_checks import check_tiny_params, eager  # noqa: E402
 
-from symform.engine.model import Model  # noqa: E402
+from symform.engine.graph.model import Model  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 
@@ -109,7 +109,7 @@ SHAPED = {
 @pytest.mark.parametrize("case", list(SHAPED))
 def test_check_agrees_with_the_real_module_to_the_byte(case):
     """symform check builds the shrunk model and compares every part, saved activations included."""
-    from symform.analysis.oracle_check import check
+    from symform.analysis.memory.oracle_check import check
 
     report = check(Model.from_config(SHAPED[case], name=case))
     assert report.differences == []

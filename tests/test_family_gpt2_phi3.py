@@ -31,7 +31,7 @@ from oracle import (  # noqa: E402
 )
 
 from symform.engine.errors import ConfigError  # noqa: E402
-from symform.engine.model import Model  # noqa: E402
+from symform.engine.graph.model import Model  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 

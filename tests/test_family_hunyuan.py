@@ -14,7 +14,7 @@ from family_checks import check_saved_activations, check_tiny_params  # noqa: E4
 from oracle import TINY, build, check_cache_bytes, check_forward_flops, check_train_step_flops  # noqa: E402
 
 import symform  # noqa: E402
-from symform.engine.model import Model  # noqa: E402
+from symform.engine.graph.model import Model  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 

@@ -24,7 +24,7 @@ from oracle import TINY, build, check_saved_config_reads_the_same, count_forward
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 import symform  # noqa: E402
-from symform.engine.model import Model  # noqa: E402
+from symform.engine.graph.model import Model  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 
@@ -169,7 +169,7 @@ CHECKED = {**CONFIGS, "granitemoehybrid-no-position-type": {k: v for k, v in GRA
 @pytest.mark.parametrize("case", ["mamba2", "bamba", "granitemoehybrid", "granitemoehybrid-no-position-type", "falcon_h1", "jamba", "lfm2"])
 def test_check_agrees_with_the_real_module_part_by_part(case):
     """symform check at its own tiny sizes (formulas/check.toml): every part's parameters and FLOPs and the cache."""
-    from symform.analysis.oracle_check import check
+    from symform.analysis.memory.oracle_check import check
 
     report = check(Model.from_config(CHECKED[case], name=case))
     assert [r for r in report.differences if r.quantity != "saved_activations"] == []

@@ -13,11 +13,11 @@ import textwrap
 import pytest
 import sympy
 
-from symform.engine.declarations import default_library
+from symform.engine.language.declarations import default_library
 from symform.engine.errors import DeclarationError
-from symform.engine.family_files import family_table, inherit
-from symform.engine.families import all_families, load_family
-from symform.engine.model import Model
+from symform.engine.language.family_files import family_table, inherit
+from symform.engine.language.families import all_families, load_family
+from symform.engine.graph.model import Model
 
 # A Llama whose attention projections have biases by default: the whole file a contributor writes.
 BIASED_LLAMA = """\
@@ -186,7 +186,7 @@ def test_a_wrong_option_is_one_line(name, message):
 
 
 def test_an_option_may_not_change_what_the_primitive_is():
-    from symform.engine.declarations import parse_component, validate_declaration
+    from symform.engine.language.declarations import parse_component, validate_declaration
 
     raw = {"doc": "d", "args": ["width"], "params": "width", "forward_flops": "0", "bytes_moved": "0", "saved_activations": "0", "kind": "norm",
            "options": {"form": {"odd": {"kind": "projection"}}}}

@@ -23,7 +23,7 @@ transformers = pytest.importorskip("transformers")
 from oracle import build, build_for_training, cached_bytes, check_saved_config_reads_the_same, count_forward, count_forward_backward, global_counts, input_ids, meta_params, saved_for_backward  # noqa: E402
 
 from symform.engine.errors import ConfigError  # noqa: E402
-from symform.engine.model import Model  # noqa: E402
+from symform.engine.graph.model import Model  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 

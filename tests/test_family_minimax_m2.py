@@ -19,7 +19,7 @@ from oracle import build, check_cache_bytes, check_forward_flops, check_saved_co
 from family_checks import check_saved_activations  # noqa: E402
 
 from symform.engine.errors import ConfigError  # noqa: E402
-from symform.engine.model import Model  # noqa: E402
+from symform.engine.graph.model import Model  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 

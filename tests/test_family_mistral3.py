@@ -20,7 +20,7 @@ from oracle import global_counts, hf_config, image_token_ids, saved_with_images 
 from test_family_qwen3_vl import DTYPES, counted, given_for  # noqa: E402
 
 from symform.engine.errors import ConfigError  # noqa: E402
-from symform.engine.model import Model  # noqa: E402
+from symform.engine.graph.model import Model  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 

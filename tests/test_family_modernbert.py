@@ -14,8 +14,8 @@ transformers = pytest.importorskip("transformers")
 from oracle import hf_config, check_forward_flops, check_saved_config_reads_the_same, check_train_step_flops, count_forward, input_ids, saved_for_backward  # noqa: E402
 
 import symform  # noqa: E402
-from symform.analysis.oracle_check import check  # noqa: E402
-from symform.engine.model import Model  # noqa: E402
+from symform.analysis.memory.oracle_check import check  # noqa: E402
+from symform.engine.graph.model import Model  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 

@@ -18,7 +18,7 @@ transformers = pytest.importorskip("transformers")
 from oracle import build, count_forward, count_forward_backward  # noqa: E402
 
 import symform  # noqa: E402
-from symform.engine.model import Model  # noqa: E402
+from symform.engine.graph.model import Model  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 

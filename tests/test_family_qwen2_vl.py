@@ -21,7 +21,7 @@ from test_family_qwen2_5_vl import TEXT  # noqa: E402
 from test_family_qwen3_vl import DTYPES, IDS, counted, given_for, inputs  # noqa: E402
 
 from symform.engine.errors import ConfigError  # noqa: E402
-from symform.engine.model import Model  # noqa: E402
+from symform.engine.graph.model import Model  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 

@@ -20,7 +20,7 @@ from oracle import TINY, build, build_for_training, check_saved_config_reads_the
 from test_family_recurrent import cache_after, check_decode_step_flops, conv_forward, mixer_shapes, tensors_bytes, text, uncounted_solves  # noqa: E402
 
 from symform.engine.errors import ConfigError  # noqa: E402
-from symform.engine.model import Model  # noqa: E402
+from symform.engine.graph.model import Model  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 
@@ -147,7 +147,7 @@ SHAPED = dict(
 def test_check_agrees_with_the_real_module():
     """symform check builds the shrunk model and compares every part: parameters per module, forward and backward
     FLOPs, KV cache, recurrent state and saved activations agree to the byte."""
-    from symform.analysis.oracle_check import check
+    from symform.analysis.memory.oracle_check import check
 
     report = check(Model.from_config(SHAPED, name="Qwen3.5-35B-A3B-shaped"))
     assert report.differences == []

@@ -23,8 +23,8 @@ from oracle import check_params_per_tower, global_counts, hf_config, saved_with_
 from test_family_qwen3_vl import DTYPES, IDS, given_for, inputs  # noqa: E402
 from test_family_recurrent import uncounted_solves  # noqa: E402
 
-from symform.engine.families import preset_config  # noqa: E402
-from symform.engine.model import Model  # noqa: E402
+from symform.engine.language.families import preset_config  # noqa: E402
+from symform.engine.graph.model import Model  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 

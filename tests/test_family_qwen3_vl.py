@@ -25,7 +25,7 @@ from checks import one_line_error  # noqa: E402
 from oracle import check_params_per_tower, global_counts, hf_config, image_token_ids, saved_with_images  # noqa: E402
 
 from symform.engine.errors import ConfigError  # noqa: E402
-from symform.engine.model import Model  # noqa: E402
+from symform.engine.graph.model import Model  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 

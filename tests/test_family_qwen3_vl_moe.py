@@ -20,7 +20,7 @@ from oracle import check_params_per_tower, global_counts, hf_config, saved_with_
 from test_family_qwen3_vl import DTYPES, IDS, TEXT, VISION, counted, given_for, inputs  # noqa: E402
 
 from symform.engine.errors import ConfigError  # noqa: E402
-from symform.engine.model import Model  # noqa: E402
+from symform.engine.graph.model import Model  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 

@@ -28,7 +28,7 @@ from oracle import global_counts, saved_with_images  # noqa: E402
 from test_family_qwen3_vl import CONFIGS, DTYPES, END, IMAGE, START, build  # noqa: E402
 
 from symform.engine.errors import ConfigError  # noqa: E402
-from symform.engine.model import Model  # noqa: E402
+from symform.engine.graph.model import Model  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 

@@ -28,7 +28,7 @@ from oracle import TINY, build, check_saved_config_reads_the_same, count_forward
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 import symform  # noqa: E402
-from symform.engine.model import Model  # noqa: E402
+from symform.engine.graph.model import Model  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 
@@ -220,7 +220,7 @@ def hf_config_dict(config: dict, directory) -> dict:
 @pytest.mark.parametrize("case", ["nemotron_h-moe", "nemotron_h-layers_block_type", "nemotron_h-moe-latent"])
 def test_check_agrees_with_the_real_nemotron_h_module(case):
     """symform check at its own tiny sizes: every part (saved activations are tests/test_check.py's)."""
-    from symform.analysis.oracle_check import check
+    from symform.analysis.memory.oracle_check import check
 
     report = check(Model.from_config(CONFIGS[case], name=case))
     assert [r for r in report.differences if r.quantity != "saved_activations"] == []

@@ -14,8 +14,8 @@ from oracle import hf_config, input_ids, preset_dict, saved_for_backward  # noqa
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 import symform  # noqa: E402
-from symform.analysis.oracle_check import check  # noqa: E402
-from symform.engine.model import Model  # noqa: E402
+from symform.analysis.memory.oracle_check import check  # noqa: E402
+from symform.engine.graph.model import Model  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 

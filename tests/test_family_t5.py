@@ -15,9 +15,9 @@ from oracle import hf_config, preset_dict  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 import symform  # noqa: E402
-from symform.analysis.oracle_check import check  # noqa: E402
-from symform.engine.declarations import default_library, parse_components  # noqa: E402
-from symform.engine.model import Model  # noqa: E402
+from symform.analysis.memory.oracle_check import check  # noqa: E402
+from symform.engine.language.declarations import default_library, parse_components  # noqa: E402
+from symform.engine.graph.model import Model  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 

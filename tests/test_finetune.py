@@ -6,7 +6,7 @@ count of one forward and backward, and the storages autograd keeps for backward
 (saved_tensors_hooks, parameters left out). The inputs need gradients from the
 embeddings on (``enable_input_require_grads``, as gradient checkpointing and
 peft's ``prepare_model_for_kbit_training`` set), the case symform counts
-(symform.analysis.finetune).
+(symform.analysis.memory.finetune).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from oracle import TINY, build_for_training, input_ids, saved_for_backward  # no
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 from symform import Model  # noqa: E402
-from symform.analysis.finetune import FineTune, finetune_counts, finetune_saved_activations  # noqa: E402
+from symform.analysis.memory.finetune import FineTune, finetune_counts, finetune_saved_activations  # noqa: E402
 from symform.engine.errors import EvaluationError  # noqa: E402
 
 # peft 0.21 asks transformers 5 for a property it has renamed

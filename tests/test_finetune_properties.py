@@ -1,4 +1,4 @@
-"""Properties of fine-tuning setups (symform.analysis.finetune), checked on random setups of a small llama.
+"""Properties of fine-tuning setups (symform.analysis.memory.finetune), checked on random setups of a small llama.
 
 The adapter sizes are hand arithmetic from the LoRA and DoRA papers: A is d_in × r, B is r × d_out, DoRA adds a
 magnitude per output feature.
@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from symform import Model
-from symform.analysis.finetune import FineTune, finetune_counts, finetune_memory, finetune_saved_activations
-from symform.analysis.memory import Training, inference_memory, saved_activations
+from symform.analysis.memory.finetune import FineTune, finetune_counts, finetune_memory, finetune_saved_activations
+from symform.analysis.memory.memory import Training, inference_memory, saved_activations
 from symform.engine.errors import EvaluationError
 
 LAYERS, D, HEADS, KV, HEAD, FF, VOCAB = 4, 64, 4, 2, 16, 96, 101
@@ -156,12 +156,12 @@ def test_bad_fine_tuning_options_exit_2_with_one_line(capsys, argv, message):
     assert code == 2 and message in err and err.count("\n") == 1, err
 
 
-# --- a step's time (symform.timing, symform.estimate) ------------------------------------------------
+# --- a step's time (symform.analysis.time.timing, symform.analysis.time.estimate) ------------------------------------------------
 
 
 def _step(setup, **layout):
-    from symform.analysis.estimate import training_estimate
-    from symform.analysis.memory import Layout
+    from symform.analysis.time.estimate import training_estimate
+    from symform.analysis.memory.settings import Layout
 
     return training_estimate(MODEL, "h100-sxm", global_batch=8, micro_batch=1, seq=32, layout=Layout(**layout), finetune=setup)
 

@@ -12,8 +12,8 @@ from hypothesis import given, settings, strategies as st
 
 import symform
 from checks import run, run_json
-from symform.analysis.finetune import FineTune, FineTuneStep, finetune_counts, finetune_memory
-from symform.analysis.memory import Training
+from symform.analysis.memory.finetune import FineTune, FineTuneStep, finetune_counts, finetune_memory
+from symform.analysis.memory.memory import Training
 from symform.engine.errors import EvaluationError
 
 QWEN3 = "qwen3-0.6b"

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from symform.analysis import finetune_validation as fv
+from symform.analysis.memory import finetune_validation as fv
 from symform.engine.errors import ConfigError
-from symform.interface.finetune_validation_report import markdown, section
+from symform.interface.reports.finetune_validation_report import markdown, section
 
 ROOT = Path(__file__).resolve().parent.parent  # the checkout: docs/ is not installed with the package
 
@@ -20,7 +20,7 @@ def cases():
 
 def test_docs_fine_tuning_shows_what_the_code_estimates(cases):
     page = (ROOT / "docs" / "fine-tuning.md").read_text(encoding="utf-8")
-    assert section(page) == markdown(cases), "regenerate: python -m symform.interface.finetune_validation_report docs/fine-tuning.md"
+    assert section(page) == markdown(cases), "regenerate: python -m symform.interface.reports.finetune_validation_report docs/fine-tuning.md"
 
 
 def test_every_source_names_its_address_setup_and_what_it_measured():

@@ -6,9 +6,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import symform
-from symform import flash_attention as fa
-from symform.analysis.flash_attention import M, N, d
-from symform.analysis.roofline import phase_work, roofline
+from symform.analysis.time import flash_attention as fa
+from symform.analysis.time.flash_attention import M, N, d
+from symform.analysis.time.roofline import phase_work, roofline
 
 GPT2_MEDIUM = {
     "n": 1024,

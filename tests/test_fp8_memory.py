@@ -4,8 +4,9 @@ frameworks' own sources."""
 from __future__ import annotations
 
 from symform import load
-from symform.analysis.memory import Layout, Training, training_memory
-from symform.analysis.memory_validation import timed_precision
+from symform.analysis.memory.settings import Layout
+from symform.analysis.memory.memory import Training, training_memory
+from symform.analysis.time.memory_validation import timed_precision
 
 # Llama 3.1 8B: d 4096, 32 layers, 32 query heads of 128, d_ff 14,336; one sequence of 16 tokens (a small step)
 ROWS = 16

@@ -8,8 +8,9 @@ import sympy
 
 from checks import run, run_json
 from symform import EvaluationError, load
-from symform.analysis.frameworks import frameworks
-from symform.analysis.memory import Layout, Training, training_memory
+from symform.analysis.memory.frameworks import frameworks
+from symform.analysis.memory.memory import Training, training_memory
+from symform.analysis.memory.settings import Layout
 
 # Llama 3.1 8B: d 4096, 32 layers, 32 query and 8 key/value heads of 128, d_ff 14,336, vocabulary 128,256
 EMBEDDING = 128_256 * 4096  # the largest FSDP unit: one decoder layer holds 218,112,000 parameters
@@ -144,9 +145,9 @@ def test_a_malformed_framework_file_is_one_line_from_the_cli(tmp_path, monkeypat
     """The frameworks' names are read while the command line is parsed: a malformed file there is one line, exit 2."""
     import shutil
 
-    from symform.analysis import frameworks as module
-    from symform.engine import data
-    from symform.interface.cli import main
+    from symform.analysis.memory import frameworks as module
+    from symform.engine.store import data
+    from symform.interface.cli.cli import main
 
     shutil.copytree(data.formulas_dir(), tmp_path / "formulas")
     (tmp_path / "formulas" / "frameworks" / "broken.toml").write_text('doc = "no source"\n')

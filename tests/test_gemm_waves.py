@@ -1,7 +1,7 @@
 """The tile-and-wave GEMM model: hand-counted tiles and waves, its bounds, and the GEMM shapes the kernels carry.
 
 Expected values are hand arithmetic (tiles, waves, split-K) or read from a preset's config JSON, never from
-symform.analysis.estimate itself.
+symform.analysis.time.estimate itself.
 """
 
 import json
@@ -14,10 +14,11 @@ from hypothesis import strategies as st
 
 import symform
 from symform import DeclarationError
-from symform.analysis import calibration, estimate
-from symform.analysis.estimate import best_tile_efficiency, wave_efficiency
-from symform.analysis.finetune import FineTune
-from symform.engine.declarations import default_library, parse_components
+from symform.analysis.time import calibration, estimate
+from symform.analysis.time import efficiencies
+from symform.analysis.time.efficiencies import best_tile_efficiency, wave_efficiency
+from symform.analysis.memory.finetune import FineTune
+from symform.engine.language.declarations import default_library, parse_components
 
 from checks import run as _run
 
@@ -51,7 +52,7 @@ def test_the_library_takes_the_tile_that_fills_the_sms_best():
 
 
 def _waves_eff(sms: int, tile_m: int, tile_n: int, sustained: float):
-    base = estimate.efficiency("h100-sxm")
+    base = efficiencies.efficiency("h100-sxm")
     return replace(base, gemm_model="waves", sms=sms, tile_m=tile_m, tiles=((tile_m, tile_n),), gemm_sustained=sustained, half_flops=0.0)
 
 
@@ -129,10 +130,10 @@ def test_a_bad_gemm_declaration_is_refused_in_one_line(gemm, phrase):
 
 
 def test_the_other_gemm_model_needs_its_fit():
-    eff = estimate.efficiency("b200")
+    eff = efficiencies.efficiency("b200")
     with pytest.raises(symform.SymformError, match=r"no \[gemm.waves\] fit"):
         eff.with_gemm_model("waves")
-    waves = estimate.efficiency("h100-sxm").with_gemm_model("waves")
+    waves = efficiencies.efficiency("h100-sxm").with_gemm_model("waves")
     assert (waves.gemm_model, waves.sms, (128, 128) in waves.tiles) == ("waves", 132, True)
 
 
@@ -169,7 +170,7 @@ def test_every_gemm_model_fit_names_its_source_and_the_sms_it_needs():
     for path in (ROOT / "hardware" / "efficiency").glob("*.toml"):
         data = tomllib.loads(path.read_text(encoding="utf-8"))
         gemm = data.get("gemm", {})
-        for model in estimate.GEMM_MODELS:
+        for model in efficiencies.GEMM_MODELS:
             if isinstance(gemm.get(model), dict):
                 assert gemm[model]["source"], (path.name, model)
                 assert gemm.get("sms") and gemm.get("tiles"), path.name
@@ -179,14 +180,14 @@ def test_an_efficiency_file_may_make_waves_its_default(tmp_path):
     text = (ROOT / "hardware" / "efficiency" / "h100-sxm.toml").read_text(encoding="utf-8")
     mine = tmp_path / "mine.toml"
     mine.write_text(text.replace("[gemm]\n", '[gemm]\nmodel = "waves"\n', 1), encoding="utf-8")
-    assert estimate.efficiency(str(mine)).gemm_model == "waves"
+    assert efficiencies.efficiency(str(mine)).gemm_model == "waves"
     mine.write_text(text.replace("[gemm]\n", '[gemm]\nmodel = "waves"\n', 1).replace("tiles = [", "no_tiles = [", 1), encoding="utf-8")
     with pytest.raises(symform.SymformError, match="gemm.tiles") as info:
-        estimate.efficiency(str(mine))
+        efficiencies.efficiency(str(mine))
     assert "\n" not in str(info.value)
     mine.write_text(text.replace("[gemm]\n", '[gemm]\nmodel = "tiles"\n', 1), encoding="utf-8")
     with pytest.raises(symform.SymformError, match="choose one of rows, waves"):
-        estimate.efficiency(str(mine))
+        efficiencies.efficiency(str(mine))
 
 
 def _k_proj(finetune=None):

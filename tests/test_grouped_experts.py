@@ -15,7 +15,7 @@ from oracle import TINY, build_for_training, input_ids, saved_for_backward
 from test_activations import DTYPES, FAMILIES
 
 from symform import Model
-from symform.analysis.frameworks import frameworks
+from symform.analysis.memory.frameworks import frameworks
 
 GROUPED_MM_FAMILIES = ["qwen2_moe", "qwen3_moe", "qwen3_moe, normalised top-k", "mixtral", "deepseek_v3", "gpt_oss, window 16 on layer 0"]
 

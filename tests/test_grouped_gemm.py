@@ -2,7 +2,7 @@
 
 Expected values are derived by hand in each test from the model's published config (Qwen3-30B-A3B:
 d_model 2048, 48 layers, 128 experts of inner size 768, 8 per token) and the factors the test sets
-itself, never from symform.analysis.grouped_gemm.
+itself, never from symform.analysis.time.grouped_gemm.
 """
 
 from dataclasses import replace
@@ -12,8 +12,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import symform
-from symform.analysis import estimate, grouped_gemm, parallel_comm, timing
-from symform.analysis.memory import Layout
+from symform.analysis.time import estimate, grouped_gemm, timing
+from symform.analysis.parallel import parallel_comm
+from symform.analysis.memory.settings import Layout
 from symform.engine.errors import SymformError
 
 D_MODEL, LAYERS, EXPERTS, TOP_K, D_EXPERT = 2048, 48, 128, 8, 768

@@ -9,15 +9,8 @@ from pathlib import Path
 import pytest
 
 from symform.engine.errors import ConfigError
-from symform.analysis.hardware import (
-    DTYPES,
-    Device,
-    System,
-    device_names,
-    hardware_dir,
-    load_device,
-)
-from symform.interface.hardware_report import device_json, device_table, devices_table
+from symform.analysis.devices.hardware import DTYPES, Device, System, device_names, hardware_dir, load_device
+from symform.interface.reports.hardware_report import device_json, device_table, devices_table
 
 ACCELERATORS = {
     "v100-sxm2-16gb", "v100-sxm2-32gb",

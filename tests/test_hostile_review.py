@@ -14,7 +14,8 @@ import pytest
 import symform
 from symform import ConfigError, EvaluationError
 from symform.engine.errors import BudgetError
-from symform.analysis.memory import Layout, Training, training_memory
+from symform.analysis.memory.memory import Training, training_memory
+from symform.analysis.memory.settings import Layout
 
 from checks import one_line_error, run
 
@@ -60,7 +61,7 @@ def test_more_pipeline_stages_than_layers_in_the_cli(capsys):
 
 
 def test_a_plan_past_int64_tokens_is_refused_by_its_budget(capsys):
-    from symform.analysis.planner import plan
+    from symform.analysis.plans.planner import plan
 
     model = symform.load("qwen3-0.6b")
     one_line_error(BudgetError, lambda: plan(model, "h100-sxm", devices=8, global_batch=10**30, seq=128), "STEP_TOKENS")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from symform.interface import docgen
+from symform.interface.papers import docgen
 
 from checks import run
 
@@ -90,9 +90,9 @@ def test_docs_refuses_a_destination_before_making_any_page(tmp_path, capsys, few
 
 from test_hub import COMMIT, hub_cache, symform as symform_child  # noqa: E402
 
-from symform.engine import hub  # noqa: E402
+from symform.engine.store import hub  # noqa: E402
 from symform.engine.errors import BudgetError, ConfigError, SymformError  # noqa: E402
-from symform.engine.families import checkpoint_facts, preset_config  # noqa: E402
+from symform.engine.language.families import checkpoint_facts, preset_config  # noqa: E402
 
 QWEN3_8B = json.dumps(preset_config("qwen3-8b")[0]).encode()
 REPO = "acme/hostile"
@@ -318,7 +318,7 @@ def test_a_failing_expert_skew_names_the_flag_not_the_user_s_sizes(capsys):
 # --- 4. silent wrong numbers ----------------------------------------------------------------------------------
 
 import symform  # noqa: E402
-from symform.analysis.memory import inference_memory, training_memory  # noqa: E402
+from symform.analysis.memory.memory import inference_memory, training_memory  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -410,7 +410,7 @@ def argument_vectors(draw):
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(argv=argument_vectors())
 def test_fuzz_cli_argument_vectors(capsys, argv):
-    code = __import__("symform.interface.cli", fromlist=["main"]).main(argv)
+    code = __import__("symform.interface.cli.cli", fromlist=["main"]).main(argv)
     out, err = capsys.readouterr()
     errors = [line for line in err.splitlines() if not line.startswith("symform: note")]
     assert code in (0, 2) and (code == 0 or len(errors) == 1), (argv, err[-500:])
@@ -466,7 +466,7 @@ def test_fuzz_hub_cache_trees(tmp_path):
         absent = tuple({"hf_quant_config.json", "model.safetensors.index.json"} - {name})
         hub_cache(root, f"acme/m{i}", {"config.json": QWEN3_8B, name: data}, absent=absent)
     body = (
-        "import io, contextlib\nfrom symform.interface.cli import main\nbad = []\n"
+        "import io, contextlib\nfrom symform.interface.cli.cli import main\nbad = []\n"
         f"for i in range({len(cases)}):\n"
         "    err = io.StringIO()\n"
         "    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):\n"

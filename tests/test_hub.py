@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from symform.engine.data import formulas_dir
-from symform.engine.families import presets
+from symform.engine.store.data import formulas_dir
+from symform.engine.language.families import presets
 
 DATA = Path(__file__).parent / "data" / "hub"
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,7 +71,7 @@ def hub_cache(root: Path, repo_id: str, files: dict[str, bytes], *, absent: tupl
 
 def symform(cache: Path, *argv: str, body: str | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """symform in a child process: the given cache, offline, no sockets."""
-    code = body or "from symform.interface.cli import main\nsys.exit(main(sys.argv[1:]))"
+    code = body or "from symform.interface.cli.cli import main\nsys.exit(main(sys.argv[1:]))"
     environment = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
     environment.update({"HF_HOME": str(cache.parent / "hf-home"), "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}, **(env or {}))
     return subprocess.run([sys.executable, "-c", _NO_NETWORK.format(body=code), *argv], capture_output=True, text=True, env=environment, timeout=120)
@@ -140,13 +140,13 @@ def test_unresolvable_ids_end_with_one_line_and_exit_2(cache, argv, words):
 
 
 def test_without_huggingface_hub_an_id_names_the_package_to_install(cache):
-    body = "sys.modules['huggingface_hub'] = None\nfrom symform.interface.cli import main\nsys.exit(main(sys.argv[1:]))"
+    body = "sys.modules['huggingface_hub'] = None\nfrom symform.interface.cli.cli import main\nsys.exit(main(sys.argv[1:]))"
     done = symform(cache, "params", "Qwen/Qwen3-32B-FP8", body=body)
     assert done.returncode == 2 and "pip install huggingface_hub" in done.stderr and done.stderr.count("\n") == 1
 
 
 def test_starting_symform_does_not_import_huggingface_hub(cache):
-    done = symform(cache, body="from symform.interface.cli import main\nmain(['params', 'qwen3-0.6b'])\nprint('huggingface_hub' in sys.modules)")
+    done = symform(cache, body="from symform.interface.cli.cli import main\nmain(['params', 'qwen3-0.6b'])\nprint('huggingface_hub' in sys.modules)")
     assert done.stdout.strip().endswith("False"), done.stdout + done.stderr
 
 
@@ -167,7 +167,7 @@ def test_every_preset_id_is_unique_ignoring_case():
 
 
 def test_gpt_oss_by_id_serves_from_mxfp4_weights(cache):
-    from symform.engine.families import supported_model_types
+    from symform.engine.language.families import supported_model_types
 
     if "gpt_oss" not in supported_model_types():
         pytest.skip("the gpt_oss family is not bundled in this checkout")

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from checks import one_line_error, run
 from symform import ConfigError, Model
-from symform.engine.userfile import load_declaration_file
+from symform.engine.language.userfile import load_declaration_file
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -90,7 +90,7 @@ def test_an_imported_declaration_counts_pytorchs_parameters_at_its_config_and_at
 def test_check_sets_an_imported_declaration_beside_the_real_module(oracle, capsys, tmp_path):
     """Parameters per module, forward and backward FLOPs and the KV cache agree (the attention's score and
     context products come from the heads the config names); saved activations are not imported."""
-    from symform.analysis.oracle_check import check
+    from symform.analysis.memory.oracle_check import check
 
     out = _imported(capsys, tmp_path, {"model_type": "gpt_neox", **CONFIGS["gpt_neox"][0]})
     report = check(Model.load(out))
@@ -109,7 +109,7 @@ def test_the_fields_a_size_follows_are_symform_names_bound_to_the_config(oracle,
 
 def test_a_module_no_primitive_describes_is_refused_by_its_path():
     torch = pytest.importorskip("torch")
-    from symform.analysis.module_tree import Unmappable, describe
+    from symform.analysis.memory.module_tree import Unmappable, describe
 
     model = torch.nn.Module()
     model.block = torch.nn.ModuleList([torch.nn.Linear(4, 4), torch.nn.Conv2d(4, 4, 3)])
@@ -150,7 +150,7 @@ def test_a_hostile_name_or_unwritable_output_is_refused(capsys, tmp_path):
 
 
 def test_without_the_oracle_extra_import_names_the_pip_command():
-    code = "import sys\nsys.modules['torch'] = None\nfrom symform.interface.cli import main\nsys.exit(main(sys.argv[1:]))"
+    code = "import sys\nsys.modules['torch'] = None\nfrom symform.interface.cli.cli import main\nsys.exit(main(sys.argv[1:]))"
     done = subprocess.run([sys.executable, "-c", code, "import", "phi"], check=False, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
     assert done.returncode == 2 and done.stdout == ""
     assert "pip install 'symform[oracle]'" in done.stderr and done.stderr.count("\n") == 1
@@ -193,7 +193,7 @@ def test_bind_reads_the_arguments_from_the_config_and_refuses_what_it_cannot_rea
 @given(st.lists(st.integers(-3, 3), min_size=8, max_size=8), st.sets(st.sampled_from(["@K", "@G", "@D"]), max_size=3))
 def test_a_size_linear_in_each_atom_is_recovered_from_its_corners(coefficients, depends):
     """c0 + c1·K + c2·G + c3·D + c4·KG + c5·KD + c6·GD + c7·KGD over the atoms it depends on, by hand."""
-    from symform.analysis.module_import import Atoms, _assign, _interpolate
+    from symform.analysis.memory.module_import import Atoms, _assign, _interpolate
 
     atoms = Atoms({"num_key_value_heads": {"@K": 1}, "num_attention_heads": {"@K": 1, "@G": 1}, "hidden_size": {"@K": 1, "@G": 1, "@D": 1}}, frozenset())
     names = atoms.names
@@ -213,7 +213,7 @@ def test_a_size_linear_in_each_atom_is_recovered_from_its_corners(coefficients, 
 def test_a_module_inside_an_embedding_subclass_is_counted(oracle, capsys, tmp_path):
     """Inkling's token embedding is an nn.Embedding holding an RMSNorm of its own (embed_norm), its experts fused
     3-D tensors, its short convolutions depthwise Conv1d: every tensor is counted, at its config and at another."""
-    from symform.analysis.oracle_check import tiny_config
+    from symform.analysis.memory.oracle_check import tiny_config
 
     first = tiny_config(_full(oracle, {"model_type": "inkling_text"}))
     out = _imported(capsys, tmp_path, first)

@@ -11,7 +11,7 @@ transformers = pytest.importorskip("transformers")
 from oracle import build, cached_bytes, input_ids  # noqa: E402
 
 import symform  # noqa: E402
-from symform.engine.model import Model  # noqa: E402
+from symform.engine.graph.model import Model  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 

@@ -16,15 +16,16 @@ import sympy
 from checks import run
 
 import symform
-from symform import latex as tex
-from symform.engine.declarations import default_library
+from symform.interface.papers import latex as tex
+from symform.interface.papers.latex_parse import parse_back
+from symform.engine.language.declarations import default_library
 
 pytest.importorskip("antlr4", reason="sympy's LaTeX parser needs antlr4-python3-runtime==4.11 (the test extra)")
 
 
 def round_trips(expr: sympy.Expr) -> bool:
     text = tex.latex(expr)
-    back = tex.parse_back(text, expr.free_symbols)
+    back = parse_back(text, expr.free_symbols)
     return sympy.expand(back - expr) == 0
 
 
@@ -82,7 +83,7 @@ def _lines_round_trip(model, quantity, **workload):
     d = symform.derive(model, quantity, assume="standard", leading=True, **workload)
     lines = tex.derivation_lines(d, model)
     for line in lines:
-        assert sympy.expand(tex.parse_back(tex.latex(line.expr), line.expr.free_symbols) - line.expr) == 0
+        assert sympy.expand(parse_back(tex.latex(line.expr), line.expr.free_symbols) - line.expr) == 0
     return lines
 
 
@@ -113,7 +114,7 @@ def test_quantity_letters_and_approximations(qwen):
     assert tex.quantity_latex(qwen, "params", assume="standard", leading=True) == r"N \approx 12 d^{2} n"
     exact = tex.quantity_latex(qwen, "params")
     lhs, _, rhs = exact.partition(" = ")
-    assert lhs == "N" and tex.parse_back(rhs, qwen.expression("params").expr.free_symbols) == qwen.expression("params").expr
+    assert lhs == "N" and parse_back(rhs, qwen.expression("params").expr.free_symbols) == qwen.expression("params").expr
 
 
 def test_numbers_as_people_quote_them():
@@ -133,7 +134,7 @@ def test_breakdown_table_is_booktabs_with_one_column_per_model(qwen):
     single = tex.breakdown_table([qwen], "forward_flops", batch=1, seq=4096)
     formula = re.search(r"\\texttt\{lm\\_head\} & [^&]+ & \$(.*)\$ \\\\", single)[1]
     expr = qwen.breakdown("forward_flops")["lm_head"].expr
-    assert tex.parse_back(formula, expr.free_symbols) == expr
+    assert parse_back(formula, expr.free_symbols) == expr
 
 
 def test_breakdown_table_leaves_out_parts_that_are_zero_in_every_column(qwen):
@@ -172,7 +173,7 @@ def test_glossary_lists_letters_names_and_meanings():
 
 def test_cli_latex(capsys, qwen):
     code, out, _ = run(capsys, "latex", "params", "qwen3-32b")
-    assert code == 0 and tex.parse_back(out.strip(), qwen.expression("params").expr.free_symbols) == qwen.expression("params").expr
+    assert code == 0 and parse_back(out.strip(), qwen.expression("params").expr.free_symbols) == qwen.expression("params").expr
     code, out, _ = run(capsys, "latex", "train-flops", "qwen3-32b", "--derivation")
     assert code == 0 and "&= 6 N D" in out and r"\begin{aligned}" in out
     code, out, _ = run(capsys, "latex", "params", "qwen3-32b", "--table", "--and", "llama-3-8b")
@@ -229,7 +230,7 @@ def test_no_stray_thin_space_before_a_command_yet_every_line_reads_back(capsys, 
     per_layer = out.splitlines()[2].split("&")[1].removeprefix("=").strip()
     # Qwen3's parameters per layer (q, k, v, o projections; q/k norms of d_h; two norms of d; a gated MLP)
     by_hand = d * (2 * V + 1) + n * (3 * dff * d + 2 * dh * d * h + 2 * dh * d * hkv + 2 * dh + 2 * d)
-    assert sympy.expand(tex.parse_back(per_layer, symbols) - by_hand) == 0
+    assert sympy.expand(parse_back(per_layer, symbols) - by_hand) == 0
 
 
 @pytest.mark.skipif(shutil.which("pdflatex") is None, reason="no LaTeX engine (apt-get install texlive-latex-base texlive-latex-recommended)")

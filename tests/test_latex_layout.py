@@ -13,8 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import symform
-from symform import latex as tex
-from symform.interface.latex_layout import Group, Term, broken, breakable, joined, width_pt
+from symform.interface.papers import latex as tex
+from symform.interface.papers.latex_parse import parse_back
+from symform.interface.papers.latex_layout import Group, Term, broken, breakable, joined, width_pt
 
 # a dense, a mixture-of-experts with multi-head latent attention, and a hybrid (Mamba-2, attention, MLP) model
 DOCUMENTS = {
@@ -130,7 +131,7 @@ def test_broken_derivation_rows_read_back_to_the_expression():
     v = model.vocabulary
     for line in tex.derivation_lines(d, model):
         rows = broken([t for run in line.runs(v) for t in run], 300)
-        back = tex.parse_back(_unbroken(rows), line.expr.free_symbols, v)
+        back = parse_back(_unbroken(rows), line.expr.free_symbols, v)
         assert sympy.expand(back - line.expr) == 0
 
 
@@ -140,7 +141,7 @@ def test_the_derivation_makes_the_family_s_default_assumptions_as_derive_s_block
     code, out, _ = run(capsys, "latex", "params", "nemotron-h-8b", "--derivation")
     assert code == 0 and "d_{ff} = 4 d" not in out and "h_{kv} = h" not in out
     report = symform.load("nemotron-h-8b")
-    from symform.engine.structure import default_assumptions
+    from symform.engine.graph.structure import default_assumptions
 
     assert default_assumptions(report) == "granular"
     code, out, _ = run(capsys, "latex", "params", "deepseek-v3", "--derivation")
@@ -193,7 +194,7 @@ def test_dsa_s_sparse_core_attention_stays_at_leading_order():
     keys are Q·Kᵀ, 2·(d_nope + d_rope)·h·k, and A·V, 2·d_v·h·k: under DeepSeek-V2's ranks (d_rope = d_nope/2,
     d_v = d_nope) 3·d_nope·h·k + 2·d_nope·h·k = 5·d_nope·h·k. Dropped as lower order than the indexer's s²
     term, the block form was 9 % under the count at a 32k context."""
-    from symform.engine.structure import error_at, structure
+    from symform.engine.graph.structure import error_at, structure
 
     m = symform.load("deepseek-v3.2")
     v = m.vocabulary
@@ -221,7 +222,7 @@ def test_korthikanti_s_accounting_is_one_flag(capsys):
     layer keeps sbh·(34 + 5as/h) bytes of activations (s tokens, b sequences, hidden size h, a heads), 16-bit
     activations and one-byte dropout masks. In symform's letters (d the hidden size, h the heads): b·s·(34·d +
     5·h·s), from the declarations under --accounting korthikanti and the standard GPT shape (d_ff = 4d, d_h = d/h)."""
-    from symform.engine.model import Model
+    from symform.engine.graph.model import Model
 
     model = Model.from_component("gpt2_lm", mlp="gpt2_mlp_one_op").with_accounting("korthikanti")
     v = model.vocabulary
@@ -236,7 +237,7 @@ def test_korthikanti_s_accounting_is_one_flag(capsys):
 def test_recompute_gives_korthikanti_s_table_2(capsys, recompute, per_layer):
     """Korthikanti et al. 2022, Table 2 (no parallelism): selective recomputation keeps sbh·34 bytes per layer
     (the attention core, 5as²b, recomputed), full recomputation sbh·2 (each layer's 16-bit input)."""
-    from symform.engine.model import Model
+    from symform.engine.graph.model import Model
 
     model = Model.from_component("gpt2_lm", mlp="gpt2_mlp_one_op").with_accounting("korthikanti")
     v = model.vocabulary
@@ -270,7 +271,7 @@ def test_mla_per_projection_is_deepseek_v2_s_matrices(capsys):
     W^QR ∈ R^{d_h^R n_h×d_c'}, W^DKV ∈ R^{d_c×d}, W^KR ∈ R^{d_h^R×d}, W^UK, W^UV ∈ R^{d_h n_h×d_c}, W^O ∈
     R^{d×d_h n_h}. transformers fuses W^UQ with W^QR (q_b_proj), W^DKV with W^KR (kv_a_proj), W^UK with W^UV
     (kv_b_proj); d_c' = r_q, d_c = r_kv, d_h = d_nope (and d_v for values), d_h^R = d_rope."""
-    from symform.engine.structure import part_block
+    from symform.engine.graph.structure import part_block
 
     m = symform.load("deepseek-v2")
     v = m.vocabulary

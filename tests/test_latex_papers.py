@@ -15,8 +15,9 @@ from checks import run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from symform.engine.vocabulary import default_vocabulary
-from symform.interface import latex as tex
+from symform.engine.language.vocabulary import default_vocabulary
+from symform.interface.papers import latex as tex
+from symform.interface.papers.latex_parse import parse_back
 from symform.interface.papers import paper_forms, read_paper
 
 V = default_vocabulary()
@@ -155,7 +156,7 @@ def test_d_ff_means_one_thing_in_every_form_of_deepseek_v3(capsys):
     the routed and shared experts hold 3·d·d_e·(e + e_s) = 3·d·d_ff·(e + e_s)/G and the dense MLP 3·d·d_ff: d_ff
     the model's own in both."""
     import symform
-    from symform.engine.structure import default_assumptions
+    from symform.engine.graph.structure import default_assumptions
 
     m = symform.load("deepseek-v3")
     v = m.vocabulary
@@ -202,4 +203,4 @@ def test_a_formula_in_a_paper_s_letters_reads_back_to_the_same_expression(chosen
     with tex.letters_in_force(letters):
         text = tex.latex(expr, m.vocabulary)
         assert all(letter in text for name, letter in letters.items() if m.vocabulary[name] in expr.free_symbols)
-        assert sympy.expand(tex.parse_back(text, expr.free_symbols, m.vocabulary) - expr) == 0
+        assert sympy.expand(parse_back(text, expr.free_symbols, m.vocabulary) - expr) == 0

@@ -5,8 +5,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import symform
-from symform.analysis import memory
-from symform.analysis.maxima import max_of
+from symform.analysis.memory import memory
+from symform.analysis.memory.maxima import max_of
 
 a, b, c = sympy.symbols("a b c", positive=True, integer=True)
 n = sympy.Symbol("n", nonnegative=True, integer=True)

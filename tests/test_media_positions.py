@@ -14,7 +14,7 @@ import pytest
 
 import symform
 from symform.engine.errors import ConfigError
-from symform.interface.cli import main
+from symform.interface.cli.cli import main
 
 QWEN3_VL = "docs/examples/qwen3_vl_defaults.json"
 CASES = [  # (model, the media's command-line arguments, the media's settings, their tokens)
@@ -68,9 +68,10 @@ def test_a_workload_from_numpy_is_checked_the_same():
 
 def test_roofline_timing_and_the_planner_refuse_a_sequence_shorter_than_its_media():
     """The Python API's phase functions check the workload as the commands do (qwen3.5-0.8b: 196 tokens)."""
-    from symform.analysis.planner import plan
-    from symform.analysis.roofline import roofline
-    from symform.analysis.timing import inference_time, prefill_time, training_time
+    from symform.analysis.plans.planner import plan
+    from symform.analysis.time.roofline import roofline
+    from symform.analysis.time.timing import training_time
+    from symform.analysis.time.phase_time import inference_time, prefill_time
 
     loaded = symform.load("qwen3.5-0.8b").with_conventions(images=1, image_height=448, image_width=448)
     refused = {

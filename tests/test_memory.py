@@ -9,17 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from symform import EvaluationError, Model, load, vocabulary
-from symform.analysis.memory import (
-    Inference,
-    Layout,
-    Training,
-    inference_memory,
-    largest_fitting,
-    saved_activations,
-    solve_fit,
-    training_expressions,
-    training_memory,
-)
+from symform.analysis.memory.memory import Inference, Training, inference_memory, saved_activations, training_expressions, training_memory
+from symform.analysis.memory.fitting import largest_fitting, solve_fit
+from symform.analysis.memory.settings import Layout
 
 v = vocabulary()
 b, s, d, h, L, V, t = (v[n] for n in ("batch", "seq", "d_model", "n_heads", "n_layers", "vocab", "d_ff"))
@@ -239,7 +231,7 @@ def test_bad_setups_get_one_line_errors(setup, message):
 
 
 def test_fits_and_works_render_as_latex_in_notebooks():
-    from symform.analysis.roofline import matmul
+    from symform.analysis.time.roofline import matmul
 
     model = Model.from_component("gpt2_lm", mlp="gpt2_mlp_one_op", conventions=NOTES)
     activations, _, _ = saved_activations(model)

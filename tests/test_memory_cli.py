@@ -88,7 +88,7 @@ def test_any_bit_width_for_the_kv_cache_and_the_weights(capsys):
     from fractions import Fraction
 
     from symform import load
-    from symform.analysis.memory import Inference, inference_memory
+    from symform.analysis.memory.memory import Inference, inference_memory
 
     six = run_json(capsys, *SERVING, "--kv-dtype", "6bit", "--weight-format", "6bit")
     assert six["components"]["kv_cache"] == KV_PER_BYTE * 6 // 8  # exact: 3/4 of a byte per value
@@ -126,7 +126,7 @@ def test_every_preset_states_its_context_as_its_config_does():
     import json
 
     from symform import load, presets
-    from symform.engine.data import formulas_dir
+    from symform.engine.store.data import formulas_dir
 
     # files that leave it out: their config class's default (transformers' Gemma3TextConfig: max_position_embeddings 131072)
     unstated = {"gemma-3-4b": 131072, "gemma-3-12b": 131072, "gemma-3-27b": 131072}

@@ -1,7 +1,7 @@
 """Predicted peak memory against the peaks published runs measured (hardware/measured, kind measured_memory):
 the measured figures are the sources' own numbers; symform's predictions must stay close and say every run fits."""
 
-from symform.analysis.memory_validation import median_abs_error, memory_cases, memory_runs, memory_sources
+from symform.analysis.time.memory_validation import median_abs_error, memory_cases, memory_runs, memory_sources
 
 
 def test_median_error_on_measured_peaks_is_within_ten_percent():
@@ -39,7 +39,7 @@ def test_every_timed_run_predicted_not_to_fit_names_the_setting_symform_does_not
     """A published training run that ran fits its devices. Where symform's memory says it does not, the run must use
     a setting the memory model does not take yet (the framework's own modules where symform declares transformers'):
     any other miss is a bug."""
-    from symform.analysis.memory_validation import timed_run_fits
+    from symform.analysis.time.memory_validation import timed_run_fits
 
     fits = timed_run_fits()
     assert len(fits) >= 30
@@ -52,8 +52,9 @@ def test_llm_foundry_keeps_the_bf16_logits_and_one_gradient_of_them():
     """flash-attn's fused cross-entropy (llm-foundry's default loss) keeps the logits as they are plus one fp32
     log-sum-exp per row, and its backward writes one gradient of the logits in their dtype. By hand, for b·s rows and
     V classes in bf16: kept 2·b·s·V + 4·b·s + 4 (the count) + 8·b·s (int64 targets); backward 2·b·s·V."""
-    from symform.analysis.memory import Layout, Training, training_memory
-    from symform.engine.model import Model
+    from symform.analysis.memory.settings import Layout
+    from symform.analysis.memory.memory import Training, training_memory
+    from symform.engine.graph.model import Model
 
     model = Model.from_config({"model_type": "gpt2", "n_embd": 64, "n_head": 4, "n_layer": 2, "vocab_size": 1000, "n_positions": 128, "embd_pdrop": 0, "attn_pdrop": 0, "resid_pdrop": 0})
     b, s, v = 3, 128, 1000
@@ -67,8 +68,9 @@ def test_llm_foundry_keeps_the_bf16_logits_and_one_gradient_of_them():
 def test_megatron_fsdp_shards_the_fp32_gradient_buffer_over_the_data_ranks():
     """Megatron-Core's fp32 main_grad buffer beyond the bf16 gradients, (4 - 2) bytes per parameter: whole on every
     rank under DDP and the distributed optimizer, one data-parallel shard of it under Megatron-FSDP (--zero 3)."""
-    from symform.analysis.memory import Layout, Training, training_memory
-    from symform.engine.model import Model
+    from symform.analysis.memory.settings import Layout
+    from symform.analysis.memory.memory import Training, training_memory
+    from symform.engine.graph.model import Model
 
     model = Model.load("qwen3-0.6b")
     params = model.evaluate("params")

@@ -10,8 +10,8 @@ import sympy
 
 from checks import run, run_json
 from symform import Model
-from symform.engine.families import presets
-from symform.engine.structure import default_assumptions, structure
+from symform.engine.language.families import presets
+from symform.engine.graph.structure import default_assumptions, structure
 
 TINY_QWEN3_MOE = {
     "model_type": "qwen3_moe", "hidden_size": 32, "num_hidden_layers": 3, "vocab_size": 101, "intermediate_size": 64,

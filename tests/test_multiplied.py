@@ -6,7 +6,7 @@ import sympy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from symform.engine.multiplied import multiplied_out, polynomial, value_at
+from symform.engine.algebra.multiplied import multiplied_out, polynomial, value_at
 
 a, b, c = sympy.symbols("a b c", positive=True, integer=True)
 seq, window = sympy.symbols("seq window", positive=True, integer=True)

@@ -7,8 +7,8 @@ import pytest
 
 from checks import one_line_error
 from symform import ConfigError
-from symform.engine.families import FieldSpec, family_for, read_fields
-from symform.engine.model import Model
+from symform.engine.language.families import FieldSpec, family_for, read_fields
+from symform.engine.graph.model import Model
 from checks import preset_dict
 
 SPECS = {

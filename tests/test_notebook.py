@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 import symform
-from symform.analysis.memory import Inference, inference_memory, training_memory
-from symform.interface.notebook import Breakdown, breakdown
+from symform.analysis.memory.memory import Inference, inference_memory, training_memory
+from symform.interface.papers.notebook import Breakdown, breakdown
 
 TOUR = Path(__file__).resolve().parent.parent / "docs" / "examples" / "tour.ipynb"
 

@@ -1,4 +1,4 @@
-"""Offload to host memory and NVMe (symform.analysis.offload, `symform memory --offload/--kv-offload`).
+"""Offload to host memory and NVMe (symform.analysis.memory.offload, `symform memory --offload/--kv-offload`).
 
 Expected values follow the papers' per-parameter byte accounting for mixed-precision Adam
 (Ψ parameters): ZeRO-Offload (Ren et al. 2021, arXiv:2101.06840) keeps the 2Ψ bytes of
@@ -18,10 +18,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import symform
-from symform.analysis.hardware import load_device
-from symform.analysis.memory import Inference, Layout, Training, inference_memory, training_memory
-from symform.analysis.offload import Offload, load_drive, parse_offload, place, with_times
-from symform.interface.cli import main
+from symform.analysis.devices.hardware import load_device
+from symform.analysis.memory.memory import Inference, Training, inference_memory, training_memory
+from symform.analysis.memory.settings import Layout
+from symform.analysis.memory.offload import Offload, load_drive, parse_offload, place, with_times
+from symform.interface.cli.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -13,8 +13,8 @@ import json
 
 import pytest
 
-from symform.interface.cli import build_parser
-from symform.interface.latex_report import appendix_parser
+from symform.interface.cli.cli import build_parser
+from symform.interface.reports.latex_report import appendix_parser
 
 from checks import run
 

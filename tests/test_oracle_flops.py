@@ -29,7 +29,7 @@ from oracle import (  # noqa: E402
 )
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
-from symform.engine.model import Model  # noqa: E402
+from symform.engine.graph.model import Model  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 

@@ -20,8 +20,8 @@ transformers = pytest.importorskip("transformers")
 
 from oracle import ABSENT, changed, meta_model, meta_params, preset_dict  # noqa: E402
 
-from symform.engine.families import presets, supported_model_types  # noqa: E402
-from symform.engine.model import Model  # noqa: E402
+from symform.engine.language.families import presets, supported_model_types  # noqa: E402
+from symform.engine.graph.model import Model  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 

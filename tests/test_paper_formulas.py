@@ -16,7 +16,7 @@ from functools import cache
 import sympy
 
 from symform import Model
-from symform.engine.structure import active_form, structure, without_flags
+from symform.engine.graph.structure import active_form, structure, without_flags
 
 HALF = sympy.Rational(1, 2)
 

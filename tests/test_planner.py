@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from symform import EvaluationError, load
-from symform.interface.cli import main
-from symform.analysis.memory import Training, training_memory
-from symform.analysis.planner import HEADROOM, enumerate_layouts, memory_per_device, plan, static_per_device, step_time_bounds
-from symform.analysis.estimate import training_estimate
-from symform.analysis.timing import training_time
+from symform.interface.cli.cli import main
+from symform.analysis.memory.memory import Training, training_memory
+from symform.analysis.plans.planner import HEADROOM, enumerate_layouts, memory_per_device, plan, static_per_device, step_time_bounds
+from symform.analysis.time.estimate import training_estimate
+from symform.analysis.time.timing import training_time
 
 MODEL = "llama-3.1-8b"
 GLOBAL_BATCH, SEQ = 64, 2048
@@ -145,7 +145,7 @@ def test_no_even_layout_is_a_clear_error():
 )
 def test_fine_tuning_screen_equals_its_exact_memory_and_time(setup):
     """With adapters or frozen layers, the screen is finetune_memory's and training_time's own numbers, layout by layout."""
-    from symform.analysis.finetune import FineTune, finetune_memory
+    from symform.analysis.memory.finetune import FineTune, finetune_memory
 
     model, tune = load(MODEL), FineTune(**setup)
     c = enumerate_layouts(model, 8, 16, finetune=tune)

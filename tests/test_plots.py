@@ -1,4 +1,4 @@
-"""symform plot and symform.plots: the numbers behind each chart, the charts' labels, and bad input."""
+"""symform plot and symform.interface.reports.plots: the numbers behind each chart, the charts' labels, and bad input."""
 
 import sys
 from fractions import Fraction
@@ -7,11 +7,12 @@ from pathlib import Path
 import pytest
 
 import symform
-from symform import plots
-from symform.interface.cli import main
+from symform.interface.reports import plots
+from symform.interface.cli.cli import main
 from symform.engine.errors import EvaluationError, SymformError
-from symform.analysis.memory import Layout, Training, training_memory
-from symform.interface.roofline_chart import PlotDependencyError
+from symform.analysis.memory.memory import Training, training_memory
+from symform.analysis.memory.settings import Layout
+from symform.interface.reports.roofline_chart import PlotDependencyError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -248,7 +249,7 @@ def test_cli_without_matplotlib_says_how_to_install(capsys, tmp_path, monkeypatc
 def test_the_install_hint_installs_the_plot_extra_without_an_index_entry_for_symform():
     import tomllib
 
-    from symform.interface.roofline_chart import INSTALL_HINT
+    from symform.interface.reports.roofline_chart import INSTALL_HINT
 
     extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["plot"]
     assert INSTALL_HINT == "pip install " + " ".join(extra)  # works from a clone and from an index alike

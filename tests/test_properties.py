@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from symform import Model
-from symform.engine.declarations import QUANTITIES
-from symform.engine.families import presets as symform_presets
-from symform.engine.model import quantity_names
+from symform.engine.language.declarations import QUANTITIES
+from symform.engine.language.families import presets as symform_presets
+from symform.engine.graph.model import quantity_names
 
 sizes = st.integers(min_value=1, max_value=4096)
 

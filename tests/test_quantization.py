@@ -10,11 +10,12 @@ import pytest
 
 from checks import one_line_error, run, run_json
 from symform import ConfigError
-from symform.analysis.memory import Layout, checkpoint_size, recipes, weight_bytes_per_device, weight_format_for
-from symform.analysis.quantization import checkpoint_format, kept, module_segments
-from symform.engine.families import Checkpoint, checkpoint_facts
-from symform.engine.formula import Formula
-from symform.engine.model import Model
+from symform.analysis.memory.memory import checkpoint_size, weight_bytes_per_device, weight_format_for
+from symform.analysis.memory.settings import Layout, recipes
+from symform.analysis.memory.quantization import checkpoint_format, kept, module_segments
+from symform.engine.language.families import Checkpoint, checkpoint_facts
+from symform.engine.algebra.formula import Formula
+from symform.engine.graph.model import Model
 
 DATA = Path(__file__).parent / "data" / "hub"
 FP8_CONFIG = json.loads((DATA / "qwen3-32b-fp8.config.json").read_text())
@@ -149,7 +150,7 @@ GPT_OSS_TOTAL_SIZE = {
 
 @pytest.mark.parametrize("name", sorted(GPT_OSS_TOTAL_SIZE))
 def test_gpt_oss_mxfp4_weights_equal_the_published_size_to_the_byte(name):
-    from symform.engine.families import supported_model_types
+    from symform.engine.language.families import supported_model_types
 
     if "gpt_oss" not in supported_model_types():
         pytest.skip("the gpt_oss family is not bundled in this checkout")

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from symform import EvaluationError, load
-from symform.analysis.memory import Layout, Training, training_memory
+from symform.analysis.memory.settings import Layout
+from symform.analysis.memory.memory import Training, training_memory
 
 ROWS = 16  # one sequence of 16 tokens
 

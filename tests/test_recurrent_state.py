@@ -11,7 +11,7 @@ import pytest
 from checks import one_line_error, run, run_json
 
 import symform
-from symform.analysis.roofline import phase_work
+from symform.analysis.time.roofline import phase_work
 
 KV_PER_TOKEN = 12 * 2 * 2 * 256 * 2  # attention layers × (K, V) × heads × head width × bf16
 STATE = 36 * ((2 * 16 * 128 + 32 * 128) * 4 * 2 + 32 * 128 * 128 * 4)  # per sequence
@@ -73,7 +73,7 @@ def test_stacks_symform_cannot_read_yet_are_refused_in_one_line():
     stacks that mix dense and expert layers: a one-line ConfigError naming the cause, never a silently wrong count."""
     import json
 
-    from symform.engine.data import formulas_dir
+    from symform.engine.store.data import formulas_dir
 
     nemotron = json.loads((formulas_dir() / "presets" / "nemotron-3-nano-30b-a3b.json").read_text())
     latent = {**nemotron, "moe_latent_size": 0}

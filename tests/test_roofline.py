@@ -10,22 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import symform
-from symform.analysis.roofline import (
-    R,
-    Roofline,
-    b,
-    d,
-    decode_context_limit,
-    decode_crossover,
-    dot_product,
-    f,
-    limit_intensity,
-    matmul,
-    n,
-    roofline,
-    small_batch_intensity,
-    split_contraction_matmul,
-)
+from symform.analysis.time.roofline import Roofline, b, d, dot_product, f, limit_intensity, matmul, n, roofline, small_batch_intensity, split_contraction_matmul
+from symform.analysis.time.crossovers import R, decode_context_limit, decode_crossover
 
 H100_SXM_BF16 = 989.4e12  # Hopper whitepaper, dense
 H100_SXM_HBM = 3.35e12
@@ -310,8 +296,9 @@ def test_cli_plot_without_matplotlib_says_how_to_install(capsys, tmp_path, monke
 
 
 def test_rooflines_crossovers_and_transfers_render_as_latex():
-    from symform import parallel_comm
-    from symform.analysis.roofline import decode_crossover, roofline
+    from symform.analysis.parallel import parallel_comm
+    from symform.analysis.time.roofline import roofline
+    from symform.analysis.time.crossovers import decode_crossover
 
     model = symform.load("llama-3-8b")
     total = roofline(model, "h100-sxm", phase="decode", batch=1, context=16).total._repr_latex_()
@@ -327,8 +314,8 @@ def test_rooflines_crossovers_and_transfers_render_as_latex():
 def test_sizes_put_into_each_leaf_give_the_work_with_sizes_put_in_afterwards(preset, phase, flash):
     # the planner's screen and training_time put the sizes (per tensor-parallel rank) into each leaf before
     # multiplying out; it must be the same work as the symbolic one with the sizes put in afterwards
-    from symform.analysis.roofline import phase_work
-    from symform.analysis.timing import TENSOR, rank_sizes
+    from symform.analysis.time.roofline import phase_work
+    from symform.analysis.time.step_model import TENSOR, rank_sizes
 
     model = symform.load(preset)
     v = model.vocabulary
@@ -345,8 +332,8 @@ def test_sizes_put_into_each_leaf_give_the_work_with_sizes_put_in_afterwards(pre
 
 def test_sizes_put_into_the_leaves_first_are_refused_for_decode():
     # a decode step's expert routing reads top_k and n_experts in the leaves: they must still be there
-    from symform.analysis.roofline import phase_work
-    from symform.analysis.timing import rank_sizes
+    from symform.analysis.time.roofline import phase_work
+    from symform.analysis.time.step_model import rank_sizes
 
     model = symform.load("qwen3-30b-a3b")
     with pytest.raises(symform.EvaluationError, match="train and prefill"):

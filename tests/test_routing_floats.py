@@ -11,10 +11,10 @@ import pytest
 import sympy
 
 import symform
-from symform.analysis.estimate import serving_estimate
-from symform.analysis.roofline import roofline
-from symform.analysis.routing import expected_experts, expected_value, is_expected_count
-from symform.analysis.timing import inference_time
+from symform.analysis.time.estimate import serving_estimate
+from symform.analysis.time.roofline import roofline
+from symform.analysis.time.routing import expected_experts, expected_value, is_expected_count
+from symform.analysis.time.phase_time import inference_time
 
 from checks import run
 

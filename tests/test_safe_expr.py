@@ -6,7 +6,7 @@ import pytest
 import sympy
 
 from symform import ExpressionError, SymformError
-from symform.engine.safe_expr import parse
+from symform.engine.language.safe_expr import parse
 
 x, y = sympy.symbols("x y", positive=True, integer=True)
 NAMES = {"x": x, "y": y}

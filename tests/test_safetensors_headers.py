@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from symform.engine import hub
+from symform.engine.store import hub
 from symform.engine.errors import ConfigError, SymformError
 from test_hub import COMMIT, DATA, hub_cache, symform
 

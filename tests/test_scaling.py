@@ -10,7 +10,7 @@ from checks import one_line_error
 from hypothesis import given
 from hypothesis import strategies as st
 
-from symform import scaling
+from symform.analysis.parallel import scaling
 from symform.engine.errors import ConfigError, EvaluationError
 
 S, N, T_S = scaling.SERIAL_FRACTION, scaling.WORKERS, scaling.SERIAL_TIME

@@ -10,19 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import symform
-from symform import scaling_laws as sl
-from symform.analysis.scaling_laws import (
-    ALPHA,
-    BESIROGLU_2024,
-    BETA,
-    HOFFMANN_2022,
-    C,
-    LossFit,
-    N,
-    compute_optimal,
-    optimum,
-    training_run,
-)
+from symform.analysis.sweeps import scaling_laws as sl
+from symform.analysis.sweeps.scaling_laws import ALPHA, BESIROGLU_2024, BETA, HOFFMANN_2022, C, LossFit, N, compute_optimal, optimum, training_run
 
 FITS = [HOFFMANN_2022, BESIROGLU_2024]
 

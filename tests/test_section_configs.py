@@ -18,7 +18,7 @@ from checks import one_line_error  # noqa: E402
 from oracle import check_cache_bytes, meta_params, preset_dict  # noqa: E402
 
 from symform import ConfigError  # noqa: E402
-from symform.engine.model import Model  # noqa: E402
+from symform.engine.graph.model import Model  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 

@@ -10,9 +10,12 @@ from hypothesis import given, settings, strategies as st
 
 from checks import run
 from symform import ConfigError, load
-from symform.analysis import estimate, serving
-from symform.analysis.serving import Lengths, Setup, engine_defaults
-from symform.analysis.serving_planner import Targets, best_concurrency, plan_serving
+from symform.analysis.time import estimate
+from symform.analysis.serving import serving
+from symform.analysis.serving import kv_pool
+from symform.analysis.serving.serving import Setup
+from symform.analysis.serving.kv_pool import Lengths, engine_defaults
+from symform.analysis.plans.serving_planner import Targets, best_concurrency, plan_serving
 
 MODEL = "llama-3.2-1b"  # 16 layers, 8 KV heads of 64, bf16: small enough to build quickly
 GPU = "h100-sxm"
@@ -84,7 +87,7 @@ def test_a_draft_step_costs_time_and_speeds_decoding_when_accepted(model):
 
 @pytest.mark.parametrize("batch,prompt,output,tensor", [(1, 512, 64, 1), (16, 2048, 130, 2)])
 def test_steps_equal_the_validated_serving_estimate(model, batch, prompt, output, tensor):
-    """The composed engine step equals symform.estimate's TPOT (docs/validation.md) for the same decode."""
+    """The composed engine step equals symform.analysis.time.estimate's TPOT (docs/validation.md) for the same decode."""
     steps = serving.StepModel(model, GPU, tensor=tensor)
     found = estimate.serving_estimate(model, GPU, batch=batch, prompt=prompt, output=output, tensor=tensor)
     assert steps.step(decoding=batch, past=prompt + (output - 2) / 2) == pytest.approx(found.tpot.estimate, rel=1e-12)
@@ -107,7 +110,7 @@ def _kv_bytes_per_token(config_values):
 @settings(max_examples=10, deadline=None)
 @given(prompt=st.integers(1, 3000), output=st.integers(2, 1000), block=st.sampled_from([1, 8, 16, 32]))
 def test_pool_holds_whole_blocks_and_the_largest_concurrency(model, prompt, output, block):
-    pool = serving.paged_pool(model, GPU, Lengths.fixed(prompt, output), settings=serving.engine(block_tokens=block), step_tokens=2048)
+    pool = kv_pool.paged_pool(model, GPU, Lengths.fixed(prompt, output), settings=kv_pool.engine(block_tokens=block), step_tokens=2048)
     per_token = _kv_bytes_per_token(model.values)
     tokens = prompt + output
     assert pool.sequence_bytes_max == math.ceil(tokens / block) * block * per_token
@@ -119,7 +122,7 @@ def test_pool_holds_whole_blocks_and_the_largest_concurrency(model, prompt, outp
 
 
 def test_pool_is_the_engine_share_less_weights_and_activations(model):
-    pool = serving.paged_pool(model, GPU, Lengths.fixed(1000, 200), step_tokens=2048)
+    pool = kv_pool.paged_pool(model, GPU, Lengths.fixed(1000, 200), step_tokens=2048)
     assert pool.usable_bytes == pytest.approx(80 * 2**30 * engine_defaults().utilisation)
     # bf16 weights: 2 bytes × the parameters (tied embedding counted once)
     assert pool.weights_bytes == 2 * model.evaluate("params")
@@ -129,8 +132,8 @@ def test_pool_is_the_engine_share_less_weights_and_activations(model):
 def test_requests_past_the_models_context_are_refused_and_memory_beyond_it_is_named(model):
     limit = model.context_limit.tokens
     with pytest.raises(ConfigError, match="max_position_embeddings"):
-        serving.paged_pool(model, GPU, Lengths.fixed(limit, 2))
-    pool = serving.paged_pool(model, GPU, Lengths.fixed(1000, 200))
+        kv_pool.paged_pool(model, GPU, Lengths.fixed(limit, 2))
+    pool = kv_pool.paged_pool(model, GPU, Lengths.fixed(1000, 200))
     if pool.memory_tokens > limit:
         assert "reads at most" in pool.context_note()
 
@@ -281,7 +284,7 @@ def test_engine_defaults_name_their_sources():
     defaults = engine_defaults()
     assert set(defaults.sources) == {"utilisation", "block_tokens", "token_budget"}
     assert all(source and source != "given" for source in defaults.sources.values())
-    assert serving.engine(block_tokens=32).sources["block_tokens"] == "given"
+    assert kv_pool.engine(block_tokens=32).sources["block_tokens"] == "given"
 
 
 def test_plot_writes_the_curves(capsys, tmp_path):
@@ -297,19 +300,20 @@ def test_the_measured_table_in_the_docs_is_current(name):
     """docs/serving.md publishes the steps' error on each measured serving run; spot-check rows against the code."""
     from pathlib import Path
 
-    from symform.analysis import calibration
+    from symform.analysis.time import calibration
+    from symform.analysis.time import measured_runs
 
     table = (Path(__file__).resolve().parent.parent / "docs" / "serving.md").read_text(encoding="utf-8")
     row = next(line for line in table.splitlines() if line.startswith(f"| {name} |"))
     shown = float(row.split("|")[5].replace(",", ""))
-    run = next(r for r in calibration.runs() if r.name == name)
+    run = next(r for r in measured_runs.runs() if r.name == name)
     assert serving.measured_error(run)["predicted"] == pytest.approx(shown, rel=2e-3)
 
 
 def test_steps_read_the_weights_as_stored(model):
     """fp8 weights: the step reads one byte a weight at the fp8 rate, as symform time --infer's estimate does."""
     steps = serving.StepModel(model, GPU, weight_format="fp8")
-    found = estimate.serving_estimate(serving.timing.at_dtype(model, "fp8"), GPU, batch=8, prompt=512, output=64, dtype="fp8")
+    found = estimate.serving_estimate(serving.step_model.at_dtype(model, "fp8"), GPU, batch=8, prompt=512, output=64, dtype="fp8")
     # the format keeps norms and other small leaves at 2 bytes where at_dtype takes every weight at 1
     assert steps.step(decoding=8, past=512 + 31) == pytest.approx(found.tpot.estimate, rel=1e-4)
     assert steps.step(decoding=8, past=543) < serving.StepModel(model, GPU).step(decoding=8, past=543)

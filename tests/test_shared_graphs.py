@@ -8,8 +8,8 @@ from fractions import Fraction
 from hypothesis import given, settings, strategies as st
 
 from symform import Model
-from symform.memory import Training, saved_activations, training_memory
-from symform.roofline import phase_work
+from symform.analysis.memory.memory import Training, saved_activations, training_memory
+from symform.analysis.time.roofline import phase_work
 
 PRESETS = st.sampled_from(["qwen3-0.6b", "gpt2", "qwen1.5-moe-a2.7b"])
 CONVENTIONS = st.fixed_dictionaries(

@@ -17,7 +17,7 @@ HEAVY = ("sympy", "networkx", "pydantic")
 
 _CHILD = """
 import contextlib, io, json, sys
-from symform.interface.cli import main
+from symform.interface.cli.cli import main
 with contextlib.redirect_stdout(io.StringIO()) as out:
     code = main(sys.argv[1:])
 print(json.dumps({"code": code, "out": out.getvalue(), "loaded": [m for m in %r if m in sys.modules]}))
@@ -58,7 +58,8 @@ def test_importing_symform_loads_no_sympy_until_a_name_needs_it():
 
 def test_the_lazy_names_are_the_engines_objects():
     import symform
-    from symform.engine import derive, model, vocabulary
+    from symform.engine.graph import derive, model
+    from symform.engine.language import vocabulary
 
     assert symform.load == model.Model.load and symform.Model is model.Model
     assert symform.derive is derive.derive and symform.vocabulary is vocabulary.default_vocabulary

@@ -13,10 +13,11 @@ import sympy
 
 from checks import run, run_json
 from symform import Model
-from symform.engine.families import all_families, presets
-from symform.engine.structure import active_form, default_assumptions, error_at, structure, without_flags
-from symform.interface import latex as tex
-from symform.interface.appendix import COLUMNS, cell, family_members
+from symform.engine.language.families import all_families, presets
+from symform.engine.graph.structure import active_form, default_assumptions, error_at, structure, without_flags
+from symform.interface.papers import latex as tex
+from symform.interface.papers.latex_parse import parse_back
+from symform.interface.papers.appendix import COLUMNS, cell, family_members
 
 
 @cache
@@ -219,7 +220,7 @@ def test_block_latex_reads_back():
     m = model("mixtral-8x7b")
     for block in structure(m, "params", assume="grouped,standard").blocks:
         text = tex.block_latex(block, m.vocabulary)
-        assert sympy.expand(tex.parse_back(text, block.total.free_symbols, m.vocabulary) - block.total) == 0
+        assert sympy.expand(parse_back(text, block.total.free_symbols, m.vocabulary) - block.total) == 0
 
 
 APPENDIX = ["qwen3-32b", "deepseek-v3", "mixtral-8x7b", "gemma-2-9b", "gpt-oss-120b", "qwen3-next-80b-a3b", "nemotron-h-8b", "deepseek-v3.2", "glm-4.7"]

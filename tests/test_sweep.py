@@ -13,14 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import symform
-from symform.interface.cli import main
-from symform.analysis.sweeps import (
-    InexactFloatError,
-    InexactFloatWarning,
-    compile_quantities,
-    scale_to_integer,
-    sweep,
-)
+from symform.interface.cli.cli import main
+from symform.analysis.sweeps.sweeps import sweep
+from symform.analysis.sweeps.sweep_quantities import InexactFloatError, InexactFloatWarning, compile_quantities, scale_to_integer
 
 MODEL = symform.load("qwen3-0.6b")
 WORKLOAD = {"seq": 2048, "batch": 4, "tokens": 10**9}
@@ -163,7 +158,7 @@ def test_inputs_past_2_53_need_exact():
 
 
 def test_memory_categories_equal_the_memory_report():
-    from symform.analysis.memory import Training, training_memory
+    from symform.analysis.memory.memory import Training, training_memory
 
     r = sweep(MODEL, ["memory.total", "memory.activations"], grid={"batch": [1, 3]}, fixed={"seq": 512}, exact=True, training=Training(recompute="full"))
     for batch, total, act in zip(r["batch"], r["memory.total"], r["memory.activations"]):

@@ -15,7 +15,8 @@ from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 import symform
-from symform.analysis.sweeps import IntegerOverflowError, compile_quantities, sweep
+from symform.analysis.sweeps.sweeps import sweep
+from symform.analysis.sweeps.sweep_quantities import IntegerOverflowError, compile_quantities
 from symform.engine.errors import SymformError
 
 PRESETS = ("qwen3-0.6b", "deepseek-v2-lite", "gemma-2-2b", "gpt2")
@@ -118,7 +119,7 @@ def client():
 
 
 def _lazy(n, chunk):
-    from symform.analysis.lazy_sweeps import lazy_sweep
+    from symform.analysis.sweeps.lazy_sweeps import lazy_sweep
 
     return lazy_sweep(
         symform.load("qwen3-0.6b"), ["params", "train_flops"],
@@ -134,7 +135,7 @@ def _graph_bytes(lazy) -> int:
 
 
 def test_lazy_sweep_on_a_local_cluster_equals_numpy_bit_for_bit(client):
-    from symform.analysis.lazy_sweeps import block_points
+    from symform.analysis.sweeps.lazy_sweeps import block_points
 
     lazy = _lazy(5 * 10**5, 10**5)  # 10**6 points, 10 blocks
     got = lazy.compute()
@@ -177,7 +178,7 @@ def test_sweep_of_dask_zip_arrays_stays_lazy(client):
 
 
 def test_lazy_sweep_refuses_bad_points_on_the_worker(client):
-    from symform.analysis.lazy_sweeps import lazy_sweep
+    from symform.analysis.sweeps.lazy_sweeps import lazy_sweep
 
     lazy = lazy_sweep(symform.load("qwen3-0.6b"), "params", sample={"n_heads": (1, 16), "n_kv_heads": [3]}, n=100, seed=0, chunk=50)
     with pytest.raises(SymformError, match="n_kv_heads|n_heads"):
@@ -195,7 +196,7 @@ def test_model_compile_keeps_dask_arrays_lazy():
 
 
 def test_lazy_sweep_refuses_more_blocks_than_its_budget_at_once():
-    from symform.analysis.lazy_sweeps import lazy_sweep
+    from symform.analysis.sweeps.lazy_sweeps import lazy_sweep
 
     with pytest.raises(SymformError, match="MAX_BLOCKS"):
         lazy_sweep(symform.load("qwen3-0.6b"), "params", sample={"d_model": (64, 128)}, n=10**15, chunk=10)
@@ -213,7 +214,7 @@ TRICKY = st.one_of(
 
 
 def _screen_and_full_checks():
-    from symform.analysis.sweeps import Axis, _Screen, check_relations, requirement_relations, validate_columns
+    from symform.analysis.sweeps.sweep_points import Axis, _Screen, check_relations, requirement_relations, validate_columns
 
     model = symform.load("llama-3-8b")
     domains = {n: model.vocabulary.entry(n).spec.domain for n in SCREENED}
@@ -276,7 +277,7 @@ def test_a_bad_value_in_a_late_block_is_refused_as_the_full_checks_word_it(colum
 
 def test_block_screen_keeps_a_whole_number_test_on_every_divisor():
     """a/b whole proves a whole only where b is: two requirements dividing each other prove nothing."""
-    from symform.analysis.sweeps import Axis, Relation, _Screen
+    from symform.analysis.sweeps.sweep_points import Axis, Relation, _Screen
 
     a, b = sympy.symbols("n_heads n_kv_heads", positive=True, integer=True)
     relations = [Relation(sympy.Eq(sympy.Mod(a, b), 0), "a", "a"), Relation(sympy.Eq(sympy.Mod(b, a), 0), "b", "b")]
@@ -291,7 +292,7 @@ def test_block_screen_tests_a_whole_divisor_as_the_full_checks_do(values):
     """``d_head % 2 == 0`` (a rotary head turns pairs of dimensions): the screen divides by the number itself,
     in place of d_head's whole-number test, and never passes what the full checks refuse; it passes every
     block of even whole numbers."""
-    from symform.analysis.sweeps import Axis, Relation, _Screen, check_relations, validate_columns
+    from symform.analysis.sweeps.sweep_points import Axis, Relation, _Screen, check_relations, validate_columns
 
     model = symform.load("llama-3-8b")
     d_head = model.vocabulary["d_head"]
@@ -315,7 +316,7 @@ def test_block_screen_tests_a_whole_divisor_as_the_full_checks_do(values):
 def test_a_late_block_past_2_53_is_warned_of_after_blocks_proven_below_it():
     """Blocks whose inputs' greatest values prove every result below 2**53 are not scanned; a later
     block with larger inputs is, and the warning names the greatest value, as Python's integers give it."""
-    from symform.analysis.sweeps import InexactFloatError, InexactFloatWarning
+    from symform.analysis.sweeps.sweep_quantities import InexactFloatError, InexactFloatWarning
 
     model = symform.load("qwen3-0.6b")
     width = np.array([1024.0] * 20 + [2.0**24])

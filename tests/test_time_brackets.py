@@ -1,6 +1,6 @@
 """The bounds bracket the estimate: floor ≤ estimate ≤ ceiling, for training steps, first tokens and decode steps.
 
-The floor is symform.timing's lower bound (datasheet peaks, everything overlapped, communication at the links'
+The floor is symform.analysis.time.timing's lower bound (datasheet peaks, everything overlapped, communication at the links'
 full bandwidth); the ceiling is every kernel at the device's sustained rates with nothing overlapped. The
 estimate overlaps a kernel's compute with its memory traffic and hides some communication, so it must lie
 between them whatever the model, the device, the layout and the phase: a property, checked over random ones.
@@ -11,9 +11,10 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import symform
-from symform.analysis.estimate import serving_estimate, training_estimate
-from symform.analysis.memory import Layout
-from symform.analysis.timing import inference_time, training_time
+from symform.analysis.time.estimate import serving_estimate, training_estimate
+from symform.analysis.memory.settings import Layout
+from symform.analysis.time.timing import training_time
+from symform.analysis.time.phase_time import inference_time
 from symform.engine.errors import SymformError
 
 # dense MHA and GQA, sliding windows, mixtures of experts (Mixtral's 8, Qwen3's 128, DeepSeek's MLA with shared experts)
@@ -113,7 +114,7 @@ def test_a_training_step_past_the_runs_scale_says_how_far(models):
 
 def test_four_in_five_published_runs_lie_inside_their_band():
     """The measured values of hardware/measured (the sources' numbers), training and serving alike."""
-    from symform.analysis import calibration
+    from symform.analysis.time import calibration
 
     cases = calibration.validate()
     for kind in ("training", "serving"):

@@ -1,7 +1,7 @@
 """Time: training step bounds, MFU and HFU, inference TTFT and TPOT, the CLI.
 
 Expected values are computed here from Model.evaluate and the hardware files' own
-numbers, never from symform.analysis.timing; nothing times this machine.
+numbers, never from symform.analysis.time.timing; nothing times this machine.
 """
 
 import json
@@ -14,9 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import symform
-from symform.interface.cli import main
-from symform.analysis.memory import Layout
-from symform.analysis.timing import decode_time, inference_time, prefill_time, training_time
+from symform.interface.cli.cli import main
+from symform.analysis.memory.settings import Layout
+from symform.analysis.time.timing import training_time
+from symform.analysis.time.phase_time import decode_time, inference_time, prefill_time
 
 HARDWARE = Path(__file__).resolve().parent.parent / "hardware"
 

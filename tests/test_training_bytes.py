@@ -12,7 +12,7 @@ import sympy
 
 from checks import run, run_json
 from symform import Model
-from symform.engine.structure import active_form
+from symform.engine.graph.structure import active_form
 
 
 @cache

@@ -24,8 +24,8 @@ from starlette.testclient import TestClient  # noqa: E402
 from test_hub import _NO_NETWORK, QWEN3_32B_FP8_TOTAL_SIZE, cache  # noqa: E402,F401  (cache: a fixture)
 from web_serving import ROOT, get, served  # noqa: E402
 
-from symform.interface import web  # noqa: E402
-from symform.interface.cli import main  # noqa: E402
+from symform.interface.cli import web  # noqa: E402
+from symform.interface.cli.cli import main  # noqa: E402
 
 DECLARATION = ROOT / "tests" / "data" / "check" / "right_ffn.toml"
 VOLATILE = {"screen_seconds"}  # the planner reports how long its screen took: a measurement, not a result
@@ -242,7 +242,7 @@ def test_the_page_is_offered_the_clis_own_choices(client):
 
 
 def test_web_binds_to_loopback_by_default_and_refuses_a_bad_port(capsys):
-    from symform.interface.cli import build_parser
+    from symform.interface.cli.cli import build_parser
 
     args = build_parser("web").parse_args(["web"])
     assert (args.host, args.port) == ("127.0.0.1", 8000)

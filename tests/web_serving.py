@@ -26,7 +26,7 @@ def free_port() -> int:
 def served(*, env: dict[str, str] | None = None, prefix: str = "") -> Iterator[str]:
     """The base URL of a running `symform web`; ``prefix``: Python run before the CLI (a network guard)."""
     port = free_port()
-    code = prefix + "\nimport sys\nfrom symform.interface.cli import main\nsys.exit(main(sys.argv[1:]))"
+    code = prefix + "\nimport sys\nfrom symform.interface.cli.cli import main\nsys.exit(main(sys.argv[1:]))"
     environment = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     child = subprocess.Popen([sys.executable, "-c", code, "web", "--port", str(port)], env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     base = f"http://127.0.0.1:{port}"

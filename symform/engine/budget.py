@@ -204,14 +204,6 @@ def check_expansion(expr: sympy.Basic, what: str) -> None:
         )
 
 
-def expand(expr: sympy.Basic, what: str = "an expression") -> sympy.Expr:
-    """sympy.expand within the expression budget (its result, worked out faster where it can be: multiplied)."""
-    from .multiplied import multiplied_out
-
-    check_expansion(expr, what)
-    return multiplied_out(expr)
-
-
 _CAP = EXPANDED_TERMS * 10  # estimates saturate here: past the budget the exact count does not matter
 
 

@@ -1,0 +1,1 @@
+"""Memory: training and serving budgets, frameworks, quantization, offload, fine-tuning, their validations and the oracle check."""

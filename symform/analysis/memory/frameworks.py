@@ -1,0 +1,257 @@
+"""Training frameworks as data (formulas/frameworks/*.toml): what a step under torchtitan, Megatron-Core,
+DeepSpeed or plain eager PyTorch holds beyond the declared weights, gradients, optimizer states and activations.
+
+Each file names, with a source per field, the layout choices the framework makes unless told otherwise
+(``defaults``), what its selective recomputation keeps (``selective.policy``: the attention core's inputs as
+Megatron-Core and Korthikanti et al. recompute it, or torchtitan's per-op policy), and its buffers and overheads
+(``overheads``: an expression in bytes over the names below, or a fraction of everything else). Nothing here
+knows an architecture by name.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from functools import cache
+from typing import Literal, Mapping
+
+import sympy
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ...engine.store.data import formulas_dir, read_toml
+from ...engine.errors import DeclarationError, EvaluationError, describe_validation
+from ...engine.graph.model import Model
+from ...engine.language.safe_expr import parse
+
+DEFAULT = "torchtitan"  # PyTorch-native FSDP: the framework of most published open runs symform validates against
+EAGER = "eager"
+POLICY_MODES = {"attention-core": "selective", "saved-ops": "saved_ops"}  # the declared saved_activations_when mode each policy reads
+# the names an overhead's bytes may use: the largest FSDP/ZeRO-3 unit's and the rank's parameters (tensor, pipeline and
+# expert shares, before ZeRO), the recipe's bytes per weight and per gradient, and the data-parallel degree
+OVERHEAD_NAMES = ("unit_params", "params", "weight_bytes", "grad_bytes", "data")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Sourced(_Strict):
+    value: int | bool | str
+    source: str
+
+
+class Defaults(_Strict):
+    """Layout choices the framework makes unless the command says otherwise (they change memory, not FLOPs)."""
+
+    sequence_parallel: Sourced | None = None  # with tensor parallelism
+    distributed_optimizer: Sourced | None = None
+
+
+class Selective(_Strict):
+    policy: Literal["attention-core", "saved-ops"]
+    doc: str
+    source: str
+
+
+class Loss(_Strict):
+    """How the framework's loss keeps the logits (the loss primitive's conventions count it; this says which applies)."""
+
+    doc: str
+    source: str
+
+
+class Convention(_Strict):
+    """A convention of the model's declarations the framework sets (its fused loss keeps the logits as they are, say)."""
+
+    value: int
+    source: str
+    precisions: list[str] | None = None  # the precision recipes (formulas/memory.toml) it holds under; None: every one
+
+
+class ModuleRecompute(_Strict):
+    """One of the framework's recomputable modules: the saved_activations_when mode that counts what it frees."""
+
+    mode: str
+    doc: str
+    source: str
+
+
+class Overhead(_Strict):
+    name: str
+    doc: str
+    bytes: str | None = None
+    fraction: str | None = None  # of every other category: the allocator's reserve
+    zero: list[int] = Field(default_factory=lambda: [0, 1, 2, 3])  # the ZeRO stages it applies at
+    outside_allocator: bool = False  # held outside PyTorch's caching allocator (the CUDA context): no reserve on it
+    source: str
+
+
+class Framework(_Strict):
+    name: str
+    doc: str
+    source: str
+    defaults: Defaults = Defaults()
+    selective: Selective | None = None  # None: the framework has no selective mode
+    loss: Loss | None = None
+    conventions: dict[str, Convention] = Field(default_factory=dict)
+    recompute_modules: dict[str, ModuleRecompute] = Field(default_factory=dict)  # by the framework's own module names
+    overheads: list[Overhead] = Field(default_factory=list)
+    not_modelled: list[str] = Field(default_factory=list)
+
+    def recompute_mode(self, recompute: str) -> str:
+        """The saved_activations_when mode its ``recompute`` setting reads: selective as its policy defines it."""
+        if recompute != "selective":
+            return recompute
+        if self.selective is None:
+            raise EvaluationError(f"framework {self.name!r} has no selective recomputation; choose --recompute none or full")
+        return POLICY_MODES[self.selective.policy]
+
+    def default(self, name: str, given: bool | None, tensor: int = 1) -> bool:
+        """``given`` where the user gave it (not None), else the framework's default for ``name`` (sequence
+        parallelism only alongside tensor parallelism), else False."""
+        if given is not None:
+            return given
+        found = getattr(self.defaults, name)
+        if found is None or (name == "sequence_parallel" and tensor == 1):
+            return False
+        return bool(found.value)
+
+    def convention_values(self, precision: str | None = None) -> dict[str, int]:
+        """The conventions it sets for a step at ``precision`` (one that names its recipes holds under those alone)."""
+        return {name: c.value for name, c in self.conventions.items() if c.precisions is None or precision in c.precisions}
+
+    def outside_allocator(self) -> set[str]:
+        return {o.name for o in self.overheads if o.outside_allocator}
+
+    def describe(self) -> dict[str, object]:
+        """What a report says about the framework it assumed."""
+        return {
+            "name": self.name,
+            "doc": self.doc,
+            "selective": f"{self.selective.policy}: {self.selective.doc}" if self.selective else "none: the framework recomputes whole blocks or nothing",
+            **({"loss": f"{self.loss.doc} ({self.loss.source})"} if self.loss else {}),
+            **({"conventions": {k: f"{c.value}{_only_under(c)} ({c.source})" for k, c in self.conventions.items()}} if self.conventions else {}),
+            "defaults": {k: v["value"] for k, v in self.defaults.model_dump(exclude_none=True).items()},
+            "overheads": {o.name: f"{o.doc} ({o.source})" for o in self.overheads},
+            **({"recompute_modules": {k: f"{m.doc} ({m.source})" for k, m in self.recompute_modules.items()}} if self.recompute_modules else {}),
+            **({"not_modelled": list(self.not_modelled)} if self.not_modelled else {}),
+        }
+
+
+def _only_under(c: Convention) -> str:
+    return f" with --precision {' or '.join(c.precisions)}" if c.precisions is not None else ""
+
+
+@cache
+def frameworks() -> dict[str, Framework]:
+    found = {}
+    for path in sorted((formulas_dir() / "frameworks").glob("*.toml")):
+        try:
+            found[path.stem] = Framework.model_validate({"name": path.stem, **read_toml(path)})
+        except ValidationError as e:
+            raise DeclarationError(f"frameworks/{path.name}: {describe_validation(e)}") from None
+        for overhead in found[path.stem].overheads:
+            if (overhead.bytes is None) == (overhead.fraction is None):
+                raise DeclarationError(f"frameworks/{path.name}: overhead {overhead.name!r} gives bytes or a fraction; give exactly one")
+    return found
+
+
+def framework(name: str | None) -> Framework | None:
+    """The named framework (None for none: the declared tensors alone)."""
+    if name is None:
+        return None
+    table = frameworks()
+    if name not in table:
+        raise EvaluationError(f"unknown framework {name!r}; choose one of {', '.join(table)}")
+    return table[name]
+
+
+def under(model: Model, fw: Framework | None, act_bytes: int, precision: str | None = None) -> Model:
+    """The model as a training step under ``fw`` counts it: activations in ``act_bytes``, the framework's conventions
+    at ``precision`` (the recipe's name: FP8 steps keep their linears' inputs in FP8 under Transformer Engine)."""
+    return model.with_conventions(act_bytes=act_bytes, **(fw.convention_values(precision) if fw else {}))
+
+
+def module_modes(fw: Framework | None, modules: tuple[str, ...], recompute: str) -> tuple[str, tuple[str, ...]]:
+    """The recomputation mode and the further declared modes a per-module recomputation list reads: the list replaces
+    the framework's selective default (Megatron-Core's recompute_modules, default ["core_attn"]), so a module whose
+    mode is that selective mode keeps it and the others add theirs."""
+    if not modules:
+        return recompute, ()
+    if fw is None or not fw.recompute_modules:
+        raise EvaluationError(f"{fw.name if fw else 'no framework'} has no per-module recomputation; give --framework megatron or no recompute modules")
+    unknown = [m for m in modules if m not in fw.recompute_modules]
+    if unknown:
+        raise EvaluationError(f"recompute module {unknown[0]!r} is not counted under {fw.name}; choose among {', '.join(fw.recompute_modules)}")
+    if recompute not in ("none", POLICY_MODES.get(fw.selective.policy if fw.selective else "", "")):
+        raise EvaluationError(f"recompute modules go with --recompute none or selective, not {recompute!r}")
+    modes = tuple(dict.fromkeys(fw.recompute_modules[m].mode for m in modules))
+    selective = tuple(m for m in modes if m in POLICY_MODES.values())
+    return (selective[0] if selective else "none"), tuple(m for m in modes if m not in POLICY_MODES.values())
+
+
+def unit_params(model: Model, tensor: int = 1, expert: int = 1) -> int:
+    """Parameters of the largest unit FSDP or ZeRO-3 gathers at once, on one tensor- and expert-parallel rank: one
+    repetition of a repeated layer, or a part of the model outside the layer stack (the embedding, the output head)."""
+    graph = model.graph()
+    weight = graph.multiplicities("params")
+    split = {s: s / tensor for s in model.vocabulary.tensor_parallel} if tensor != 1 else {}
+    sizes = {model.vocabulary[k]: sympy.sympify(v) for k, v in model.values.items() if k in model.vocabulary}
+    shards = graph.multiplicities("params", shards={"expert": sympy.Integer(expert)})
+    units: dict[str, sympy.Expr] = {}
+    for leaf in graph.leaves():
+        if weight[leaf] == 0:
+            continue
+        unit, repeat = _unit_of(graph.graph, leaf)
+        term = shards[leaf] / repeat * graph.graph.nodes[leaf]["quantities"]["params"]
+        units[unit] = units.get(unit, 0) + term.xreplace(split)
+    values = [sympy.sympify(u).xreplace(sizes) for u in units.values()]
+    unknown = sorted({s.name for v in values for s in v.free_symbols})
+    if unknown:
+        raise EvaluationError(f"a framework's buffers need the model's sizes; give {', '.join(unknown)} (or no framework)")
+    return int(max(sympy.ceiling(v) for v in values)) if values else 0
+
+
+def _unit_of(graph, leaf: str) -> tuple[str, sympy.Expr]:
+    """The unit a leaf belongs to (its first ancestor reached by a repeated edge, or its top-level part) and that
+    edge's repeat count."""
+    parts = leaf.split("/")
+    for depth in range(1, len(parts) + 1):
+        node, parent = "/".join(parts[:depth]), "/".join(parts[: depth - 1])
+        repeat = graph.edges[parent, node]["repeat"]["params"]
+        if repeat != 1:
+            return node, repeat
+    return parts[0], sympy.Integer(1)
+
+
+def overhead_bytes(fw: Framework, *, zero: int, unit: object, params: object, weight_bytes: int, grad_bytes: int, data: object = 1) -> dict[str, object]:
+    """Each byte-valued overhead at this ZeRO stage (numbers, sympy expressions or numpy arrays for unit, params and data)."""
+    found = {}
+    for overhead in fw.overheads:
+        if overhead.bytes is None or zero not in overhead.zero:
+            continue
+        expr = _overhead_expression(overhead.bytes)
+        found[overhead.name] = _evaluate(expr, {"unit_params": unit, "params": params, "weight_bytes": weight_bytes, "grad_bytes": grad_bytes, "data": data})
+    return found
+
+
+def reserve_fraction(fw: Framework | None) -> Fraction:
+    """The share of every other category the allocator reserves on top (0 without a framework or a reserve)."""
+    if fw is None:
+        return Fraction(0)
+    return sum((Fraction(str(parse(o.fraction, {}))) for o in fw.overheads if o.fraction is not None), Fraction(0))
+
+
+@cache
+def _overhead_expression(text: str) -> sympy.Expr:
+    return parse(text, {n: sympy.Symbol(n, positive=True) for n in OVERHEAD_NAMES})
+
+
+def _evaluate(expr: sympy.Expr, values: Mapping[str, object]):
+    """The expression at numbers or sympy expressions (exactly), or at numpy arrays (elementwise)."""
+    if any(hasattr(v, "dtype") for v in values.values()):
+        import numpy as np
+
+        names = sorted(s.name for s in expr.free_symbols)
+        function = sympy.lambdify([sympy.Symbol(n, positive=True) for n in names], expr, modules=[{"Min": np.minimum, "Max": np.maximum}, "numpy"])
+        return function(*(values[n] for n in names)) + np.zeros(len(next(v for v in values.values() if hasattr(v, "dtype"))))
+    return expr.xreplace({sympy.Symbol(n, positive=True): sympy.sympify(v) for n, v in values.items()})

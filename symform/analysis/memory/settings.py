@@ -1,0 +1,143 @@
+"""What a memory question is asked about: the recipes of formulas/memory.toml (precisions, optimizers), the recomputation modes and pipeline schedules, and Layout, the parallel degrees and ZeRO stage a model is spread with."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from typing import Mapping
+
+import sympy
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ...engine.store.data import formulas_dir, read_toml
+from ...engine.errors import DeclarationError, EvaluationError, describe_validation
+from ...engine.budget import DEVICES, check_count, quoted
+from .quantization import WeightFormat
+from ..parallel.scaling import in_flight_microbatches
+
+
+# what every inference phase sets: no loss runs, and generating turns each sequence's last position alone into
+# logits (generate's logits_to_keep = 1; serving engines compute logits for the tokens they sample)
+GENERATING = {"training": 0, "all_logits": 0}
+
+
+RECOMPUTE = ("none", "selective", "full")
+
+
+# the modes that rebuild a unit in backward: the user's settings, and saved_ops, torchtitan's per-op selective policy
+# (a framework's reading of selective: symform.analysis.memory.frameworks)
+REBUILDING = ("selective", "full", "saved_ops")
+
+
+Degree = int | sympy.Expr
+
+
+SCHEDULES = ("1f1b", "interleaved", "gpipe", "naive")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Precision(_Strict):
+    doc: str
+    source: str = ""
+    weights: int = Field(gt=0)
+    master: int = Field(ge=0)
+    grads: int = Field(gt=0)
+    state: int = Field(gt=0)
+    act: int = Field(gt=0)
+
+
+class Optimizer(_Strict):
+    doc: str
+    source: str = ""
+    states: int = Field(ge=0)
+    state_bytes: str | None = None
+
+
+class Recipes(_Strict):
+    precision: dict[str, Precision]
+    optimizer: dict[str, Optimizer]
+    weight_format: dict[str, WeightFormat]
+
+
+@cache
+def recipes() -> Recipes:
+    try:
+        return Recipes.model_validate(read_toml(formulas_dir() / "memory.toml"))
+    except ValidationError as e:
+        raise DeclarationError(f"memory.toml: {describe_validation(e)}") from None
+
+
+def _pick(table: Mapping[str, object], name: str, what: str):
+    if name not in table:
+        raise EvaluationError(f"unknown {what} {name!r}; choose one of {', '.join(table)}")
+    return table[name]
+
+
+def check_degree(name: str, value: object) -> None:
+    """A parallel degree: a whole number from 1 to the DEVICES budget (10**5000 ranks is refused, not computed with)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise EvaluationError(f"{name} parallel degree is {quoted(value)}; give a whole number of 1 or more")
+    check_count(value, DEVICES, f"{name} parallel degree", "DEVICES", f"give at most {DEVICES:,} ranks")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How the work is split: degrees of each kind of parallelism, ZeRO stage, pipeline schedule."""
+
+    data: int = 1
+    tensor: int = 1
+    pipeline: int = 1
+    expert: int = 1
+    context: int = 1
+    sequence: bool = False  # sequence parallelism alongside tensor parallelism (Korthikanti et al.)
+    zero: int = 0  # 1: optimizer states, 2: + gradients, 3: + weights sharded over the data-parallel ranks
+    distributed_optimizer: bool = False  # Megatron's: optimizer states sharded over data-parallel ranks (as ZeRO-1)
+    schedule: str = "1f1b"
+    microbatches: int | None = None  # per step and pipeline; default: as many as stages
+    chunks: int = 1  # model chunks per device in the interleaved schedule
+
+    def __post_init__(self) -> None:
+        for name in ("data", "tensor", "pipeline", "expert", "context", "chunks"):
+            check_degree(name, getattr(self, name))
+        if self.zero not in (0, 1, 2, 3):
+            raise EvaluationError(f"ZeRO stage {self.zero!r} does not exist; choose 0, 1, 2 or 3")
+        if self.schedule not in SCHEDULES:
+            raise EvaluationError(f"unknown pipeline schedule {self.schedule!r}; choose one of {', '.join(SCHEDULES)}")
+        if self.microbatches is not None and (not isinstance(self.microbatches, int) or self.microbatches < 1):
+            raise EvaluationError(f"microbatches is {self.microbatches!r}; give a whole number of 1 or more")
+        if self.sequence and self.tensor == 1:
+            raise EvaluationError("sequence parallelism splits along the tensor-parallel ranks; give tensor > 1 or drop it")
+
+    @property
+    def devices(self) -> int:
+        return self.data * self.tensor * self.pipeline * self.context
+
+    @property
+    def optimizer_shards(self) -> int:
+        return self.data if (self.zero >= 1 or self.distributed_optimizer) else 1
+
+    def static_shards(self, experts: bool = False) -> dict[str, int]:
+        """The ranks that split each static copy (ZeRO, the distributed optimizer): the data-parallel ranks and the
+        context-parallel ones, which hold the same parameters too (torchtitan shards FSDP over its dp_shard_cp mesh,
+        Megatron-Core its gradients and distributed optimizer over the data-parallel group with context parallelism).
+        The routed experts' copies (``experts``) split over the expert-data-parallel group, the ranks of that group
+        that hold the same experts (DeepSpeed-MoE's expert-data-parallel groups, Megatron-Core's expert data
+        parallelism): each expert's states are divided once by the expert ranks and once by that group, never twice."""
+        group = self.data * self.context
+        if experts and self.expert > 1:
+            if (self.zero >= 1 or self.distributed_optimizer) and self.data % self.expert:
+                raise EvaluationError(f"expert degree {self.expert} must divide the data-parallel degree {self.data} to shard the experts' states over the ranks that replicate them; choose an expert degree dividing it")
+            group = self.data * self.context // self.expert
+        sharded = (self.zero >= 1 or self.distributed_optimizer, self.zero >= 2, self.zero >= 3)
+        return {name: group if on else 1 for name, on in zip(("optimizer_shards", "gradient_shards", "weight_shards"), sharded)}
+
+    @property
+    def in_flight(self) -> sympy.Expr:
+        """Micro-batches whose activations the first pipeline stage holds at its peak."""
+        if self.pipeline == 1:
+            return sympy.Integer(1)
+        microbatches = self.microbatches or self.pipeline
+        return sympy.nsimplify(in_flight_microbatches(self.schedule, self.pipeline, microbatches, self.chunks))

@@ -1,0 +1,1 @@
+"""Communication: collectives' alpha-beta costs, what each kind of parallelism sends, bubbles and speedups."""

@@ -1,0 +1,1 @@
+"""Serving as engines run it: paged KV pool, engine steps, scheduling, speculative decoding, the throughput-latency curve."""

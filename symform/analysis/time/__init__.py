@@ -1,0 +1,1 @@
+"""Time: rooflines, FlashAttention's IO, expert routing, step-time bounds and estimates, calibration and utilisation."""

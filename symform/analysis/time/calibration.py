@@ -1,0 +1,241 @@
+"""Published measured runs, symform's estimates of them, the errors, and the fit of the few fitted factors.
+
+The runs live in ``hardware/measured/*.toml``, one file per source, each run with its
+full setup (model, devices, layout, batch, sequence, precision), the figure the source
+measured and how that source counts FLOPs. Each run is in the ``fit`` or the ``check``
+split: the factors marked ``fitted`` in ``hardware/efficiency/`` are fitted on the first
+(``fit_factors``) and the errors are reported on both (``docs/validation.md``, generated
+by ``symform validate --markdown``).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from functools import cache
+from typing import Any
+
+from ...engine.errors import ConfigError
+from ...engine.graph.model import Model
+from . import estimate, timing
+from . import step_model
+from . import efficiencies
+from .measured_runs import SPLITS, Case, Run, is_moe, run_model, runs
+from ..memory.settings import Layout
+
+
+# --- predictions --------------------------------------------------------------------------------
+
+
+@dataclass
+class _Prepared:
+    """What does not depend on the fitted factors: the model, the bounds, the kernels."""
+
+    run: Run
+    model: Model
+    bounds: Any = None
+    work: Any = None
+
+
+def run_layout(setup: Mapping[str, Any]) -> Layout:
+    """The layout a measured training run names (its degrees, ZeRO stage and pipeline schedule)."""
+    t, p, chunks = setup.get("tensor", 1), setup.get("pipeline", 1), setup.get("chunks", 1)
+    schedule = "interleaved" if chunks > 1 else "1f1b"
+    return Layout(data=setup["gpus"] // (t * p), tensor=t, pipeline=p, expert=setup.get("expert", 1), zero=setup.get("zero", 0), schedule=schedule, chunks=chunks)
+
+
+def _prepare(run: Run) -> _Prepared:
+    model, s = run_model(run), run.setup
+    if run.kind == "training":
+        layout = run_layout(s)
+        bounds = timing.training_time(model, s["gpu"], global_batch=s["global_batch"], micro_batch=s["micro_batch"], seq=s["seq"], layout=layout, recompute=s.get("recompute", "none"), dtype=s.get("dtype", "bf16"), flash=s.get("attention", "sdpa") != "eager")
+        work = estimate.kernels(step_model.at_dtype(model, s.get("dtype", "bf16")), "train", workload={"batch": s["micro_batch"], "seq": s["seq"]}, tensor=layout.tensor, pipeline=layout.pipeline, recompute=s.get("recompute", "none"), attention=s.get("attention", "sdpa"))
+        return _Prepared(run, model, bounds, work)
+    # the kernels at the run's dtype: FP8 weights are read at one byte, as serving_estimate reads them
+    work = estimate.serving_kernels(step_model.at_dtype(model, s.get("dtype", "bf16")), batch=s["batch"], prompt=s["prompt"], output=s["output"], tensor=s.get("tensor", 1), attention=s.get("attention", "sdpa"))
+    return _Prepared(run, model, None, work)
+
+
+@cache
+def _prepared(run: Run) -> _Prepared:
+    return _prepare(run)
+
+
+def predict(run: Run, factors: Mapping[str, Any] | None = None) -> float:
+    """symform's estimate of the figure ``run`` reports, with the bundled factors or ``factors`` replacing some."""
+    return predict_with_band(run, factors)[0]
+
+
+def predict_with_band(run: Run, factors: Mapping[str, Any] | None = None) -> tuple[float, tuple[float, float]]:
+    """The estimate of the figure ``run`` reports, and the band of the time behind it relative to its estimate."""
+    prepared, s = _prepared(run), run.setup
+    eff = _efficiency(s["gpu"], factors or {})
+    if run.kind == "training":
+        convention = _training_fusion(factors or {})
+        result = estimate.training_estimate(
+            prepared.model, s["gpu"], global_batch=s["global_batch"], micro_batch=s["micro_batch"], seq=s["seq"], layout=run_layout(s),
+            recompute=s.get("recompute", "none"), dtype=s.get("dtype", "bf16"), attention=s.get("attention", "sdpa"), efficiency_data=eff, bounds=prepared.bounds, work=prepared.work, convention=convention,
+        )
+        return _training_figure(run, prepared, result.step.estimate), _relative(result.step)
+    result = estimate.serving_estimate(
+        prepared.model, s["gpu"], batch=s["batch"], prompt=s["prompt"], output=s["output"], tensor=s.get("tensor", 1),
+        dtype=s.get("dtype", "bf16"), attention=s.get("attention", "sdpa"), efficiency_data=eff, work=prepared.work,
+    )
+    band = {"ttft_ms": result.ttft, "tokens_per_s_per_sequence": result.tpot}.get(run.measured[0], result.total)
+    return _serving_figure(run, result), _relative(band)
+
+
+def _relative(band: estimate.Band) -> tuple[float, float]:
+    return band.low / band.estimate, band.high / band.estimate
+
+
+def _efficiency(gpu: str, factors: Mapping[str, Any]) -> efficiencies.Efficiency:
+    eff = efficiencies.efficiency(gpu)
+    mine = {k.split(":", 1)[1]: v for k, v in factors.items() if k.startswith(f"{eff.device}:")}
+    if "gemm.model" in mine:  # first: the model's own fit, then any factor given beside it
+        eff = eff.with_gemm_model(mine["gemm.model"])
+    if "gemm.sustained" in mine:
+        eff = replace(eff, gemm_sustained=mine["gemm.sustained"])
+    if "gemm.half_flops" in mine:
+        eff = replace(eff, half_flops=mine["gemm.half_flops"])
+    if "kernel.launch_s" in mine:
+        eff = replace(eff, launch_s=mine["kernel.launch_s"])
+    if "moe.expert_s" in mine:
+        eff = replace(eff, expert_s=mine["moe.expert_s"])
+    if "links.scale_up.latency_s" in mine:
+        links = dict(eff.links)
+        links["scale_up"] = replace(links["scale_up"], latency_s=mine["links.scale_up.latency_s"])
+        eff = replace(eff, links=links)
+    return eff
+
+
+def _training_fusion(factors: Mapping[str, Any]) -> str | tuple[float, frozenset[str]]:
+    if "rules:fusion.training.fraction" not in factors:
+        return "training"
+    return (factors["rules:fusion.training.fraction"], efficiencies.rules().fusion["training"][1])
+
+
+def narayanan_flops(model: Model, batch: int, seq: int) -> float:
+    """Narayanan et al. 2021, Eq. 3: 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)), full recomputation included."""
+    v = model.values
+    h, layers, vocab = v["d_model"], v["n_layers"], v["vocab"]
+    return 96 * batch * seq * layers * h**2 * (1 + seq / (6 * h) + vocab / (16 * layers * h))
+
+
+def _training_figure(run: Run, prepared: _Prepared, seconds: float) -> float:
+    what, s = run.measured[0], run.setup
+    if what == "tflops_per_gpu":
+        return narayanan_flops(prepared.model, s["global_batch"], s["seq"]) / (seconds * s["gpus"]) / 1e12
+    if what == "tokens_per_s":
+        return s["global_batch"] * s["seq"] / seconds
+    if what == "tokens_per_s_per_gpu":
+        return s["global_batch"] * s["seq"] / seconds / s["gpus"]
+    raise ConfigError(f"run {run.name}: unknown measured figure {what!r}; use tflops_per_gpu, tokens_per_s or tokens_per_s_per_gpu")
+
+
+def _serving_figure(run: Run, result: estimate.ServingEstimate) -> float:
+    what = run.measured[0]
+    if what == "ttft_ms":
+        return result.ttft.estimate * 1e3
+    if what == "tokens_per_s_per_sequence":
+        return 1 / result.tpot.estimate
+    if what == "tokens_per_s":
+        return result.tokens_per_s.estimate
+    if what == "tokens_per_s_per_gpu":
+        return result.tokens_per_s.estimate / run.setup.get("tensor", 1)
+    raise ConfigError(f"run {run.name}: unknown measured figure {what!r}; use ttft_ms, tokens_per_s_per_sequence, tokens_per_s or tokens_per_s_per_gpu")
+
+
+def validate(factors: Mapping[str, Any] | None = None, only: Iterable[Run] | None = None) -> list[Case]:
+    return [Case(run, *predict_with_band(run, factors)) for run in (runs() if only is None else only)]
+
+
+# --- the calibration's reach: what the runs cover, and how far a case lies outside it ---------------
+
+
+@dataclass(frozen=True)
+class Summary:
+    kind: str
+    split: str
+    count: int
+    median: float  # of |error|
+    worst: float
+    worst_case: str
+    inside: int = 0  # measured values inside their estimate's band
+
+
+def summarise(cases: list[Case]) -> list[Summary]:
+    found = []
+    for kind in ("training", "serving"):
+        for split in (*SPLITS, "all"):
+            chosen = [c for c in cases if c.run.kind == kind and split in (c.run.split, "all")]
+            if chosen:
+                worst = max(chosen, key=lambda c: abs(c.error))
+                inside = sum(bool(c.inside) for c in chosen)
+                found.append(Summary(kind, split, len(chosen), statistics.median(abs(c.error) for c in chosen), abs(worst.error), worst.run.name, inside))
+    return found
+
+
+# --- the fit ------------------------------------------------------------------------------------------
+
+#: The fitted factors: name, the runs that inform it, and the range searched.
+FITTED: tuple[tuple[str, Callable[[Run], bool], tuple[float, float]], ...] = (
+    ("a100-sxm-80gb:gemm.sustained", lambda r: r.setup["gpu"] == "a100-sxm-80gb", (0.4, 1.0)),
+    # the H100's bf16 rate from its dense training runs; its FP8 serving runs inform the roll-off, launch and latency
+    ("h100-sxm:gemm.sustained", lambda r: r.kind == "training" and r.setup["gpu"] == "h100-sxm" and not is_moe(r), (0.3, 1.0)),
+    # a GEMM of half_flops runs at half the sustained rate: up to 10 GFLOP (a few µs of work)
+    ("a100-sxm-80gb:gemm.half_flops", lambda r: r.setup["gpu"] == "a100-sxm-80gb", (0.0, 1e10)),
+    ("rules:fusion.training.fraction", lambda r: r.kind == "training" and not is_moe(r), (0.0, 1.0)),
+    # a kernel's fixed cost: the many small kernels of single-device serving show it (a few µs each),
+    # apart from the all-reduces' latency, which the multi-device runs then show
+    ("a100-sxm-80gb:kernel.launch_s", lambda r: r.kind == "serving" and r.setup["gpu"] == "a100-sxm-80gb" and r.setup.get("tensor", 1) == 1, (0.0, 20e-6)),
+    ("a100-sxm-80gb:links.scale_up.latency_s", lambda r: r.kind == "serving" and r.setup["gpu"] == "a100-sxm-80gb" and r.setup.get("tensor", 1) > 1, (0.5e-6, 40e-6)),
+    ("h100-sxm:gemm.half_flops", lambda r: r.setup["gpu"] == "h100-sxm" and not is_moe(r), (0.0, 4e10)),
+    ("h100-sxm:kernel.launch_s", lambda r: r.kind == "serving" and r.setup["gpu"] == "h100-sxm" and r.setup.get("tensor", 1) == 1, (0.0, 20e-6)),
+    # the time each local expert adds to a grouped GEMM call (up to 40 µs), on each device's mixture-of-experts
+    # runs with its dense factors as fitted above
+    ("h100-sxm:moe.expert_s", lambda r: r.setup["gpu"] == "h100-sxm" and is_moe(r), (0.0, 40e-6)),
+    ("b200:moe.expert_s", lambda r: r.setup["gpu"] == "b200" and is_moe(r), (0.0, 40e-6)),
+)
+
+
+def gemm_model_factors(model: str | None) -> dict[str, str]:
+    """The factors that put every fitted device under GEMM ``model`` (at that model's own fit); none for
+    the bundled model (or ``None``)."""
+    devices = sorted({name.split(":", 1)[0] for name, _, _ in FITTED if not name.startswith("rules:")})
+    if model is None:
+        return {}
+    # a device whose file holds no fit of that model (b200's factors: the H100's, borrowed) keeps its own
+    return {f"{d}:gemm.model": model for d in devices if efficiencies.efficiency(d).gemm_model != model and model in efficiencies.efficiency(d).gemm_fits}
+
+
+def _loss(factors: Mapping[str, Any], chosen: list[Run]) -> float:
+    return statistics.fmean(abs(math.log(predict(r, factors) / r.measured[1])) for r in chosen)
+
+
+def fit_factors(rounds: int = 2, steps: int = 24, given: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The fitted factors, by coordinate search of the mean |log error| over the ``fit`` split, with the
+    ``given`` factors (a GEMM model, say) held as they are."""
+    fit_runs = [r for r in runs() if r.split == "fit"]
+    factors: dict[str, Any] = dict(given or {})
+    for _ in range(rounds):
+        for name, informs, (floor, ceiling) in FITTED:
+            chosen = [r for r in fit_runs if informs(r)]
+            low, high = floor, ceiling
+            for _ in range(3):  # narrow the grid around the best point, never leaving the range
+                grid = [low + (high - low) * i / steps for i in range(steps + 1)]
+                best = min(grid, key=lambda x: _loss(factors | {name: x}, chosen))
+                width = (high - low) / steps
+                low, high = max(best - width, floor), min(best + width, ceiling)
+            factors[name] = best
+    return factors
+
+
+def band(cases: list[Case], kind: str) -> float:
+    """The 90th percentile of |error| over the fit split of ``kind`` (mixtures of experts aside): the band's half-width."""
+    # mixture-of-experts runs are not cases like the rest: their band widens by rules.toml [band_widen] moe
+    errors = sorted(abs(c.error) for c in cases if c.run.kind == kind and c.run.split == "fit" and not is_moe(c.run))
+    return errors[min(len(errors) - 1, math.ceil(0.9 * len(errors)) - 1)]

@@ -1,0 +1,520 @@
+"""Point estimates with a band: a training step, a served request's TTFT and TPOT.
+
+The bounds of ``symform.analysis.time.timing`` take every kernel at the datasheet's peak. An estimate
+instead runs each leaf of the model (each kernel an eager framework would launch) at the
+rate the device sustains for work of its kind and size, one after another:
+
+- a GEMM at ``peak × sustained × tile(M) × F / (F + half_flops)``: the fraction of the
+  peak large GEMMs reach, the tile quantisation of its M rows (tokens), and a roll-off
+  for GEMMs too small to fill the SMs (wave quantisation, launch overhead); or, as an option
+  (``gemm.model = "waves"``), each product's output tiles spread over the SMs in waves, from the
+  shape (batches, M, N, K) its primitive declares (``gemm`` in formulas/components/);
+- an attention core (FlashAttention/SDPA) at FlashAttention's achieved fraction by head size;
+- memory-bound work at a fraction of the HBM bandwidth, its bytes scaled by a fusion
+  convention (a serving engine fuses norms, rotary and activations into their neighbours);
+
+each kernel taking the longer of its compute and its memory time. Communication comes from
+``symform.analysis.time.timing`` (the same transfers) at each link's bus efficiency and latency per hop,
+hidden under compute only where the overlap rules say so; the pipeline bubble, the
+recomputation and the optimizer step are added. Every factor is data: one file per device
+in ``hardware/efficiency/`` and the rules in ``hardware/efficiency/rules.toml``, each with
+its source (``fitted`` ones are fitted on published runs: docs/validation.md).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, Sequence
+
+import sympy
+
+from ...engine.store.derivation import derivation
+from ...engine.errors import ConfigError, EvaluationError
+from ...engine.graph.model import Model
+from . import timing
+from . import phase_time
+from . import step_model
+from .step_model import StepParts, utilisation
+from . import measured_runs
+from ..devices.hardware import Hardware
+from ..memory.finetune import FineTune, kernel_passes, trained_per_device
+from ..memory.memory import params_per_device, tensor_split
+from ..memory.settings import Layout
+from ...engine.budget import quoted
+from ...engine.store.data import data_root, read_toml
+from . import grouped_gemm
+from .roofline import phase_work
+from .kernel_work import Kernel
+from .efficiencies import ATTENTION, Efficiency, NO_KERNEL_DATA, NO_MOE_DATA, SCORE_LEAVES, _bundled_efficiency, efficiency, rules
+
+
+# --- the data -------------------------------------------------------------------------------
+
+
+# --- kernels -----------------------------------------------------------------------------------
+
+
+def kernels(
+    model: Model,
+    phase: str,
+    *,
+    workload: Mapping[str, int | Fraction],
+    tensor: int = 1,
+    pipeline: int = 1,
+    attention: str = "sdpa",
+    recompute: str = "none",
+    expert_skew: float = 0,
+    context: int = 1,
+    finetune: FineTune | None = None,
+) -> list[Kernel]:
+    """The leaves of one micro-batch (train, prefill) or one step (decode) on one device, as kernels
+    (``finetune``: a fine-tuning step's FLOPs, each adapter's in the kernel of the projection it adapts)."""
+    if attention not in ATTENTION:
+        raise EvaluationError(f"unknown attention implementation {attention!r}; choose one of {', '.join(ATTENTION)}")
+    flash = attention != "eager"
+    leaves = phase_work(
+        model, phase, depth=None, flash=flash, expert_skew=expert_skew, finetune=finetune, grouped=attention != "fused_per_head"
+    ).components
+    extra = _recomputed(model, recompute, flash) if phase == "train" else {}
+    split = tensor_split(model, tensor)
+    layers_here = Fraction(model.values.get("n_layers", 1), pipeline)
+    rows = workload["batch"] * workload.get("seq", 1) / context
+    batch = model.vocabulary["batch"]
+    passes = (1, 1, 1) if phase == "train" else (1, 0, 0)  # forward, gradient of the input, gradient of the weights
+    tuned = kernel_passes(model, finetune) if finetune is not None else {}
+    found = []
+    for path, work in leaves.items():
+        both = [(work.flops, work.bytes)] + ([(extra[path].flops, extra[path].bytes)] if path in extra else [])
+        flops = sum(_per_device(model, step_model.context_share(sympy.sympify(f), batch, context), split, pipeline, workload) for f, _ in both)
+        moved = sum(_per_device(model, step_model.context_share(sympy.sympify(b), batch, context), split, pipeline, workload) for _, b in both)
+        if not flops and not moved:
+            continue
+        kind = "attention" if flash and (path.endswith("/core") or "/core/" in path) else "gemm" if flops else "elementwise"
+        runs = tuple(float(p) for p in tuned.get(path, passes))
+        calls = sum(runs) * (float(layers_here) if path.startswith("layers/") else 1.0)
+        shape = _gemm_shape(model, path, split, workload, context) if kind == "gemm" else None
+        routed = grouped_gemm.routed_experts(model, path) if kind == "gemm" else None
+        found.append(Kernel(path, kind, float(flops), float(moved), calls, float(rows), shape, runs, routed))
+    return found
+
+
+def _gemm_shape(model: Model, path: str, split, workload, context: int) -> tuple[float, float, float, float] | None:
+    """The declared (batches, m, n, k) of the leaf at ``path`` on one device: the tensor split and the
+    model's conventions in, the workload bound (one new token per sequence when decoding), a context
+    rank's share of the tokens taken from the size that grows with the batch."""
+    node = model.graph().graph.nodes.get(path)
+    declared = node.get("gemm") if node is not None else None
+    if not declared:
+        return None
+    fixed = {s: v for s, v in model.conventions.items() if s.name not in workload}
+    bound = {"seq": 1, **workload}
+    return _bound_shape(model, declared, split, fixed, bound, context)
+
+
+@derivation
+def _bound_shape(model: Model, declared, split, fixed, bound, context: int) -> tuple[float, float, float, float]:
+    batch = model.vocabulary["batch"]
+    sizes = {}
+    shared = False
+    for name in ("batches", "m", "n", "k"):
+        expr = sympy.sympify(declared[name]).xreplace(split).xreplace(fixed)
+        if context > 1 and not shared and name in ("batches", "m") and batch in expr.free_symbols:
+            expr, shared = expr / context, True
+        sizes[name] = float(step_model._bind(model, expr, **bound))
+    return sizes["batches"], sizes["m"], sizes["n"], sizes["k"]
+
+
+def _per_device(model: Model, expr: sympy.Expr, split, pipeline: int, workload) -> Number:
+    expr = sympy.sympify(expr)
+    if not expr.free_symbols and expr == 0:
+        return 0
+    return step_model._bind(model, _device_share(expr, split, pipeline), **{k: v for k, v in workload.items()})
+
+
+@derivation  # a plan's shortlisted layouts share their tensor splits and pipeline depths
+def _device_share(expr: sympy.Expr, split, pipeline: int) -> sympy.Expr:
+    return sympy.expand(expr.xreplace(split) / pipeline)
+
+
+Number = int | float | Fraction
+
+
+def _recomputed(model: Model, recompute: str, flash: bool) -> dict[str, Any]:
+    """One more forward of the leaves ``recompute`` runs again in backward, by path (as symform.analysis.time.timing counts them)."""
+    units = step_model.recomputed_units(model, recompute)
+    if not units or (flash and recompute == "selective"):
+        return {}
+    forward = phase_work(model, "prefill", depth=None, flash=flash).components
+    return {p: w for p, w in forward.items() if any(p == u or p.startswith(f"{u}/") for u in units)}
+
+
+def kernel_parts(kernel: Kernel, peak: float, hbm: float, eff: Efficiency, fusion: tuple[float, frozenset[str]], head_size: int) -> tuple[float, float, float]:
+    """One kernel at the device's sustained rates: its compute time, its memory time and its fixed cost per
+    launch (none for a kernel fused away)."""
+    fraction, fused = fusion
+    moved = kernel.bytes * (fraction if kernel.leaf in fused else 1.0)
+    t_mem = moved / (hbm * eff.memory)
+    if kernel.kind == "elementwise":
+        t_compute = 0.0
+    else:
+        rate = eff.attention_fraction(head_size) if kernel.kind == "attention" else grouped_gemm.gemm_rate(eff, kernel)
+        t_compute = kernel.flops / (peak * rate) + grouped_gemm.expert_seconds(eff, kernel)
+    if not t_compute and not t_mem:
+        return 0.0, 0.0, 0.0
+    return t_compute, t_mem, eff.launch_s * kernel.calls
+
+
+def kernel_seconds(kernel: Kernel, peak: float, hbm: float, eff: Efficiency, fusion: tuple[float, frozenset[str]], head_size: int) -> float:
+    """One kernel at the device's sustained rates: the longer of its compute and its memory time, plus a fixed
+    cost per launch; a kernel fused away costs nothing."""
+    t_compute, t_mem, launch = kernel_parts(kernel, peak, hbm, eff, fusion, head_size)
+    return max(t_compute, t_mem) + launch
+
+
+def kernel_ceiling(kernel: Kernel, peak: float, hbm: float, eff: Efficiency, fusion: tuple[float, frozenset[str]], head_size: int) -> float:
+    """The kernel with its compute and its memory traffic not overlapped at all: the estimate's ceiling."""
+    return sum(kernel_parts(kernel, peak, hbm, eff, fusion, head_size))
+
+
+def _head_size(model: Model) -> int:
+    values = model.values
+    if "d_head" in values:
+        return int(values["d_head"])
+    return int(values.get("d_model", 128) // max(values.get("n_heads", 1), 1))
+
+
+def _device_rates(place: step_model.Placement, dtype: str) -> tuple[float, float]:
+    return float(place.device.flops_per_s(dtype)), float(place.device.hbm_bytes_per_s)
+
+
+def _efficiency_for(place: step_model.Placement, given: Efficiency | str | os.PathLike[str] | None, gemm_model: str | None = None) -> Efficiency:
+    found = _device_efficiency(place, given)
+    return found.with_gemm_model(gemm_model) if gemm_model else found
+
+
+def _device_efficiency(place: step_model.Placement, given: Efficiency | str | os.PathLike[str] | None) -> Efficiency:
+    if isinstance(given, Efficiency):
+        return given
+    if given is not None:
+        return efficiency(given)
+    for name in (place.hardware.name, place.device.name):
+        if name and name in _bundled_efficiency():
+            return efficiency(name)
+    return efficiency(place.device.name or place.name)
+
+
+def serving_kernels(model: Model, *, batch: int, prompt: int, output: int, tensor: int = 1, attention: str = "sdpa", expert_skew: float = 0) -> tuple[list[Kernel], list[Kernel]]:
+    """The prefill's kernels, and one decode step's at the mean cache length of the output − 1 steps."""
+    prefill = kernels(model, "prefill", workload={"batch": batch, "seq": prompt}, tensor=tensor, attention=attention)
+    past = Fraction(2 * prompt + max(output - 2, 0), 2)
+    return prefill, kernels(model, "decode", workload={"batch": batch, "past": past}, tensor=tensor, attention=attention, expert_skew=expert_skew)
+
+
+def _fusion(convention: str | tuple[float, frozenset[str]], attention: str = "sdpa") -> tuple[float, frozenset[str]]:
+    if isinstance(convention, tuple):
+        fraction, fused = convention
+    else:
+        conventions = rules().fusion
+        if convention not in conventions:
+            raise EvaluationError(f"unknown fusion convention {convention!r}; choose one of {', '.join(conventions)}")
+        fraction, fused = conventions[convention]
+    return fraction, fused - SCORE_LEAVES if attention == "eager" else fused
+
+
+@dataclass(frozen=True)
+class Band:
+    """A point estimate with its band, and the bounds that bracket it: ``floor``, the datasheet peaks with
+    everything overlapped (symform.analysis.time.timing's lower bound, where given), and ``ceiling``, every kernel at the
+    device's sustained rates with nothing overlapped (its compute and memory time added, every transfer
+    exposed). The band never goes below the floor; it may reach above the ceiling, which bounds the estimate,
+    not a real run."""
+
+    estimate: float
+    low: float
+    high: float
+    ceiling: float | None = None
+    floor: float | None = None
+
+    @classmethod
+    def around(cls, value: float, kind: str, *, ceiling: float | None = None, floor: float | None = None, widen: float = 0.0) -> "Band":
+        """The fitted band of ``kind``, its edges moved out by a factor 1 + ``widen`` where the case extrapolates
+        (a ratio, so the lower edge never reaches zero), never below the floor."""
+        below, above = rules().band[kind]
+        low, high = value * (1 - below) / (1 + widen), value * (1 + above) * (1 + widen)
+        # no real run beats the floor; the ceiling bounds the estimate, not a real run (kernels slower than fitted)
+        return cls(value, max(low, floor or 0.0), high, ceiling, floor)
+
+    def as_dict(self) -> dict[str, float]:
+        bounds = {k: v for k, v in (("ceiling", self.ceiling), ("floor", self.floor)) if v is not None}
+        return {"estimate": self.estimate, "low": self.low, "high": self.high} | bounds
+
+
+# --- training -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrainingEstimate:
+    """One training step's estimate: its parts, the band, MFU and HFU at the estimate, and the factors used."""
+
+    step: Band
+    compute_s: float
+    comm_s: dict[str, float]
+    exposed_comm_s: dict[str, float]
+    bubble_s: float
+    optimizer_s: float
+    model_flops: Number
+    hardware_flops: Number
+    devices: int
+    peak_flops_per_s: float
+    tokens: int
+    attention: str
+    factors: dict[str, object] = field(default_factory=dict)
+    extrapolating: tuple[str, ...] = ()  # how the case lies outside the published runs (the band widened for each)
+
+    def mfu(self, seconds: float | None = None) -> float:
+        return utilisation(self.model_flops, seconds or self.step.estimate, self.devices, self.peak_flops_per_s)
+
+    def hfu(self, seconds: float | None = None) -> float:
+        return utilisation(self.hardware_flops, seconds or self.step.estimate, self.devices, self.peak_flops_per_s)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.step.estimate
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "estimate_s": self.step.as_dict(),
+            "compute_s": self.compute_s,
+            "comm_s": self.comm_s,
+            "exposed_comm_s": self.exposed_comm_s,
+            "bubble_s": self.bubble_s,
+            "optimizer_s": self.optimizer_s,
+            "mfu": self.mfu(),
+            "hfu": self.hfu(),
+            "tokens_per_s": self.tokens_per_s,
+            "attention": self.attention,
+            "factors": self.factors,
+            "extrapolating": list(self.extrapolating),
+        }
+
+
+def _extrapolating(kind: str, eff: Efficiency, dtype: str, devices: int, model: Model, features: Sequence[str] = ()) -> tuple[tuple[str, ...], float]:
+    """What the case lies outside the published runs by (symform.analysis.time.measured_runs.extrapolating), and the band's
+    widening for it (rules.toml [band_widen])."""
+
+    found = measured_runs.extrapolating(kind, device=eff.device, dtype=dtype, devices=devices, moe="n_experts" in model.values, features=features)
+    widen = rules().widen
+    return tuple(text for _, text in found), sum(widen.get(name, 0.0) for name, _ in found)
+
+
+def _layout_features(layout: Layout, tp_comm_overlap: bool) -> list[str]:
+    """The layout features no published run has (the runs give data, tensor and pipeline degrees and ZeRO)."""
+    named = [("sequence parallelism", layout.sequence), (f"a virtual pipeline of {layout.chunks} chunks", layout.chunks > 1), ("tensor-parallel communication overlap", tp_comm_overlap),
+             (f"context parallelism {layout.context}", layout.context > 1), (f"expert parallelism {layout.expert}", layout.expert > 1), (f"the {layout.schedule} schedule", layout.schedule not in ("1f1b",))]
+    return [text for text, used in named if used]
+
+
+def training_estimate(
+    model: Model,
+    gpu: str | os.PathLike[str] | Hardware,
+    *,
+    global_batch: int,
+    micro_batch: int,
+    seq: int,
+    layout: Layout | None = None,
+    recompute: str = "none",
+    dtype: str = "bf16",
+    precision: str = "mixed",
+    attention: str = "sdpa",
+    node_size: int | None = None,
+    efficiency_data: Efficiency | str | None = None,
+    convention: str = "training",
+    bounds: timing.TrainingTime | None = None,
+    work: list[Kernel] | None = None,
+    finetune: FineTune | None = None,
+    gemm_model: str | None = None,
+    tp_comm_overlap: bool = False,
+) -> TrainingEstimate:
+    """The estimated step time of ``symform.analysis.time.timing.training_time``'s step, with its parts and band.
+
+    ``finetune``: a fine-tuning step (its FLOPs, its trainable weights' gradient exchange and optimizer
+    update), at the efficiency factors fitted to full training. ``gemm_model``: one of GEMM_MODELS at its own
+    fit, in place of the device's default. ``tp_comm_overlap``: sequence parallelism's all-gathers and
+    reduce-scatters pipelined with the GEMMs (Transformer Engine's Userbuffers; rules.toml overlap.tensor_overlapped)."""
+    if tp_comm_overlap and not (layout and layout.sequence):
+        raise ConfigError("tensor-parallel communication overlap pipelines sequence parallelism's all-gathers and reduce-scatters with the GEMMs; add sequence parallelism (--sp) or drop it")
+    layout = layout or Layout()
+    bounds = bounds or timing.training_time(
+        model, gpu, global_batch=global_batch, micro_batch=micro_batch, seq=seq, layout=layout,
+        recompute=recompute, dtype=dtype, flash=attention != "eager", precision=precision, node_size=node_size, finetune=finetune,
+    )
+    place = step_model.placement(gpu, node_size)
+    model = step_model.at_dtype(model, dtype)
+    eff = _efficiency_for(place, efficiency_data, gemm_model)
+    peak, hbm = _device_rates(place, dtype)
+    if work is None:
+        work = kernels(model, "train", workload={"batch": micro_batch, "seq": seq}, tensor=layout.tensor, pipeline=layout.pipeline, attention=attention, recompute=recompute, context=layout.context, finetune=finetune)
+    work = grouped_gemm.at_expert_degree(work, layout.expert)
+    fusion, head = _fusion(convention, attention), _head_size(model)
+    seconds = [kernel_seconds(k, peak, hbm, eff, fusion, head) for k in work]
+    compute = sum(seconds) * bounds.microbatches
+    serial = sum(kernel_ceiling(k, peak, hbm, eff, fusion, head) for k in work) * bounds.microbatches
+    attention_s = sum(t for t, k in zip(seconds, work) if k.kind == "attention") * bounds.microbatches
+    gemm_s = sum(t for t, k in zip(seconds, work) if k.kind == "gemm") * bounds.microbatches
+    comm = {kind: c.seconds / eff.link(c.link).bus_efficiency for kind, c in bounds.comm.items()}
+    exposed = _exposed(comm, compute, layout, attention_s, gemm_s if tp_comm_overlap else None)
+    inside = sum(v for k, v in exposed.items() if k != "data")
+    params = float(step_model._bind(model, params_per_device(model, layout) if finetune is None else trained_per_device(model, finetune, layout)))
+    shards = layout.data if (layout.zero >= 1 or layout.distributed_optimizer) else 1
+    optimizer = params / shards * rules().optimizer_bytes_per_param / (hbm * eff.memory)
+    expected = StepParts((compute,), inside, bounds.bubble_ratio, (exposed.get("data", 0.0), optimizer))
+    within = sum(v for k, v in comm.items() if k != "data")
+    ceiling = StepParts((serial,), within, bounds.bubble_ratio, (comm.get("data", 0.0), optimizer)).serial()
+    step, bubble = expected.expected(), expected.bubble()
+    reasons, widen = _extrapolating("training", eff, dtype, bounds.devices, model, _layout_features(layout, tp_comm_overlap) + (["fine-tuning"] if finetune is not None else []))
+    return TrainingEstimate(
+        step=Band.around(step, "training", ceiling=ceiling, floor=bounds.time_lower, widen=widen),
+        compute_s=compute,
+        comm_s=comm,
+        exposed_comm_s=exposed,
+        bubble_s=bubble,
+        optimizer_s=optimizer,
+        model_flops=bounds.model_flops,
+        hardware_flops=bounds.hardware_flops,
+        devices=bounds.devices,
+        peak_flops_per_s=peak,
+        tokens=bounds.tokens,
+        attention=attention,
+        factors=_factors(eff, convention, "training"),
+        extrapolating=reasons,
+    )
+
+
+def _exposed(comm: Mapping[str, float], compute: float, layout: Layout, attention_s: float = 0.0, gemm_s: float | None = None) -> dict[str, float]:
+    """Each kind of communication's part on the critical path, by the overlap rules (``gemm_s``: the GEMMs' time,
+    where the tensor-parallel communication is overlapped with them)."""
+    overlap = rules().overlap
+    windows = {"none": 0.0, "backward": compute * 2 / 3, "step": compute, "attention": attention_s, "gemm": gemm_s or 0.0}
+    exposed = {}
+    for kind, seconds in comm.items():
+        name = "sharded" if kind == "data" and layout.zero >= 3 else "tensor_overlapped" if kind == "tensor" and gemm_s is not None else kind
+        rule = overlap[name]
+        exposed[kind] = max(0.0, seconds - windows[rule.get("window", "none")]) * float(rule.get("exposed", 1.0))
+    return exposed
+
+
+def _factors(eff: Efficiency, convention: str | tuple, band: str) -> dict[str, object]:
+    r = rules()
+    if isinstance(convention, tuple):
+        return {"efficiency_file": eff.device, "fusion": {"convention": "given", "fraction": convention[0]}}
+    return {
+        "efficiency_file": eff.device,
+        "gemm": {"sustained": eff.gemm_sustained, "tile_m": eff.tile_m, "half_flops": eff.half_flops, "source": eff.sources["gemm"]}
+        | ({"model": "waves", "tiles": [list(t) for t in eff.tiles], "sms": eff.sms} if eff.gemm_model == "waves" else {}),
+        "attention": {"fraction": {str(k): v for k, v in eff.attention.items()}, "source": eff.sources["attention"]},
+        "memory": {"fraction": eff.memory, "source": eff.sources["memory"]},
+        "kernel": {"launch_s": eff.launch_s, "source": eff.sources.get("kernel", NO_KERNEL_DATA)},
+        "moe": {"expert_s": eff.expert_s, "source": eff.sources.get("moe", NO_MOE_DATA)},
+        "links": {n: {"bus_efficiency": l.bus_efficiency, "latency_s": l.latency_s, "source": eff.sources.get(f"links.{n}", "")} for n, l in eff.links.items()},
+        "fusion": {"convention": convention, "fraction": r.fusion[convention][0], "source": r.sources[f"fusion.{convention}"]},
+        "overlap": {k: dict(v) for k, v in r.overlap.items()},
+        "optimizer_bytes_per_param": r.optimizer_bytes_per_param,
+        "band": {"below": r.band[band][0], "above": r.band[band][1], "source": r.sources[f"band.{band}"]},
+    }
+
+
+# --- serving --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServingEstimate:
+    ttft: Band
+    tpot: Band
+    total: Band
+    batch: int
+    output: int
+    prefill_comm_s: float
+    decode_comm_s: float
+    attention: str
+    factors: dict[str, object] = field(default_factory=dict)
+    extrapolating: tuple[str, ...] = ()  # how the case lies outside the published runs (the band widened for each)
+
+    @property
+    def tokens_per_s(self) -> Band:
+        """Output tokens per second of the whole batch, prefill included (high time, low rate)."""
+        n = self.batch * self.output
+        return Band(n / self.total.estimate, n / self.total.high, n / self.total.low)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "ttft_s": self.ttft.as_dict(),
+            "tpot_s": self.tpot.as_dict(),
+            "total_s": self.total.as_dict(),
+            "tokens_per_s": self.tokens_per_s.as_dict(),
+            "prefill_comm_s": self.prefill_comm_s,
+            "decode_comm_s": self.decode_comm_s,
+            "attention": self.attention,
+            "factors": self.factors,
+            "extrapolating": list(self.extrapolating),
+        }
+
+
+def serving_estimate(
+    model: Model,
+    gpu: str | os.PathLike[str] | Hardware,
+    *,
+    batch: int,
+    prompt: int,
+    output: int,
+    tensor: int = 1,
+    dtype: str = "bf16",
+    attention: str = "sdpa",
+    node_size: int | None = None,
+    efficiency_data: Efficiency | str | None = None,
+    convention: str = "fused",
+    work: tuple[list[Kernel], list[Kernel]] | None = None,
+    expert_skew: float = 0,
+    gemm_model: str | None = None,
+) -> ServingEstimate:
+    """TTFT, TPOT and tokens/s of ``batch`` requests (static batching), each kernel at its sustained rate.
+
+    TPOT is one decode step at the mean cache length of the output − 1 steps (the
+    per-step work is linear in the cache length, so this is their mean).
+    """
+    for name, value in (("batch", batch), ("prompt", prompt), ("output", output), ("tensor", tensor)):
+        step_model._whole(name, value)
+    place = step_model.placement(gpu, node_size)
+    model = step_model.at_dtype(model, dtype)
+    eff = _efficiency_for(place, efficiency_data, gemm_model)
+    peak, hbm = _device_rates(place, dtype)
+    fusion, head = _fusion(convention, attention), _head_size(model)
+    prefill, decode = work or serving_kernels(model, batch=batch, prompt=prompt, output=output, tensor=tensor, attention=attention, expert_skew=expert_skew)
+    comm_prefill = comm_decode = 0.0
+    if tensor > 1:
+        link = place.link(tensor)
+        rates = eff.link(link)
+        bandwidth = step_model._bandwidth(place, link) * rates.bus_efficiency
+        algorithms = rules().engine_all_reduce(link)
+        comm_prefill, _ = phase_time._inference_comm(model, place, tensor, batch, prompt, alpha=rates.latency_s, bandwidth=bandwidth, algorithms=algorithms)
+        comm_decode, _ = phase_time._inference_comm(model, place, tensor, batch, 1, alpha=rates.latency_s, bandwidth=bandwidth, algorithms=algorithms)
+    ttft = sum(kernel_seconds(k, peak, hbm, eff, fusion, head) for k in prefill) + comm_prefill
+    tpot = sum(kernel_seconds(k, peak, hbm, eff, fusion, head) for k in decode) + comm_decode
+    total = ttft + (output - 1) * tpot
+    ttft_ceiling = sum(kernel_ceiling(k, peak, hbm, eff, fusion, head) for k in prefill) + comm_prefill
+    tpot_ceiling = sum(kernel_ceiling(k, peak, hbm, eff, fusion, head) for k in decode) + comm_decode
+    reasons, widen = _extrapolating("serving", eff, dtype, tensor, model, [f"routing skew {expert_skew}"] if expert_skew else [])
+    return ServingEstimate(
+        ttft=Band.around(ttft, "serving", ceiling=ttft_ceiling, widen=widen),
+        tpot=Band.around(tpot, "serving", ceiling=tpot_ceiling, widen=widen),
+        total=Band.around(total, "serving", ceiling=ttft_ceiling + (output - 1) * tpot_ceiling, widen=widen),
+        batch=batch,
+        output=output,
+        prefill_comm_s=comm_prefill,
+        decode_comm_s=comm_decode,
+        attention=attention,
+        factors=_factors(eff, convention, "serving"),
+        extrapolating=reasons,
+    )

@@ -1,0 +1,144 @@
+"""Published measured runs (hardware/measured/): each run's setup and measured figure, its model, and the calibration's reach: how far a case lies outside the runs the estimate was fitted on."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from collections import Counter
+from functools import cache
+from typing import Any
+
+from ...engine.store.data import data_root, read_toml
+from ...engine.errors import ConfigError
+from ...engine.graph.model import Model
+from . import efficiencies
+
+
+SPLITS = ("fit", "check")
+
+
+@dataclass(frozen=True, eq=False)  # one object per run: cached by identity
+class Run:
+    source: str  # the file's stem
+    name: str
+    split: str
+    kind: str  # "training" or "serving"
+    setup: Mapping[str, Any]
+    measured: tuple[str, float]  # what the source reports, and its value
+
+
+@dataclass(frozen=True)
+class Case:
+    run: Run
+    predicted: float
+    # the band of the time behind the figure, relative to its estimate: (low / estimate, high / estimate)
+    band: tuple[float, float] | None = None
+
+    @property
+    def error(self) -> float:
+        """Relative error of the estimate on the figure the source reports."""
+        return self.predicted / self.run.measured[1] - 1
+
+    @property
+    def inside(self) -> bool | None:
+        """Whether the measured value lies inside the estimate's band (None without a band)."""
+        if self.band is None:
+            return None
+        rate = self.run.measured[0] not in TIME_FIGURES  # a rate's time is its inverse
+        measured_time = (1 + self.error) if rate else 1 / (1 + self.error)  # measured time / estimated time
+        return self.band[0] <= measured_time <= self.band[1]
+
+
+#: Figures the sources report as times (the others are rates: tokens or FLOPs per second).
+TIME_FIGURES = ("ttft_ms",)
+
+
+@cache
+def sources() -> dict[str, dict[str, Any]]:
+    """Each source file's [source] table, by file stem."""
+    found = ((path.stem, read_toml(path)) for path in sorted((data_root() / "hardware" / "measured").glob("*.toml")))
+    return {stem: data["source"] for stem, data in found if data.get("kind") != "measured_memory"}  # peaks: memory_validation
+
+
+@cache
+def runs() -> tuple[Run, ...]:
+    found = []
+    for path in sorted((data_root() / "hardware" / "measured").glob("*.toml")):
+        data = read_toml(path)
+        if data.get("kind") == "measured_memory":  # measured peaks: symform.analysis.time.memory_validation
+            continue
+        kind = {"measured_training": "training", "measured_serving": "serving"}.get(data.get("kind"))
+        if kind is None:
+            raise ConfigError(f"{path}: kind must be measured_training or measured_serving")
+        for entry in data.get("runs", []):
+            entry = dict(entry)
+            name, split, measured = entry.pop("name"), entry.pop("split"), entry.pop("measured")
+            if split not in SPLITS or len(measured) != 1:
+                raise ConfigError(f"{path}: run {name!r} needs split = fit or check and one measured figure")
+            found.append(Run(path.stem, name, split, kind, entry, next(iter(measured.items()))))
+    return tuple(found)
+
+
+def run_model(run: Run) -> Model:
+    """The run's model: a config given inline, or a bundled preset with overrides; with the run's conventions
+    (an FP8 KV cache's ``kv_bytes = 1``, say)."""
+    setup = run.setup
+    if "config" in setup:
+        model = Model.from_config(dict(setup["config"]), name=run.name)
+    elif "overrides" not in setup:
+        model = Model.load(setup["preset"])
+    else:
+        with open(data_root() / "formulas" / "presets" / f"{setup['preset']}.json", encoding="utf-8") as f:
+            config = json.load(f)
+        model = Model.from_config(config | dict(setup["overrides"]), name=run.name)
+    return model.with_conventions(**setup["conventions"]) if "conventions" in setup else model
+
+
+@cache
+def _reach(kind: str) -> dict[str, Any]:
+    """What the fitted runs of ``kind`` cover (the held-out ones test the band, they do not widen its reach): the
+    efficiency files they were measured on (by the file's device), the most devices on each, and the dtypes
+    each device's fitted runs of either kind ran their GEMMs at. Mixture-of-experts runs fit only the MoE
+    factors, so they do not count here (``_moe_measured``)."""
+    devices: dict[str, dict[str, Any]] = {}
+    fitted = [r for r in runs() if r.split == "fit" and not is_moe(r)]
+    for run in fitted:
+        s = run.setup
+        device = efficiencies.efficiency(s["gpu"]).device
+        if run.kind == kind:
+            seen = devices.setdefault(device, {"dtypes": set(), "most": 0})
+            seen["most"] = max(seen["most"], s.get("gpus", s.get("tensor", 1)))
+    for run in fitted:
+        device = efficiencies.efficiency(run.setup["gpu"]).device
+        if device in devices:
+            devices[device]["dtypes"].add(run.setup.get("dtype", "bf16"))
+    return devices
+
+
+def is_moe(run: Run) -> bool:
+    return "n_experts" in run_model(run).values
+
+
+@cache
+def _moe_measured(kind: str) -> dict[str, int]:
+    """How many fitted mixture-of-experts runs of ``kind`` were measured on each efficiency file (by device)."""
+    return dict(Counter(efficiencies.efficiency(r.setup["gpu"]).device for r in runs() if r.kind == kind and r.split == "fit" and is_moe(r)))
+
+
+def extrapolating(kind: str, *, device: str, dtype: str, devices: int, moe: bool, features: Iterable[str] = ()) -> list[tuple[str, str]]:
+    """How a case lies outside the published runs of its ``kind``: (the widening's name in rules.toml
+    [band.widen], what to say), one per way. ``device``: its efficiency file's device; ``features``: layout
+    features no run has (sequence parallelism, a virtual pipeline, ...)."""
+    reach, found = _reach(kind), []
+    if device not in reach:
+        found.append(("device", f"{device}: no fitted {kind} run measured on it, its efficiency factors borrowed"))
+    elif dtype not in reach[device]["dtypes"]:
+        found.append(("dtype", f"{dtype} on {device} (its fitted runs: {', '.join(sorted(reach[device]['dtypes']))})"))
+    if device in reach and devices > reach[device]["most"]:
+        found.append(("scale", f"{devices:,} GPUs ({device}'s fitted {kind} runs reach {reach[device]['most']:,})"))
+    if moe:  # a few MoE runs inform only the grouped GEMMs' cost; the frameworks' MoE recipes differ far more
+        fitted = _moe_measured(kind).get(device, 0)
+        found.append(("moe", f"MoE ({fitted or 'no'} fitted {kind} run{'s' * (fitted != 1)} of a mixture of experts on {device})"))
+    found += [("layout", f"{f} (no fitted run uses it)") for f in features]
+    return found

@@ -1,0 +1,343 @@
+"""One training or serving step's time, as the bounds (timing, phase_time) and the estimate (estimate) all compose it: the devices and links it runs on (placement), the numbers it binds, the transfers it times, the recomputation it adds, and StepParts: the micro-batches' work and communication, stretched by the pipeline's bubble, plus what runs once per step."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import cache, lru_cache
+from fractions import Fraction
+
+import numpy
+import sympy
+
+from ..parallel import parallel_comm
+from . import routing
+from ..memory.finetune import FineTune
+from ..parallel.collectives import ALPHA, BETA, N, P, collective, cost_model, link_bandwidth, link_latency
+from ...engine.store.derivation import derivation
+from ...engine.budget import check_result
+from ...engine.errors import EvaluationError
+from ...engine.algebra.evaluate import exact_value
+from ..devices.hardware import DTYPE_BYTES, Device, Hardware, System, load_device
+from ..memory.memory import tensor_split
+from ..memory.settings import RECOMPUTE
+from ...engine.graph.model import Model
+from ...engine.algebra.multiplied import multiplied_out, value_at
+from .roofline import Work, phase_work
+
+
+#: Accelerators sharing one scale-up fabric (NVLink domain) when an accelerator rather
+#: than a system is named: the 8-GPU HGX/DGX server.
+DEFAULT_NODE_SIZE = 8
+
+
+#: For each collective the faster of these algorithms is taken, as NCCL picks by size.
+ALGORITHMS = ("ring", "tree")
+
+
+#: The tensor-parallel degree as a symbol, where work is derived once for every degree.
+TENSOR = sympy.Symbol("tensor", positive=True)
+
+
+Number = int | float | Fraction
+
+
+@dataclass(frozen=True)
+class Placement:
+    """An accelerator, how many of them share a scale-up fabric, and where the link figures come from."""
+
+    hardware: Hardware
+    device: Device
+    node_size: int
+    node_source: str
+
+    @property
+    def name(self) -> str:
+        return self.hardware.name or self.hardware.title
+
+    def link(self, span: int) -> str:
+        """The link a group of consecutive ranks spanning ``span`` ranks runs over.
+
+        A group inside one node uses the scale-up fabric; one that leaves it runs the
+        whole collective at the scale-out bandwidth, since a ring moves at the pace of
+        its slowest hop. A device without a scale-up fabric (consumer and PCIe cards)
+        talks to its node's peers over PCIe.
+        """
+        if span > self.node_size:
+            return "scale_out"
+        return "scale_up" if "scale_up" in self.device.interconnect else "pcie"
+
+
+def placement(gpu: str | os.PathLike[str] | Hardware, node_size: int | None = None) -> Placement:
+    """An accelerator or a system by name, path or object; a system brings its NVLink domain and NICs."""
+    hardware = gpu if isinstance(gpu, (Device, System)) else load_device(gpu)
+    if isinstance(hardware, System):
+        domain = hardware.scale_up_domain.accelerators if hardware.scale_up_domain else hardware.accelerator_count
+        size, source = (domain, f"{hardware.name}'s scale-up domain")
+        device = hardware.device
+    else:
+        size, source = DEFAULT_NODE_SIZE, f"assumed: {DEFAULT_NODE_SIZE} accelerators per node (HGX/DGX server); name a system or give node_size"
+        device = hardware
+    if node_size is not None:
+        size, source = _whole("node_size", node_size), "given"
+    return Placement(hardware, device, size, source)
+
+
+def _whole(name: str, value: object, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise EvaluationError(f"{name} is {value!r}; give a whole number of {minimum} or more")
+    return value
+
+
+@derivation  # a plan's shortlisted layouts bind the same leaves at the same micro-batches
+def _bind(model: Model, expr: sympy.Expr, **workload: int) -> Number:
+    """Exact value of an expression at the model's sizes and the workload: summed over its monomials where it is
+    a polynomial there (value_at), else by exact_value, which also words what is wrong."""
+    named = {**model.values, **workload}
+    values = {s: sympy.Rational(named[s.name]) for s in expr.free_symbols if s.name in named}
+    if routing.is_expected_count(expr):  # the experts a batch touches: an expectation, in floats
+        return routing.expected_value(expr, values)
+    try:
+        found = value_at(expr, values)
+    except ZeroDivisionError:  # exact_value words it
+        return exact_value(expr, values)
+    if not found.is_Rational:
+        return exact_value(expr, values)
+    value = int(found) if found.is_Integer else Fraction(int(found.p), int(found.q))
+    check_result(value, "the result")
+    return value
+
+
+def _sizes(model: Model, expr: sympy.Expr) -> sympy.Expr:
+    """The expression with the model's sizes put in, the workload symbols left free."""
+    values = model.values
+    return multiplied_out(expr, {s: sympy.Integer(values[s.name]) for s in expr.free_symbols if s.name in values})
+
+
+def _value(model: Model, name: str, default: int) -> int:
+    return model.values.get(name, default)
+
+
+def at_dtype(model: Model, dtype: str) -> Model:
+    """The model with its weights read at ``dtype``'s width where that is narrower than its own (fp8: 1 byte)."""
+    width = DTYPE_BYTES.get(dtype)
+    current = model.conventions.get(model.vocabulary["weight_bytes"]) if "weight_bytes" in model.vocabulary.names("convention", "dtype") else None
+    if width is None or current is None or Fraction(int(current.p), int(current.q)) <= width:
+        return model
+    return model.with_conventions(weight_bytes=width)
+
+
+def dtype_assumption(dtype: str) -> str:
+    if dtype in DTYPE_BYTES:
+        return f"{dtype} drives both the peak rate and the weights' bytes ({DTYPE_BYTES[dtype]} per weight, where narrower than the model's); activations and the KV cache keep their widths"
+    return f"{dtype} sets the peak rate; weights at the model's weight_bytes"
+
+
+def _act_bytes(model: Model) -> int:
+    return int(model.conventions[model.vocabulary["act_bytes"]])
+
+
+def recomputed_units(model: Model, recompute: str) -> list[str]:
+    """The components that ``recompute`` runs forward a second time in backward, by path.
+
+    They are the ones the declarations mark as recomputed under that mode (the
+    attention cores for selective, the decoder layers for full): the same choice
+    ``symform.analysis.memory.memory`` makes for the activations they no longer keep.
+    """
+    if recompute not in RECOMPUTE:
+        raise EvaluationError(f"unknown recomputation {recompute!r}; choose one of {', '.join(RECOMPUTE)}")
+    graph = model.graph().graph
+    marked = [node for node, data in graph.nodes.items() if recompute in data["saved_when"]]
+    # only the outermost: a marked part inside a marked part is recomputed once, with it
+    return [n for n in marked if not any(n.startswith(f"{m}/") for m in marked)]
+
+
+def recompute_work(model: Model, recompute: str, *, flash: bool = False, values: Mapping[sympy.Symbol, sympy.Expr] | None = None) -> tuple[sympy.Expr, sympy.Expr]:
+    """Extra forward FLOPs and HBM bytes of one step's recomputation, over batch and seq.
+
+    With FlashAttention, selective recomputation adds nothing: FlashAttention's backward
+    already recomputes the attention scores (counted in its own FLOPs) and keeps no
+    score matrix to drop. ``values``: put into every leaf first (roofline.phase_work's).
+    """
+    units = recomputed_units(model, recompute)
+    if flash and recompute == "selective":
+        return sympy.Integer(0), sympy.Integer(0)
+    # once per model and options: a plan asks again for every layout it reworks
+    return _recompute_work(model, units, flash, dict(values or {}))
+
+
+def rank_sizes(model: Model, seq: int | None = None) -> dict[sympy.Symbol, sympy.Expr]:
+    """The model's sizes as one rank of TENSOR tensor-parallel ranks holds them (memory.tensor_split's shares),
+    and ``seq``'s value if given: put into each leaf before it is multiplied out (roofline.phase_work's
+    ``values``), they leave polynomials in the workload and the degree alone."""
+    vocabulary, split = model.vocabulary, tensor_split(model, TENSOR)
+    sizes = {vocabulary[name]: sympy.Integer(value) for name, value in model.values.items() if name in vocabulary}
+    given = {} if seq is None else {vocabulary["seq"]: sympy.Integer(seq)}
+    return {s: split[s].xreplace(sizes) if s in split else value for s, value in sizes.items()} | given
+
+
+def rank_work(model: Model, recompute: str, *, flash: bool, finetune: FineTune | None = None) -> tuple[Work, tuple[sympy.Expr, sympy.Expr]]:
+    """A training step's FLOPs and bytes and its recomputation's (recompute_work), over batch, seq and
+    TENSOR, the model's sizes in: what training_time and the planner's screen evaluate."""
+    sized = rank_sizes(model)
+    train = phase_work(model, "train", depth=None, flash=flash, finetune=finetune, values=sized).total
+    return train, recompute_work(model, recompute, flash=flash, values=sized)
+
+
+@derivation
+def _recompute_work(model: Model, units: list[str], flash: bool, values: Mapping[sympy.Symbol, sympy.Expr]) -> tuple[sympy.Expr, sympy.Expr]:
+    leaves = phase_work(model, "prefill", depth=None, flash=flash, values=values).components
+    inside = [w for path, w in leaves.items() if any(path == u or path.startswith(f"{u}/") for u in units)]
+    return multiplied_out(sympy.Add(*(w.flops for w in inside))), multiplied_out(sympy.Add(*(w.bytes for w in inside)))
+
+
+def transfer_seconds(transfers: Iterable[parallel_comm.Transfer], place: Placement, link: str, *, alpha: float | None = None, bandwidth: float | None = None, algorithms: tuple[str, ...] = ALGORITHMS) -> float:
+    """Seconds of the transfers one after another over ``link``, each by the fastest of ``algorithms`` (ring and tree
+    unless given; the link's default latency and datasheet bandwidth unless given)."""
+    alpha = link_latency(link) if alpha is None else alpha
+    beta = 1 / (_bandwidth(place, link) if bandwidth is None else bandwidth)
+    total = 0.0
+    for transfer in transfers:
+        total += transfer.count * _fastest_seconds(transfer.collective, transfer.ranks, transfer.nbytes, alpha, beta, tuple(algorithms))
+    return total
+
+
+@lru_cache(maxsize=4096)
+def _fastest_seconds(name: str, ranks: sympy.Expr, nbytes: sympy.Expr, alpha: float, beta: float, algorithms: tuple[str, ...]) -> float:
+    """One run's seconds by the fastest of ``algorithms``: the planner's thousands of groups send the same few
+    buffers over the same few links, each worked out once."""
+    names = [a for a in algorithms if a in collective(name).algorithms] or [collective(name).default]
+    p, n = float(ranks), float(nbytes)
+    return min(_seconds_function(name, a)(p, n, alpha, beta) for a in names)
+
+
+@cache
+def _seconds_function(name: str, algorithm: str):
+    """A collective's alpha–beta formula compiled to plain floats: the planner evaluates it thousands of times."""
+    model = cost_model(name, algorithm)
+    return sympy.lambdify((P, N, ALPHA, BETA), model.time, modules=[{"CeilLog2": _ceil_log2}, "math"])
+
+
+def _ceil_log2(ranks: float) -> int:
+    return (int(ranks) - 1).bit_length()
+
+
+def _bandwidth(place: Placement, link: str) -> float:
+    return link_bandwidth(place.hardware, link)
+
+
+@dataclass(frozen=True)
+class Comm:
+    """One kind of parallelism's communication on one device for one step."""
+
+    seconds: float
+    bytes_per_rank: float
+    link: str
+    ranks: int
+
+
+def _comm(transfers: list[parallel_comm.Transfer], times: float, place: Placement, span: int, ranks: int) -> Comm:
+    link = place.link(span)
+    sent = float(parallel_comm.bytes_per_rank(transfers)) if transfers else 0.0
+    return Comm(times * transfer_seconds(transfers, place, link), times * sent, link, ranks)
+
+
+def _json(value: object) -> object:
+    if isinstance(value, Fraction):
+        return int(value) if value.denominator == 1 else float(value)
+    if isinstance(value, sympy.Basic):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _json(v) for k, v in value.items()}
+    return value
+
+
+def _per_device(model: Model, split: Mapping[sympy.Symbol, sympy.Expr], pipeline: int, context: int = 1):
+    """One micro-batch's share of a device: the tensor-parallel split, 1/pipeline of the model (balanced stages),
+    and 1/context of its tokens (context parallelism: the work that grows with the batch divides, the weights' reads do not)."""
+    batch = model.vocabulary["batch"]
+
+    def share(expr: sympy.Expr) -> sympy.Expr:
+        expr = multiplied_out(sympy.sympify(expr) / pipeline, {k: sympy.sympify(v) for k, v in split.items()})
+        return context_share(expr, batch, context)
+
+    return share
+
+
+def context_share(expr: sympy.Expr, batch: sympy.Symbol, context: int) -> sympy.Expr:
+    """A context rank's share: the terms that grow with the batch (per token) over ``context``; the rest whole."""
+    if context == 1:
+        return expr
+    return sympy.Add(*(t / context if batch in t.free_symbols else t for t in sympy.Add.make_args(sympy.expand(expr))))
+
+
+@dataclass(frozen=True)
+class StepParts:
+    """One training step's time from its parts: the one model the bounds and the estimate share.
+
+    ``work``: the micro-batches' work in seconds, (compute, memory traffic) for the bounds, the kernels'
+    summed time for the estimate; ``inside``: the communication within that work (tensor, expert, context,
+    pipeline); ``ratio``: the pipeline's bubble, which stretches both by 1 + ratio; ``once``: what runs
+    once per step after them (the data-parallel exchange, the optimizer update). Numbers or numpy arrays.
+    Each composition adds its terms in one fixed order, so a step's time is the same float wherever it is
+    computed.
+    """
+
+    work: tuple
+    inside: object
+    ratio: object
+    once: tuple = ()
+
+    def serial(self):
+        """Nothing overlapped: the work and the communication inside it stretched by the bubble, then the once-per-step parts."""
+        total = self.work[0]
+        for seconds in (*self.work[1:], self.inside):
+            total = total + seconds
+        total = total * (1 + self.ratio)
+        for seconds in self.once:
+            total = total + seconds
+        return total
+
+    def overlapped(self):
+        """Everything overlapped: the longest of the work's parts and the communication inside it, stretched by
+        the bubble, or the longest once-per-step part if that is longer."""
+        longest = self.work[0]
+        for seconds in (*self.work[1:], self.inside):
+            longest = numpy.maximum(longest, seconds)
+        longest = longest * (1 + self.ratio)
+        for seconds in self.once:
+            longest = numpy.maximum(longest, seconds)
+        return longest
+
+    def bubble(self):
+        """The bubble's own seconds: the ratio times the work and the communication inside it."""
+        return self.ratio * (sum(self.work[1:], self.work[0]) + self.inside)
+
+    def expected(self):
+        """The estimate's step: the work, the (exposed) communication inside it, the bubble, then the once-per-step parts."""
+        total = sum(self.work[1:], self.work[0]) + self.inside + self.bubble()
+        for seconds in self.once:
+            total = total + seconds
+        return total
+
+
+def step_bounds(t_math, t_mem, inside, step, ratio):
+    """The step's lower (full overlap) and upper (none) bounds from its parts, for numbers or numpy arrays:
+    ``inside`` the communication within the micro-batch work, ``step`` the once-per-step exchange."""
+    parts = StepParts((t_math, t_mem), inside, ratio, (step,))
+    return parts.overlapped(), parts.serial()
+
+
+def utilisation(flops, seconds: float, devices: int, peak_flops_per_s: float) -> float:
+    """The fraction of the devices' peak that ``flops`` in ``seconds`` make: MFU with the model's FLOPs,
+    HFU with the hardware's (recomputation included). The one definition every report uses."""
+    return float(flops) / (seconds * devices * peak_flops_per_s)
+
+
+def _layers(model: Model) -> tuple[int, int]:
+    """Transformer layers, and of those the mixture-of-experts ones (0 without experts)."""
+    layers = _value(model, "n_layers", 1)
+    if "n_experts" not in model.values:
+        return layers, 0
+    return layers, layers - _value(model, "n_dense_layers", 0)

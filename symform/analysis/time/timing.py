@@ -1,0 +1,459 @@
+"""Time on real devices: training step bounds with MFU and HFU, inference TTFT, TPOT and tokens/s.
+
+Every result is built from pieces symform already has: FLOPs and HBM bytes from the
+model's declarations (``roofline.phase_work``), peaks and link bandwidths from the
+device files (``hardware``), collective costs from ``parallel_comm`` and
+``collectives``, pipeline bubbles from ``scaling``. Each time comes as two figures at the datasheet peaks:
+
+- lower (the floor): compute, memory traffic and communication fully overlapped, the step takes
+  as long as the slowest of them (max); for serving, the memory traffic a fused engine still
+  moves and the communication at the links' bandwidth alone (no per-message latency);
+- upper: nothing overlapped, they add up (sum). Not a ceiling: kernels run below peak, so a
+  real step (and symform.analysis.time.estimate's estimate) can take longer; the estimate's ceiling is
+  every kernel at its sustained rates with nothing overlapped.
+
+Peaks are the datasheets' dense figures with no efficiency factor, so the lower bound
+is what a perfect implementation could reach. Every result carries an ``assumptions``
+dict that names each choice made on the user's behalf. See docs/time.md.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
+from functools import lru_cache
+from fractions import Fraction
+
+import sympy
+
+from ..memory import finetune
+from ..parallel import parallel_comm, scaling
+from ..memory.finetune import FineTune
+from ..parallel.collectives import link_latency
+from ...engine.errors import ConfigError, EvaluationError
+from ..devices.hardware import Hardware
+from ..memory.memory import check_pipeline, params_per_device, tensor_split
+from ..memory.settings import Layout, recipes
+from ...engine.graph.model import Model
+from .roofline import phase_work
+from .step_model import Comm, Number, Placement, TENSOR, _act_bytes, _bandwidth, _bind, _comm, _json, _layers, _per_device, _sizes, _whole, at_dtype, dtype_assumption, placement, rank_sizes, rank_work, step_bounds, transfer_seconds, utilisation
+
+
+# --- the hardware: one accelerator, its node and its links --------------------------------
+
+
+# --- symbols and numbers --------------------------------------------------------------------
+
+
+# --- recomputation ---------------------------------------------------------------------------
+
+
+# --- communication ---------------------------------------------------------------------------
+
+
+# --- results ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrainingTime:
+    """One training step on ``devices`` accelerators: per-device work, the time bounds, MFU, HFU and tokens/s.
+
+    Per-device figures are for one device over the whole step (all its micro-batches).
+    ``*_high`` efficiencies and throughputs use the lower time bound, ``*_low`` the upper.
+    """
+
+    model: str
+    gpu: str
+    dtype: str
+    devices: int
+    layout: dict[str, object]
+    global_batch: int
+    micro_batch: int
+    seq: int
+    microbatches: int
+    recompute: str
+    model_flops: Number  # forward + backward of the whole step (what MFU counts)
+    hardware_flops: Number  # model FLOPs + recomputation (+ FlashAttention's recomputed scores)
+    flops_per_device: Number
+    bytes_per_device: Number
+    peak_flops_per_s: float
+    hbm_bytes_per_s: float
+    t_math: float
+    t_mem: float
+    comm: dict[str, Comm]
+    bubble_ratio: float
+    time_lower: float
+    time_upper: float
+    expressions: dict[str, sympy.Expr] = field(default_factory=dict)
+    assumptions: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def tokens(self) -> int:
+        return self.global_batch * self.seq
+
+    @property
+    def t_comm(self) -> float:
+        return sum(c.seconds for c in self.comm.values())
+
+    def _utilisation(self, flops: Number, seconds: float) -> float:
+        return utilisation(flops, seconds, self.devices, self.peak_flops_per_s)
+
+    @property
+    def mfu_high(self) -> float:
+        return self._utilisation(self.model_flops, self.time_lower)
+
+    @property
+    def mfu_low(self) -> float:
+        return self._utilisation(self.model_flops, self.time_upper)
+
+    @property
+    def hfu_high(self) -> float:
+        return self._utilisation(self.hardware_flops, self.time_lower)
+
+    @property
+    def hfu_low(self) -> float:
+        return self._utilisation(self.hardware_flops, self.time_upper)
+
+    @property
+    def tokens_per_s_high(self) -> float:
+        return self.tokens / self.time_lower
+
+    @property
+    def tokens_per_s_low(self) -> float:
+        return self.tokens / self.time_upper
+
+    def as_dict(self) -> dict[str, object]:
+        """Plain JSON: numbers, expressions as sympy strings, assumptions."""
+        return {
+            "model": self.model,
+            "gpu": self.gpu,
+            "dtype": self.dtype,
+            "devices": self.devices,
+            "layout": self.layout,
+            "global_batch": self.global_batch,
+            "micro_batch": self.micro_batch,
+            "seq": self.seq,
+            "microbatches": self.microbatches,
+            "recompute": self.recompute,
+            "model_flops": _json(self.model_flops),
+            "hardware_flops": _json(self.hardware_flops),
+            "flops_per_device": _json(self.flops_per_device),
+            "bytes_per_device": _json(self.bytes_per_device),
+            "t_math_s": self.t_math,
+            "t_mem_s": self.t_mem,
+            "t_comm_s": self.t_comm,
+            "comm": {k: asdict(c) for k, c in self.comm.items()},
+            "bubble_ratio": self.bubble_ratio,
+            "time_lower_s": self.time_lower,
+            "time_upper_s": self.time_upper,
+            "mfu": {"high": self.mfu_high, "low": self.mfu_low},
+            "hfu": {"high": self.hfu_high, "low": self.hfu_low},
+            "tokens_per_s": {"high": self.tokens_per_s_high, "low": self.tokens_per_s_low},
+            "expressions": {k: str(v) for k, v in self.expressions.items()},
+            "assumptions": _json(self.assumptions),
+        }
+
+
+# --- training ----------------------------------------------------------------------------------
+
+
+def _check_layout(layout: Layout, global_batch: int, micro_batch: int, seq: int) -> int:
+    """Micro-batches per step and pipeline: global batch / (micro-batch × data-parallel degree)."""
+    for name, value in (("global_batch", global_batch), ("micro_batch", micro_batch), ("seq", seq)):
+        _whole(name, value)
+    if seq % layout.context:
+        raise ConfigError(f"sequence {seq} does not split into {layout.context} context-parallel chunks; give a multiple of {layout.context}")
+    if layout.data % layout.expert:
+        raise ConfigError(f"expert degree {layout.expert} must divide the data-parallel degree {layout.data}: experts are spread over data-parallel ranks")
+    per_step = micro_batch * layout.data
+    if global_batch % per_step:
+        raise EvaluationError(f"global batch {global_batch} is not a whole number of micro-batches of {micro_batch} on {layout.data} data-parallel ranks; give a multiple of {per_step}")
+    microbatches = global_batch // per_step
+    if layout.microbatches is not None and layout.microbatches != microbatches:
+        raise EvaluationError(f"layout.microbatches is {layout.microbatches} but global batch / (micro-batch × data) is {microbatches}; drop one of them")
+    return microbatches
+
+
+def training_time(
+    model: Model,
+    gpu: str | os.PathLike[str] | Hardware,
+    *,
+    global_batch: int,
+    micro_batch: int,
+    seq: int,
+    layout: Layout | None = None,
+    recompute: str = "none",
+    dtype: str = "bf16",
+    flash: bool = False,
+    precision: str = "mixed",
+    node_size: int | None = None,
+    finetune: FineTune | None = None,
+) -> TrainingTime:
+    """Bounds on one training step of ``global_batch`` sequences of ``seq`` tokens under ``layout``.
+
+    ``finetune``: adapters or frozen weights (symform.analysis.memory.finetune): the step's FLOPs are the fine-tuning
+    step's (no weight gradients for frozen weights, the adapters' own), and the data-parallel ranks exchange
+    the trainable weights' gradients only; the bytes moved stay full training's.
+
+    Devices = data × tensor × pipeline × context (context ranks split every sequence,
+    with ring attention's key/value passes); experts are spread over the data-parallel
+    ranks (expert divides data). Each data-parallel rank runs global_batch /
+    (micro_batch × data) micro-batches per step.
+    """
+    layout = layout or Layout()
+    microbatches = _check_layout(layout, global_batch, micro_batch, seq)
+    model.check_workload(seq=seq)
+    place = placement(gpu, node_size)
+    model = at_dtype(model, dtype)
+    peak, bandwidth = place.device.flops_per_s(dtype), place.device.hbm_bytes_per_s
+    tensor_split(model, layout.tensor)  # the degree divides every size it splits
+    check_pipeline(model, layout.pipeline)
+    _check_chunks(model, layout)
+    trainable = _finetune_trainable(model, finetune, layout)
+    train, (extra_flops, extra_bytes) = rank_work(model, recompute, flash=flash, finetune=finetune)
+    per_device = _per_device(model, {TENSOR: layout.tensor}, layout.pipeline, layout.context)
+    m = scaling.MICROBATCHES
+    flops_expr = m * per_device(train.flops + extra_flops)
+    bytes_expr = m * per_device(train.bytes + extra_bytes)
+    workload = {"batch": micro_batch, "seq": seq}
+    workload[m.name] = microbatches  # bound with the sizes: no sum rebuilt with it in first
+    flops = _bind(model, flops_expr, **workload)
+    moved = _bind(model, bytes_expr, **workload)
+    exchanged = None if trainable is None else _bind(model, trainable)
+    comm = _training_comm(model, place, layout, microbatches, micro_batch, seq // layout.context, recompute, precision, exchanged)
+    ratio = float(scaling.bubble_ratio(layout.schedule, layout.pipeline, microbatches, layout.chunks)) if layout.pipeline > 1 else 0.0
+    t_math, t_mem = float(flops) / peak, float(moved) / bandwidth
+    lower, upper = _step_bounds(t_math, t_mem, comm, ratio)
+    model_flops = _model_flops(model, finetune, global_batch, seq)
+    whole = {TENSOR: 1}  # the step on one device, unsplit
+    hardware_flops = _bind(model, train.flops + extra_flops, batch=global_batch, seq=seq, **{TENSOR.name: 1})  # whole
+    return TrainingTime(
+        model=model.name,
+        gpu=place.name,
+        dtype=dtype,
+        devices=layout.data * layout.tensor * layout.pipeline * layout.context,
+        layout=asdict(layout) | {"microbatches": microbatches},
+        global_batch=global_batch,
+        micro_batch=micro_batch,
+        seq=seq,
+        microbatches=microbatches,
+        recompute=recompute,
+        model_flops=model_flops,
+        hardware_flops=hardware_flops,
+        flops_per_device=flops,
+        bytes_per_device=moved,
+        peak_flops_per_s=float(peak),
+        hbm_bytes_per_s=float(bandwidth),
+        t_math=t_math,
+        t_mem=t_mem,
+        comm=comm,
+        bubble_ratio=ratio,
+        time_lower=lower,
+        time_upper=upper,
+        expressions={
+            "flops_per_device": _sizes(model, flops_expr),
+            "bytes_per_device": _sizes(model, bytes_expr),
+            "recompute_flops": _sizes(model, extra_flops.xreplace(whole)),
+            "bubble_ratio": sympy.sympify(scaling.bubble_ratio(layout.schedule)) if layout.pipeline > 1 else sympy.Integer(0),
+        },
+        assumptions=_training_assumptions(place, dtype, layout, recompute, flash, precision, comm) | (_finetune_assumptions(finetune) if finetune else {}),
+    )
+
+
+def _check_chunks(model: Model, layout: Layout) -> None:
+    """A virtual pipeline (interleaved 1F1B): chunks > 1 only with that schedule and a pipeline, each chunk whole layers."""
+    if layout.chunks == 1:
+        return
+    if layout.schedule != "interleaved" or layout.pipeline == 1:
+        raise ConfigError(f"{layout.chunks} model chunks per device is the interleaved schedule's virtual pipeline; give the interleaved schedule and a pipeline degree above 1, or drop the chunks")
+    layers = model.values.get("n_layers", 1)
+    if layers % (layout.pipeline * layout.chunks):
+        raise ConfigError(f"{layers} layers do not split into {layout.pipeline} stages × {layout.chunks} chunks of whole layers; give chunks with pipeline × chunks dividing {layers}")
+
+
+def _model_flops(model: Model, setup: FineTune | None, global_batch: int, seq: int) -> Number:
+    """Forward + backward of the whole step, as MFU counts it: full training's, or the fine-tuning step's."""
+    if setup is None:  # the declared forward and backward FLOPs (no FlashAttention), summed leaf by leaf with the sizes in
+        train = phase_work(model, "train", depth=None, values=rank_sizes(model)).total
+        return _bind(model, train.flops, batch=global_batch, seq=seq, **{TENSOR.name: 1})  # the step on one device, unsplit
+    return finetune.finetune_counts(model, setup, batch=global_batch, seq=seq).step_flops
+
+
+def _finetune_trainable(model: Model, setup: FineTune | None, layout: Layout) -> sympy.Expr | None:
+    """With fine-tuning, the trainable weights on one rank (their gradients are what the data-parallel ranks exchange)."""
+    if setup is None:
+        return None
+    if layout.zero >= 3:
+        raise ConfigError("fine-tuning under ZeRO-3 times gathers of frozen and trained weights that symform does not model apart; use --zero 2 or lower (symform memory counts ZeRO-3's memory)")
+    finetune.check_layout(setup, layout)
+    return finetune.trained_per_device(model, setup, layout)
+
+
+def _finetune_assumptions(setup: FineTune) -> dict[str, object]:
+    return {
+        "fine_tuning": setup.describe(),
+        "fine_tuning_flops": "model and hardware FLOPs are the fine-tuning step's: frozen weights take no weight gradient, nothing before the first trained weight runs backward, the adapters' own forward and backward (symform flops --lora-...)",
+        "fine_tuning_bytes": "HBM bytes as full training moves them (frozen weights' gradients not subtracted, adapters' not added)",
+        "fine_tuning_gradients": "the data-parallel ranks exchange the trainable weights' gradients only",
+        "adapters_under_tensor_parallelism": finetune.TENSOR_PARALLEL_ADAPTERS
+        + "; the all-reduce of a row-parallel adapter's rank-r intermediate (batch × seq × r elements) is not timed",
+    } | ({"quantised_base": f"the {setup.base_format} base is timed as matrix products at --dtype, its dequantisation not counted"} if setup.base_format else {})
+
+
+def _step_bounds(t_math: float, t_mem: float, comm: Mapping[str, Comm], ratio: float) -> tuple[float, float]:
+    """Lower and upper bounds of the step, bubble included.
+
+    The pipeline's bubble stretches the micro-batch work (compute, memory traffic, and
+    the tensor, expert and pipeline communication inside it) by 1 + bubble ratio. The
+    data-parallel gradient exchange runs once per step: at best hidden under that
+    work, at worst after it.
+    """
+    inside = sum(c.seconds for k, c in comm.items() if k != "data")
+    step = comm["data"].seconds if "data" in comm else 0.0
+    lower, upper = step_bounds(t_math, t_mem, inside, step, ratio)
+    return float(lower), float(upper)
+
+
+def _training_comm(model: Model, place: Placement, layout: Layout, microbatches: int, micro_batch: int, seq: int, recompute: str, precision: str, trainable: Number | None = None) -> dict[str, Comm]:
+    """``trainable``: with frozen weights, the parameters per device whose gradients are exchanged."""
+    comm: dict[str, Comm] = {}
+    if layout.tensor > 1:
+        comm["tensor"] = tensor_comm(model, place, layout, microbatches, micro_batch, seq, recompute)
+    expert = expert_comm(model, place, layout, microbatches, micro_batch, seq, recompute)
+    if expert is not None:
+        comm["expert"] = expert
+    if layout.context > 1:
+        comm["context"] = context_comm(model, place, layout, microbatches, micro_batch, seq * layout.context, recompute)
+    if layout.pipeline > 1:
+        comm["pipeline"] = pipeline_comm(model, place, layout, microbatches, micro_batch, seq)
+    if layout.data * layout.context > 1:
+        # gradients reduce over the data and context ranks together (Megatron-LM's data-parallel group with context parallelism)
+        comm["data"] = data_comm(model, place, replace(layout, data=layout.data * layout.context, context=1), precision, params=None if trainable is None else (trainable, trainable))
+    return comm
+
+
+def context_comm(model: Model, place: Placement, layout: Layout, microbatches: int, micro_batch: int, seq: int, recompute: str) -> Comm:
+    """Ring attention's key/value passes in every layer (context ranks sit next to the tensor ranks)."""
+    v = model.values
+    kv_width = v.get("n_kv_heads", v.get("n_heads", 1)) * v.get("d_head", v.get("d_model", 1) // max(v.get("n_heads", 1), 1))
+    layer = parallel_comm.context_parallel_layer(batch=micro_batch, seq=seq, kv_width=kv_width, bytes_per_element=_act_bytes(model), context=layout.context)
+    again = 1 if recompute == "full" else 0
+    layer = layer + again * [x for x in layer if x.phase == "forward"]
+    layers, _ = _layers(model)
+    return _comm(layer, microbatches * layers / layout.pipeline, place, layout.tensor * layout.context, layout.context)
+
+
+def _activation_sizes(model: Model, micro_batch: int, seq: int) -> dict[str, int]:
+    return {"batch": micro_batch, "seq": seq, "d_model": model.values.get("d_model", 1), "bytes_per_element": _act_bytes(model)}
+
+
+def tensor_comm(model: Model, place: Placement, layout: Layout, microbatches: int, micro_batch: int, seq: int, recompute: str) -> Comm:
+    # full recomputation runs each layer's forward again, with its forward communication
+    again = 1 if recompute == "full" else 0
+    layers, _ = _layers(model)
+    return _tensor_comm(model, place, layout, microbatches, _activation_sizes(model, micro_batch, seq), layers, again)
+
+
+def expert_comm(model: Model, place: Placement, layout: Layout, microbatches: int, micro_batch: int, seq: int, recompute: str) -> Comm | None:
+    """All-to-all of the routed tokens in every mixture-of-experts layer (None without expert parallelism)."""
+    _, moe_layers = _layers(model)
+    if layout.expert == 1 or not moe_layers:
+        return None
+    again = 1 if recompute == "full" else 0
+    sizes = _activation_sizes(model, micro_batch, seq)
+    layer = list(_expert_layer(micro_batch * seq, model.values["top_k"], sizes["d_model"], sizes["bytes_per_element"], layout.expert))
+    per_layer = layer + again * [x for x in layer if x.phase == "forward"]
+    return _comm(per_layer, microbatches * moe_layers / layout.pipeline, place, layout.tensor * layout.expert, layout.expert)
+
+
+@lru_cache(maxsize=1024)
+def _expert_layer(tokens: int, top_k: int, d_model: int, bytes_per_element: Number, expert: int) -> tuple[parallel_comm.Transfer, ...]:
+    """One mixture-of-experts layer's all-to-alls, once per size: the planner's groups repeat a few."""
+    return tuple(parallel_comm.expert_parallel_layer(tokens=tokens, top_k=top_k, d_model=d_model, bytes_per_element=bytes_per_element, expert=expert))
+
+
+def pipeline_comm(model: Model, place: Placement, layout: Layout, microbatches: int, micro_batch: int, seq: int) -> Comm:
+    boundary = parallel_comm.pipeline_boundary(**_activation_sizes(model, micro_batch, seq))
+    return _comm(boundary, microbatches * layout.chunks, place, layout.tensor * layout.context * layout.data * layout.pipeline, layout.pipeline)
+
+
+def _tensor_comm(model: Model, place: Placement, layout: Layout, microbatches: int, sizes: dict, layers: int, again: int) -> Comm:
+    """Megatron's per-layer all-reduces (or sequence parallelism's gathers and scatters), the vocabulary-parallel embedding and head."""
+    t, p = layout.tensor, layout.pipeline
+    layer, ends = (list(x) for x in _tensor_transfers(layout.sequence, tuple(sizes.items()), model.values.get("vocab", 1), t))
+    layer = layer + again * [x for x in layer if x.phase == "forward"]
+    link = place.link(t)
+    seconds = transfer_seconds(layer, place, link) * layers + transfer_seconds(ends, place, link)
+    sent = float(parallel_comm.bytes_per_rank(layer)) * layers + float(parallel_comm.bytes_per_rank(ends))
+    # stages balanced: each holds 1/p of the layers and, spread the same way, of the ends
+    return Comm(seconds * microbatches / p, sent * microbatches / p, link, t)
+
+
+@lru_cache(maxsize=1024)
+def _tensor_transfers(sequence: bool, sizes: tuple[tuple[str, Number], ...], vocab: int, tensor: int) -> tuple[tuple[parallel_comm.Transfer, ...], tuple[parallel_comm.Transfer, ...]]:
+    """One layer's tensor-parallel collectives, and the vocabulary-parallel embedding's and head's, once per size."""
+    given = dict(sizes)
+    kind = parallel_comm.sequence_parallel_layer if sequence else parallel_comm.tensor_parallel_layer
+    layer = kind(**given, tensor=tensor)
+    ends = parallel_comm.vocab_parallel_embedding(**given, tensor=tensor) + parallel_comm.vocab_parallel_output_head(**given, vocab=vocab, tensor=tensor)
+    return tuple(layer), tuple(ends)
+
+
+def data_comm(model: Model, place: Placement, layout: Layout, precision: str, *, params: tuple[int, int] | None = None) -> Comm:
+    """The gradient exchange of one step: dense gradients over all data-parallel ranks, expert gradients over data/expert ranks.
+
+    ZeRO-3 adds the parameter gathers; ZeRO-1/2 and the distributed optimizer send the
+    same bytes as an all-reduce (a reduce-scatter and an all-gather).
+    """
+    t, d, p, e = layout.tensor, layout.data, layout.pipeline, layout.expert
+    grads = recipes().precision[precision].grads if precision in recipes().precision else None
+    if grads is None:
+        raise EvaluationError(f"unknown precision {precision!r}; choose one of {', '.join(recipes().precision)}")
+    # parameters on this rank, and what it would hold without expert parallelism (given when already known)
+    local, replicated = params or (_bind(model, params_per_device(model, Layout(tensor=t, pipeline=p, expert=e))), _bind(model, params_per_device(model, Layout(tensor=t, pipeline=p))))
+    expert = Fraction(replicated - local, e - 1) if e > 1 else 0  # routed-expert parameters on this rank
+    groups = [(local - expert, d)] + ([(expert, d // e)] if expert and d // e > 1 else [])
+    link = place.link(t * d)
+    seconds = sent = 0.0
+    for params, ranks in groups:
+        if ranks > 1 and params:
+            transfers = _gradient_transfers(layout.zero >= 3, params, grads, ranks)
+            seconds += transfer_seconds(transfers, place, link)
+            sent += float(parallel_comm.bytes_per_rank(transfers))
+    return Comm(seconds, sent, link, d)
+
+
+@lru_cache(maxsize=4096)
+def _gradient_transfers(zero3: bool, params: Number, grads: Number, data: int) -> tuple[parallel_comm.Transfer, ...]:
+    """One step's gradient exchange (ZeRO-3's gathers too) of ``params`` over ``data`` ranks, once per size: a plan's
+    groups that differ in degrees the exchange does not read send the same."""
+    step = parallel_comm.zero3_step if zero3 else parallel_comm.data_parallel_step
+    return tuple(step(params=params, bytes_per_element=grads, data=data))
+
+
+def _training_assumptions(place: Placement, dtype: str, layout: Layout, recompute: str, flash: bool, precision: str, comm: Mapping[str, Comm]) -> dict[str, object]:
+    return {
+        "peak": f"{place.device.name} dense {dtype} peak, no efficiency factor",
+        "dtype": dtype_assumption(dtype),
+        "hbm": f"{place.device.name} HBM bandwidth, no efficiency factor",
+        "overlap": "floor (lower bound): compute, memory traffic and communication fully overlapped at peak (max); peak, no overlap: their sum (not a ceiling: kernels below peak take longer; the estimate's ceiling is)",
+        "bytes": "HBM bytes as an unfused eager framework moves them; backward moves twice the forward's bytes; optimizer traffic not counted"
+        + ("; FlashAttention in the attention cores" if flash else ""),
+        "balance": "work, bytes and communication divide evenly: tensor-parallel sizes split exactly, pipeline stages hold equal shares (embedding and head included), routing is uniform over experts",
+        "expert_parallel": "experts spread over the data-parallel ranks (expert divides data); FLOPs and bytes per device unchanged under uniform routing; all-to-all of tokens × top_k per MoE layer",
+        "recompute": f"{recompute}: one extra forward of the recomputed parts ({'attention cores' if recompute == 'selective' else 'whole decoder layers' if recompute == 'full' else 'none'})"
+        + ("; with FlashAttention selective adds nothing beyond FlashAttention's own recomputation" if flash and recompute == "selective" else ""),
+        "pipeline": f"{layout.schedule} schedule, bubble = bubble_ratio × the micro-batch work" if layout.pipeline > 1 else "no pipeline",
+        "gradients": f"{precision} precision: {recipes().precision[precision].grads} bytes per gradient, exchanged once per step",
+        "rank_order": "tensor ranks innermost, then context, expert and data, then pipeline (Megatron-LM's order); a group uses scale_up while its span of consecutive ranks fits in one node, scale_out otherwise",
+        "node_size": place.node_size,
+        "node_size_source": place.node_source,
+        "links": {k: {"link": c.link, "bytes_per_s": _bandwidth(place, c.link), "latency_s": link_latency(c.link)} for k, c in comm.items()},
+        "collective_algorithm": "the faster of ring and tree for each collective where both are modelled (as NCCL picks by size)",
+        "latency": "symform.analysis.parallel.collectives.DEFAULT_LATENCY_S per message, by link",
+        "mfu": "model FLOPs = forward + backward of the step (no recomputation); HFU adds the recomputed FLOPs",
+    }
+
+
+# --- inference ----------------------------------------------------------------------------------

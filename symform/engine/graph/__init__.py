@@ -1,0 +1,1 @@
+"""The component graph and Model: composition, evaluation, size checks, block forms and derivations."""

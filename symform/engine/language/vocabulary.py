@@ -1,0 +1,159 @@
+"""The symbol table: the only place symform creates sympy symbols."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cache, cached_property
+from types import MappingProxyType
+from typing import Literal, Mapping
+
+import sympy
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+
+from ..store.derivation import Identity
+from ..store.data import formulas_dir, read_toml
+from ..budget import number_from_text
+from ..errors import DeclarationError, describe_validation
+from .latex_fragment import latex_problem
+from .names import is_identifier
+
+Kind = Literal["architecture", "workload", "convention", "dtype", "derived", "ratio"]
+Domain = Literal["positive_integer", "nonnegative_integer", "positive_rational"]
+
+_ASSUMPTIONS: dict[str, dict[str, bool]] = {
+    "positive_integer": {"integer": True, "positive": True},
+    "nonnegative_integer": {"integer": True, "nonnegative": True},
+    "positive_rational": {"rational": True, "positive": True},
+}
+
+
+class SymbolSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    latex: str
+    kind: Kind
+    description: str
+    domain: Domain = "positive_integer"
+    large: bool = False
+    default: str | None = None
+    tensor_parallel: bool = False  # Megatron-style tensor parallelism splits this size among the ranks
+
+    @field_validator("latex")
+    @classmethod
+    def _safe_latex(cls, text: str) -> str:
+        problem = latex_problem(text)
+        if problem:
+            raise ValueError(f"latex {text[:40]!r} is refused: {problem}")
+        return text
+
+    @model_validator(mode="after")
+    def _default_in_domain(self) -> "SymbolSpec":
+        if self.default is not None:
+            value = number_from_text(self.default, "default")  # ValueError names the problem
+            if "integer" in self.domain and value.denominator != 1:
+                raise ValueError(f"default {self.default!r} must be a whole number ({self.domain})")
+            if value < 0 or (value == 0 and self.domain != "nonnegative_integer"):
+                raise ValueError(f"default {self.default!r} is outside the domain {self.domain}")
+        return self
+
+
+def make_symbol(name: str, domain: Domain) -> sympy.Symbol:
+    return sympy.Symbol(name, **_ASSUMPTIONS[domain])
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    symbol: sympy.Symbol
+    spec: SymbolSpec
+
+    @property
+    def latex(self) -> str:
+        return self.spec.latex
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    entries: Mapping[str, Entry] = field(default_factory=dict)
+
+    def derivation_key(self) -> Identity:  # built once per set of files: by identity (engine/derivation)
+        return Identity(self)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.entries
+
+    def __getitem__(self, name: str) -> sympy.Symbol:
+        try:
+            return self.entries[name].symbol
+        except KeyError:
+            raise DeclarationError(f"unknown symbol {name!r}; known symbols: {', '.join(self.entries)}") from None
+
+    def entry(self, name: str) -> Entry:
+        self[name]
+        return self.entries[name]
+
+    def names(self, *kinds: str) -> list[str]:
+        return [n for n, e in self.entries.items() if not kinds or e.spec.kind in kinds]
+
+    def symbols(self, *kinds: str) -> list[sympy.Symbol]:
+        return [self.entries[n].symbol for n in self.names(*kinds)]
+
+    @property
+    def tensor_parallel(self) -> list[sympy.Symbol]:
+        return [e.symbol for e in self.entries.values() if e.spec.tensor_parallel]
+
+    @property
+    def large(self) -> frozenset[sympy.Symbol]:
+        return frozenset(e.symbol for e in self.entries.values() if e.spec.large)
+
+    def defaults(self) -> dict[sympy.Symbol, sympy.Expr]:
+        """Default values of conventions and storage sizes, as exact sympy numbers."""
+        return dict(self._defaults)
+
+    @cached_property
+    def _defaults(self) -> Mapping[sympy.Symbol, sympy.Expr]:
+        return MappingProxyType({e.symbol: sympy.Rational(number_from_text(e.spec.default, e.name)) for e in self.entries.values() if e.spec.default is not None})
+
+    def by_symbol(self, symbol: sympy.Symbol) -> Entry:
+        return self.entries[symbol.name]
+
+    @cached_property
+    def domains(self) -> Mapping[str, str]:
+        """Each name's domain, looked up on every exact evaluation."""
+        return MappingProxyType({n: e.spec.domain for n, e in self.entries.items()})
+
+    @cached_property
+    def least_ints(self) -> dict[str, int]:
+        """Each name's least int value (0 where the domain is nonnegative, else 1), read on every exact evaluation."""
+        return {n: 0 if domain == "nonnegative_integer" else 1 for n, domain in self.domains.items()}
+
+    @cached_property
+    def architecture(self) -> frozenset[str]:
+        return frozenset(self.names("architecture"))
+
+    @cached_property
+    def symbol_set(self) -> frozenset[sympy.Symbol]:
+        return frozenset(e.symbol for e in self.entries.values())
+
+    @cached_property
+    def settings(self) -> frozenset[str]:
+        """Names with a default that select an expression rather than a value (past): not conventions or storage sizes."""
+        return frozenset(e.name for e in self.entries.values() if e.spec.default is not None and e.spec.kind not in ("convention", "dtype"))
+
+
+def vocabulary_from_table(table: Mapping[str, object]) -> Vocabulary:
+    entries = {}
+    for name, raw in table.items():
+        if not is_identifier(name):
+            raise DeclarationError(f"symbol name {name!r} is not an identifier; use letters, digits and _")
+        try:
+            spec = SymbolSpec.model_validate(raw)
+        except ValidationError as e:
+            raise DeclarationError(f"symbol {name!r}: {describe_validation(e)}") from None
+        entries[name] = Entry(name, make_symbol(name, spec.domain), spec)
+    return Vocabulary(MappingProxyType(entries))
+
+
+@cache
+def default_vocabulary() -> Vocabulary:
+    return vocabulary_from_table(read_toml(formulas_dir() / "symbols.toml"))
