@@ -46,7 +46,7 @@ def test_flops_json_shape_and_conventions(capsys):
         "flops_per_mac": 2, "causal": 1, "bwd_mult": 2, "count_elementwise": 0, "windowed": 1, "dropout": 0, "upcast": 1,
         "weight_bytes": 2, "act_bytes": 2, "kv_bytes": 2, "kv_block": 1, "stat_bytes": 4, "mask_bytes": 1, "index_bytes": 8, "loss_bytes": 4,
         "state_bytes": 4, "grad_bytes": 2, "optimizer_bytes": 4,
-        "views": 0, "cpu_kernels": 0, "loss_chunks": 0, "every_expert": 0,
+        "views": 0, "cpu_kernels": 0, "loss_chunks": 0, "every_expert": 0, "fp8_linears": 0, "grouped_experts": 0,
     }
 
 
@@ -101,7 +101,7 @@ BAD_CONFIGS = [
     ("[]", "must be a JSON object"),
     ({"hidden_size": 8}, "no 'model_type'"),
     # an unknown architectures class too: a known one (Qwen3ForCausalLM) is now read in place of the model_type
-    ({**preset_json("qwen3-0.6b"), "model_type": "fancy_net", "architectures": ["FancyNetForCausalLM"]}, "model_type 'fancy_net' is not supported; supported: " + ", ".join(supported_model_types())),
+    ({**preset_json("qwen3-0.6b"), "model_type": "fancy_net", "architectures": ["FancyNetForCausalLM"]}, f"model_type 'fancy_net' is not supported ({len(supported_model_types())} are: symform models lists them); symform import writes a declaration"),
     ({**preset_json("qwen3-0.6b"), "hidden_size": "1024"}, "field 'hidden_size' is '1024'; it must be a positive integer"),
     ({**preset_json("qwen3-0.6b"), "hidden_size": 0}, "field 'hidden_size' is 0"),
     ({**preset_json("qwen3-0.6b"), "num_hidden_layers": -2}, "field 'num_hidden_layers' is -2"),

@@ -5,7 +5,7 @@ import sympy
 
 from symform import DeclarationError, Model
 from symform.engine.language.declarations import default_library, parse_components
-from ..symform.engine.errors import ConfigError
+from symform.engine.errors import ConfigError
 
 
 def merge(table):

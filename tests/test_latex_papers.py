@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from symform.engine.language.vocabulary import default_vocabulary
 from symform.interface.papers import latex as tex
 from symform.interface.papers.latex_parse import parse_back
-from symform.interface.papers import paper_forms, read_paper
+from symform.interface.papers.paper_forms import paper_forms, read_paper
 
 V = default_vocabulary()
 

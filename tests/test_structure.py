@@ -88,6 +88,14 @@ def members(family: str) -> tuple[Model, ...]:
 # encoder also reads source_seq, which they do not set yet. Expected to fail, strictly, until they do.
 TWO_LENGTHS_NOT_YET = {"t5", "mt5", "umt5"}
 
+# Hybrid families whose leading forms are not declared yet, each with what is missing. Expected to fail, strictly,
+# until they are.
+LEADING_NOT_YET = {
+    "jamba": "the granular default leaves Mamba-1's scan and projections out of the leading order: -24 % at jamba-1.5-mini",
+    "mamba2": "derive's error report has no value for the chunked scan's leading form at mamba-codestral-7b",
+    "hunyuan_v1_moe": "no preset (Hunyuan-A13B's per-layer lists are refused) and config defaults that leave head_dim null",
+}
+
 
 @pytest.mark.parametrize("family", sorted(all_families()))
 def test_each_family_s_default_assumptions_are_within_20_percent_at_every_preset(family, request):
@@ -95,6 +103,8 @@ def test_each_family_s_default_assumptions_are_within_20_percent_at_every_preset
     simple form) against the exact counts at every bundled preset of the family, or its defaults."""
     if family in TWO_LENGTHS_NOT_YET:
         request.applymarker(pytest.mark.xfail(strict=True, reason="the columns set seq alone, not source_seq"))
+    if family == "jamba":
+        request.applymarker(pytest.mark.xfail(strict=True, reason=LEADING_NOT_YET[family]))
     for m in members(family):
         name = m.name
         for quantity, _, _ in COLUMNS:
@@ -134,6 +144,8 @@ def test_derive_s_leading_forms_of_every_family_add_positive_blocks_within_20_pe
     without a gradient)."""
     if family in TWO_LENGTHS_NOT_YET:
         request.applymarker(pytest.mark.xfail(strict=True, reason="derive's error report sets seq alone, not source_seq"))
+    if family in LEADING_NOT_YET:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=LEADING_NOT_YET[family]))
     found = members(family)
     assert found, f"{family}: no preset and no config defaults to check its leading order at"
     for m in found:

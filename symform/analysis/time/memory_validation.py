@@ -18,7 +18,7 @@ from ...engine.graph.model import Model
 from ..memory.frameworks import framework
 from ..memory.memory import Training, training_memory
 from ..memory.settings import Layout
-from . import calibration
+from . import calibration, measured_runs
 from ..devices.hardware import load_device
 
 FIGURES = {"peak_reserved_gib": 2**30}  # the figure each source reports, and its unit in bytes
@@ -144,7 +144,7 @@ def within(cases: list[MemoryCase], limit: float) -> bool:
 class TimedRunFit:
     """symform's training memory of a published timed run (calibration's training runs) on the device it ran on."""
 
-    run: calibration.Run
+    run: measured_runs.Run
     framework: str
     total_bytes: float
     capacity_bytes: float
@@ -161,9 +161,9 @@ _UNMODELLED = {
 }
 
 
-def timed_run_fit(run: calibration.Run) -> TimedRunFit:
+def timed_run_fit(run: measured_runs.Run) -> TimedRunFit:
     s = run.setup
-    fw = framework(calibration.sources()[run.source].get("framework", "torchtitan"))
+    fw = framework(measured_runs.sources()[run.source].get("framework", "torchtitan"))
     base = calibration.run_layout(s)
     layout = Layout(
         data=base.data, tensor=base.tensor, pipeline=base.pipeline, expert=base.expert, zero=base.zero, schedule=base.schedule, chunks=base.chunks,
@@ -174,7 +174,7 @@ def timed_run_fit(run: calibration.Run) -> TimedRunFit:
         precision=timed_precision(s), recompute=s.get("recompute", "none"), flash=s.get("attention", "sdpa") != "eager", layout=layout, framework=fw.name,
         recompute_modules=tuple(s.get("recompute_modules", ())),
     )  # fmt: skip
-    report = training_memory(calibration.run_model(run), batch=s["micro_batch"], seq=s["seq"], setup=setup)
+    report = training_memory(measured_runs.run_model(run), batch=s["micro_batch"], seq=s["seq"], setup=setup)
     unmodelled = tuple(why for key, (value, why) in _UNMODELLED.items() if key in s and (value is None or s[key] == value)) + tuple(fw.not_modelled)
     return TimedRunFit(run, fw.name, float(report.total), float(load_device(s["gpu"]).memory_bytes), unmodelled)
 
@@ -185,7 +185,7 @@ def timed_precision(s: Mapping[str, Any]) -> str:
 
 
 def timed_run_fits() -> list[TimedRunFit]:
-    return [timed_run_fit(run) for run in calibration.runs() if run.kind == "training"]
+    return [timed_run_fit(run) for run in measured_runs.runs() if run.kind == "training"]
 
 
 def timed_fits_section(fits: list[TimedRunFit]) -> list[str]:

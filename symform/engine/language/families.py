@@ -298,8 +298,8 @@ def family_for(config: Mapping[str, Any], origin: str) -> Family:
             _check_fallback(by_class, model_type, config, origin)
             return by_class
         raise ConfigError(
-            f"{origin}: model_type {quoted(model_type)} is not supported; supported: {', '.join(supported_model_types())}"
-            " (or declare the architecture yourself: see docs/declaring-architectures.md)"
+            f"{origin}: model_type {quoted(model_type)} is not supported ({len(supported_model_types())} are: symform models lists them); "
+            "symform import writes a declaration for a transformers model, or declare the architecture yourself (docs/declaring-architectures.md)"
         )
     return _variant(families()[model_type], model_type, config)
 

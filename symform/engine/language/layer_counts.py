@@ -7,7 +7,7 @@ import builtins
 import re
 from typing import Any, Mapping
 
-import sympy
+
 from pydantic import BaseModel, ConfigDict
 
 from ..budget import LAYERS, check_count
