@@ -29,9 +29,6 @@ from ...engine.graph.model import Model
 from ...engine.algebra.multiplied import from_polynomial, multiplied_out, polynomial
 from ...engine.language.vocabulary import Vocabulary
 from ...engine.language.declarations import PARTS
-from ...engine.store.data import formulas_dir, read_toml
-from ...engine.errors import DeclarationError, describe_validation
-from ...engine.budget import DEVICES, check_count, quoted
 from .maxima import max_of
 from .quantization import StoredFormat, WeightFormat, _rational, bytes_per_weight, checkpoint_format, stored_bytes, weight_bytes_by_leaf
 from . import frameworks

@@ -21,7 +21,8 @@ from functools import cache
 from typing import Any, Mapping
 
 from ...engine.store.data import formulas_dir, read_toml
-from ...engine.language.families import FamilySpec, count_layers, layers_in, read_fields, reading_spec, sub_config
+from ...engine.language.families import FamilySpec, read_fields, reading_spec, sub_config
+from ...engine.language.layer_counts import count_layers, layers_in
 from ...engine.errors import ConfigError, SymformError
 from ...engine.graph.model import Model
 from .memory import dropout_origin

@@ -43,8 +43,6 @@ from ..devices.hardware import Hardware
 from ..memory.finetune import FineTune, kernel_passes, trained_per_device
 from ..memory.memory import params_per_device, tensor_split
 from ..memory.settings import Layout
-from ...engine.budget import quoted
-from ...engine.store.data import data_root, read_toml
 from . import grouped_gemm
 from .roofline import phase_work
 from .kernel_work import Kernel

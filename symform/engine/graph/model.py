@@ -33,10 +33,7 @@ from .size_checks import GeneratedChecks, SizeCheck, size_checks
 from . import requirements
 from .requirements import NO_CHECKS, _reading_workload
 from ..language.userfile import load_declaration_file
-from ..budget import check_roots_and_logs
 from ..language.families import load_family
-from .graph import BoundRequirement
-from .size_checks import generate_checks
 
 
 class DerivedQuantity(BaseModel):

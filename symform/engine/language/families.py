@@ -9,7 +9,6 @@ family by name.
 
 from __future__ import annotations
 
-import builtins
 import json
 import math
 import re
@@ -25,7 +24,7 @@ from ..budget import LAYERS, check_count, check_number, quoted
 from ..store.data import formulas_dir, read_json, read_toml
 from ..errors import ConfigError, DeclarationError, describe_validation
 from .family_files import family_table, reading_order
-from .layer_counts import CountSpec, _is_text_list, count_layers, layers_in, listed_kinds  # noqa: F401  (families.count_layers, ...)
+from .layer_counts import CountSpec, count_layers, is_text_list
 from .names import is_identifier
 
 
@@ -369,7 +368,7 @@ def spec_from_config(config: Any, *, name: str, origin: str, family: Family | No
     _refuse_unmodelled(family.spec.refuse, fields, origin)
     for count_name, count in family.spec.counts.items():
         fields[count_name] = count_layers(count_name, count, fields, origin)
-    numbers = {k: v for k, v in fields.items() if v is not None and not _is_text_list(v)}
+    numbers = {k: v for k, v in fields.items() if v is not None and not is_text_list(v)}
     null = {k for k, v in fields.items() if v is None}
     arguments: dict[str, int | str] = {}
     for arg, text in family.spec.bind.items():
@@ -423,7 +422,7 @@ def _refuse_unmodelled(refusals: list[RefusalSpec], fields: Mapping[str, Any], o
 
     from .safe_expr import parse
 
-    names = {k: v for k, v in fields.items() if v is not None and not _is_text_list(v)}
+    names = {k: v for k, v in fields.items() if v is not None and not is_text_list(v)}
     null = {k for k, v in fields.items() if v is None}
     for refusal in refusals:
         if refusal.field:
@@ -474,7 +473,7 @@ def read_fields(specs: Mapping[str, FieldSpec], config: Mapping[str, Any], origi
             if fallback is None:
                 state = "is null" if key in section else "is missing"
                 raise ConfigError(f"{origin}: field {name!r} {state}; it must be a {_kind(spec)}")
-            raw = fallback if isinstance(fallback, (bool, list)) or spec.type in ("str", "pattern") else parse(fallback, {k: v for k, v in values.items() if not _is_text_list(v)})
+            raw = fallback if isinstance(fallback, (bool, list)) or spec.type in ("str", "pattern") else parse(fallback, {k: v for k, v in values.items() if not is_text_list(v)})
         values[field] = _check_type(name, raw, spec, origin)
     return values
 

@@ -48,7 +48,7 @@ def count_layers(name: str, spec: CountSpec, fields: Mapping[str, Any], origin: 
             raise ConfigError(f"{origin}: field {listed[0]!r} lists {len(listed[1])} layers but {spec.over} is {fields[spec.over]}; make them agree")
         # a condition reading `kind` is about the entries of a list of integers; a list of kinds read in its place
         # (the layer_types transformers saves) is selected by `equals` alone
-        if spec.each is not None and not (_is_text_list(listed[1]) and re.search(r"\bkind\b", spec.each)):
+        if spec.each is not None and not (is_text_list(listed[1]) and re.search(r"\bkind\b", spec.each)):
             return _count_each(name, spec, listed[1], fields)
         kinds = spec.kinds()
         return sympy.Integer(sum(1 for kind in listed[1] if kinds is None or kind in kinds))
@@ -57,7 +57,7 @@ def count_layers(name: str, spec: CountSpec, fields: Mapping[str, Any], origin: 
     if spec.when is None or not spec.over:
         raise DeclarationError(f"count {name!r} needs 'over' and a 'when' condition for configs without {' or '.join(spec.lists())}")
     total = int(fields[spec.over])
-    names = {k: v for k, v in fields.items() if v is not None and not _is_text_list(v)}
+    names = {k: v for k, v in fields.items() if v is not None and not is_text_list(v)}
     if {k for k, v in fields.items() if v is None} & set(re.findall(r"[A-Za-z_]\w*", spec.when)):
         return sympy.Integer(0)  # a condition on a null field holds for no layer
     if "i" not in re.findall(r"[A-Za-z_]\w*", spec.when):  # the same for every layer: decided once
@@ -71,15 +71,15 @@ def _count_each(name: str, spec: CountSpec, listed: tuple, fields: Mapping[str, 
     list of kinds (text), the layers of the `equals` kinds for which ``spec.each`` holds over the fields and i."""
     import sympy
 
-    if _is_text_list(listed):
+    if is_text_list(listed):
         kinds = spec.kinds()
-        names = {k: v for k, v in fields.items() if v is not None and not _is_text_list(v)}
+        names = {k: v for k, v in fields.items() if v is not None and not is_text_list(v)}
         check_count(len(listed), LAYERS, f"count {name} (layers listed one by one)", "LAYERS", f"give a config of at most {LAYERS:,} layers")
         return sympy.Integer(sum(1 for i, kind in enumerate(listed) if (kinds is None or kind in kinds) and _holds(spec.each, {**names, "i": sympy.Integer(i)})))
 
     if "kind" in fields:
         raise DeclarationError(f"count {name!r}: a field named 'kind' hides the listed entry in 'each'; rename the field")
-    names = {k: v for k, v in fields.items() if v is not None and not _is_text_list(v)}
+    names = {k: v for k, v in fields.items() if v is not None and not is_text_list(v)}
     check_count(len(listed), LAYERS, f"count {name} (layers listed one by one)", "LAYERS", f"give a config of at most {LAYERS:,} layers")
     return sympy.Integer(sum(1 for i, kind in enumerate(listed) if _holds(spec.each, {**names, "i": sympy.Integer(i), "kind": kind})))
 
@@ -109,6 +109,6 @@ def _holds(condition: str, names: Mapping[str, Any]) -> bool:
     return parse(condition, names, relation=True).doit() == sympy.true
 
 
-def _is_text_list(value: Any) -> bool:
+def is_text_list(value: Any) -> bool:
     """Text (a str field, a list of strings): read by choices and counts, never by arithmetic."""
     return isinstance(value, str) or (isinstance(value, tuple) and any(isinstance(v, str) for v in value))

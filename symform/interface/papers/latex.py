@@ -21,7 +21,6 @@ symform's symbols through the vocabulary.
 from __future__ import annotations
 
 import re
-import unicodedata
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
@@ -32,10 +31,9 @@ import sympy
 from sympy.printing.latex import LatexPrinter
 
 from ...engine.language.declarations import QUANTITIES, Library, default_library
-from ...engine.graph.derive import Derivation, derive, step_blocks
+from ...engine.graph.derive import Derivation, derive
 from ...engine.graph.structure import by_layer_kind
 from ...engine.errors import EvaluationError
-from ...engine.algebra.evaluate import Number
 from ...engine.graph.graph import build_graph
 from ...engine.graph.model import Model, normalise_quantity
 from ...engine.language.vocabulary import Vocabulary, default_vocabulary

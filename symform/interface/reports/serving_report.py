@@ -65,7 +65,7 @@ def serve_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def serve_command(model: Model, args: argparse.Namespace) -> str:
-    from ...analysis.plans.serving_planner import Targets, plan_serving
+    from ...analysis.plans.serving_planner import plan_serving
 
     targets = _targets(args)
     missing = [f"--{n.replace('_', '-')}" for n in ("prompt", "output") if getattr(args, n) is None]
