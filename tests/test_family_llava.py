@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from checks import one_line_error  # noqa: E402
-from oracle import global_counts, hf_config, image_token_ids, saved_with_images  # noqa: E402
+from oracle import check_cache_bytes, global_counts, hf_config, image_token_ids, saved_with_images  # noqa: E402
 from test_family_qwen3_vl import DTYPES, counted, given_for  # noqa: E402
 
 from symform.engine.errors import ConfigError  # noqa: E402
@@ -109,12 +109,7 @@ def test_forward_flops_with_images_equal_the_counter(case, batch, seq, images):
 
 @pytest.mark.parametrize("case", CONFIGS)
 def test_the_cache_holds_what_transformers_caches(case):
-    config = CONFIGS[case]
-    with torch.no_grad():
-        ids = torch.randint(0, 100, (2, 9), generator=torch.Generator().manual_seed(9))
-        cache = build(config)(input_ids=ids, use_cache=True).past_key_values
-    held = sum(t.numel() * t.element_size() for layer in cache.layers for t in vars(layer).values() if isinstance(t, torch.Tensor) and t.dim() > 0)
-    assert Model.from_config(config).with_conventions(kv_bytes=4).evaluate("kv_cache", batch=2, seq=9) == held
+    check_cache_bytes(CONFIGS[case], build(CONFIGS[case]), 9)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
