@@ -98,6 +98,8 @@ def one_param(tmp_path: Path, expression: str, **options) -> str:
         ('"d_model**64*d_model**64*d_model**64"', "DEGREE"),
         ("true", "params"),
         ('"ｄ_model"', "non-ASCII"),
+        ('"d_model + min(log(0))"', "has no value"),  # found by test_generated_declarations_count_or_refuse
+        ('"max(log(0), d_model)"', "has no value"),
     ],
 )
 def test_expressions_that_cannot_be_counted_are_one_line(tmp_path, expression, words):

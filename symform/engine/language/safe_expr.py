@@ -227,7 +227,11 @@ class _Converter:
                     f"sqrt and log nest over {ROOT_LOG_DEPTH} deep in {quoted(self.source)}, past symform's budget "
                     "(symform.engine.budget.ROOT_LOG_DEPTH): each level multiplies the work of evaluating them; write fewer nested calls"
                 )
-            return self.folded(function(*(self.operand(a) for a in node.args)))
+            arguments = [self.operand(a) for a in node.args]
+            try:
+                return self.folded(function(*arguments))
+            except (TypeError, ValueError):  # sympy cannot order or apply it: an argument with no finite value (log(0))
+                raise ExpressionError(f"{node.func.id}() of {', '.join(map(str, arguments))} has no value in {quoted(self.source)}; give arguments with a finite value") from None
         finally:
             self.roots_and_logs -= nests
 
