@@ -160,3 +160,23 @@ def test_a_malformed_framework_file_is_one_line_from_the_cli(tmp_path, monkeypat
         module.frameworks.cache_clear()
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("symform: error: frameworks/broken.toml:") and len(err.strip().splitlines()) == 1
+
+
+def test_a_convention_the_user_sets_wins_over_the_frameworks(capsys):
+    """Megatron's fused cross-entropy sets loss_chunks = 1; a user's --convention loss_chunks=4 must hold: the loss's
+    backward then holds one bf16 gradient of a quarter of the logits, 512·128,256·2 / 4 bytes for llama-3.1-8b."""
+    args = ("memory", "llama-3.1-8b", "--train", "--batch", "1", "--seq", "512", "--framework", "megatron")
+    framework = run_json(capsys, *args)
+    chosen = run_json(capsys, *args, "--convention", "loss_chunks=4")
+    assert framework["components"]["backward_peak"] == 512 * 128256 * 2
+    assert chosen["components"]["backward_peak"] == 512 * 128256 * 2 // 4
+    assert chosen["assumptions"]["conventions"]["loss_chunks"] == 4
+    assert run_json(capsys, *args, "--convention", "upcast=1")["assumptions"]["conventions"]["upcast"] == 1
+
+
+def test_conventions_given_at_load_are_kept_under_a_framework():
+    from symform.analysis.memory.frameworks import framework, under
+
+    model = under(load("llama-3.1-8b", conventions={"loss_chunks": 3}), framework("megatron"), 2)
+    assert model.conventions[model.vocabulary["loss_chunks"]] == 3
+    assert under(load("llama-3.1-8b"), framework("megatron"), 2).conventions[model.vocabulary["loss_chunks"]] == 1

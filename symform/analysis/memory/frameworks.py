@@ -167,8 +167,9 @@ def framework(name: str | None) -> Framework | None:
 
 def under(model: Model, fw: Framework | None, act_bytes: int, precision: str | None = None) -> Model:
     """The model as a training step under ``fw`` counts it: activations in ``act_bytes``, the framework's conventions
-    at ``precision`` (the recipe's name: FP8 steps keep their linears' inputs in FP8 under Transformer Engine)."""
-    return model.with_conventions(act_bytes=act_bytes, **(fw.convention_values(precision) if fw else {}))
+    at ``precision`` (the recipe's name: FP8 steps keep their linears' inputs in FP8 under Transformer Engine) where the
+    caller set none of its own (``--convention`` wins over the framework)."""
+    return model.with_conventions(act_bytes=act_bytes).with_defaults(**(fw.convention_values(precision) if fw else {}))
 
 
 def module_modes(fw: Framework | None, modules: tuple[str, ...], recompute: str) -> tuple[str, tuple[str, ...]]:

@@ -106,6 +106,7 @@ class Model:
         named = accounting_conventions(accounting) if accounting else {}
         # the config's own settings (its dropout) first: an accounting and the user's conventions override them
         self.conventions = self._conventions({**spec.conventions, **named, **(conventions or {})})
+        self.chosen = frozenset(conventions or ())  # the caller's own: a framework's conventions yield to these
         self._bind()
 
     def _bind(self, like: "Model | None" = None, resized: tuple[dict, dict] | None = None, changed: frozenset | None = None) -> None:
@@ -181,7 +182,7 @@ class Model:
         model = object.__new__(Model)  # the conventions stay as they were checked: only the arguments are new
         model.spec = replace(self.spec, arguments=MappingProxyType({**self.spec.arguments, **arguments}))
         model.library, model.vocabulary, model.accounting = self.library, self.vocabulary, self.accounting
-        model.conventions = dict(self.conventions)
+        model.conventions, model.chosen = dict(self.conventions), self.chosen
         model._bind(like=self, resized=self._resized(arguments))
         return model
 
@@ -200,17 +201,25 @@ class Model:
         return values, self._arguments
 
     def with_conventions(self, **conventions: object) -> "Model":
-        merged = {s.name: v for s, v in self.conventions.items()} | conventions
+        """The same model with some conventions set by the caller (a framework's defaults then yield to them)."""
+        return self._reconvened(conventions, self.chosen | frozenset(conventions))
+
+    def with_defaults(self, **conventions: object) -> "Model":
+        """The same model with conventions that yield to the caller's own: each is set only where the caller set none."""
+        return self._reconvened({k: v for k, v in conventions.items() if k not in self.chosen}, self.chosen)
+
+    def _reconvened(self, conventions: Mapping[str, object], chosen: frozenset) -> "Model":
+        merged = {s.name: v for s, v in self.conventions.items()} | dict(conventions)
         model = object.__new__(Model)  # the sizes stay as they were checked: only the requirements that read a changed convention are checked again
         model.spec, model.library, model.vocabulary, model.accounting = self.spec, self.library, self.vocabulary, self.accounting
-        model.conventions = model._conventions(merged)
+        model.conventions, model.chosen = model._conventions(merged), chosen
         changed = frozenset(s for s, v in model.conventions.items() if self.conventions.get(s) != v)
         model._bind(resized=(dict(self._values), self._arguments), changed=changed)
         return model
 
     def with_accounting(self, name: str) -> "Model":
         """The same model under a named convention set (``"eager"``): its conventions replace the current ones."""
-        return Model(self.spec, library=self.library, conventions=accounting_conventions(name), accounting=name)
+        return Model(self.spec, library=self.library, accounting=name)
 
     @property
     def name(self) -> str:
