@@ -120,3 +120,34 @@ def test_four_in_five_published_runs_lie_inside_their_band():
     for kind in ("training", "serving"):
         chosen = [c for c in cases if c.run.kind == kind]
         assert sum(c.inside for c in chosen) >= 0.8 * len(chosen), kind
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    name=st.sampled_from(("gpt2", "llama-3.2-1b", "qwen3-0.6b")), gpu=st.sampled_from(("a100-sxm-80gb", "h100-sxm", "b200")),
+    devices=st.sampled_from((4, 8, 16)), per_device=st.sampled_from((1, 4)), seq=st.sampled_from((512, 2048)),
+)
+def test_a_plans_rows_show_bounds_that_bracket_their_estimate(models, name, gpu, devices, per_device, seq):
+    """symform plan used to print the sum at peak as each layout's "upper" bound beside an estimate above it
+    (gpt2 on 8 A100s: estimate 0.054 s, "upper" 0.041 s); the range it prints must hold the estimate."""
+    from symform.analysis.plans.planner import plan
+    from symform.interface.reports.planner_report import _table
+
+    result = plan(models[name], gpu, devices=devices, global_batch=devices * per_device, seq=seq, flash=True, top=3)
+    lines = _table(result).splitlines()
+    rows = lines[lines.index(next(l for l in lines if l.lstrip().startswith("#"))) + 1 :][: len(result.best)]
+    for row, line in zip(result.best, rows):
+        shown = line.split()
+        estimate, floor, ceiling = float(shown[9]), float(shown[10]), float(shown[12])
+        assert floor <= estimate <= ceiling, line
+        _holds(row.time.time_lower, row.estimate.step.estimate, row.estimate.step.ceiling)
+
+
+def test_the_plan_of_the_issue_shows_its_estimate_inside_its_range(models):
+    """gpt2, global batch 64 × 1,024 on 8 A100s: the best layout's estimate (0.054 s) against what its row prints."""
+    from symform.analysis.plans.planner import plan
+    from symform.interface.reports.planner_report import _range_text
+
+    best = plan(models["gpt2"], "a100-sxm-80gb", devices=8, global_batch=64, seq=1024, flash=True, top=1).best[0]
+    floor, _, ceiling = _range_text(best).split()
+    assert float(floor) <= round(best.estimate.step.estimate, 3) <= float(ceiling)
