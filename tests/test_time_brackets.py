@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import symform
+from symform.analysis.time.efficiencies import TimeProfile
 from symform.analysis.time.estimate import serving_estimate, training_estimate
 from symform.analysis.memory.settings import Layout
 from symform.analysis.time.timing import training_time
@@ -21,6 +22,8 @@ from symform.engine.errors import SymformError
 PRESETS = ("gpt2", "llama-3.2-1b", "qwen3-0.6b", "gemma-2-2b", "mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v2-lite")
 GPUS = ("a100-sxm-80gb", "h100-sxm", "h200-sxm", "b200", "mi300x")
 RELATIVE = 1e-9  # float rounding of the same sums taken in another order
+# a framework's time facts (formulas/frameworks [[time.facts]]): none, its overlaps, a release's slowdown, no time per expert
+FACTS = (None, TimeProfile("megatron", "25.11", tp_comm_overlap=True, p2p_overlap=True), TimeProfile("megatron", "25.11", step_factor=2.0), TimeProfile("automodel", expert_s_scale=0.0))
 
 
 @pytest.fixture(scope="module")
@@ -39,9 +42,9 @@ def _holds(floor: float, estimate: float, ceiling: float) -> None:
     data=st.sampled_from((1, 2, 8)), expert=st.sampled_from((1, 2)), micro_batch=st.sampled_from((1, 2, 4)), microbatches=st.sampled_from((1, 4, 8)),
     seq=st.sampled_from((128, 1024, 4096)), recompute=st.sampled_from(("none", "selective", "full")), attention=st.sampled_from(("sdpa", "eager")),
     zero=st.sampled_from((0, 1, 3)), dtype=st.sampled_from(("bf16", "fp8")), schedule=st.sampled_from(("1f1b", "gpipe", "interleaved")),
-    chunks=st.sampled_from((1, 2)), sequence=st.booleans(), overlap=st.booleans(),
+    chunks=st.sampled_from((1, 2)), sequence=st.booleans(), overlap=st.booleans(), facts=st.sampled_from(FACTS),
 )
-def test_a_training_step_estimate_lies_between_its_floor_and_its_ceiling(models, name, gpu, tensor, pipeline, data, expert, micro_batch, microbatches, seq, recompute, attention, zero, dtype, schedule, chunks, sequence, overlap):
+def test_a_training_step_estimate_lies_between_its_floor_and_its_ceiling(models, name, gpu, tensor, pipeline, data, expert, micro_batch, microbatches, seq, recompute, attention, zero, dtype, schedule, chunks, sequence, overlap, facts):
     model = models[name]
     try:
         layout = Layout(data=data, tensor=tensor, pipeline=pipeline, expert=expert if "n_experts" in model.values else 1, zero=zero, schedule=schedule, chunks=chunks, sequence=sequence)
@@ -49,7 +52,7 @@ def test_a_training_step_estimate_lies_between_its_floor_and_its_ceiling(models,
         bounds = training_time(model, gpu, flash=attention != "eager", **setup)
     except SymformError:
         assume(False)  # a degree that does not divide the model's sizes, a device without fp8, chunks without a pipeline
-    found = training_estimate(model, gpu, attention=attention, bounds=bounds, tp_comm_overlap=overlap and sequence, **setup)
+    found = training_estimate(model, gpu, attention=attention, bounds=bounds, tp_comm_overlap=overlap and sequence, profile=facts, **setup)
     _holds(bounds.time_lower, found.step.estimate, found.step.ceiling)
     assert found.step.floor <= found.step.low <= found.step.estimate <= found.step.high
 
