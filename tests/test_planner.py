@@ -51,24 +51,24 @@ def test_the_plan_offers_only_layouts_that_fit_and_none_faster_fits(screened):
     capacity = 80 * 2**30 - HEADROOM  # the plan leaves its headroom free
     assert result.candidates == len(c) and result.fitting == int((memory <= capacity).sum())
     assert all(row.memory.total <= capacity for row in result.best)
-    # ranked by the estimate, ties broken by the sum at peak: the floor's fastest layout is no faster by estimate
+    # ranked by the estimate, ties broken by its ceiling: the floor's fastest layout is no faster by estimate
     fits = np.flatnonzero(memory <= capacity)
     layout, micro_batch, recompute = c.layout(int(fits[np.argmin(lower[fits])]), GLOBAL_BATCH)
     floor_fastest = training_estimate(model, "h100-sxm", global_batch=GLOBAL_BATCH, micro_batch=micro_batch, seq=SEQ, layout=layout, recompute=recompute)
     assert result.best[0].estimate.step.estimate <= floor_fastest.step.estimate * (1 + 1e-12)
-    keys = [(row.estimate.step.estimate, row.time.time_upper) for row in result.best]
+    keys = [(row.estimate.step.estimate, row.estimate.step.ceiling) for row in result.best]
     assert keys == sorted(keys)
 
 
 def test_the_plan_breaks_the_floors_tie_by_the_estimate():
     """llama-3.1-70b on 64 H100s: the floor is the compute at peak wherever compute sets it, so the layouts it ranks
-    first tie (98.8 % MFU); the estimate tells them apart, and equal estimates go by the sum at peak."""
+    first tie (98.8 % MFU); the estimate tells them apart, and equal estimates go by the estimate's ceiling."""
     result = plan(load("llama-3.1-70b"), "h100-sxm", devices=64, global_batch=512, seq=4096, flash=True, top=5)
     estimates = [row.estimate.step.estimate for row in result.best]
     assert estimates == sorted(estimates) and estimates[0] < estimates[-1]
     for a, b in zip(result.best, result.best[1:]):
         if a.estimate.step.estimate == b.estimate.step.estimate:
-            assert a.time.time_upper <= b.time.time_upper
+            assert a.estimate.step.ceiling <= b.estimate.step.ceiling
 
 
 def test_a_tight_budget_forces_sharding_and_recomputation():

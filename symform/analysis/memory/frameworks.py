@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 from functools import cache
-from typing import Literal, Mapping
+from typing import Any, Literal, Mapping
 
 import sympy
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -96,6 +96,7 @@ class Framework(_Strict):
     recompute_modules: dict[str, ModuleRecompute] = Field(default_factory=dict)  # by the framework's own module names
     overheads: list[Overhead] = Field(default_factory=list)
     not_modelled: list[str] = Field(default_factory=list)
+    time: dict[str, Any] | None = None  # time-side facts, read (and checked) by symform.analysis.time.efficiencies
 
     def recompute_mode(self, recompute: str) -> str:
         """The saved_activations_when mode its ``recompute`` setting reads: selective as its policy defines it."""

@@ -318,7 +318,7 @@ def _timed(model: Model, gpu, fitting: Candidates, i: int, flash: bool, timing_a
 
 
 def _by_estimate(model: Model, gpu, fitting: Candidates, order: np.ndarray, lower: np.ndarray, upper: np.ndarray, memory: np.ndarray, top: int, flash: bool, timing_args: dict):
-    """The screen's order with its head re-ranked by the estimate (then the sum at peak, then memory): the floor
+    """The screen's order with its head re-ranked by the estimate (then its ceiling, then memory): the floor
     ties wherever compute sets it (every layout at the same FLOPs per device), where the estimate's kernels and
     exposed communication tell them apart. The shortlist's bounds and estimates, by candidate, for reuse."""
     from ..time import estimate
@@ -339,7 +339,8 @@ def _by_estimate(model: Model, gpu, fitting: Candidates, order: np.ndarray, lowe
                 raise
             return order, {}
         timed[i] = (bounds, found)
-    ranked = sorted(shortlist, key=lambda i: (timed[i][1].step.estimate, upper[i], memory[i]))
+    # equal estimates go by the estimate's own upper bound (its ceiling), not the sum at peak, which bounds nothing
+    ranked = sorted(shortlist, key=lambda i: (timed[i][1].step.estimate, timed[i][1].step.ceiling, memory[i]))
     rest = [i for i in order.tolist() if i not in timed]
     return np.array(ranked + rest, dtype=np.int64), timed
 
@@ -418,7 +419,7 @@ def plan(
             "headroom_bytes": headroom,
             "headroom": "kept free on every device for what no framework file counts (NCCL communicators' buffers, cuBLAS and cuDNN workspaces, kernels loaded late)",
             "framework": frameworks.framework(framework).describe() if framework and finetune is None else "none: the declared tensors alone",
-            "ranking": f"symform.analysis.time.estimate's step time, then the sum at peak (no overlap), then less memory, over the {SHORTLIST} best layouts by either of training_time's figures (by those alone where the device has no efficiency data); a layout that a faster (or as fast) one beats on memory too is not listed",
+            "ranking": f"symform.analysis.time.estimate's step time, then its ceiling (every kernel at its sustained rates, nothing overlapped), then less memory, over the {SHORTLIST} best layouts by either of training_time's figures (by the floor, then the sum at peak, where the device has no efficiency data); a layout that a faster (or as fast) one beats on memory too is not listed",
             "schedule": "1F1B, stages holding equal numbers of layers",
             "search": f"tensor degrees dividing every tensor-parallel size, pipeline degrees dividing n_layers, expert degrees dividing data and n_experts, micro-batches {MICRO_BATCHES} dividing the batch per rank, ZeRO 0-3, recomputation {', '.join(RECOMPUTE)}",
             "precision": precision,

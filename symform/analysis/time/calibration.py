@@ -22,7 +22,7 @@ from ...engine.graph.model import Model
 from . import estimate, timing
 from . import step_model
 from . import efficiencies
-from .measured_runs import SPLITS, Case, Run, is_moe, run_model, runs
+from .measured_runs import SPLITS, Case, Run, is_moe, run_model, runs, sources
 from ..memory.settings import Layout
 
 
@@ -46,10 +46,37 @@ def run_layout(setup: Mapping[str, Any]) -> Layout:
     return Layout(data=setup["gpus"] // (t * p), tensor=t, pipeline=p, expert=setup.get("expert", 1), zero=setup.get("zero", 0), schedule=schedule, chunks=chunks)
 
 
+def run_framework(run: Run) -> tuple[str | None, str | None]:
+    """The framework a run's source names, and its release (the source's ``version``), if it names them."""
+    source = sources().get(run.source, {})
+    return source.get("framework"), source.get("version")
+
+
+def run_profile(run: Run, factors: Mapping[str, Any] | None = None) -> efficiencies.TimeProfile | None:
+    """The time-side facts of the framework and release the run's source names, for the run's model; a fitted
+    ``framework:time.NAME`` factor in ``factors`` replaces the file's value."""
+    name, version = run_framework(run)
+    if run.kind != "training" or name is None:
+        return None
+    scales = {k.split(":time.", 1)[1]: v for k, v in (factors or {}).items() if k.startswith(f"{name}:time.")}
+    return efficiencies.profile(name, version, run.setup.get("preset"), scales=scales)
+
+
+def _training_layout(run: Run) -> Layout:
+    """The run's layout, with sequence parallelism where a release of a framework that defaults to it ran tensor
+    parallelism (Megatron-Bridge's recipes; Megatron-LM of 2021, which names no release, predates it)."""
+    layout, (name, version) = run_layout(run.setup), run_framework(run)
+    if version is None or layout.tensor == 1:
+        return layout
+    from ..memory.frameworks import framework
+
+    return replace(layout, sequence=framework(name).default("sequence_parallel", None, layout.tensor))
+
+
 def _prepare(run: Run) -> _Prepared:
     model, s = run_model(run), run.setup
     if run.kind == "training":
-        layout = run_layout(s)
+        layout = _training_layout(run)
         bounds = timing.training_time(model, s["gpu"], global_batch=s["global_batch"], micro_batch=s["micro_batch"], seq=s["seq"], layout=layout, recompute=s.get("recompute", "none"), dtype=s.get("dtype", "bf16"), flash=s.get("attention", "sdpa") != "eager")
         work = estimate.kernels(step_model.at_dtype(model, s.get("dtype", "bf16")), "train", workload={"batch": s["micro_batch"], "seq": s["seq"]}, tensor=layout.tensor, pipeline=layout.pipeline, recompute=s.get("recompute", "none"), attention=s.get("attention", "sdpa"))
         return _Prepared(run, model, bounds, work)
@@ -75,8 +102,9 @@ def predict_with_band(run: Run, factors: Mapping[str, Any] | None = None) -> tup
     if run.kind == "training":
         convention = _training_fusion(factors or {})
         result = estimate.training_estimate(
-            prepared.model, s["gpu"], global_batch=s["global_batch"], micro_batch=s["micro_batch"], seq=s["seq"], layout=run_layout(s),
+            prepared.model, s["gpu"], global_batch=s["global_batch"], micro_batch=s["micro_batch"], seq=s["seq"], layout=_training_layout(run),
             recompute=s.get("recompute", "none"), dtype=s.get("dtype", "bf16"), attention=s.get("attention", "sdpa"), efficiency_data=eff, bounds=prepared.bounds, work=prepared.work, convention=convention,
+            profile=run_profile(run, factors),
         )
         return _training_figure(run, prepared, result.step.estimate), _relative(result.step)
     result = estimate.serving_estimate(
@@ -196,7 +224,9 @@ FITTED: tuple[tuple[str, Callable[[Run], bool], tuple[float, float]], ...] = (
     ("h100-sxm:kernel.launch_s", lambda r: r.kind == "serving" and r.setup["gpu"] == "h100-sxm" and r.setup.get("tensor", 1) == 1, (0.0, 20e-6)),
     # the time each local expert adds to a grouped GEMM call (up to 40 µs), on each device's mixture-of-experts
     # runs with its dense factors as fitted above
-    ("h100-sxm:moe.expert_s", lambda r: r.setup["gpu"] == "h100-sxm" and is_moe(r), (0.0, 40e-6)),
+    ("h100-sxm:moe.expert_s", lambda r: r.setup["gpu"] == "h100-sxm" and is_moe(r) and run_framework(r)[0] == "megatron", (0.0, 80e-6)),
+    # NeMo Automodel's grouped experts against Megatron-Core's (formulas/frameworks/automodel.toml [[time.facts]])
+    ("automodel:time.expert_s_scale", lambda r: is_moe(r) and run_framework(r)[0] == "automodel", (0.0, 2.0)),
     ("b200:moe.expert_s", lambda r: r.setup["gpu"] == "b200" and is_moe(r), (0.0, 40e-6)),
 )
 
@@ -204,7 +234,7 @@ FITTED: tuple[tuple[str, Callable[[Run], bool], tuple[float, float]], ...] = (
 def gemm_model_factors(model: str | None) -> dict[str, str]:
     """The factors that put every fitted device under GEMM ``model`` (at that model's own fit); none for
     the bundled model (or ``None``)."""
-    devices = sorted({name.split(":", 1)[0] for name, _, _ in FITTED if not name.startswith("rules:")})
+    devices = sorted({name.split(":", 1)[0] for name, _, _ in FITTED if not name.startswith("rules:") and ":time." not in name})
     if model is None:
         return {}
     # a device whose file holds no fit of that model (b200's factors: the H100's, borrowed) keeps its own

@@ -8,12 +8,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Literal, Sequence
+
+from pydantic import BaseModel, ConfigDict
 
 from ...engine.budget import quoted
 from ...engine.store.data import data_root, read_toml
 from ...engine.errors import ConfigError
 from . import step_model
+from ..memory.frameworks import framework as memory_framework
 
 
 #: Attention implementations: SDPA / FlashAttention kernels (what transformers and the
@@ -272,3 +275,65 @@ def rules(path: str | None = None) -> Rules:
 #: The leaves that read and write an eager attention's score matrices: no engine fuses them away while the
 #: scores are materialised (that is what eager attention means), whatever the fusion convention says.
 SCORE_LEAVES = frozenset({"softmax", "scale_mask", "attn_dropout"})
+
+
+# --- frameworks' time-side facts (formulas/frameworks/*.toml, [[time.facts]]) ----------------------------------
+# What a framework's recipes overlap, how fast its grouped expert GEMMs run against the device's fitted rate, and
+# what one of its releases runs slower, each with its source. A fact may hold for some releases only (versions: a
+# run or a user names the release) and some models only (presets: the recipes a source measured it on).
+
+
+class Fact(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: Literal["tp_comm_overlap", "p2p_overlap", "expert_s_scale", "step_factor"]
+    value: float | bool = True
+    versions: list[str] | None = None  # the releases it holds for; None: every release
+    presets: list[str] | None = None  # the models it was measured on; None: every model
+    doc: str
+    source: str
+
+    def holds(self, version: str | None, preset: str | None) -> bool:
+        return (self.versions is None or version in self.versions) and (self.presets is None or preset in self.presets)
+
+
+@dataclass(frozen=True)
+class TimeProfile:
+    """The facts that hold for one framework, release and model, as the estimate reads them."""
+
+    framework: str
+    version: str | None = None
+    tp_comm_overlap: bool = False  # sequence parallelism's collectives pipelined with the GEMMs (with tensor parallelism)
+    p2p_overlap: bool = False  # a virtual pipeline's sends overlapped with the other chunks' compute
+    expert_s_scale: float = 1.0  # on the device's fitted time per local expert and grouped GEMM call
+    step_factor: float = 1.0  # a release's own slowdown of the whole step
+    facts: tuple[tuple[str, str], ...] = ()  # (what, source) of each fact applied
+
+    def describe(self) -> dict[str, str]:
+        return dict(self.facts)
+
+
+def facts(name: str) -> list[Fact]:
+    """The time-side facts of framework ``name`` (formulas/frameworks/NAME.toml's ``[[time.facts]]``)."""
+    fw = memory_framework(name)
+    raw = (fw.time or {}).get("facts", []) if fw is not None else []
+    try:
+        return [Fact.model_validate(entry) for entry in raw]
+    except ValueError as e:
+        raise ConfigError(f"formulas/frameworks/{name}.toml [[time.facts]]: {str(e).splitlines()[0]}; see docs/time.md") from None
+
+
+def profile(name: str | None, version: str | None = None, preset: str | None = None, *, scales: dict[str, float] | None = None) -> TimeProfile | None:
+    """The time profile of framework ``name`` at release ``version`` for model ``preset`` (None without a framework);
+    ``scales``: fitted values replacing the files' (symform validate --fit)."""
+    if name is None:
+        return None
+    found = {"tp_comm_overlap": False, "p2p_overlap": False, "expert_s_scale": 1.0, "step_factor": 1.0}
+    applied = []
+    for fact in facts(name):
+        if fact.holds(version, preset):
+            found[fact.name] = fact.value if isinstance(fact.value, bool) else float(fact.value)
+            applied.append((f"{fact.name} = {fact.value}: {fact.doc}", fact.source))
+    for key, value in (scales or {}).items():
+        found[key] = value
+    return TimeProfile(name, version, bool(found["tp_comm_overlap"]), bool(found["p2p_overlap"]), float(found["expert_s_scale"]), float(found["step_factor"]), tuple(applied))

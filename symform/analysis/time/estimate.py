@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any, Sequence
 
@@ -44,6 +44,7 @@ from ..memory.finetune import FineTune, kernel_passes, trained_per_device
 from ..memory.memory import params_per_device, tensor_split
 from ..memory.settings import Layout
 from . import grouped_gemm
+from .efficiencies import TimeProfile
 from .roofline import phase_work
 from .kernel_work import Kernel
 from .efficiencies import ATTENTION, Efficiency, NO_KERNEL_DATA, NO_MOE_DATA, SCORE_LEAVES, _bundled_efficiency, efficiency, rules
@@ -299,11 +300,11 @@ class TrainingEstimate:
         }
 
 
-def _extrapolating(kind: str, eff: Efficiency, dtype: str, devices: int, model: Model, features: Sequence[str] = ()) -> tuple[tuple[str, ...], float]:
+def _extrapolating(kind: str, eff: Efficiency, dtype: str, devices: int, model: Model, features: Sequence[str] = (), release: tuple[str, str | None] | None = None) -> tuple[tuple[str, ...], float]:
     """What the case lies outside the published runs by (symform.analysis.time.measured_runs.extrapolating), and the band's
-    widening for it (rules.toml [band_widen])."""
+    widening for it (rules.toml [band_widen]); ``release``: the framework or engine and its release, where named."""
 
-    found = measured_runs.extrapolating(kind, device=eff.device, dtype=dtype, devices=devices, moe="n_experts" in model.values, features=features)
+    found = measured_runs.extrapolating(kind, device=eff.device, dtype=dtype, devices=devices, moe="n_experts" in model.values, features=features, release=release)
     widen = rules().widen
     return tuple(text for _, text in found), sum(widen.get(name, 0.0) for name, _ in found)
 
@@ -335,16 +336,21 @@ def training_estimate(
     finetune: FineTune | None = None,
     gemm_model: str | None = None,
     tp_comm_overlap: bool = False,
+    profile: TimeProfile | None = None,
 ) -> TrainingEstimate:
     """The estimated step time of ``symform.analysis.time.timing.training_time``'s step, with its parts and band.
 
     ``finetune``: a fine-tuning step (its FLOPs, its trainable weights' gradient exchange and optimizer
     update), at the efficiency factors fitted to full training. ``gemm_model``: one of GEMM_MODELS at its own
     fit, in place of the device's default. ``tp_comm_overlap``: sequence parallelism's all-gathers and
-    reduce-scatters pipelined with the GEMMs (Transformer Engine's Userbuffers; rules.toml overlap.tensor_overlapped)."""
+    reduce-scatters pipelined with the GEMMs (Transformer Engine's Userbuffers; rules.toml overlap.tensor_overlapped).
+    ``profile``: the framework's time-side facts (symform.analysis.time.efficiencies): its recipes' overlaps, its
+    grouped expert GEMMs' time per expert, a release's slowdown."""
     if tp_comm_overlap and not (layout and layout.sequence):
         raise ConfigError("tensor-parallel communication overlap pipelines sequence parallelism's all-gathers and reduce-scatters with the GEMMs; add sequence parallelism (--sp) or drop it")
     layout = layout or Layout()
+    if profile is not None and profile.tp_comm_overlap and layout.tensor > 1 and layout.sequence:
+        tp_comm_overlap = True
     bounds = bounds or timing.training_time(
         model, gpu, global_batch=global_batch, micro_batch=micro_batch, seq=seq, layout=layout,
         recompute=recompute, dtype=dtype, flash=attention != "eager", precision=precision, node_size=node_size, finetune=finetune,
@@ -352,6 +358,8 @@ def training_estimate(
     place = step_model.placement(gpu, node_size)
     model = step_model.at_dtype(model, dtype)
     eff = _efficiency_for(place, efficiency_data, gemm_model)
+    if profile is not None and profile.expert_s_scale != 1.0:
+        eff = replace(eff, expert_s=eff.expert_s * profile.expert_s_scale)
     peak, hbm = _device_rates(place, dtype)
     if work is None:
         work = kernels(model, "train", workload={"batch": micro_batch, "seq": seq}, tensor=layout.tensor, pipeline=layout.pipeline, attention=attention, recompute=recompute, context=layout.context, finetune=finetune)
@@ -363,7 +371,7 @@ def training_estimate(
     attention_s = sum(t for t, k in zip(seconds, work) if k.kind == "attention") * bounds.microbatches
     gemm_s = sum(t for t, k in zip(seconds, work) if k.kind == "gemm") * bounds.microbatches
     comm = {kind: c.seconds / eff.link(c.link).bus_efficiency for kind, c in bounds.comm.items()}
-    exposed = _exposed(comm, compute, layout, attention_s, gemm_s if tp_comm_overlap else None)
+    exposed = _exposed(comm, compute, layout, attention_s, gemm_s if tp_comm_overlap else None, p2p_overlap=profile is not None and profile.p2p_overlap)
     inside = sum(v for k, v in exposed.items() if k != "data")
     params = float(step_model._bind(model, params_per_device(model, layout) if finetune is None else trained_per_device(model, finetune, layout)))
     shards = layout.data if (layout.zero >= 1 or layout.distributed_optimizer) else 1
@@ -372,7 +380,10 @@ def training_estimate(
     within = sum(v for k, v in comm.items() if k != "data")
     ceiling = StepParts((serial,), within, bounds.bubble_ratio, (comm.get("data", 0.0), optimizer)).serial()
     step, bubble = expected.expected(), expected.bubble()
-    reasons, widen = _extrapolating("training", eff, dtype, bounds.devices, model, _layout_features(layout, tp_comm_overlap) + (["fine-tuning"] if finetune is not None else []))
+    slower = profile.step_factor if profile is not None else 1.0  # a release's own slowdown (efficiencies)
+    step, ceiling = step * slower, ceiling * slower
+    release = (profile.framework, profile.version) if profile is not None else None
+    reasons, widen = _extrapolating("training", eff, dtype, bounds.devices, model, _layout_features(layout, tp_comm_overlap) + (["fine-tuning"] if finetune is not None else []), release)
     return TrainingEstimate(
         step=Band.around(step, "training", ceiling=ceiling, floor=bounds.time_lower, widen=widen),
         compute_s=compute,
@@ -386,19 +397,21 @@ def training_estimate(
         peak_flops_per_s=peak,
         tokens=bounds.tokens,
         attention=attention,
-        factors=_factors(eff, convention, "training"),
+        factors=_factors(eff, convention, "training") | ({"framework": {"name": profile.framework, "version": profile.version, "facts": profile.describe()}} if profile is not None else {}),
         extrapolating=reasons,
     )
 
 
-def _exposed(comm: Mapping[str, float], compute: float, layout: Layout, attention_s: float = 0.0, gemm_s: float | None = None) -> dict[str, float]:
+def _exposed(comm: Mapping[str, float], compute: float, layout: Layout, attention_s: float = 0.0, gemm_s: float | None = None, *, p2p_overlap: bool = False) -> dict[str, float]:
     """Each kind of communication's part on the critical path, by the overlap rules (``gemm_s``: the GEMMs' time,
-    where the tensor-parallel communication is overlapped with them)."""
+    where the tensor-parallel communication is overlapped with them; ``p2p_overlap``: a virtual pipeline's sends
+    overlapped with the other chunks' compute)."""
     overlap = rules().overlap
     windows = {"none": 0.0, "backward": compute * 2 / 3, "step": compute, "attention": attention_s, "gemm": gemm_s or 0.0}
     exposed = {}
     for kind, seconds in comm.items():
         name = "sharded" if kind == "data" and layout.zero >= 3 else "tensor_overlapped" if kind == "tensor" and gemm_s is not None else kind
+        name = "pipeline_overlapped" if kind == "pipeline" and p2p_overlap and layout.chunks > 1 else name
         rule = overlap[name]
         exposed[kind] = max(0.0, seconds - windows[rule.get("window", "none")]) * float(rule.get("exposed", 1.0))
     return exposed
@@ -476,11 +489,13 @@ def serving_estimate(
     work: tuple[list[Kernel], list[Kernel]] | None = None,
     expert_skew: float = 0,
     gemm_model: str | None = None,
+    release: tuple[str, str | None] | None = None,
 ) -> ServingEstimate:
     """TTFT, TPOT and tokens/s of ``batch`` requests (static batching), each kernel at its sustained rate.
 
     TPOT is one decode step at the mean cache length of the output − 1 steps (the
-    per-step work is linear in the cache length, so this is their mean).
+    per-step work is linear in the cache length, so this is their mean). ``release``: the serving engine and its
+    release, where known: a release no fitted run ran widens the band (rules.toml [band_widen] framework).
     """
     for name, value in (("batch", batch), ("prompt", prompt), ("output", output), ("tensor", tensor)):
         step_model._whole(name, value)
@@ -503,7 +518,7 @@ def serving_estimate(
     total = ttft + (output - 1) * tpot
     ttft_ceiling = sum(kernel_ceiling(k, peak, hbm, eff, fusion, head) for k in prefill) + comm_prefill
     tpot_ceiling = sum(kernel_ceiling(k, peak, hbm, eff, fusion, head) for k in decode) + comm_decode
-    reasons, widen = _extrapolating("serving", eff, dtype, tensor, model, [f"routing skew {expert_skew}"] if expert_skew else [])
+    reasons, widen = _extrapolating("serving", eff, dtype, tensor, model, [f"routing skew {expert_skew}"] if expert_skew else [], release)
     return ServingEstimate(
         ttft=Band.around(ttft, "serving", ceiling=ttft_ceiling, widen=widen),
         tpot=Band.around(tpot, "serving", ceiling=tpot_ceiling, widen=widen),

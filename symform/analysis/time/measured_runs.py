@@ -126,7 +126,13 @@ def _moe_measured(kind: str) -> dict[str, int]:
     return dict(Counter(efficiencies.efficiency(r.setup["gpu"]).device for r in runs() if r.kind == kind and r.split == "fit" and is_moe(r)))
 
 
-def extrapolating(kind: str, *, device: str, dtype: str, devices: int, moe: bool, features: Iterable[str] = ()) -> list[tuple[str, str]]:
+def fitted_releases(kind: str) -> set[tuple[str, str | None]]:
+    """The (framework or engine, release) pairs the fitted runs of ``kind`` ran under, as their sources name them."""
+    named = sources()
+    return {(named[r.source]["framework"], named[r.source].get("version")) for r in runs() if r.kind == kind and r.split == "fit" and "framework" in named.get(r.source, {})}
+
+
+def extrapolating(kind: str, *, device: str, dtype: str, devices: int, moe: bool, features: Iterable[str] = (), release: tuple[str, str | None] | None = None) -> list[tuple[str, str]]:
     """How a case lies outside the published runs of its ``kind``: (the widening's name in rules.toml
     [band.widen], what to say), one per way. ``device``: its efficiency file's device; ``features``: layout
     features no run has (sequence parallelism, a virtual pipeline, ...)."""
@@ -141,4 +147,7 @@ def extrapolating(kind: str, *, device: str, dtype: str, devices: int, moe: bool
         fitted = _moe_measured(kind).get(device, 0)
         found.append(("moe", f"MoE ({fitted or 'no'} fitted {kind} run{'s' * (fitted != 1)} of a mixture of experts on {device})"))
     found += [("layout", f"{f} (no fitted run uses it)") for f in features]
+    if release is not None and release not in fitted_releases(kind):
+        name, version = release
+        found.append(("framework", f"{name}{' ' + version if version else ''}: no fitted {kind} run ran under it"))
     return found

@@ -74,19 +74,38 @@ def _table(result: Plan) -> str:
     if not result.best:
         lines.append("none fits: add devices, lower the precision's bytes (--precision bf16) or shorten the sequence")
         return "\n".join(lines)
-    lines.append(f"{'#':>2}  {'dp':>4} {'tp':>3} {'pp':>3} {'ep':>3}  {'zero':>4}  {'mb':>3}  {'recompute':<9}  {'memory GiB':>10}  {'estimate s':>10}  {'step s (lower-upper)':>21}  {'MFU':>12}  {'tokens/s':>10}")
+    lines.append(f"{'#':>2}  {'dp':>4} {'tp':>3} {'pp':>3} {'ep':>3}  {'zero':>4}  {'mb':>3}  {'recompute':<9}  {'memory GiB':>10}  {'estimate s':>10}  {'step s (floor-ceiling)':>21}  {'MFU':>6}  {'tokens/s':>10}")
     for rank, row in enumerate(result.best, 1):
         layout, timed = row.layout, row.time
         lines.append(
             f"{rank:>2}  {layout.data:>4} {layout.tensor:>3} {layout.pipeline:>3} {layout.expert:>3}  {layout.zero:>4}  {row.micro_batch:>3}  {row.recompute:<9}  "
-            f"{float(row.memory.total) / 2**30:>10.2f}  {_estimate_text(row):>10}  {timed.time_lower:>9.3f} - {timed.time_upper:<9.3f}  {timed.mfu_high:>5.1%}-{timed.mfu_low:<5.1%}  {timed.tokens_per_s_high:>10,.0f}"
+            f"{float(row.memory.total) / 2**30:>10.2f}  {_estimate_text(row):>10}  {_range_text(row)}  {_mfu(row):>6.1%}  {_tokens_per_s(row):>10,.0f}"
         )
     best = result.best[0]
     lines.append("best layout, memory per device: " + ", ".join(f"{k} {float(v) / 2**30:.2f} GiB" for k, v in best.memory.values.items() if v))
     lines.append("best layout, time: " + ", ".join([f"math {best.time.t_math:.3f} s", f"memory {best.time.t_mem:.3f} s"] + [f"{k} comm {c.seconds:.3f} s over {c.link}" for k, c in best.time.comm.items()]))
-    ranking = "the estimate (symform time's), then the sum at peak (no overlap)" if best.estimate else "the floor (full overlap at peak), then the sum at peak (no overlap): no efficiency data for an estimate"
+    ranking = (
+        "the estimate (symform time's), then its ceiling; floor: datasheet peaks, everything overlapped; ceiling: every kernel at its sustained rates, nothing overlapped; MFU and tokens/s at the estimate"
+        if best.estimate
+        else "the floor (full overlap at peak), then the sum at peak (no overlap): no efficiency data for an estimate, so no ceiling; step s is the floor to the sum at peak, MFU and tokens/s at the floor"
+    )
     lines.append(f"ranked by {ranking}; symform time and symform memory give each layout's details")
     return "\n".join(lines)
+
+
+def _range_text(row) -> str:
+    """The bounds the estimate lies between (its floor and ceiling); without an estimate, the floor and the sum at peak."""
+    timed = row.time
+    upper = row.estimate.step.ceiling if row.estimate else timed.time_upper
+    return f"{timed.time_lower:>10.3f} - {upper:<9.3f}"
+
+
+def _mfu(row) -> float:
+    return row.estimate.mfu() if row.estimate else row.time.mfu_high
+
+
+def _tokens_per_s(row) -> float:
+    return row.estimate.tokens_per_s if row.estimate else row.time.tokens_per_s_high
 
 
 def _estimate_text(row) -> str:

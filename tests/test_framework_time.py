@@ -1,0 +1,85 @@
+"""Frameworks' time-side facts (formulas/frameworks/*.toml [[time.facts]]): each holds for the releases and models its
+source names, and the estimate applies it without leaving its floor and ceiling."""
+
+import pytest
+
+import symform
+from symform.analysis.memory.settings import Layout
+from symform.analysis.time import efficiencies
+from symform.analysis.time.estimate import training_estimate
+from symform.engine.errors import ConfigError
+
+
+def test_the_dropless_regression_holds_for_the_release_and_model_its_issue_names():
+    """Megatron-Bridge issue #1998: 'the perf in 25.11 is 2X slower than 25.09' for Qwen3 30B with the dropless schedule."""
+    assert efficiencies.profile("megatron", "25.11", "qwen3-30b-a3b").step_factor == 2.0
+    assert efficiencies.profile("megatron", "25.09", "qwen3-30b-a3b").step_factor == 1.0
+    assert efficiencies.profile("megatron", "25.11", "gpt-oss-120b").step_factor == 1.0
+    assert efficiencies.profile("megatron", None, "qwen3-30b-a3b").step_factor == 1.0  # Megatron-LM of 2021 names no release
+    assert efficiencies.profile(None) is None
+
+
+def test_megatron_bridge_releases_overlap_their_tensor_and_pipeline_communication():
+    """comm_overlap.py: a virtual pipeline sets overlap_p2p_comm; the recipes' Userbuffers configurations overlap TP."""
+    found = efficiencies.profile("megatron", "25.11", "llama-3.1-70b")
+    assert found.p2p_overlap and found.tp_comm_overlap and found.step_factor == 1.0
+    assert all(source for _, source in found.facts)
+    old = efficiencies.profile("megatron", None, "llama-3.1-70b")
+    assert not old.p2p_overlap and not old.tp_comm_overlap
+
+
+STEP = dict(global_batch=64, micro_batch=1, seq=2048, layout=Layout(data=2, tensor=2, pipeline=2, schedule="interleaved", chunks=2, sequence=True))
+
+
+@pytest.fixture(scope="module")
+def model():
+    return symform.load("qwen3-0.6b")
+
+
+def test_a_virtual_pipelines_overlapped_sends_leave_less_exposed(model):
+    plain = training_estimate(model, "h100-sxm", **STEP)
+    overlapped = training_estimate(model, "h100-sxm", profile=efficiencies.TimeProfile("megatron", "25.11", p2p_overlap=True), **STEP)
+    assert plain.exposed_comm_s["pipeline"] > 0
+    assert overlapped.exposed_comm_s["pipeline"] < plain.exposed_comm_s["pipeline"]
+    assert overlapped.step.floor <= overlapped.step.estimate <= overlapped.step.ceiling
+
+
+def test_a_releases_slowdown_scales_the_estimate_and_its_ceiling(model):
+    plain = training_estimate(model, "h100-sxm", **STEP)
+    slower = training_estimate(model, "h100-sxm", profile=efficiencies.TimeProfile("megatron", "25.11", step_factor=2.0), **STEP)
+    assert slower.step.estimate == pytest.approx(2 * plain.step.estimate)
+    assert slower.step.ceiling == pytest.approx(2 * plain.step.ceiling)
+    assert slower.step.floor == plain.step.floor  # the datasheet floor is no release's
+
+
+def test_a_release_no_fitted_run_ran_widens_the_band(model):
+    """25.11: every row held out; 25.09: fitted rows (hardware/measured/megatron-bridge-2509.toml)."""
+    unseen = training_estimate(model, "h100-sxm", profile=efficiencies.TimeProfile("megatron", "25.11"), **STEP)
+    seen = training_estimate(model, "h100-sxm", profile=efficiencies.TimeProfile("megatron", "25.09"), **STEP)
+    assert any("megatron 25.11" in r for r in unseen.extrapolating) and not any("megatron 25.09" in r for r in seen.extrapolating)
+    assert unseen.step.high / unseen.step.estimate > seen.step.high / seen.step.estimate
+
+
+def test_a_misspelt_fact_is_refused_in_one_line(monkeypatch):
+    from symform.analysis.memory import frameworks
+
+    real = frameworks.framework("megatron")
+    broken = real.model_copy(update={"time": {"facts": [{"name": "tp_overlap", "doc": "", "source": ""}]}})
+    monkeypatch.setattr(efficiencies, "memory_framework", lambda name: broken)
+    with pytest.raises(ConfigError, match=r"\[\[time.facts\]\]") as e:
+        efficiencies.profile("megatron", "25.11")
+    assert "\n" not in str(e.value)
+
+
+def test_time_applies_a_named_release_and_says_which_facts(capsys):
+    from symform.interface.cli.cli import main
+
+    argv = ["time", "qwen3-30b-a3b", "--gpu", "h100-sxm", "--gpus", "8", "--dp", "8", "--ep", "8", "--train", "--global-batch", "8", "--seq", "512"]
+    assert main(argv) == 0
+    plain = capsys.readouterr().out
+    assert main([*argv, "--framework", "megatron", "--framework-version", "25.11"]) == 0
+    named = capsys.readouterr().out
+    assert "framework      megatron 25.11: " in named and "step_factor = 2.0" in named and "issues/1998" in named
+    assert "framework      " not in plain
+    assert main([*argv, "--framework-version", "25.11"]) == 2
+    assert "give --framework too" in capsys.readouterr().err
