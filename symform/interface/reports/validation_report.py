@@ -190,7 +190,7 @@ MISSES = """## The misses, explained
   held out) comes within −9 %. Megatron-Bridge 25.11's GPT-OSS-120B rows run the layouts of
   their recipes where the table disagrees with them (H100 micro-batch 1, B200 expert parallelism
   64; the source's `assumed` says why): on H100 the estimate is −30 % (−4 % with the table's
-  micro-batch of 4, which its own GA column contradicts and whose memory would not fit 80 GiB:
+  micro-batch of 4, which its own GA column contradicts and at which symform puts its memory at 121 GB, over the 80 GiB:
   the fixed time per local expert and call weighs four times as much per token at micro-batch 1).
   The one miss left over 30 %: on 64 B200 (BF16, EP 64, no pipeline) the run reaches 1.46× its
   H100 row's model FLOP/s (223 against 153), while the estimate, with the B200's GEMM, attention
