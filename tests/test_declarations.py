@@ -125,3 +125,45 @@ def test_every_bundled_component_instantiates_with_symbols():
             expr = model.expression(quantity).expr
             assert isinstance(expr, sympy.Expr)
             assert {s.name for s in expr.free_symbols} <= names | {"batch", "seq", "source_seq"}  # source_seq: an encoder-decoder's encoder length, no default
+
+
+def test_the_header_scan_names_every_bundled_files_components_as_tomllib_reads_them():
+    # a command reads only the component files it uses: which file declares which component comes from a scan
+    import tomllib
+
+    from symform.engine.language.declarations import component_files, declared_names
+
+    for path in component_files():
+        text = path.read_text(encoding="utf-8")
+        assert declared_names(text) in (None, tuple(tomllib.loads(text))), path.name
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'doc = "a key before any header"\n[a]\ndoc = ""\n',
+        '[a]\ndoc = """\n[b]\n"""\n',
+        '["a quoted name"]\ndoc = ""\n',
+        '[a]\nshape = [\n  [1, 2],\n]\n',
+    ],
+)
+def test_a_file_a_header_scan_could_misread_is_read_whole(text):
+    from symform.engine.language.declarations import declared_names
+
+    assert declared_names(text) is None
+
+
+def test_a_scan_misled_by_a_header_inside_a_value_reads_every_file_instead(tmp_path, monkeypatch):
+    from symform.engine.language import declarations
+
+    plain = tmp_path / "plain.toml"
+    plain.write_text('[one]\ndoc = "one"\nargs = ["w"]\nparams = "w"\nforward_flops = "w"\nbytes_moved = "w"\nsaved_activations = "w"\n')
+    misleading = tmp_path / "misleading.toml"  # the line [1] is a value of an array, not a table header
+    misleading.write_text('[two]\ndoc = "two"\nargs = ["w"]\nparams = "w"\nforward_flops = "w"\nbytes_moved = "w"\nsaved_activations = "w"\nleading = {}\nswitches = [\n[1]\n]\n')
+    monkeypatch.setattr(declarations, "component_files", lambda: [plain, misleading])
+    assert declarations.declared_names(misleading.read_text()) == ("two", "1")
+    components = declarations.LazyComponents(declarations.component_tables(), default_library().vocabulary, "test")
+    assert "1" in components  # what the scan said, until the file is read
+    with pytest.raises(DeclarationError, match="switches"):
+        components["two"]  # read whole: the array is the declaration's (and not a list of names)
+    assert list(components) == ["one", "two"] and components["one"].name == "one"

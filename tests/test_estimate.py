@@ -334,3 +334,13 @@ def test_plan_lists_no_layout_beaten_on_both_time_and_memory():
     rows = [(p.estimate.step.estimate, p.memory.total) for p in found.best]
     for i, (t, m) in enumerate(rows):
         assert not any(t2 <= t and m2 <= m for t2, m2 in rows[:i]), rows
+
+
+def test_whether_a_run_has_routed_experts_is_read_as_its_built_model_says():
+    # a plan asks it of every published run: read from the run's config, never building the 70-odd models
+    from symform.analysis.time import measured_runs
+
+    runs = measured_runs.runs()
+    assert any(measured_runs.is_moe(r) for r in runs) and not all(measured_runs.is_moe(r) for r in runs)
+    for run in runs:
+        assert measured_runs.is_moe(run) == ("n_experts" in measured_runs.run_model(run).values), run.name

@@ -192,3 +192,14 @@ def test_an_option_may_not_change_what_the_primitive_is():
            "options": {"form": {"odd": {"kind": "projection"}}}}
     with pytest.raises(DeclarationError, match="changes 'kind'"):
         parse_component("my_norm", validate_declaration("my_norm", raw), default_library().vocabulary)
+
+
+def test_the_families_read_where_a_key_is_present_are_found_without_reading_every_family():
+    # a config reads its own family file and the keyed readers of its model type, not all 60-odd families:
+    # what that finds must be what reading every family finds, for every model type a family reads
+    from symform.engine.language import families
+
+    everything = [(model_type, present, family) for (model_type, present), family in families._readers().items() if present]
+    for model_type in {model_type for model_type, _ in families._readers()} | {"no_such_type", "not an identifier"}:
+        expected = [entry for entry in everything if entry[0] == model_type]
+        assert [entry for entry in families._keyed_readers(model_type) if entry[0] == model_type] == expected, model_type

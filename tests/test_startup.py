@@ -64,3 +64,9 @@ def test_the_lazy_names_are_the_engines_objects():
     assert symform.load == model.Model.load and symform.Model is model.Model
     assert symform.derive is derive.derive and symform.vocabulary is vocabulary.default_vocabulary
     assert set(symform.__all__) <= set(dir(symform))
+
+
+def test_a_model_command_imports_no_networkx():
+    # the component graph is symform's own (symform.engine.digraph): networkx costs a third of import sympy
+    child = _run_fresh("params", "qwen3-32b", "--json")
+    assert child["code"] == 0 and "networkx" not in child["loaded"], f"symform params imported {child['loaded']}"

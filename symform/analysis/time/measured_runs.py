@@ -12,6 +12,7 @@ from typing import Any
 from ...engine.store.data import data_root, read_toml
 from ...engine.errors import ConfigError
 from ...engine.graph.model import Model
+from ...engine.language.families import find_preset, preset_config, spec_from_config
 from . import efficiencies
 
 
@@ -84,15 +85,23 @@ def run_model(run: Run) -> Model:
     """The run's model: a config given inline, or a bundled preset with overrides; with the run's conventions
     (an FP8 KV cache's ``kv_bytes = 1``, say)."""
     setup = run.setup
-    if "config" in setup:
-        model = Model.from_config(dict(setup["config"]), name=run.name)
-    elif "overrides" not in setup:
-        model = Model.load(setup["preset"])
+    if "config" in setup or "overrides" in setup:
+        model = Model.from_config(_run_config(run), name=run.name)
     else:
-        with open(data_root() / "formulas" / "presets" / f"{setup['preset']}.json", encoding="utf-8") as f:
-            config = json.load(f)
-        model = Model.from_config(config | dict(setup["overrides"]), name=run.name)
+        model = Model.load(setup["preset"])
     return model.with_conventions(**setup["conventions"]) if "conventions" in setup else model
+
+
+def _run_config(run: Run) -> dict[str, Any]:
+    """The config a run's model is read from: given inline, or a bundled preset's (with the run's overrides)."""
+    setup = run.setup
+    if "config" in setup:
+        return dict(setup["config"])
+    if "overrides" not in setup:
+        return preset_config(find_preset(setup["preset"]))[0]
+    with open(data_root() / "formulas" / "presets" / f"{setup['preset']}.json", encoding="utf-8") as f:
+        config = json.load(f)
+    return config | dict(setup["overrides"])
 
 
 @cache
@@ -117,7 +126,9 @@ def _reach(kind: str) -> dict[str, Any]:
 
 
 def is_moe(run: Run) -> bool:
-    return "n_experts" in run_model(run).values
+    """Whether the run's model has routed experts: its config binds n_experts (a size run_model(run).values
+    holds), read without building and checking the model (a plan asks of every run)."""
+    return "n_experts" in spec_from_config(_run_config(run), name=run.name, origin=run.name).arguments
 
 
 @cache

@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
-import networkx as nx
 import sympy
 
 from ..language.declarations import QUANTITIES, SLOT, Component, Library, Requirement
+from ..digraph import DiGraph
 from ..budget import GRAPH_DEPTH, GRAPH_NODES, check_expansion
 from ..algebra.multiplied import expand
 from ..errors import BudgetError, DeclarationError
@@ -36,7 +36,7 @@ class BoundRequirement:
 
 @dataclass
 class ComponentGraph:
-    graph: nx.DiGraph
+    graph: DiGraph
     requirements: list[BoundRequirement] = field(default_factory=list)
 
     def derivation_key(self) -> Identity:
@@ -57,7 +57,7 @@ class ComponentGraph:
 
     @derivation
     def _order(self) -> list[str]:
-        return list(nx.topological_sort(self.graph))
+        return self.graph.topological_order()
 
     @derivation
     def _multiplicities(self, quantity: str, shards: Mapping[str, sympy.Expr]) -> dict[str, sympy.Expr]:
@@ -119,7 +119,7 @@ def build_graph(
     assume: str | None = None,
 ) -> ComponentGraph:
     """Instantiate ``root`` with its arguments bound, applying an assumption set if named."""
-    result = ComponentGraph(nx.DiGraph())
+    result = ComponentGraph(DiGraph())
     component = library[root]
     args = bind_arguments(library, component, dict(bindings), where=f"model ({root})")
     _instantiate(library, component, "", args, assume, result, ())

@@ -11,6 +11,7 @@ swap one component for another without touching the declarations around it.
 from __future__ import annotations
 
 import difflib
+import re
 
 from dataclasses import dataclass, field
 from functools import cache
@@ -18,12 +19,12 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Annotated, Any, Mapping
 
-import networkx as nx
 import sympy
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError
 
-from ..store.data import formulas_dir, read_toml
+from ..store.data import formulas_dir, read_text, read_toml
 from ..store.derivation import Identity
+from ..digraph import DiGraph
 from ..errors import DeclarationError, SymformError, describe_validation
 from .names import is_identifier
 from .conditions import predicates
@@ -526,7 +527,7 @@ def _count(text: Scalar, names: Mapping[str, sympy.Basic]) -> sympy.Expr:
 
 def check_library(library: Library, only: Mapping[str, Component] | None = None) -> None:
     """Check every part (of ``only``'s components, if given) against the component it uses, and refuse cycles."""
-    uses = nx.DiGraph()
+    uses = DiGraph()
     for comp in (only if only is not None else library.components).values():
         uses.add_node(comp.name)
         for arg in comp.args:
@@ -541,11 +542,10 @@ def check_library(library: Library, only: Mapping[str, Component] | None = None)
                     raise DeclarationError(f"component {comp.name!r}, part {part.name!r}: uses unknown component {target!r}; {_closest(target, library.components)}")
                 check_bindings(comp, part, callee)
                 uses.add_edge(comp.name, callee.name)
-    try:
-        cycle = nx.find_cycle(uses)
-    except nx.NetworkXNoCycle:
+    cycle = uses.first_cycle()
+    if cycle is None:
         return
-    chain = " -> ".join([edge[0] for edge in cycle] + [cycle[0][0]])
+    chain = " -> ".join(cycle + cycle[:1])
     raise DeclarationError(f"components use each other in a cycle ({chain}); a component cannot contain itself")
 
 
@@ -644,6 +644,13 @@ class LazyComponents(Mapping[str, Component]):
 
     def _declaration(self, name: str) -> ComponentDecl:
         decl = self._declarations[name]
+        if isinstance(decl, _Unread):  # the first component asked for of a file not read yet: read the file
+            table = read_toml(decl.path)
+            if list(table) != list(decl.names):  # a header scan misled (a table header inside a value): read every file
+                self._declarations = component_tables(scan=False)
+            else:
+                self._declarations.update(table)
+            decl = self._declarations[name]
         if not isinstance(decl, ComponentDecl):
             decl = self._declarations[name] = validate_declaration(name, decl)
         return decl
@@ -662,17 +669,59 @@ def component_files() -> list[Path]:
     return sorted((formulas_dir() / "components").glob("*.toml"))
 
 
-@cache
-def default_library() -> Library:
-    vocabulary = default_vocabulary()
+@dataclass(frozen=True)
+class _Unread:
+    """A component of a file not read yet: the file, and the names its table headers declare in order."""
+
+    path: Path
+    names: tuple[str, ...]
+
+
+# a table header: [name], [name.parts], [[name.require]] (bare keys only), and nothing else on its line but a comment
+_BARE = r"[A-Za-z0-9_-]+"
+_HEADER = re.compile(rf"[ \t]*\[\[?[ \t]*({_BARE})(?:[ \t]*\.[ \t]*{_BARE})*[ \t]*\]\]?[ \t]*(?:#.*)?")
+_KEY_OR_VALUE = re.compile(r"^[ \t]*[^#\s]", re.M)
+
+
+def declared_names(text: str) -> tuple[str, ...] | None:
+    """The top-level keys (the components) of a components file, in order, from its table headers without
+    parsing it; None where a scan could misread the file: a multi-line string, anything but comments before
+    the first header, or a line opening with '[' that is not a plain header."""
+    if '"""' in text or "'''" in text:
+        return None
+    names: dict[str, None] = {}
+    first_header = None
+    for line_number, line in enumerate(text.splitlines()):
+        if not line.lstrip().startswith("["):
+            continue
+        header = _HEADER.fullmatch(line)
+        if header is None:
+            return None
+        first_header = line_number if first_header is None else first_header
+        names.setdefault(header.group(1))
+    before = "\n".join(text.splitlines()[: first_header or 0])
+    return None if _KEY_OR_VALUE.search(before) else tuple(names)
+
+
+def component_tables(*, scan: bool = True) -> dict[str, Any]:
+    """Every bundled component's raw table by name; with ``scan``, a file whose headers name its components is
+    read only when one of them is first asked for (a command uses a few of the 30-odd files)."""
     table: dict[str, Any] = {}
     for path in component_files():
-        for name, raw in read_toml(path).items():
+        names = declared_names(read_text(path, "a TOML file")) if scan else None
+        found = {name: _Unread(path, names) for name in names} if names is not None else read_toml(path)
+        for name, raw in found.items():
             if name in table:
                 raise DeclarationError(f"{path.name}: component {name!r} is declared twice")
             table[name] = raw
+    return table
+
+
+@cache
+def default_library() -> Library:
+    vocabulary = default_vocabulary()
     # checked as a whole by the test suite (check_library); each command validates and parses what it uses
-    return Library(LazyComponents(table, vocabulary, "formulas/components"), vocabulary)
+    return Library(LazyComponents(component_tables(), vocabulary, "formulas/components"), vocabulary)
 
 
 def _closest(name: object, components) -> str:

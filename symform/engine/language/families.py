@@ -254,6 +254,24 @@ def _readers() -> Mapping[tuple[str, str], Family]:
 
 
 @cache
+def _keyed_readers(model_type: str) -> tuple[tuple[str, str, Family], ...]:
+    """(model type, key, family) for each family read only where a config has a key (`when_present`), in
+    _readers' order, among those that may read ``model_type``. A file's `model_types` and `when_present` are
+    its own, never inherited (family_files.OWN_KEYS), so only the files that write both (the model type as a
+    quoted string, or any escape) are read: reading one config reads its own family, not all of them."""
+    quoted_type = re.compile(rb"[\"']%s[\"']" % re.escape(model_type.encode())) if is_identifier(model_type) else None
+    found = []
+    for path in sorted((formulas_dir() / "families").glob("*.toml")):
+        text = path.read_bytes()
+        if b"when_present" not in text or quoted_type is not None and b"\\" not in text and not quoted_type.search(text):
+            continue
+        spec = _family_file(path).spec
+        if spec.when_present:
+            found += [(known, spec.when_present, _family_file(path)) for known in spec.model_types]
+    return tuple(found)
+
+
+@cache
 def families() -> Mapping[str, Family]:
     """The family reading each model type in a config without any family's `when_present` key."""
     return MappingProxyType({model_type: family for (model_type, present), family in _readers().items() if not present})
@@ -264,8 +282,8 @@ def _variant(family: Family, model_type: str, config: Mapping[str, Any]) -> Fami
     text-only checkpoint keeps the vision_config transformers writes for its model type), else one selected by
     a key the config has, else `family`."""
     names = config.get("architectures") if isinstance(config.get("architectures"), list) else []
-    for (known, present), other in _readers().items():
-        if present and known == model_type and config.get(present) is not None:
+    for known, present, other in _keyed_readers(model_type):
+        if known == model_type and config.get(present) is not None:
             # the key's reader, unless `architectures` names a class of the plain family's that the reader is not
             # (Qwen3.5's text-only class beside a vision_config); where both build one class (Gemma 4's), the key decides
             plain_named = family.spec.transformers_class in names and other.spec.transformers_class != family.spec.transformers_class
