@@ -1,0 +1,103 @@
+"""Oracle: more of transformers' dense decoder-only families (Cohere, Granite, Helium, Arcee, Ministral, ...)
+against transformers' own models.
+
+Parameters: tiny instances built on the CPU (numel() of the whole class) and, for the presets, the published
+configs on the meta device. FLOPs: the tiny instances (float32, eager attention) counted by FlopCounterMode,
+whose sliding-window layers multiply the full seq x seq score map and mask it, so symform runs with
+windowed = 0. Cache: the bytes of every tensor transformers' cache holds after a forward, at a sequence shorter
+and one longer than any window. Saved activations: the bytes autograd keeps for backward in a training forward,
+in float32 and bfloat16, against symform's eager accounting on PyTorch's CPU kernels.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from oracle import build, check_cache_bytes, check_forward_flops, check_train_step_flops, meta_params, preset_dict  # noqa: E402
+from family_checks import check_saved_activations, check_tiny_params, eager  # noqa: E402
+
+from symform.engine.graph.model import Model  # noqa: E402
+
+pytestmark = pytest.mark.oracle
+
+SLIDING, FULL = "sliding_attention", "full_attention"
+BASE = dict(vocab_size=101, num_hidden_layers=2, hidden_size=32, intermediate_size=48, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+NO_TOKENS = dict(pad_token_id=None, bos_token_id=None, eos_token_id=None)  # the config classes' ids lie outside 101 tokens
+
+# (family, preset): the published configs whose parameters must match to the digit
+PRESETS: list[tuple[str, str]] = []
+
+# tiny instances of each family, with the settings that change what is counted
+TINY = {
+    "granite, GQA, μP multipliers": dict(
+        BASE, model_type="granite", embedding_multiplier=12.0, residual_multiplier=0.22, attention_multiplier=0.015625, logits_scaling=8.0,
+    ),
+    "granite, MHA (kv heads absent), tied, biases": dict(
+        BASE, model_type="granite", num_key_value_heads=None, tie_word_embeddings=True, attention_bias=True, mlp_bias=True,
+    ),
+    "helium, GQA, interleaved rotary per layer": dict(BASE, model_type="helium", head_dim=8, **NO_TOKENS),
+    "helium, MHA, tied, Q/K/V biases": dict(BASE, model_type="helium", head_dim=8, num_key_value_heads=4, tie_word_embeddings=True, attention_bias=True, **NO_TOKENS),
+    "arcee, ReLU² MLP, GQA": dict(BASE, model_type="arcee", **NO_TOKENS),
+    "arcee, head_dim given, tied, biases": dict(BASE, model_type="arcee", head_dim=12, tie_word_embeddings=True, attention_bias=True, mlp_bias=True, **NO_TOKENS),
+    "ministral, sliding and full layers listed, window 4": dict(
+        BASE, model_type="ministral", num_hidden_layers=3, head_dim=8, sliding_window=4, layer_types=[SLIDING, FULL, SLIDING],
+    ),
+    "ministral, full layers listed beside a window, tied": dict(
+        BASE, model_type="ministral", head_dim=8, sliding_window=4, layer_types=[FULL, FULL], tie_word_embeddings=True,
+    ),  # without a sliding_window MinistralModel cannot build its masks
+    "ministral3, position-scaled queries, head_dim 12": dict(BASE, model_type="ministral3", head_dim=12, **NO_TOKENS),
+    "ministral3, every layer over window 4, tied": dict(BASE, model_type="ministral3", head_dim=8, sliding_window=4, tie_word_embeddings=True, **NO_TOKENS),
+    "cohere, parallel blocks, tied": dict(BASE, model_type="cohere", **NO_TOKENS),
+    "cohere, per-head Q/K LayerNorms, untied, attention bias": dict(
+        BASE, model_type="cohere", use_qk_norm=True, tie_word_embeddings=False, attention_bias=True, **NO_TOKENS,
+    ),
+    "cohere2, three sliding to one full (NoPE), window 4": dict(BASE, model_type="cohere2", num_hidden_layers=4, sliding_window=4, **NO_TOKENS),
+    "cohere2, full layers only (no rotary tables kept), untied": dict(
+        BASE, model_type="cohere2", sliding_window=4, layer_types=[FULL, FULL], tie_word_embeddings=False, **NO_TOKENS,
+    ),
+}  # fmt: skip
+
+SHAPES = [(2, 7), (1, 3), (1, 1)]  # seq above and below every tiny window, and one token
+CACHE_SEQS = (3, 9)  # shorter and longer than every tiny window
+
+
+@pytest.mark.parametrize("family, preset", PRESETS)
+def test_published_parameters_equal_numel(family, preset):
+    config = preset_dict(preset)
+    assert Model.from_config(config).spec.family == family
+    assert Model.from_config(config).evaluate("params") == meta_params(config)
+
+
+@pytest.mark.parametrize("case", list(TINY))
+def test_tiny_parameters_equal_numel(case):
+    check_tiny_params(TINY[case])
+
+
+@pytest.mark.parametrize("case", list(TINY))
+def test_forward_flops_equal_the_counter(case):
+    config = TINY[case]
+    check_forward_flops(eager(config), build(config), config, SHAPES)
+
+
+@pytest.mark.parametrize("case", list(TINY))
+def test_forward_and_backward_flops_equal_the_counter(case):
+    """The counter's backward is two matrix products per forward one, as symform's bwd_mult = 2."""
+    config = TINY[case]
+    check_train_step_flops(eager(config), build(config), config)
+
+
+@pytest.mark.parametrize("case", list(TINY))
+@pytest.mark.parametrize("seq", CACHE_SEQS)
+def test_cache_bytes_equal_the_tensors_transformers_keeps(case, seq):
+    config = TINY[case]
+    check_cache_bytes(config, build(config), seq)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("case", list(TINY))
+def test_saved_activations_equal_what_eager_pytorch_keeps(case, dtype):
+    """Every tensor autograd keeps for backward in a training forward."""
+    check_saved_activations(TINY[case], dtype)
