@@ -58,6 +58,37 @@ TINY = {
     "cohere2, full layers only (no rotary tables kept), untied": dict(
         BASE, model_type="cohere2", sliding_window=4, layer_types=[FULL, FULL], tie_word_embeddings=False, **NO_TOKENS,
     ),
+    "glm, GQA, Q/K/V biases, half the head rotated": dict(BASE, model_type="glm", head_dim=8, partial_rotary_factor=0.5, **NO_TOKENS),
+    "glm, MHA, whole head rotated, no biases, tied": dict(
+        BASE, model_type="glm", head_dim=12, num_key_value_heads=4, partial_rotary_factor=1.0, attention_bias=False, tie_word_embeddings=True, **NO_TOKENS,
+    ),
+    "glm4, sandwich norms, GQA": dict(BASE, model_type="glm4", head_dim=8, partial_rotary_factor=0.5, **NO_TOKENS),
+    "olmo, parameter-free LayerNorms, MHA, clip_qkv": dict(BASE, model_type="olmo", num_key_value_heads=None, clip_qkv=8.0, **NO_TOKENS),
+    "olmo, GQA, attention bias, tied": dict(BASE, model_type="olmo", attention_bias=True, tie_word_embeddings=True, **NO_TOKENS),
+    "stablelm, sequential, quarter of each head rotated": dict(BASE, model_type="stablelm", num_key_value_heads=4, **NO_TOKENS),
+    "stablelm, parallel residual, Q/K/V biases, GQA, tied": dict(
+        BASE, model_type="stablelm", use_parallel_residual=True, use_qkv_bias=True, partial_rotary_factor=0.5, tie_word_embeddings=True, **NO_TOKENS,
+    ),
+    "phi, parallel, gelu_new, biased head": dict(BASE, model_type="phi", num_key_value_heads=None, **NO_TOKENS),
+    "phi, Q/K LayerNorms, GQA, tied head with its bias, every dropout 0.1": dict(
+        BASE, model_type="phi", qk_layernorm=True, tie_word_embeddings=True, resid_pdrop=0.1, embd_pdrop=0.1, attention_dropout=0.1,
+        partial_rotary_factor=0.25, **NO_TOKENS,
+    ),
+    "gpt_neox, parallel residual with two norms, quarter rotary": dict(BASE, model_type="gpt_neox", **NO_TOKENS),
+    "gpt_neox, sequential, no attention bias, tied, dropout 0.1": dict(
+        BASE, model_type="gpt_neox", use_parallel_residual=False, attention_bias=False, tie_word_embeddings=True, hidden_dropout=0.1,
+        attention_dropout=0.1, rotary_pct=0.5, **NO_TOKENS,
+    ),
+    "gptj, parallel, rotary on 4 of 8, gelu_new": dict(
+        model_type="gptj", vocab_size=101, n_embd=32, n_layer=2, n_head=4, n_positions=64, rotary_dim=4, **NO_TOKENS,
+    ),
+    "gptj, n_inner given, tied, every dropout 0.1, relu": dict(
+        model_type="gptj", vocab_size=101, n_embd=32, n_layer=2, n_head=4, n_positions=64, rotary_dim=8, n_inner=40, tie_word_embeddings=True,
+        resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1, activation_function="relu", **NO_TOKENS,
+    ),
+    "codegen, fused qkv_proj in four groups": dict(
+        model_type="codegen", vocab_size=101, n_embd=32, n_layer=2, n_head=4, n_positions=64, rotary_dim=4, **NO_TOKENS,
+    ),
 }  # fmt: skip
 
 SHAPES = [(2, 7), (1, 3), (1, 1)]  # seq above and below every tiny window, and one token
