@@ -89,6 +89,10 @@ TINY = {
     "codegen, fused qkv_proj in four groups": dict(
         model_type="codegen", vocab_size=101, n_embd=32, n_layer=2, n_head=4, n_positions=64, rotary_dim=4, **NO_TOKENS,
     ),
+    "persimmon, per-head Q/K LayerNorms on views of the fused projection": dict(BASE, model_type="persimmon", num_key_value_heads=4, **NO_TOKENS),
+    "persimmon, no Q/K norms, whole head rotated, tied": dict(
+        BASE, model_type="persimmon", num_key_value_heads=4, qk_layernorm=False, partial_rotary_factor=1.0, tie_word_embeddings=True, **NO_TOKENS,
+    ),
 }  # fmt: skip
 
 SHAPES = [(2, 7), (1, 3), (1, 1)]  # seq above and below every tiny window, and one token
@@ -130,5 +134,7 @@ def test_cache_bytes_equal_the_tensors_transformers_keeps(case, seq):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("case", list(TINY))
 def test_saved_activations_equal_what_eager_pytorch_keeps(case, dtype):
-    """Every tensor autograd keeps for backward in a training forward."""
+    """Every tensor autograd keeps for backward in a training forward, for two sequences and for one (whose
+    reshapes PyTorch may turn into views of larger tensors)."""
     check_saved_activations(TINY[case], dtype)
+    check_saved_activations(TINY[case], dtype, batch=1)
