@@ -93,6 +93,17 @@ TINY = {
     "persimmon, no Q/K norms, whole head rotated, tied": dict(
         BASE, model_type="persimmon", num_key_value_heads=4, qk_layernorm=False, partial_rotary_factor=1.0, tie_word_embeddings=True, **NO_TOKENS,
     ),
+    "falcon, multi-query attention parallel to the MLP behind one norm, tied": dict(BASE, model_type="falcon", ffn_hidden_size=48, **NO_TOKENS),
+    "falcon, sequential multi-head blocks with biases": dict(
+        BASE, model_type="falcon", ffn_hidden_size=48, multi_query=False, parallel_attn=False, num_kv_heads=4, bias=True, **NO_TOKENS,
+    ),
+    "falcon, new decoder architecture, two key/value heads broadcast, two norms": dict(
+        BASE, model_type="falcon", ffn_hidden_size=48, new_decoder_architecture=True, num_kv_heads=2, **NO_TOKENS,
+    ),
+    "falcon, new decoder architecture behind one norm, untied": dict(
+        BASE, model_type="falcon", ffn_hidden_size=48, new_decoder_architecture=True, num_kv_heads=2, num_ln_in_parallel_attn=1,
+        tie_word_embeddings=False, **NO_TOKENS,
+    ),
 }  # fmt: skip
 
 SHAPES = [(2, 7), (1, 3), (1, 1)]  # seq above and below every tiny window, and one token
