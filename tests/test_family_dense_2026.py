@@ -104,6 +104,11 @@ TINY = {
         BASE, model_type="falcon", ffn_hidden_size=48, new_decoder_architecture=True, num_kv_heads=2, num_ln_in_parallel_attn=1,
         tie_word_embeddings=False, **NO_TOKENS,
     ),
+    "opt, learned positions, ReLU MLP, dropout 0.1, tied": dict(BASE, model_type="opt", ffn_dim=48, **NO_TOKENS),
+    "opt, narrower token embedding projected in and out, untied, no biases, probability dropout": dict(
+        BASE, model_type="opt", ffn_dim=48, word_embed_proj_dim=16, tie_word_embeddings=False, enable_bias=False, dropout=0.0,
+        attention_dropout=0.1, **NO_TOKENS,
+    ),
 }  # fmt: skip
 
 SHAPES = [(2, 7), (1, 3), (1, 1)]  # seq above and below every tiny window, and one token
