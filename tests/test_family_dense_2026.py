@@ -109,6 +109,11 @@ TINY = {
         BASE, model_type="opt", ffn_dim=48, word_embed_proj_dim=16, tie_word_embeddings=False, enable_bias=False, dropout=0.0,
         attention_dropout=0.1, **NO_TOKENS,
     ),
+    "bloom, ALiBi, normed embeddings, tied": dict(model_type="bloom", vocab_size=101, hidden_size=32, n_layer=2, n_head=4, **NO_TOKENS),
+    "bloom, dropout 0.1, untied, residual from the norms": dict(
+        model_type="bloom", vocab_size=101, hidden_size=32, n_layer=2, n_head=4, hidden_dropout=0.1, attention_dropout=0.1,
+        tie_word_embeddings=False, apply_residual_connection_post_layernorm=True, **NO_TOKENS,
+    ),
 }  # fmt: skip
 
 SHAPES = [(2, 7), (1, 3), (1, 1)]  # seq above and below every tiny window, and one token
