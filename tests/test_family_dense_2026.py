@@ -114,6 +114,11 @@ TINY = {
         model_type="bloom", vocab_size=101, hidden_size=32, n_layer=2, n_head=4, hidden_dropout=0.1, attention_dropout=0.1,
         tie_word_embeddings=False, apply_residual_connection_post_layernorm=True, **NO_TOKENS,
     ),
+    "gpt_bigcode, multi-query, dropout 0.1, tied": dict(model_type="gpt_bigcode", vocab_size=101, n_embd=32, n_layer=2, n_head=4, n_positions=64, **NO_TOKENS),
+    "gpt_bigcode, multi-head, gelu_new, n_inner given, untied": dict(
+        model_type="gpt_bigcode", vocab_size=101, n_embd=32, n_layer=2, n_head=4, n_positions=64, multi_query=False, tie_word_embeddings=False,
+        n_inner=40, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, activation_function="gelu_new", **NO_TOKENS,
+    ),
 }  # fmt: skip
 
 SHAPES = [(2, 7), (1, 3), (1, 1)]  # seq above and below every tiny window, and one token
