@@ -119,6 +119,15 @@ TINY = {
         model_type="gpt_bigcode", vocab_size=101, n_embd=32, n_layer=2, n_head=4, n_positions=64, multi_query=False, tie_word_embeddings=False,
         n_inner=40, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, activation_function="gelu_new", **NO_TOKENS,
     ),
+    "vaultgemma, sliding and full layers, soft-capped scores and logits, window 4": dict(
+        BASE, model_type="vaultgemma", num_hidden_layers=3, head_dim=8, sliding_window=4, query_pre_attn_scalar=8, **NO_TOKENS,
+    ),
+    "jais2, LayerNorms, ReLU² MLP, biases": dict(BASE, model_type="jais2", **NO_TOKENS),
+    "jais2, no biases, tied": dict(BASE, model_type="jais2", attention_bias=False, mlp_bias=False, tie_word_embeddings=True, **NO_TOKENS),
+    "nanochat, parameter-free norms, soft-capped logits": dict(BASE, model_type="nanochat", **NO_TOKENS),
+    "nanochat, no soft-capping, attention bias, tied": dict(
+        BASE, model_type="nanochat", final_logit_softcapping=None, attention_bias=True, tie_word_embeddings=True, **NO_TOKENS,
+    ),
 }  # fmt: skip
 
 SHAPES = [(2, 7), (1, 3), (1, 1)]  # seq above and below every tiny window, and one token
