@@ -128,6 +128,8 @@ TINY = {
     "nanochat, no soft-capping, attention bias, tied": dict(
         BASE, model_type="nanochat", final_logit_softcapping=None, attention_bias=True, tie_word_embeddings=True, **NO_TOKENS,
     ),
+    "bitnet, sub-norms before o_proj and down_proj, ReLU² gate": dict(BASE, model_type="bitnet", **NO_TOKENS),
+    "bitnet, attention bias, MHA, tied": dict(BASE, model_type="bitnet", attention_bias=True, num_key_value_heads=4, tie_word_embeddings=True, **NO_TOKENS),
 }  # fmt: skip
 
 SHAPES = [(2, 7), (1, 3), (1, 1)]  # seq above and below every tiny window, and one token
