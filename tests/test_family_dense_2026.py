@@ -130,6 +130,15 @@ TINY = {
     ),
     "bitnet, sub-norms before o_proj and down_proj, ReLU² gate": dict(BASE, model_type="bitnet", **NO_TOKENS),
     "bitnet, attention bias, MHA, tied": dict(BASE, model_type="bitnet", attention_bias=True, num_key_value_heads=4, tie_word_embeddings=True, **NO_TOKENS),
+    "gpt_neo, global and local layers (every token cached), fp32 scores, buffer masks": dict(
+        model_type="gpt_neo", vocab_size=101, hidden_size=32, num_layers=2, num_heads=4, max_position_embeddings=64, intermediate_size=48,
+        attention_types=[[["global", "local"], 1]], window_size=4, **NO_TOKENS,
+    ),
+    "gpt_neo, every dropout 0.1, relu, untied": dict(
+        model_type="gpt_neo", vocab_size=101, hidden_size=32, num_layers=2, num_heads=4, max_position_embeddings=64, intermediate_size=48,
+        attention_types=[[["local"], 2]], window_size=4, resid_dropout=0.1, embed_dropout=0.1, attention_dropout=0.1,
+        activation_function="relu", tie_word_embeddings=False, **NO_TOKENS,
+    ),
 }  # fmt: skip
 
 SHAPES = [(2, 7), (1, 3), (1, 1)]  # seq above and below every tiny window, and one token
