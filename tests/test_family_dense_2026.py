@@ -28,7 +28,7 @@ BASE = dict(vocab_size=101, num_hidden_layers=2, hidden_size=32, intermediate_si
 NO_TOKENS = dict(pad_token_id=None, bos_token_id=None, eos_token_id=None)  # the config classes' ids lie outside 101 tokens
 
 # (family, preset): the published configs whose parameters must match to the digit
-PRESETS: list[tuple[str, str]] = []
+PRESETS = [("phi", "phi-2")]
 
 # tiny instances of each family, with the settings that change what is counted
 TINY = {
