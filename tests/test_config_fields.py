@@ -235,6 +235,7 @@ COST_FREE_IN.update({
     "stablelm": {**_LN_EPS, **_HEAD_DIM_PROPERTY},
 })
 COST_FREE_IN["cohere2"] = COST_FREE_IN["cohere"]
+COST_FREE_IN["nemotron"] = {"norm_eps": "a value, not a size"}
 MODELS = Path(transformers.__file__).parent / "models"
 MODULE = {"gemma3_text": "gemma3", "gemma4_text": "gemma4", "llama4_text": "llama4", "xlm-roberta": "xlm_roberta"}
 

@@ -139,6 +139,10 @@ TINY = {
         attention_types=[[["local"], 2]], window_size=4, resid_dropout=0.1, embed_dropout=0.1, attention_dropout=0.1,
         activation_function="relu", tie_word_embeddings=False, **NO_TOKENS,
     ),
+    "nemotron, LayerNorm1P, ReLU² MLP, half the head rotated": dict(BASE, model_type="nemotron", **NO_TOKENS),
+    "nemotron, head_dim 12, biases, tied": dict(
+        BASE, model_type="nemotron", head_dim=12, attention_bias=True, mlp_bias=True, tie_word_embeddings=True, **NO_TOKENS,
+    ),
 }  # fmt: skip
 
 SHAPES = [(2, 7), (1, 3), (1, 1)]  # seq above and below every tiny window, and one token
