@@ -229,7 +229,7 @@ def _takes_labels(model) -> bool:
 
 # -- the checks every family's oracle tests make ---------------------------------------------------------------
 
-MATMULS = {"aten.mm", "aten.addmm", "aten.bmm"}  # all the counter counts in a decoder: no element-wise work
+MATMULS = {"aten.mm", "aten.addmm", "aten.bmm", "aten.baddbmm"}  # all the counter counts in a decoder: no element-wise work (baddbmm: BLOOM's ALiBi scores)
 
 
 def check_forward_flops(symbolic, model, config: dict, shapes) -> None:

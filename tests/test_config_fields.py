@@ -216,6 +216,26 @@ COST_FREE_IN["qwen2_5_vl"] = {
     "video_token_id": "videos are not modelled for Qwen2-VL and Qwen2.5-VL: no cost depends on them, so --videos is refused",
 }
 COST_FREE_IN["qwen2_vl"] = COST_FREE_IN["qwen2_5_vl"]  # the same text stack, sliding window refused
+# the dense families of tests/test_family_dense_2026.py
+_OUTPUTS = {name: "what forward returns, not what it computes" for name in ("output_attentions", "output_hidden_states", "return_dict")}
+_LN_EPS = {"layer_norm_eps": "a value, not a size"}
+_HEAD_DIM_PROPERTY = {"head_dim": "the rotary tables' width where a config writes head_dim; the attention splits hidden_size // heads, which symform reads"}
+COST_FREE_IN.update({
+    "bloom": {**_OUTPUTS, "apply_residual_connection_post_layernorm": "which tensor is added back to the residual, not what is computed or kept"},
+    "cohere": {**_LN_EPS, "logit_scale": "the logits times a constant: no parameter, no matrix product, nothing kept"},
+    "falcon": {**_OUTPUTS, "head_dim": "FalconConfig's property hidden_size // num_attention_heads, which symform computes"},
+    "gpt_bigcode": {name: "a softmax path transformers' eager attention no longer takes (it upcasts always)" for name in ("attention_softmax_in_fp32", "scale_attention_softmax_in_fp32")},
+    "gpt_neo": {**_OUTPUTS, **{name: "local layers mask a full score matrix and cache every token: counted as full layers" for name in ("attention_layers", "window_size")}},
+    "gpt_neox": {**_LN_EPS, **_HEAD_DIM_PROPERTY, "is_decoder": "GPTNeoXForCausalLM's warning when it is false; nothing computed changes"},
+    "granite": {name: "a product by a constant (μP): no parameter, no matrix product, nothing kept" for name in ("attention_multiplier", "embedding_multiplier", "logits_scaling", "residual_multiplier")},
+    "jais2": _LN_EPS,
+    "opt": {"_remove_final_layer_norm": "a backward-compatibility flag of OPT-350m's post-norm layout, which is refused (do_layer_norm_before)"},
+    "persimmon": {**_LN_EPS, **_HEAD_DIM_PROPERTY},
+    "phi": _LN_EPS,
+    "stablelm": {**_LN_EPS, **_HEAD_DIM_PROPERTY},
+})
+COST_FREE_IN["cohere2"] = COST_FREE_IN["cohere"]
+COST_FREE_IN["nemotron"] = {"norm_eps": "a value, not a size"}
 MODELS = Path(transformers.__file__).parent / "models"
 MODULE = {"gemma3_text": "gemma3", "gemma4_text": "gemma4", "llama4_text": "llama4", "xlm-roberta": "xlm_roberta"}
 

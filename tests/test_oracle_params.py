@@ -51,9 +51,21 @@ WITHOUT_PUBLISHED_CONFIG = {
 }
 
 
+# Families checked at tiny sizes against transformers (tests/test_family_dense_2026.py) whose published config.json
+# is not bundled yet: no preset is made up for them.
+PRESET_NOT_BUNDLED_YET = {
+    model_type: "its tiny-model oracle tests are in tests/test_family_dense_2026.py; a published config.json is not bundled yet"
+    for model_type in (
+        "granite", "helium", "arcee", "ministral", "ministral3", "cohere", "cohere2", "glm", "glm4", "olmo", "stablelm", "gpt_neox",
+        "gptj", "codegen", "persimmon", "falcon", "opt", "bloom", "gpt_bigcode", "vaultgemma", "jais2", "nanochat", "bitnet", "gpt_neo",
+        "nemotron",
+    )
+}  # fmt: skip
+
+
 def test_presets_cover_every_family():
     model_types = {preset_dict(name)["model_type"] for name in presets()}
-    assert model_types == set(supported_model_types()) - set(WITHOUT_PUBLISHED_CONFIG)
+    assert model_types == set(supported_model_types()) - set(WITHOUT_PUBLISHED_CONFIG) - set(PRESET_NOT_BUNDLED_YET)
 
 
 # -- transformers' defaults on modified configs -------------------------------
