@@ -91,11 +91,11 @@ def census_of(model_type: str, transformers) -> dict:
     return {"model_type": model_type, "family": model.spec.family, "status": status, "differs_in": wrong}
 
 
-def census() -> list[dict]:
+def census(only: list[str] | None = None) -> list[dict]:
     import transformers
 
     transformers.logging.set_verbosity_error()
-    types = sorted(transformers.models.auto.configuration_auto.CONFIG_MAPPING_NAMES)
+    types = sorted(only or transformers.models.auto.configuration_auto.CONFIG_MAPPING_NAMES)
     results = []
     for model_type in types:
         with warnings.catch_warnings():
@@ -108,10 +108,11 @@ def census() -> list[dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    parser.add_argument("types", nargs="*", help="only these model types (all of transformers' by default)")
     args = parser.parse_args()
     import transformers
 
-    results = census()
+    results = census(args.types)
     tasks = task_types(transformers)
     statuses = ("exact", "differs", "refused", "crash", "no oracle")
     counts = {status: sum(1 for r in results if r["status"] == status) for status in statuses}
