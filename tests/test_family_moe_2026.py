@@ -1,0 +1,73 @@
+"""Oracle: more mixture-of-experts families against transformers' own modules (tiny float32 instances, eager attention,
+eager experts). Parameters: numel(); forward FLOPs: FlopCounterMode (matrix products only); cache: the bytes of the tensors
+transformers' cache holds after a forward; saved activations: the bytes autograd keeps, against the eager accounting."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from oracle import build, check_cache_bytes, check_forward_flops  # noqa: E402
+from family_checks import check_saved_activations, check_tiny_params, eager  # noqa: E402
+
+from symform.engine.errors import SymformError  # noqa: E402
+from symform.engine.graph.model import Model  # noqa: E402
+
+pytestmark = pytest.mark.oracle
+
+TINY = {
+    "olmoe: GQA, renormalised top-k": (
+        "olmoe",
+        dict(model_type="olmoe", vocab_size=101, hidden_size=32, intermediate_size=12, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=64, num_experts=6, num_experts_per_tok=2, norm_topk_prob=True),
+    ),
+    "olmoe: MHA, tied head, raw top-k": (
+        "olmoe",
+        dict(model_type="olmoe", vocab_size=101, hidden_size=32, intermediate_size=12, num_hidden_layers=2, num_attention_heads=4,
+             max_position_embeddings=64, num_experts=4, num_experts_per_tok=3, tie_word_embeddings=True),
+    ),
+}  # fmt: skip
+
+SHAPES = [(2, 7), (1, 3)]
+
+
+@pytest.mark.parametrize("case", list(TINY))
+def test_the_config_is_read_by_its_family(case):
+    family, config = TINY[case]
+    assert Model.from_config(config).spec.family == family
+
+
+@pytest.mark.parametrize("case", list(TINY))
+def test_tiny_parameters_equal_numel(case):
+    check_tiny_params(TINY[case][1])
+
+
+@pytest.mark.parametrize("case", list(TINY))
+def test_forward_flops_equal_the_counter(case):
+    config = TINY[case][1]
+    check_forward_flops(eager(config), build(config, eager_experts=True), config, SHAPES)
+
+
+@pytest.mark.parametrize("case", list(TINY))
+def test_cache_bytes_equal_the_tensors_transformers_keeps(case):
+    config = TINY[case][1]
+    check_cache_bytes(config, build(config, eager_experts=True), 5)
+
+
+@pytest.mark.parametrize("case", list(TINY))
+def test_saved_activations_equal_what_eager_pytorch_keeps(case):
+    check_saved_activations(TINY[case][1], torch.float32)
+
+
+REFUSED = {
+    "olmoe clip_qkv": (dict(model_type="olmoe", clip_qkv=8.0), "clip_qkv"),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSED))
+def test_what_is_not_modelled_is_refused_by_name(case):
+    config, word = REFUSED[case]
+    with pytest.raises(SymformError, match=word):
+        Model.from_config(config).evaluate("params")
