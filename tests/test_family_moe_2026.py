@@ -28,6 +28,11 @@ TINY = {
         dict(model_type="olmoe", vocab_size=101, hidden_size=32, intermediate_size=12, num_hidden_layers=2, num_attention_heads=4,
              max_position_embeddings=64, num_experts=4, num_experts_per_tok=3, tie_word_embeddings=True),
     ),
+    "flex_olmo: post-norm layers, GQA, renormalised top-k": (
+        "flex_olmo",
+        dict(model_type="flex_olmo", vocab_size=101, hidden_size=32, intermediate_size=12, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=64, num_experts=5, num_experts_per_tok=2, norm_topk_prob=True, pad_token_id=None, eos_token_id=None),
+    ),
 }  # fmt: skip
 
 SHAPES = [(2, 7), (1, 3)]
