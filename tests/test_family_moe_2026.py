@@ -33,6 +33,23 @@ TINY = {
         dict(model_type="flex_olmo", vocab_size=101, hidden_size=32, intermediate_size=12, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, max_position_embeddings=64, num_experts=5, num_experts_per_tok=2, norm_topk_prob=True, pad_token_id=None, eos_token_id=None),
     ),
+    "granitemoe: multipliers, GQA, top-3 of 5": (
+        "granitemoe",
+        dict(model_type="granitemoe", vocab_size=101, hidden_size=32, intermediate_size=12, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=64, num_local_experts=5, num_experts_per_tok=3, embedding_multiplier=12.0,
+             residual_multiplier=0.22, attention_multiplier=0.0078125, logits_scaling=6.0),
+    ),
+    "granitemoeshared: a shared MLP beside the experts, tied head": (
+        "granitemoeshared",
+        dict(model_type="granitemoeshared", vocab_size=101, hidden_size=32, intermediate_size=12, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=1, max_position_embeddings=64, num_local_experts=4, num_experts_per_tok=2, shared_intermediate_size=20,
+             tie_word_embeddings=True),
+    ),
+    "granitemoeshared: no shared MLP (shared_intermediate_size 0)": (
+        "granitemoeshared",
+        dict(model_type="granitemoeshared", vocab_size=101, hidden_size=32, intermediate_size=12, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=64, num_local_experts=4, num_experts_per_tok=2),
+    ),
 }  # fmt: skip
 
 SHAPES = [(2, 7), (1, 3)]

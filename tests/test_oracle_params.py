@@ -55,6 +55,7 @@ WITHOUT_PUBLISHED_CONFIG = {
 # tests/test_family_moe_2026.py checks them at tiny sizes
 WITHOUT_STORED_CONFIG = {
     "flex_olmo": "allenai/FlexOlmo-7x7B-1T's config.json is quoted nowhere symform's presets are taken from",
+    "granitemoeshared": "no published checkpoint of its own found (IBM's shared-MLP MoE models ship as granitemoehybrid)",
 }
 
 
