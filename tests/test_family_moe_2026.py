@@ -50,6 +50,18 @@ TINY = {
         dict(model_type="granitemoeshared", vocab_size=101, hidden_size=32, intermediate_size=12, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, max_position_embeddings=64, num_local_experts=4, num_experts_per_tok=2),
     ),
+    "ernie4_5_moe: layers 1 and 3 of 4 with experts, 2 shared": (
+        "ernie4_5_moe",
+        dict(model_type="ernie4_5_moe", vocab_size=101, hidden_size=32, intermediate_size=48, num_hidden_layers=4, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=64, moe_intermediate_size=12, moe_num_experts=6, moe_k=2, moe_num_shared_experts=2,
+             moe_layer_start_index=1, moe_layer_interval=2),
+    ),
+    "ernie4_5_moe: no shared expert, experts up to layer 1, untied": (
+        "ernie4_5_moe",
+        dict(model_type="ernie4_5_moe", vocab_size=101, hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,
+             num_key_value_heads=4, head_dim=12, max_position_embeddings=64, moe_intermediate_size=12, moe_num_experts=4, moe_k=3,
+             moe_num_shared_experts=0, moe_layer_start_index=0, moe_layer_end_index=1, tie_word_embeddings=False),
+    ),
 }  # fmt: skip
 
 SHAPES = [(2, 7), (1, 3)]
@@ -85,6 +97,7 @@ def test_saved_activations_equal_what_eager_pytorch_keeps(case):
 
 REFUSED = {
     "olmoe clip_qkv": (dict(model_type="olmoe", clip_qkv=8.0), "clip_qkv"),
+    "ernie4_5_moe use_bias (the head's bias)": (dict(model_type="ernie4_5_moe", use_bias=True), "use_bias"),
 }
 
 
