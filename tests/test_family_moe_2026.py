@@ -62,6 +62,19 @@ TINY = {
              num_key_value_heads=4, head_dim=12, max_position_embeddings=64, moe_intermediate_size=12, moe_num_experts=4, moe_k=3,
              moe_num_shared_experts=0, moe_layer_start_index=0, moe_layer_end_index=1, tie_word_embeddings=False),
     ),
+    "glm4_moe_lite: MLA, the first layer dense by default, groups": (
+        "glm4_moe_lite",
+        dict(model_type="glm4_moe_lite", vocab_size=101, hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,
+             num_key_value_heads=4, max_position_embeddings=64, moe_intermediate_size=12, n_routed_experts=8, num_experts_per_tok=2,
+             n_group=2, topk_group=1, kv_lora_rank=16, q_lora_rank=24, qk_rope_head_dim=8, qk_nope_head_dim=12, v_head_dim=10),
+    ),
+    "glm4_moe_lite: mlp_layer_types, 2 shared experts, no query bottleneck": (
+        "glm4_moe_lite",
+        dict(model_type="glm4_moe_lite", vocab_size=101, hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,
+             num_key_value_heads=4, max_position_embeddings=64, moe_intermediate_size=12, n_routed_experts=4, num_experts_per_tok=2,
+             n_shared_experts=2, kv_lora_rank=16, q_lora_rank=None, qk_rope_head_dim=8, qk_nope_head_dim=12, v_head_dim=10,
+             mlp_layer_types=["sparse", "dense", "sparse"]),
+    ),
 }  # fmt: skip
 
 SHAPES = [(2, 7), (1, 3)]
