@@ -75,6 +75,17 @@ TINY = {
              n_shared_experts=2, kv_lora_rank=16, q_lora_rank=None, qk_rope_head_dim=8, qk_nope_head_dim=12, v_head_dim=10,
              mlp_layer_types=["sparse", "dense", "sparse"]),
     ),
+    "phimoe: SparseMixer, biased attention and head, input jitter": (
+        "phimoe",
+        dict(model_type="phimoe", vocab_size=101, hidden_size=32, intermediate_size=12, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=64, num_local_experts=6, num_experts_per_tok=2, attention_bias=True,
+             lm_head_bias=True, input_jitter_noise=0.01, router_jitter_noise=0.01, sliding_window=64),
+    ),
+    "phimoe: SparseMixer, no biases, no jitter": (
+        "phimoe",
+        dict(model_type="phimoe", vocab_size=101, hidden_size=32, intermediate_size=12, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=1, max_position_embeddings=64, num_local_experts=4, num_experts_per_tok=2),
+    ),
 }  # fmt: skip
 
 SHAPES = [(2, 7), (1, 3)]
@@ -108,8 +119,17 @@ def test_saved_activations_equal_what_eager_pytorch_keeps(case):
     check_saved_activations(TINY[case][1], torch.float32)
 
 
+@pytest.mark.parametrize("case", [c for c in TINY if c.startswith("phimoe")])
+def test_sparsemixer_saved_activations_in_bfloat16(case):
+    """SparseMixer's softmaxes and multipliers are kept in the logits' dtype, its masks one byte each."""
+    check_saved_activations(TINY[case][1], torch.bfloat16)
+
+
 REFUSED = {
     "olmoe clip_qkv": (dict(model_type="olmoe", clip_qkv=8.0), "clip_qkv"),
+    "phimoe window shorter than the context": (dict(model_type="phimoe", sliding_window=4096, max_position_embeddings=131072), "sliding_window"),
+    "phimoe tied head": (dict(model_type="phimoe", tie_word_embeddings=True), "tie_word_embeddings"),
+    "phimoe three experts per token": (dict(model_type="phimoe", num_experts_per_tok=3), "num_experts_per_tok"),
     "ernie4_5_moe use_bias (the head's bias)": (dict(model_type="ernie4_5_moe", use_bias=True), "use_bias"),
 }
 
