@@ -86,6 +86,19 @@ TINY = {
         dict(model_type="phimoe", vocab_size=101, hidden_size=32, intermediate_size=12, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=1, max_position_embeddings=64, num_local_experts=4, num_experts_per_tok=2),
     ),
+    "dots1: one dense layer, groups, 2 shared, biased attention": (
+        "dots1",
+        dict(model_type="dots1", vocab_size=101, hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=64, moe_intermediate_size=12, n_routed_experts=8, num_experts_per_tok=2,
+             n_shared_experts=2, first_k_dense_replace=1, n_group=2, topk_group=1, attention_bias=True, norm_topk_prob=True,
+             max_window_layers=3),
+    ),
+    "dots1: every layer experts, head_dim of its own": (
+        "dots1",
+        dict(model_type="dots1", vocab_size=101, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=4, head_dim=12, max_position_embeddings=64, moe_intermediate_size=12, n_routed_experts=4,
+             num_experts_per_tok=3, n_shared_experts=1, sliding_window=None),
+    ),
 }  # fmt: skip
 
 SHAPES = [(2, 7), (1, 3)]
@@ -130,6 +143,7 @@ REFUSED = {
     "phimoe window shorter than the context": (dict(model_type="phimoe", sliding_window=4096, max_position_embeddings=131072), "sliding_window"),
     "phimoe tied head": (dict(model_type="phimoe", tie_word_embeddings=True), "tie_word_embeddings"),
     "phimoe three experts per token": (dict(model_type="phimoe", num_experts_per_tok=3), "num_experts_per_tok"),
+    "dots1 sliding layers": (dict(model_type="dots1", n_routed_experts=8, num_experts_per_tok=2, n_shared_experts=1, max_window_layers=30), "max_window_layers"),
     "ernie4_5_moe use_bias (the head's bias)": (dict(model_type="ernie4_5_moe", use_bias=True), "use_bias"),
 }
 
