@@ -153,3 +153,49 @@ def test_what_is_not_modelled_is_refused_by_name(case):
     config, word = REFUSED[case]
     with pytest.raises(SymformError, match=word):
         Model.from_config(config).evaluate("params")
+
+
+# DBRX: its sizes in the attn_config and ffn_config sub-configs; transformers' DbrxAttention reads rope_theta there
+DBRX = {
+    "clip_qkv, p-norm weights, top-2 of 4": dict(
+        model_type="dbrx", vocab_size=101, d_model=32, n_heads=4, n_layers=2, max_seq_len=64,
+        attn_config={"kv_n_heads": 2, "clip_qkv": 8.0, "rope_theta": 10000.0},
+        ffn_config={"ffn_hidden_size": 12, "moe_num_experts": 4, "moe_top_k": 2, "moe_normalize_expert_weights": 1.0},
+    ),
+    "router jitter, raw weights, top-3 of 6": dict(
+        model_type="dbrx", vocab_size=101, d_model=32, n_heads=4, n_layers=2, max_seq_len=64,
+        attn_config={"kv_n_heads": 1, "clip_qkv": 6.0, "rope_theta": 10000.0},
+        ffn_config={"ffn_hidden_size": 12, "moe_num_experts": 6, "moe_top_k": 3, "moe_normalize_expert_weights": None, "moe_jitter_eps": 0.01},
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(DBRX))
+def test_dbrx_parameters_flops_and_cache_equal_transformers(case):
+    """FLOPs counted with autograd on: DbrxExperts hands views of the fused expert weights to a submodule, which
+    FlopCounterMode's module tracker cannot hook under no_grad."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from oracle import input_ids
+
+    config = DBRX[case]
+    assert Model.from_config(config).spec.family == "dbrx"
+    check_tiny_params(config)
+    module = build(config, eager_experts=True)
+    with FlopCounterMode(display=False) as counter:
+        module(input_ids=input_ids(config, 2, 7))
+    assert eager(config).evaluate("forward_flops", batch=2, seq=7) == counter.get_total_flops()
+    check_cache_bytes(config, module, 5)
+
+
+@pytest.mark.parametrize("case", list(DBRX))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_dbrx_saved_activations_equal_what_eager_pytorch_keeps(case, dtype):
+    """The clamp keeps the fused projection's output, the router's softmax stays in the activations' dtype, the
+    p-norm keeps the picked weights and their norm, the router's jitter its noise."""
+    check_saved_activations(DBRX[case], dtype)
+
+
+def test_dbrx_tied_head_is_refused_as_transformers_refuses_it():
+    with pytest.raises(SymformError, match="tie_word_embeddings"):
+        Model.from_config(dict(model_type="dbrx", tie_word_embeddings=True)).evaluate("params")
