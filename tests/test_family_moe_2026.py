@@ -157,10 +157,10 @@ def test_what_is_not_modelled_is_refused_by_name(case):
 
 # DBRX: its sizes in the attn_config and ffn_config sub-configs; transformers' DbrxAttention reads rope_theta there
 DBRX = {
-    "clip_qkv, p-norm weights, top-2 of 4": dict(
+    "clip_qkv, p-norm weights, jitter of width 0 (still noise), top-2 of 4": dict(
         model_type="dbrx", vocab_size=101, d_model=32, n_heads=4, n_layers=2, max_seq_len=64,
         attn_config={"kv_n_heads": 2, "clip_qkv": 8.0, "rope_theta": 10000.0},
-        ffn_config={"ffn_hidden_size": 12, "moe_num_experts": 4, "moe_top_k": 2, "moe_normalize_expert_weights": 1.0},
+        ffn_config={"ffn_hidden_size": 12, "moe_num_experts": 4, "moe_top_k": 2, "moe_normalize_expert_weights": 1.0, "moe_jitter_eps": 0},
     ),
     "router jitter, raw weights, top-3 of 6": dict(
         model_type="dbrx", vocab_size=101, d_model=32, n_heads=4, n_layers=2, max_seq_len=64,
