@@ -38,6 +38,10 @@ class OracleMissing(SymformError):
     """torch or transformers is not installed."""
 
 
+class OracleFails(ConfigError):
+    """transformers cannot build or run its own module for the config: there is nothing to compare with."""
+
+
 @dataclass(frozen=True)
 class Row:
     quantity: str
@@ -208,6 +212,28 @@ def _kinds(spec, config: Mapping[str, Any]) -> dict[str, tuple[bool, bool]]:
     return kinds
 
 
+def _rederived(transformers, config: dict[str, Any]) -> dict[str, Any]:
+    """The config with every size its transformers config class derives from its own fields (DeepSeek-V3's
+    head_dim and qk_head_dim from the rotary and non-rotary head sizes) derived again from the tiny fields. A
+    saved config holds the derived sizes beside the fields; shrunk apart, they no longer agree, and transformers
+    takes the saved value over the one it derives."""
+    import dataclasses
+
+    mapping = transformers.models.auto.configuration_auto.CONFIG_MAPPING
+    config_class = mapping[config["model_type"]] if config.get("model_type") in mapping else None
+    if config_class is None or not dataclasses.is_dataclass(config_class):
+        return config
+    declared = {f.name for f in dataclasses.fields(config_class)}
+    derived = [k for k, v in config.items() if k not in declared and isinstance(v, int) and not isinstance(v, bool)]
+    if not derived:
+        return config
+    try:
+        fresh = config_class(**{k: copy.deepcopy(v) for k, v in config.items() if k in declared})
+    except Exception:  # noqa: BLE001 - transformers' own refusal of the config is reported where the module is built
+        return config
+    return {**config, **{k: getattr(fresh, k) for k in derived if isinstance(getattr(fresh, k, None), int)}}
+
+
 def check(model: Model) -> CheckReport:
     """Compare ``model`` with transformers' module for the same config: a config's family at tiny sizes, or a
     user's declaration at its own sizes against its ``[model.transformers]`` config as given."""
@@ -220,7 +246,7 @@ def check(model: Model) -> CheckReport:
     if model.spec.family is None:
         ours, config = model, dict(config)
     else:
-        config = tiny_config(config, model.spec.family)
+        config = _rederived(transformers, tiny_config(config, model.spec.family))
         ours = Model.from_config(config, name=model.name)
     verbosity = transformers.logging.get_verbosity()
     transformers.logging.set_verbosity_error()  # the report is the table: transformers' own advice stays out of it
@@ -233,6 +259,26 @@ def check(model: Model) -> CheckReport:
         transformers.logging.set_verbosity(verbosity)
     sizes_in = reading_spec(model.spec.family, config).fields_in if model.spec.family is not None else ""
     return CheckReport(model.name, type(module).__name__, config, rows, sizes_in, dropout_origin(ours))
+
+
+def transformers_refusal(config: Mapping[str, Any], name: str) -> str | None:
+    """Why transformers cannot build or run its own module for ``config`` at tiny sizes (a field its config class
+    leaves null that its module needs), or None where it can: a config symform refuses is then no model at all."""
+    torch, transformers = _oracle()
+    config = _rederived(transformers, tiny_config(config))
+    verbosity = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()
+    try:
+        module = _build(torch, transformers, config, name, None)
+        with torch.no_grad():
+            _forward(module, **_inputs(torch, module, config))
+    except OracleFails as e:
+        return str(e)
+    except SymformError:  # too large to build even when shrunk: whether it runs is not known
+        return None
+    finally:
+        transformers.logging.set_verbosity(verbosity)
+    return None
 
 
 def _checkpoint_class(transformers, family: str | None, config: Mapping[str, Any]) -> str | None:
@@ -266,7 +312,7 @@ def _build(torch, transformers, config: Mapping[str, Any], name: str, class_name
         module = construct()
     except (ValueError, KeyError, TypeError, AttributeError, AssertionError) as e:  # torch asserts an embedding's padding row
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise ConfigError(f"{name}: transformers cannot build {class_name or 'a causal LM'} from this config ({reason[:200]})") from None
+        raise OracleFails(f"{name}: transformers cannot build {class_name or 'a causal LM'} from this config ({reason[:200]})") from None
     return module
 
 
@@ -381,8 +427,12 @@ def _flop_rows(torch, model: Model, module, config: Mapping[str, Any]) -> list[R
     inputs = _inputs(torch, module, config)
     module.eval()
     fixes = _counter_fixes(torch)
-    with torch.no_grad(), FlopCounterMode(display=False, custom_mapping=fixes) as forward:
-        _forward(module, **inputs)
+    try:
+        with torch.no_grad(), FlopCounterMode(display=False, custom_mapping=fixes) as forward:
+            _forward(module, **inputs)
+    except AssertionError:  # the counter's module tracker cannot hook a view of a weight handed to a submodule (DbrxExperts) under no_grad
+        with FlopCounterMode(display=False, custom_mapping=fixes) as forward:
+            _forward(module, **inputs)
     counts = forward.get_flop_counts()
     theirs: dict[str, int] = {}
     classes = _module_classes(module)
@@ -498,7 +548,7 @@ def _forward(module, **inputs):
         return module(**inputs)
     except (AttributeError, IndexError, KeyError, RuntimeError, TypeError, ValueError) as e:
         reason = str(e).splitlines()[0] if str(e) else ""
-        raise ConfigError(
+        raise OracleFails(
             f"transformers' {type(module).__name__} fails in its own forward ({type(e).__name__}: {reason[:200]}); symform check needs a module that runs: use a transformers version whose forward works"
         ) from None
 
