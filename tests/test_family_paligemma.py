@@ -49,3 +49,15 @@ def test_images_and_gemma_2_are_refused_in_one_line():
     model = Model.from_config(CONFIG)
     one_line_error(ConfigError, lambda: model.evaluate("forward_flops", batch=1, seq=60, images=1, image_height=16, image_width=16), "images")
     one_line_error(ConfigError, lambda: Model.from_config(dict(CONFIG, text_config=dict(TEXT, model_type="gemma2"))).evaluate("params"), "model_type")
+
+
+def test_the_paligemma_3b_preset_counts_what_transformers_builds():
+    """google/paligemma-3b-pt-224: numel() of the whole class on the meta device from the bundled config.json, and
+    keras-hub's published count for the same model with a vocabulary 64 rows shorter (257,152 x 2048 embedding)."""
+    from oracle import preset_dict
+
+    from image_text_checks import meta_image_text_params
+
+    count = Model.load("paligemma-3b-pt-224").evaluate("params")
+    assert count == meta_image_text_params(preset_dict("paligemma-3b-pt-224"))
+    assert count - 64 * 2048 == 2_923_335_408
