@@ -227,9 +227,10 @@ _TEXT_ONLY_TOWERS = {  # image-text families that count their towers' weights an
     "projection_dropout": "dropout is the `dropout` convention (InternViT's, with images, which are refused)",
     "spatial_pool_stride": "the video frames' pooling window, weightless unless spatial_pool_mode is conv, which is refused",
     "spatial_pool_out_channels": "the pooling convolution's width, only with spatial_pool_mode conv, which is refused",
+    "drop_path_rate": "Qianfan-OCR's tower's stochastic depth: acts on images only, which are refused",
 }
 COST_FREE_IN.update({t: _TEXT_ONLY_TOWERS for t in (
-    "llava_next", "llava_next_video", "llava_onevision", "vipllava", "idefics3", "smolvlm", "internvl", "video_llava", "lighton_ocr", "deepseek_vl", "paligemma",
+    "llava_next", "llava_next_video", "llava_onevision", "vipllava", "idefics3", "smolvlm", "internvl", "video_llava", "lighton_ocr", "deepseek_vl", "paligemma", "qianfan_ocr",
 )})  # fmt: skip
 MODELS = Path(transformers.__file__).parent / "models"
 MODULE = {"gemma3_text": "gemma3", "gemma4_text": "gemma4", "llama4_text": "llama4", "xlm-roberta": "xlm_roberta"}
