@@ -210,6 +210,7 @@ NOT_YET = {
 }
 NOT_YET["gemma4"] = NOT_YET["gemma4_text"]  # the same text stack, read from text_config
 COST_FREE_IN["qwen3_vl_moe"] = COST_FREE_IN["qwen3_vl"]  # Qwen3-VL's tower and text attention, with experts
+COST_FREE_IN["cosmos3_omni"] = COST_FREE_IN["qwen3_vl"]  # Qwen3-VL's modules under another wrapper
 COST_FREE_IN["qwen2_5_vl"] = {
     "layer_types": "which text layers slide, only with use_sliding_window, which is refused",
     "sliding_window": "the text layers' window, only with use_sliding_window, which is refused",
