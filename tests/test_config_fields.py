@@ -210,6 +210,7 @@ NOT_YET = {
 }
 NOT_YET["gemma4"] = NOT_YET["gemma4_text"]  # the same text stack, read from text_config
 COST_FREE_IN["qwen3_vl_moe"] = COST_FREE_IN["qwen3_vl"]  # Qwen3-VL's tower and text attention, with experts
+COST_FREE_IN["cosmos3_omni"] = COST_FREE_IN["qwen3_vl"]  # Qwen3-VL's modules under another wrapper
 COST_FREE_IN["qwen2_5_vl"] = {
     "layer_types": "which text layers slide, only with use_sliding_window, which is refused",
     "sliding_window": "the text layers' window, only with use_sliding_window, which is refused",
@@ -236,6 +237,22 @@ COST_FREE_IN.update({
 })
 COST_FREE_IN["cohere2"] = COST_FREE_IN["cohere"]
 COST_FREE_IN["nemotron"] = {"norm_eps": "a value, not a size"}
+_TEXT_ONLY_TOWERS = {  # image-text families that count their towers' weights and refuse images
+    "image_grid_pinpoints": "the anyres grid images are tiled on: images are refused, so no cost depends on it",
+    "video_token_id": "a token id; videos are refused",
+    "layer_norm_eps": "a value, not a size",
+    "projector_layernorm_eps": "a value, not a size",
+    "layer_scale_init_value": "initialisation only (InternViT's lambda_1, lambda_2 are counted)",
+    "chunk_size_feed_forward": "InternViT's MLP in chunks does the same work",
+    "hidden_dropout_prob": "dropout is the `dropout` convention (InternViT's, with images, which are refused)",
+    "projection_dropout": "dropout is the `dropout` convention (InternViT's, with images, which are refused)",
+    "spatial_pool_stride": "the video frames' pooling window, weightless unless spatial_pool_mode is conv, which is refused",
+    "spatial_pool_out_channels": "the pooling convolution's width, only with spatial_pool_mode conv, which is refused",
+    "drop_path_rate": "Qianfan-OCR's tower's stochastic depth: acts on images only, which are refused",
+}
+COST_FREE_IN.update({t: _TEXT_ONLY_TOWERS for t in (
+    "llava_next", "llava_next_video", "llava_onevision", "vipllava", "idefics3", "smolvlm", "internvl", "video_llava", "lighton_ocr", "deepseek_vl", "paligemma", "qianfan_ocr",
+)})  # fmt: skip
 MODELS = Path(transformers.__file__).parent / "models"
 MODULE = {"gemma3_text": "gemma3", "gemma4_text": "gemma4", "llama4_text": "llama4", "xlm-roberta": "xlm_roberta"}
 

@@ -592,8 +592,9 @@ def _kind(spec: FieldSpec) -> str:
 
 def _check_layer_indices(field: str, raw: Any, spec: FieldSpec, origin: str) -> None:
     """A config's list of layer indices counts from 0, as transformers reads it (``i in moe_layers``): -1 names no
-    layer there, where a family may use it internally to mean the list is absent."""
-    if spec.type == "int_list" and isinstance(raw, list):
+    layer there, where a family may use it internally to mean the list is absent. A field whose minimum is negative
+    lists indices transformers reads from the end too (ViP-LLaVA's vision_feature_layer, hidden_states[-2])."""
+    if spec.type == "int_list" and spec.minimum >= 0 and isinstance(raw, list):
         negative = next((i for i, v in enumerate(raw) if isinstance(v, int) and not isinstance(v, bool) and v < 0), None)
         if negative is not None:
             raise ConfigError(
