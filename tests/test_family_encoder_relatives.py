@@ -26,6 +26,11 @@ CASES = {
     "roberta-prelayernorm": (ROBERTA_SIZES, ["RobertaPreLayerNormModel", "RobertaPreLayerNormForMaskedLM", "RobertaPreLayerNormForCausalLM"], [{}, {"tie_word_embeddings": False}]),
     "xlm-roberta-xl": (ROBERTA_SIZES, ["XLMRobertaXLModel", "XLMRobertaXLForMaskedLM", "XLMRobertaXLForCausalLM"], [{}, {"hidden_dropout_prob": 0.0}]),
     "megatron-bert": (BERT_SIZES, ["MegatronBertModel", "MegatronBertForMaskedLM", "MegatronBertForCausalLM"], [{}, {"attention_probs_dropout_prob": 0.0}]),
+    "electra": (
+        {**BERT_SIZES, "embedding_size": 32},
+        ["ElectraModel", "ElectraForMaskedLM", "ElectraForCausalLM", "ElectraForPreTraining"],
+        [{}, {"tie_word_embeddings": False, "embedding_size": 64, "hidden_dropout_prob": 0.0}],
+    ),
     "bert-generation": (BERT_SIZES, ["BertGenerationEncoder", "BertGenerationDecoder"], [{}, {"tie_word_embeddings": False, "hidden_dropout_prob": 0.0}]),
 }
 CHECKED = [(model_type, cls, i) for model_type, (_, classes, settings) in CASES.items() for cls in classes for i in range(len(settings))]
