@@ -1,5 +1,5 @@
-"""BART's decoder and its relatives as their causal-LM classes build them (BART, mBART, Marian, Pegasus, Blenderbot,
-BlenderbotSmall, PLBart): every number `symform check` compares (parameters per part, the cross-attention each layer
+"""BART's decoder and its relatives as their causal-LM and conditional-generation classes build them (BART, mBART,
+Marian, Pegasus, Blenderbot, BlenderbotSmall, PLBart, and M2M-100's encoder-decoder): every number `symform check` compares (parameters per part, the cross-attention each layer
 builds and never runs included, forward and backward FLOPs, the KV cache transformers' DynamicCache holds, the
 activations eager PyTorch keeps) against a tiny instance of transformers' own class; learned positions with and
 without fairseq's offset, frozen sinusoidal tables, post- and pre-norm layers; refusals in one line."""
@@ -21,10 +21,16 @@ CLASSES = {
     "bart": "BartForCausalLM", "mbart": "MBartForCausalLM", "marian": "MarianForCausalLM", "pegasus": "PegasusForCausalLM",
     "blenderbot": "BlenderbotForCausalLM", "blenderbot-small": "BlenderbotSmallForCausalLM", "plbart": "PLBartForCausalLM",
 }  # fmt: skip
+SEQ2SEQ = {
+    "bart": "BartForConditionalGeneration", "mbart": "MBartForConditionalGeneration", "marian": "MarianMTModel", "pegasus": "PegasusForConditionalGeneration",
+    "blenderbot": "BlenderbotForConditionalGeneration", "blenderbot-small": "BlenderbotSmallForConditionalGeneration",
+    "plbart": "PLBartForConditionalGeneration", "m2m_100": "M2M100ForConditionalGeneration",
+}  # fmt: skip
 # 4 heads of 12 (d_model 48), an MLP of 80; encoder sizes as the decoder's (transformers sizes the cache by encoder_layers)
 TINY = dict(
     d_model=48, decoder_layers=2, encoder_layers=2, decoder_ffn_dim=80, encoder_ffn_dim=80, decoder_attention_heads=4, encoder_attention_heads=4,
     vocab_size=101, max_position_embeddings=40, pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2,
+    encoder_layerdrop=0.0, decoder_layerdrop=0.0,  # training skips layers at random otherwise (M2M-100's default)
 )  # fmt: skip
 SETTINGS = [
     {},
@@ -35,7 +41,7 @@ SETTINGS = [
 
 def tiny(model_type: str, **changes) -> dict:
     extra = {"decoder_vocab_size": 101} if model_type == "marian" else {}
-    return {"model_type": model_type, **TINY, **extra, "architectures": [CLASSES[model_type]], **changes}
+    return {"model_type": model_type, **TINY, **extra, "architectures": [CLASSES.get(model_type, SEQ2SEQ[model_type])], **changes}
 
 
 @pytest.mark.parametrize("model_type", list(CLASSES))
@@ -46,10 +52,15 @@ def test_symform_check_agrees_on_every_number(model_type, setting):
     assert not report.differences, report.differences
 
 
-def test_an_untied_marian_head_has_its_own_vocabulary():
-    """Marian's decoder table has decoder_vocab_size rows; untied, the head projects to vocab_size instead."""
-    config = tiny("marian", decoder_vocab_size=120, tie_word_embeddings=False)
+@pytest.mark.parametrize("model_type", [*SEQ2SEQ])
+@pytest.mark.parametrize("setting", range(len(SETTINGS)))
+def test_the_encoder_decoder_class_agrees_on_every_number(model_type, setting):
+    """The conditional-generation class: the encoder over 11 tokens, the decoder over 8 with cross-attention to
+    them (its keys and values cached), the head plus final_logits_bias (M2M-100: none); an encoder 96 wide in its
+    MLP beside the decoder's 80, and 4 heads beside the decoder's 8 (BART's sizes each stack by its own fields)."""
+    config = {**tiny(model_type, **SETTINGS[setting]), "architectures": [SEQ2SEQ[model_type]], "encoder_ffn_dim": 96, "decoder_attention_heads": 8}
     report = check(Model.from_config(config))
+    assert report.transformers_class == SEQ2SEQ[model_type]
     assert not report.differences, report.differences
 
 
@@ -61,8 +72,18 @@ def test_the_params_of_bart_large_sizes_equal_transformers():
     assert Model.from_config(config).evaluate("params") == sum(p.numel() for p in module.parameters())
 
 
-@pytest.mark.parametrize("changes, named", [({"architectures": ["BartForSequenceClassification"]}, "architectures"), ({"decoder_attention_heads": 5}, "decoder_attention_heads"), ({"dropout": 1.0}, "dropout")])
-def test_what_is_not_modelled_is_refused_in_one_line(changes, named):
+@pytest.mark.parametrize(
+    "model_type, changes, named",
+    [
+        ("bart", {"architectures": ["BartForSequenceClassification"]}, "architectures"),
+        ("bart", {"decoder_attention_heads": 5}, "decoder_attention_heads"),
+        ("bart", {"encoder_attention_heads": 5}, "encoder_attention_heads"),
+        ("bart", {"dropout": 1.0}, "dropout"),
+        ("marian", {"decoder_vocab_size": 120}, "decoder_vocab_size"),
+        ("marian", {"share_encoder_decoder_embeddings": False}, "share_encoder_decoder_embeddings"),
+    ],
+)
+def test_what_is_not_modelled_is_refused_in_one_line(model_type, changes, named):
     with pytest.raises(symform.ConfigError, match=named) as refusal:
-        Model.from_config(tiny("bart", **changes))
+        Model.from_config(tiny(model_type, **changes))
     assert "\n" not in str(refusal.value)
