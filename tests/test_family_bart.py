@@ -87,3 +87,25 @@ def test_what_is_not_modelled_is_refused_in_one_line(model_type, changes, named)
     with pytest.raises(symform.ConfigError, match=named) as refusal:
         Model.from_config(tiny(model_type, **changes))
     assert "\n" not in str(refusal.value)
+
+
+@pytest.mark.parametrize("preset", ["pegasus-large", "opus-mt-en-de"])
+def test_flagship_params_equal_transformers(preset):
+    """The published config.json's class on the meta device; the frozen sinusoidal tables are parameters there
+    (2 stacks x max_position_embeddings x d_model: PEGASUS-large's 2,097,152 beside the 568,699,904 trained ones)."""
+    from oracle import preset_dict
+
+    config = preset_dict(preset)
+    with torch.device("meta"):
+        module = getattr(transformers, config["architectures"][0])(transformers.AutoConfig.for_model(**config))
+    assert symform.load(preset).evaluate("params") == sum(p.numel() for p in module.parameters())
+
+
+def test_pegasus_large_counts_its_sinusoidal_tables_beside_the_trained_weights():
+    """By hand: 16 + 16 pre-norm layers of 1024 wide, 16 heads, MLP 4096, 96,103 tokens tied, sinusoidal positions."""
+    d, ff, vocab, positions = 1024, 4096, 96103, 1024
+    attention, mlp, norm = 4 * (d * d + d), 2 * d * ff + ff + d, 2 * d
+    encoder_layer, decoder_layer = attention + mlp + 2 * norm, 2 * attention + mlp + 3 * norm
+    expected = vocab * d + 16 * encoder_layer + 16 * decoder_layer + 2 * norm + 2 * positions * d
+    assert expected == 570_797_056
+    assert symform.load("pegasus-large").evaluate("params") == expected
