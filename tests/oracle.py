@@ -62,12 +62,16 @@ def hf_config(config: dict):
 def meta_model(config: dict):
     """transformers' model for ``config`` on the meta device: shapes, no memory. The checkpoint class its
     ``architectures`` names where that is an image-text-to-text class (Qwen3.5's, Qwen3-VL's: the vision tower
-    too) or where transformers builds no causal LM for the config, else the causal LM."""
+    too), a sequence-to-sequence class, or where transformers builds no causal LM for the config, else the causal LM."""
     hf = hf_config(config)
     image_text = set(transformers.models.auto.modeling_auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES.values())
+    # an encoder-decoder checkpoint (PEGASUS, Marian) whose type has a causal LM too: the class its file names
+    seq2seq = set(transformers.models.auto.modeling_auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES.values())
     with torch.device("meta"):
         if set(config.get("architectures") or ()) & image_text:
             return transformers.AutoModelForImageTextToText.from_config(hf)
+        if set(config.get("architectures") or ()) & seq2seq:
+            return getattr(transformers, config["architectures"][0])._from_config(hf)
         if type(hf) in transformers.MODEL_FOR_CAUSAL_LM_MAPPING:
             return transformers.AutoModelForCausalLM.from_config(hf)
         return getattr(transformers, config["architectures"][0])._from_config(hf)

@@ -202,11 +202,28 @@ _T5_COST_FREE = {
     "scale_decoder_outputs": "one element-wise scaling of the decoder's output (from tie_word_embeddings, which is read)",
 }  # fmt: skip
 COST_FREE_IN.update({model_type: _T5_COST_FREE for model_type in ("t5", "mt5", "umt5")})
+# BERT's relatives read through family inheritance: BERT's layers, and ELECTRA's sequence-summary head
+COST_FREE_IN.update({model_type: COST_FREE_IN["bert"] for model_type in ("ernie", "megatron-bert", "data2vec-text", "bert-generation", "roberta-prelayernorm", "xlm-roberta-xl")})
+COST_FREE_IN["megatron-bert"] = {**COST_FREE_IN["bert"], **{name: "what forward returns, not what it computes" for name in ("output_attentions", "output_hidden_states", "return_dict")}}
+COST_FREE_IN["electra"] = {
+    **COST_FREE_IN["bert"],
+    **{name: "the sequence-summary head of ElectraForMultipleChoice and the like, which symform does not read" for name in (
+        "summary_activation", "summary_first_dropout", "summary_last_dropout", "summary_proj_to_labels", "summary_type", "summary_use_proj",
+    )},
+}  # fmt: skip
+_BART_COST_FREE = {
+    "decoder_start_token_id": "a token id", "eos_token_id": "a token id", "return_dict": "what forward returns, not what it computes",
+    "is_decoder": "set by the class: the causal-LM class makes the decoder a decoder alone (architectures, read, names the class)",
+    "is_encoder_decoder": "set by the class: the conditional-generation class is the encoder-decoder (architectures, read, names the class)",
+}  # fmt: skip
+COST_FREE_IN.update({model_type: _BART_COST_FREE for model_type in ("bart", "mbart", "marian", "pegasus", "blenderbot", "blenderbot-small", "plbart", "m2m_100")})
 
 NOT_YET = {
     **{t: {"dropout_rate": "T5's dropout sites are not declared yet: its saved activations in training are not modelled"} for t in ("t5", "mt5", "umt5")},
     "gemma4_text": {
     },
+    **{t: {name: "LayerDrop skips layers at random in training; symform counts every layer's activations" for name in ("encoder_layerdrop", "decoder_layerdrop")}
+       for t in ("bart", "mbart", "marian", "pegasus", "blenderbot", "blenderbot-small", "plbart", "m2m_100")},
 }
 NOT_YET["gemma4"] = NOT_YET["gemma4_text"]  # the same text stack, read from text_config
 COST_FREE_IN["qwen3_vl_moe"] = COST_FREE_IN["qwen3_vl"]  # Qwen3-VL's tower and text attention, with experts
@@ -254,12 +271,16 @@ COST_FREE_IN.update({t: _TEXT_ONLY_TOWERS for t in (
     "llava_next", "llava_next_video", "llava_onevision", "vipllava", "idefics3", "smolvlm", "internvl", "video_llava", "lighton_ocr", "deepseek_vl", "paligemma", "qianfan_ocr",
 )})  # fmt: skip
 MODELS = Path(transformers.__file__).parent / "models"
-MODULE = {"gemma3_text": "gemma3", "gemma4_text": "gemma4", "llama4_text": "llama4", "xlm-roberta": "xlm_roberta"}
+MODULE = {
+    "gemma3_text": "gemma3", "gemma4_text": "gemma4", "llama4_text": "llama4", "xlm-roberta": "xlm_roberta", "roberta-prelayernorm": "roberta_prelayernorm",
+    "xlm-roberta-xl": "xlm_roberta_xl", "megatron-bert": "megatron_bert", "bert-generation": "bert_generation", "blenderbot-small": "blenderbot_small",
+}  # fmt: skip
 
 
 def fields_the_modeling_code_reads(model_type: str) -> set[str]:
     module = MODULE.get(model_type, model_type)
-    source = (MODELS / module / f"modeling_{module}.py").read_text(encoding="utf-8")
+    path = {"data2vec-text": "data2vec/modeling_data2vec_text.py"}.get(model_type, f"{module}/modeling_{module}.py")  # a folder of several models
+    source = (MODELS / path).read_text(encoding="utf-8")
     return set(re.findall(r"config\.(\w+)", source)) | set(re.findall(r"getattr\(config, \"(\w+)\"", source))
 
 
