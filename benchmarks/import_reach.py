@@ -133,7 +133,7 @@ def _checked(model) -> tuple[str, bool]:
     return "not exact in " + ", ".join(wrong) + (f" (the file names {', '.join(report.not_exact)})" if report.not_exact else ""), False
 
 
-def _on_time(model_type: str, *args) -> dict:
+def on_time(model_type: str, *args) -> dict:
     def late(*_):
         raise _Late
 
@@ -157,7 +157,7 @@ def census(types: list[str], run_check: bool) -> list[dict]:
         for model_type in types:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                results.append(_on_time(model_type, transformers, torch, Path(workdir), run_check))
+                results.append(on_time(model_type, transformers, torch, Path(workdir), run_check))
             r = results[-1]
             print(f"{model_type:32s} {r['status']:10s} {r.get('why', '')[:100]}", file=sys.stderr, flush=True)
     return results
