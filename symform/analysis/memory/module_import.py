@@ -398,11 +398,13 @@ class MetaRun:
     own_flops: dict[str, int]  # module class -> products in its own forward, outside its children's
     kv_cache: int | None  # bytes of the keys and values its cache keeps (float32); None: a cache without layers
     recurrent_state: int | None  # bytes of the recurrent layers' conv windows and states
+    device: str = "meta"
 
 
-def meta_forward(config: Mapping[str, Any], seq: int, batch: int = 2) -> MetaRun | str:
+def meta_forward(config: Mapping[str, Any], seq: int, batch: int = 2, device: str = "meta") -> MetaRun | str:
     """The forward's FLOPs and cache at ``batch`` × ``seq`` tokens, or why transformers' forward cannot run on
-    the meta device (a router that picks experts by value, a kernel without a meta implementation)."""
+    the meta device (a router that picks experts by value, a kernel without a meta implementation); on the CPU
+    (``device``) for a config small enough to hold."""
     from torch.utils.flop_counter import FlopCounterMode
 
     from .oracle_check import cache_bytes, counter_fixes
@@ -414,7 +416,8 @@ def meta_forward(config: Mapping[str, Any], seq: int, batch: int = 2) -> MetaRun
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             hf = transformers.AutoConfig.for_model(**_with_token_ids_in_range(copy.deepcopy(dict(config))))
-            with torch.device("meta"):
+            torch.manual_seed(0)
+            with torch.device(device):
                 module = transformers.AutoModelForCausalLM.from_config(hf, attn_implementation="eager", experts_implementation="eager", dtype=torch.float32)
                 module.eval()
                 ids = torch.zeros(batch, seq, dtype=torch.long)
@@ -425,7 +428,7 @@ def meta_forward(config: Mapping[str, Any], seq: int, batch: int = 2) -> MetaRun
         return _reason(e)
     finally:
         transformers.logging.set_verbosity(verbosity)
-    return MetaRun(batch, seq, counter.get_total_flops(), _own_flops(module, counter.get_flop_counts()), kv, states)
+    return MetaRun(batch, seq, counter.get_total_flops(), _own_flops(module, counter.get_flop_counts()), kv, states, device)
 
 
 def _own_flops(module: Any, counts: Mapping[str, Mapping[Any, int]]) -> dict[str, int]:

@@ -58,21 +58,40 @@ def imported(fitted, name: str, origin: str) -> tuple[str, list[str], dict[str, 
 
     text, bound = declaration_text(fitted, name, origin)
     confirm(text, fitted, origin)
-    run = meta_forward(fitted.config, _verify_seq(fitted))
+    config, run = fitted.config, meta_forward(fitted.config, _verify_seq(fitted))
+    if isinstance(run, str):  # a router that picks experts by value: the forward of a tiny copy, on the CPU
+        config, run = _on_the_cpu(fitted, run)
     if isinstance(run, str):
         why = f"not verified: transformers' forward does not run on the meta device ({run[:160]})"
         not_exact = {"forward_flops": why + _experts_hint(fitted), "kv_cache": why, "recurrent_state": why}
         return (*declaration_text(fitted, name, origin, not_exact=not_exact), not_exact)
     caches = True
-    ours = _counted(text, fitted, run)
+    ours = _counted(text, config, run)
     if run.kv_cache == 0 and ours["kv_cache"]:  # a forward that keeps no keys and values (GPT-1's): none declared
         caches = False
         text, bound = declaration_text(fitted, name, origin, caches=False)
-        ours = _counted(text, fitted, run)
+        ours = _counted(text, config, run)
     not_exact = _differences(ours, run, fitted)
     if not_exact:
         text, bound = declaration_text(fitted, name, origin, caches=caches, not_exact=not_exact)
     return text, bound, not_exact
+
+
+CPU_PARAMETERS = 10**7  # a tiny copy run for real where the meta device cannot run the forward: small enough to be quick
+
+
+def _on_the_cpu(fitted, why: str):
+    """The config shrunk to symform check's tiny sizes and its forward on the CPU, or why not (as given, where the
+    tiny copy is too large or cannot run either)."""
+    from ...analysis.memory.module_import import meta_forward, meta_parameters
+    from ...analysis.memory.oracle_check import tiny_config
+
+    tiny = tiny_config(fitted.config)
+    count = meta_parameters(tiny)
+    if count is None or count > CPU_PARAMETERS:
+        return fitted.config, why
+    run = meta_forward(tiny, VERIFY_SEQ, device="cpu")
+    return (tiny, run) if not isinstance(run, str) else (fitted.config, why)
 
 
 def _verify_seq(fitted) -> int:
@@ -105,22 +124,22 @@ def _attention_classes(tree: tuple) -> set[str]:
     return own | {c for _, part in tree[2] for c in _attention_classes(part)}
 
 
-def _counted(text: str, fitted, run) -> dict[str, int]:
-    """The declaration's forward FLOPs and caches for the meta forward's tokens, counted as symform check does
-    (eager accounting, float32)."""
+def _counted(text: str, config, run) -> dict[str, int]:
+    """The declaration's forward FLOPs and caches at ``config`` for the forward's tokens, counted as symform
+    check does (eager accounting, float32)."""
     from ...engine.graph.model import Model
     from ...engine.language.userfile import load_declaration_file
 
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "imported.toml"
         path.write_text(text, encoding="utf-8")
-        spec, library = load_declaration_file(path)
+        spec, library = load_declaration_file(path, config=config)
     model = Model(spec, library=library).with_accounting("eager").with_conventions(act_bytes=4, kv_bytes=4, cpu_kernels=1, training=0)
     return {q: int(model.evaluate(q, batch=run.batch, seq=run.seq)) for q in ("forward_flops", "kv_cache", "recurrent_state")}
 
 
 def _differences(ours: dict[str, int], run, fitted) -> dict[str, str]:
-    at = f"batch {run.batch} × seq {run.seq}, transformers' model on the meta device"
+    at = f"batch {run.batch} × seq {run.seq}, transformers' model on the meta device" if run.device == "meta" else f"batch {run.batch} × seq {run.seq}, a tiny copy of transformers' model on the CPU"
     not_exact = {}
     if ours["forward_flops"] != run.flops:
         mapped = _attention_classes(fitted.tree) | {"Linear", "Conv1D"}
@@ -137,7 +156,7 @@ def _differences(ours: dict[str, int], run, fitted) -> dict[str, str]:
 
 def _experts_hint(fitted) -> str:
     text = repr(fitted.tree).lower()
-    return "; routed experts: PyTorch runs each token through its top-k of them, the declaration through every one" if "'experts'" in text else ""
+    return "; routed experts: PyTorch runs each token through its top-k of them, which symform import does not map" if "experts" in text else ""
 
 
 def confirm(text: str, fitted, origin: str) -> None:
