@@ -152,6 +152,8 @@ class _Writer:
         sizes = [self.expression(d) for d in dims]
         if primitive == "attention":
             return self._attention(flags, sizes, repeat)
+        if primitive == "routed":
+            return self._routed(flags, sizes, repeat)
         if primitive == "parameters":
             if not flags[0]:
                 return []  # counted where it is first owned, and a bare tensor has no FLOPs of its own
@@ -187,6 +189,20 @@ class _Writer:
         cache = {"width": str(width), **({"cached": f"min(past + seq, {window[0]} - 1)"} if flags[0] else {})}
         parts = [[f"name = {_string('core')}", 'use = "attention_core"', f"with = {_inline(core)}", *_repeat(repeat)]]
         return parts + ([[f"name = {_string('kv_cache')}", 'use = "kv_cache"', f"with = {_inline(cache)}", *_repeat(repeat)]] if self.caches else [])
+
+    def _routed(self, flags: tuple, sizes: list[str], repeat: str | None) -> list[list[str]]:
+        """A routed block's products: its router's scores of every token against every expert, and each expert
+        weight once for each of a token's top_k experts (eager experts run a token through those only). Their
+        parameters are the bare tensors, counted where they are held."""
+        top_k, _, *rest = sizes
+        width, weights = (rest[0], rest[1:]) if flags[0] else (None, rest)
+        none = 'repeat = { default = "1", params = "0", active_params = "0" }' if repeat is None else f'repeat = {{ default = {_string(repeat)}, params = "0", active_params = "0" }}'
+        parts = [] if width is None else [[f"name = {_string('router_scores')}", 'use = "linear"', f"with = {_inline({'d_in': width, 'd_out': sizes[1]})}", none]]
+        for index in range(0, len(weights), 2):
+            a, b = weights[index : index + 2]
+            rows = f"batch*seq*{top_k}" if re.fullmatch(r"\w+", top_k) else f"batch*seq*({top_k})"
+            parts.append([f"name = {_string(f'expert_products_{index // 2}')}", 'use = "linear"', f"with = {_inline({'d_in': b, 'd_out': a, 'rows': rows})}", none])
+        return parts
 
     def _fresh(self, name: str) -> str:
         candidate, n = name, 2

@@ -59,6 +59,9 @@ def describe(module: Any, torch: Any, path: str = "", seen: set[int] | None = No
     heads = attention_heads(module, torch, windows)
     if heads is not None:
         parts.append(("@attention", heads))
+    routed = routed_experts(module)
+    if routed is not None:
+        parts.append(("@routed", routed))
     return ("module", type(module).__name__, tuple(parts))
 
 
@@ -107,6 +110,27 @@ def attention_heads(module: Any, torch: Any, windows: Mapping[int, int]) -> tupl
         d_v = d
     window = windows.get(getattr(module, "layer_idx", None))
     return ("leaf", "attention", (int(window is not None),), (heads, kv, d, d_v, *([window] if window is not None else [])))
+
+
+def routed_experts(module: Any) -> tuple | None:
+    """The products of a block that routes each token to top_k of its experts, as the ``routed`` leaf
+    ``(top_k, n_experts, router_width, then each expert weight's two sizes)``: a router child holding its own
+    [n_experts, width] weight and a ``top_k``, beside an experts child holding [n_experts, a, b] weights. Eager
+    experts run each token through its top_k experts only, so each weight costs top_k products a token; a
+    router that is a Linear of its own counts as one (router_width 0 here). None for any other module."""
+    children = [c for c in module._modules.values() if c is not None]
+    router = next((c for c in children if _int_attribute(c, ("top_k",)) and "router" in type(c).__name__.lower()), None)
+    experts = next((c for c in children if type(c).__name__.endswith("Experts")), None)
+    if router is None or experts is None:
+        return None
+    weights = [tuple(int(d) for d in t.shape) for t in experts._parameters.values() if t is not None and t.dim() == 3]
+    if not weights or len({w[0] for w in weights}) != 1 or any(_has_parameters(c) for c in experts._modules.values() if c is not None):
+        return None
+    own = router._parameters.get("weight")
+    width = int(own.shape[1]) if own is not None and own.dim() == 2 and int(own.shape[0]) == weights[0][0] else 0
+    if own is None and _has_parameters(router):
+        return None  # a router whose weight lives in a child of a kind not read here
+    return ("leaf", "routed", (int(width > 0),), (_int_attribute(router, ("top_k",)), weights[0][0], *([width] if width else []), *(d for w in weights for d in w[1:])))
 
 
 def _out_width(module: Any, torch: Any) -> int | None:
