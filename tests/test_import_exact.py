@@ -101,3 +101,18 @@ def test_an_unmapped_mixer_is_named_not_exact_by_import_and_by_check(oracle, cap
     assert {"forward_flops", "recurrent_state"} <= set(report.not_exact) and "MambaMixer" in report.not_exact["forward_flops"]
     code, table, _ = run(capsys, "check", str(out))
     assert code == 0 and "forward_flops: not exact, as the declaration says" in table, table
+
+
+@pytest.mark.oracle
+def test_routed_experts_cost_top_k_products_a_token(oracle, capsys, tmp_path):
+    """OLMoE routes each token to 2 of its 4 experts: eager experts run each token through those two only, so
+    the experts' products are 2·rows·top_k·(d·2f + f·d) and the router's 2·rows·d·E, as PyTorch counts them."""
+    config = {"model_type": "olmoe", **_SIZES, "num_key_value_heads": 2, "num_experts": 4, "num_experts_per_tok": 2}
+    out, stdout = _imported(capsys, tmp_path, config)
+    assert "exact in params, forward_flops, kv_cache" in stdout and "not exact" not in stdout, stdout
+    model, real = _eager(out), oracle.build(config, eager_experts=True)
+    for batch, seq in SHAPES:
+        counter = oracle.count_forward(real, oracle.input_ids(config, batch, seq))
+        assert model.evaluate("forward_flops", batch=batch, seq=seq) == counter.get_total_flops(), (batch, seq)
+    text = out.read_text()
+    assert 'rows = "batch*seq*num_experts_per_tok"' in text or "rows = \"batch*seq*top_k" in text, text
