@@ -115,4 +115,4 @@ def test_routed_experts_cost_top_k_products_a_token(oracle, capsys, tmp_path):
         counter = oracle.count_forward(real, oracle.input_ids(config, batch, seq))
         assert model.evaluate("forward_flops", batch=batch, seq=seq) == counter.get_total_flops(), (batch, seq)
     text = out.read_text()
-    assert 'rows = "batch*seq*num_experts_per_tok"' in text or "rows = \"batch*seq*top_k" in text, text
+    assert 'top_k = "num_experts_per_tok"' in text and text.count('rows = "batch*seq*top_k"') == 2, text
