@@ -442,9 +442,10 @@ def _own_flops(module: Any, counts: Mapping[str, Mapping[Any, int]]) -> dict[str
             parent = parent.rpartition(".")[0]
         if parent:
             remaining[parent] -= total
+    classes = {name: type(sub).__name__ for name, sub in module.named_modules()}
     own: dict[str, int] = {}
     for name, value in remaining.items():
-        if value > 0:
-            cls = type(module.get_submodule(name)).__name__
+        if value > 0:  # the counter names a module by the path it was called under, which may be no attribute path
+            cls = classes.get(name, name.rpartition(".")[2])
             own[cls] = own.get(cls, 0) + value
     return own
