@@ -20,7 +20,9 @@ as a number would be right at the first and wrong at the second). A type is
 - ``crash``: anything else (a bug to fix).
 
 ``bundled`` says whether a bundled family reads the type already. With ``--check``, `symform check` also runs
-each exact declaration on the CPU (forward FLOPs and the KV cache beside PyTorch's). Needs torch and
+each exact declaration on the CPU (forward FLOPs and the KV cache beside PyTorch's): a type counts as exact in
+params, forward FLOPs and caches where every total agrees and the file names no quantity not exact (what symform
+import could not map, [model.not_exact]). Needs torch and
 transformers (the ``oracle`` extra); takes several minutes on a CPU.
 """
 
@@ -60,14 +62,13 @@ def _doubled(config: dict, fields: list[str]) -> dict:
 
 
 def census_of(model_type: str, transformers, torch, workdir: Path, run_check: bool) -> dict:
-    from symform.analysis.memory.declaration_text import declaration_text
     from symform.analysis.memory.module_import import fit
     from symform.analysis.memory.oracle_check import tiny_config
     from symform.engine.errors import SymformError
     from symform.engine.language.families import families
     from symform.engine.graph.model import Model
     from symform.engine.language.userfile import load_declaration_file
-    from symform.interface.reports.import_command import confirm
+    from symform.interface.reports.import_command import imported
 
     row: dict = {"model_type": model_type, "bundled": model_type in families()}
     try:
@@ -84,8 +85,7 @@ def census_of(model_type: str, transformers, torch, workdir: Path, run_check: bo
         return {**row, "status": "no oracle", "why": f"{type(e).__name__}: {str(e)[:120]}"}
     try:
         fitted = fit(config, model_type)
-        text, bound = declaration_text(fitted, model_type, model_type)
-        confirm(text, fitted, model_type)  # what the command does before it writes the file
+        text, bound, not_exact = imported(fitted, model_type, model_type)  # what the command writes
         path = workdir / f"{model_type}.toml"
         path.write_text(text)
         model = Model.load(path)
@@ -96,7 +96,7 @@ def census_of(model_type: str, transformers, torch, workdir: Path, run_check: bo
         raise
     except Exception as e:  # noqa: BLE001 - a crash is what the census looks for
         return {**row, "status": "crash", "why": f"{type(e).__name__}: {str(e)[:160]}"}
-    row.update(parameters=expected, symform=ours, bound=bound, builds=fitted.builds)
+    row.update(parameters=expected, symform=ours, bound=bound, builds=fitted.builds, not_exact=sorted(not_exact))
     if ours != expected:
         return {**row, "status": "differs"}
     try:
@@ -111,22 +111,29 @@ def census_of(model_type: str, transformers, torch, workdir: Path, run_check: bo
         second_ours = f"refused: {str(e)[:120]}"
     row.update(second=second_expected, second_symform=second_ours, status="exact" if second_ours == second_expected else "exact once")
     if run_check and row["status"] == "exact":
-        row["check"] = _checked(model)
+        row["check"], row["all_exact"] = _checked(model)
     return row
 
 
-def _checked(model) -> str:
+EXACT_IN = ("params", "forward_flops", "kv_cache", "recurrent_state")  # the totals an imported declaration must match
+
+
+def _checked(model) -> tuple[str, bool]:
+    """symform check's verdict on the declaration, and whether it is exact in every total of EXACT_IN (PyTorch's
+    and the declaration's equal, none of them named not exact in the file)."""
     from symform.analysis.memory.oracle_check import check
 
     try:
         report = check(model)
     except Exception as e:  # noqa: BLE001 - the check's own refusal is reported beside the count
-        return f"not run ({type(e).__name__})"
-    wrong = sorted({r.quantity for r in report.differences} - {"saved_activations"})
-    return "params, FLOPs and cache exact" if not wrong else "differs in " + ", ".join(wrong)
+        return f"not run ({type(e).__name__}: {str(e)[:100]})", False
+    wrong = sorted({r.quantity for r in report.rows if r.part == "total" and not r.agrees and r.quantity in EXACT_IN} | set(report.not_exact))
+    if not wrong:
+        return "params, forward FLOPs and caches exact", True
+    return "not exact in " + ", ".join(wrong) + (f" (the file names {', '.join(report.not_exact)})" if report.not_exact else ""), False
 
 
-def _on_time(model_type: str, *args) -> dict:
+def on_time(model_type: str, *args) -> dict:
     def late(*_):
         raise _Late
 
@@ -150,7 +157,7 @@ def census(types: list[str], run_check: bool) -> list[dict]:
         for model_type in types:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                results.append(_on_time(model_type, transformers, torch, Path(workdir), run_check))
+                results.append(on_time(model_type, transformers, torch, Path(workdir), run_check))
             r = results[-1]
             print(f"{model_type:32s} {r['status']:10s} {r.get('why', '')[:100]}", file=sys.stderr, flush=True)
     return results
@@ -178,14 +185,17 @@ def main() -> None:
     counts = {s: sum(1 for r in results if r["status"] == s) for s in statuses}
     unbundled = {s: sum(1 for r in results if r["status"] == s and not r["bundled"]) for s in statuses}
     reasons = Counter(_reason(r["why"]) for r in results if r["status"] in ("refused", "crash"))
+    exactness = {"params exact": counts["exact"], **({"params, forward FLOPs and caches exact": sum(1 for r in results if r.get("all_exact"))} if args.check else {})}
+    exactness_unbundled = {"params exact": unbundled["exact"], **({"params, forward FLOPs and caches exact": sum(1 for r in results if r.get("all_exact") and not r["bundled"])} if args.check else {})}
     if args.json:
-        print(json.dumps({"counts": counts, "not_bundled": unbundled, "reasons": dict(reasons.most_common()), "total": len(results), "types": results}, indent=1))
+        print(json.dumps({"counts": counts, "not_bundled": unbundled, "exactness": exactness, "exactness_not_bundled": exactness_unbundled, "reasons": dict(reasons.most_common()), "total": len(results), "types": results}, indent=1))
         return
     for r in results:
         detail = r.get("why") or f"{r.get('symform')} vs {r.get('parameters')}; second {r.get('second_symform')} vs {r.get('second')}" + (f"; check: {r['check']}" if "check" in r else "")
         print(f"{r['model_type']:32s} {r['status']:10s} {'bundled' if r['bundled'] else '':8s} {detail}")
     print(f"{len(results)} causal-LM model types: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
     print(f"of them not read by a bundled family ({sum(unbundled.values())}): " + ", ".join(f"{n} {s}" for s, n in unbundled.items()))
+    print("exact: " + ", ".join(f"{n} {what}" for what, n in exactness.items()) + "; of them not bundled: " + ", ".join(f"{n} {what}" for what, n in exactness_unbundled.items()))
     print("refused or crashed, by reason: " + "; ".join(f"{n} {why}" for why, n in reasons.most_common(8)))
 
 

@@ -14,6 +14,14 @@ PyTorch's, ``differs`` otherwise (the rows that differ are named). Anything else
 that goes wrong is ``crash`` (symform) or ``no oracle`` (transformers could not
 build or run its own module). Saved activations are reported beside, not counted.
 Needs torch and transformers (the ``oracle`` extra); takes a few minutes on a CPU.
+
+    python benchmarks/model_types.py --import   # also import each refused causal-LM type (much longer)
+
+With ``--import``, a type no bundled family reads that has a causal-LM class is imported as
+benchmarks/import_reach.py imports it (``symform import`` at its tiny config, then ``symform check``): it is
+``exact (imported)`` where the declaration's parameters, forward FLOPs and caches equal PyTorch's and it names
+no quantity not exact, and stays ``refused`` otherwise (the import's verdict kept under ``imported``). The
+totals count exact types read by a bundled family and by an imported declaration apart.
 """
 
 from __future__ import annotations
@@ -64,6 +72,20 @@ def default_config(transformers, model_type: str) -> dict:
     return json.loads(json.dumps(config, default=str))
 
 
+def imported_status(row: dict, transformers, workdir: Path) -> dict:
+    """A refused causal-LM type through symform import and symform check (benchmarks/import_reach.py)."""
+    import torch
+
+    if row["status"] != "refused" or row["model_type"] not in transformers.models.auto.modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        return row
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from import_reach import on_time
+
+    result = on_time(row["model_type"], transformers, torch, workdir, True)
+    verdict = result.get("check") or f"{result['status']}: {result.get('why', '')[:120]}"
+    return {**row, "status": "exact (imported)" if result.get("all_exact") else row["status"], "imported": verdict}
+
+
 def census_of(model_type: str, transformers) -> dict:
     from symform.analysis.memory.oracle_check import OracleFails, check, transformers_refusal
     from symform.engine.language.families import supported_model_types
@@ -96,17 +118,22 @@ def census_of(model_type: str, transformers) -> dict:
     return {"model_type": model_type, "family": model.spec.family, "status": status, "differs_in": wrong}
 
 
-def census(only: list[str] | None = None) -> list[dict]:
+def census(only: list[str] | None = None, run_import: bool = False) -> list[dict]:
+    import tempfile
+
     import transformers
 
     transformers.logging.set_verbosity_error()
     types = sorted(only or transformers.models.auto.configuration_auto.CONFIG_MAPPING_NAMES)
     results = []
-    for model_type in types:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            results.append(census_of(model_type, transformers))
-        print(f"{results[-1]['model_type']:32s} {results[-1]['status']}", file=sys.stderr, flush=True)
+    with tempfile.TemporaryDirectory() as workdir:
+        for model_type in types:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                results.append(census_of(model_type, transformers))
+                if run_import:
+                    results[-1] = imported_status(results[-1], transformers, Path(workdir))
+            print(f"{results[-1]['model_type']:32s} {results[-1]['status']}", file=sys.stderr, flush=True)
     return results
 
 
@@ -114,21 +141,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     parser.add_argument("types", nargs="*", help="only these model types (all of transformers' by default)")
+    parser.add_argument("--import", dest="run_import", action="store_true", help="import each refused causal-LM type (symform import, then symform check)")
     args = parser.parse_args()
     import transformers
 
-    results = census(args.types)
+    results = census(args.types, args.run_import)
     tasks = task_types(transformers)
-    statuses = ("exact", "differs", "refused", "crash", "no oracle")
+    statuses = ("exact", "exact (imported)", "differs", "refused", "crash", "no oracle")
     counts = {status: sum(1 for r in results if r["status"] == status) for status in statuses}
     task_counts = {status: sum(1 for r in results if r["status"] == status and r["model_type"] in tasks) for status in statuses}
+    exact = {"bundled": counts["exact"], "imported": counts["exact (imported)"], "total": counts["exact"] + counts["exact (imported)"]}
     if args.json:
-        print(json.dumps({"counts": counts, "total": len(results), "task_counts": task_counts, "task_total": len(tasks & {r["model_type"] for r in results}), "types": results}, indent=1))
+        print(json.dumps({"counts": counts, "total": len(results), "exact": exact, "task_counts": task_counts, "task_total": len(tasks & {r["model_type"] for r in results}), "types": results}, indent=1))
         return
     for r in results:
-        if r["status"] in ("exact", "differs", "crash"):
-            print(f"{r['model_type']:32s} {r['status']:8s} {r.get('family', '')} {', '.join(r.get('differs_in', [])) or r.get('why', '')}")
+        if r["status"] in ("exact", "exact (imported)", "differs", "crash") or "imported" in r:
+            print(f"{r['model_type']:32s} {r['status']:16s} {r.get('family', '')} {', '.join(r.get('differs_in', [])) or r.get('imported') or r.get('why', '')}")
     print(f"{len(results)} config types: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    print(f"exact: {exact['total']} ({exact['bundled']} read by a bundled family, {exact['imported']} through symform import)")
     print(f"{sum(task_counts.values())} with a causal-LM, image-text, masked-LM, seq2seq or speech class: " + ", ".join(f"{n} {s}" for s, n in task_counts.items()))
 
 

@@ -58,11 +58,12 @@ def symbols_for(fields: list[str]) -> dict[str, str]:
     return result
 
 
-def declaration_text(fitted: Fitted, name: str, origin: str) -> tuple[str, list[str]]:
-    """The declaration file's text and the config fields its [model.bind] reads."""
-    heads = attention_fields(fitted.config)
-    symbols = symbols_for(sorted({*fitted.fields, *heads.values()}))
-    writer = _Writer(name, {sympy.Symbol(f): sympy.Symbol(s) for f, s in symbols.items()}, {role: symbols[f] for role, f in heads.items()})
+def declaration_text(fitted: Fitted, name: str, origin: str, caches: bool = True, not_exact: Mapping[str, str] | None = None) -> tuple[str, list[str]]:
+    """The declaration file's text and the config fields its [model.bind] reads; ``caches`` False where the
+    model's forward keeps no keys and values (its attention declares no cache); ``not_exact`` the quantities
+    it does not count as PyTorch does, each with why (written under [model.not_exact])."""
+    symbols = symbols_for(sorted(fitted.fields))
+    writer = _Writer(name, {sympy.Symbol(f): sympy.Symbol(s) for f, s in symbols.items()}, caches)
     root = writer.component(fitted.tree, fitted.model_class)
     used = writer.used(fitted.tree)
     bound = sorted(f for f in symbols if symbols[f] in used)
@@ -81,6 +82,8 @@ def declaration_text(fitted: Fitted, name: str, origin: str) -> tuple[str, list[
         *(f"{symbols[f]} = {_string(f)}" for f in bound),
         "",
     ]
+    if not_exact:
+        lines += ["[model.not_exact]  # what the declaration does not count as PyTorch does: symform check names it", *(f"{q} = {_string(why)}" for q, why in not_exact.items()), ""]
     for field in bound:
         symbol = symbols[field]
         if symbol not in vocabulary.entries:
@@ -97,10 +100,10 @@ def _latex(field: str) -> str:
 class _Writer:
     """Components for a tree's modules: one per distinct module, named after its class."""
 
-    def __init__(self, prefix: str, symbols: dict[sympy.Symbol, sympy.Symbol], heads: dict[str, str]):
+    def __init__(self, prefix: str, symbols: dict[sympy.Symbol, sympy.Symbol], caches: bool = True):
         self.prefix = _snake(prefix)
         self.symbols = symbols
-        self.heads = heads  # "heads" (and "kv") -> the symbols of the query (and key/value) head counts
+        self.caches = caches
         self.names: dict[tuple, str] = {}
         self.taken = set(default_library().components)
         self.lines: list[str] = []
@@ -113,8 +116,7 @@ class _Writer:
             return {str(s.subs(self.symbols)) for d in tree[3] for s in sympy.sympify(d).free_symbols}
         if tree[0] == "group":
             return {str(s.subs(self.symbols)) for count, _ in tree[1] for s in sympy.sympify(count).free_symbols} | {n for _, e in tree[1] for n in self.used(e)}
-        core = self._attention(tree)
-        return {n for _, part in tree[2] for n in self.used(part)} | (set(core[0]["with"].values()) & set(self.heads.values()) if core else set())
+        return {n for _, part in tree[2] for n in self.used(part)}
 
     def component(self, tree: tuple, cls: str) -> str:
         if tree in self.names:
@@ -125,8 +127,6 @@ class _Writer:
         parts: list[list[str]] = []
         for part, child in tree[2]:
             parts += self._parts(_identifier(part), child)
-        for extra in self._attention(tree) or ():
-            parts.append([f"name = {_string(extra['name'])}", f"use = {_string(extra['use'])}", f"with = {_inline(extra['with'])}"])
         args = sorted(self.used(tree))
         block = [f"[components.{name}]", f"doc = {_string(f'transformers {cls} (imported)')}", f"args = {json.dumps(args)}"]
         for part in parts:
@@ -150,6 +150,10 @@ class _Writer:
     def _leaf(self, name: str, tree: tuple, repeat: str | None) -> list[list[str]]:
         _, primitive, flags, dims = tree
         sizes = [self.expression(d) for d in dims]
+        if primitive == "attention":
+            return self._attention(flags, sizes, repeat)
+        if primitive == "routed":
+            return self._routed(flags, sizes, repeat)
         if primitive == "parameters":
             if not flags[0]:
                 return []  # counted where it is first owned, and a bare tensor has no FLOPs of its own
@@ -173,28 +177,32 @@ class _Writer:
             return [[*lines, f"repeat = {_ZERO_PARAMS}" if repeat is None else f'repeat = {{ default = {_string(repeat)}, params = "0", active_params = "0" }}']]
         return [[*lines, *_repeat(repeat)]]
 
-    def _attention(self, tree: tuple) -> list[dict] | None:
-        """For a module named *Attention with query, key and value projections (or one fused), the score and
-        context products of its heads and the keys and values it caches: eager attention over every key.
-        None where its projections or head counts are not found (its parameters are counted all the same)."""
-        if tree[0] != "module" or not tree[1].lower().endswith("attention") or "heads" not in self.heads or "cross" in tree[1].lower():
-            return None
-        widths = {name.removeprefix("p_"): sympy.sympify(part[3][1]) for name, part in tree[2] if part[0] == "leaf" and part[1] == "linear"}
-        q, k, v = (next((widths[n] for n in names if n in widths), None) for names in _QKV)
-        heads = sympy.Symbol(self.heads["heads"])
-        kv = sympy.Symbol(self.heads.get("kv", self.heads["heads"]))
-        fused = next((widths[n] for n in _FUSED if n in widths), None)
-        if q is not None and k is not None and v is not None:
-            q, k, v = (sympy.sympify(x).subs(self.symbols) for x in (q, k, v))
-            d_qk, d_v = sympy.simplify(q / heads), sympy.simplify(v / kv)
-            width = k + v
-        elif fused is not None:
-            d_qk = d_v = sympy.simplify(sympy.sympify(fused).subs(self.symbols) / (heads + 2 * kv))
-            width = 2 * kv * d_qk
-        else:
-            return None
-        core = {"n_heads": str(heads), "d_qk": str(d_qk), "d_v": str(d_v), "n_kv_heads": str(kv)}
-        return [{"name": "core", "use": "attention_core", "with": core}, {"name": "kv_cache", "use": "kv_cache", "with": {"width": str(sympy.simplify(width))}}]
+    def _attention(self, flags: tuple, sizes: list[str], repeat: str | None) -> list[list[str]]:
+        """A self-attention's score and context products over every key (eager attention multiplies the whole
+        masked score matrix, a sliding window's too) and the keys and values transformers' cache keeps: every
+        token's, or the last window - 1 of a windowed layer's."""
+        heads, kv, d_qk, d_v, *window = sizes
+        core = {"n_heads": heads, "d_qk": d_qk, "d_v": d_v, "n_kv_heads": kv}
+        if flags[0]:
+            core["span"] = f"past + seq - windowed*(past + seq - min(past + seq, {window[0]}))"
+        width = sympy.simplify(sympy.sympify(f"({kv})*(({d_qk}) + ({d_v}))"))
+        cache = {"width": str(width), **({"cached": f"min(past + seq, {window[0]} - 1)"} if flags[0] else {})}
+        parts = [[f"name = {_string('core')}", 'use = "attention_core"', f"with = {_inline(core)}", *_repeat(repeat)]]
+        return parts + ([[f"name = {_string('kv_cache')}", 'use = "kv_cache"', f"with = {_inline(cache)}", *_repeat(repeat)]] if self.caches else [])
+
+    def _routed(self, flags: tuple, sizes: list[str], repeat: str | None) -> list[list[str]]:
+        """A routed block's products: its router's scores of every token against every expert, and each expert
+        weight once for each of a token's top_k experts (eager experts run a token through those only). Their
+        parameters are the bare tensors, counted where they are held."""
+        top_k, _, *rest = sizes
+        width, weights = (rest[0], rest[1:]) if flags[0] else (None, rest)
+        none = 'repeat = { default = "1", params = "0", active_params = "0" }' if repeat is None else f'repeat = {{ default = {_string(repeat)}, params = "0", active_params = "0" }}'
+        parts = [] if width is None else [[f"name = {_string('router_scores')}", 'use = "linear"', f"with = {_inline({'d_in': width, 'd_out': sizes[1]})}", none]]
+        for index in range(0, len(weights), 2):
+            a, b = weights[index : index + 2]
+            rows = f"batch*seq*{top_k}" if re.fullmatch(r"\w+", top_k) else f"batch*seq*({top_k})"
+            parts.append([f"name = {_string(f'expert_products_{index // 2}')}", 'use = "linear"', f"with = {_inline({'d_in': b, 'd_out': a, 'rows': rows})}", none])
+        return parts
 
     def _fresh(self, name: str) -> str:
         candidate, n = name, 2
@@ -202,22 +210,6 @@ class _Writer:
             candidate, n = f"{name}_{n}", n + 1
         self.taken.add(candidate)
         return candidate
-
-
-_QKV = (("q_proj", "q", "query", "wq", "q_lin", "q_attn"), ("k_proj", "k", "key", "wk", "k_lin"), ("v_proj", "v", "value", "wv", "v_lin"))
-_FUSED = ("qkv_proj", "query_key_value", "c_attn", "Wqkv", "qkv", "W_pack", "wqkv", "att_proj")
-
-
-def attention_fields(config: Mapping[str, Any]) -> dict[str, str]:
-    """The config fields of the query heads and, where it has one, the key/value heads."""
-    from .module_import import HEADS, KV_HEADS
-
-    found = {}
-    for role, names in (("heads", HEADS), ("kv", KV_HEADS)):
-        field = next((f for f in names if isinstance(config.get(f), int) and not isinstance(config.get(f), bool)), None)
-        if field is not None:
-            found[role] = field
-    return found
 
 
 def _repeat(repeat: str | None) -> list[str]:

@@ -155,7 +155,22 @@ class _Builder:
         except Exception as e:  # noqa: BLE001 - a probe transformers refuses is a probe not taken
             self.failure = _reason(e)
             return None
-        return flatten(describe(module, self.torch))
+        return flatten(describe(module, self.torch, windows=cache_windows(self.transformers, module.config)))
+
+
+def cache_windows(transformers: Any, config: Any) -> dict[int, int]:
+    """The sliding window of each layer whose cache transformers keeps windowed (by layer index): the cache a
+    causal LM's forward makes from its config."""
+    try:
+        cache = transformers.DynamicCache(config=config)
+    except Exception:  # noqa: BLE001 - a model whose cache its config does not describe keeps no window here
+        return {}
+    windows = {}
+    for index, layer in enumerate(getattr(cache, "layers", ()) or ()):
+        window = getattr(layer, "sliding_window", None)
+        if isinstance(window, int) and not isinstance(window, bool) and window > 0:
+            windows[index] = window
+    return windows
 
 
 def _with_token_ids_in_range(config: dict[str, Any]) -> dict[str, Any]:
@@ -250,7 +265,7 @@ def _fit(torch: Any, transformers: Any, config: dict[str, Any], origin: str) -> 
     except Exception as e:  # noqa: BLE001
         raise ImportRefused(f"{origin}: transformers cannot build its causal LM from this config ({_reason(e)})") from None
     parameters = sum(p.numel() for p in module.parameters())
-    base_skeleton, base_numbers, labels = flatten(describe(module, torch))
+    base_skeleton, base_numbers, labels = flatten(describe(module, torch, windows=cache_windows(transformers, module.config)))
     atoms = _accepted_atoms(builder, config, base_skeleton)
     last = ""
     for _ in range(RETRIES):
@@ -371,3 +386,66 @@ def _fitted(atoms: Atoms, config, module, skeleton, numbers, expressions, labels
             raise ImportRefused(f"{origin}: {labels[slot]} is {actual} in the config's model but {expression} = {expression.subs(own)}; symform import cannot bind it")
     used = sorted({str(s) for e in written for s in e.free_symbols})
     return Fitted(refill(skeleton, written), type(module).__name__, config, {f: config[f] for f in used}, parameters, defaults, sorted(atoms.fields), builds)
+
+
+@dataclass(frozen=True)
+class MetaRun:
+    """One forward of the causal LM on the meta device (shapes only): what PyTorch counts and keeps."""
+
+    batch: int
+    seq: int
+    flops: int  # FlopCounterMode's total: the matrix products (mm, addmm, bmm, baddbmm, attention, convolution)
+    own_flops: dict[str, int]  # module class -> products in its own forward, outside its children's
+    kv_cache: int | None  # bytes of the keys and values its cache keeps (float32); None: a cache without layers
+    recurrent_state: int | None  # bytes of the recurrent layers' conv windows and states
+    device: str = "meta"
+
+
+def meta_forward(config: Mapping[str, Any], seq: int, batch: int = 2, device: str = "meta") -> MetaRun | str:
+    """The forward's FLOPs and cache at ``batch`` × ``seq`` tokens, or why transformers' forward cannot run on
+    the meta device (a router that picks experts by value, a kernel without a meta implementation); on the CPU
+    (``device``) for a config small enough to hold."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from .oracle_check import cache_bytes, counter_fixes
+
+    torch, transformers = oracle()
+    verbosity = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            hf = transformers.AutoConfig.for_model(**_with_token_ids_in_range(copy.deepcopy(dict(config))))
+            torch.manual_seed(0)
+            with torch.device(device):
+                module = transformers.AutoModelForCausalLM.from_config(hf, attn_implementation="eager", experts_implementation="eager", dtype=torch.float32)
+                module.eval()
+                ids = torch.zeros(batch, seq, dtype=torch.long)
+                with torch.no_grad(), FlopCounterMode(display=False, custom_mapping=counter_fixes(torch)) as counter:
+                    output = module(input_ids=ids, use_cache=True)
+        kv, states = cache_bytes(torch, output)
+    except Exception as e:  # noqa: BLE001 - a forward the meta device cannot run is named, not measured
+        return _reason(e)
+    finally:
+        transformers.logging.set_verbosity(verbosity)
+    return MetaRun(batch, seq, counter.get_total_flops(), _own_flops(module, counter.get_flop_counts()), kv, states, device)
+
+
+def _own_flops(module: Any, counts: Mapping[str, Mapping[Any, int]]) -> dict[str, int]:
+    """Each module class's products outside its children's (an attention's score and context products, a
+    mixer's scan), summed over its instances; a Linear's own product is its own."""
+    totals = {name.partition(".")[2]: sum(ops.values()) for name, ops in counts.items() if name != "Global" and "." in name}
+    remaining = dict(totals)
+    for name, total in totals.items():  # each counted module's products leave its nearest counted ancestor's own
+        parent = name.rpartition(".")[0]
+        while parent and parent not in totals:
+            parent = parent.rpartition(".")[0]
+        if parent:
+            remaining[parent] -= total
+    classes = {name: type(sub).__name__ for name, sub in module.named_modules()}
+    own: dict[str, int] = {}
+    for name, value in remaining.items():
+        if value > 0:  # the counter names a module by the path it was called under, which may be no attribute path
+            cls = classes.get(name, name.rpartition(".")[2])
+            own[cls] = own.get(cls, 0) + value
+    return own

@@ -7,7 +7,11 @@ count:
   norm, a depthwise convolution) or a bare learned tensor; ``flags`` are its 0/1 options (a bias), ``dims`` its
   sizes;
 - ``("module", class name, parts)``: any other module, ``parts`` its own tensors and children by name;
-- ``("group", kinds)``: a ModuleList, ``kinds`` one ``(count, description)`` per distinct kind of element.
+- ``("group", kinds)``: a ModuleList, ``kinds`` one ``(count, description)`` per distinct kind of element;
+- ``("leaf", "attention", (windowed,), (n_heads, n_kv_heads, d_qk, d_v[, window]))``: the part ``@attention`` of a
+  self-attention module (its query, key and value projections, or one fused): the heads its score and context
+  products run over, read from the module (its head size and head counts, else its projections' widths), and the
+  window transformers' cache keeps for its layer (``windowed`` 1: the last window - 1 tokens).
 
 Every size (a dimension, a count) is a *slot*; :func:`flatten` lists them in a fixed order beside a skeleton
 without them, so that trees of one model built at other sizes line up slot by slot. What no primitive
@@ -16,6 +20,7 @@ describes (an LSTM, a 2-D convolution, a module of another library with tensors 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ...engine.errors import ConfigError
@@ -28,10 +33,12 @@ class Unmappable(ConfigError):
     """A module or tensor of the model that no symform primitive describes."""
 
 
-def describe(module: Any, torch: Any, path: str = "", seen: set[int] | None = None) -> tuple:
+def describe(module: Any, torch: Any, path: str = "", seen: set[int] | None = None, windows: Mapping[int, int] | None = None) -> tuple:
     """The module's description; ``seen`` holds the tensors counted already (a tied head's weight is the
-    embedding's), in the order ``parameters()`` yields them: a module's own tensors, then its children's."""
+    embedding's), in the order ``parameters()`` yields them: a module's own tensors, then its children's;
+    ``windows`` the sliding window of each layer whose cache keeps one (by layer index)."""
     seen = set() if seen is None else seen
+    windows = {} if windows is None else windows
     leaf = _leaf(module, torch, path, seen)
     if leaf is not None:
         # a subclass may hold tensors of its own beside the weight and bias (a head's per-token logit scale), or
@@ -44,12 +51,103 @@ def describe(module: Any, torch: Any, path: str = "", seen: set[int] | None = No
         if tensor is not None:
             parts.append((f"p_{name}", _bare(module, name, tensor, path, seen)))
     if isinstance(module, torch.nn.ModuleList):
-        return ("group", _kinds([describe(child, torch, _join(path, name), seen) for name, child in module._modules.items() if child is not None]))
+        return ("group", _kinds([describe(child, torch, _join(path, name), seen, windows) for name, child in module._modules.items() if child is not None]))
     for name, child in module._modules.items():
         if child is None or not _has_parameters(child):
             continue
-        parts.append((name, describe(child, torch, _join(path, name), seen)))
+        parts.append((name, describe(child, torch, _join(path, name), seen, windows)))
+    heads = attention_heads(module, torch, windows)
+    if heads is not None:
+        parts.append(("@attention", heads))
+    routed = routed_experts(module)
+    if routed is not None:
+        parts.append(("@routed", routed))
     return ("module", type(module).__name__, tuple(parts))
+
+
+# the names transformers gives a self-attention's projections: query, key, value, or the three fused
+QKV = (("q_proj", "q", "query", "wq", "q_lin", "q_attn", "Wq", "project_q"), ("k_proj", "k", "key", "wk", "k_lin", "Wk", "project_k"), ("v_proj", "v", "value", "wv", "v_lin", "Wv", "project_v"))
+FUSED = ("qkv_proj", "query_key_value", "c_attn", "Wqkv", "qkv", "W_pack", "wqkv", "att_proj")
+_HEAD_SIZE = ("head_dim", "attention_head_size", "head_size", "dim_head", "d_head")
+_HEAD_COUNT = ("num_heads", "num_attention_heads", "n_head", "n_heads", "num_attn_heads")
+_KV_COUNT = ("num_key_value_heads", "num_kv_heads", "n_kv_heads", "n_head_kv")
+
+
+def attention_heads(module: Any, torch: Any, windows: Mapping[int, int]) -> tuple | None:
+    """A self-attention module's heads as the ``attention`` leaf, or None where the module is not one or its
+    projections' widths do not split into the heads it names (its score and context products are then not
+    declared, and the import says its FLOPs are not exact)."""
+    if "cross" in type(module).__name__.lower() or getattr(module, "is_cross_attention", False):
+        return None
+    widths = {name: _out_width(child, torch) for name, child in module._modules.items() if child is not None}
+    q, k, v = (next((widths[n] for n in names if widths.get(n)), None) for names in QKV)
+    fused = next((widths[n] for n in FUSED if widths.get(n)), None)
+    if not (q and k and v) and not fused:
+        return None
+    config = getattr(module, "config", None)  # what the module does not hold itself, its config may
+    d = _int_attribute(module, _HEAD_SIZE)
+    heads = _int_attribute(module, _HEAD_COUNT) or (q // d if q and d else _int_attribute(config, _HEAD_COUNT + ("attention_heads",)))
+    kv = _int_attribute(module, _KV_COUNT)
+    groups = _int_attribute(module, ("num_key_value_groups",))
+    if kv is None and groups and heads:
+        kv = heads // groups
+    if kv is None and fused and not (q and k and v):
+        # neither the module nor its config names key/value heads: as many as query heads
+        kv = _int_attribute(config, _KV_COUNT + ("multi_query_group_num", "kv_n_heads")) or heads
+    if q and k and v:
+        d = d or (q // heads if heads else None)
+        kv = kv or (k // d if d else None)
+        if not (d and heads and kv) or q != heads * d or k != kv * d or v % kv:
+            return None
+        d_v = v // kv
+    else:
+        if heads and not d and kv:
+            d = fused // (heads + 2 * kv)
+        if d and heads and not kv:
+            kv = (fused - heads * d) // (2 * d)
+        if not (d and heads and kv) or fused != (heads + 2 * kv) * d:
+            return None
+        d_v = d
+    window = windows.get(getattr(module, "layer_idx", None))
+    return ("leaf", "attention", (int(window is not None),), (heads, kv, d, d_v, *([window] if window is not None else [])))
+
+
+def routed_experts(module: Any) -> tuple | None:
+    """The products of a block that routes each token to top_k of its experts, as the ``routed`` leaf
+    ``(top_k, n_experts, router_width, then each expert weight's two sizes)``: a router child holding its own
+    [n_experts, width] weight and a ``top_k``, beside an experts child holding [n_experts, a, b] weights. Eager
+    experts run each token through its top_k experts only, so each weight costs top_k products a token; a
+    router that is a Linear of its own counts as one (router_width 0 here). None for any other module."""
+    children = [c for c in module._modules.values() if c is not None]
+    router = next((c for c in children if _int_attribute(c, ("top_k",)) and "router" in type(c).__name__.lower()), None)
+    experts = next((c for c in children if type(c).__name__.endswith("Experts")), None)
+    if router is None or experts is None:
+        return None
+    weights = [tuple(int(d) for d in t.shape) for t in experts._parameters.values() if t is not None and t.dim() == 3]
+    if not weights or len({w[0] for w in weights}) != 1 or any(_has_parameters(c) for c in experts._modules.values() if c is not None):
+        return None
+    own = router._parameters.get("weight")
+    width = int(own.shape[1]) if own is not None and own.dim() == 2 and int(own.shape[0]) == weights[0][0] else 0
+    if own is None and _has_parameters(router):
+        return None  # a router whose weight lives in a child of a kind not read here
+    return ("leaf", "routed", (int(width > 0),), (_int_attribute(router, ("top_k",)), weights[0][0], *([width] if width else []), *(d for w in weights for d in w[1:])))
+
+
+def _out_width(module: Any, torch: Any) -> int | None:
+    weight = getattr(module, "weight", None)
+    if isinstance(module, torch.nn.Linear):
+        return int(weight.shape[0])
+    if _is_conv1d_projection(module):
+        return int(weight.shape[1])
+    return None
+
+
+def _int_attribute(module: Any, names: tuple[str, ...]) -> int | None:
+    for name in names:
+        value = getattr(module, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
 
 
 def _join(path: str, name: str) -> str:

@@ -15,8 +15,9 @@ import copy
 import importlib
 import inspect
 import math
+import re
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, Mapping
 
@@ -62,6 +63,7 @@ class CheckReport:
     rows: list[Row]
     sizes_in: str = ""  # the sub-config the model's sizes live in (text_config), "" for the top level
     dropout: str = ""  # the dropout convention symform counted with, and where it came from
+    not_exact: Mapping[str, str] = field(default_factory=dict)  # what the declaration says it does not count as PyTorch does
 
     @property
     def sizes(self) -> dict[str, Any]:
@@ -81,6 +83,7 @@ class CheckReport:
             "rows": [{"quantity": r.quantity, "part": r.part, "symform": r.symform, "pytorch": r.pytorch, "agree": r.agrees} for r in self.rows],
             "tiny_config": self.tiny_config,
             "dropout": self.dropout,
+            "not_exact": dict(self.not_exact),
         }
 
 
@@ -258,7 +261,7 @@ def check(model: Model) -> CheckReport:
     finally:
         transformers.logging.set_verbosity(verbosity)
     sizes_in = reading_spec(model.spec.family, config).fields_in if model.spec.family is not None else ""
-    return CheckReport(model.name, type(module).__name__, config, rows, sizes_in, dropout_origin(ours))
+    return CheckReport(model.name, type(module).__name__, config, rows, sizes_in, dropout_origin(ours), dict(model.spec.not_exact))
 
 
 def transformers_refusal(config: Mapping[str, Any], name: str) -> str | None:
@@ -386,7 +389,8 @@ def _symform_roles(model: Model, quantity: str, **workload: int) -> dict[str, in
     totals: dict[str, int] = {}
     for path, value in model.evaluate_breakdown(quantity, depth=None, **workload).items():
         # a declaration's parts may bear transformers' module names (symform import writes them): renamed alike
-        role = _role(path.split("/") if model.spec.family is not None else _renamed(path.split("/")))
+        # (and a kind of layer its own part, layers_0 and layers_1 where a list holds two kinds)
+        role = _role(path.split("/") if model.spec.family is not None else _renamed([re.sub(r"_\d+$", "", s) for s in path.split("/")]))
         totals[role] = totals.get(role, 0) + int(value)
     return totals
 
@@ -426,7 +430,7 @@ def _flop_rows(torch, model: Model, module, config: Mapping[str, Any]) -> list[R
 
     inputs = _inputs(torch, module, config)
     module.eval()
-    fixes = _counter_fixes(torch)
+    fixes = counter_fixes(torch)
     try:
         with torch.no_grad(), FlopCounterMode(display=False, custom_mapping=fixes) as forward:
             _forward(module, **inputs)
@@ -460,7 +464,7 @@ def _flop_rows(torch, model: Model, module, config: Mapping[str, Any]) -> list[R
     return [*_rows("forward_flops", ours, theirs), Row("backward_flops", "total", ours_backward, backward)]
 
 
-def _counter_fixes(torch) -> dict[Any, Any]:
+def counter_fixes(torch) -> dict[Any, Any]:
     """What PyTorch's FlopCounterMode gets wrong, put right. It has no formula for a triangular solve (Gated
     DeltaNet's chunked scan solves two unit-triangular systems per chunk), so it counts none: here an n×n
     solve costs n·(n − 1) FLOPs per right-hand column (one multiply-add per off-diagonal entry), and n more
@@ -488,6 +492,17 @@ def _cache_rows(torch, model: Model, module, config: Mapping[str, Any]) -> list[
     module.eval()
     with torch.no_grad():
         output = _forward(module, **_inputs(torch, module, config), use_cache=True)
+    keys_values, states = cache_bytes(torch, output)
+    rows = [Row("kv_cache", "total", int(model.evaluate("kv_cache", **_sizes(module))), keys_values)]
+    ours_state = int(model.evaluate("recurrent_state", **_sizes(module)))
+    if ours_state or states:
+        rows.append(Row("recurrent_state", "total", ours_state, states))
+    return rows
+
+
+def cache_bytes(torch, output) -> tuple[int | None, int | None]:
+    """The bytes of keys and values, and of recurrent state, in the cache a forward returned (0 and 0 where it
+    returned none; None and None for a cache of another kind, which has no layers to read)."""
     cache = output.get("cache", output.get("past_key_values"))
     layers = getattr(cache, "layers", None)
     if hasattr(cache, "cross_attention_cache"):  # an encoder-decoder's: the decoder's own keys and values and the encoder output's
@@ -499,11 +514,7 @@ def _cache_rows(torch, model: Model, module, config: Mapping[str, Any]) -> list[
     else:
         keys_values = _bytes(torch, (getattr(layer, name, None) for layer in layers for name in ("keys", "values", "indexer_keys")))
         states = _bytes(torch, (t for layer in layers for name in ("conv_states", "recurrent_states") for t in (getattr(layer, name, None) or {}).values()))
-    rows = [Row("kv_cache", "total", int(model.evaluate("kv_cache", **_sizes(module))), keys_values)]
-    ours_state = int(model.evaluate("recurrent_state", **_sizes(module)))
-    if ours_state or states:
-        rows.append(Row("recurrent_state", "total", ours_state, states))
-    return rows
+    return keys_values, states
 
 
 def _bytes(torch, tensors) -> int:

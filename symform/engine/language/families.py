@@ -173,6 +173,7 @@ class ModelSpec:
     checkpoint: "Checkpoint | None" = None
     config: Mapping[str, Any] | None = None  # the Hugging Face config it was read from (or a declaration's [model.transformers])
     conventions: Mapping[str, int] = field(default_factory=dict)  # the defaults the config sets (its family's [conventions])
+    not_exact: Mapping[str, str] = field(default_factory=dict)  # quantity -> why a declaration says it is not exact (symform import writes it)
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,8 @@ class ModelDecl(BaseModel):
     transformers: dict[str, Any] | None = None  # the config.json of the transformers model this declares, for symform check
     # root arguments as expressions over [model.transformers]'s fields (a family's [bind]): what `symform import` writes
     bind: dict[str, str] = Field(default_factory=dict)
+    # quantity -> why it is not exact (what symform import could not map); symform check names them
+    not_exact: dict[str, str] = Field(default_factory=dict)
 
 
 class DeclarationFile(BaseModel):
@@ -78,7 +80,7 @@ def load_declaration_file(path: Path, config: dict[str, Any] | None = None) -> t
     except DeclarationError as e:
         raise ConfigError(f"{path}: {e}") from None
     arguments = {**_bound(decl.model, path), **decl.model.arguments}
-    spec = ModelSpec(name=decl.model.name or path.stem, root=decl.model.root, arguments=MappingProxyType(arguments), source=str(path), config=decl.model.transformers)
+    spec = ModelSpec(name=decl.model.name or path.stem, root=decl.model.root, arguments=MappingProxyType(arguments), source=str(path), config=decl.model.transformers, not_exact=MappingProxyType(dict(decl.model.not_exact)))
     return spec, library
 
 
