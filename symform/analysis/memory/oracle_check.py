@@ -17,7 +17,7 @@ import inspect
 import math
 import re
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field as dataclass_field
 from functools import cache
 from typing import Any, Mapping
 
@@ -63,7 +63,7 @@ class CheckReport:
     rows: list[Row]
     sizes_in: str = ""  # the sub-config the model's sizes live in (text_config), "" for the top level
     dropout: str = ""  # the dropout convention symform counted with, and where it came from
-    not_exact: Mapping[str, str] = field(default_factory=dict)  # what the declaration says it does not count as PyTorch does
+    not_exact: Mapping[str, str] = dataclass_field(default_factory=dict)  # what the declaration says it does not count as PyTorch does
 
     @property
     def sizes(self) -> dict[str, Any]:
