@@ -236,6 +236,7 @@ COST_FREE_IN.update({
 })
 COST_FREE_IN["cohere2"] = COST_FREE_IN["cohere"]
 COST_FREE_IN["nemotron"] = {"norm_eps": "a value, not a size"}
+COST_FREE_IN["biogpt"] = {**_LN_EPS, "scale_embedding": "the embeddings times a constant: no parameter, no matrix product, nothing kept"}
 MODELS = Path(transformers.__file__).parent / "models"
 MODULE = {"gemma3_text": "gemma3", "gemma4_text": "gemma4", "llama4_text": "llama4", "xlm-roberta": "xlm_roberta"}
 
