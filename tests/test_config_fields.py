@@ -270,6 +270,7 @@ _TEXT_ONLY_TOWERS = {  # image-text families that count their towers' weights an
 COST_FREE_IN.update({t: _TEXT_ONLY_TOWERS for t in (
     "llava_next", "llava_next_video", "llava_onevision", "vipllava", "idefics3", "smolvlm", "internvl", "video_llava", "lighton_ocr", "deepseek_vl", "paligemma", "qianfan_ocr",
 )})  # fmt: skip
+COST_FREE_IN["biogpt"] = {**_LN_EPS, "scale_embedding": "the embeddings times a constant: no parameter, no matrix product, nothing kept"}
 MODELS = Path(transformers.__file__).parent / "models"
 MODULE = {
     "gemma3_text": "gemma3", "gemma4_text": "gemma4", "llama4_text": "llama4", "xlm-roberta": "xlm_roberta", "roberta-prelayernorm": "roberta_prelayernorm",

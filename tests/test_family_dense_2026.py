@@ -143,6 +143,11 @@ TINY = {
     "nemotron, head_dim 12, biases, tied": dict(
         BASE, model_type="nemotron", head_dim=12, attention_bias=True, mlp_bias=True, tie_word_embeddings=True, **NO_TOKENS,
     ),
+    "biogpt, learned positions broadcast over the batch, scaled embeddings, dropout 0.1, tied": dict(BASE, model_type="biogpt", **NO_TOKENS),
+    "biogpt, no dropout, unscaled embeddings, untied": dict(
+        BASE, model_type="biogpt", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, scale_embedding=False, tie_word_embeddings=False,
+        **NO_TOKENS,
+    ),
 }  # fmt: skip
 
 SHAPES = [(2, 7), (1, 3), (1, 1)]  # seq above and below every tiny window, and one token

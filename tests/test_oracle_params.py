@@ -58,7 +58,7 @@ PRESET_NOT_BUNDLED_YET = {
     for model_type in (
         "granite", "helium", "arcee", "ministral", "ministral3", "cohere", "cohere2", "glm", "glm4", "olmo", "stablelm", "gpt_neox",
         "gptj", "codegen", "persimmon", "falcon", "opt", "bloom", "gpt_bigcode", "vaultgemma", "jais2", "nanochat", "bitnet", "gpt_neo",
-        "nemotron",
+        "nemotron", "biogpt",
     )
 }  # fmt: skip
 # families whose flagship's published config.json no stored copy quotes whole: no preset is made up for them either;
