@@ -211,6 +211,10 @@ COST_FREE_IN["electra"] = {
         "summary_activation", "summary_first_dropout", "summary_last_dropout", "summary_proj_to_labels", "summary_type", "summary_use_proj",
     )},
 }  # fmt: skip
+COST_FREE_IN["distilbert"] = {
+    **COST_FREE_IN["bert"],
+    **{name: "the question-answering and classification heads' dropout, heads symform does not read" for name in ("qa_dropout", "seq_classif_dropout")},
+}
 _BART_COST_FREE = {
     "decoder_start_token_id": "a token id", "eos_token_id": "a token id", "return_dict": "what forward returns, not what it computes",
     "is_decoder": "set by the class: the causal-LM class makes the decoder a decoder alone (architectures, read, names the class)",

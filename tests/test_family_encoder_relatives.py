@@ -31,6 +31,11 @@ CASES = {
         ["ElectraModel", "ElectraForMaskedLM", "ElectraForCausalLM", "ElectraForPreTraining"],
         [{}, {"tie_word_embeddings": False, "embedding_size": 64, "hidden_dropout_prob": 0.0}],
     ),
+    "distilbert": (
+        dict(dim=64, n_layers=2, n_heads=4, hidden_dim=96, vocab_size=101, max_position_embeddings=64),
+        ["DistilBertModel", "DistilBertForMaskedLM"],
+        [{}, {"tie_word_embeddings": False, "attention_dropout": 0.0}],
+    ),
     "bert-generation": (BERT_SIZES, ["BertGenerationEncoder", "BertGenerationDecoder"], [{}, {"tie_word_embeddings": False, "hidden_dropout_prob": 0.0}]),
 }
 CHECKED = [(model_type, cls, i) for model_type, (_, classes, settings) in CASES.items() for cls in classes for i in range(len(settings))]
@@ -50,6 +55,23 @@ def test_symform_check_agrees_on_every_number(model_type, cls, setting):
     # apart from other LayerNorms: for it the totals alone
     rows = [r for r in report.rows if r.part == "total"] if cls == "RobertaPreLayerNormModel" else report.rows
     assert all(r.agrees for r in rows), report.differences
+
+
+def test_distilbert_base_uncased_counts_what_transformers_builds():
+    """DistilBertForMaskedLM at distilbert-base-uncased's published sizes, against the meta-device module; by hand:
+    embeddings 30522·768 + 512·768 + LayerNorm, 6 layers of 4·(768² + 768) + 2·768·3072 + 3072 + 768 + 2 LayerNorms,
+    and the head's transform, LayerNorm and projection bias (its weight tied)."""
+    d, ff, vocab = 768, 3072, 30522
+    layer = 4 * (d * d + d) + 2 * d * ff + ff + d + 4 * d
+    expected = vocab * d + 512 * d + 2 * d + 6 * layer + d * d + d + 2 * d + vocab
+    assert expected == 66_985_530
+    from oracle import preset_dict
+
+    config = preset_dict("distilbert-base-uncased")
+    with torch.device("meta"):
+        module = transformers.DistilBertForMaskedLM(transformers.AutoConfig.for_model(**config))
+    assert sum(p.numel() for p in module.parameters()) == expected
+    assert symform.load("distilbert-base-uncased").evaluate("params") == expected
 
 
 @pytest.mark.parametrize("model_type", list(CASES))
