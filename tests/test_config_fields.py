@@ -257,6 +257,18 @@ COST_FREE_IN.update({
     "stablelm": {**_LN_EPS, **_HEAD_DIM_PROPERTY},
 })
 COST_FREE_IN["cohere2"] = COST_FREE_IN["cohere"]
+COST_FREE_IN["granitemoe"] = COST_FREE_IN["granitemoeshared"] = COST_FREE_IN["granite"]
+COST_FREE_IN["ernie4_5_moe"] = {"moe_norm_min": "the floor of the renormalised top-k weights' sum (an epsilon): a value, not a size"}
+COST_FREE_IN["glm4_moe_lite"] = {
+    "head_dim": "GLM-4.7-Flash's MLA attention sizes its heads by qk_nope_head_dim, qk_rope_head_dim and v_head_dim, which symform reads",
+    "num_key_value_heads": "MLA's keys and values come from the latent (kv_lora_rank) for every head: the field sizes nothing",
+}
+COST_FREE_IN["dbrx"] = {
+    **{name: "DbrxConfig's attribute_map alias of a field symform reads (d_model, n_heads, n_layers)" for name in ("hidden_size", "num_attention_heads", "num_hidden_layers")},
+    "head_dim": "d_model // n_heads, which symform computes",
+    "rope_theta": "a value, not a size",
+    "ffn_act_fn": "read as ffn_act_name (its name; only silu is read, others refused)",
+}
 COST_FREE_IN["nemotron"] = {"norm_eps": "a value, not a size"}
 _TEXT_ONLY_TOWERS = {  # image-text families that count their towers' weights and refuse images
     "image_grid_pinpoints": "the anyres grid images are tiled on: images are refused, so no cost depends on it",

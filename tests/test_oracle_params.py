@@ -75,10 +75,19 @@ PRESET_NOT_YET = {
                        "bart", "mbart", "blenderbot", "blenderbot-small", "plbart", "m2m_100")
 }  # fmt: skip
 
+# image-text families checked at tiny sizes (tests/test_family_<type>.py) whose flagship's published config.json was
+# not found in a source symform could cite yet: no preset is made up for them
+IMAGE_TEXT_PRESET_NOT_YET = {
+    model_type: "its tiny-model oracle tests are in tests/test_family_{model_type}.py; no citable copy of a flagship's config.json yet"
+    for model_type in ("cosmos3_omni", "deepseek_vl", "idefics3", "internvl", "lighton_ocr", "llava_next", "llava_next_video",
+                       "llava_onevision", "qianfan_ocr", "smolvlm", "video_llava", "vipllava")
+}  # fmt: skip
+
 
 def test_presets_cover_every_family():
     model_types = {preset_dict(name)["model_type"] for name in presets()}
-    assert model_types == set(supported_model_types()) - set(WITHOUT_PUBLISHED_CONFIG) - set(PRESET_NOT_BUNDLED_YET) - set(WITHOUT_STORED_CONFIG) - set(PRESET_NOT_YET)
+    without = {*WITHOUT_PUBLISHED_CONFIG, *PRESET_NOT_BUNDLED_YET, *WITHOUT_STORED_CONFIG, *PRESET_NOT_YET, *IMAGE_TEXT_PRESET_NOT_YET}
+    assert model_types == set(supported_model_types()) - without
 
 
 # -- transformers' defaults on modified configs -------------------------------
