@@ -128,8 +128,9 @@ def test_every_preset_states_its_context_as_its_config_does():
     from symform import load, presets
     from symform.engine.store.data import formulas_dir
 
-    # files that leave it out: their config class's default (transformers' Gemma3TextConfig: max_position_embeddings 131072)
-    unstated = {"gemma-3-4b": 131072, "gemma-3-12b": 131072, "gemma-3-27b": 131072}
+    # files that leave it out: their config class's default (transformers' Gemma3TextConfig: max_position_embeddings
+    # 131072; GemmaConfig, PaliGemma's text_config: 8192)
+    unstated = {"gemma-3-4b": 131072, "gemma-3-12b": 131072, "gemma-3-27b": 131072, "paligemma-3b-pt-224": 8192}
     for name, entry in presets().items():
         config = json.loads((formulas_dir() / "presets" / entry.file).read_text())
         config = config.get("text_config", config)  # a nested config (Qwen3.5) states it in its text_config
