@@ -12,7 +12,10 @@ transformers' module built in float32 with eager attention and eager experts on
 the CPU), and is ``exact`` where parameters, forward FLOPs and the cache equal
 PyTorch's, ``differs`` otherwise (the rows that differ are named). Anything else
 that goes wrong is ``crash`` (symform) or ``no oracle`` (transformers could not
-build or run its own module). Saved activations are reported beside, not counted.
+build or run its own module). Where transformers cannot build or run its own
+defaults (a field its config class leaves null that its module needs), the first
+bundled preset of that type, a published config.json, is shrunk and checked
+instead, and its row says so (``config``). Saved activations are reported beside, not counted.
 Needs torch and transformers (the ``oracle`` extra); takes a few minutes on a CPU.
 
     python benchmarks/model_types.py --import   # also import each refused causal-LM type (much longer)
@@ -86,14 +89,26 @@ def imported_status(row: dict, transformers, workdir: Path) -> dict:
     return {**row, "status": "exact (imported)" if result.get("all_exact") else row["status"], "imported": verdict}
 
 
-def census_of(model_type: str, transformers) -> dict:
+def preset_config(model_type: str) -> tuple[str, dict] | None:
+    """A bundled preset of this model type (a published config.json), the first by name, or None."""
+    from symform.engine.language.families import presets
+    from symform.engine.store.data import formulas_dir
+
+    for name, entry in sorted(presets().items()):
+        config = json.loads((formulas_dir() / "presets" / entry.file).read_text())
+        if config.get("model_type") == model_type:
+            return name, config
+    return None
+
+
+def census_of(model_type: str, transformers, config: dict | None = None) -> dict:
     from symform.analysis.memory.oracle_check import OracleFails, check, transformers_refusal
     from symform.engine.language.families import supported_model_types
     from symform.engine.errors import SymformError
     from symform.engine.graph.model import Model
 
     try:
-        config = default_config(transformers, model_type)
+        config = config or default_config(transformers, model_type)
     except Exception as e:  # noqa: BLE001 - transformers' own config class cannot be built without arguments
         return {"model_type": model_type, "status": "no oracle", "why": f"config: {type(e).__name__}: {str(e)[:120]}"}
     try:
@@ -131,6 +146,10 @@ def census(only: list[str] | None = None, run_import: bool = False) -> list[dict
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 results.append(census_of(model_type, transformers))
+                if results[-1]["status"] == "no oracle" and (preset := preset_config(model_type)) is not None:
+                    # transformers cannot build or run its own defaults: the bundled published config, shrunk alike
+                    row = census_of(model_type, transformers, preset[1])
+                    results[-1] = {**row, "config": f"preset {preset[0]} (the defaults: {results[-1]['why'][:100]})"}
                 if run_import:
                     results[-1] = imported_status(results[-1], transformers, Path(workdir))
             print(f"{results[-1]['model_type']:32s} {results[-1]['status']}", file=sys.stderr, flush=True)
