@@ -89,13 +89,12 @@ def imported_status(row: dict, transformers, workdir: Path) -> dict:
     return {**row, "status": "exact (imported)" if result.get("all_exact") else row["status"], "imported": verdict}
 
 
-def preset_config(model_type: str) -> tuple[str, dict] | None:
+def type_preset(model_type: str) -> tuple[str, dict] | None:
     """A bundled preset of this model type (a published config.json), the first by name, or None."""
-    from symform.engine.language.families import presets
-    from symform.engine.store.data import formulas_dir
+    from symform.engine.language.families import preset_config, presets
 
-    for name, entry in sorted(presets().items()):
-        config = json.loads((formulas_dir() / "presets" / entry.file).read_text())
+    for name in sorted(presets()):
+        config, _ = preset_config(name)
         if config.get("model_type") == model_type:
             return name, config
     return None
@@ -146,7 +145,7 @@ def census(only: list[str] | None = None, run_import: bool = False) -> list[dict
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 results.append(census_of(model_type, transformers))
-                if results[-1]["status"] == "no oracle" and (preset := preset_config(model_type)) is not None:
+                if results[-1]["status"] == "no oracle" and (preset := type_preset(model_type)) is not None:
                     # transformers cannot build or run its own defaults: the bundled published config, shrunk alike
                     row = census_of(model_type, transformers, preset[1])
                     results[-1] = {**row, "config": f"preset {preset[0]} (the defaults: {results[-1]['why'][:100]})"}
