@@ -7,7 +7,7 @@ between them whatever the model, the device, the layout and the phase: a propert
 """
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 import symform
@@ -44,6 +44,10 @@ def _holds(floor: float, estimate: float, ceiling: float) -> None:
     zero=st.sampled_from((0, 1, 3)), dtype=st.sampled_from(("bf16", "fp8")), schedule=st.sampled_from(("1f1b", "gpipe", "interleaved")),
     chunks=st.sampled_from((1, 2)), sequence=st.booleans(), overlap=st.booleans(), facts=st.sampled_from(FACTS),
 )
+# the estimate hides the tensor-parallel all-gathers under the GEMMs and the all-to-all under the whole step at once:
+# a floor that added the two kinds of communication lay above it (0.1133 s against 0.1121 s)
+@example(name="mixtral-8x7b", gpu="h100-sxm", tensor=8, pipeline=1, data=2, expert=2, micro_batch=1, microbatches=1, seq=4096, recompute="none", attention="sdpa",
+         zero=1, dtype="fp8", schedule="1f1b", chunks=1, sequence=True, overlap=True, facts=FACTS[3])
 def test_a_training_step_estimate_lies_between_its_floor_and_its_ceiling(models, name, gpu, tensor, pipeline, data, expert, micro_batch, microbatches, seq, recompute, attention, zero, dtype, schedule, chunks, sequence, overlap, facts):
     model = models[name]
     try:

@@ -216,19 +216,19 @@ def step_time_bounds(model: Model, c: Candidates, gpu, *, seq: int, global_batch
     def layout(t, p, d, e, zero=0):
         return Layout(data=d, tensor=t, pipeline=p, expert=e, zero=zero)
 
-    inside = np.zeros(len(c))
+    tensor, expert, pipeline = np.zeros(len(c)), np.zeros(len(c)), np.zeros(len(c))  # each kind's seconds
     tp = c.tensor > 1
     if tp.any():
         keys = np.stack([c.tensor, c.pipeline, c.data, c.micro_batch, c.recompute], axis=1)[tp]
-        inside[tp] += _grouped(keys, lambda t, p, d, b, r: tensor_comm(model, place, layout(t, p, d, 1), global_batch // (b * d), b, seq, RECOMPUTE[r]).seconds)
+        tensor[tp] = _grouped(keys, lambda t, p, d, b, r: tensor_comm(model, place, layout(t, p, d, 1), global_batch // (b * d), b, seq, RECOMPUTE[r]).seconds)
     ep = c.expert > 1
     if ep.any():
         keys = np.stack([c.tensor, c.pipeline, c.data, c.expert, c.micro_batch, c.recompute], axis=1)[ep]
-        inside[ep] += _grouped(keys, lambda t, p, d, e, b, r: _seconds(expert_comm(model, place, layout(t, p, d, e), global_batch // (b * d), b, seq, RECOMPUTE[r])))
+        expert[ep] = _grouped(keys, lambda t, p, d, e, b, r: _seconds(expert_comm(model, place, layout(t, p, d, e), global_batch // (b * d), b, seq, RECOMPUTE[r])))
     pp = c.pipeline > 1
     if pp.any():
         keys = np.stack([c.tensor, c.pipeline, c.data, c.micro_batch], axis=1)[pp]
-        inside[pp] += _grouped(keys, lambda t, p, d, b: pipeline_comm(model, place, layout(t, p, d, 1), global_batch // (b * d), b, seq).seconds)
+        pipeline[pp] = _grouped(keys, lambda t, p, d, b: pipeline_comm(model, place, layout(t, p, d, 1), global_batch // (b * d), b, seq).seconds)
     step = np.zeros(len(c))
     dp = c.data > 1
     if dp.any():
@@ -249,7 +249,7 @@ def step_time_bounds(model: Model, c: Candidates, gpu, *, seq: int, global_batch
         step[dp] = _grouped(keys, data)
     ratio = compile_expression(sympy.sympify(scaling.bubble_ratio("1f1b")), (scaling.STAGES.name, scaling.MICROBATCHES.name))
     bubble = np.where(c.pipeline > 1, ratio(c.pipeline, microbatches), 0.0)
-    return step_bounds(t_math, t_mem, inside, step, bubble)
+    return step_bounds(t_math, t_mem, (tensor, expert, pipeline), step, bubble)
 
 
 def _seconds(comm) -> float:

@@ -372,12 +372,12 @@ def training_estimate(
     gemm_s = sum(t for t, k in zip(seconds, work) if k.kind == "gemm") * bounds.microbatches
     comm = {kind: c.seconds / eff.link(c.link).bus_efficiency for kind, c in bounds.comm.items()}
     exposed = _exposed(comm, compute, layout, attention_s, gemm_s if tp_comm_overlap else None, p2p_overlap=profile is not None and profile.p2p_overlap)
-    inside = sum(v for k, v in exposed.items() if k != "data")
+    inside = tuple(v for k, v in exposed.items() if k != "data")
     params = float(step_model._bind(model, params_per_device(model, layout) if finetune is None else trained_per_device(model, finetune, layout)))
     shards = layout.data if (layout.zero >= 1 or layout.distributed_optimizer) else 1
     optimizer = params / shards * rules().optimizer_bytes_per_param / (hbm * eff.memory)
     expected = StepParts((compute,), inside, bounds.bubble_ratio, (exposed.get("data", 0.0), optimizer))
-    within = sum(v for k, v in comm.items() if k != "data")
+    within = tuple(v for k, v in comm.items() if k != "data")
     ceiling = StepParts((serial,), within, bounds.bubble_ratio, (comm.get("data", 0.0), optimizer)).serial()
     step, bubble = expected.expected(), expected.bubble()
     slower = profile.step_factor if profile is not None else 1.0  # a release's own slowdown (efficiencies)

@@ -277,22 +277,22 @@ class StepParts:
     """One training step's time from its parts: the one model the bounds and the estimate share.
 
     ``work``: the micro-batches' work in seconds, (compute, memory traffic) for the bounds, the kernels'
-    summed time for the estimate; ``inside``: the communication within that work (tensor, expert, context,
-    pipeline); ``ratio``: the pipeline's bubble, which stretches both by 1 + ratio; ``once``: what runs
+    summed time for the estimate; ``inside``: the communication within that work, one entry a kind (tensor,
+    expert, context, pipeline); ``ratio``: the pipeline's bubble, which stretches both by 1 + ratio; ``once``: what runs
     once per step after them (the data-parallel exchange, the optimizer update). Numbers or numpy arrays.
     Each composition adds its terms in one fixed order, so a step's time is the same float wherever it is
     computed.
     """
 
     work: tuple
-    inside: object
+    inside: tuple
     ratio: object
     once: tuple = ()
 
     def serial(self):
         """Nothing overlapped: the work and the communication inside it stretched by the bubble, then the once-per-step parts."""
         total = self.work[0]
-        for seconds in (*self.work[1:], self.inside):
+        for seconds in (*self.work[1:], self.communication()):
             total = total + seconds
         total = total * (1 + self.ratio)
         for seconds in self.once:
@@ -300,23 +300,28 @@ class StepParts:
         return total
 
     def overlapped(self):
-        """Everything overlapped: the longest of the work's parts and the communication inside it, stretched by
-        the bubble, or the longest once-per-step part if that is longer."""
+        """Everything overlapped: the longest of the work's parts and each kind of communication inside it,
+        stretched by the bubble, or the longest once-per-step part if that is longer. Kinds overlap one another
+        too (the estimate hides each under its own window, rules.toml [overlap]), so none adds to another here."""
         longest = self.work[0]
-        for seconds in (*self.work[1:], self.inside):
+        for seconds in (*self.work[1:], *self.inside):
             longest = numpy.maximum(longest, seconds)
         longest = longest * (1 + self.ratio)
         for seconds in self.once:
             longest = numpy.maximum(longest, seconds)
         return longest
 
+    def communication(self):
+        """The communication inside the work, its kinds one after another."""
+        return sum(self.inside[1:], self.inside[0]) if self.inside else 0.0
+
     def bubble(self):
         """The bubble's own seconds: the ratio times the work and the communication inside it."""
-        return self.ratio * (sum(self.work[1:], self.work[0]) + self.inside)
+        return self.ratio * (sum(self.work[1:], self.work[0]) + self.communication())
 
     def expected(self):
         """The estimate's step: the work, the (exposed) communication inside it, the bubble, then the once-per-step parts."""
-        total = sum(self.work[1:], self.work[0]) + self.inside + self.bubble()
+        total = sum(self.work[1:], self.work[0]) + self.communication() + self.bubble()
         for seconds in self.once:
             total = total + seconds
         return total
@@ -324,7 +329,7 @@ class StepParts:
 
 def step_bounds(t_math, t_mem, inside, step, ratio):
     """The step's lower (full overlap) and upper (none) bounds from its parts, for numbers or numpy arrays:
-    ``inside`` the communication within the micro-batch work, ``step`` the once-per-step exchange."""
+    ``inside`` the communication within the micro-batch work, a kind each, ``step`` the once-per-step exchange."""
     parts = StepParts((t_math, t_mem), inside, ratio, (step,))
     return parts.overlapped(), parts.serial()
 

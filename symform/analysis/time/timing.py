@@ -309,7 +309,7 @@ def _step_bounds(t_math: float, t_mem: float, comm: Mapping[str, Comm], ratio: f
     data-parallel gradient exchange runs once per step: at best hidden under that
     work, at worst after it.
     """
-    inside = sum(c.seconds for k, c in comm.items() if k != "data")
+    inside = tuple(c.seconds for k, c in comm.items() if k != "data")
     step = comm["data"].seconds if "data" in comm else 0.0
     lower, upper = step_bounds(t_math, t_mem, inside, step, ratio)
     return float(lower), float(upper)
@@ -437,7 +437,7 @@ def _training_assumptions(place: Placement, dtype: str, layout: Layout, recomput
         "peak": f"{place.device.name} dense {dtype} peak, no efficiency factor",
         "dtype": dtype_assumption(dtype),
         "hbm": f"{place.device.name} HBM bandwidth, no efficiency factor",
-        "overlap": "floor (lower bound): compute, memory traffic and communication fully overlapped at peak (max); peak, no overlap: their sum (not a ceiling: kernels below peak take longer; the estimate's ceiling is)",
+        "overlap": "floor (lower bound): compute, memory traffic and each kind of communication fully overlapped at peak (the longest); peak, no overlap: their sum (not a ceiling: kernels below peak take longer; the estimate's ceiling is)",
         "bytes": "HBM bytes as an unfused eager framework moves them; backward moves twice the forward's bytes; optimizer traffic not counted"
         + ("; FlashAttention in the attention cores" if flash else ""),
         "balance": "work, bytes and communication divide evenly: tensor-parallel sizes split exactly, pipeline stages hold equal shares (embedding and head included), routing is uniform over experts",
