@@ -44,6 +44,7 @@ from ..memory.finetune import FineTune, kernel_passes, trained_per_device
 from ..memory.memory import params_per_device, tensor_split
 from ..memory.settings import Layout
 from . import grouped_gemm
+from . import routing
 from .efficiencies import TimeProfile
 from .roofline import phase_work
 from .kernel_work import Kernel
@@ -73,6 +74,11 @@ def kernels(
     (``finetune``: a fine-tuning step's FLOPs, each adapter's in the kernel of the projection it adapts)."""
     if attention not in ATTENTION:
         raise EvaluationError(f"unknown attention implementation {attention!r}; choose one of {', '.join(ATTENTION)}")
+    return list(_kernels(model, phase, workload, tensor, pipeline, attention, recompute, expert_skew, context, finetune))
+
+
+@derivation  # a plan's shortlisted layouts share their micro-batches, tensor splits, pipeline depths and recomputation
+def _kernels(model: Model, phase: str, workload: Mapping[str, int | Fraction], tensor: int, pipeline: int, attention: str, recompute: str, expert_skew: float, context: int, finetune: FineTune | None) -> tuple[Kernel, ...]:
     flash = attention != "eager"
     leaves = phase_work(
         model, phase, depth=None, flash=flash, expert_skew=expert_skew, finetune=finetune, grouped=attention != "fused_per_head"
@@ -97,7 +103,7 @@ def kernels(
         shape = _gemm_shape(model, path, split, workload, context) if kind == "gemm" else None
         routed = grouped_gemm.routed_experts(model, path) if kind == "gemm" else None
         found.append(Kernel(path, kind, float(flops), float(moved), calls, float(rows), shape, runs, routed))
-    return found
+    return tuple(found)
 
 
 def _gemm_shape(model: Model, path: str, split, workload, context: int) -> tuple[float, float, float, float] | None:
@@ -130,7 +136,13 @@ def _per_device(model: Model, expr: sympy.Expr, split, pipeline: int, workload) 
     expr = sympy.sympify(expr)
     if not expr.free_symbols and expr == 0:
         return 0
-    return step_model._bind(model, _device_share(expr, split, pipeline), **{k: v for k, v in workload.items()})
+    if routing.is_expected_count(expr):  # an expectation in floats: the split taken in the expression, as before
+        return step_model._bind(model, _device_share(expr, split, pipeline), **{k: v for k, v in workload.items()})
+    # the split sizes put in as values (heads / tensor): the same exact number as the split expression's, whose
+    # polynomial form one leaf shares across every layout
+    shares = {s.name: sympy.Rational(model.values[s.name]) * whole / s for s, whole in split.items() if s.name in model.values}
+    value = Fraction(step_model._bind(model, expr, **workload, **shares)) / pipeline
+    return int(value) if value.denominator == 1 else value
 
 
 @derivation  # a plan's shortlisted layouts share their tensor splits and pipeline depths

@@ -77,7 +77,7 @@ def value_at(expr: sympy.Expr, point: Mapping[sympy.Symbol, sympy.Expr]) -> symp
     return sympy.Rational(total.numerator, total.denominator)
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=4096)  # a model's leaves' FLOPs and bytes, each valued at every layout a plan ranks
 def _terms(expr: sympy.Expr) -> dict | None:
     """polynomial(expr), once for every point it is valued at (max_of's probe points, a layout's sizes)."""
     return polynomial(expr)
