@@ -56,6 +56,22 @@ def test_a_family_written_as_its_differences_counts_as_a_hand_derivation(tmp_pat
     assert unbiased.evaluate("params") == _hand_params(101, 32, 48, 3, 4, 2, tied=False, bias=False)
 
 
+def test_a_fixed_choice_takes_its_component_whatever_the_config(tmp_path):
+    """`choose.mlp = "mlp"`: Llama with a plain MLP, up and down without the gate: d·ff fewer weights a layer, by hand."""
+    path = _write(tmp_path, "plain_llama", 'extends = "llama"\nmodel_types = ["plain_llama"]\nchoose.mlp = "mlp"\n')
+    for bias in (False, True):
+        model = Model.from_config({**TINY, "model_type": "plain_llama", "attention_bias": bias}, family=path)
+        assert model.spec.arguments["mlp"] == "mlp"
+        assert model.evaluate("params") == _hand_params(101, 32, 48, 3, 4, 2, tied=False, bias=bias) - 3 * 32 * 48
+
+
+def test_a_choice_among_cases_without_its_field_is_one_line_naming_the_fix(tmp_path):
+    text = 'extends = "llama"\nmodel_types = ["x"]\n[choose.mlp]\ncases = { true = "mlp", false = "gated_mlp" }\n'
+    with pytest.raises(DeclarationError, match="needs the field") as caught:
+        load_family(_write(tmp_path, "x", text))
+    assert "\n" not in str(caught.value)
+
+
 @pytest.mark.oracle
 def test_a_family_written_as_its_differences_counts_as_transformers_builds_it(tmp_path):
     pytest.importorskip("torch")

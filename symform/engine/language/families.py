@@ -18,7 +18,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..budget import LAYERS, check_count, check_number, quoted
 from ..store.data import formulas_dir, read_json, read_toml
@@ -66,10 +66,23 @@ class RefusalSpec(BaseModel):
 
 
 class ChoiceSpec(BaseModel):
+    """A slot's component by a field's value; ``choose.mlp = "gelu_mlp"``, a component alone, whatever the config."""
+
     model_config = ConfigDict(extra="forbid")
 
-    field: str
+    field: str | None = None  # none: a fixed choice, its one case "default"
     cases: dict[str, str]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fixed(cls, value: Any) -> Any:
+        return {"cases": {"default": value}} if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _a_field_unless_fixed(self) -> "ChoiceSpec":
+        if self.field is None and set(self.cases) != {"default"}:
+            raise ValueError("a choice with cases other than default needs the field that picks among them (field = ...)")
+        return self
 
 
 class ContextSpec(BaseModel):
@@ -395,7 +408,7 @@ def spec_from_config(config: Any, *, name: str, origin: str, family: Family | No
             continue  # an argument read from a null field stays unbound: the chosen component does not use it
         arguments[arg] = _whole(arg, text, numbers, origin)
     for slot, choice in family.spec.choose.items():
-        arguments[slot] = _choose(choice, fields[choice.field], family.spec.fields[choice.field].type == "bool", origin)
+        arguments[slot] = choice.cases["default"] if choice.field is None else _choose(choice, fields[choice.field], family.spec.fields[choice.field].type == "bool", origin)
     context = _context_limit(family.spec.context, fields, config, origin, numbers)
     conventions = MappingProxyType({name: _whole(name, text, numbers, origin) for name, text in family.spec.conventions.items()})
     return ModelSpec(name=name, root=family.spec.root, arguments=MappingProxyType(arguments), family=family.name, source=origin, context=context, assume=family.spec.assume, checkpoint=checkpoint_facts(config), config=MappingProxyType(dict(config)), conventions=conventions)

@@ -252,6 +252,9 @@ def family_model(name: str, spec: FamilySpec) -> Model | None:
         if used and used <= set(defaults):
             arguments[arg] = int(parse(text, defaults))
     for slot, choice in spec.choose.items():
+        if choice.field is None:
+            arguments[slot] = choice.cases["default"]
+            continue
         field = spec.fields[choice.field]
         try:
             arguments[slot] = _choose(choice, field.default, field.type == "bool", name)
@@ -300,7 +303,7 @@ def _choices(spec: FamilySpec) -> list[str]:
     rows = ["## Components chosen by the config", "", "| slot | field | value → component |", "|---|---|---|"]
     for slot, c in spec.choose.items():
         cases = ", ".join(f"`{k}` → [`{v}`](../components/{_page(v)}.md)" for k, v in c.cases.items())
-        rows.append(f"| `{slot}` | `{c.field}` | {cases} |")
+        rows.append(f"| `{slot}` | {f'`{c.field}`' if c.field else 'none: always'} | {cases} |")
     return rows + [""]
 
 
