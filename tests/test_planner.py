@@ -10,6 +10,7 @@ from symform import EvaluationError, load
 from symform.interface.cli.cli import main
 from symform.analysis.memory.memory import Training, training_memory
 from symform.analysis.plans.planner import HEADROOM, enumerate_layouts, memory_per_device, plan, static_per_device, step_time_bounds
+from symform.analysis.time.efficiencies import profile
 from symform.analysis.time.estimate import training_estimate
 from symform.analysis.time.timing import training_time
 
@@ -71,6 +72,20 @@ def test_the_plan_breaks_the_floors_tie_by_the_estimate():
             assert a.estimate.step.ceiling <= b.estimate.step.ceiling
 
 
+def test_a_plan_ranks_by_estimates_under_the_framework_s_time_facts():
+    """plan --framework automodel: NeMo Automodel's grouped experts take no time per local expert
+    (formulas/frameworks/automodel.toml [[time.facts]]); each planned layout's estimate is the one `symform time`
+    gives it under the same facts, below the estimate without them."""
+    model = load("qwen3-30b-a3b")
+    facts = profile("automodel", None, model.name)
+    result = plan(model, "h100-sxm", devices=16, global_batch=512, seq=4096, flash=True, top=2, framework="automodel", time_facts=facts)
+    assert result.assumptions["time_facts"]["facts"] == facts.describe()
+    for row in result.best:
+        setup = dict(global_batch=512, micro_batch=row.micro_batch, seq=4096, layout=row.layout, recompute=row.recompute)
+        assert row.estimate.step.estimate == training_estimate(model, "h100-sxm", profile=facts, **setup).step.estimate
+        assert row.estimate.step.estimate < training_estimate(model, "h100-sxm", **setup).step.estimate
+
+
 def test_a_tight_budget_forces_sharding_and_recomputation():
     model = load(MODEL)
     result = plan(model, "h100-sxm", devices=8, global_batch=32, seq=4096, memory_bytes=24 * 2**30, top=1)
@@ -125,6 +140,7 @@ def test_plan_cli_json(capsys):
         ["plan", MODEL, "--gpu", "h100-sxm", "--gpus", "0", "--global-batch", "8", "--seq", "8"],
         ["plan", MODEL, "--gpu", "nope", "--gpus", "8", "--global-batch", "8", "--seq", "8"],
         ["plan", MODEL, "--gpu", "h100-sxm", "--gpus", "7", "--global-batch", "3", "--seq", "8"],
+        ["plan", MODEL, "--gpu", "h100-sxm", "--gpus", "8", "--global-batch", "8", "--seq", "8", "--framework-version", "25.11"],
     ],
 )
 def test_bad_plan_input_is_one_line_and_exit_2(capsys, argv):

@@ -33,6 +33,7 @@ from ..memory.frameworks import Framework, overhead_bytes, reserve_fraction, uni
 from ..memory.finetune import FineTune, finetune_memory, frozen_weight_bytes, kept_by, rank_share, trainable_params
 from ..time.timing import TrainingTime, data_comm, expert_comm, pipeline_comm, tensor_comm, training_time
 from ..time.step_model import TENSOR, placement, rank_sizes, rank_work, step_bounds
+from ..time.efficiencies import TimeProfile
 
 T, P, E, B = TENSOR, *sympy.symbols("pipeline expert micro_batch", positive=True)
 MICRO_BATCHES = (1, 2, 4, 8, 16, 32)
@@ -317,7 +318,7 @@ def _timed(model: Model, gpu, fitting: Candidates, i: int, flash: bool, timing_a
     return training_time(model, gpu, micro_batch=micro_batch, layout=layout, recompute=recompute, flash=flash, **timing_args)
 
 
-def _by_estimate(model: Model, gpu, fitting: Candidates, order: np.ndarray, lower: np.ndarray, upper: np.ndarray, memory: np.ndarray, top: int, flash: bool, timing_args: dict):
+def _by_estimate(model: Model, gpu, fitting: Candidates, order: np.ndarray, lower: np.ndarray, upper: np.ndarray, memory: np.ndarray, top: int, flash: bool, timing_args: dict, time_facts: TimeProfile | None = None):
     """The screen's order with its head re-ranked by the estimate (then its ceiling, then memory): the floor
     ties wherever compute sets it (every layout at the same FLOPs per device), where the estimate's kernels and
     exposed communication tell them apart. The shortlist's bounds and estimates, by candidate, for reuse."""
@@ -333,7 +334,7 @@ def _by_estimate(model: Model, gpu, fitting: Candidates, order: np.ndarray, lowe
         bounds = _timed(model, gpu, fitting, i, flash, timing_args)
         layout, micro_batch, recompute = fitting.layout(i, timing_args["global_batch"])
         try:
-            found = estimate.training_estimate(model, gpu, micro_batch=micro_batch, layout=layout, recompute=recompute, attention="sdpa" if flash else "eager", bounds=bounds, **timing_args)
+            found = estimate.training_estimate(model, gpu, micro_batch=micro_batch, layout=layout, recompute=recompute, attention="sdpa" if flash else "eager", bounds=bounds, profile=time_facts, **timing_args)
         except ConfigError as e:
             if "no efficiency data" not in str(e):
                 raise
@@ -371,10 +372,13 @@ def plan(
     finetune: FineTune | None = None,
     framework: str | None = None,
     headroom: int = HEADROOM,
+    time_facts: TimeProfile | None = None,
 ) -> Plan:
     """The fastest layouts that fit: screened over every candidate, the best ``top`` worked out exactly
     (``finetune``: of a fine-tuning step, symform.analysis.memory.finetune), each leaving ``headroom`` bytes of the device free; with
-    ``framework`` (formulas/frameworks), its selective recomputation, buffers and overheads counted."""
+    ``framework`` (formulas/frameworks), its selective recomputation, buffers and overheads counted; with
+    ``time_facts`` (symform.analysis.time.efficiencies.profile), a framework release's overlaps and speeds in the
+    estimates that rank the layouts."""
     if isinstance(headroom, bool) or not isinstance(headroom, int) or headroom < 0:
         raise EvaluationError(f"headroom is {quoted(headroom)}; give the bytes to keep free on each device, 0 or more")
     for name, value in (("devices", devices), ("global_batch", global_batch), ("seq", seq), ("top", top)):
@@ -394,7 +398,7 @@ def plan(
     lower, upper = step_time_bounds(model, fitting, gpu, seq=seq, global_batch=global_batch, precision=precision, flash=flash, dtype=dtype, node_size=node_size, finetune=finetune) if len(fitting) else (np.array([]), np.array([]))
     order = np.lexsort((memory[fits], upper, lower))  # fastest first; then the better worst case, then less memory
     timing_args = dict(global_batch=global_batch, seq=seq, dtype=dtype, precision=precision, node_size=node_size, finetune=finetune)
-    order, timed = _by_estimate(model, gpu, fitting, order, lower, upper, memory[fits], top, flash, timing_args)
+    order, timed = _by_estimate(model, gpu, fitting, order, lower, upper, memory[fits], top, flash, timing_args, time_facts)
     order = order[undominated(memory[fits][order])]
     screen = clock.perf_counter() - started
     best = []
@@ -419,6 +423,7 @@ def plan(
             "headroom_bytes": headroom,
             "headroom": "kept free on every device for what no framework file counts (NCCL communicators' buffers, cuBLAS and cuDNN workspaces, kernels loaded late)",
             "framework": frameworks.framework(framework).describe() if framework and finetune is None else "none: the declared tensors alone",
+            "time_facts": {"name": time_facts.framework, "version": time_facts.version, "facts": time_facts.describe()} if time_facts is not None else "none: no framework's time facts in the estimates",
             "ranking": f"symform.analysis.time.estimate's step time, then its ceiling (every kernel at its sustained rates, nothing overlapped), then less memory, over the {SHORTLIST} best layouts by either of training_time's figures (by the floor, then the sum at peak, where the device has no efficiency data); a layout that a faster (or as fast) one beats on memory too is not listed",
             "schedule": "1F1B, stages holding equal numbers of layers",
             "search": f"tensor degrees dividing every tensor-parallel size, pipeline degrees dividing n_layers, expert degrees dividing data and n_experts, micro-batches {MICRO_BATCHES} dividing the batch per rank, ZeRO 0-3, recomputation {', '.join(RECOMPUTE)}",

@@ -10,7 +10,7 @@ from fractions import Fraction
 
 from ..options.cli_args import attention_arguments, uses_flash, non_negative_int, positive_int
 from ...engine.budget import number_from_text, quoted
-from ...engine.errors import EvaluationError
+from ...engine.errors import ConfigError, EvaluationError
 from ...engine.algebra.evaluate import Number
 from ...analysis.devices.hardware import load_device
 from ...analysis.memory.memory import Inference, MemoryReport, Training, bit_width, inference_expressions, inference_memory, training_expressions, training_memory
@@ -85,6 +85,19 @@ def recipe_arguments(group) -> None:
 
 def framework_argument(group) -> None:
     group.add_argument("--framework", choices=list(frameworks()), help=f"the training framework whose kernels, selective recomputation, buffers and overheads to count (formulas/frameworks; default {DEFAULT_FRAMEWORK}, or {EAGER} with --accounting)")
+
+
+def framework_version_argument(group) -> None:
+    group.add_argument("--framework-version", metavar="RELEASE", help="with --framework: the release whose time facts the estimate applies (formulas/frameworks/*.toml [[time.facts]], e.g. megatron 25.11); the named framework's release-free facts apply without it")
+
+
+def time_profile_of(args: argparse.Namespace, model):
+    """The named framework's time facts at the named release, for this model (none unless --framework is given)."""
+    from ...analysis.time.efficiencies import profile
+
+    if getattr(args, "framework_version", None) and not getattr(args, "framework", None):
+        raise ConfigError("--framework-version names a release of a framework; give --framework too")
+    return profile(args.framework, args.framework_version, model.name) if getattr(args, "framework", None) else None
 
 
 def framework_name(args: argparse.Namespace) -> str:

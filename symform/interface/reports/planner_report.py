@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING
 from ..options.cli_args import attention_arguments, positive_int, uses_flash
 from ..options.finetune_args import finetune_arguments, finetune_setup
 from ...engine.errors import ConfigError
-from .memory_report import framework_argument, framework_line, framework_name, memory_budget, precision_arguments
+from .memory_report import framework_argument, framework_line, framework_name, framework_version_argument, memory_budget, precision_arguments, time_profile_of
 
 HEADROOM_TEXT = "2GiB"  # the planner's default (planner.HEADROOM), as --headroom takes it
 from .serving_report import refuse_serving_options, serve_arguments, serve_command
+from .timing_report import framework_facts_line
 from ...engine.graph.model import Model
 
 if TYPE_CHECKING:  # the planner (and numpy) load when a plan is asked for, not with the CLI
@@ -29,6 +30,7 @@ def plan_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--memory", type=memory_budget, metavar="BYTES", help="memory per device (default: the device's)")
     p.add_argument("--headroom", type=headroom_bytes, default=HEADROOM_TEXT, metavar="BYTES", help=f"memory to leave free on every device (default {HEADROOM_TEXT}; 0 for none)")
     framework_argument(p)
+    framework_version_argument(p)
     p.add_argument("--node-size", type=positive_int, help="devices per scale-up domain (default: the system's, or 8)")
     p.add_argument("--top", type=positive_int, default=5, help="layouts to show (default 5)")
     serve_arguments(p)
@@ -48,7 +50,7 @@ def plan_command(model: Model, args: argparse.Namespace) -> str:
     result = plan(
         model, args.gpu, devices=args.gpus, global_batch=args.global_batch, seq=args.seq, precision=args.precision,
         optimizer=args.optimizer, flash=uses_flash(args), top=args.top, node_size=args.node_size, memory_bytes=args.memory,
-        finetune=finetune_setup(args), framework=framework_name(args), headroom=args.headroom,
+        finetune=finetune_setup(args), framework=framework_name(args), headroom=args.headroom, time_facts=time_profile_of(args, model),
     )  # fmt: skip
     return json.dumps(result.as_dict()) if args.json else _table(result)
 
@@ -71,6 +73,8 @@ def _table(result: Plan) -> str:
     ]
     if isinstance(result.assumptions.get("framework"), dict):
         lines.append(framework_line(result.assumptions["framework"]))
+    if isinstance(result.assumptions.get("time_facts"), dict):
+        lines += framework_facts_line(result.assumptions["time_facts"])
     if not result.best:
         lines.append("none fits: add devices, lower the precision's bytes (--precision bf16) or shorten the sequence")
         return "\n".join(lines)

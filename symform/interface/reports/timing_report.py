@@ -17,7 +17,7 @@ from ...analysis.memory.memory import matmul_rate, stored_weights
 from ...analysis.memory.settings import RECOMPUTE, SCHEDULES, Layout, recipes
 from ...engine.graph.model import Model
 from ...analysis.memory.frameworks import EAGER, framework
-from .memory_report import framework_argument, framework_name
+from .memory_report import framework_argument, framework_name, framework_version_argument, time_profile_of
 
 if TYPE_CHECKING:  # the timing module (and numpy) load when a time is asked for, not with the CLI
     from ...analysis.time.timing import TrainingTime
@@ -51,7 +51,7 @@ def time_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chunks", type=positive_int, help="virtual pipeline: model chunks per device in the interleaved schedule, bubble (pp − 1)/(chunks × micro-batches) (Narayanan et al. 2021, sec. 2.2.2); default 1")
     p.add_argument("--sp", action="store_true", default=None, help="sequence parallelism with tensor parallelism: all-gathers and reduce-scatters in place of the all-reduces (Korthikanti et al. 2022)")
     p.add_argument("--tp-comm-overlap", action="store_true", default=None, help="with --sp: the tensor-parallel communication pipelined with the GEMMs, as Megatron-LM's --tp-comm-overlap (Transformer Engine Userbuffers) runs it; only what outlasts the GEMMs is exposed in the estimate")
-    p.add_argument("--framework-version", metavar="RELEASE", help="with --framework: the release whose time facts the estimate applies (formulas/frameworks/*.toml [[time.facts]], e.g. megatron 25.11); the named framework's release-free facts apply without it")
+    framework_version_argument(p)
     p.add_argument("--batch", type=positive_int, help="requests served together (inference)")
     p.add_argument("--prompt", type=positive_int, help="prompt tokens per request (inference)")
     p.add_argument("--output", type=positive_int, help="tokens generated per request (inference)")
@@ -105,7 +105,7 @@ def _time_command(model: Model, args: argparse.Namespace) -> str:
     if args.train:
         args.dtype = args.dtype or "bf16"
         result = _train(model, args, tune)
-        found = _estimate(lambda: estimate.training_estimate(model, args.gpu, global_batch=args.global_batch, micro_batch=args.micro_batch or 1, seq=args.seq, layout=_layout(args), recompute=args.recompute or "none", dtype=args.dtype, attention=args.attention, node_size=args.node_size, finetune=tune, gemm_model=args.gemm_model, tp_comm_overlap=bool(args.tp_comm_overlap), profile=_time_profile(args, model)))
+        found = _estimate(lambda: estimate.training_estimate(model, args.gpu, global_batch=args.global_batch, micro_batch=args.micro_batch or 1, seq=args.seq, layout=_layout(args), recompute=args.recompute or "none", dtype=args.dtype, attention=args.attention, node_size=args.node_size, finetune=tune, gemm_model=args.gemm_model, tp_comm_overlap=bool(args.tp_comm_overlap), profile=time_profile_of(args, model)))
         memory = _memory_fit(model, args, result, tune)
         measured = utilisation.measured(model, result, step_s=args.measured_step, tokens_per_s=args.measured_tokens_per_s) if (args.measured_step or args.measured_tokens_per_s) else None
         run = utilisation.duration(model, result, found, args.tokens, measured) if args.tokens else None
@@ -266,7 +266,7 @@ def _training_extra(found, measured, run, tune=None) -> str:
             f"estimate       {_s(e.estimate)} (band {_s(e.low)} to {_s(e.high)}; ceiling {_s(e.ceiling)}: sustained rates, nothing overlapped), attention {found.attention}: compute {_s(found.compute_s)}, exposed comm {_s(sum(found.exposed_comm_s.values()))}, bubble {_s(found.bubble_s)}, optimizer {_s(found.optimizer_s)}",
             f"at estimate    MFU {found.mfu():.1%}  HFU {found.hfu():.1%}  tokens/s {found.tokens_per_s:,.0f}",
             *_extrapolating_line(found.extrapolating, 14),
-            *_framework_facts_line(found.factors.get("framework")),
+            *framework_facts_line(found.factors.get("framework")),
         ]
         if tune:
             lines.append(f"               {FINETUNE_ESTIMATE}")
@@ -289,7 +289,7 @@ def _serving_extra(found) -> str:
     ])
 
 
-def _framework_facts_line(applied: dict | None) -> list[str]:
+def framework_facts_line(applied: dict | None) -> list[str]:
     """The framework's time facts the estimate applied, each with its source (formulas/frameworks/*.toml [[time.facts]])."""
     if not applied or not applied["facts"]:
         return []
@@ -493,10 +493,3 @@ def inference_table(r: InferenceTime) -> str:
     return "\n".join(lines)
 
 
-def _time_profile(args, model):
-    """The named framework's time facts at the named release, for this model (none unless --framework is given)."""
-    from ...analysis.time.efficiencies import profile
-
-    if getattr(args, "framework_version", None) and not getattr(args, "framework", None):
-        raise ConfigError("--framework-version names a release of a framework; give --framework too")
-    return profile(args.framework, args.framework_version, model.name) if getattr(args, "framework", None) else None
