@@ -1,9 +1,12 @@
 """Frameworks' time-side facts (formulas/frameworks/*.toml [[time.facts]]): each holds for the releases and models its
 source names, and the estimate applies it without leaving its floor and ceiling."""
 
+import json
+
 import pytest
 
 import symform
+import symform.interface.cli.cli
 from symform.analysis.memory.settings import Layout
 from symform.analysis.time import efficiencies
 from symform.analysis.time.estimate import training_estimate
@@ -83,3 +86,29 @@ def test_time_applies_a_named_release_and_says_which_facts(capsys):
     assert "framework      " not in plain
     assert main([*argv, "--framework-version", "25.11"]) == 2
     assert "give --framework too" in capsys.readouterr().err
+
+
+def test_the_all_to_all_is_exposed_unless_the_run_overlaps_it():
+    """rules.toml: Megatron-Core's default leaves the dispatch and combine on the critical path (overlap.expert,
+    window none: all of it exposed); overlapped (--ep-comm-overlap, DualPipe, NeMo Automodel's DeepEP), only what
+    outlasts the step's compute is (overlap.expert_overlapped, window step). GPT-OSS-120B's B200 recipe, 64 experts
+    over 8 nodes."""
+    model = symform.load("gpt-oss-120b")
+    setup = dict(global_batch=512, micro_batch=4, seq=4096, layout=Layout(data=64, expert=64))
+    plain = training_estimate(model, "b200", **setup)
+    assert plain.exposed_comm_s["expert"] == plain.comm_s["expert"] > plain.compute_s
+    hidden = training_estimate(model, "b200", ep_comm_overlap=True, **setup)
+    assert hidden.exposed_comm_s["expert"] == hidden.comm_s["expert"] - hidden.compute_s
+    assert hidden.step.estimate < plain.step.estimate
+    automodel = training_estimate(model, "b200", profile=efficiencies.profile("automodel", None, model.name), **setup)
+    assert automodel.exposed_comm_s["expert"] == automodel.comm_s["expert"] - automodel.compute_s  # its own compute: no time per expert
+
+
+def test_time_takes_the_all_to_all_overlap_and_refuses_it_when_serving(capsys):
+    argv = ["time", "qwen3-30b-a3b", "--train", "--gpu", "h100-sxm", "--gpus", "16", "--ep", "8", "--global-batch", "64", "--seq", "1024"]
+    assert symform.interface.cli.cli.main([*argv, "--json"]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert symform.interface.cli.cli.main([*argv, "--ep-comm-overlap", "--json"]) == 0
+    hidden = json.loads(capsys.readouterr().out)
+    assert hidden["estimate"]["exposed_comm_s"]["expert"] < plain["estimate"]["exposed_comm_s"]["expert"]
+    assert symform.interface.cli.cli.main(["time", "qwen3-30b-a3b", "--infer", "--gpu", "h100-sxm", "--batch", "1", "--prompt", "8", "--output", "8", "--ep-comm-overlap"]) == 2

@@ -349,6 +349,7 @@ def training_estimate(
     gemm_model: str | None = None,
     tp_comm_overlap: bool = False,
     profile: TimeProfile | None = None,
+    ep_comm_overlap: bool = False,
 ) -> TrainingEstimate:
     """The estimated step time of ``symform.analysis.time.timing.training_time``'s step, with its parts and band.
 
@@ -357,7 +358,9 @@ def training_estimate(
     fit, in place of the device's default. ``tp_comm_overlap``: sequence parallelism's all-gathers and
     reduce-scatters pipelined with the GEMMs (Transformer Engine's Userbuffers; rules.toml overlap.tensor_overlapped).
     ``profile``: the framework's time-side facts (symform.analysis.time.efficiencies): its recipes' overlaps, its
-    grouped expert GEMMs' time per expert, a release's slowdown."""
+    grouped expert GEMMs' time per expert, a release's slowdown. ``ep_comm_overlap``: the expert-parallel
+    all-to-alls overlapped with other micro-batches' compute (Megatron-Core's overlap_moe_expert_parallel_comm,
+    DeepEP's hooks; rules.toml overlap.expert_overlapped), where Megatron-Core's default leaves them exposed."""
     if tp_comm_overlap and not (layout and layout.sequence):
         raise ConfigError("tensor-parallel communication overlap pipelines sequence parallelism's all-gathers and reduce-scatters with the GEMMs; add sequence parallelism (--sp) or drop it")
     layout = layout or Layout()
@@ -383,7 +386,8 @@ def training_estimate(
     attention_s = sum(t for t, k in zip(seconds, work) if k.kind == "attention") * bounds.microbatches
     gemm_s = sum(t for t, k in zip(seconds, work) if k.kind == "gemm") * bounds.microbatches
     comm = {kind: c.seconds / eff.link(c.link).bus_efficiency for kind, c in bounds.comm.items()}
-    exposed = _exposed(comm, compute, layout, attention_s, gemm_s if tp_comm_overlap else None, p2p_overlap=profile is not None and profile.p2p_overlap)
+    ep_comm_overlap = ep_comm_overlap or (profile is not None and profile.ep_comm_overlap)
+    exposed = _exposed(comm, compute, layout, attention_s, gemm_s if tp_comm_overlap else None, p2p_overlap=profile is not None and profile.p2p_overlap, ep_overlap=ep_comm_overlap)
     inside = tuple(v for k, v in exposed.items() if k != "data")
     params = float(step_model._bind(model, params_per_device(model, layout) if finetune is None else trained_per_device(model, finetune, layout)))
     shards = layout.data if (layout.zero >= 1 or layout.distributed_optimizer) else 1
@@ -414,16 +418,17 @@ def training_estimate(
     )
 
 
-def _exposed(comm: Mapping[str, float], compute: float, layout: Layout, attention_s: float = 0.0, gemm_s: float | None = None, *, p2p_overlap: bool = False) -> dict[str, float]:
+def _exposed(comm: Mapping[str, float], compute: float, layout: Layout, attention_s: float = 0.0, gemm_s: float | None = None, *, p2p_overlap: bool = False, ep_overlap: bool = False) -> dict[str, float]:
     """Each kind of communication's part on the critical path, by the overlap rules (``gemm_s``: the GEMMs' time,
     where the tensor-parallel communication is overlapped with them; ``p2p_overlap``: a virtual pipeline's sends
-    overlapped with the other chunks' compute)."""
+    overlapped with the other chunks' compute; ``ep_overlap``: the all-to-alls overlapped with the compute)."""
     overlap = rules().overlap
     windows = {"none": 0.0, "backward": compute * 2 / 3, "step": compute, "attention": attention_s, "gemm": gemm_s or 0.0}
     exposed = {}
     for kind, seconds in comm.items():
         name = "sharded" if kind == "data" and layout.zero >= 3 else "tensor_overlapped" if kind == "tensor" and gemm_s is not None else kind
         name = "pipeline_overlapped" if kind == "pipeline" and p2p_overlap and layout.chunks > 1 else name
+        name = "expert_overlapped" if kind == "expert" and ep_overlap else name
         rule = overlap[name]
         exposed[kind] = max(0.0, seconds - windows[rule.get("window", "none")]) * float(rule.get("exposed", 1.0))
     return exposed

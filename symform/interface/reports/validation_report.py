@@ -182,22 +182,25 @@ MISSES = """## The misses, explained
   faster than estimated even with none (−23 %; −31 % before); its held-out GPT-OSS-20B is −26 %
   (−30 % before), GPT-OSS-120B +11 % (+6 % before). A release no fitted run ran under widens the
   band (`[band_widen] framework`, set after seeing the 25.11 rows: no held-out test of it).
-- **Mixtures of experts (held out: −30 % to +21 %, and Megatron-Bridge 25.11's B200 GPT-OSS-120B
-  +54 %)**: the expert GEMMs run as the grouped GEMMs the frameworks launch (each local expert's
-  tokens padded to tiles on their own, and a fixed time per local expert and call), and the
-  all-to-all hides under the compute (Megatron-Core's and DeepEP's overlap, `rules.toml`
-  `overlap.expert`). DeepSeek-V3's own pre-training on 2,048 H800s (its report's GPU hours,
-  held out) comes within −9 %. Megatron-Bridge 25.11's GPT-OSS-120B rows run the layouts of
-  their recipes where the table disagrees with them (H100 micro-batch 1, B200 expert parallelism
-  64; the source's `assumed` says why): on H100 the estimate is −30 % (−4 % with the table's
-  micro-batch of 4, which its own GA column contradicts and at which symform puts its memory at 121 GB, over the 80 GiB:
-  the fixed time per local expert and call weighs four times as much per token at micro-batch 1).
-  The one miss left over 30 %: on 64 B200 (BF16, EP 64, no pipeline) the run reaches 1.46× its
-  H100 row's model FLOP/s (223 against 153), while the estimate, with the B200's GEMM, attention
-  and link factors borrowed from the H100 (no B200 GEMM rate is in symform's sources), expects
-  3.2×; nothing in the sources says whether 25.11's dropless regression reaches this model on
-  B200 (issue #1998 names Qwen3 30B only), so no fact is applied and the row stays the worst
-  case. GPT-OSS's estimates carry its
+- **Mixtures of experts (held out: −33 % to +17 %)**: the expert GEMMs run as the grouped GEMMs
+  the frameworks launch (each local expert's tokens padded to tiles on their own, and a fixed time
+  per local expert and call). The all-to-all is on the critical path, as Megatron-Core leaves it by
+  default (`overlap_moe_expert_parallel_comm` off; Megatron-Bridge's recipes turn it on as
+  `moe_a2a_overlap` only for some: its H100 Qwen3-30B-A3B ones, not GPT-OSS-120B's or the B200
+  Qwen3 and DeepSeek-V3 ones), and hides under the compute where the run overlaps it (those H100
+  recipes, DualPipe in DeepSeek-V3's own run, DeepEP in NeMo Automodel: each run's
+  `ep_comm_overlap`, the automodel file's fact, `time --ep-comm-overlap`, `rules.toml`
+  `overlap.expert_overlapped`). The B200's time per local expert was refitted with its fit-split
+  run's all-to-all exposed as its recipe runs it (8.1 µs, was 13.8). DeepSeek-V3's own
+  pre-training on 2,048 H800s (its report's GPU hours, held out) comes within −9 %. Megatron-Bridge
+  25.11's B200 GPT-OSS-120B, whose recipe spreads the experts over 64 GPUs in 8 nodes and leaves
+  the overlap off, went from +54 % to −8 %: its all-to-all over the scale-out network is most of
+  its step. Its GPT-OSS-120B rows run the layouts of their recipes where the table disagrees with
+  them (H100 micro-batch 1, B200 expert parallelism 64; the source's `assumed` says why). The one
+  miss over 30 %: on H100 the estimate is −33 % (−30 % with the all-to-all hidden; the table's
+  micro-batch of 4, which its own GA column contradicts, is nearer in time but puts the run's
+  memory at 121 GB, over the 80 GiB: the fixed time per local expert and call weighs four times as
+  much per token at micro-batch 1). GPT-OSS's estimates carry its
   attention sinks' row maximum as a pass over the whole score matrix, which FlashAttention-style
   kernels fold into their softmax. Megatron-Bridge's dense FP8 rows without tensor parallelism
   still run faster than estimated (Llama 3 8B on H100 −19 %, on B200 −14 %): FP8 GEMMs at the
