@@ -65,11 +65,18 @@ def test_a_fixed_choice_takes_its_component_whatever_the_config(tmp_path):
         assert model.evaluate("params") == _hand_params(101, 32, 48, 3, 4, 2, tied=False, bias=bias) - 3 * 32 * 48
 
 
-def test_a_choice_among_cases_without_its_field_is_one_line_naming_the_fix(tmp_path):
-    text = 'extends = "llama"\nmodel_types = ["x"]\n[choose.mlp]\ncases = { true = "mlp", false = "gated_mlp" }\n'
-    with pytest.raises(DeclarationError, match="needs the field") as caught:
-        load_family(_write(tmp_path, "x", text))
-    assert "\n" not in str(caught.value)
+@pytest.mark.parametrize(
+    ("choice", "message"),
+    [
+        ('[choose.mlp]\ncases = { true = "mlp", false = "gated_mlp" }\n', "choose.mlp: a choice with cases other than default needs the field"),
+        ("choose.mlp = 3\n", "choose.mlp: a choice is a component's name"),
+        ('choose.mlp = ["mlp"]\n', "choose.mlp: a choice is a component's name"),
+    ],
+)
+def test_a_malformed_choice_is_one_line_naming_the_fix(tmp_path, choice, message):
+    with pytest.raises(DeclarationError, match=message) as caught:
+        load_family(_write(tmp_path, "x", 'extends = "llama"\nmodel_types = ["x"]\n' + choice))
+    assert "\n" not in str(caught.value) and "Value error" not in str(caught.value)
 
 
 @pytest.mark.oracle

@@ -22,10 +22,12 @@ class EvaluationError(SymformError):
 
 
 def describe_validation(error) -> str:
-    """The first problem pydantic found, as 'field.path: message'."""
+    """The first problem pydantic found, as 'field.path: message' (a message symform's own check raised, without
+    pydantic's "Value error, " before it)."""
     first = error.errors()[0]
     where = ".".join(str(p) for p in first["loc"])
-    return f"{where}: {first['msg']}" if where else first["msg"]
+    message = first["msg"].removeprefix("Value error, ")
+    return f"{where}: {message}" if where else message
 
 
 class BudgetError(SymformError):

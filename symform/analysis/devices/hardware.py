@@ -438,7 +438,7 @@ def _describe(error: ValidationError, model: type[BaseModel]) -> str:
         return f"{'.'.join(str(p) for p in first['loc'][:-1])}: {first['msg']}"
     if first["type"] == "missing":
         return f"{where}: required field missing"
-    return describe_validation(error).replace("Value error, ", "")
+    return describe_validation(error)
 
 
 def _known_fields(model: type[BaseModel], loc: tuple) -> list[str]:

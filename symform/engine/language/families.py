@@ -76,7 +76,11 @@ class ChoiceSpec(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _fixed(cls, value: Any) -> Any:
-        return {"cases": {"default": value}} if isinstance(value, str) else value
+        if isinstance(value, str):
+            return {"cases": {"default": value}}
+        if not isinstance(value, (dict, ChoiceSpec)):
+            raise ValueError('a choice is a component\'s name (choose.mlp = "gelu_mlp") or a table of field and cases')
+        return value
 
     @model_validator(mode="after")
     def _a_field_unless_fixed(self) -> "ChoiceSpec":
