@@ -65,20 +65,6 @@ def test_a_fixed_choice_takes_its_component_whatever_the_config(tmp_path):
         assert model.evaluate("params") == _hand_params(101, 32, 48, 3, 4, 2, tied=False, bias=bias) - 3 * 32 * 48
 
 
-@pytest.mark.parametrize(
-    ("choice", "message"),
-    [
-        ('[choose.mlp]\ncases = { true = "mlp", false = "gated_mlp" }\n', "choose.mlp: a choice with cases other than default needs the field"),
-        ("choose.mlp = 3\n", "choose.mlp: a choice is a component's name"),
-        ('choose.mlp = ["mlp"]\n', "choose.mlp: a choice is a component's name"),
-    ],
-)
-def test_a_malformed_choice_is_one_line_naming_the_fix(tmp_path, choice, message):
-    with pytest.raises(DeclarationError, match=message) as caught:
-        load_family(_write(tmp_path, "x", 'extends = "llama"\nmodel_types = ["x"]\n' + choice))
-    assert "\n" not in str(caught.value) and "Value error" not in str(caught.value)
-
-
 @pytest.mark.oracle
 def test_a_family_written_as_its_differences_counts_as_transformers_builds_it(tmp_path):
     pytest.importorskip("torch")
@@ -144,12 +130,15 @@ def test_several_bases_apply_in_turn_and_a_base_may_be_a_partial_file(tmp_path):
         ('extends = "me"\nmodel_types = ["x"]\n', "extends it back"),
         ('extends = 3\nmodel_types = ["x"]\n', "name a family file"),
         ('drop = ["bind.a"]\nmodel_types = ["x"]\n', "needs 'extends'"),
+        ('extends = "llama"\nmodel_types = ["x"]\n[choose.mlp]\ncases = { true = "mlp", false = "gated_mlp" }\n', "choose.mlp: a choice with cases other than default needs the field"),
+        ('extends = "llama"\nmodel_types = ["x"]\nchoose.mlp = 3\n', "choose.mlp: a choice is a component's name"),
+        ('extends = "llama"\nmodel_types = ["x"]\nchoose.mlp = ["mlp"]\n', "choose.mlp: a choice is a component's name"),
     ],
 )
-def test_a_wrong_base_is_one_line_naming_the_fix(tmp_path, text, message):
+def test_a_wrong_base_or_choice_is_one_line_naming_the_fix(tmp_path, text, message):
     with pytest.raises(DeclarationError, match=message) as caught:
         load_family(_write(tmp_path, "me", text))
-    assert "\n" not in str(caught.value)
+    assert "\n" not in str(caught.value) and "Value error" not in str(caught.value)
 
 
 def test_a_field_s_default_may_name_a_field_a_file_that_extends_adds(tmp_path):
