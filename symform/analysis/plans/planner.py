@@ -423,7 +423,7 @@ def plan(
             "headroom_bytes": headroom,
             "headroom": "kept free on every device for what no framework file counts (NCCL communicators' buffers, cuBLAS and cuDNN workspaces, kernels loaded late)",
             "framework": frameworks.framework(framework).describe() if framework and finetune is None else "none: the declared tensors alone",
-            "time_facts": {"name": time_facts.framework, "version": time_facts.version, "facts": time_facts.describe()} if time_facts is not None else "none: no framework's time facts in the estimates",
+            "time_facts": time_facts.applied() if time_facts is not None else "none: no framework's time facts in the estimates",
             "ranking": f"symform.analysis.time.estimate's step time, then its ceiling (every kernel at its sustained rates, nothing overlapped), then less memory, over the {SHORTLIST} best layouts by either of training_time's figures (by the floor, then the sum at peak, where the device has no efficiency data); a layout that a faster (or as fast) one beats on memory too is not listed",
             "schedule": "1F1B, stages holding equal numbers of layers",
             "search": f"tensor degrees dividing every tensor-parallel size, pipeline degrees dividing n_layers, expert degrees dividing data and n_experts, micro-batches {MICRO_BATCHES} dividing the batch per rank, ZeRO 0-3, recomputation {', '.join(RECOMPUTE)}",

@@ -313,6 +313,10 @@ class TimeProfile:
     def describe(self) -> dict[str, str]:
         return dict(self.facts)
 
+    def applied(self) -> dict[str, object]:
+        """The framework, its release and the facts applied, as reports print them."""
+        return {"name": self.framework, "version": self.version, "facts": self.describe()}
+
 
 def facts(name: str) -> list[Fact]:
     """The time-side facts of framework ``name`` (formulas/frameworks/NAME.toml's ``[[time.facts]]``)."""

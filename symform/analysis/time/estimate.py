@@ -413,7 +413,7 @@ def training_estimate(
         peak_flops_per_s=peak,
         tokens=bounds.tokens,
         attention=attention,
-        factors=_factors(eff, convention, "training") | ({"framework": {"name": profile.framework, "version": profile.version, "facts": profile.describe()}} if profile is not None else {}),
+        factors=_factors(eff, convention, "training") | ({"framework": profile.applied()} if profile is not None else {}),
         extrapolating=reasons,
     )
 

@@ -412,7 +412,7 @@ def spec_from_config(config: Any, *, name: str, origin: str, family: Family | No
             continue  # an argument read from a null field stays unbound: the chosen component does not use it
         arguments[arg] = _whole(arg, text, numbers, origin)
     for slot, choice in family.spec.choose.items():
-        arguments[slot] = choice.cases["default"] if choice.field is None else _choose(choice, fields[choice.field], family.spec.fields[choice.field].type == "bool", origin)
+        arguments[slot] = _choose(choice, fields[choice.field] if choice.field else None, bool(choice.field) and family.spec.fields[choice.field].type == "bool", origin)
     context = _context_limit(family.spec.context, fields, config, origin, numbers)
     conventions = MappingProxyType({name: _whole(name, text, numbers, origin) for name, text in family.spec.conventions.items()})
     return ModelSpec(name=name, root=family.spec.root, arguments=MappingProxyType(arguments), family=family.name, source=origin, context=context, assume=family.spec.assume, checkpoint=checkpoint_facts(config), config=MappingProxyType(dict(config)), conventions=conventions)
@@ -472,7 +472,10 @@ def _refuse_unmodelled(refusals: list[RefusalSpec], fields: Mapping[str, Any], o
 
 
 def _choose(choice: ChoiceSpec, value: Any, is_bool: bool, origin: str) -> str:
-    """The component for a field's value: cases keyed "true"/"false", "null", a number, or "default"."""
+    """The component for a field's value: cases keyed "true"/"false", "null", a number, or "default"; a fixed
+    choice's (no field) whatever the value."""
+    if choice.field is None:
+        return choice.cases["default"]
     if isinstance(value, tuple) and value and all(isinstance(v, str) for v in value):
         value = value[0]  # a list of names chooses by its first: `architectures` names the checkpoint's class first
     key = "null" if value is None else str(bool(value)).lower() if is_bool else str(value)

@@ -252,12 +252,9 @@ def family_model(name: str, spec: FamilySpec) -> Model | None:
         if used and used <= set(defaults):
             arguments[arg] = int(parse(text, defaults))
     for slot, choice in spec.choose.items():
-        if choice.field is None:
-            arguments[slot] = choice.cases["default"]
-            continue
-        field = spec.fields[choice.field]
+        field = spec.fields[choice.field] if choice.field else None
         try:
-            arguments[slot] = _choose(choice, field.default, field.type == "bool", name)
+            arguments[slot] = _choose(choice, field and field.default, bool(field) and field.type == "bool", name)
         except ConfigError:
             pass  # a choice without a default: the root's own default component
     try:
