@@ -81,6 +81,18 @@ def test_each_local_expert_adds_its_time_to_every_call(qwen):
     assert estimate.kernel_parts(q_proj, peak, hbm, eff, (1.0, frozenset()), 128)[0] == pytest.approx(q_proj.flops / (peak * 0.5))
 
 
+def test_only_an_fp8_step_pays_the_time_per_local_expert(qwen):
+    """Transformer Engine's GroupedLinear quantises each expert's weight in a call of its own under FP8 and uses a
+    BF16 weight as it is: a BF16 step's estimate does not move with expert_s; an FP8 one's compute grows by
+    16 local experts × 3 calls × 48 layers × expert_s per micro-batch (no pipeline, so every micro-batch adds it)."""
+    eff = estimate.efficiency("h100-sxm")
+    step = dict(global_batch=64, micro_batch=1, seq=4096, layout=Layout(data=8, expert=8))
+    found = {(dtype, s): estimate.training_estimate(qwen, "h100-sxm", dtype=dtype, efficiency_data=replace(eff, expert_s=s), **step)
+             for dtype in ("bf16", "fp8") for s in (0.0, 1e-3)}
+    assert found["bf16", 0.0].compute_s == found["bf16", 1e-3].compute_s
+    assert found["fp8", 1e-3].compute_s - found["fp8", 0.0].compute_s == pytest.approx(1e-3 * 16 * 3 * LAYERS * 8 * 3)
+
+
 def test_serving_keeps_routed_gemms_as_one_gemm(qwen):
     """expert_s is a training framework's (fitted on training runs): a served request's estimate does not move with it."""
     served = dict(batch=8, prompt=512, output=16)

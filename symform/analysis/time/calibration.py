@@ -208,6 +208,10 @@ def summarise(cases: list[Case]) -> list[Summary]:
 
 # --- the fit ------------------------------------------------------------------------------------------
 
+def _fp8_moe(run: Run) -> bool:
+    return run.setup.get("dtype") == "fp8" and is_moe(run)
+
+
 #: The fitted factors: name, the runs that inform it, and the range searched.
 FITTED: tuple[tuple[str, Callable[[Run], bool], tuple[float, float]], ...] = (
     ("a100-sxm-80gb:gemm.sustained", lambda r: r.setup["gpu"] == "a100-sxm-80gb", (0.4, 1.0)),
@@ -222,12 +226,10 @@ FITTED: tuple[tuple[str, Callable[[Run], bool], tuple[float, float]], ...] = (
     ("a100-sxm-80gb:links.scale_up.latency_s", lambda r: r.kind == "serving" and r.setup["gpu"] == "a100-sxm-80gb" and r.setup.get("tensor", 1) > 1, (0.5e-6, 40e-6)),
     ("h100-sxm:gemm.half_flops", lambda r: r.setup["gpu"] == "h100-sxm" and not is_moe(r), (0.0, 4e10)),
     ("h100-sxm:kernel.launch_s", lambda r: r.kind == "serving" and r.setup["gpu"] == "h100-sxm" and r.setup.get("tensor", 1) == 1, (0.0, 20e-6)),
-    # the time each local expert adds to a grouped GEMM call (up to 40 µs), on each device's mixture-of-experts
-    # runs with its dense factors as fitted above
-    ("h100-sxm:moe.expert_s", lambda r: r.setup["gpu"] == "h100-sxm" and is_moe(r) and run_framework(r)[0] == "megatron", (0.0, 80e-6)),
-    # NeMo Automodel's grouped experts against Megatron-Core's (formulas/frameworks/automodel.toml [[time.facts]])
-    ("automodel:time.expert_s_scale", lambda r: is_moe(r) and run_framework(r)[0] == "automodel", (0.0, 2.0)),
-    ("b200:moe.expert_s", lambda r: r.setup["gpu"] == "b200" and is_moe(r), (0.0, 40e-6)),
+    # the time each local expert adds to an FP8 grouped GEMM call (symform.analysis.time.grouped_gemm), on each
+    # device's FP8 mixture-of-experts runs with its dense factors as fitted above
+    ("h100-sxm:moe.expert_s", lambda r: r.setup["gpu"] == "h100-sxm" and _fp8_moe(r), (0.0, 80e-6)),
+    ("b200:moe.expert_s", lambda r: r.setup["gpu"] == "b200" and _fp8_moe(r), (0.0, 40e-6)),
 )
 
 

@@ -372,7 +372,7 @@ def training_estimate(
     )
     place = step_model.placement(gpu, node_size)
     model = step_model.at_dtype(model, dtype)
-    eff = _efficiency_for(place, efficiency_data, gemm_model)
+    eff = grouped_gemm.at_precision(_efficiency_for(place, efficiency_data, gemm_model), dtype)
     if profile is not None and profile.expert_s_scale != 1.0:
         eff = replace(eff, expert_s=eff.expert_s * profile.expert_s_scale)
     peak, hbm = _device_rates(place, dtype)

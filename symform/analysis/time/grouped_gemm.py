@@ -8,11 +8,14 @@ experts this device holds, n_experts / expert-parallel degree, each a GEMM of it
 under balanced routing ``tokens per expert = rows · top_k · expert degree / n_experts``.
 So each expert's rows pad to whole tiles on their own (and run as skinny kernels below one
 tile), the experts' output tiles share the SMs' waves, and each local expert adds a fixed
-time to every grouped GEMM call (``expert_s``: its own problem set-up and tail, its own FP8
-scaling where the recipe quantises per expert), a time whatever the dtype's peak. A narrow
-expert with few tokens does little work against that time, so it runs further below the
-dense GEMM's rate. ``expert_s`` is data: ``[moe]`` in the device's file of hardware/efficiency/,
-fitted on training frameworks' runs; so a training step's kernels take the grouped model
+time to every grouped GEMM call under FP8 (``expert_s``): Transformer Engine's GroupedLinear
+quantises each expert's weight in a call of its own and each expert's rows apart
+(transformer_engine/pytorch/module/grouped_linear.py: a loop over the GEMMs calling
+``get_weight_workspace``, ``fused_multi_quantize`` over the splits), where a BF16 grouped GEMM
+uses the weights as they are (:func:`at_precision`). A narrow expert with few tokens does little
+work against that time, so it runs further below the dense GEMM's rate. ``expert_s`` is data:
+``[moe]`` in the device's file of hardware/efficiency/, fitted on FP8 training runs (the BF16
+ones, NeMo Automodel's, are faster than estimated even without it); so a training step's kernels take the grouped model
 (:func:`at_expert_degree`), while a serving engine's fused MoE kernels, of which no measured run
 is to hand, keep their routed GEMMs as one GEMM of all the tokens.
 """
@@ -89,6 +92,12 @@ def grouped_fraction(eff: Efficiency, kernel: Kernel) -> float:
     # the products' output grids: each local expert's, of its own tokens
     grouped = replace(kernel, shape=(kernel.shape[0] * local_experts(kernel), rows, *kernel.shape[2:])) if kernel.shape else kernel
     return eff.gemm_fraction(rows, kernel.flops / kernel.calls, grouped.products, grouped.product_weights)
+
+
+def at_precision(eff: Efficiency, dtype: str | None) -> Efficiency:
+    """The device's factors for a training step's grouped GEMMs at ``dtype``: the time per local expert is FP8's
+    per-expert quantisation, so a step at any other dtype pays none of it."""
+    return eff if dtype == "fp8" or not eff.expert_s else replace(eff, expert_s=0.0)
 
 
 def expert_seconds(eff: Efficiency, kernel: Kernel) -> float:

@@ -177,14 +177,16 @@ MISSES = """## The misses, explained
   are its evidence, so these two rows are no independent test of it. With the 25.09 run's pipeline
   sends now overlapped, the H100's time per local expert and grouped GEMM call (`[moe] expert_s`)
   was refitted on the Megatron-Core MoE run of the fit split alone (40 µs, was 30 µs fitted jointly
-  with NeMo Automodel's). NeMo Automodel's grouped experts have a scale of their own on it
-  (`expert_s_scale`), fitted on its fit-split run: 0, the bottom of the range, since that run is
-  faster than estimated even with none (−23 %; −31 % before); its held-out GPT-OSS-20B is −26 %
-  (−30 % before), GPT-OSS-120B +11 % (+6 % before). A release no fitted run ran under widens the
+  with NeMo Automodel's). A release no fitted run ran under widens the
   band (`[band_widen] framework`, set after seeing the 25.11 rows: no held-out test of it).
 - **Mixtures of experts (held out: −33 % to +17 %)**: the expert GEMMs run as the grouped GEMMs
   the frameworks launch (each local expert's tokens padded to tiles on their own, and a fixed time
-  per local expert and call). The all-to-all is on the critical path, as Megatron-Core leaves it by
+  per local expert and call under FP8: Transformer Engine's GroupedLinear quantises each expert's
+  weight in a call of its own and each expert's rows apart, and uses a BF16 weight as it is, so a
+  BF16 step pays none of it). The time per local expert is fitted on the FP8 MoE runs of the fit
+  split; NeMo Automodel's BF16 fit-split run is faster than estimated even without it (−23 %),
+  which had first been read as a framework's faster grouped GEMMs and is the precision's: with the
+  rule, Megatron-Bridge 25.11's BF16 GPT-OSS-120B on H100 went from −33 % to +16 %. The all-to-all is on the critical path, as Megatron-Core leaves it by
   default (`overlap_moe_expert_parallel_comm` off; Megatron-Bridge's recipes turn it on as
   `moe_a2a_overlap` only for some: its H100 Qwen3-30B-A3B ones, not GPT-OSS-120B's or the B200
   Qwen3 and DeepSeek-V3 ones), and hides under the compute where the run overlaps it (those H100
@@ -196,11 +198,7 @@ MISSES = """## The misses, explained
   25.11's B200 GPT-OSS-120B, whose recipe spreads the experts over 64 GPUs in 8 nodes and leaves
   the overlap off, went from +54 % to −8 %: its all-to-all over the scale-out network is most of
   its step. Its GPT-OSS-120B rows run the layouts of their recipes where the table disagrees with
-  them (H100 micro-batch 1, B200 expert parallelism 64; the source's `assumed` says why). The one
-  miss over 30 %: on H100 the estimate is −33 % (−30 % with the all-to-all hidden; the table's
-  micro-batch of 4, which its own GA column contradicts, is nearer in time but puts the run's
-  memory at 121 GB, over the 80 GiB: the fixed time per local expert and call weighs four times as
-  much per token at micro-batch 1). GPT-OSS's estimates carry its
+  them (H100 micro-batch 1, B200 expert parallelism 64; the source's `assumed` says why). GPT-OSS's estimates carry its
   attention sinks' row maximum as a pass over the whole score matrix, which FlashAttention-style
   kernels fold into their softmax. Megatron-Bridge's dense FP8 rows without tensor parallelism
   still run faster than estimated (Llama 3 8B on H100 −19 %, on B200 −14 %): FP8 GEMMs at the
