@@ -8,7 +8,7 @@ import pytest
 import symform
 import symform.interface.cli.cli
 from symform.analysis.memory.settings import Layout
-from symform.analysis.time import efficiencies
+from symform.analysis.time import efficiencies, timing
 from symform.analysis.time.estimate import training_estimate
 from symform.engine.errors import ConfigError
 
@@ -112,3 +112,17 @@ def test_time_takes_the_all_to_all_overlap_and_refuses_it_when_serving(capsys):
     hidden = json.loads(capsys.readouterr().out)
     assert hidden["estimate"]["exposed_comm_s"]["expert"] < plain["estimate"]["exposed_comm_s"]["expert"]
     assert symform.interface.cli.cli.main(["time", "qwen3-30b-a3b", "--infer", "--gpu", "h100-sxm", "--batch", "1", "--prompt", "8", "--output", "8", "--ep-comm-overlap"]) == 2
+
+
+def test_chunks_that_do_not_split_the_layers_evenly_are_balanced_like_stages(model):
+    """Qwen3-0.6B's 28 layers in 2 stages × 3 chunks (Megatron-Core runs such splits with its pipeline layouts): the
+    step is timed, each device holding half the work as with whole chunks, and the interleaved bubble is
+    (stages − 1) / (chunks × micro-batches) = 1 / (3 · 32); more chunks than layers is refused in one line."""
+    uneven = dict(STEP, layout=Layout(data=2, tensor=2, pipeline=2, schedule="interleaved", chunks=3, sequence=True))
+    even = timing.training_time(model, "h100-sxm", **STEP)
+    found = timing.training_time(model, "h100-sxm", **uneven)
+    assert found.bubble_ratio == pytest.approx(1 / (3 * 32))
+    assert found.flops_per_device == even.flops_per_device
+    assert training_estimate(model, "h100-sxm", **uneven).step.estimate > 0
+    with pytest.raises(ConfigError, match="a chunk holds at least one layer"):
+        timing.training_time(model, "h100-sxm", **dict(STEP, layout=Layout(data=2, tensor=2, pipeline=2, schedule="interleaved", chunks=15, sequence=True)))

@@ -262,14 +262,16 @@ def training_time(
 
 
 def _check_chunks(model: Model, layout: Layout) -> None:
-    """A virtual pipeline (interleaved 1F1B): chunks > 1 only with that schedule and a pipeline, each chunk whole layers."""
+    """A virtual pipeline (interleaved 1F1B): chunks > 1 only with that schedule and a pipeline, each chunk at least one
+    layer. Chunks that do not split the layers evenly (61 layers in 4 stages × 4 chunks, as Megatron-Core's
+    pipeline layouts run DeepSeek-V3) are balanced like stages: each holds an equal share of the work."""
     if layout.chunks == 1:
         return
     if layout.schedule != "interleaved" or layout.pipeline == 1:
         raise ConfigError(f"{layout.chunks} model chunks per device is the interleaved schedule's virtual pipeline; give the interleaved schedule and a pipeline degree above 1, or drop the chunks")
     layers = model.values.get("n_layers", 1)
-    if layers % (layout.pipeline * layout.chunks):
-        raise ConfigError(f"{layers} layers do not split into {layout.pipeline} stages × {layout.chunks} chunks of whole layers; give chunks with pipeline × chunks dividing {layers}")
+    if layout.pipeline * layout.chunks > layers:
+        raise ConfigError(f"{layout.pipeline} stages × {layout.chunks} chunks for {model.name}'s {layers} layers: a chunk holds at least one layer; give pipeline × chunks of at most {layers}")
 
 
 def _model_flops(model: Model, setup: FineTune | None, global_batch: int, seq: int) -> Number:
