@@ -91,6 +91,23 @@ def test_devices_of_published_runs_have_estimates(device):
     assert found.ttft.estimate > 0 and found.tpot.estimate > 0
 
 
+def test_gb200_estimates_with_its_own_fitted_factors(capsys):
+    """GB200 (the accelerator or its NVL72 rack) takes hardware/efficiency/gb200.toml, whose GEMM rate and MoE cost
+    are fitted on GB200's own published runs, not the B200's borrowed factors, and not bounds only."""
+    own, b200 = (tomllib.loads((ROOT / "hardware" / "efficiency" / f"{d}.toml").read_text(encoding="utf-8")) for d in ("gb200", "b200"))
+    assert own["gemm"]["sustained"] != b200["gemm"]["sustained"]
+    assert {"gb200:gemm.sustained", "gb200:moe.expert_s"} <= {name for name, _, _ in calibration.FITTED}
+    model = symform.load("qwen3-0.6b")
+    for gpu in ("gb200", "gb200-nvl72"):
+        found = estimate.training_estimate(model, gpu, global_batch=64, micro_batch=2, seq=2048, layout=Layout(data=8), dtype="fp8")
+        assert found.factors["efficiency_file"] == "gb200"
+        assert found.factors["gemm"]["sustained"] == own["gemm"]["sustained"]
+        assert found.factors["moe"]["expert_s"] == own["moe"]["expert_s"]
+    code, out, _ = _run(capsys, "time", "llama-3.2-1b", "--gpu", "gb200-nvl72", "--train", "--gpus", "8", "--global-batch", "64", "--seq", "2048", "--json")
+    data = json.loads(out)
+    assert code == 0 and "estimate_missing" not in data and data["estimate"]["factors"]["efficiency_file"] == "gb200"
+
+
 def test_one_shot_all_reduce_makes_batch_one_decode_latency_flat_in_the_degree():
     """Within a node the engines' one-shot all-reduce costs one latency whatever the degree, so batch-1 decode
     of a small model gains from 2 to 8 GPUs (gpt-fast's Llama-2-7B: 168.84 → 328.43 tokens/s), where a

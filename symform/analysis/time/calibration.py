@@ -59,7 +59,7 @@ def run_profile(run: Run, factors: Mapping[str, Any] | None = None) -> efficienc
     if run.kind != "training" or name is None:
         return None
     scales = {k.split(":time.", 1)[1]: v for k, v in (factors or {}).items() if k.startswith(f"{name}:time.")}
-    return efficiencies.profile(name, version, run.setup.get("preset"), scales=scales)
+    return efficiencies.profile(name, version, run.setup.get("preset"), device=efficiencies.accelerator_name(run.setup["gpu"]), scales=scales)
 
 
 def _training_layout(run: Run) -> Layout:
@@ -212,11 +212,18 @@ def _fp8_moe(run: Run) -> bool:
     return run.setup.get("dtype") == "fp8" and is_moe(run)
 
 
+def _on(device: str) -> Callable[[Run], bool]:
+    """Whether a run ran on ``device``, by the efficiency file its gpu names (an accelerator or a system built of it)."""
+    return lambda r: efficiencies.efficiency(r.setup["gpu"]).device == device
+
+
 #: The fitted factors: name, the runs that inform it, and the range searched.
 FITTED: tuple[tuple[str, Callable[[Run], bool], tuple[float, float]], ...] = (
     ("a100-sxm-80gb:gemm.sustained", lambda r: r.setup["gpu"] == "a100-sxm-80gb", (0.4, 1.0)),
     # the H100's bf16 rate from its dense training runs; its FP8 serving runs inform the roll-off, launch and latency
     ("h100-sxm:gemm.sustained", lambda r: r.kind == "training" and r.setup["gpu"] == "h100-sxm" and not is_moe(r), (0.3, 1.0)),
+    # GB200's fp8 rate from its dense training runs (a rack of them: gb200-nvl72)
+    ("gb200:gemm.sustained", lambda r: r.kind == "training" and _on("gb200")(r) and not is_moe(r), (0.3, 1.0)),
     # a GEMM of half_flops runs at half the sustained rate: up to 10 GFLOP (a few µs of work)
     ("a100-sxm-80gb:gemm.half_flops", lambda r: r.setup["gpu"] == "a100-sxm-80gb", (0.0, 1e10)),
     ("rules:fusion.training.fraction", lambda r: r.kind == "training" and not is_moe(r), (0.0, 1.0)),
@@ -230,6 +237,7 @@ FITTED: tuple[tuple[str, Callable[[Run], bool], tuple[float, float]], ...] = (
     # device's FP8 mixture-of-experts runs with its dense factors as fitted above
     ("h100-sxm:moe.expert_s", lambda r: r.setup["gpu"] == "h100-sxm" and _fp8_moe(r), (0.0, 80e-6)),
     ("b200:moe.expert_s", lambda r: r.setup["gpu"] == "b200" and _fp8_moe(r), (0.0, 40e-6)),
+    ("gb200:moe.expert_s", lambda r: _on("gb200")(r) and _fp8_moe(r), (0.0, 40e-6)),
 )
 
 

@@ -280,7 +280,8 @@ SCORE_LEAVES = frozenset({"softmax", "scale_mask", "attn_dropout"})
 # --- frameworks' time-side facts (formulas/frameworks/*.toml, [[time.facts]]) ----------------------------------
 # What a framework's recipes overlap, how fast its grouped expert GEMMs run against the device's fitted rate, and
 # what one of its releases runs slower, each with its source. A fact may hold for some releases only (versions: a
-# run or a user names the release) and some models only (presets: the recipes a source measured it on).
+# run or a user names the release), some models only (presets: the recipes a source measured it on) and some devices
+# only (devices: the accelerators a source measured it on, by their hardware file's name).
 
 
 class Fact(BaseModel):
@@ -290,11 +291,12 @@ class Fact(BaseModel):
     value: float | bool = True
     versions: list[str] | None = None  # the releases it holds for; None: every release
     presets: list[str] | None = None  # the models it was measured on; None: every model
+    devices: list[str] | None = None  # the accelerators it was measured on; None: every device
     doc: str
     source: str
 
-    def holds(self, version: str | None, preset: str | None) -> bool:
-        return (self.versions is None or version in self.versions) and (self.presets is None or preset in self.presets)
+    def holds(self, version: str | None, preset: str | None, device: str | None = None) -> bool:
+        return (self.versions is None or version in self.versions) and (self.presets is None or preset in self.presets) and (self.devices is None or device in self.devices)
 
 
 @dataclass(frozen=True)
@@ -328,17 +330,26 @@ def facts(name: str) -> list[Fact]:
         raise ConfigError(f"formulas/frameworks/{name}.toml [[time.facts]]: {str(e).splitlines()[0]}; see docs/time.md") from None
 
 
-def profile(name: str | None, version: str | None = None, preset: str | None = None, *, scales: dict[str, float] | None = None) -> TimeProfile | None:
-    """The time profile of framework ``name`` at release ``version`` for model ``preset`` (None without a framework);
-    ``scales``: fitted values replacing the files' (symform validate --fit)."""
+def profile(name: str | None, version: str | None = None, preset: str | None = None, *, device: str | None = None, scales: dict[str, float] | None = None) -> TimeProfile | None:
+    """The time profile of framework ``name`` at release ``version`` for model ``preset`` on accelerator ``device``
+    (its hardware file's name, :func:`accelerator_name`; None without a framework); ``scales``: fitted values
+    replacing the files' (symform validate --fit)."""
     if name is None:
         return None
     found = {"tp_comm_overlap": False, "p2p_overlap": False, "ep_comm_overlap": False, "expert_s_scale": 1.0, "step_factor": 1.0}
     applied = []
     for fact in facts(name):
-        if fact.holds(version, preset):
+        if fact.holds(version, preset, device):
             found[fact.name] = fact.value if isinstance(fact.value, bool) else float(fact.value)
             applied.append((f"{fact.name} = {fact.value}: {fact.doc}", fact.source))
     for key, value in (scales or {}).items():
         found[key] = value
     return TimeProfile(name, version, bool(found["tp_comm_overlap"]), bool(found["p2p_overlap"]), bool(found["ep_comm_overlap"]), float(found["expert_s_scale"]), float(found["step_factor"]), tuple(applied))
+
+
+def accelerator_name(gpu: str | os.PathLike[str]) -> str | None:
+    """The accelerator a ``--gpu`` names (a system's own accelerator), as a fact's ``devices`` lists it."""
+    from ..devices.hardware import System, load_device
+
+    hardware = load_device(gpu)
+    return (hardware.device if isinstance(hardware, System) else hardware).name

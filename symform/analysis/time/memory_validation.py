@@ -19,7 +19,7 @@ from ..memory.frameworks import framework
 from ..memory.memory import Training, training_memory
 from ..memory.settings import Layout
 from . import calibration, measured_runs
-from ..devices.hardware import load_device
+from .step_model import placement
 
 FIGURES = {"peak_reserved_gib": 2**30}  # the figure each source reports, and its unit in bytes
 
@@ -176,7 +176,7 @@ def timed_run_fit(run: measured_runs.Run) -> TimedRunFit:
     )  # fmt: skip
     report = training_memory(measured_runs.run_model(run), batch=s["micro_batch"], seq=s["seq"], setup=setup)
     unmodelled = tuple(why for key, (value, why) in _UNMODELLED.items() if key in s and (value is None or s[key] == value)) + tuple(fw.not_modelled)
-    return TimedRunFit(run, fw.name, float(report.total), float(load_device(s["gpu"]).memory_bytes), unmodelled)
+    return TimedRunFit(run, fw.name, float(report.total), float(placement(s["gpu"]).device.memory_bytes), unmodelled)  # a system: one of its accelerators
 
 
 def timed_precision(s: Mapping[str, Any]) -> str:

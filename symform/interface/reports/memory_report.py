@@ -92,12 +92,15 @@ def framework_version_argument(group) -> None:
 
 
 def time_profile_of(args: argparse.Namespace, model):
-    """The named framework's time facts at the named release, for this model (none unless --framework is given)."""
-    from ...analysis.time.efficiencies import profile
+    """The named framework's time facts at the named release, for this model on the named device (none unless
+    --framework is given)."""
+    from ...analysis.time.efficiencies import accelerator_name, profile
 
     if getattr(args, "framework_version", None) and not getattr(args, "framework", None):
         raise ConfigError("--framework-version names a release of a framework; give --framework too")
-    return profile(args.framework, args.framework_version, model.name) if getattr(args, "framework", None) else None
+    if not getattr(args, "framework", None):
+        return None
+    return profile(args.framework, args.framework_version, model.name, device=accelerator_name(args.gpu) if getattr(args, "gpu", None) else None)
 
 
 def framework_name(args: argparse.Namespace) -> str:
