@@ -95,7 +95,8 @@ def test_gb200_estimates_with_its_own_fitted_factors(capsys):
     """GB200 (the accelerator or its NVL72 rack) takes hardware/efficiency/gb200.toml, whose GEMM rate and MoE cost
     are fitted on GB200's own published runs, not the B200's borrowed factors, and not bounds only."""
     own, b200 = (tomllib.loads((ROOT / "hardware" / "efficiency" / f"{d}.toml").read_text(encoding="utf-8")) for d in ("gb200", "b200"))
-    assert own["gemm"]["sustained"] != b200["gemm"]["sustained"]
+    # each fitted on its own device's runs (their GEMM rates came out alike: 25.09's Llama 3 8B on each)
+    assert "GB200 run" in own["gemm"]["source"] and "B200 run" in b200["gemm"]["source"] and own["moe"]["expert_s"] != b200["moe"]["expert_s"]
     assert {"gb200:gemm.sustained", "gb200:moe.expert_s"} <= {name for name, _, _ in calibration.FITTED}
     model = symform.load("qwen3-0.6b")
     for gpu in ("gb200", "gb200-nvl72"):

@@ -153,3 +153,15 @@ def test_an_expert_repeat_that_reads_a_convention_is_bound_to_the_models_value(c
         code, out, err = run(capsys, "time", "llama-4-scout", "--gpu", "h100-sxm", *workload)
         assert code == 0, err
         assert "estimate" in out
+
+
+def test_with_sequence_parallelism_each_rank_dispatches_its_share_of_the_sequence(qwen):
+    """Megatron-Core runs experts beside tensor parallelism only with sequence parallelism, each rank holding seq / TP
+    tokens at the router. By hand, per rank: 4 all-to-alls × tokens · top_k · d · 2 bytes × 7/8 leaving the rank ×
+    48 layers × 8 micro-batches (64 sequences over 8 data-parallel ranks): 4096 tokens give 180,388,626,432 bytes,
+    and under TP 2 with sequence parallelism 2048 tokens give half."""
+    step = dict(global_batch=64, micro_batch=1, seq=4096, dtype="bf16", flash=True)
+    sent = {sp: timing.training_time(qwen, "h100-sxm", layout=Layout(data=8, tensor=2, expert=8, sequence=sp), **step).comm["expert"].bytes_per_rank for sp in (False, True)}
+    whole = 4 * 4096 * TOP_K * D_MODEL * 2 * 7 / 8 * LAYERS * 8
+    assert sent[False] == pytest.approx(whole) and whole == 180_388_626_432
+    assert sent[True] == pytest.approx(whole / 2)

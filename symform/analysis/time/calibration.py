@@ -222,7 +222,8 @@ FITTED: tuple[tuple[str, Callable[[Run], bool], tuple[float, float]], ...] = (
     ("a100-sxm-80gb:gemm.sustained", lambda r: r.setup["gpu"] == "a100-sxm-80gb", (0.4, 1.0)),
     # the H100's bf16 rate from its dense training runs; its FP8 serving runs inform the roll-off, launch and latency
     ("h100-sxm:gemm.sustained", lambda r: r.kind == "training" and r.setup["gpu"] == "h100-sxm" and not is_moe(r), (0.3, 1.0)),
-    # GB200's fp8 rate from its dense training runs (a rack of them: gb200-nvl72)
+    # the B200's and GB200's fp8 rates from their dense training runs (GB200's on a rack of them: gb200-nvl72)
+    ("b200:gemm.sustained", lambda r: r.kind == "training" and _on("b200")(r) and not is_moe(r), (0.3, 1.0)),
     ("gb200:gemm.sustained", lambda r: r.kind == "training" and _on("gb200")(r) and not is_moe(r), (0.3, 1.0)),
     # a GEMM of half_flops runs at half the sustained rate: up to 10 GFLOP (a few µs of work)
     ("a100-sxm-80gb:gemm.half_flops", lambda r: r.setup["gpu"] == "a100-sxm-80gb", (0.0, 1e10)),

@@ -358,13 +358,17 @@ def tensor_comm(model: Model, place: Placement, layout: Layout, microbatches: in
 
 
 def expert_comm(model: Model, place: Placement, layout: Layout, microbatches: int, micro_batch: int, seq: int, recompute: str) -> Comm | None:
-    """All-to-all of the routed tokens in every mixture-of-experts layer (None without expert parallelism)."""
+    """All-to-all of the routed tokens in every mixture-of-experts layer (None without expert parallelism). Each rank
+    dispatches the tokens it holds: with sequence parallelism, its 1/tensor share of the sequence (Megatron-Core runs
+    experts beside tensor parallelism only so: megatron/core/transformer/moe/README.md)."""
     _, moe_layers = _layers(model)
     if layout.expert == 1 or not moe_layers:
         return None
     again = 1 if recompute == "full" else 0
     sizes = _activation_sizes(model, micro_batch, seq)
-    layer = list(_expert_layer(micro_batch * seq, model.values["top_k"], sizes["d_model"], sizes["bytes_per_element"], layout.expert))
+    held = Fraction(micro_batch * seq, layout.tensor if layout.sequence else 1)
+    tokens = int(held) if held.denominator == 1 else held
+    layer = list(_expert_layer(tokens, model.values["top_k"], sizes["d_model"], sizes["bytes_per_element"], layout.expert))
     per_layer = layer + again * [x for x in layer if x.phase == "forward"]
     return _comm(per_layer, microbatches * moe_layers / layout.pipeline, place, layout.tensor * layout.expert, layout.expert)
 
