@@ -45,6 +45,21 @@ def test_every_timed_run_fits_the_devices_it_ran_on():
     assert [f.run.name for f in fits if not f.fits] == []
 
 
+def test_a_timed_run_keeps_in_flight_what_its_schedule_keeps_at_its_own_micro_batch_count():
+    """Megatron-Bridge 25.11's Llama 3 70B on 64 H100 (pipeline 8 × 5 chunks, 128 sequences on 2 data-parallel ranks:
+    64 micro-batches): the interleaved schedule's first stage holds min(2·7 + 4·8 + 1, 5·64) = 47 chunks, 47/5 stages'
+    worth of activations, where the same run cut to 8 micro-batches holds min(47, 5·8) = 40 chunks, 8 stages' worth.
+    The peak is the larger by 7/5 stages' activations, never the default of as many micro-batches as stages."""
+    from dataclasses import replace
+
+    from symform.analysis.time import measured_runs
+    from symform.analysis.time.memory_validation import timed_run_fit
+
+    run = next(r for r in measured_runs.runs() if r.name == "mb-h100-llama3-70b-fp8")
+    few = replace(run, setup=run.setup | {"global_batch": 16})
+    assert timed_run_fit(run).total_bytes > timed_run_fit(few).total_bytes
+
+
 def test_gpt_oss_120b_runs_take_the_layouts_and_dtypes_their_recipes_ran():
     """Megatron-Bridge 25.11's GPT-OSS 120B recipes (gpt_oss_workload_base_configs.py at the table's commit): H100
     micro-batch 1 (the table's MBS 4 with GA 2 on 16 data-parallel ranks would be 1,024 sequences, not its 512),

@@ -169,6 +169,7 @@ def timed_run_fit(run: measured_runs.Run) -> TimedRunFit:
         data=base.data, tensor=base.tensor, pipeline=base.pipeline, expert=base.expert, zero=base.zero, schedule=base.schedule, chunks=base.chunks,
         sequence=fw.default("sequence_parallel", s.get("sequence_parallel"), base.tensor),
         distributed_optimizer=base.zero == 0 and fw.default("distributed_optimizer", None),
+        microbatches=s["global_batch"] // (s["micro_batch"] * base.data),  # what the schedule keeps in flight reads it
     )  # fmt: skip
     setup = Training(
         precision=timed_precision(s), recompute=s.get("recompute", "none"), flash=s.get("attention", "sdpa") != "eager", layout=layout, framework=fw.name,
