@@ -132,6 +132,8 @@ def _efficiency(gpu: str, factors: Mapping[str, Any]) -> efficiencies.Efficiency
         eff = replace(eff, launch_s=mine["kernel.launch_s"])
     if "moe.expert_s" in mine:
         eff = replace(eff, expert_s=mine["moe.expert_s"])
+    if "memory.fraction" in mine:
+        eff = replace(eff, memory=mine["memory.fraction"])
     if "links.scale_up.latency_s" in mine:
         links = dict(eff.links)
         links["scale_up"] = replace(links["scale_up"], latency_s=mine["links.scale_up.latency_s"])
@@ -239,6 +241,9 @@ FITTED: tuple[tuple[str, Callable[[Run], bool], tuple[float, float]], ...] = (
     ("h100-sxm:moe.expert_s", lambda r: r.setup["gpu"] == "h100-sxm" and _fp8_moe(r), (0.0, 80e-6)),
     ("b200:moe.expert_s", lambda r: r.setup["gpu"] == "b200" and _fp8_moe(r), (0.0, 40e-6)),
     ("gb200:moe.expert_s", lambda r: _on("gb200")(r) and _fp8_moe(r), (0.0, 40e-6)),
+    # the L40S from its own serving runs: its GDDR6 fraction from the decode-heavy one, its FP8 rate from the prefill-heavy one
+    ("l40s:memory.fraction", lambda r: r.kind == "serving" and r.setup["gpu"] == "l40s", (0.4, 1.0)),
+    ("l40s:gemm.sustained", lambda r: r.kind == "serving" and r.setup["gpu"] == "l40s", (0.3, 1.0)),
 )
 
 
