@@ -109,6 +109,32 @@ def test_gb200_estimates_with_its_own_fitted_factors(capsys):
     assert code == 0 and "estimate_missing" not in data and data["estimate"]["factors"]["efficiency_file"] == "gb200"
 
 
+def test_l40s_estimates_with_its_own_fitted_factors():
+    """The L40S takes hardware/efficiency/l40s.toml, fitted on its own published runs (TensorRT-LLM v0.5 FP8),
+    not bounds only: batch-1 decode of Llama-2-7B in FP8 reads its ~6.6 GB of weights (the embedding's one row
+    aside) at the file's fraction of the datasheet's 864 GB/s."""
+    own = tomllib.loads((ROOT / "hardware" / "efficiency" / "l40s.toml").read_text(encoding="utf-8"))
+    assert {"l40s:memory.fraction", "l40s:gemm.sustained"} <= {name for name, _, _ in calibration.FITTED}
+    assert "fitted" in own["memory"]["source"] and "fitted" in own["gemm"]["source"]
+    found = estimate.serving_estimate(symform.load("llama-2-7b"), "l40s", batch=1, prompt=64, output=4, dtype="fp8")
+    assert found.factors["efficiency_file"] == "l40s"
+    assert found.factors["memory"]["fraction"] == own["memory"]["fraction"]
+    assert found.factors["gemm"]["sustained"] == own["gemm"]["sustained"]
+    rate = 864e9 * own["memory"]["fraction"]
+    assert 6.4e9 / rate < found.tpot.estimate < 1.1 * 6.8e9 / rate
+
+
+def test_a_fitted_memory_fraction_reaches_the_estimate():
+    """calibration's factor "<device>:memory.fraction" replaces the file's: a decode-bound run's tokens/s
+    follows it (half the fraction, close to half the rate; the prefill's share keeps it above half)."""
+    run = next(r for r in measured_runs.runs() if r.name == "l40s-llama-2-7b-b64-128-2048")
+    own = tomllib.loads((ROOT / "hardware" / "efficiency" / "l40s.toml").read_text(encoding="utf-8"))["memory"]["fraction"]
+    full = calibration.predict(run, {"l40s:memory.fraction": own})
+    half = calibration.predict(run, {"l40s:memory.fraction": own / 2})
+    assert full == calibration.predict(run, {})
+    assert 0.5 < half / full < 0.6
+
+
 def test_one_shot_all_reduce_makes_batch_one_decode_latency_flat_in_the_degree():
     """Within a node the engines' one-shot all-reduce costs one latency whatever the degree, so batch-1 decode
     of a small model gains from 2 to 8 GPUs (gpt-fast's Llama-2-7B: 168.84 → 328.43 tokens/s), where a

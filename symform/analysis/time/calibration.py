@@ -241,7 +241,7 @@ FITTED: tuple[tuple[str, Callable[[Run], bool], tuple[float, float]], ...] = (
     ("h100-sxm:moe.expert_s", lambda r: r.setup["gpu"] == "h100-sxm" and _fp8_moe(r), (0.0, 80e-6)),
     ("b200:moe.expert_s", lambda r: r.setup["gpu"] == "b200" and _fp8_moe(r), (0.0, 40e-6)),
     ("gb200:moe.expert_s", lambda r: _on("gb200")(r) and _fp8_moe(r), (0.0, 40e-6)),
-    # the L40S from its own serving runs: its GDDR6 fraction from the decode-heavy one, its FP8 rate from the prefill-heavy one
+    # the L40S from its own serving runs: its GDDR6 fraction from the decode-heavy one, its FP8 rate from the compute-bound first token
     ("l40s:memory.fraction", lambda r: r.kind == "serving" and r.setup["gpu"] == "l40s", (0.4, 1.0)),
     ("l40s:gemm.sustained", lambda r: r.kind == "serving" and r.setup["gpu"] == "l40s", (0.3, 1.0)),
 )
