@@ -218,11 +218,11 @@ def test_bad_headroom_is_one_line():
 
 
 def test_without_efficiency_data_the_plan_ranks_by_the_floor(capsys):
-    """An RTX 6000 Ada has no efficiency file, so no estimate: the floor, then the sum at peak, decide; the table says so."""
-    result = plan(load(MODEL), "rtx-6000-ada", devices=8, global_batch=32, seq=2048, flash=True, top=3)
+    """An L4 has no efficiency file, so no estimate: the floor, then the sum at peak, decide; the table says so."""
+    result = plan(load(MODEL), "l4", devices=8, global_batch=32, seq=2048, flash=True, top=3)
     assert all(row.estimate is None for row in result.best)
     keys = [(row.time.time_lower, row.time.time_upper) for row in result.best]
     assert keys == sorted(keys)
-    code = main(["plan", MODEL, "--gpu", "rtx-6000-ada", "--gpus", "8", "--global-batch", "32", "--seq", "2048", "--top", "2"])
+    code = main(["plan", MODEL, "--gpu", "l4", "--gpus", "8", "--global-batch", "32", "--seq", "2048", "--top", "2"])
     out = capsys.readouterr().out
     assert code == 0 and "no efficiency data for an estimate" in out
