@@ -135,6 +135,16 @@ def test_a_fitted_memory_fraction_reaches_the_estimate():
     assert 0.5 < half / full < 0.6
 
 
+def test_a_fitted_link_factor_reaches_only_the_runs_that_use_the_link():
+    """"<device>:links.<link>.bus_efficiency" replaces the file's: the L40S's 70B run on 4 cards all-reduces
+    over PCIe and slows with a lower efficiency; a one-card run has no all-reduce to slow."""
+    found = {r.name: r for r in measured_runs.runs()}
+    four, one = found["v08-l40s-llama-2-70b-tp4-b64-2048-2048"], found["l40s-llama-2-7b-b64-128-2048"]
+    low = {"l40s:links.pcie.bus_efficiency": 0.2}
+    assert calibration.predict(four, low) < calibration.predict(four, {})
+    assert calibration.predict(one, low) == calibration.predict(one, {})
+
+
 def test_one_shot_all_reduce_makes_batch_one_decode_latency_flat_in_the_degree():
     """Within a node the engines' one-shot all-reduce costs one latency whatever the degree, so batch-1 decode
     of a small model gains from 2 to 8 GPUs (gpt-fast's Llama-2-7B: 168.84 → 328.43 tokens/s), where a

@@ -134,9 +134,12 @@ def _efficiency(gpu: str, factors: Mapping[str, Any]) -> efficiencies.Efficiency
         eff = replace(eff, expert_s=mine["moe.expert_s"])
     if "memory.fraction" in mine:
         eff = replace(eff, memory=mine["memory.fraction"])
-    if "links.scale_up.latency_s" in mine:
-        links = dict(eff.links)
-        links["scale_up"] = replace(links["scale_up"], latency_s=mine["links.scale_up.latency_s"])
+    links = dict(eff.links)
+    for key, value in mine.items():
+        if key.startswith("links."):  # links.<link>.<bus_efficiency or latency_s>
+            _, name, field = key.split(".")
+            links[name] = replace(links[name], **{field: value})
+    if links != eff.links:
         eff = replace(eff, links=links)
     return eff
 
@@ -242,8 +245,10 @@ FITTED: tuple[tuple[str, Callable[[Run], bool], tuple[float, float]], ...] = (
     ("b200:moe.expert_s", lambda r: r.setup["gpu"] == "b200" and _fp8_moe(r), (0.0, 40e-6)),
     ("gb200:moe.expert_s", lambda r: _on("gb200")(r) and _fp8_moe(r), (0.0, 40e-6)),
     # the L40S from its own serving runs: its GDDR6 fraction from the decode-heavy one, its FP8 rate from the compute-bound first token
-    ("l40s:memory.fraction", lambda r: r.kind == "serving" and r.setup["gpu"] == "l40s", (0.4, 1.0)),
-    ("l40s:gemm.sustained", lambda r: r.kind == "serving" and r.setup["gpu"] == "l40s", (0.3, 1.0)),
+    ("l40s:memory.fraction", lambda r: r.kind == "serving" and r.setup["gpu"] == "l40s" and r.setup.get("tensor", 1) == 1, (0.4, 1.0)),
+    ("l40s:gemm.sustained", lambda r: r.kind == "serving" and r.setup["gpu"] == "l40s" and r.setup.get("tensor", 1) == 1, (0.3, 1.0)),
+    # its PCIe all-reduces (no NVLink) from its one multi-card serving run of the fit split
+    ("l40s:links.pcie.bus_efficiency", lambda r: r.kind == "serving" and r.setup["gpu"] == "l40s" and r.setup.get("tensor", 1) > 1, (0.1, 1.0)),
 )
 
 
