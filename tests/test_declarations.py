@@ -4,6 +4,7 @@ import pytest
 import sympy
 
 from symform import DeclarationError, Model
+from symform.engine.graph.graph import root_component
 from symform.engine.language.declarations import default_library, parse_components
 from symform.engine.errors import ConfigError
 
@@ -128,7 +129,7 @@ def test_every_bundled_component_instantiates_with_symbols():
     library = default_library()
     names = set(library.vocabulary.names("architecture"))
     for component in library.components.values():
-        args = {a.name: 3 for a in component.args if not a.is_slot and a.default is None}
+        args = {a.name: 3 for a in root_component(library, component.name, {}).args if not a.is_slot and a.default is None}  # a tower's sizes too
         if component.requirements:
             args = {k: 4 for k in args}
         if "window" in args:  # a window spans whole merged patches (Qwen2.5-VL: window // (merge·patch) windows' width)
