@@ -4,6 +4,7 @@ import pytest
 import sympy
 
 from symform import DeclarationError, Model
+from symform.engine.graph.graph import root_component
 from symform.engine.language.declarations import default_library, parse_components
 from symform.engine.errors import ConfigError
 
@@ -32,6 +33,7 @@ def test_a_new_composite_of_existing_parts_costs_what_its_parts_cost():
         ({"c": {"doc": "", "args": ["d_model"], "parts": [{**GOOD_PART, "with": {"d_in": "d_modl", "d_out": "1"}}]}}, "unknown name 'd_modl'"),
         ({"c": {"doc": "", "args": ["d_model"], "parts": [GOOD_PART, GOOD_PART]}}, "declared twice"),
         ({"c": {"doc": "", "args": ["d_model"], "parts": [GOOD_PART], "params": "1"}}, "sum of its parts"),
+        ({"c": {"doc": "", "parts": [], "params": "1"}}, "sum of its parts"),
         ({"c": {"doc": "", "args": ["w"], "params": "w"}}, "must declare forward_flops"),
         ({"c": {"doc": "", "args": ["w"], "params": "d_model", "forward_flops": "0", "bytes_moved": "0", "saved_activations": "0"}}, "unknown name 'd_model'"),
         ({"c": {"doc": "", "args": ["batch"], "params": "0"}}, "shadows the vocabulary"),
@@ -106,11 +108,28 @@ def test_slots_swap_components_without_new_declarations():
     assert gated.evaluate("params") - plain.evaluate("params") == 2 * 32 * 64
 
 
+def test_an_empty_slot_costs_nothing_and_the_component_put_there_takes_the_models_sizes():
+    library = merge(
+        {
+            "nothing": {"doc": "no tower", "parts": []},
+            "tower": {"doc": "a projection to the model's width", "args": ["d_tower", "d_model", "bias = 0"], "parts": [{**GOOD_PART, "with": {"d_in": "d_tower", "d_out": "d_model", "bias": "bias"}}]},
+            "towered": {"doc": "a projection and an optional tower", "args": ["d_model", "tower = @nothing"], "parts": [GOOD_PART, {"name": "visual", "use": "@tower", "pass": True}]},
+        }
+    )
+    bare = Model.from_component("towered", library=library, d_model=8)
+    assert bare.evaluate_breakdown("params", depth=None) == {"proj": 64}  # no entry for the empty slot
+    assert bare.evaluate("forward_flops", batch=1, seq=2) == 2 * 2 * 64
+    full = Model.from_component("towered", library=library, d_model=8, tower="tower", d_tower=3, bias=1)
+    assert full.evaluate_breakdown("params", depth=None) == {"proj": 64, "visual/proj": 3 * 8 + 8}
+    with pytest.raises(ConfigError, match="towered has no argument 'd_tower'"):
+        Model.from_component("towered", library=library, d_model=8, d_tower=3)  # no tower to take it
+
+
 def test_every_bundled_component_instantiates_with_symbols():
     library = default_library()
     names = set(library.vocabulary.names("architecture"))
     for component in library.components.values():
-        args = {a.name: 3 for a in component.args if not a.is_slot and a.default is None}
+        args = {a.name: 3 for a in root_component(library, component.name, {}).args if not a.is_slot and a.default is None}  # a tower's sizes too
         if component.requirements:
             args = {k: 4 for k in args}
         if "window" in args:  # a window spans whole merged patches (Qwen2.5-VL: window // (merge·patch) windows' width)

@@ -145,6 +145,33 @@ def test_a_fitted_link_factor_reaches_only_the_runs_that_use_the_link():
     assert calibration.predict(one, low) == calibration.predict(one, {})
 
 
+def test_tpu_v5p_estimates_with_its_own_fitted_factors():
+    """TPU v5p (the chip or a slice of it) takes hardware/efficiency/tpu-v5p.toml, whose GEMM rate is fitted on MaxText's
+    own v5p runs, not TPU v4's blog figure; a slice is one ICI domain, so FSDP inside it never leaves the torus."""
+    own, v4 = (tomllib.loads((ROOT / "hardware" / "efficiency" / f"{d}.toml").read_text(encoding="utf-8")) for d in ("tpu-v5p", "tpu-v4"))
+    assert "maxtext-v5p.toml" in own["gemm"]["source"] and own["gemm"]["sustained"] != v4["gemm"]["sustained"]
+    assert {"tpu-v5p:gemm.sustained", "tpu-v6e:gemm.sustained"} <= {name for name, _, _ in calibration.FITTED}
+    model = symform.load("qwen3-0.6b")
+    for gpu in ("tpu-v5p", "tpu-v5p-128"):
+        found = estimate.training_estimate(model, gpu, global_batch=64, micro_batch=1, seq=2048, layout=Layout(data=64, zero=3))
+        assert found.factors["efficiency_file"] == "tpu-v5p"
+        assert found.factors["gemm"]["sustained"] == own["gemm"]["sustained"]
+    fit = {r.setup["gpu"] for r in measured_runs.runs() if r.split == "fit" and r.source.startswith("maxtext")}
+    assert {"tpu-v5p-128", "tpu-v5p-256", "tpu-v6e-256"} == fit
+
+
+def test_maxtext_tflops_become_tokens_per_chip_by_maxtexts_own_count():
+    """MaxText at 76bd53b counts 6·N + 6·heads·layers·head_dim·s FLOPs a token (causal attention, no remat). Its 32B
+    (d 10,240, 32 heads of 256, MLP 32,768, 32 layers, vocabulary 32,768, tied, one RMSNorm a layer) has by hand
+    N = 32,768·10,240 + 32·(10,240 + 4·10,240·8,192 + 2·10,240·32,768) + 10,240 = 32,548,136,960; the arcee config
+    counts a second RMSNorm a layer. The v5p table's 328 TFLOP/s/chip is then 1,652.3 tokens a second a chip."""
+    run = next(r for r in measured_runs.runs() if r.name == "maxtext-32b-v5p-128")
+    assert measured_runs.run_model(run).evaluate("params") - 32 * 10_240 == 32_548_136_960
+    per_token = 6 * 32_548_136_960 + 6 * 32 * 32 * 256 * 2048
+    assert run.measured == ("tokens_per_s_per_gpu", pytest.approx(328e12 / per_token, abs=0.05))
+    assert 328 / 459 == pytest.approx(0.7147, abs=5e-4)  # the table's MFU 71.47 % at the bf16 peak (its TFLOP/s rounded)
+
+
 def test_one_shot_all_reduce_makes_batch_one_decode_latency_flat_in_the_degree():
     """Within a node the engines' one-shot all-reduce costs one latency whatever the degree, so batch-1 decode
     of a small model gains from 2 to 8 GPUs (gpt-fast's Llama-2-7B: 168.84 → 328.43 tokens/s), where a

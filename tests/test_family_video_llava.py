@@ -32,7 +32,7 @@ def test_the_defaults_are_transformers_defaults(config):
 
 
 def test_tiny_parameters_flops_and_cache_equal_pytorch():
-    check_tiny_params(CONFIG, {"visual": ("image_tower", "multi_modal_projector"), "video_tower": ("video_tower",)})
+    check_tiny_params(CONFIG, {"visual": ("image_tower", "multi_modal_projector", "video_tower")})
     check_text_forward_flops(CONFIG)
     check_text_cache(CONFIG)
 

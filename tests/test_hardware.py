@@ -23,7 +23,7 @@ ACCELERATORS = {
     "a10g", "apple-m2-max", "apple-m2-ultra", "apple-m3-ultra", "apple-m4-max",
 }  # fmt: skip
 MEMORY_ONLY = {"a10g", "apple-m2-max", "apple-m2-ultra", "apple-m3-ultra", "apple-m4-max"}  # their vendors publish no FLOP rate
-SYSTEMS = {"hgx-h100-8gpu", "dgx-b200", "gb200-nvl72"}
+SYSTEMS = {"hgx-h100-8gpu", "dgx-b200", "gb200-nvl72", "tpu-v5e-256", "tpu-v6e-256"} | {f"tpu-v5p-{cores}" for cores in (128, 256, 512, 1024, 2048, 4096)}
 GiB = 1 << 30
 
 GOOD = """\

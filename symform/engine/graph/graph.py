@@ -9,12 +9,12 @@ the total.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping
 
 import sympy
 
-from ..language.declarations import QUANTITIES, SLOT, Component, Library, Requirement
+from ..language.declarations import QUANTITIES, SLOT, Arg, Component, Library, Requirement
 from ..digraph import DiGraph
 from ..budget import GRAPH_DEPTH, GRAPH_NODES, check_expansion
 from ..algebra.multiplied import expand
@@ -120,10 +120,30 @@ def build_graph(
 ) -> ComponentGraph:
     """Instantiate ``root`` with its arguments bound, applying an assumption set if named."""
     result = ComponentGraph(DiGraph())
-    component = library[root]
+    component = root_component(library, root, bindings)
     args = bind_arguments(library, component, dict(bindings), where=f"model ({root})")
     _instantiate(library, component, "", args, assume, result, ())
     return result
+
+
+def root_component(library: Library, root: str, given: Mapping[str, object]) -> Component:
+    """The root as a model instantiates it: its own arguments, then those of the component each of its slots
+    holds, where a part hands that slot the root's arguments (pass = true), that the root lacks and the part
+    does not bind: the ones without a default, and the others ``given`` sets. A language model's optional
+    tower is such a slot: the family that puts a tower there binds the tower's sizes as the model's own."""
+    component = library[root]
+    own = set(component.arg_names)
+    added: dict[str, Arg] = {}
+    for part in component.parts:
+        if not (part.passes and part.use.startswith(SLOT)):
+            continue
+        chosen = given.get(part.use[1:], component.arg(part.use[1:]).default)
+        if not isinstance(chosen, str):
+            continue  # not a component's name: bind_arguments says so
+        for arg in library[chosen.removeprefix(SLOT)].args:
+            if arg.name not in own and arg.name not in part.bindings and (arg.default is None or arg.name in given):
+                added.setdefault(arg.name, arg)
+    return replace(component, args=component.args + tuple(added.values())) if added else component
 
 
 def bind_arguments(library: Library, component: Component, given: dict[str, Binding], *, where: str) -> dict[str, Binding]:

@@ -26,7 +26,7 @@ from ..language.families import Checkpoint, ContextLimit, ModelSpec, checkpoint_
 from ..algebra.formula import Formula
 from ..algebra.multiplied import multiplied_out
 from ..store.derivation import Identity, derivation, inputs_key
-from .graph import ComponentGraph, assumption_names, build_graph, introduced_ratios
+from .graph import ComponentGraph, assumption_names, build_graph, introduced_ratios, root_component
 from ..language.safe_expr import parse
 from ..algebra.exact import exact_predicate
 from .size_checks import GeneratedChecks, SizeCheck, size_checks
@@ -447,7 +447,7 @@ class Model:
 
     def _split_arguments(self) -> tuple[dict[sympy.Symbol, sympy.Integer], dict[str, object]]:
         """Architecture sizes stay symbolic (their values kept aside); flags and slots are bound now."""
-        root = self.library[self.spec.root]
+        root = root_component(self.library, self.spec.root, self.spec.arguments)
         architecture = self.vocabulary.architecture
         declared = {a.name: a for a in root.args}
         values: dict[sympy.Symbol, sympy.Integer] = {}

@@ -174,7 +174,8 @@ class Component:
 
     @property
     def is_primitive(self) -> bool:
-        return not self.parts
+        # a composite declares no quantities, even one of no parts (parts = []: an empty slot's filler)
+        return bool(self.quantities)
 
     def arg(self, name: str) -> Arg:
         for a in self.args:
@@ -328,7 +329,8 @@ def _build_component(name: str, decl: ComponentDecl, vocabulary: Vocabulary, bas
     parts = _merge_parts(inherited, declared, {p.name: p.replaces for p in decl.parts})
 
     quantities = {q: getattr(decl, q) for q in QUANTITIES}
-    if parts:
+    # parts = [] written out: a composite of nothing, which costs nothing and adds no part (a slot left empty)
+    if parts or "parts" in decl.model_fields_set:
         declared = [q for q, v in quantities.items() if v is not None]
         if declared:
             raise DeclarationError(f"a composite's {declared[0]} is the sum of its parts; remove it or make the component a primitive")

@@ -34,7 +34,7 @@ from ...engine.language.declarations import QUANTITIES, Library, default_library
 from ...engine.graph.derive import Derivation, derive
 from ...engine.graph.structure import by_layer_kind
 from ...engine.errors import EvaluationError
-from ...engine.graph.graph import build_graph
+from ...engine.graph.graph import build_graph, root_component
 from ...engine.graph.model import Model, normalise_quantity
 from ...engine.language.vocabulary import Vocabulary, default_vocabulary
 from ...engine.language.conditions import NamedCondition
@@ -158,7 +158,7 @@ def component_expressions(component: str, *, library: Library | None = None, def
     others at their defaults (``defaults=False`` keeps every numeric argument a symbol),
     conventions at their default values unless ``conventions=False``."""
     library = library or default_library()
-    comp = library[component]
+    comp = root_component(library, component, {})  # with the sizes of the towers its slots hold by default
     numeric = [a for a in comp.args if not a.is_slot and (a.default is None or not defaults)]
     graph = build_graph(library, component, {a.name: a.symbol for a in numeric})
     fixed = library.vocabulary.defaults() if conventions else {}
