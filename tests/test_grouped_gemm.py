@@ -84,13 +84,13 @@ def test_each_local_expert_adds_its_time_to_every_call(qwen):
 def test_only_an_fp8_step_pays_the_time_per_local_expert(qwen):
     """Transformer Engine's GroupedLinear quantises each expert's weight in a call of its own under FP8 and uses a
     BF16 weight as it is: a BF16 step's estimate does not move with expert_s; an FP8 one's compute grows by
-    16 local experts × 3 calls × 48 layers × expert_s per micro-batch (no pipeline, so every micro-batch adds it)."""
+    16 local experts × 3 calls × 48 layers × 3 projections (gate, up, down) × expert_s per micro-batch, 8 of them."""
     eff = estimate.efficiency("h100-sxm")
     step = dict(global_batch=64, micro_batch=1, seq=4096, layout=Layout(data=8, expert=8))
     found = {(dtype, s): estimate.training_estimate(qwen, "h100-sxm", dtype=dtype, efficiency_data=replace(eff, expert_s=s), **step)
              for dtype in ("bf16", "fp8") for s in (0.0, 1e-3)}
     assert found["bf16", 0.0].compute_s == found["bf16", 1e-3].compute_s
-    assert found["fp8", 1e-3].compute_s - found["fp8", 0.0].compute_s == pytest.approx(1e-3 * 16 * 3 * LAYERS * 8 * 3)
+    assert found["fp8", 1e-3].compute_s - found["fp8", 0.0].compute_s == pytest.approx(1e-3 * 16 * 3 * LAYERS * 3 * 8)
 
 
 def test_serving_keeps_routed_gemms_as_one_gemm(qwen):
@@ -165,3 +165,5 @@ def test_with_sequence_parallelism_each_rank_dispatches_its_share_of_the_sequenc
     whole = 4 * 4096 * TOP_K * D_MODEL * 2 * 7 / 8 * LAYERS * 8
     assert sent[False] == pytest.approx(whole) and whole == 180_388_626_432
     assert sent[True] == pytest.approx(whole / 2)
+    with pytest.raises(SymformError, match="do not split evenly"):  # 4,097 tokens over 2 ranks: no rank's share is whole
+        timing.training_time(qwen, "h100-sxm", layout=Layout(data=8, tensor=2, expert=8, sequence=True), **(step | {"seq": 4097}))

@@ -19,7 +19,7 @@ from typing import Any
 
 from ...engine.errors import ConfigError
 from ...engine.graph.model import Model
-from . import estimate, timing
+from . import estimate, grouped_gemm, timing
 from . import step_model
 from . import efficiencies
 from .measured_runs import SPLITS, Case, Run, is_moe, run_model, runs, sources
@@ -214,7 +214,8 @@ def summarise(cases: list[Case]) -> list[Summary]:
 # --- the fit ------------------------------------------------------------------------------------------
 
 def _fp8_moe(run: Run) -> bool:
-    return run.setup.get("dtype") == "fp8" and is_moe(run)
+    """A mixture-of-experts run of a recipe that quantises each expert apart (the runs the time per expert is fitted on)."""
+    return run.setup.get("dtype") in grouped_gemm.QUANTISED and is_moe(run)
 
 
 def _on(device: str) -> Callable[[Run], bool]:
@@ -247,7 +248,8 @@ FITTED: tuple[tuple[str, Callable[[Run], bool], tuple[float, float]], ...] = (
     ("h100-sxm:moe.expert_s", lambda r: r.setup["gpu"] == "h100-sxm" and _fp8_moe(r), (0.0, 80e-6)),
     ("b200:moe.expert_s", lambda r: r.setup["gpu"] == "b200" and _fp8_moe(r), (0.0, 40e-6)),
     ("gb200:moe.expert_s", lambda r: _on("gb200")(r) and _fp8_moe(r), (0.0, 40e-6)),
-    # the L40S from its own serving runs: its GDDR6 fraction from the decode-heavy one, its FP8 rate from the compute-bound first token
+    # the L40S from its own single-card serving runs of the fit split (a decode-heavy one and a compute-bound first
+    # token), its GDDR6 fraction and its FP8 rate fitted on both together
     ("l40s:memory.fraction", lambda r: r.kind == "serving" and r.setup["gpu"] == "l40s" and r.setup.get("tensor", 1) == 1, (0.4, 1.0)),
     ("l40s:gemm.sustained", lambda r: r.kind == "serving" and r.setup["gpu"] == "l40s" and r.setup.get("tensor", 1) == 1, (0.3, 1.0)),
     # its PCIe all-reduces (no NVLink) from its one multi-card serving run of the fit split
@@ -261,7 +263,7 @@ def gemm_model_factors(model: str | None) -> dict[str, str]:
     devices = sorted({name.split(":", 1)[0] for name, _, _ in FITTED if not name.startswith("rules:") and ":time." not in name})
     if model is None:
         return {}
-    # a device whose file holds no fit of that model (b200's factors: the H100's, borrowed) keeps its own
+    # a device whose file holds no fit of that model keeps its own
     return {f"{d}:gemm.model": model for d in devices if efficiencies.efficiency(d).gemm_model != model and model in efficiencies.efficiency(d).gemm_fits}
 
 

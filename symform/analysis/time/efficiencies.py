@@ -278,8 +278,8 @@ SCORE_LEAVES = frozenset({"softmax", "scale_mask", "attn_dropout"})
 
 
 # --- frameworks' time-side facts (formulas/frameworks/*.toml, [[time.facts]]) ----------------------------------
-# What a framework's recipes overlap, how fast its grouped expert GEMMs run against the device's fitted rate, and
-# what one of its releases runs slower, each with its source. A fact may hold for some releases only (versions: a
+# What a framework's recipes overlap and what one of its releases runs slower, each with its source. A fact may hold
+# for some releases only (versions: a
 # run or a user names the release), some models only (presets: the recipes a source measured it on) and some devices
 # only (devices: the accelerators a source measured it on, by their hardware file's name).
 
@@ -287,7 +287,7 @@ SCORE_LEAVES = frozenset({"softmax", "scale_mask", "attn_dropout"})
 class Fact(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: Literal["tp_comm_overlap", "p2p_overlap", "ep_comm_overlap", "expert_s_scale", "step_factor"]
+    name: Literal["tp_comm_overlap", "p2p_overlap", "ep_comm_overlap", "step_factor"]
     value: float | bool = True
     versions: list[str] | None = None  # the releases it holds for; None: every release
     presets: list[str] | None = None  # the models it was measured on; None: every model
@@ -308,7 +308,6 @@ class TimeProfile:
     tp_comm_overlap: bool = False  # sequence parallelism's collectives pipelined with the GEMMs (with tensor parallelism)
     p2p_overlap: bool = False  # a virtual pipeline's sends overlapped with the other chunks' compute
     ep_comm_overlap: bool = False  # the expert-parallel all-to-alls overlapped with other micro-batches' compute
-    expert_s_scale: float = 1.0  # on the device's fitted time per local expert and grouped GEMM call
     step_factor: float = 1.0  # a release's own slowdown of the whole step
     facts: tuple[tuple[str, str], ...] = ()  # (what, source) of each fact applied
 
@@ -336,7 +335,7 @@ def profile(name: str | None, version: str | None = None, preset: str | None = N
     replacing the files' (symform validate --fit)."""
     if name is None:
         return None
-    found = {"tp_comm_overlap": False, "p2p_overlap": False, "ep_comm_overlap": False, "expert_s_scale": 1.0, "step_factor": 1.0}
+    found = {"tp_comm_overlap": False, "p2p_overlap": False, "ep_comm_overlap": False, "step_factor": 1.0}
     applied = []
     for fact in facts(name):
         if fact.holds(version, preset, device):
@@ -344,7 +343,7 @@ def profile(name: str | None, version: str | None = None, preset: str | None = N
             applied.append((f"{fact.name} = {fact.value}: {fact.doc}", fact.source))
     for key, value in (scales or {}).items():
         found[key] = value
-    return TimeProfile(name, version, bool(found["tp_comm_overlap"]), bool(found["p2p_overlap"]), bool(found["ep_comm_overlap"]), float(found["expert_s_scale"]), float(found["step_factor"]), tuple(applied))
+    return TimeProfile(name, version, bool(found["tp_comm_overlap"]), bool(found["p2p_overlap"]), bool(found["ep_comm_overlap"]), float(found["step_factor"]), tuple(applied))
 
 
 def accelerator_name(gpu: str | os.PathLike[str]) -> str | None:

@@ -357,8 +357,8 @@ def training_estimate(
     update), at the efficiency factors fitted to full training. ``gemm_model``: one of GEMM_MODELS at its own
     fit, in place of the device's default. ``tp_comm_overlap``: sequence parallelism's all-gathers and
     reduce-scatters pipelined with the GEMMs (Transformer Engine's Userbuffers; rules.toml overlap.tensor_overlapped).
-    ``profile``: the framework's time-side facts (symform.analysis.time.efficiencies): its recipes' overlaps, its
-    grouped expert GEMMs' time per expert, a release's slowdown. ``ep_comm_overlap``: the expert-parallel
+    ``profile``: the framework's time-side facts (symform.analysis.time.efficiencies): its recipes' overlaps and a
+    release's slowdown. ``ep_comm_overlap``: the expert-parallel
     all-to-alls overlapped with other micro-batches' compute (Megatron-Core's overlap_moe_expert_parallel_comm,
     DeepEP's hooks; rules.toml overlap.expert_overlapped), where Megatron-Core's default leaves them exposed."""
     if tp_comm_overlap and not (layout and layout.sequence):
@@ -373,8 +373,6 @@ def training_estimate(
     place = step_model.placement(gpu, node_size)
     model = step_model.at_dtype(model, dtype)
     eff = grouped_gemm.at_precision(_efficiency_for(place, efficiency_data, gemm_model), dtype)
-    if profile is not None and profile.expert_s_scale != 1.0:
-        eff = replace(eff, expert_s=eff.expert_s * profile.expert_s_scale)
     peak, hbm = _device_rates(place, dtype)
     if work is None:
         work = kernels(model, "train", workload={"batch": micro_batch, "seq": seq}, tensor=layout.tensor, pipeline=layout.pipeline, attention=attention, recompute=recompute, context=layout.context, finetune=finetune)

@@ -94,10 +94,17 @@ def grouped_fraction(eff: Efficiency, kernel: Kernel) -> float:
     return eff.gemm_fraction(rows, kernel.flops / kernel.calls, grouped.products, grouped.product_weights)
 
 
+#: The dtypes whose recipes quantise each expert's weight and rows apart (Transformer Engine's FP8 and FP4 recipes).
+QUANTISED = ("fp8", "fp4")
+
+
 def at_precision(eff: Efficiency, dtype: str | None) -> Efficiency:
-    """The device's factors for a training step's grouped GEMMs at ``dtype``: the time per local expert is FP8's
-    per-expert quantisation, so a step at any other dtype pays none of it."""
-    return eff if dtype == "fp8" or not eff.expert_s else replace(eff, expert_s=0.0)
+    """The device's factors for a training step's grouped GEMMs at ``dtype``: the time per local expert is the
+    per-expert quantisation of a quantised recipe (fitted on FP8 runs), so a step at any other dtype pays none of it."""
+    if dtype in QUANTISED or not eff.expert_s:
+        return eff
+    sources = {**eff.sources, "moe": f"0 at {dtype}: the file's {eff.expert_s:g} s is a quantised recipe's per-expert time ({', '.join(QUANTISED)}); {eff.sources.get('moe', '')}"}
+    return replace(eff, expert_s=0.0, sources=sources)
 
 
 def expert_seconds(eff: Efficiency, kernel: Kernel) -> float:

@@ -164,6 +164,8 @@ def _check_layout(layout: Layout, global_batch: int, micro_batch: int, seq: int)
         _whole(name, value)
     if seq % layout.context:
         raise ConfigError(f"sequence {seq} does not split into {layout.context} context-parallel chunks; give a multiple of {layout.context}")
+    if layout.sequence and (seq // layout.context) % layout.tensor:
+        raise ConfigError(f"sequence parallelism splits each sequence over the {layout.tensor} tensor-parallel ranks, and {seq // layout.context} tokens do not split evenly; give a sequence that divides by {layout.tensor * layout.context}")
     if layout.data % layout.expert:
         raise ConfigError(f"expert degree {layout.expert} must divide the data-parallel degree {layout.data}: experts are spread over data-parallel ranks")
     per_step = micro_batch * layout.data
@@ -366,8 +368,7 @@ def expert_comm(model: Model, place: Placement, layout: Layout, microbatches: in
         return None
     again = 1 if recompute == "full" else 0
     sizes = _activation_sizes(model, micro_batch, seq)
-    held = Fraction(micro_batch * seq, layout.tensor if layout.sequence else 1)
-    tokens = int(held) if held.denominator == 1 else held
+    tokens = micro_batch * seq // layout.tensor if layout.sequence else micro_batch * seq  # whole: _check_layout
     layer = list(_expert_layer(tokens, model.values["top_k"], sizes["d_model"], sizes["bytes_per_element"], layout.expert))
     per_layer = layer + again * [x for x in layer if x.phase == "forward"]
     return _comm(per_layer, microbatches * moe_layers / layout.pipeline, place, layout.tensor * layout.expert, layout.expert)
