@@ -96,6 +96,22 @@ def test_time_applies_a_named_release_and_says_which_facts(capsys):
     assert "give --framework too" in capsys.readouterr().err
 
 
+def test_a_named_framework_brings_its_sequence_parallelism_to_time(capsys):
+    """Megatron's recipes run sequence parallelism beside tensor parallelism (megatron.toml), as the measured runs under
+    it are timed: `time --framework megatron` with --tp 2 does too, so each rank dispatches half the tokens to the
+    experts, as `--sp` does by hand; without a framework the layout is the user's."""
+    from symform.interface.cli.cli import main
+
+    argv = ["time", "qwen3-30b-a3b", "--gpu", "h100-sxm", "--gpus", "8", "--tp", "2", "--ep", "4", "--train", "--global-batch", "64", "--seq", "4096", "--json"]
+    sent = {}
+    for name, extra in (("plain", []), ("sp", ["--sp"]), ("megatron", ["--framework", "megatron", "--framework-version", "25.11"])):
+        assert main([*argv, *extra]) == 0
+        data = json.loads(capsys.readouterr().out)
+        sent[name] = (data["layout"]["sequence"], data["comm"]["expert"]["bytes_per_rank"])
+    assert sent["plain"][0] is False and sent["sp"][0] is True and sent["megatron"] == sent["sp"]
+    assert sent["sp"][1] == sent["plain"][1] / 2
+
+
 def test_the_all_to_all_is_exposed_unless_the_run_overlaps_it():
     """rules.toml: Megatron-Core's default leaves the dispatch and combine on the critical path (overlap.expert,
     window none: all of it exposed); overlapped (--ep-comm-overlap, DualPipe, NeMo Automodel's DeepEP), only what

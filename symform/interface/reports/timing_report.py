@@ -177,7 +177,10 @@ def _layout(args: argparse.Namespace) -> Layout:
     dp, tp, pp = _degrees(args)
     chunks = args.chunks or 1
     schedule = args.schedule or ("interleaved" if chunks > 1 else "1f1b")
-    return Layout(data=dp, tensor=tp, pipeline=pp, expert=args.ep or 1, context=args.cp or 1, schedule=schedule, zero=args.zero or 0, sequence=bool(args.sp), chunks=chunks)
+    # a framework the user names brings its layout defaults (Megatron's recipes run sequence parallelism with tensor
+    # parallelism), as its time facts and the measured runs under it do
+    sequence = framework(args.framework).default("sequence_parallel", args.sp, tp) if getattr(args, "framework", None) else bool(args.sp)
+    return Layout(data=dp, tensor=tp, pipeline=pp, expert=args.ep or 1, context=args.cp or 1, schedule=schedule, zero=args.zero or 0, sequence=sequence, chunks=chunks)
 
 
 def _with_attention(table: str, args: argparse.Namespace) -> str:
