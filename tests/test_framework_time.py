@@ -150,3 +150,16 @@ def test_chunks_that_do_not_split_the_layers_evenly_are_balanced_like_stages(mod
     assert training_estimate(model, "h100-sxm", **uneven).step.estimate > 0
     with pytest.raises(ConfigError, match="a chunk holds at least one layer"):
         timing.training_time(model, "h100-sxm", **dict(STEP, layout=Layout(data=2, tensor=2, pipeline=2, schedule="interleaved", chunks=15, sequence=True)))
+
+
+@pytest.mark.parametrize(("devices", "says"), [(["B200"], "'B200' is not a bundled accelerator"), (["gb200-nvl72"], "'gb200-nvl72' is not a bundled accelerator"), (5, "devices: Input should be a valid list")])
+def test_a_fact_names_only_bundled_accelerators(devices, says):
+    """A fact's devices are matched against the accelerator a --gpu names; a name that can never match (a system, a
+    misspelling) is refused in one line rather than silently never applying."""
+    from pydantic import ValidationError
+
+    from symform.engine.errors import describe_validation
+
+    with pytest.raises(ValidationError) as e:
+        efficiencies.Fact(name="step_factor", value=2.0, devices=devices, doc="d", source="s")
+    assert says in describe_validation(e.value) and "\n" not in describe_validation(e.value)

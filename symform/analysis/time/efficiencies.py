@@ -10,11 +10,11 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 
 from ...engine.budget import quoted
 from ...engine.store.data import data_root, read_toml
-from ...engine.errors import ConfigError
+from ...engine.errors import ConfigError, describe_validation
 from . import step_model
 from ..memory.frameworks import framework as memory_framework
 
@@ -295,6 +295,17 @@ class Fact(BaseModel):
     doc: str
     source: str
 
+    @field_validator("devices")
+    @classmethod
+    def _bundled_accelerators(cls, devices: list[str] | None) -> list[str] | None:
+        from ..devices.hardware import device_names
+
+        known = device_names(kind="accelerator")
+        for name in devices or ():
+            if name not in known:
+                raise ValueError(f"{name!r} is not a bundled accelerator: name one that symform hardware lists (a system's, such as b200 for dgx-b200)")
+        return devices
+
     def holds(self, version: str | None, preset: str | None, device: str | None = None) -> bool:
         return (self.versions is None or version in self.versions) and (self.presets is None or preset in self.presets) and (self.devices is None or device in self.devices)
 
@@ -326,7 +337,7 @@ def facts(name: str) -> list[Fact]:
     try:
         return [Fact.model_validate(entry) for entry in raw]
     except ValueError as e:
-        raise ConfigError(f"formulas/frameworks/{name}.toml [[time.facts]]: {str(e).splitlines()[0]}; see docs/time.md") from None
+        raise ConfigError(f"formulas/frameworks/{name}.toml [[time.facts]]: {describe_validation(e)}; see docs/time.md") from None
 
 
 def profile(name: str | None, version: str | None = None, preset: str | None = None, *, device: str | None = None, scales: dict[str, float] | None = None) -> TimeProfile | None:
