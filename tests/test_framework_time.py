@@ -163,3 +163,15 @@ def test_a_fact_names_only_bundled_accelerators(devices, says):
     with pytest.raises(ValidationError) as e:
         efficiencies.Fact(name="step_factor", value=2.0, devices=devices, doc="d", source="s")
     assert says in describe_validation(e.value) and "\n" not in describe_validation(e.value)
+
+
+def test_memory_refuses_more_chunks_than_layers_as_time_does(capsys):
+    """Qwen3-0.6B's 28 layers in 2 stages × 15 chunks: one rule (symform.analysis.memory.memory.check_pipeline) for
+    `symform memory` and `symform time`, each a one-line refusal, exit 2."""
+    from symform.interface.cli.cli import main
+
+    layout = ["--pp", "2", "--schedule", "interleaved", "--chunks", "15"]
+    assert main(["memory", "qwen3-0.6b", "--train", "--batch", "1", "--seq", "512", "--microbatches", "4", *layout]) == 2
+    assert main(["time", "qwen3-0.6b", "--gpu", "h100-sxm", "--gpus", "2", "--train", "--global-batch", "8", "--seq", "512", *layout]) == 2
+    errors = capsys.readouterr().err.strip().splitlines()
+    assert len(errors) == 2 and all("a chunk holds at least one layer" in e for e in errors)

@@ -22,7 +22,7 @@ import sympy
 
 from ...engine.graph import html_table
 from ...engine.store.derivation import derivation
-from ...engine.errors import EvaluationError
+from ...engine.errors import ConfigError, EvaluationError
 from ...engine.algebra.evaluate import Number, exact_value, fast_exact, plain_values
 from ...engine.algebra.formula import Formula
 from ...engine.graph.model import Model
@@ -116,11 +116,16 @@ def tensor_split(model: Model, tensor: int | sympy.Expr) -> dict[sympy.Symbol, s
     return {s: s / tensor for s in model.vocabulary.tensor_parallel}
 
 
-def check_pipeline(model: Model, pipeline: Degree) -> None:
-    """A pipeline of no more stages than the model has layers: a stage holds at least one layer."""
+def check_pipeline(model: Model, pipeline: Degree, chunks: int = 1) -> None:
+    """A pipeline of no more stages than the model has layers: a stage holds at least one layer, and each of a virtual
+    pipeline's chunks at least one (chunks that do not split the layers evenly are balanced like stages)."""
     layers = model.values.get("n_layers")
-    if isinstance(pipeline, int) and layers is not None and pipeline > layers:
+    if not isinstance(pipeline, int) or layers is None:
+        return
+    if pipeline > layers:
         raise EvaluationError(f"{pipeline} pipeline stages for {model.name}'s {layers} layers: a stage holds at least one layer; choose a pipeline degree of at most {layers}")
+    if pipeline * chunks > layers:
+        raise ConfigError(f"{pipeline} stages × {chunks} chunks for {model.name}'s {layers} layers: a chunk holds at least one layer; give pipeline × chunks of at most {layers}")
 
 
 def _check_degrees(model: Model, tensor: Degree, pipeline: Degree) -> None:
@@ -447,6 +452,7 @@ def training_expressions(model: Model, setup: Training = Training()) -> tuple[di
     precision = _pick(recipes().precision, setup.precision, "precision")
     optimizer = _pick(recipes().optimizer, setup.optimizer, "optimizer")
     layout = setup.layout
+    check_pipeline(model, layout.pipeline, layout.chunks)
     fw = frameworks.framework(setup.framework)
     model = frameworks.under(model, fw, precision.act, setup.precision)
     state_bytes = optimizer_state_bytes(precision, optimizer)

@@ -271,9 +271,7 @@ def _check_chunks(model: Model, layout: Layout) -> None:
         return
     if layout.schedule != "interleaved" or layout.pipeline == 1:
         raise ConfigError(f"{layout.chunks} model chunks per device is the interleaved schedule's virtual pipeline; give the interleaved schedule and a pipeline degree above 1, or drop the chunks")
-    layers = model.values.get("n_layers", 1)
-    if layout.pipeline * layout.chunks > layers:
-        raise ConfigError(f"{layout.pipeline} stages × {layout.chunks} chunks for {model.name}'s {layers} layers: a chunk holds at least one layer; give pipeline × chunks of at most {layers}")
+    check_pipeline(model, layout.pipeline, layout.chunks)
 
 
 def _model_flops(model: Model, setup: FineTune | None, global_batch: int, seq: int) -> Number:
