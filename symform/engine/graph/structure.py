@@ -26,7 +26,8 @@ from typing import Iterable, Mapping
 import sympy
 
 from ..language.declarations import QUANTITIES
-from .model import Model, derived_quantities, normalise_quantity
+from .model import _IDENTIFIER, Model, derived_quantities, normalise_quantity
+from ..store.derivation import derivation
 from ..language.safe_expr import parse
 
 
@@ -98,11 +99,12 @@ def branches_in_force(expr: sympy.Expr, at: Mapping[sympy.Symbol, object]) -> sy
 
 def structure(model: Model, quantity: str, *, assume: str | None = None, leading: bool = False, large: Iterable[str] | None = None) -> Structure:
     """The quantity as a sum of blocks, each ``repeat · (one instance)``, optionally to leading order."""
-    quantity = normalise_quantity(quantity)
-    graph = model.graph(assume=assume)
-    finish = _finisher(model)
-    found = (_block(graph, model, node, quantity, finish, with_parts=True) for node in _block_nodes(graph))
-    blocks = merged([b for b in found if b.expr != 0 and not _none_here(b.repeat, model)])
+    return _structure(model, normalise_quantity(quantity), assume, leading, tuple(large) if large is not None else None)
+
+
+@derivation  # a derivation, its block forms and its N_active form ask for the same structures again and again
+def _structure(model: Model, quantity: str, assume: str | None, leading: bool, large: tuple[str, ...] | None) -> Structure:
+    blocks = list(_exact_blocks(model, quantity, assume))
     vocabulary = model.vocabulary
     large_symbols = [vocabulary[n] for n in large] if large is not None else block_large(model, within=sympy.Add(*(b.total for b in blocks)))
     if leading:
@@ -111,6 +113,14 @@ def structure(model: Model, quantity: str, *, assume: str | None = None, leading
             blocks = leading_blocks(blocks, block_large(model), rewrites)
         blocks = leading_blocks(blocks, large_symbols, rewrites)
     return Structure(quantity, model.name, assume, leading, tuple(s.name for s in large_symbols), tuple(blocks))
+
+
+@derivation  # shared by the exact structure and every leading order of it
+def _exact_blocks(model: Model, quantity: str, assume: str | None) -> tuple[Block, ...]:
+    graph = model.graph(assume=assume)
+    finish = _finisher(model)
+    found = (_block(graph, model, node, quantity, finish, with_parts=True) for node in _block_nodes(graph))
+    return tuple(merged([b for b in found if b.expr != 0 and not _none_here(b.repeat, model)]))
 
 
 def part_block(model: Model, quantity: str, path: str, *, assume: str | None = None) -> Block:
@@ -168,6 +178,7 @@ def _block_nodes(graph) -> list[str]:
 # --- one block -------------------------------------------------------------------------------
 
 
+@derivation  # a derived quantity's blocks (training FLOPs) read the declared ones' totals that their own blocks read
 def _relative_total(graph, node: str, quantity: str) -> sympy.Expr:
     """A node's quantity for one instance of it: its leaves times the repeats below it."""
     g = graph.graph
@@ -181,13 +192,16 @@ def _relative_total(graph, node: str, quantity: str) -> sympy.Expr:
     return total
 
 
-def _combined(graph, node: str, quantity: str, weights: Mapping[str, sympy.Expr], symbols: Mapping[str, sympy.Symbol]) -> sympy.Expr:
+def _combined(graph, node: str, quantity: str, weights: Mapping[str, sympy.Expr], vocabulary) -> sympy.Expr:
     """The quantity of a node with ``weights[q]`` instances counted for each declared quantity q
     (a derived quantity is linear in the declared ones, so it splits over blocks too)."""
     if quantity in QUANTITIES:
         return weights[quantity] * _relative_total(graph, node, quantity)
-    names = {q: weights[q] * _relative_total(graph, node, q) for q in QUANTITIES}
-    return parse(derived_quantities()[quantity].expression, {**symbols, **names})
+    text = derived_quantities()[quantity].expression
+    used = set(_IDENTIFIER.findall(text))
+    names = {q: weights[q] * _relative_total(graph, node, q) for q in QUANTITIES if q in used}
+    symbols = {n: vocabulary[n] for n in vocabulary.names()}
+    return parse(text, {**symbols, **names})
 
 
 def _block(graph, model: Model, node: str, quantity: str, finish, *, with_parts: bool, parent: str | None = None) -> Block:
@@ -198,10 +212,9 @@ def _block(graph, model: Model, node: str, quantity: str, finish, *, with_parts:
     else:
         weights = {q: g.edges[parent, node]["repeat"][q] for q in QUANTITIES}
         name = node.rsplit("/", 1)[-1]
-    symbols = {n: model.vocabulary[n] for n in model.vocabulary.names()}
-    total = finish(_combined(graph, node, quantity, weights, symbols), expand=False)
+    total = finish(_combined(graph, node, quantity, weights, model.vocabulary), expand=False)
     repeat = _common_repeat(weights, total, finish)
-    inner = finish(sympy.cancel(total / repeat)) if repeat != 1 else finish(total)
+    inner = finish(_cancelled(total / repeat)) if repeat != 1 else finish(total)
     parts: tuple[Block, ...] = ()
     if with_parts and not g.nodes[node]["component"].is_primitive:
         found = [_block(graph, model, child, quantity, finish, with_parts=False, parent=node) for child in g.successors(node)]
@@ -215,14 +228,19 @@ def _weights(graph, node: str) -> dict[str, sympy.Expr]:
 
 def _common_repeat(weights: Mapping[str, sympy.Expr], total: sympy.Expr, finish) -> sympy.Expr:
     """The repeat every quantity shares (a layer kind's count), when it divides the total; 1 otherwise."""
-    candidates = {finish(w) for w in weights.values()} - {sympy.S.Zero}
+    candidates = {finish(w) for w in set(weights.values())} - {sympy.S.Zero}
     if len(candidates) != 1:
         return sympy.S.One
     (repeat,) = candidates
     if repeat == 1 or not repeat.free_symbols or total == 0:
         return sympy.S.One
-    _, denominator = sympy.fraction(sympy.cancel(total / repeat))
+    _, denominator = sympy.fraction(_cancelled(total / repeat))
     return sympy.factor(repeat) if not (denominator.free_symbols & repeat.free_symbols) else sympy.S.One
+
+
+@derivation  # a block's repeat is found by the quotient that then gives its one instance
+def _cancelled(expr: sympy.Expr) -> sympy.Expr:
+    return sympy.cancel(expr)
 
 
 def _finisher(model: Model):
@@ -239,6 +257,12 @@ def _finisher(model: Model):
 
 
 def _degree_terms(expr: sympy.Expr, large: list[sympy.Symbol]) -> dict[sympy.Expr, sympy.Expr]:
+    """``expr``'s terms grouped by their total degree in ``large``."""
+    return dict(_by_degree(expr, tuple(large)))
+
+
+@derivation  # a leading order asks it of every block twice, and each structure of a model of the same blocks
+def _by_degree(expr: sympy.Expr, large: tuple[sympy.Symbol, ...]) -> dict[sympy.Expr, sympy.Expr]:
     scale = sympy.Dummy("lambda", positive=True)
     out: dict[sympy.Expr, sympy.Expr] = {}
     for term in sympy.Add.make_args(sympy.expand(expr.xreplace({s: scale * s for s in large}))):
