@@ -97,14 +97,16 @@ def branches_in_force(expr: sympy.Expr, at: Mapping[sympy.Symbol, object]) -> sy
     return expr.replace(lambda e: isinstance(e, sympy.Piecewise), in_force)
 
 
-def structure(model: Model, quantity: str, *, assume: str | None = None, leading: bool = False, large: Iterable[str] | None = None) -> Structure:
-    """The quantity as a sum of blocks, each ``repeat · (one instance)``, optionally to leading order."""
-    return _structure(model, normalise_quantity(quantity), assume, leading, tuple(large) if large is not None else None)
+def structure(model: Model, quantity: str, *, assume: str | None = None, leading: bool = False, large: Iterable[str] | None = None, parts: bool = True) -> Structure:
+    """The quantity as a sum of blocks, each ``repeat · (one instance)``, optionally to leading order; with
+    ``parts=False``, the blocks without their parts (a sum of blocks reads none, and each part's own repeat and
+    instance is much of the work)."""
+    return _structure(model, normalise_quantity(quantity), assume, leading, tuple(large) if large is not None else None, parts)
 
 
 @derivation  # a derivation, its block forms and its N_active form ask for the same structures again and again
-def _structure(model: Model, quantity: str, assume: str | None, leading: bool, large: tuple[str, ...] | None) -> Structure:
-    blocks = list(_exact_blocks(model, quantity, assume))
+def _structure(model: Model, quantity: str, assume: str | None, leading: bool, large: tuple[str, ...] | None, parts: bool) -> Structure:
+    blocks = list(_exact_blocks(model, quantity, assume, parts))
     vocabulary = model.vocabulary
     large_symbols = [vocabulary[n] for n in large] if large is not None else block_large(model, within=sympy.Add(*(b.total for b in blocks)))
     if leading:
@@ -116,10 +118,10 @@ def _structure(model: Model, quantity: str, assume: str | None, leading: bool, l
 
 
 @derivation  # shared by the exact structure and every leading order of it
-def _exact_blocks(model: Model, quantity: str, assume: str | None) -> tuple[Block, ...]:
+def _exact_blocks(model: Model, quantity: str, assume: str | None, parts: bool) -> tuple[Block, ...]:
     graph = model.graph(assume=assume)
     finish = _finisher(model)
-    found = (_block(graph, model, node, quantity, finish, with_parts=True) for node in _block_nodes(graph))
+    found = (_block(graph, model, node, quantity, finish, with_parts=parts) for node in _block_nodes(graph))
     return tuple(merged([b for b in found if b.expr != 0 and not _none_here(b.repeat, model)]))
 
 
@@ -223,7 +225,13 @@ def _block(graph, model: Model, node: str, quantity: str, finish, *, with_parts:
 
 
 def _weights(graph, node: str) -> dict[str, sympy.Expr]:
-    return {q: graph.multiplicities(q)[node] for q in QUANTITIES}
+    return {q: repeats[node] for q, repeats in _repeats(graph).items()}
+
+
+@derivation  # read for every block of every structure of the graph: not a copy of every node's repeat each time
+def _repeats(graph) -> dict[str, dict[str, sympy.Expr]]:
+    """Each declared quantity's repeat of every node from the root."""
+    return {q: graph.multiplicities(q) for q in QUANTITIES}
 
 
 def _common_repeat(weights: Mapping[str, sympy.Expr], total: sympy.Expr, finish) -> sympy.Expr:
@@ -417,7 +425,7 @@ def active_form(model: Model, quantity: str, *, assume: str | None = None, large
     values = {v[k]: x for k, x in {**model.values, **model.ratio_values}.items()}
     forms = []
     for base in ("active_params", "params"):  # FLOPs follow the active parameters, stored bytes all of them
-        blocks = structure(model, base, assume=assume, leading=True, large=[s.name for s in widths]).blocks
+        blocks = structure(model, base, assume=assume, leading=True, large=[s.name for s in widths], parts=False).blocks
         active = sympy.Add(*(b.total for b in blocks))
         multiple = _common_ratio(linear, sympy.expand(active), set(v.symbols("workload", "convention", "dtype")), values)
         if multiple is not None:
@@ -425,7 +433,7 @@ def active_form(model: Model, quantity: str, *, assume: str | None = None, large
     if not forms:
         return None
     form = min(forms, key=lambda f: len(sympy.Add.make_args(f.difference)) if f.difference != 0 else 0)
-    kinds = structure(model, quantity, assume=assume).blocks
+    kinds = structure(model, quantity, assume=assume, parts=False).blocks
     return replace(form, rest_blocks=tuple(merged(per_repeat(form.difference + form.attention, kinds) or [])))
 
 

@@ -97,7 +97,7 @@ def _block_forms(model: Model, spec: FamilySpec) -> list[str]:
     why = f"under the family's default assumption sets `{assume}`" if assume else "in the family's own sizes (no simple form: across its presets they are no fixed multiples of d_model)"
     rows = ["## Block form", "", f"Each layer kind a repeat times one layer, to leading order, {why}; tests/test_structure.py checks these within 20 % of every preset:", ""]
     for q in ("params", "forward_flops"):
-        rows += ["$$", tex.structure_latex(structure(model, q, assume=assume, leading=True), model, active_form(model, q, assume=assume)), "$$", ""]
+        rows += ["$$", tex.structure_latex(structure(model, q, assume=assume, leading=True, parts=False), model, active_form(model, q, assume=assume)), "$$", ""]
     return rows
 
 

@@ -285,7 +285,7 @@ def blocks_in_one_meaning(model: Model, quantity: str, assume: str | None, *, le
     one = one_meaning(model, quantity, assume)
     if one is None:
         return None
-    blocks = [replace(b, expr=sympy.expand(b.expr.xreplace(one)), parts=()) for b in structure(model, quantity).blocks]
+    blocks = [replace(b, expr=sympy.expand(b.expr.xreplace(one)), parts=()) for b in structure(model, quantity, parts=False).blocks]
     if leading:
         rewrites = model.leading_rewrites(assume=assume)
         if any(b.expr.has(k) for b in blocks for k in rewrites):
@@ -343,7 +343,7 @@ def _step_blocks(model: Model, d: Derivation) -> list:
         large = list(d.large) if leading else None
         blocks = blocks_in_one_meaning(model, d.quantity, d.assumptions, leading=leading, large=large) if i else None
         if blocks is None:
-            blocks = structure(model, d.quantity, assume=d.assumptions if i else None, leading=leading, large=large).blocks
+            blocks = structure(model, d.quantity, assume=d.assumptions if i else None, leading=leading, large=large, parts=False).blocks
         found.append(blocks if sympy.expand(sympy.Add(*(b.total for b in blocks)) - step.formula.expr) == 0 else None)
     return found
 
