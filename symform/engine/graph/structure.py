@@ -28,6 +28,7 @@ import sympy
 from ..language.declarations import QUANTITIES
 from .model import _IDENTIFIER, Model, derived_quantities, normalise_quantity
 from ..store.derivation import derivation
+from ..algebra.multiplied import from_polynomial, polynomial
 from ..language.safe_expr import parse
 
 
@@ -271,12 +272,33 @@ def _degree_terms(expr: sympy.Expr, large: list[sympy.Symbol]) -> dict[sympy.Exp
 
 @derivation  # a leading order asks it of every block twice, and each structure of a model of the same blocks
 def _by_degree(expr: sympy.Expr, large: tuple[sympy.Symbol, ...]) -> dict[sympy.Expr, sympy.Expr]:
+    fast = _monomials_by_degree(expr, frozenset(large))
+    if fast is not None:
+        return fast
     scale = sympy.Dummy("lambda", positive=True)
     out: dict[sympy.Expr, sympy.Expr] = {}
     for term in sympy.Add.make_args(sympy.expand(expr.xreplace({s: scale * s for s in large}))):
         _, power = term.as_coeff_exponent(scale)
         out[power] = out.get(power, sympy.S.Zero) + term.xreplace({scale: 1})
     return out
+
+
+def _monomials_by_degree(expr: sympy.Expr, large: frozenset[sympy.Symbol]) -> dict[sympy.Expr, sympy.Expr] | None:
+    """_by_degree's result read off the monomials (sympy.expand's terms, multiplied.py), where each is a product
+    of powers of symbols and of functions free of the large symbols; None elsewhere (and for 0)."""
+    poly = polynomial(expr)
+    if not poly:
+        return None
+    groups: dict[int, dict] = {}
+    for monomial, coefficient in poly.items():
+        degree = 0
+        for v, e in monomial:
+            if v.is_Symbol:
+                degree += e if v in large else 0
+            elif not large.isdisjoint(v.free_symbols):
+                return None
+        groups.setdefault(degree, {})[monomial] = coefficient
+    return {sympy.Integer(d): from_polynomial(terms) for d, terms in groups.items()}
 
 
 def merged(blocks: list[Block]) -> list[Block]:

@@ -35,6 +35,7 @@ from ...engine.graph.derive import Derivation, derive
 from ...engine.graph.structure import by_layer_kind
 from ...engine.errors import EvaluationError
 from ...engine.graph.graph import build_graph
+from ...engine.algebra.multiplied import multiplied_out
 from ...engine.graph.model import Model, normalise_quantity
 from ...engine.language.vocabulary import Vocabulary, default_vocabulary
 from ...engine.language.conditions import NamedCondition
@@ -162,7 +163,7 @@ def component_expressions(component: str, *, library: Library | None = None, def
     numeric = [a for a in comp.args if not a.is_slot and (a.default is None or not defaults)]
     graph = build_graph(library, component, {a.name: a.symbol for a in numeric})
     fixed = library.vocabulary.defaults() if conventions else {}
-    return {q: sympy.expand(graph.total(q).xreplace(fixed)) for q in QUANTITIES}
+    return {q: multiplied_out(graph.total(q), fixed) for q in QUANTITIES}
 
 
 def component_expression(component: str, quantity: str, **options: object) -> sympy.Expr:
