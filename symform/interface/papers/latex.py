@@ -37,6 +37,7 @@ from ...engine.errors import EvaluationError
 from ...engine.graph.graph import build_graph
 from ...engine.algebra.multiplied import multiplied_out
 from ...engine.graph.model import Model, normalise_quantity
+from ...engine.store import derivation as derivations  # its decorator; derivation() here is a LaTeX derivation
 from ...engine.language.vocabulary import Vocabulary, default_vocabulary
 from ...engine.language.conditions import NamedCondition
 from .latex_text import PF_DAY, PREAMBLE, _longtable, _tabular, _text, _typesettable, display, human, standalone  # noqa: F401  (tex.human, tex.standalone, ...)
@@ -648,18 +649,23 @@ def block_latex(block, vocabulary: Vocabulary) -> str:
 def block_terms(block, vocabulary: Vocabulary) -> list[Term]:
     """A block as terms of a sum: ``repeat · (one instance)``, one Group that may break between the instance's
     terms; the instance alone (its terms) where the repeat is 1."""
+    return list(_block_terms(block, vocabulary, _LETTERS.get()))
+
+
+@derivations.derivation  # a derivation's lines and a family's block forms print the same blocks; the letters in force key it too
+def _block_terms(block, vocabulary: Vocabulary, letters: Mapping[str, str]) -> tuple[Term, ...]:
     inner = sympy.factor_terms(block.expr)
     if block.repeat == 1:
-        return expr_terms(inner, vocabulary)
+        return tuple(expr_terms(inner, vocabulary))
     if len(sympy.Add.make_args(block.repeat)) == 1:  # n·(…): sympy orders the factors as a reader writes them
-        return expr_terms(block.repeat * inner, vocabulary)
+        return tuple(expr_terms(block.repeat * inner, vocabulary))
     repeat = repeat_latex(block.repeat, vocabulary) + " \\cdot "
     terms = expr_terms(inner, vocabulary)
     if len(terms) > 1:
-        return [Term(False, Group(repeat, tuple(terms)))]
+        return (Term(False, Group(repeat, tuple(terms))),)
     (term,) = terms
     body = Group(repeat + term.body.opening, term.body.inner) if isinstance(term.body, Group) else repeat + term.body
-    return [Term(term.negative, body)]
+    return (Term(term.negative, body),)
 
 
 def expr_terms(expr: sympy.Expr, vocabulary: Vocabulary) -> list[Term]:
