@@ -282,7 +282,7 @@ def blocks_of(model: Model, quantity: str, expr: sympy.Expr, *, assume: str | No
     """``expr`` written the way the model is built: one block per layer kind, ``repeat · (one layer)``, so that
     nothing cancels (``(n − n_dense)·(…)``, not ``n·x − n_dense·x``); None where the block form is not the same
     expression (blocks a model has none of are left out of a form, not out of its exact expression)."""
-    st = structure(model, quantity, assume=assume, leading=leading, large=list(large) if leading else None)
+    st = structure(model, quantity, assume=assume, leading=leading, large=list(large) if leading else None, parts=False)
     return st.blocks if sympy.expand(st.expr - expr) == 0 else None
 
 

@@ -26,7 +26,9 @@ from typing import Iterable, Mapping
 import sympy
 
 from ..language.declarations import QUANTITIES
-from .model import Model, derived_quantities, normalise_quantity
+from .model import _IDENTIFIER, Model, derived_quantities, normalise_quantity
+from ..store.derivation import derivation
+from ..algebra.multiplied import from_polynomial, polynomial
 from ..language.safe_expr import parse
 
 
@@ -96,13 +98,16 @@ def branches_in_force(expr: sympy.Expr, at: Mapping[sympy.Symbol, object]) -> sy
     return expr.replace(lambda e: isinstance(e, sympy.Piecewise), in_force)
 
 
-def structure(model: Model, quantity: str, *, assume: str | None = None, leading: bool = False, large: Iterable[str] | None = None) -> Structure:
-    """The quantity as a sum of blocks, each ``repeat · (one instance)``, optionally to leading order."""
-    quantity = normalise_quantity(quantity)
-    graph = model.graph(assume=assume)
-    finish = _finisher(model)
-    found = (_block(graph, model, node, quantity, finish, with_parts=True) for node in _block_nodes(graph))
-    blocks = merged([b for b in found if b.expr != 0 and not _none_here(b.repeat, model)])
+def structure(model: Model, quantity: str, *, assume: str | None = None, leading: bool = False, large: Iterable[str] | None = None, parts: bool = True) -> Structure:
+    """The quantity as a sum of blocks, each ``repeat · (one instance)``, optionally to leading order; with
+    ``parts=False``, the blocks without their parts (a sum of blocks reads none, and each part's own repeat and
+    instance is much of the work)."""
+    return _structure(model, normalise_quantity(quantity), assume, leading, tuple(large) if large is not None else None, parts)
+
+
+@derivation  # a derivation, its block forms and its N_active form ask for the same structures again and again
+def _structure(model: Model, quantity: str, assume: str | None, leading: bool, large: tuple[str, ...] | None, parts: bool) -> Structure:
+    blocks = list(_exact_blocks(model, quantity, assume, parts))
     vocabulary = model.vocabulary
     large_symbols = [vocabulary[n] for n in large] if large is not None else block_large(model, within=sympy.Add(*(b.total for b in blocks)))
     if leading:
@@ -111,6 +116,14 @@ def structure(model: Model, quantity: str, *, assume: str | None = None, leading
             blocks = leading_blocks(blocks, block_large(model), rewrites)
         blocks = leading_blocks(blocks, large_symbols, rewrites)
     return Structure(quantity, model.name, assume, leading, tuple(s.name for s in large_symbols), tuple(blocks))
+
+
+@derivation  # shared by the exact structure and every leading order of it
+def _exact_blocks(model: Model, quantity: str, assume: str | None, parts: bool) -> tuple[Block, ...]:
+    graph = model.graph(assume=assume)
+    finish = _finisher(model)
+    found = (_block(graph, model, node, quantity, finish, with_parts=parts) for node in _block_nodes(graph))
+    return tuple(merged([b for b in found if b.expr != 0 and not _none_here(b.repeat, model)]))
 
 
 def part_block(model: Model, quantity: str, path: str, *, assume: str | None = None) -> Block:
@@ -168,6 +181,7 @@ def _block_nodes(graph) -> list[str]:
 # --- one block -------------------------------------------------------------------------------
 
 
+@derivation  # a derived quantity's blocks (training FLOPs) read the declared ones' totals that their own blocks read
 def _relative_total(graph, node: str, quantity: str) -> sympy.Expr:
     """A node's quantity for one instance of it: its leaves times the repeats below it."""
     g = graph.graph
@@ -181,13 +195,16 @@ def _relative_total(graph, node: str, quantity: str) -> sympy.Expr:
     return total
 
 
-def _combined(graph, node: str, quantity: str, weights: Mapping[str, sympy.Expr], symbols: Mapping[str, sympy.Symbol]) -> sympy.Expr:
+def _combined(graph, node: str, quantity: str, weights: Mapping[str, sympy.Expr], vocabulary) -> sympy.Expr:
     """The quantity of a node with ``weights[q]`` instances counted for each declared quantity q
     (a derived quantity is linear in the declared ones, so it splits over blocks too)."""
     if quantity in QUANTITIES:
         return weights[quantity] * _relative_total(graph, node, quantity)
-    names = {q: weights[q] * _relative_total(graph, node, q) for q in QUANTITIES}
-    return parse(derived_quantities()[quantity].expression, {**symbols, **names})
+    text = derived_quantities()[quantity].expression
+    used = set(_IDENTIFIER.findall(text))
+    names = {q: weights[q] * _relative_total(graph, node, q) for q in QUANTITIES if q in used}
+    symbols = {n: vocabulary[n] for n in vocabulary.names()}
+    return parse(text, {**symbols, **names})
 
 
 def _block(graph, model: Model, node: str, quantity: str, finish, *, with_parts: bool, parent: str | None = None) -> Block:
@@ -198,10 +215,9 @@ def _block(graph, model: Model, node: str, quantity: str, finish, *, with_parts:
     else:
         weights = {q: g.edges[parent, node]["repeat"][q] for q in QUANTITIES}
         name = node.rsplit("/", 1)[-1]
-    symbols = {n: model.vocabulary[n] for n in model.vocabulary.names()}
-    total = finish(_combined(graph, node, quantity, weights, symbols), expand=False)
+    total = finish(_combined(graph, node, quantity, weights, model.vocabulary), expand=False)
     repeat = _common_repeat(weights, total, finish)
-    inner = finish(sympy.cancel(total / repeat)) if repeat != 1 else finish(total)
+    inner = finish(_cancelled(total / repeat)) if repeat != 1 else finish(total)
     parts: tuple[Block, ...] = ()
     if with_parts and not g.nodes[node]["component"].is_primitive:
         found = [_block(graph, model, child, quantity, finish, with_parts=False, parent=node) for child in g.successors(node)]
@@ -210,19 +226,30 @@ def _block(graph, model: Model, node: str, quantity: str, finish, *, with_parts:
 
 
 def _weights(graph, node: str) -> dict[str, sympy.Expr]:
-    return {q: graph.multiplicities(q)[node] for q in QUANTITIES}
+    return {q: repeats[node] for q, repeats in _repeats(graph).items()}
+
+
+@derivation  # read for every block of every structure of the graph: not a copy of every node's repeat each time
+def _repeats(graph) -> dict[str, dict[str, sympy.Expr]]:
+    """Each declared quantity's repeat of every node from the root."""
+    return {q: graph.multiplicities(q) for q in QUANTITIES}
 
 
 def _common_repeat(weights: Mapping[str, sympy.Expr], total: sympy.Expr, finish) -> sympy.Expr:
     """The repeat every quantity shares (a layer kind's count), when it divides the total; 1 otherwise."""
-    candidates = {finish(w) for w in weights.values()} - {sympy.S.Zero}
+    candidates = {finish(w) for w in set(weights.values())} - {sympy.S.Zero}
     if len(candidates) != 1:
         return sympy.S.One
     (repeat,) = candidates
     if repeat == 1 or not repeat.free_symbols or total == 0:
         return sympy.S.One
-    _, denominator = sympy.fraction(sympy.cancel(total / repeat))
+    _, denominator = sympy.fraction(_cancelled(total / repeat))
     return sympy.factor(repeat) if not (denominator.free_symbols & repeat.free_symbols) else sympy.S.One
+
+
+@derivation  # a block's repeat is found by the quotient that then gives its one instance
+def _cancelled(expr: sympy.Expr) -> sympy.Expr:
+    return sympy.cancel(expr)
 
 
 def _finisher(model: Model):
@@ -239,12 +266,39 @@ def _finisher(model: Model):
 
 
 def _degree_terms(expr: sympy.Expr, large: list[sympy.Symbol]) -> dict[sympy.Expr, sympy.Expr]:
+    """``expr``'s terms grouped by their total degree in ``large``."""
+    return dict(_by_degree(expr, tuple(large)))
+
+
+@derivation  # a leading order asks it of every block twice, and each structure of a model of the same blocks
+def _by_degree(expr: sympy.Expr, large: tuple[sympy.Symbol, ...]) -> dict[sympy.Expr, sympy.Expr]:
+    fast = _monomials_by_degree(expr, frozenset(large))
+    if fast is not None:
+        return fast
     scale = sympy.Dummy("lambda", positive=True)
     out: dict[sympy.Expr, sympy.Expr] = {}
     for term in sympy.Add.make_args(sympy.expand(expr.xreplace({s: scale * s for s in large}))):
         _, power = term.as_coeff_exponent(scale)
         out[power] = out.get(power, sympy.S.Zero) + term.xreplace({scale: 1})
     return out
+
+
+def _monomials_by_degree(expr: sympy.Expr, large: frozenset[sympy.Symbol]) -> dict[sympy.Expr, sympy.Expr] | None:
+    """_by_degree's result read off the monomials (sympy.expand's terms, multiplied.py), where each is a product
+    of powers of symbols and of functions free of the large symbols; None elsewhere (and for 0)."""
+    poly = polynomial(expr)
+    if not poly:
+        return None
+    groups: dict[int, dict] = {}
+    for monomial, coefficient in poly.items():
+        degree = 0
+        for v, e in monomial:
+            if v.is_Symbol:
+                degree += e if v in large else 0
+            elif not large.isdisjoint(v.free_symbols):
+                return None
+        groups.setdefault(degree, {})[monomial] = coefficient
+    return {sympy.Integer(d): from_polynomial(terms) for d, terms in groups.items()}
 
 
 def merged(blocks: list[Block]) -> list[Block]:
@@ -393,7 +447,7 @@ def active_form(model: Model, quantity: str, *, assume: str | None = None, large
     values = {v[k]: x for k, x in {**model.values, **model.ratio_values}.items()}
     forms = []
     for base in ("active_params", "params"):  # FLOPs follow the active parameters, stored bytes all of them
-        blocks = structure(model, base, assume=assume, leading=True, large=[s.name for s in widths]).blocks
+        blocks = structure(model, base, assume=assume, leading=True, large=[s.name for s in widths], parts=False).blocks
         active = sympy.Add(*(b.total for b in blocks))
         multiple = _common_ratio(linear, sympy.expand(active), set(v.symbols("workload", "convention", "dtype")), values)
         if multiple is not None:
@@ -401,7 +455,7 @@ def active_form(model: Model, quantity: str, *, assume: str | None = None, large
     if not forms:
         return None
     form = min(forms, key=lambda f: len(sympy.Add.make_args(f.difference)) if f.difference != 0 else 0)
-    kinds = structure(model, quantity, assume=assume).blocks
+    kinds = structure(model, quantity, assume=assume, parts=False).blocks
     return replace(form, rest_blocks=tuple(merged(per_repeat(form.difference + form.attention, kinds) or [])))
 
 

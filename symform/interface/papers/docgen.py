@@ -23,6 +23,7 @@ import sympy
 
 from . import latex as tex
 from ...engine.store.data import read_toml
+from ...engine.store.derivation import derivation
 from ...engine.language.declarations import QUANTITIES, Component, component_files, default_library
 from ...engine.graph.derive import derive
 from ...engine.budget import quoted
@@ -54,7 +55,8 @@ def component_page(name: str, where: str) -> str:
     library = default_library()
     comp = library[name]
     lines = [HEADER + f"# `{name}`", "", comp.doc, ""]
-    lines.append(f"Declared in `{where}`" + (f", extending [`{_extends(name)}`]({_extends(name)}.md)" if _extends(name) else "") + ".")
+    extends = _declarations()[name][1]
+    lines.append(f"Declared in `{where}`" + (f", extending [`{extends}`]({extends}.md)" if extends else "") + ".")
     if comp.source:
         lines += ["", f"Source: {comp.source}"]
     lines += ["", *_arguments(comp), *_options(comp), *_requirements(comp), *_assumptions(comp), *_leading(comp), *_parts(comp)]
@@ -95,7 +97,7 @@ def _block_forms(model: Model, spec: FamilySpec) -> list[str]:
     why = f"under the family's default assumption sets `{assume}`" if assume else "in the family's own sizes (no simple form: across its presets they are no fixed multiples of d_model)"
     rows = ["## Block form", "", f"Each layer kind a repeat times one layer, to leading order, {why}; tests/test_structure.py checks these within 20 % of every preset:", ""]
     for q in ("params", "forward_flops"):
-        rows += ["$$", tex.structure_latex(structure(model, q, assume=assume, leading=True), model, active_form(model, q, assume=assume)), "$$", ""]
+        rows += ["$$", tex.structure_latex(structure(model, q, assume=assume, leading=True, parts=False), model, active_form(model, q, assume=assume)), "$$", ""]
     return rows
 
 
@@ -326,7 +328,13 @@ def _family_of(preset: str) -> str | None:
 
 def declared_in() -> dict[str, str]:
     """Each component and the file that declares it, in file order."""
-    return {name: f"formulas/components/{path.name}" for path in component_files() for name in read_toml(path)}
+    return {name: where for name, (where, _) in _declarations().items()}
+
+
+@derivation  # every component's page names what it extends: the files read once a run, not once a page
+def _declarations() -> dict[str, tuple[str, str | None]]:
+    """Each component, in file order: the file that declares it and the composite it extends (None: none)."""
+    return {name: (f"formulas/components/{path.name}", table.get("extends")) for path in component_files() for name, table in read_toml(path).items()}
 
 
 def family_specs() -> dict[str, FamilySpec]:
@@ -461,14 +469,6 @@ def docs_command(args: argparse.Namespace) -> str:
 
 
 # --- text helpers ----------------------------------------------------------------------------------
-
-
-def _extends(name: str) -> str | None:
-    for path in component_files():
-        table = read_toml(path)
-        if name in table:
-            return table[name].get("extends")
-    return None
 
 
 def _cell(text: str) -> str:

@@ -35,7 +35,9 @@ from ...engine.graph.derive import Derivation, derive
 from ...engine.graph.structure import by_layer_kind
 from ...engine.errors import EvaluationError
 from ...engine.graph.graph import build_graph, root_component
+from ...engine.algebra.multiplied import multiplied_out
 from ...engine.graph.model import Model, normalise_quantity
+from ...engine.store import derivation as derivations  # its decorator; derivation() here is a LaTeX derivation
 from ...engine.language.vocabulary import Vocabulary, default_vocabulary
 from ...engine.language.conditions import NamedCondition
 from .latex_text import PF_DAY, PREAMBLE, _longtable, _tabular, _text, _typesettable, display, human, standalone  # noqa: F401  (tex.human, tex.standalone, ...)
@@ -162,7 +164,7 @@ def component_expressions(component: str, *, library: Library | None = None, def
     numeric = [a for a in comp.args if not a.is_slot and (a.default is None or not defaults)]
     graph = build_graph(library, component, {a.name: a.symbol for a in numeric})
     fixed = library.vocabulary.defaults() if conventions else {}
-    return {q: sympy.expand(graph.total(q).xreplace(fixed)) for q in QUANTITIES}
+    return {q: multiplied_out(graph.total(q), fixed) for q in QUANTITIES}
 
 
 def component_expression(component: str, quantity: str, **options: object) -> sympy.Expr:
@@ -285,7 +287,7 @@ def blocks_in_one_meaning(model: Model, quantity: str, assume: str | None, *, le
     one = one_meaning(model, quantity, assume)
     if one is None:
         return None
-    blocks = [replace(b, expr=sympy.expand(b.expr.xreplace(one)), parts=()) for b in structure(model, quantity).blocks]
+    blocks = [replace(b, expr=sympy.expand(b.expr.xreplace(one)), parts=()) for b in structure(model, quantity, parts=False).blocks]
     if leading:
         rewrites = model.leading_rewrites(assume=assume)
         if any(b.expr.has(k) for b in blocks for k in rewrites):
@@ -343,7 +345,7 @@ def _step_blocks(model: Model, d: Derivation) -> list:
         large = list(d.large) if leading else None
         blocks = blocks_in_one_meaning(model, d.quantity, d.assumptions, leading=leading, large=large) if i else None
         if blocks is None:
-            blocks = structure(model, d.quantity, assume=d.assumptions if i else None, leading=leading, large=large).blocks
+            blocks = structure(model, d.quantity, assume=d.assumptions if i else None, leading=leading, large=large, parts=False).blocks
         found.append(blocks if sympy.expand(sympy.Add(*(b.total for b in blocks)) - step.formula.expr) == 0 else None)
     return found
 
@@ -647,18 +649,23 @@ def block_latex(block, vocabulary: Vocabulary) -> str:
 def block_terms(block, vocabulary: Vocabulary) -> list[Term]:
     """A block as terms of a sum: ``repeat · (one instance)``, one Group that may break between the instance's
     terms; the instance alone (its terms) where the repeat is 1."""
+    return list(_block_terms(block, vocabulary, _LETTERS.get()))
+
+
+@derivations.derivation  # a derivation's lines and a family's block forms print the same blocks; the letters in force key it too
+def _block_terms(block, vocabulary: Vocabulary, letters: Mapping[str, str]) -> tuple[Term, ...]:
     inner = sympy.factor_terms(block.expr)
     if block.repeat == 1:
-        return expr_terms(inner, vocabulary)
+        return tuple(expr_terms(inner, vocabulary))
     if len(sympy.Add.make_args(block.repeat)) == 1:  # n·(…): sympy orders the factors as a reader writes them
-        return expr_terms(block.repeat * inner, vocabulary)
+        return tuple(expr_terms(block.repeat * inner, vocabulary))
     repeat = repeat_latex(block.repeat, vocabulary) + " \\cdot "
     terms = expr_terms(inner, vocabulary)
     if len(terms) > 1:
-        return [Term(False, Group(repeat, tuple(terms)))]
+        return (Term(False, Group(repeat, tuple(terms))),)
     (term,) = terms
     body = Group(repeat + term.body.opening, term.body.inner) if isinstance(term.body, Group) else repeat + term.body
-    return [Term(term.negative, body)]
+    return (Term(term.negative, body),)
 
 
 def expr_terms(expr: sympy.Expr, vocabulary: Vocabulary) -> list[Term]:
