@@ -22,9 +22,13 @@ def test_chunks_shrink_the_bubble_of_the_interleaved_schedule(capsys):
     assert chunked["comm"]["pipeline"]["bytes_per_rank"] == pytest.approx(5 * plain["comm"]["pipeline"]["bytes_per_rank"], rel=1e-12)
 
 
-def test_chunks_must_split_the_layers_and_need_the_interleaved_schedule(capsys):
+def test_chunks_hold_a_layer_each_and_need_the_interleaved_schedule(capsys):
+    """80 layers in 4 stages × 3 chunks do not split evenly: the chunks are balanced like stages (the step is timed);
+    4 × 21 chunks leave some with no layer, which is refused in one line."""
     code, _, err = run(capsys, *STEP, "--chunks", "3")
-    assert code == 2 and "80 layers" in err and "3 chunks" in err
+    assert code == 0
+    code, _, err = run(capsys, *STEP, "--chunks", "21")
+    assert code == 2 and "80 layers" in err and "21 chunks" in err and "a chunk holds at least one layer" in err
     code, _, err = run(capsys, *STEP, "--chunks", "5", "--schedule", "1f1b")
     assert code == 2 and "interleaved" in err
 

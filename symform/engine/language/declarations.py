@@ -565,7 +565,8 @@ def check_bindings(owner: Component, part: Part, callee: Component) -> None:
         raise DeclarationError(f"{where}: unknown argument {extra[0]!r}; {callee.name} takes {', '.join(callee.arg_names) or 'no arguments'}")
     passed = set(owner.arg_names) if part.passes else set()
     missing = [a.name for a in callee.args if a.default is None and a.name not in part.bindings and a.name not in passed]
-    if missing:
+    # a slot handed the caller's arguments: at a model's root, its component's sizes are the model's own (graph.root_component)
+    if missing and not (part.passes and part.use.startswith(SLOT)):
         hint = "add it under 'with'" + ("" if part.passes else " or set pass = true to hand down the caller's")
         raise DeclarationError(f"{where}: missing argument {missing[0]!r}; {hint}")
     for key, value in part.bindings.items():
