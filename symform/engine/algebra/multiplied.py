@@ -102,6 +102,18 @@ def summed(polys: Iterable[Polynomial]) -> Polynomial:
     return out
 
 
+def degree_in(monomial: tuple, large: frozenset[sympy.Symbol]) -> int | None:
+    """A monomial's degree in the ``large`` symbols; None where a function of one of them is a factor (its degree
+    is no whole power)."""
+    degree = 0
+    for v, e in monomial:
+        if v.is_Symbol:
+            degree += e if v in large else 0
+        elif not large.isdisjoint(v.free_symbols):
+            return None
+    return degree
+
+
 def from_polynomial(poly: Polynomial) -> sympy.Expr:
     terms = []
     for monomial, c in poly.items():

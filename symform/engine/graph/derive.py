@@ -19,7 +19,7 @@ from ..errors import EvaluationError
 from ..algebra.evaluate import check_value
 from ..algebra.formula import Formula, to_latex
 from .model import Model, normalise_quantity
-from ..algebra.multiplied import from_polynomial, polynomial
+from ..algebra.multiplied import degree_in, from_polynomial, polynomial
 from .structure import Block, block_large, in_stand_ins, structure, without_flags
 
 
@@ -65,12 +65,9 @@ def _leading_monomials(expr: sympy.Expr, large: frozenset[sympy.Symbol]) -> symp
         return None
     degrees: dict[tuple, object] = {}
     for monomial in poly:
-        degree = 0
-        for v, e in monomial:
-            if v.is_Symbol:
-                degree += e if v in large else 0
-            elif not large.isdisjoint(v.free_symbols):
-                return None
+        degree = degree_in(monomial, large)
+        if degree is None:
+            return None
         degrees[monomial] = degree
     if not poly:
         return sympy.S.Zero

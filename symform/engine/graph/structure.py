@@ -28,7 +28,7 @@ import sympy
 from ..language.declarations import QUANTITIES
 from .model import _IDENTIFIER, Model, derived_quantities, normalise_quantity
 from ..store.derivation import derivation
-from ..algebra.multiplied import from_polynomial, polynomial
+from ..algebra.multiplied import degree_in, from_polynomial, polynomial
 from ..language.safe_expr import parse
 
 
@@ -291,12 +291,9 @@ def _monomials_by_degree(expr: sympy.Expr, large: frozenset[sympy.Symbol]) -> di
         return None
     groups: dict[int, dict] = {}
     for monomial, coefficient in poly.items():
-        degree = 0
-        for v, e in monomial:
-            if v.is_Symbol:
-                degree += e if v in large else 0
-            elif not large.isdisjoint(v.free_symbols):
-                return None
+        degree = degree_in(monomial, large)
+        if degree is None:
+            return None
         groups.setdefault(degree, {})[monomial] = coefficient
     return {sympy.Integer(d): from_polynomial(terms) for d, terms in groups.items()}
 
