@@ -213,7 +213,7 @@ def summarise(cases: list[Case]) -> list[Summary]:
 
 # --- the fit ------------------------------------------------------------------------------------------
 
-def _fp8_moe(run: Run) -> bool:
+def _quantised_moe(run: Run) -> bool:
     """A mixture-of-experts run of a recipe that quantises each expert apart (the runs the time per expert is fitted on)."""
     return run.setup.get("dtype") in grouped_gemm.QUANTISED and is_moe(run)
 
@@ -245,9 +245,9 @@ FITTED: tuple[tuple[str, Callable[[Run], bool], tuple[float, float]], ...] = (
     ("h100-sxm:kernel.launch_s", lambda r: r.kind == "serving" and r.setup["gpu"] == "h100-sxm" and r.setup.get("tensor", 1) == 1, (0.0, 20e-6)),
     # the time each local expert adds to an FP8 grouped GEMM call (symform.analysis.time.grouped_gemm), on each
     # device's FP8 mixture-of-experts runs with its dense factors as fitted above
-    ("h100-sxm:moe.expert_s", lambda r: r.setup["gpu"] == "h100-sxm" and _fp8_moe(r), (0.0, 80e-6)),
-    ("b200:moe.expert_s", lambda r: r.setup["gpu"] == "b200" and _fp8_moe(r), (0.0, 40e-6)),
-    ("gb200:moe.expert_s", lambda r: _on("gb200")(r) and _fp8_moe(r), (0.0, 40e-6)),
+    ("h100-sxm:moe.expert_s", lambda r: r.setup["gpu"] == "h100-sxm" and _quantised_moe(r), (0.0, 80e-6)),
+    ("b200:moe.expert_s", lambda r: r.setup["gpu"] == "b200" and _quantised_moe(r), (0.0, 40e-6)),
+    ("gb200:moe.expert_s", lambda r: _on("gb200")(r) and _quantised_moe(r), (0.0, 40e-6)),
     # the L40S from its own single-card serving runs of the fit split (a decode-heavy one and a compute-bound first
     # token), its GDDR6 fraction and its FP8 rate fitted on both together
     ("l40s:memory.fraction", lambda r: r.kind == "serving" and r.setup["gpu"] == "l40s" and r.setup.get("tensor", 1) == 1, (0.4, 1.0)),
