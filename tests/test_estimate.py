@@ -160,6 +160,20 @@ def test_tpu_v5p_estimates_with_its_own_fitted_factors():
     assert {"tpu-v5p-128", "tpu-v5p-256", "tpu-v6e-256"} == fit
 
 
+def test_devices_past_one_system_say_how_many_systems_they_fill(capsys):
+    """A slice's name counts TensorCores (Cloud TPU docs: v5p-128 is 64 chips), so 128 devices on tpu-v5p-128 are two
+    slices joined by the data-center network, not one: time and plan say so in their first line; 8 B200s are one DGX."""
+    args = ("--train", "--global-batch", "256", "--seq", "2048")
+    _, out, _ = _run(capsys, "time", "qwen3-0.6b", "--gpu", "tpu-v5p-128", "--gpus", "128", *args)
+    assert out.splitlines()[0].startswith("training step of qwen3-0.6b on 128 × tpu-v5p in 2 × tpu-v5p-128 of 64 each, the scale-out network between them")
+    _, out, _ = _run(capsys, "time", "qwen3-0.6b", "--gpu", "tpu-v5p-128", "--gpus", "64", *args)
+    assert out.splitlines()[0].startswith("training step of qwen3-0.6b on 64 × tpu-v5p of one tpu-v5p-128 (bf16)")
+    _, out, _ = _run(capsys, "plan", "qwen3-0.6b", "--gpu", "dgx-b200", "--gpus", "24", "--global-batch", "48", "--seq", "2048")
+    assert out.splitlines()[0].startswith("layouts of qwen3-0.6b on 24 × b200 in 3 × dgx-b200 of 8 each")
+    _, out, _ = _run(capsys, "time", "qwen3-0.6b", "--gpu", "h100-sxm", "--gpus", "16", *args)
+    assert out.splitlines()[0].startswith("training step of qwen3-0.6b on 16 × h100-sxm (bf16)")
+
+
 def test_maxtext_tflops_become_tokens_per_chip_by_maxtexts_own_count():
     """MaxText at 76bd53b counts 6·N + 6·heads·layers·head_dim·s FLOPs a token (causal attention, no remat). Its 32B
     (d 10,240, 32 heads of 256, MLP 32,768, 32 layers, vocabulary 32,768, tied, one RMSNorm a layer) has by hand

@@ -419,6 +419,7 @@ def plan(
         screen_seconds=screen,
         best=best,
         assumptions={
+            "devices": place.spread(devices),
             "memory_budget_bytes": capacity,
             "headroom_bytes": headroom,
             "headroom": "kept free on every device for what no framework file counts (NCCL communicators' buffers, cuBLAS and cuDNN workspaces, kernels loaded late)",

@@ -296,6 +296,7 @@ def _decode_sum(model: Model, place: Placement, work: tuple[sympy.Expr, sympy.Ex
 
 def _inference_assumptions(place: Placement, dtype: str, tensor: int, flash: bool, link: str | None) -> dict[str, object]:
     return {
+        "devices": place.spread(tensor),
         "peak": f"{place.device.name} dense {dtype} peak, no efficiency factor",
         "dtype": dtype_assumption(dtype),
         "hbm": f"{place.device.name} HBM bandwidth, no efficiency factor",

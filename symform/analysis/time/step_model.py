@@ -56,6 +56,19 @@ class Placement:
     def name(self) -> str:
         return self.hardware.name or self.hardware.title
 
+    def spread(self, devices: int) -> str:
+        """``devices`` accelerators on this hardware, in words: a system's accelerators and how many systems
+        they fill (a slice or server's name counts its own units: tpu-v5p-128 holds 64 chips), where more than
+        one, joined by the scale-out network."""
+        accelerator = self.device.name or self.device.title
+        if not isinstance(self.hardware, System):
+            return f"{devices:,} × {accelerator}"
+        per = self.hardware.accelerator_count
+        if devices <= per:
+            return f"{devices:,} × {accelerator} of one {self.name}"
+        systems = -(-devices // per)
+        return f"{devices:,} × {accelerator} in {systems:,} × {self.name} of {per:,} each, the scale-out network between them"
+
     def link(self, span: int) -> str:
         """The link a group of consecutive ranks spanning ``span`` ranks runs over.
 

@@ -452,6 +452,7 @@ def _training_assumptions(place: Placement, dtype: str, layout: Layout, recomput
         "pipeline": f"{layout.schedule} schedule, bubble = bubble_ratio × the micro-batch work" if layout.pipeline > 1 else "no pipeline",
         "gradients": f"{precision} precision: {recipes().precision[precision].grads} bytes per gradient, exchanged once per step",
         "rank_order": "tensor ranks innermost, then context, expert and data, then pipeline (Megatron-LM's order); a group uses scale_up while its span of consecutive ranks fits in one node, scale_out otherwise",
+        "devices": place.spread(layout.data * layout.tensor * layout.pipeline * layout.context),
         "node_size": place.node_size,
         "node_size_source": place.node_source,
         "links": {k: {"link": c.link, "bytes_per_s": _bandwidth(place, c.link), "latency_s": link_latency(c.link)} for k, c in comm.items()},

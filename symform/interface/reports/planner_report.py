@@ -67,7 +67,7 @@ def _headroom(result: Plan) -> str:
 
 def _table(result: Plan) -> str:
     lines = [
-        f"layouts of {result.model} on {result.devices} × {result.gpu}, global batch {result.global_batch} × seq {result.seq}",
+        f"layouts of {result.model} on {result.assumptions['devices']}, global batch {result.global_batch} × seq {result.seq}",
         f"{result.candidates:,} candidates screened in {result.screen_seconds * 1e3:.0f} ms, {result.fitting:,} fit in {result.assumptions['memory_budget_bytes'] / 2**30:.0f} GiB per device{_headroom(result)}",
         "attention: " + ("sdpa (FlashAttention kernels); --attention eager (--no-flash) for the other" if result.assumptions["flash_attention"] else "eager (scores materialised)"),
     ]
