@@ -6,7 +6,7 @@ import sympy
 from symform import DeclarationError, Model
 from symform.engine.graph.graph import root_component
 from symform.engine.language.declarations import default_library, parse_components
-from symform.engine.errors import ConfigError
+from symform.engine.errors import ConfigError, SymformError
 
 
 def merge(table):
@@ -123,6 +123,13 @@ def test_an_empty_slot_costs_nothing_and_the_component_put_there_takes_the_model
     assert full.evaluate_breakdown("params", depth=None) == {"proj": 64, "visual/proj": 3 * 8 + 8}
     with pytest.raises(ConfigError, match="towered has no argument 'd_tower'"):
         Model.from_component("towered", library=library, d_model=8, d_tower=3)  # no tower to take it
+    text = full.with_arguments(tower="nothing")  # the tower's own sizes go with it
+    assert text.evaluate_breakdown("params", depth=None) == {"proj": 64}
+    assert full.with_arguments(tower="nothing", d_model=4).evaluate("params") == 16
+    with pytest.raises(ConfigError, match="towered has no argument 'd_tower'"):
+        full.with_arguments(tower="nothing", d_tower=5)  # named again: nothing takes it
+    with pytest.raises(SymformError, match="^model \\(towered\\): tower = tower needs d_tower, which this model does not bind; give a value for it too"):
+        bare.with_arguments(tower="tower")
 
 
 def test_every_bundled_component_instantiates_with_symbols():

@@ -80,6 +80,17 @@ def test_tiny_parameters_equal_numel_per_tower(case):
 
 
 @pytest.mark.parametrize("case", CONFIGS)
+def test_no_tower_leaves_the_language_model_and_its_head(case):
+    """vision = no_tower sheds the tower's sizes with the tower: what is left is transformers' language model and head
+    (tied heads counted once, as numel() of the whole class counts them)."""
+    real = build(CONFIGS[case])
+    text = {id(p): p.numel() for part in (real.model.language_model, real.lm_head) for p in part.parameters()}
+    model = Model.from_config(CONFIGS[case]).with_arguments(vision="no_tower")
+    assert model.evaluate("params") == sum(text.values())
+    assert "visual" not in model.evaluate_breakdown("params")
+
+
+@pytest.mark.parametrize("case", CONFIGS)
 @pytest.mark.parametrize("batch, seq", [(2, 7), (1, 30)])
 def test_text_only_forward_flops_equal_the_counter(case, batch, seq):
     config = CONFIGS[case]

@@ -121,6 +121,7 @@ def build_graph(
     """Instantiate ``root`` with its arguments bound, applying an assumption set if named."""
     result = ComponentGraph(DiGraph())
     component = root_component(library, root, bindings)
+    _check_slot_sizes(library, root, component, bindings)
     args = bind_arguments(library, component, dict(bindings), where=f"model ({root})")
     _instantiate(library, component, "", args, assume, result, ())
     return result
@@ -144,6 +145,20 @@ def root_component(library: Library, root: str, given: Mapping[str, object]) -> 
             if arg.name not in own and arg.name not in part.bindings and (arg.default is None or arg.name in given):
                 added.setdefault(arg.name, arg)
     return replace(component, args=component.args + tuple(added.values())) if added else component
+
+
+def _check_slot_sizes(library: Library, root: str, component: Component, given: Mapping[str, Binding]) -> None:
+    """A size the root takes for a slot's component (a tower's width) and nothing binds: name the slot that asks."""
+    own = set(library[root].arg_names)
+    missing = [a.name for a in component.args if a.name not in own and a.name not in given and a.default is None]
+    if missing:
+        slots = [p.use[1:] for p in component.parts if p.passes and p.use.startswith(SLOT)]
+        chosen = {s: given.get(s, component.arg(s).default) for s in slots}
+        asking = next((f"{s} = {c}" for s, c in chosen.items() if isinstance(c, str) and missing[0] in library[c.removeprefix(SLOT)].arg_names), "a slot's component")
+        raise DeclarationError(
+            f"model ({root}): {asking} needs {', '.join(missing)}, which this model does not bind; give "
+            f"{'a value for it' if len(missing) == 1 else 'values for them'} too, or leave the slot as it was"
+        )
 
 
 def bind_arguments(library: Library, component: Component, given: dict[str, Binding], *, where: str) -> dict[str, Binding]:

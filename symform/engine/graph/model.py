@@ -180,11 +180,22 @@ class Model:
     def with_arguments(self, **arguments: int | str) -> "Model":
         """The same model with some root arguments changed: sizes, 0/1 options, slot components."""
         model = object.__new__(Model)  # the conventions stay as they were checked: only the arguments are new
-        model.spec = replace(self.spec, arguments=MappingProxyType({**self.spec.arguments, **arguments}))
+        model.spec = replace(self.spec, arguments=MappingProxyType(self._rebound_arguments(arguments)))
         model.library, model.vocabulary, model.accounting = self.library, self.vocabulary, self.accounting
         model.conventions, model.chosen = dict(self.conventions), self.chosen
         model._bind(like=self, resized=self._resized(arguments))
         return model
+
+    def _rebound_arguments(self, arguments: Mapping[str, object]) -> dict[str, object]:
+        """The spec's arguments with ``arguments`` in. A slot given another component sheds the sizes only its
+        old one took (a vision tower's, which the model binds as its own: vision = "no_tower" leaves the text
+        model); a size named in ``arguments`` itself is kept, for the root to refuse if nothing takes it."""
+        merged = {**self.spec.arguments, **arguments}
+        root = self.library[self.spec.root]
+        if not any(name in root.arg_names and root.arg(name).is_slot for name in arguments):
+            return merged
+        takes = set(root_component(self.library, self.spec.root, merged).arg_names)
+        return {name: value for name, value in merged.items() if name in takes or name in arguments}
 
     def _resized(self, arguments: Mapping[str, object]) -> tuple[dict, dict] | None:
         """This model's sizes with some changed, where each was and stays above zero (the graph is the same:
