@@ -1,6 +1,8 @@
 """Predicted peak memory against the peaks published runs measured (hardware/measured, kind measured_memory):
 the measured figures are the sources' own numbers; symform's predictions must stay close and say every run fits."""
 
+import pytest
+
 from symform.analysis.time.memory_validation import median_abs_error, memory_cases, memory_runs, memory_sources
 
 
@@ -49,15 +51,19 @@ def test_a_timed_run_keeps_in_flight_what_its_schedule_keeps_at_its_own_micro_ba
     """Megatron-Bridge 25.11's Llama 3 70B on 64 H100 (pipeline 8 × 5 chunks, 128 sequences on 2 data-parallel ranks:
     64 micro-batches): the interleaved schedule's first stage holds min(2·7 + 4·8 + 1, 5·64) = 47 chunks, 47/5 stages'
     worth of activations, where the same run cut to 8 micro-batches holds min(47, 5·8) = 40 chunks, 8 stages' worth.
-    The peak is the larger by 7/5 stages' activations, never the default of as many micro-batches as stages."""
+    The peak is the larger by 7/5 stages' activations, never the default of as many micro-batches as stages: with c a
+    chunk's activations, 8, 9 and 10 micro-batches hold 40c, 45c and min(47, 50)c = 47c, so the steps from 8 to 64
+    and from 8 to 9 micro-batches stand as 7 : 5, and 10 already holds what 64 hold."""
     from dataclasses import replace
 
     from symform.analysis.time import measured_runs
     from symform.analysis.time.memory_validation import timed_run_fit
 
     run = next(r for r in measured_runs.runs() if r.name == "mb-h100-llama3-70b-fp8")
-    few = replace(run, setup=run.setup | {"global_batch": 16})
-    assert timed_run_fit(run).total_bytes > timed_run_fit(few).total_bytes
+    peak = {n: timed_run_fit(replace(run, setup=run.setup | {"global_batch": 2 * n})).total_bytes for n in (8, 9, 10)}
+    assert timed_run_fit(run).total_bytes == pytest.approx(peak[10], rel=1e-12)
+    assert (peak[10] - peak[8]) * 5 == pytest.approx((peak[9] - peak[8]) * 7, rel=1e-12)
+    assert peak[9] - peak[8] > 0
 
 
 def test_gpt_oss_120b_runs_take_the_layouts_and_dtypes_their_recipes_ran():
