@@ -175,3 +175,21 @@ def test_memory_refuses_more_chunks_than_layers_as_time_does(capsys):
     assert main(["time", "qwen3-0.6b", "--gpu", "h100-sxm", "--gpus", "2", "--train", "--global-batch", "8", "--seq", "512", *layout]) == 2
     errors = capsys.readouterr().err.strip().splitlines()
     assert len(errors) == 2 and all("a chunk holds at least one layer" in e for e in errors)
+
+
+def test_a_framework_s_time_facts_hold_only_on_the_accelerators_it_runs_on(capsys):
+    """Megatron's overlaps are Transformer Engine's and NCCL's (NVIDIA, and AMD through its ROCm port); NeMo Automodel's
+    DeepEP is NVIDIA's: time and plan refuse them on a TPU or, for Automodel, an MI300X, in one line, exit 2, and
+    take them on the vendors' own accelerators."""
+    from symform.interface.cli.cli import main
+
+    step = ["--train", "--global-batch", "64", "--seq", "512"]
+    assert main(["time", "qwen3-0.6b", "--gpu", "tpu-v5p-128", "--gpus", "64", *step, "--framework", "megatron"]) == 2
+    assert main(["plan", "qwen3-0.6b", "--gpu", "tpu-v5p", "--gpus", "8", "--global-batch", "64", "--seq", "512", "--framework", "megatron"]) == 2
+    assert main(["time", "qwen3-0.6b", "--gpu", "mi300x", "--gpus", "8", *step, "--framework", "automodel"]) == 2
+    errors = capsys.readouterr().err.strip().splitlines()
+    assert [e.split(" runs on ")[0] for e in errors] == ["symform: error: framework 'megatron'"] * 2 + ["symform: error: framework 'automodel'"]
+    assert errors[0].endswith("tpu-v5p is Google's: name one of theirs, or drop --framework")
+    assert errors[2].endswith("mi300x is AMD's: name one of theirs, or drop --framework")
+    assert main(["time", "qwen3-0.6b", "--gpu", "mi300x", "--gpus", "8", *step, "--framework", "megatron"]) == 0
+    assert main(["time", "qwen3-0.6b", "--gpu", "dgx-b200", "--gpus", "8", *step, "--framework", "automodel"]) == 0

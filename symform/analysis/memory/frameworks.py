@@ -18,7 +18,7 @@ import sympy
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ...engine.store.data import formulas_dir, read_toml
-from ...engine.errors import DeclarationError, EvaluationError, describe_validation
+from ...engine.errors import ConfigError, DeclarationError, EvaluationError, describe_validation
 from ...engine.graph.model import Model
 from ...engine.language.safe_expr import parse
 
@@ -85,10 +85,18 @@ class Overhead(_Strict):
     source: str
 
 
+class RunsOn(_Strict):
+    """The vendors whose accelerators a framework's kernels run on (its time facts are theirs)."""
+
+    vendors: list[str]
+    source: str
+
+
 class Framework(_Strict):
     name: str
     doc: str
     source: str
+    runs_on: RunsOn | None = None  # None: any accelerator PyTorch runs on
     defaults: Defaults = Defaults()
     selective: Selective | None = None  # None: the framework has no selective mode
     loss: Loss | None = None
@@ -97,6 +105,15 @@ class Framework(_Strict):
     overheads: list[Overhead] = Field(default_factory=list)
     not_modelled: list[str] = Field(default_factory=list)
     time: dict[str, Any] | None = None  # time-side facts, read (and checked) by symform.analysis.time.efficiencies
+
+    def check_runs_on(self, device: str, vendor: str) -> None:
+        """Refuse a device none of whose vendor's accelerators the framework runs on (Megatron's Transformer Engine
+        kernels on a TPU): its facts would be another platform's."""
+        if self.runs_on is not None and vendor not in self.runs_on.vendors:
+            raise ConfigError(
+                f"framework {self.name!r} runs on {' and '.join(self.runs_on.vendors)} accelerators ({self.runs_on.source}); "
+                f"{device} is {vendor}'s: name one of theirs, or drop --framework"
+            )
 
     def recompute_mode(self, recompute: str) -> str:
         """The saved_activations_when mode its ``recompute`` setting reads: selective as its policy defines it."""

@@ -346,6 +346,10 @@ def profile(name: str | None, version: str | None = None, preset: str | None = N
     replacing the files' (symform validate --fit)."""
     if name is None:
         return None
+    if device is not None:
+        from ..devices.hardware import load_device
+
+        memory_framework(name).check_runs_on(device, load_device(device).vendor)
     found = {"tp_comm_overlap": False, "p2p_overlap": False, "ep_comm_overlap": False, "step_factor": 1.0}
     applied = []
     for fact in facts(name):
