@@ -109,6 +109,26 @@ def test_gb200_estimates_with_its_own_fitted_factors(capsys):
     assert code == 0 and "estimate_missing" not in data and data["estimate"]["factors"]["efficiency_file"] == "gb200"
 
 
+def test_every_path_finds_a_system_s_data_through_its_accelerator(tmp_path):
+    """One resolver: a bundled system (dgx-b200, hgx-h100-8gpu, a TPU slice) takes its accelerator's efficiency file
+    in the API, the estimate, the fit's selectors and the band's notes alike; a system file of the user's own of 8
+    B200s takes the B200's; an accelerator no file describes is still refused in one line."""
+    from symform.analysis.time import efficiencies
+
+    for system, accelerator in (("dgx-b200", "b200"), ("hgx-h100-8gpu", "h100-sxm"), ("gb200-nvl72", "gb200"), ("tpu-v5p-128", "tpu-v5p"), ("h800-sxm", "h100-sxm")):
+        assert efficiencies.efficiency(system).device == accelerator
+    own = tmp_path / "my-b200-box.toml"
+    own.write_text((ROOT / "hardware" / "systems" / "dgx-b200.toml").read_text(encoding="utf-8").replace('title = "', 'title = "mine: ', 1), encoding="utf-8")
+    model = symform.load("qwen3-0.6b")
+    found = estimate.training_estimate(model, str(own), global_batch=64, micro_batch=2, seq=2048, layout=Layout(data=8))
+    assert found.factors["efficiency_file"] == "b200"
+    run = next(r for r in measured_runs.runs() if r.setup["gpu"] == "b200")
+    on_b200 = next(select for name, select, _ in calibration.FITTED if name == "b200:gemm.sustained")
+    assert on_b200(run) and on_b200(type(run)(**{**run.__dict__, "setup": run.setup | {"gpu": "dgx-b200"}}))
+    with pytest.raises(symform.SymformError, match="^no efficiency data for 'tpu-v5e-256'.*add hardware/efficiency/tpu-v5e.toml$"):
+        efficiencies.efficiency("tpu-v5e-256")
+
+
 def test_l40s_estimates_with_its_own_fitted_factors():
     """The L40S takes hardware/efficiency/l40s.toml, fitted on its own published runs (TensorRT-LLM v0.5 FP8),
     not bounds only: batch-1 decode of Llama-2-7B in FP8 reads its ~6.6 GB of weights (the embedding's one row

@@ -222,16 +222,28 @@ def _bundled_efficiency() -> dict[str, Path]:
 
 
 def efficiency(device: str | os.PathLike[str]) -> Efficiency:
-    """The efficiency file of a bundled device (by the device's or a system's name) or a .toml path."""
+    """The efficiency file of a bundled accelerator (its own, or the one whose ``also`` names it: the same silicon),
+    of a bundled system (its accelerator's), or a .toml path. Every estimate, fit and fact finds a device's data here."""
     text = os.fspath(device)
     if text.lower().endswith(".toml"):
         path = Path(text)
     else:
         bundled = _bundled_efficiency()
-        if text not in bundled:
-            raise ConfigError(f"no efficiency data for {text!r}, so no estimate (the bounds still hold); bundled: {', '.join(sorted(bundled))}; add hardware/efficiency/{text}.toml")
-        path = bundled[text]
+        name = text if text in bundled else _system_accelerator(text)
+        if name not in bundled:
+            raise ConfigError(f"no efficiency data for {text!r}, so no estimate (the bounds still hold); bundled: {', '.join(sorted(bundled))}; add hardware/efficiency/{name or text}.toml")
+        path = bundled[name]
     return _parse_efficiency(read_toml(path), path)
+
+
+def has_efficiency(device: str) -> bool:
+    return device in _bundled_efficiency() or _system_accelerator(device) in _bundled_efficiency()
+
+
+def _system_accelerator(name: str) -> str | None:
+    from ..devices.hardware import device_names
+
+    return accelerator_name(name) if name in device_names(kind="system") else None
 
 
 @dataclass(frozen=True)

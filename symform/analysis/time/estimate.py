@@ -48,7 +48,7 @@ from . import routing
 from .efficiencies import TimeProfile
 from .roofline import phase_work
 from .kernel_work import Kernel
-from .efficiencies import ATTENTION, Efficiency, NO_KERNEL_DATA, NO_MOE_DATA, SCORE_LEAVES, _bundled_efficiency, efficiency, rules
+from .efficiencies import ATTENTION, Efficiency, NO_KERNEL_DATA, NO_MOE_DATA, SCORE_LEAVES, efficiency, has_efficiency, rules
 
 
 # --- the data -------------------------------------------------------------------------------
@@ -211,10 +211,8 @@ def _device_efficiency(place: step_model.Placement, given: Efficiency | str | os
         return given
     if given is not None:
         return efficiency(given)
-    for name in (place.hardware.name, place.device.name):
-        if name and name in _bundled_efficiency():
-            return efficiency(name)
-    return efficiency(place.device.name or place.name)
+    named = place.hardware.name  # a system of the user's own: its accelerator's data
+    return efficiency(named if named and has_efficiency(named) else place.device.name or place.name)
 
 
 def serving_kernels(model: Model, *, batch: int, prompt: int, output: int, tensor: int = 1, attention: str = "sdpa", expert_skew: float = 0) -> tuple[list[Kernel], list[Kernel]]:
