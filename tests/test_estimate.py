@@ -443,6 +443,40 @@ def test_context_parallel_degree_must_split_the_sequence():
     one_line_error(ConfigError, lambda: training_time(_small(), "h100-sxm", global_batch=2, micro_batch=1, seq=1000, layout=Layout(context=3)), "1000", "3")
 
 
+def test_a_measured_runs_context_degree_reaches_its_layout_memory_and_band():
+    """Megatron-Bridge 25.11's Llama 3.1 405B on 128 B200 (tensor 4, pipeline 8, context 2, virtual 8; GBS 64, MBS 1,
+    8,192 tokens): 128 / (4 · 8 · 2) = 2 data-parallel ranks, each running 64 / (2 · 1) = 32 micro-batches (the
+    table's GA column), each rank's share of a sequence 8,192 / 2 = 4,096 tokens."""
+    from symform.analysis.time.memory_validation import timed_layout
+
+    run = next(r for r in measured_runs.runs() if r.name == "mb-b200-llama3.1-405b-fp8")
+    layout = calibration.run_layout(run.setup)
+    assert (layout.data, layout.tensor, layout.pipeline, layout.context, layout.chunks) == (2, 4, 8, 2, 8)
+    prepared = calibration._prepared(run)
+    assert prepared.bounds.microbatches == 32 and "context" in prepared.bounds.comm
+    assert {k.rows for k in prepared.work} == {4096}
+    memory = timed_layout(run)
+    assert (memory.data, memory.context, memory.microbatches) == (2, 2, 32)
+    s = run.setup
+    found = estimate.training_estimate(prepared.model, s["gpu"], global_batch=64, micro_batch=1, seq=8192, layout=calibration._training_layout(run), dtype="fp8")
+    assert "context parallelism 2 (no fitted run uses it)" in found.extrapolating
+
+
+def test_a_measured_run_with_a_context_degree_that_does_not_split_its_gpus_is_refused(tmp_path, monkeypatch):
+    from symform import ConfigError
+    from symform.engine.errors import EvaluationError
+
+    one_line_error(ConfigError, lambda: measured_runs.data_degree({"gpus": 128, "tensor": 4, "pipeline": 8, "context": 3}), "128 GPUs", "context 3")
+    one_line_error(EvaluationError, lambda: measured_runs.data_degree({"gpus": 128, "context": 0}), "context", "0")
+    one_line_error(EvaluationError, lambda: measured_runs.data_degree({"gpus": 128, "context": "2"}), "context", "'2'")
+    folder = tmp_path / "hardware" / "measured"
+    folder.mkdir(parents=True)
+    (folder / "bad.toml").write_text('kind = "measured_training"\n[source]\n[[runs]]\nname = "bad-cp"\nsplit = "check"\npreset = "llama-3-8b"\ngpu = "h100-sxm"\ngpus = 8\ntensor = 2\ncontext = 3\n'
+                                     'global_batch = 8\nmicro_batch = 1\nseq = 8192\nmeasured = { tokens_per_s_per_gpu = 1 }\n', encoding="utf-8")
+    monkeypatch.setattr(measured_runs, "data_root", lambda: tmp_path)
+    one_line_error(ConfigError, measured_runs.runs.__wrapped__, "bad.toml", "bad-cp", "context 3")
+
+
 def test_plan_lists_no_layout_beaten_on_both_time_and_memory():
     from symform.analysis.plans.planner import plan
 

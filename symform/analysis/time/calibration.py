@@ -22,7 +22,7 @@ from ...engine.graph.model import Model
 from . import estimate, grouped_gemm, timing
 from . import step_model
 from . import efficiencies
-from .measured_runs import SPLITS, Case, Run, is_moe, run_model, runs, sources
+from .measured_runs import SPLITS, Case, Run, data_degree, is_moe, run_model, runs, sources
 from ..memory.settings import Layout
 
 
@@ -41,9 +41,12 @@ class _Prepared:
 
 def run_layout(setup: Mapping[str, Any]) -> Layout:
     """The layout a measured training run names (its degrees, ZeRO stage and pipeline schedule)."""
-    t, p, chunks = setup.get("tensor", 1), setup.get("pipeline", 1), setup.get("chunks", 1)
+    chunks = setup.get("chunks", 1)
     schedule = "interleaved" if chunks > 1 else "1f1b"
-    return Layout(data=setup["gpus"] // (t * p), tensor=t, pipeline=p, expert=setup.get("expert", 1), zero=setup.get("zero", 0), schedule=schedule, chunks=chunks)
+    return Layout(
+        data=data_degree(setup), tensor=setup.get("tensor", 1), pipeline=setup.get("pipeline", 1), context=setup.get("context", 1),
+        expert=setup.get("expert", 1), zero=setup.get("zero", 0), schedule=schedule, chunks=chunks,
+    )  # fmt: skip
 
 
 def run_framework(run: Run) -> tuple[str | None, str | None]:
@@ -78,7 +81,7 @@ def _prepare(run: Run) -> _Prepared:
     if run.kind == "training":
         layout = _training_layout(run)
         bounds = timing.training_time(model, s["gpu"], global_batch=s["global_batch"], micro_batch=s["micro_batch"], seq=s["seq"], layout=layout, recompute=s.get("recompute", "none"), dtype=s.get("dtype", "bf16"), flash=s.get("attention", "sdpa") != "eager")
-        work = estimate.kernels(step_model.at_dtype(model, s.get("dtype", "bf16")), "train", workload={"batch": s["micro_batch"], "seq": s["seq"]}, tensor=layout.tensor, pipeline=layout.pipeline, recompute=s.get("recompute", "none"), attention=s.get("attention", "sdpa"))
+        work = estimate.kernels(step_model.at_dtype(model, s.get("dtype", "bf16")), "train", workload={"batch": s["micro_batch"], "seq": s["seq"]}, tensor=layout.tensor, pipeline=layout.pipeline, recompute=s.get("recompute", "none"), attention=s.get("attention", "sdpa"), context=layout.context)
         return _Prepared(run, model, bounds, work)
     # the kernels at the run's dtype: FP8 weights are read at one byte, as serving_estimate reads them
     work = estimate.serving_kernels(step_model.at_dtype(model, s.get("dtype", "bf16")), batch=s["batch"], prompt=s["prompt"], output=s["output"], tensor=s.get("tensor", 1), attention=s.get("attention", "sdpa"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from collections import Counter
@@ -10,9 +11,10 @@ from functools import cache
 from typing import Any
 
 from ...engine.store.data import data_root, read_toml
-from ...engine.errors import ConfigError
+from ...engine.errors import ConfigError, EvaluationError
 from ...engine.graph.model import Model
 from ...engine.language.families import find_preset, preset_config, spec_from_config
+from ..memory.settings import check_degree
 from . import efficiencies
 
 
@@ -77,8 +79,29 @@ def runs() -> tuple[Run, ...]:
             name, split, measured = entry.pop("name"), entry.pop("split"), entry.pop("measured")
             if split not in SPLITS or len(measured) != 1:
                 raise ConfigError(f"{path}: run {name!r} needs split = fit or check and one measured figure")
+            if kind == "training":
+                try:
+                    data_degree(entry)
+                except (ConfigError, EvaluationError) as error:
+                    raise ConfigError(f"{path}: run {name!r}: {error}") from None
             found.append(Run(path.stem, name, split, kind, entry, next(iter(measured.items()))))
     return tuple(found)
+
+
+#: The model-parallel degrees a training run may name; its data-parallel degree is what its GPUs leave over them.
+MODEL_DEGREES = ("tensor", "pipeline", "context")
+
+
+def data_degree(setup: Mapping[str, Any]) -> int:
+    """A training run's data-parallel degree: its GPUs over its tensor, pipeline and context degrees (Megatron-Core's
+    data-parallel size, world / (TP × PP × CP)), each a whole number of 1 or more whose product divides the GPUs."""
+    degrees = [setup.get(name, 1) for name in MODEL_DEGREES]
+    for name, value in zip(MODEL_DEGREES, degrees):
+        check_degree(name, value)
+    if setup["gpus"] % math.prod(degrees):
+        named = " × ".join(f"{name} {value}" for name, value in zip(MODEL_DEGREES, degrees))
+        raise ConfigError(f"{setup['gpus']} GPUs do not split into {named}; give degrees whose product divides the GPUs")
+    return setup["gpus"] // math.prod(degrees)
 
 
 def run_model(run: Run) -> Model:

@@ -8,7 +8,7 @@ context) when the source reports the allocator's peak, and checks the whole pred
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any, Mapping
 
@@ -161,16 +161,26 @@ _UNMODELLED = {
 }
 
 
-def timed_run_fit(run: measured_runs.Run) -> TimedRunFit:
-    s = run.setup
-    fw = framework(measured_runs.sources()[run.source].get("framework", "torchtitan"))
+def timed_layout(run: measured_runs.Run) -> Layout:
+    """The layout a timed training run's memory is counted at: the degrees it names (calibration.run_layout), with
+    its framework's sequence parallelism and distributed optimizer, and the micro-batches each data-parallel rank
+    runs in a step (what the schedule keeps in flight reads them)."""
+    s, fw = run.setup, _timed_framework(run)
     base = calibration.run_layout(s)
-    layout = Layout(
-        data=base.data, tensor=base.tensor, pipeline=base.pipeline, expert=base.expert, zero=base.zero, schedule=base.schedule, chunks=base.chunks,
-        sequence=fw.default("sequence_parallel", s.get("sequence_parallel"), base.tensor),
+    return replace(
+        base, sequence=fw.default("sequence_parallel", s.get("sequence_parallel"), base.tensor),
         distributed_optimizer=base.zero == 0 and fw.default("distributed_optimizer", None),
-        microbatches=s["global_batch"] // (s["micro_batch"] * base.data),  # what the schedule keeps in flight reads it
+        microbatches=s["global_batch"] // (s["micro_batch"] * base.data),
     )  # fmt: skip
+
+
+def _timed_framework(run: measured_runs.Run):
+    """The framework the run's source names (torchtitan where it names none)."""
+    return framework(measured_runs.sources()[run.source].get("framework", "torchtitan"))
+
+
+def timed_run_fit(run: measured_runs.Run) -> TimedRunFit:
+    s, fw, layout = run.setup, _timed_framework(run), timed_layout(run)
     setup = Training(
         precision=timed_precision(s), recompute=s.get("recompute", "none"), flash=s.get("attention", "sdpa") != "eager", layout=layout, framework=fw.name,
         recompute_modules=tuple(s.get("recompute_modules", ())),
