@@ -460,6 +460,23 @@ def test_a_measured_runs_context_degree_reaches_its_layout_memory_and_band():
     s = run.setup
     found = estimate.training_estimate(prepared.model, s["gpu"], global_batch=64, micro_batch=1, seq=8192, layout=calibration._training_layout(run), dtype="fp8")
     assert "context parallelism 2 (no fitted run uses it)" in found.extrapolating
+    assert not any("virtual pipeline" in note for note in found.extrapolating)  # a fitted run's own feature
+
+
+def test_the_band_widens_only_for_layout_features_no_fitted_run_has():
+    """The fit split's training runs include Megatron-Bridge 25.09's H100 Qwen3-30B-A3B with a virtual pipeline (the
+    interleaved schedule) and expert parallelism; none runs sequence or context parallelism. A case with those two
+    is no extrapolation in its layout; one adding context parallelism is, and says so."""
+    fitted = [r.setup for r in measured_runs.runs() if r.kind == "training" and r.split == "fit"]
+    assert any(s.get("chunks", 1) > 1 and s.get("expert", 1) > 1 for s in fitted)
+    assert not any(s.get("context", 1) > 1 for s in fitted)
+    model = symform.load("qwen3-0.6b")
+    step = dict(global_batch=64, micro_batch=1, seq=2048)
+    plain = estimate.training_estimate(model, "h100-sxm", **step, layout=Layout(data=2, pipeline=4, schedule="interleaved", chunks=7))
+    assert not any("no fitted run uses it" in note for note in plain.extrapolating)
+    wider = estimate.training_estimate(model, "h100-sxm", **step, layout=Layout(pipeline=4, context=2, schedule="interleaved", chunks=7))
+    assert [n for n in wider.extrapolating if "no fitted run uses it" in n] == ["context parallelism 2 (no fitted run uses it)"]
+    assert wider.step.high / wider.step.estimate > plain.step.high / plain.step.estimate
 
 
 def test_a_measured_run_with_a_context_degree_that_does_not_split_its_gpus_is_refused(tmp_path, monkeypatch):

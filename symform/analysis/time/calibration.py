@@ -76,6 +76,19 @@ def _training_layout(run: Run) -> Layout:
     return replace(layout, sequence=framework(name).default("sequence_parallel", None, layout.tensor))
 
 
+@cache
+def fitted_features() -> frozenset[str]:
+    """The kinds of layout feature (estimate.layout_features) the fitted training runs have, as they are timed: a
+    case with only these is no extrapolation in its layout."""
+    found = set()
+    for run in runs():
+        if run.kind == "training" and run.split == "fit":
+            layout, profile = _training_layout(run), run_profile(run)
+            overlap = bool(profile and profile.tp_comm_overlap and layout.tensor > 1 and layout.sequence)
+            found.update(kind for kind, _ in estimate.layout_features(layout, overlap))
+    return frozenset(found)
+
+
 def _prepare(run: Run) -> _Prepared:
     model, s = run_model(run), run.setup
     if run.kind == "training":

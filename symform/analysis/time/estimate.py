@@ -319,11 +319,20 @@ def _extrapolating(kind: str, eff: Efficiency, dtype: str, devices: int, model: 
     return tuple(text for _, text in found), sum(widen.get(name, 0.0) for name, _ in found)
 
 
-def _layout_features(layout: Layout, tp_comm_overlap: bool) -> list[str]:
-    """The layout features no published run has (the runs give data, tensor and pipeline degrees and ZeRO)."""
-    named = [("sequence parallelism", layout.sequence), (f"a virtual pipeline of {layout.chunks} chunks", layout.chunks > 1), ("tensor-parallel communication overlap", tp_comm_overlap),
-             (f"context parallelism {layout.context}", layout.context > 1), (f"expert parallelism {layout.expert}", layout.expert > 1), (f"the {layout.schedule} schedule", layout.schedule not in ("1f1b",))]
-    return [text for text, used in named if used]
+def layout_features(layout: Layout, tp_comm_overlap: bool) -> list[tuple[str, str]]:
+    """The layout's features beyond data, tensor and pipeline degrees and ZeRO: (kind, what to say) for each."""
+    named = [("sequence", "sequence parallelism", layout.sequence), ("chunks", f"a virtual pipeline of {layout.chunks} chunks", layout.chunks > 1),
+             ("tp_overlap", "tensor-parallel communication overlap", tp_comm_overlap), ("context", f"context parallelism {layout.context}", layout.context > 1),
+             ("expert", f"expert parallelism {layout.expert}", layout.expert > 1), (layout.schedule, f"the {layout.schedule} schedule", layout.schedule not in ("1f1b",))]  # fmt: skip
+    return [(kind, text) for kind, text, used in named if used]
+
+
+def _unfitted_features(layout: Layout, tp_comm_overlap: bool) -> list[str]:
+    """The layout's features that no fitted training run has (symform.analysis.time.calibration.fitted_features)."""
+    from .calibration import fitted_features  # the calibration times its runs with this module
+
+    fitted = fitted_features()
+    return [text for kind, text in layout_features(layout, tp_comm_overlap) if kind not in fitted]
 
 
 def training_estimate(
@@ -395,7 +404,7 @@ def training_estimate(
     slower = profile.step_factor if profile is not None else 1.0  # a release's own slowdown (efficiencies)
     step, ceiling = step * slower, ceiling * slower
     release = (profile.framework, profile.version) if profile is not None else None
-    reasons, widen = _extrapolating("training", eff, dtype, bounds.devices, model, _layout_features(layout, tp_comm_overlap) + (["fine-tuning"] if finetune is not None else []), release)
+    reasons, widen = _extrapolating("training", eff, dtype, bounds.devices, model, _unfitted_features(layout, tp_comm_overlap) + (["fine-tuning"] if finetune is not None else []), release)
     return TrainingEstimate(
         step=Band.around(step, "training", ceiling=ceiling, floor=bounds.time_lower, widen=widen),
         compute_s=compute,
