@@ -43,7 +43,7 @@ def run_layout(setup: Mapping[str, Any]) -> Layout:
     """The layout a measured training run names (its degrees, ZeRO stage and pipeline schedule)."""
     t, p, chunks = setup.get("tensor", 1), setup.get("pipeline", 1), setup.get("chunks", 1)
     schedule = "interleaved" if chunks > 1 else "1f1b"
-    return Layout(data=setup["gpus"] // (t * p), tensor=t, pipeline=p, expert=setup.get("expert", 1), zero=setup.get("zero", 0), schedule=schedule, chunks=chunks)
+    return Layout(data=setup["gpus"] // (t * p), tensor=t, pipeline=p, expert=setup.get("expert", 1), zero=setup.get("zero", 0), schedule=schedule, chunks=chunks, expert_tensor=setup.get("expert_tensor"))
 
 
 def run_framework(run: Run) -> tuple[str | None, str | None]:

@@ -166,7 +166,7 @@ def timed_run_fit(run: measured_runs.Run) -> TimedRunFit:
     fw = framework(measured_runs.sources()[run.source].get("framework", "torchtitan"))
     base = calibration.run_layout(s)
     layout = Layout(
-        data=base.data, tensor=base.tensor, pipeline=base.pipeline, expert=base.expert, zero=base.zero, schedule=base.schedule, chunks=base.chunks,
+        data=base.data, tensor=base.tensor, pipeline=base.pipeline, expert=base.expert, expert_tensor=base.expert_tensor, zero=base.zero, schedule=base.schedule, chunks=base.chunks,
         sequence=fw.default("sequence_parallel", s.get("sequence_parallel"), base.tensor),
         distributed_optimizer=base.zero == 0 and fw.default("distributed_optimizer", None),
         microbatches=s["global_batch"] // (s["micro_batch"] * base.data),  # what the schedule keeps in flight reads it
