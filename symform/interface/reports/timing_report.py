@@ -458,7 +458,7 @@ def _sci(value: object) -> str:
 def training_table(r: TrainingTime) -> str:
     lay = r.layout
     lines = [
-        f"training step of {r.model} on {r.devices} × {r.gpu} ({r.dtype}): data {lay['data']} × tensor {lay['tensor']} × pipeline {lay['pipeline']}" + (f" × context {lay['context']}" if lay["context"] > 1 else "") + f", expert {lay['expert']}",
+        f"training step of {r.model} on {r.devices} × {r.gpu} ({r.dtype}): data {lay['data']} × tensor {lay['tensor']} × pipeline {lay['pipeline']}" + (f" × context {lay['context']}" if lay["context"] > 1 else "") + f", expert {lay['expert']}" + (f" × expert tensor {lay['expert_tensor']}" if lay.get("expert_tensor", lay["tensor"]) != lay["tensor"] else ""),
         f"global batch {r.global_batch} × seq {r.seq} = {r.tokens:,} tokens; micro-batch {r.micro_batch}, {r.microbatches} per step; recompute {r.recompute}",
         *([f"fine-tuning    {describe_text(r.assumptions['fine_tuning'])}; step FLOPs {_sci(r.model_flops)}: frozen weights take no weight gradient"] if "fine_tuning" in r.assumptions else []),
         f"per device     FLOPs {_sci(r.flops_per_device)}   HBM bytes {_sci(r.bytes_per_device)}",
