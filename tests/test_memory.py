@@ -8,7 +8,7 @@ import sympy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from symform import EvaluationError, Model, load, vocabulary
+from symform import ConfigError, EvaluationError, Model, load, vocabulary
 from symform.analysis.memory.memory import Inference, Training, inference_memory, saved_activations, training_expressions, training_memory
 from symform.analysis.memory.fitting import largest_fitting, solve_fit
 from symform.analysis.memory.settings import Layout
@@ -292,8 +292,8 @@ def test_deepseek_v3_own_layout_shards_expert_optimizer_states_over_dp_over_ep()
     assert values["weights"] == 2 * (experts + dense)  # ZeRO-1 leaves the weights whole
 
 
-def test_expert_degree_must_divide_the_data_parallel_degree_to_shard_states():
-    with pytest.raises(EvaluationError, match="must divide the data-parallel degree"):
+def test_expert_ranks_must_divide_a_stage_to_shard_states():
+    with pytest.raises(ConfigError, match="must divide a pipeline stage's tensor × data × context ranks"):
         training_memory(load("qwen3-30b-a3b"), batch=1, seq=16, setup=Training(layout=Layout(data=4, expert=8, zero=1)))
 
 

@@ -509,6 +509,8 @@ def check_layout(setup: FineTune, layout: Layout) -> None:
     """Refuse, in one line each, the layouts whose fine-tuning symform does not model."""
     if layout.expert > 1:
         raise EvaluationError("fine-tuning with expert parallelism: which ranks hold the experts' adapters is not modelled; drop --ep")
+    if layout.folded:
+        raise EvaluationError("fine-tuning with an expert tensor degree of its own: which ranks hold the experts' adapters is not modelled; drop --etp")
     if layout.context > 1:
         raise EvaluationError("fine-tuning with context parallelism is not modelled; drop --cp")
     if layout.sequence and setup.adapters:

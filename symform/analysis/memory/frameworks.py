@@ -208,26 +208,35 @@ def module_modes(fw: Framework | None, modules: tuple[str, ...], recompute: str)
     return (selective[0] if selective else "none"), tuple(m for m in modes if m not in POLICY_MODES.values())
 
 
-def unit_params(model: Model, tensor: int = 1, expert: int = 1) -> int:
+def unit_params(model: Model, tensor: int = 1, expert: int = 1, expert_tensor: int | None = None) -> int:
     """Parameters of the largest unit FSDP or ZeRO-3 gathers at once, on one tensor- and expert-parallel rank: one
-    repetition of a repeated layer, or a part of the model outside the layer stack (the embedding, the output head)."""
+    repetition of a repeated layer, or a part of the model outside the layer stack (the embedding, the output head).
+    ``expert_tensor``: the tensor degree that splits the routed experts (None: ``tensor``)."""
     graph = model.graph()
     weight = graph.multiplicities("params")
-    split = {s: s / tensor for s in model.vocabulary.tensor_parallel} if tensor != 1 else {}
+    split = _tensor_split(model, tensor)
+    routed_split = split if expert_tensor in (None, tensor) else _tensor_split(model, expert_tensor)
     sizes = {model.vocabulary[k]: sympy.sympify(v) for k, v in model.values.items() if k in model.vocabulary}
     shards = graph.multiplicities("params", shards={"expert": sympy.Integer(expert)})
+    # a leaf under an expert-sharded edge: its multiplicity over a symbolic expert degree names that degree
+    spread = sympy.Symbol("expert", positive=True)
+    routed = graph.multiplicities("params", shards={"expert": spread}) if routed_split is not split else {}
     units: dict[str, sympy.Expr] = {}
     for leaf in graph.leaves():
         if weight[leaf] == 0:
             continue
         unit, repeat = _unit_of(graph.graph, leaf)
         term = shards[leaf] / repeat * graph.graph.nodes[leaf]["quantities"]["params"]
-        units[unit] = units.get(unit, 0) + term.xreplace(split)
+        units[unit] = units.get(unit, 0) + term.xreplace(routed_split if leaf in routed and spread in sympy.sympify(routed[leaf]).free_symbols else split)
     values = [sympy.sympify(u).xreplace(sizes) for u in units.values()]
     unknown = sorted({s.name for v in values for s in v.free_symbols})
     if unknown:
         raise EvaluationError(f"a framework's buffers need the model's sizes; give {', '.join(unknown)} (or no framework)")
     return int(max(sympy.ceiling(v) for v in values)) if values else 0
+
+
+def _tensor_split(model: Model, tensor: int) -> dict[sympy.Symbol, sympy.Expr]:
+    return {s: s / tensor for s in model.vocabulary.tensor_parallel} if tensor != 1 else {}
 
 
 def _unit_of(graph, leaf: str) -> tuple[str, sympy.Expr]:

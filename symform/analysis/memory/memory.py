@@ -14,7 +14,7 @@ import html
 import itertools
 import math
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Callable, Mapping
 
@@ -148,7 +148,22 @@ def _param_terms(model: Model, tensor: Degree, pipeline: Degree, expert: Degree)
 
 
 def params_per_device(model: Model, layout: Layout = Layout()) -> sympy.Expr:
-    return params_expression(model, layout.tensor, layout.pipeline, layout.expert)
+    params = params_expression(model, layout.tensor, layout.pipeline, layout.expert)
+    if not layout.folded:
+        return params
+    # the routed experts split by their own tensor degree, the rest by the attention's
+    return multiplied_out(params - routed_params(model, layout.tensor, layout) + routed_params(model, layout.etp, layout))
+
+
+def routed_params(model: Model, tensor: Degree, layout: Layout) -> sympy.Expr:
+    """The routed experts' parameters on one rank of ``layout``'s pipeline and expert degrees, split ``tensor`` ways."""
+    return expert_params_expression(model, tensor, layout.pipeline, layout.expert)
+
+
+def expert_params_per_device(model: Model, layout: Layout) -> sympy.Expr:
+    """The routed experts' part of params_per_device: split over the expert ranks and by the expert tensor degree."""
+    _check_degrees(model, layout.etp, layout.pipeline)
+    return routed_params(model, layout.etp, layout)
 
 
 _DEGREES = sympy.symbols("tensor pipeline expert", positive=True)
@@ -453,6 +468,8 @@ def training_expressions(model: Model, setup: Training = Training()) -> tuple[di
     optimizer = _pick(recipes().optimizer, setup.optimizer, "optimizer")
     layout = setup.layout
     check_pipeline(model, layout.pipeline, layout.chunks)
+    if layout.folded:
+        layout.check_experts()
     fw = frameworks.framework(setup.framework)
     model = frameworks.under(model, fw, precision.act, setup.precision)
     state_bytes = optimizer_state_bytes(precision, optimizer)
@@ -476,7 +493,7 @@ def training_expressions(model: Model, setup: Training = Training()) -> tuple[di
         "flash_attention": setup.flash,
         "attention": attention_accounting(setup.flash),
         **backward_peak_assumptions(layout),
-        "layout": asdict(layout),
+        "layout": layout.described(),
         "pipeline_in_flight_microbatches": _json(layout.in_flight),
         "accounting": model.accounting or "default",
         "dropout": dropout_origin(model),
@@ -492,7 +509,7 @@ def framework_overheads(model: Model, fw: frameworks.Framework | None, layout: L
     stage, then the allocator's reserve as its share of everything else (``held`` and those buffers)."""
     if fw is None:
         return {}
-    unit = frameworks.unit_params(model, layout.tensor, layout.expert)
+    unit = frameworks.unit_params(model, layout.tensor, layout.expert, layout.etp)
     params = params_per_device(model, layout)
     found = frameworks.overhead_bytes(fw, zero=layout.zero, unit=unit, params=params, weight_bytes=precision.weights, grad_bytes=precision.grads, data=layout.data)
     reserve = frameworks.reserve_fraction(fw)
@@ -509,7 +526,7 @@ def _layout_static_lines(model: Model, layout: Layout, precision: Precision, opt
     shards, expert_shards = layout.static_shards(), layout.static_shards(experts=True)
     if shards == expert_shards:
         return _static_lines(model, params, precision, optimizer, shards)
-    experts = expert_params_expression(model, layout.tensor, layout.pipeline, layout.expert)
+    experts = expert_params_per_device(model, layout)
     dense = _static_lines(model, multiplied_out(params - experts), precision, optimizer, shards)
     routed = _static_lines(model, experts, precision, optimizer, expert_shards)
     return {k: multiplied_out(dense[k] + routed[k]) for k in dense}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import cache
 from typing import Mapping
 
@@ -10,7 +10,7 @@ import sympy
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ...engine.store.data import formulas_dir, read_toml
-from ...engine.errors import DeclarationError, EvaluationError, describe_validation
+from ...engine.errors import ConfigError, DeclarationError, EvaluationError, describe_validation
 from ...engine.budget import DEVICES, check_count, quoted
 from .quantization import WeightFormat
 from ..parallel.scaling import in_flight_microbatches
@@ -98,10 +98,16 @@ class Layout:
     schedule: str = "1f1b"
     microbatches: int | None = None  # per step and pipeline; default: as many as stages
     chunks: int = 1  # model chunks per device in the interleaved schedule
+    # the routed experts' own tensor-parallel degree (Megatron-Core's expert_tensor_parallel_size); None: the tensor
+    # degree. Another degree folds the expert-parallel group over the tensor ranks too (Megatron-Core's MoE parallel
+    # folding): the expert layers split a stage's tensor × context × data ranks as expert tensor × expert × expert data
+    expert_tensor: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("data", "tensor", "pipeline", "expert", "context", "chunks"):
             check_degree(name, getattr(self, name))
+        if self.expert_tensor is not None:
+            check_degree("expert tensor", self.expert_tensor)
         if self.zero not in (0, 1, 2, 3):
             raise EvaluationError(f"ZeRO stage {self.zero!r} does not exist; choose 0, 1, 2 or 3")
         if self.schedule not in SCHEDULES:
@@ -116,6 +122,32 @@ class Layout:
         return self.data * self.tensor * self.pipeline * self.context
 
     @property
+    def etp(self) -> int:
+        """The tensor-parallel degree that splits each routed expert."""
+        return self.tensor if self.expert_tensor is None else self.expert_tensor
+
+    @property
+    def folded(self) -> bool:
+        """Whether the experts split by their own tensor degree, not the attention's."""
+        return self.etp != self.tensor
+
+    @property
+    def expert_data(self) -> int:
+        """The expert-data-parallel group: the ranks of one stage that hold the same experts' shard."""
+        self.check_experts()
+        return self.tensor * self.data * self.context // (self.expert * self.etp)
+
+    def check_experts(self) -> None:
+        """The expert layers fill one pipeline stage's ranks: expert × expert tensor divides tensor × data × context."""
+        stage = self.tensor * self.data * self.context
+        if stage % (self.expert * self.etp):
+            raise ConfigError(f"expert degree {self.expert} × expert tensor degree {self.etp} must divide a pipeline stage's tensor × data × context ranks ({stage}): the expert layers spread over them; choose degrees whose product divides it")
+
+    def described(self) -> dict[str, object]:
+        """The layout's fields, the expert tensor degree only where one is given."""
+        return {k: v for k, v in asdict(self).items() if k != "expert_tensor" or v is not None}
+
+    @property
     def optimizer_shards(self) -> int:
         return self.data if (self.zero >= 1 or self.distributed_optimizer) else 1
 
@@ -126,12 +158,10 @@ class Layout:
         The routed experts' copies (``experts``) split over the expert-data-parallel group, the ranks of that group
         that hold the same experts (DeepSpeed-MoE's expert-data-parallel groups, Megatron-Core's expert data
         parallelism): each expert's states are divided once by the expert ranks and once by that group, never twice."""
-        group = self.data * self.context
-        if experts and self.expert > 1:
-            if (self.zero >= 1 or self.distributed_optimizer) and self.data % self.expert:
-                raise EvaluationError(f"expert degree {self.expert} must divide the data-parallel degree {self.data} to shard the experts' states over the ranks that replicate them; choose an expert degree dividing it")
-            group = self.data * self.context // self.expert
         sharded = (self.zero >= 1 or self.distributed_optimizer, self.zero >= 2, self.zero >= 3)
+        group = self.data * self.context
+        if experts and (self.expert > 1 or self.folded) and any(sharded):
+            group = self.expert_data
         return {name: group if on else 1 for name, on in zip(("optimizer_shards", "gradient_shards", "weight_shards"), sharded)}
 
     @property

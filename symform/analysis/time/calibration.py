@@ -45,7 +45,7 @@ def run_layout(setup: Mapping[str, Any]) -> Layout:
     schedule = "interleaved" if chunks > 1 else "1f1b"
     return Layout(
         data=data_degree(setup), tensor=setup.get("tensor", 1), pipeline=setup.get("pipeline", 1), context=setup.get("context", 1),
-        expert=setup.get("expert", 1), zero=setup.get("zero", 0), schedule=schedule, chunks=chunks,
+        expert=setup.get("expert", 1), zero=setup.get("zero", 0), schedule=schedule, chunks=chunks, expert_tensor=setup.get("expert_tensor"),
     )  # fmt: skip
 
 

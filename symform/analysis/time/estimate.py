@@ -106,6 +106,15 @@ def _kernels(model: Model, phase: str, workload: Mapping[str, int | Fraction], t
     return tuple(found)
 
 
+def _at_expert_tensor(model: Model, work: Sequence[Kernel], layout: Layout, *, micro_batch: int, seq: int, attention: str, recompute: str, finetune: FineTune | None) -> list[Kernel]:
+    """The routed experts' kernels of a layout whose experts split by their own tensor degree (Megatron-Core's MoE
+    parallel folding): each expert tensor rank computes 1/etp of an expert's width for the tokens of its etp ranks,
+    which hold 1/tensor of the sequence each under sequence parallelism: micro-batch · etp / tensor sequences."""
+    share = Fraction(micro_batch * layout.etp, layout.tensor)
+    routed = {k.path: k for k in kernels(model, "train", workload={"batch": share, "seq": seq}, tensor=layout.etp, pipeline=layout.pipeline, attention=attention, recompute=recompute, context=layout.context, finetune=finetune) if k.routed}
+    return [routed.get(k.path, k) if k.routed else k for k in work]
+
+
 def _gemm_shape(model: Model, path: str, split, workload, context: int) -> tuple[float, float, float, float] | None:
     """The declared (batches, m, n, k) of the leaf at ``path`` on one device: the tensor split and the
     model's conventions in, the workload bound (one new token per sequence when decoding), a context
@@ -383,6 +392,8 @@ def training_estimate(
     peak, hbm = _device_rates(place, dtype)
     if work is None:
         work = kernels(model, "train", workload={"batch": micro_batch, "seq": seq}, tensor=layout.tensor, pipeline=layout.pipeline, attention=attention, recompute=recompute, context=layout.context, finetune=finetune)
+    if layout.folded:
+        work = _at_expert_tensor(model, work, layout, micro_batch=micro_batch, seq=seq, attention=attention, recompute=recompute, finetune=finetune)
     work = grouped_gemm.at_expert_degree(work, layout.expert)
     fusion, head = _fusion(convention, attention), _head_size(model)
     seconds = [kernel_seconds(k, peak, hbm, eff, fusion, head) for k in work]

@@ -33,7 +33,7 @@ from ..memory.finetune import FineTune
 from ..parallel.collectives import link_latency
 from ...engine.errors import ConfigError, EvaluationError
 from ..devices.hardware import Hardware
-from ..memory.memory import check_pipeline, params_per_device, tensor_split
+from ..memory.memory import check_pipeline, expert_params_per_device, params_per_device, tensor_split
 from ..memory.settings import Layout, recipes
 from ...engine.graph.model import Model
 from .roofline import phase_work
@@ -166,8 +166,7 @@ def _check_layout(layout: Layout, global_batch: int, micro_batch: int, seq: int)
         raise ConfigError(f"sequence {seq} does not split into {layout.context} context-parallel chunks; give a multiple of {layout.context}")
     if layout.sequence and (seq // layout.context) % layout.tensor:
         raise ConfigError(f"sequence parallelism splits each sequence over the {layout.tensor} tensor-parallel ranks, and {seq // layout.context} tokens do not split evenly; give a sequence that divides by {layout.tensor * layout.context}")
-    if layout.data % layout.expert:
-        raise ConfigError(f"expert degree {layout.expert} must divide the data-parallel degree {layout.data}: experts are spread over data-parallel ranks")
+    layout.check_experts()
     per_step = micro_batch * layout.data
     if global_batch % per_step:
         raise EvaluationError(f"global batch {global_batch} is not a whole number of micro-batches of {micro_batch} on {layout.data} data-parallel ranks; give a multiple of {per_step}")
@@ -235,7 +234,7 @@ def training_time(
         gpu=place.name,
         dtype=dtype,
         devices=layout.data * layout.tensor * layout.pipeline * layout.context,
-        layout=asdict(layout) | {"microbatches": microbatches},
+        layout=layout.described() | {"microbatches": microbatches},
         global_batch=global_batch,
         micro_batch=micro_batch,
         seq=seq,
@@ -369,7 +368,8 @@ def expert_comm(model: Model, place: Placement, layout: Layout, microbatches: in
     tokens = micro_batch * seq // layout.tensor if layout.sequence else micro_batch * seq  # whole: _check_layout
     layer = list(_expert_layer(tokens, model.values["top_k"], sizes["d_model"], sizes["bytes_per_element"], layout.expert))
     per_layer = layer + again * [x for x in layer if x.phase == "forward"]
-    return _comm(per_layer, microbatches * moe_layers / layout.pipeline, place, layout.tensor * layout.expert, layout.expert)
+    # expert ranks follow the expert tensor ranks, innermost (Megatron-Core's expert rank order: etp-ep-dp-pp)
+    return _comm(per_layer, microbatches * moe_layers / layout.pipeline, place, layout.etp * layout.expert, layout.expert)
 
 
 @lru_cache(maxsize=1024)
@@ -411,14 +411,17 @@ def data_comm(model: Model, place: Placement, layout: Layout, precision: str, *,
     ZeRO-3 adds the parameter gathers; ZeRO-1/2 and the distributed optimizer send the
     same bytes as an all-reduce (a reduce-scatter and an all-gather).
     """
-    t, d, p, e = layout.tensor, layout.data, layout.pipeline, layout.expert
+    t, d, p, e, et = layout.tensor, layout.data, layout.pipeline, layout.expert, layout.expert_tensor
     grads = recipes().precision[precision].grads if precision in recipes().precision else None
     if grads is None:
         raise EvaluationError(f"unknown precision {precision!r}; choose one of {', '.join(recipes().precision)}")
     # parameters on this rank, and what it would hold without expert parallelism (given when already known)
-    local, replicated = params or (_bind(model, params_per_device(model, Layout(tensor=t, pipeline=p, expert=e))), _bind(model, params_per_device(model, Layout(tensor=t, pipeline=p))))
+    local, replicated = params or (_bind(model, params_per_device(model, Layout(tensor=t, pipeline=p, expert=e, expert_tensor=et))), _bind(model, params_per_device(model, Layout(tensor=t, pipeline=p, expert_tensor=et))))
     expert = Fraction(replicated - local, e - 1) if e > 1 else 0  # routed-expert parameters on this rank
-    groups = [(local - expert, d)] + ([(expert, d // e)] if expert and d // e > 1 else [])
+    if layout.folded and e == 1:
+        expert = _bind(model, expert_params_per_device(model, layout))
+    # the routed experts' gradients go over the expert-data-parallel group (tensor × data × context / (expert × expert tensor))
+    groups = [(local - expert, d)] + ([(expert, layout.expert_data)] if expert and layout.expert_data > 1 else [])
     link = place.link(t * d)
     seconds = sent = 0.0
     for params, ranks in groups:
@@ -437,6 +440,14 @@ def _gradient_transfers(zero3: bool, params: Number, grads: Number, data: int) -
     return tuple(step(params=params, bytes_per_element=grads, data=data))
 
 
+def _expert_assumption(layout: Layout) -> str:
+    spread = (
+        f"experts split over {layout.etp} expert tensor ranks and spread over {layout.expert} expert ranks folded over the tensor × data × context ranks (Megatron-Core's MoE parallel folding), their gradients exchanged over {layout.expert_data} expert-data-parallel ranks"
+        if layout.folded else "experts spread over the data-parallel ranks (expert divides data)"
+    )  # fmt: skip
+    return f"{spread}; FLOPs and bytes per device unchanged under uniform routing; all-to-all of tokens × top_k per MoE layer"
+
+
 def _training_assumptions(place: Placement, dtype: str, layout: Layout, recompute: str, flash: bool, precision: str, comm: Mapping[str, Comm]) -> dict[str, object]:
     return {
         "peak": f"{place.device.name} dense {dtype} peak, no efficiency factor",
@@ -446,7 +457,7 @@ def _training_assumptions(place: Placement, dtype: str, layout: Layout, recomput
         "bytes": "HBM bytes as an unfused eager framework moves them; backward moves twice the forward's bytes; optimizer traffic not counted"
         + ("; FlashAttention in the attention cores" if flash else ""),
         "balance": "work, bytes and communication divide evenly: tensor-parallel sizes split exactly, pipeline stages hold equal shares (embedding and head included), routing is uniform over experts",
-        "expert_parallel": "experts spread over the data-parallel ranks (expert divides data); FLOPs and bytes per device unchanged under uniform routing; all-to-all of tokens × top_k per MoE layer",
+        "expert_parallel": _expert_assumption(layout),
         "recompute": f"{recompute}: one extra forward of the recomputed parts ({'attention cores' if recompute == 'selective' else 'whole decoder layers' if recompute == 'full' else 'none'})"
         + ("; with FlashAttention selective adds nothing beyond FlashAttention's own recomputation" if flash and recompute == "selective" else ""),
         "pipeline": f"{layout.schedule} schedule, bubble = bubble_ratio × the micro-batch work" if layout.pipeline > 1 else "no pipeline",
