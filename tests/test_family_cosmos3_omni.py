@@ -18,7 +18,7 @@ from symform.engine.graph.model import Model  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 
-CONFIG = dict(model_type="cosmos3_omni", text_config=dict(TEXT, model_type="qwen3_vl_text"), vision_config=dict(VISION, model_type="qwen3_vl_vision"), **IDS)
+CONFIG = dict(model_type="cosmos3_omni", text_config=dict(TEXT, model_type="qwen3_vl_text"), vision_config=dict(VISION, model_type="deepstack_vision"), **IDS)
 
 
 @pytest.mark.parametrize("config", [{"model_type": "cosmos3_omni"}, {"model_type": "cosmos3_omni", "tie_word_embeddings": True}])

@@ -127,7 +127,7 @@ def test_a_framework_on_a_symbolic_model_asks_for_its_sizes():
     from symform import Model
 
     with pytest.raises(EvaluationError, match="buffers need the model's sizes"):
-        training_memory(Model.from_component("gpt2_lm"), batch=1, seq=16, setup=Training(framework="torchtitan"))
+        training_memory(Model.from_component("optional_cross_attention_lm"), batch=1, seq=16, setup=Training(framework="torchtitan"))
 
 
 def test_fit_under_a_framework_solves_with_its_buffers(capsys):

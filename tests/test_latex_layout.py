@@ -224,7 +224,7 @@ def test_korthikanti_s_accounting_is_one_flag(capsys):
     5·h·s), from the declarations under --accounting korthikanti and the standard GPT shape (d_ff = 4d, d_h = d/h)."""
     from symform.engine.graph.model import Model
 
-    model = Model.from_component("gpt2_lm", mlp="gpt2_mlp_one_op").with_accounting("korthikanti")
+    model = Model.from_component("optional_cross_attention_lm", mlp="one_op_activation_mlp").with_accounting("korthikanti")
     v = model.vocabulary
     b, s, d, h, n = v["batch"], v["seq"], v["d_model"], v["n_heads"], v["n_layers"]
     assumed = sympy.expand(symform.derive(model, "saved_activations", assume="standard").steps[1].formula.expr)
@@ -239,7 +239,7 @@ def test_recompute_gives_korthikanti_s_table_2(capsys, recompute, per_layer):
     (the attention core, 5as²b, recomputed), full recomputation sbh·2 (each layer's 16-bit input)."""
     from symform.engine.graph.model import Model
 
-    model = Model.from_component("gpt2_lm", mlp="gpt2_mlp_one_op").with_accounting("korthikanti")
+    model = Model.from_component("optional_cross_attention_lm", mlp="one_op_activation_mlp").with_accounting("korthikanti")
     v = model.vocabulary
     d = symform.derive(model, "saved_activations", assume="standard")
     kept = tex.recomputed_derivation(d, model, recompute)

@@ -23,12 +23,12 @@ KORTHIKANTI = {"upcast": 0, "stat_bytes": 0, "dropout": 1, "mask_bytes": 1, "ind
 # the notes (seed §3): the same tensors without the masks, the loss input in bf16
 NOTES = {**KORTHIKANTI, "mask_bytes": 0, "loss_bytes": 2}
 GPT_STYLE = {d_head: d / h, t: 4 * d, v["n_kv_heads"]: h}  # MHA (a key/value head per query head) with d = h·d_h, a GELU MLP of 4d
-# (a GELU that keeps its input, gpt2_mlp_one_op: transformers' gelu_new keeps four tensors)
+# (a GELU that keeps its input, one_op_activation_mlp: transformers' gelu_new keeps four tensors)
 
 
 def gpt_layer(conventions, **options) -> sympy.Expr:
     """Per-layer activations of a symbolic GPT-2 style model, on one device."""
-    model = Model.from_component("gpt2_lm", mlp="gpt2_mlp_one_op", conventions=conventions)
+    model = Model.from_component("optional_cross_attention_lm", mlp="one_op_activation_mlp", conventions=conventions)
     _, components, _ = training_expressions(model, Training(precision="bf16", **{"flash": False, **options}))  # the paper's attention is eager
     return sympy.simplify((components["layers"] / L).xreplace(GPT_STYLE))
 
@@ -60,13 +60,13 @@ def test_flash_attention_removes_the_quadratic_term():
 
 
 def test_full_recomputation_keeps_one_layer_for_backward():
-    model = Model.from_component("gpt2_lm", mlp="gpt2_mlp_one_op", conventions=KORTHIKANTI)
+    model = Model.from_component("optional_cross_attention_lm", mlp="one_op_activation_mlp", conventions=KORTHIKANTI)
     _, transient, _ = saved_activations(model, recompute="full")
     assert sympy.simplify(transient.xreplace(GPT_STYLE) - s * b * d * (34 + 5 * h * s / d)) == 0
 
 
 def test_the_notes_accounting_is_a_convention_set():
-    model = Model.from_component("gpt2_lm", mlp="gpt2_mlp_one_op", conventions=NOTES)
+    model = Model.from_component("optional_cross_attention_lm", mlp="one_op_activation_mlp", conventions=NOTES)
     total, _, _ = saved_activations(model)
     assert sympy.simplify(total.xreplace(GPT_STYLE) - b * s * (32 * d * L + 4 * h * s * L + 4 * d + 2 * V)) == 0
 
@@ -82,7 +82,7 @@ NOTES_TABLE = {  # seed §3: P, L, h, d and the largest batch on 80·10⁹ bytes
 @pytest.mark.parametrize("name", NOTES_TABLE)
 def test_the_notes_what_fits_table(name):
     params, layers, heads, width, expected = NOTES_TABLE[name]
-    model = Model.from_component("gpt2_lm", mlp="gpt2_mlp_one_op", conventions=NOTES)
+    model = Model.from_component("optional_cross_attention_lm", mlp="one_op_activation_mlp", conventions=NOTES)
     activations, _, _ = saved_activations(model)
     total = 8 * params + activations.xreplace(GPT_STYLE)  # pure bf16 AdamW: 8 bytes per parameter
     values = {"seq": 512, "n_layers": layers, "n_heads": heads, "d_model": width, "vocab": 151936}
@@ -233,7 +233,7 @@ def test_bad_setups_get_one_line_errors(setup, message):
 def test_fits_and_works_render_as_latex_in_notebooks():
     from symform.analysis.time.roofline import matmul
 
-    model = Model.from_component("gpt2_lm", mlp="gpt2_mlp_one_op", conventions=NOTES)
+    model = Model.from_component("optional_cross_attention_lm", mlp="one_op_activation_mlp", conventions=NOTES)
     activations, _, _ = saved_activations(model)
     total = 8 * sympy.Rational("0.6e9") + activations.xreplace(GPT_STYLE)
     values = {"seq": 512, "n_layers": 28, "n_heads": 16, "d_model": 1024, "vocab": 151936}
