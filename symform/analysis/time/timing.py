@@ -198,8 +198,9 @@ def training_time(
     the trainable weights' gradients only; the bytes moved stay full training's.
 
     Devices = data × tensor × pipeline × context (context ranks split every sequence,
-    with ring attention's key/value passes); experts are spread over the data-parallel
-    ranks (expert divides data). Each data-parallel rank runs global_batch /
+    with ring attention's key/value passes); experts are spread over the data and context
+    ranks (expert divides data × context), or folded over the tensor ranks too with an expert tensor degree of
+    their own (Layout.expert_tensor). Each data-parallel rank runs global_batch /
     (micro_batch × data) micro-batches per step.
     """
     layout = layout or Layout()
@@ -443,7 +444,7 @@ def _gradient_transfers(zero3: bool, params: Number, grads: Number, data: int) -
 def _expert_assumption(layout: Layout) -> str:
     spread = (
         f"experts split over {layout.etp} expert tensor ranks and spread over {layout.expert} expert ranks folded over the tensor × data × context ranks (Megatron-Core's MoE parallel folding), their gradients exchanged over {layout.expert_data} expert-data-parallel ranks"
-        if layout.folded else "experts spread over the data-parallel ranks (expert divides data)"
+        if layout.folded else "experts spread over the data and context ranks (expert divides data × context)"
     )  # fmt: skip
     return f"{spread}; FLOPs and bytes per device unchanged under uniform routing; all-to-all of tokens × top_k per MoE layer"
 
