@@ -66,8 +66,9 @@ class Placement:
         per = self.hardware.accelerator_count
         if devices <= per:
             return f"{devices:,} × {accelerator} of one {self.name}"
-        systems = -(-devices // per)
-        return f"{devices:,} × {accelerator} in {systems:,} × {self.name} of {per:,} each, the scale-out network between them"
+        systems, left = -(-devices // per), devices % per
+        partly = f" (the last holding {left:,})" if left else ""
+        return f"{devices:,} × {accelerator} in {systems:,} × {self.name} of {per:,} each{partly}, the scale-out network between them"
 
     def link(self, span: int) -> str:
         """The link a group of consecutive ranks spanning ``span`` ranks runs over.
