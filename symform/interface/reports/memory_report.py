@@ -275,6 +275,9 @@ def _memory_table(report: MemoryReport, device: tuple[str, int] | None) -> str:
 def framework_line(described: dict) -> str:
     """The framework a report assumed, in one line: its name, what it is, what it leaves out."""
     line = f"framework {described['name']}: {described['doc']}; --framework {' | '.join(frameworks())} for another"
+    given = {k: v for k, v in described.get("settings", {}).items() if described["defaults"].get(k) != v}
+    if given:  # its doc reads its defaults: say which the command turned
+        line += "; given: " + ", ".join(f"{k} {'on' if v else 'off'}" for k, v in given.items())
     if described.get("not_modelled"):
         line += "; not modelled: " + ", ".join(described["not_modelled"])
     return line

@@ -244,8 +244,11 @@ MISSES = """## The misses, explained
   expert tensor parallelism 1). Left out, each with its reason in its source's `assumed`: Llama 3 70B and
   Llama 3.1 405B, whose GB200 recipes offload 40 and 95 layers' activations to the Grace CPU (not
   modelled; predicted not to fit without it); 25.11's Llama 3.1 405B (pipeline 16 × virtual chunks
-  4, no offloading), predicted not to fit by 0.4 GB: symform's Megatron memory counts fp32 gradient
-  buffers that the performance recipes turn off (`grad_reduce_in_fp32 = False`).
+  4, no offloading), predicted not to fit (221.7 GB of 199.7 GB, with the bf16 gradient buffers its
+  recipe sets, `grad_reduce_in_fp32 = False`): its 384 micro-batches keep 79 chunk micro-batches in
+  flight on the first stage, which symform counts as balanced chunks of 126/64 layers, where
+  Megatron's first chunk holds the embedding and one layer and 31 of the 79 are that chunk's (127
+  layers' activations, not 155.5).
 - **TPU v5p and v6e (MaxText's published runs; held out: v5p −26 % to +9 %)**: each
   chip has factors of its own (`hardware/efficiency/tpu-v5p.toml`, `tpu-v6e.toml`, also
   for the slices its runs name, `tpu-v5p-128` and up, each slice's ICI torus one scale-up domain): the
