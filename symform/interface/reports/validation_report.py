@@ -282,7 +282,12 @@ MISSES = """## The misses, explained
   tokens. 25.11's dropless Qwen3-235B-A22B on B200 runs slower than estimated (+96 %):
   below 25.09's token-drop row of the same layout (3,269 against 4,104 tokens/s/GPU, itself +27 %),
   while its estimate, with the recipe's all-to-all overlap, is faster; the release's dropless
-  slowdown (issue #1998) names Qwen3-30B-A3B alone, so none applies. The B200 DeepSeek-V3 rows of
+  slowdown (issue #1998) names Qwen3-30B-A3B alone, so none applies. Megatron-Bridge's next change
+  to that recipe (PR #1760, commit a6e92de5f, after 25.11) turned its all-to-all overlap off 'due to
+  CPU overhead', with its FP8 virtual pipeline: the MXFP8 step of the same configuration fell from
+  20.1 s to 16.9 s (the row's 3,269 tokens/s/GPU is a 20.05 s step), so the overlap, which the
+  estimate counts as hiding 2.2 s of all-to-alls, carried a host-side cost symform does not model.
+  The B200 DeepSeek-V3 rows of
   pipeline 16 (25.09 +23 %, 25.11 +30 %) differ in release and in the multi-token-prediction module
   25.11's ran, which the preset leaves out. Qwen3-235B-A22B on 256 H100s (tensor 2, expert 32 folded
   over tensor 2 × data 16, expert tensor parallelism 1: each rank holds 4 whole experts) is −18 %
