@@ -69,6 +69,46 @@ def test_megatron_accumulates_gradients_in_fp32():
     assert "fp32_grad_buffer" not in {k for k, v in values("megatron", zero=0, data=1, precision="mixed-fp32-grads").values.items() if v}
 
 
+def test_megatron_gradient_buffers_in_bf16_where_grad_reduce_fp32_is_off():
+    """Megatron-Core's main_grad buffers take the parameters' dtype where grad_reduce_in_fp32 is off (Megatron-Bridge's
+    performance recipes): Llama 3.1 8B (8,030,261,248 parameters) on one rank holds 2 bytes of gradient buffer a
+    parameter, 16,060,522,496 bytes, not 4 (32,121,044,992); the total falls by those 2 bytes a parameter and the
+    allocator's reserve on them (1/50), 16,060,522,496 × 51/50. Sharded over 8 ranks by Megatron-FSDP, 1/8 of each."""
+    params = 8_030_261_248
+    for zero, data in ((0, 1), (3, 8)):
+        fp32 = values("megatron", zero=zero, data=data)
+        bf16 = training_memory(load("llama-3.1-8b"), batch=2, seq=8192, setup=Training(recompute="selective", layout=Layout(data=data, zero=zero), framework="megatron", grad_reduce_fp32=False))
+        buffers = lambda report: report.values["gradients"] + report.values.get("fp32_grad_buffer", 0)
+        assert buffers(fp32) == params * 4 // data and buffers(bf16) == params * 2 // data
+        assert "fp32_grad_buffer" not in bf16.values and bf16.assumptions["framework"]["settings"] == {"grad_reduce_fp32": False}
+        assert fp32.total - bf16.total == sympy.Rational(params * 2 * 51, data * 50)
+
+
+def test_the_megatron_default_keeps_fp32_gradient_buffers_and_says_where_it_comes_from():
+    """Unchanged by the setting: the default is the fp32 buffers Megatron-LM's --bf16 turns on, stated with its source;
+    --grad-reduce-fp32 given is the default."""
+    megatron = frameworks()["megatron"]
+    assert megatron.defaults.grad_reduce_fp32.value is True and "accumulate_allreduce_grads_in_fp32" in megatron.defaults.grad_reduce_fp32.source
+    on = training_memory(load("llama-3.1-8b"), batch=2, seq=8192, setup=Training(recompute="selective", layout=Layout(data=1), framework="megatron", grad_reduce_fp32=True))
+    assert on.values == values("megatron", zero=0, data=1).values
+
+
+def test_grad_reduce_fp32_under_a_framework_without_it_is_refused():
+    with pytest.raises(EvaluationError, match="framework 'torchtitan' has no grad reduce fp32 setting"):
+        training_memory(load("gpt2"), batch=1, seq=16, setup=Training(framework="torchtitan", grad_reduce_fp32=False))
+
+
+def test_cli_turns_the_fp32_gradient_buffers_off(capsys):
+    args = ("memory", "llama-3.1-8b", "--train", "--batch", "1", "--seq", "1024", "--framework", "megatron")
+    default, off = run_json(capsys, *args), run_json(capsys, *args, "--no-grad-reduce-fp32")
+    assert default["components"]["fp32_grad_buffer"] == 2 * 8_030_261_248 and "fp32_grad_buffer" not in off["components"]
+    assert off["assumptions"]["framework"]["settings"] == {"grad_reduce_fp32": False}
+    code, out, _ = run(capsys, *args, "--no-grad-reduce-fp32")
+    assert code == 0 and "given: grad_reduce_fp32 off" in out
+    code, _, err = run(capsys, "memory", "llama-3.1-8b", "--train", "--batch", "1", "--seq", "1024", "--no-grad-reduce-fp32")
+    assert code == 2 and "no grad reduce fp32 setting" in err
+
+
 def test_the_eager_framework_is_the_declared_tensors_alone():
     plain = training_memory(load("llama-3.1-8b"), batch=1, seq=512, setup=Training(recompute="selective"))
     eager = training_memory(load("llama-3.1-8b"), batch=1, seq=512, setup=Training(recompute="selective", framework="eager"))

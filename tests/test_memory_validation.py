@@ -109,3 +109,20 @@ def test_megatron_fsdp_shards_the_fp32_gradient_buffer_over_the_data_ranks():
     sharded = training_memory(model, batch=1, seq=256, setup=Training(layout=Layout(data=8, zero=3), framework="megatron"))
     assert whole.values["fp32_grad_buffer"] == 2 * params
     assert sharded.values["fp32_grad_buffer"] == 2 * params / 8
+
+
+def test_megatron_bridge_runs_keep_their_gradient_buffers_in_bf16_as_their_recipes_set():
+    """Every Megatron-Bridge performance recipe of 25.09 and 25.11 sets grad_reduce_in_fp32 = False; each run says so.
+    Megatron-Bridge 25.11's Llama 3 8B on 8 H100s (Megatron-FSDP over 8 ranks, 8,030,261,248 parameters) holds an
+    eighth of a bf16 buffer, 2 bytes a parameter, where fp32 ones would add 2 more and the allocator's 1/50 on them:
+    2 × 8,030,261,248 / 8 × 51/50 bytes."""
+    from dataclasses import replace
+
+    from symform.analysis.time import measured_runs
+    from symform.analysis.time.memory_validation import timed_run_fit
+
+    bridge = [r for r in measured_runs.runs() if "Megatron-Bridge" in measured_runs.sources()[r.source]["title"]]
+    assert len(bridge) >= 30 and all(r.setup["grad_reduce_fp32"] is False for r in bridge)
+    run = next(r for r in bridge if r.name == "mb-h100-llama3-8b-fp8")
+    fp32 = timed_run_fit(replace(run, setup=run.setup | {"grad_reduce_fp32": True}))
+    assert fp32.total_bytes - timed_run_fit(run).total_bytes == pytest.approx(2 * 8_030_261_248 / 8 * 51 / 50, rel=1e-12)

@@ -44,6 +44,7 @@ class Defaults(_Strict):
 
     sequence_parallel: Sourced | None = None  # with tensor parallelism
     distributed_optimizer: Sourced | None = None
+    grad_reduce_fp32: Sourced | None = None  # the gradients' main_grad buffers in fp32 (Megatron-Core's grad_reduce_in_fp32)
 
 
 class Selective(_Strict):
@@ -82,6 +83,7 @@ class Overhead(_Strict):
     fraction: str | None = None  # of every other category: the allocator's reserve
     zero: list[int] = Field(default_factory=lambda: [0, 1, 2, 3])  # the ZeRO stages it applies at
     outside_allocator: bool = False  # held outside PyTorch's caching allocator (the CUDA context): no reserve on it
+    setting: str | None = None  # a default of the framework (Defaults) it is held under only where that is on
     source: str
 
 
@@ -133,6 +135,14 @@ class Framework(_Strict):
             return False
         return bool(found.value)
 
+    def settings(self, **given: bool | None) -> dict[str, bool]:
+        """Each setting an overhead is held under: ``given`` where the user gave it (not None), else the framework's
+        default; one the framework has no default for is refused, not ignored."""
+        for name, value in given.items():
+            if value is not None and getattr(self.defaults, name) is None:
+                raise EvaluationError(f"framework {self.name!r} has no {name.replace('_', ' ')} setting; give --framework megatron or drop it")
+        return {o.setting: self.default(o.setting, given.get(o.setting)) for o in self.overheads if o.setting is not None}
+
     def convention_values(self, precision: str | None = None) -> dict[str, int]:
         """The conventions it sets for a step at ``precision`` (one that names its recipes holds under those alone)."""
         return {name: c.value for name, c in self.conventions.items() if c.precisions is None or precision in c.precisions}
@@ -140,8 +150,8 @@ class Framework(_Strict):
     def outside_allocator(self) -> set[str]:
         return {o.name for o in self.overheads if o.outside_allocator}
 
-    def describe(self) -> dict[str, object]:
-        """What a report says about the framework it assumed."""
+    def describe(self, settings: Mapping[str, bool] | None = None) -> dict[str, object]:
+        """What a report says about the framework it assumed, with the settings its overheads were held under."""
         return {
             "name": self.name,
             "doc": self.doc,
@@ -149,6 +159,7 @@ class Framework(_Strict):
             **({"loss": f"{self.loss.doc} ({self.loss.source})"} if self.loss else {}),
             **({"conventions": {k: f"{c.value}{_only_under(c)} ({c.source})" for k, c in self.conventions.items()}} if self.conventions else {}),
             "defaults": {k: v["value"] for k, v in self.defaults.model_dump(exclude_none=True).items()},
+            **({"settings": dict(settings)} if settings else {}),
             "overheads": {o.name: f"{o.doc} ({o.source})" for o in self.overheads},
             **({"recompute_modules": {k: f"{m.doc} ({m.source})" for k, m in self.recompute_modules.items()}} if self.recompute_modules else {}),
             **({"not_modelled": list(self.not_modelled)} if self.not_modelled else {}),
@@ -170,6 +181,8 @@ def frameworks() -> dict[str, Framework]:
         for overhead in found[path.stem].overheads:
             if (overhead.bytes is None) == (overhead.fraction is None):
                 raise DeclarationError(f"frameworks/{path.name}: overhead {overhead.name!r} gives bytes or a fraction; give exactly one")
+            if overhead.setting is not None and getattr(found[path.stem].defaults, overhead.setting, None) is None:
+                raise DeclarationError(f"frameworks/{path.name}: overhead {overhead.name!r} is held under {overhead.setting!r}, which its [defaults] do not give")
     return found
 
 
@@ -251,11 +264,13 @@ def _unit_of(graph, leaf: str) -> tuple[str, sympy.Expr]:
     return parts[0], sympy.Integer(1)
 
 
-def overhead_bytes(fw: Framework, *, zero: int, unit: object, params: object, weight_bytes: int, grad_bytes: int, data: object = 1) -> dict[str, object]:
-    """Each byte-valued overhead at this ZeRO stage (numbers, sympy expressions or numpy arrays for unit, params and data)."""
+def overhead_bytes(fw: Framework, *, zero: int, unit: object, params: object, weight_bytes: int, grad_bytes: int, data: object = 1, settings: Mapping[str, bool] | None = None) -> dict[str, object]:
+    """Each byte-valued overhead at this ZeRO stage and under these settings (Framework.settings; None: the
+    framework's defaults), for numbers, sympy expressions or numpy arrays of unit, params and data."""
+    settings = fw.settings() if settings is None else settings
     found = {}
     for overhead in fw.overheads:
-        if overhead.bytes is None or zero not in overhead.zero:
+        if overhead.bytes is None or zero not in overhead.zero or (overhead.setting is not None and not settings[overhead.setting]):
             continue
         expr = _overhead_expression(overhead.bytes)
         found[overhead.name] = _evaluate(expr, {"unit_params": unit, "params": params, "weight_bytes": weight_bytes, "grad_bytes": grad_bytes, "data": data})

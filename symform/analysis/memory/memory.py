@@ -38,12 +38,6 @@ from .settings import GENERATING, REBUILDING, RECOMPUTE, Degree, Layout, Optimiz
 RULE_OF_THUMB = sympy.Rational(2, 5)  # inference activations ≈ 0.4 × parameter count in bytes (the notes, batch 1)
 
 
-# --- recipes (data) ----------------------------------------------------------------
-
-
-# --- layouts ---------------------------------------------------------------------------
-
-
 # --- reports ----------------------------------------------------------------------------
 
 
@@ -459,6 +453,7 @@ class Training:
     layout: Layout = Layout()
     framework: str | None = None  # formulas/frameworks: its selective policy, buffers and overheads; None: the declared tensors alone
     recompute_modules: tuple[str, ...] = ()  # the framework's per-module recomputation (Megatron-Core's recompute_modules)
+    grad_reduce_fp32: bool | None = None  # the framework's main_grad buffers in fp32 (Megatron-Core's grad_reduce_in_fp32); None: its default
 
 
 def training_expressions(model: Model, setup: Training = Training()) -> tuple[dict[str, sympy.Expr], dict[str, sympy.Expr], dict[str, object]]:
@@ -481,7 +476,8 @@ def training_expressions(model: Model, setup: Training = Training()) -> tuple[di
     static = _layout_static_lines(model, layout, precision, optimizer)
     others = {"activations": _activations_per_device(kept, model, layout), **backward_categories(model, transient, layout)}
     components = {k: _activations_per_device(v, model, layout) for k, v in by_component.items()}
-    others |= framework_overheads(model, fw, layout, precision, sympy.Add(*static.values(), *others.values()))
+    settings = fw.settings(grad_reduce_fp32=setup.grad_reduce_fp32) if fw else {}
+    others |= framework_overheads(model, fw, layout, precision, sympy.Add(*static.values(), *others.values()), settings)
     assumptions = {
         "precision": setup.precision,
         "bytes_per_param": {"weights": precision.weights, "master": precision.master, "grads": precision.grads, "optimizer_state": _json(state_bytes)},
@@ -499,19 +495,20 @@ def training_expressions(model: Model, setup: Training = Training()) -> tuple[di
         "dropout": dropout_origin(model),
         "conventions": {s.name: _json(v) for s, v in model.conventions.items()},
         "stages_balanced": layout.pipeline > 1,
-        "framework": fw.describe() if fw else "none: the declared tensors alone (no buffers, CUDA context or allocator reserve)",
+        "framework": fw.describe(settings) if fw else "none: the declared tensors alone (no buffers, CUDA context or allocator reserve)",
     }
     return static | {k: _expanded(model, v) for k, v in others.items()}, components, assumptions
 
 
-def framework_overheads(model: Model, fw: frameworks.Framework | None, layout: Layout, precision: Precision, held: sympy.Expr) -> dict[str, sympy.Expr]:
+def framework_overheads(model: Model, fw: frameworks.Framework | None, layout: Layout, precision: Precision, held: sympy.Expr, settings: Mapping[str, bool] | None = None) -> dict[str, sympy.Expr]:
     """The framework's buffers and overheads on one device (formulas/frameworks): each byte-valued one at this ZeRO
-    stage, then the allocator's reserve as its share of everything else (``held`` and those buffers)."""
+    stage and under ``settings`` (None: the framework's defaults), then the allocator's reserve as its share of
+    everything else (``held`` and those buffers)."""
     if fw is None:
         return {}
     unit = frameworks.unit_params(model, layout.tensor, layout.expert, layout.etp)
     params = params_per_device(model, layout)
-    found = frameworks.overhead_bytes(fw, zero=layout.zero, unit=unit, params=params, weight_bytes=precision.weights, grad_bytes=precision.grads, data=layout.data)
+    found = frameworks.overhead_bytes(fw, zero=layout.zero, unit=unit, params=params, weight_bytes=precision.weights, grad_bytes=precision.grads, data=layout.data, settings=settings)
     reserve = frameworks.reserve_fraction(fw)
     if reserve:
         inside = sympy.Add(*(v for k, v in found.items() if k not in fw.outside_allocator()))

@@ -122,6 +122,7 @@ def setup_arguments(p: argparse.ArgumentParser) -> None:
     train.add_argument("--zero", type=int, default=0, choices=(0, 1, 2, 3), help="ZeRO stage over the data-parallel ranks")
     train.add_argument("--recompute-modules", type=lambda text: tuple(m.strip() for m in text.split(",") if m.strip()), default=(), metavar="A,B", help="the framework's modules to recompute (Megatron-Core's recompute_modules: core_attn, layernorm, moe_act, mla_up_proj); replaces --recompute selective's default")
     train.add_argument("--distributed-optimizer", action=argparse.BooleanOptionalAction, default=None, help="Megatron's distributed optimizer (optimizer states sharded like ZeRO-1; default: the framework's)")
+    train.add_argument("--grad-reduce-fp32", action=argparse.BooleanOptionalAction, default=None, help="Megatron-Core's main_grad buffers in fp32 (grad_reduce_in_fp32; default: the framework's, on for megatron); --no-grad-reduce-fp32 keeps them in the parameters' bf16, as Megatron-Bridge's performance recipes do")
     for name, help in (("dp", "data"), ("pp", "pipeline"), ("ep", "expert"), ("cp", "context")):
         train.add_argument(f"--{name}", type=positive_int, default=1, help=f"{help}-parallel degree")
     train.add_argument("--etp", type=positive_int, help=ETP_HELP)
@@ -188,7 +189,7 @@ def _layout(args: argparse.Namespace) -> Layout:
 def _training(args: argparse.Namespace) -> Training:
     return Training(
         precision=args.precision, optimizer=args.optimizer, recompute=args.recompute, flash=uses_flash(args), layout=_layout(args), framework=framework_name(args),
-        recompute_modules=getattr(args, "recompute_modules", ()),
+        recompute_modules=getattr(args, "recompute_modules", ()), grad_reduce_fp32=getattr(args, "grad_reduce_fp32", None),
     )  # fmt: skip
 
 
@@ -274,6 +275,9 @@ def _memory_table(report: MemoryReport, device: tuple[str, int] | None) -> str:
 def framework_line(described: dict) -> str:
     """The framework a report assumed, in one line: its name, what it is, what it leaves out."""
     line = f"framework {described['name']}: {described['doc']}; --framework {' | '.join(frameworks())} for another"
+    given = {k: v for k, v in described.get("settings", {}).items() if described["defaults"].get(k) != v}
+    if given:  # its doc reads its defaults: say which the command turned
+        line += "; given: " + ", ".join(f"{k} {'on' if v else 'off'}" for k, v in given.items())
     if described.get("not_modelled"):
         line += "; not modelled: " + ", ".join(described["not_modelled"])
     return line

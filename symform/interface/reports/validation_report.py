@@ -244,8 +244,11 @@ MISSES = """## The misses, explained
   expert tensor parallelism 1). Left out, each with its reason in its source's `assumed`: Llama 3 70B and
   Llama 3.1 405B, whose GB200 recipes offload 40 and 95 layers' activations to the Grace CPU (not
   modelled; predicted not to fit without it); 25.11's Llama 3.1 405B (pipeline 16 × virtual chunks
-  4, no offloading), predicted not to fit by 0.4 GB: symform's Megatron memory counts fp32 gradient
-  buffers that the performance recipes turn off (`grad_reduce_in_fp32 = False`).
+  4, no offloading), predicted not to fit (221.7 GB of 199.7 GB, with the bf16 gradient buffers its
+  recipe sets, `grad_reduce_in_fp32 = False`): its 384 micro-batches keep 79 chunk micro-batches in
+  flight on the first stage, which symform counts as balanced chunks of 126/64 layers, where
+  Megatron's first chunk holds the embedding and one layer and 31 of the 79 are that chunk's (127
+  layers' activations, not 155.5).
 - **TPU v5p and v6e (MaxText's published runs; held out: v5p −26 % to +9 %)**: each
   chip has factors of its own (`hardware/efficiency/tpu-v5p.toml`, `tpu-v6e.toml`, also
   for the slices its runs name, `tpu-v5p-128` and up, each slice's ICI torus one scale-up domain): the
@@ -279,7 +282,12 @@ MISSES = """## The misses, explained
   tokens. 25.11's dropless Qwen3-235B-A22B on B200 runs slower than estimated (+96 %):
   below 25.09's token-drop row of the same layout (3,269 against 4,104 tokens/s/GPU, itself +27 %),
   while its estimate, with the recipe's all-to-all overlap, is faster; the release's dropless
-  slowdown (issue #1998) names Qwen3-30B-A3B alone, so none applies. The B200 DeepSeek-V3 rows of
+  slowdown (issue #1998) names Qwen3-30B-A3B alone, so none applies. Megatron-Bridge's next change
+  to that recipe (PR #1760, commit a6e92de5f, after 25.11) turned its all-to-all overlap off 'due to
+  CPU overhead', with its FP8 virtual pipeline: the MXFP8 step of the same configuration fell from
+  20.1 s to 16.9 s (the row's 3,269 tokens/s/GPU is a 20.05 s step), so the overlap, which the
+  estimate counts as hiding 2.2 s of all-to-alls, carried a host-side cost symform does not model.
+  The B200 DeepSeek-V3 rows of
   pipeline 16 (25.09 +23 %, 25.11 +30 %) differ in release and in the multi-token-prediction module
   25.11's ran, which the preset leaves out. Qwen3-235B-A22B on 256 H100s (tensor 2, expert 32 folded
   over tensor 2 × data 16, expert tensor parallelism 1: each rank holds 4 whole experts) is −18 %
