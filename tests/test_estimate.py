@@ -452,7 +452,7 @@ def test_a_measured_runs_context_degree_reaches_its_layout_memory_and_band():
     from symform.analysis.time.memory_validation import timed_layout
 
     run = next(r for r in measured_runs.runs() if r.name == "mb-b200-llama3.1-405b-fp8")
-    layout = calibration.run_layout(run.setup)
+    layout = measured_runs.run_layout(run.setup)
     assert (layout.data, layout.tensor, layout.pipeline, layout.context, layout.chunks) == (2, 4, 8, 2, 8)
     prepared = calibration._prepared(run)
     assert prepared.bounds.microbatches == 32 and "context" in prepared.bounds.comm
@@ -460,7 +460,7 @@ def test_a_measured_runs_context_degree_reaches_its_layout_memory_and_band():
     memory = timed_layout(run)
     assert (memory.data, memory.context, memory.microbatches) == (2, 2, 32)
     s = run.setup
-    found = estimate.training_estimate(prepared.model, s["gpu"], global_batch=64, micro_batch=1, seq=8192, layout=calibration._training_layout(run), dtype="fp8")
+    found = estimate.training_estimate(prepared.model, s["gpu"], global_batch=64, micro_batch=1, seq=8192, layout=measured_runs.training_layout(run), dtype="fp8")
     assert "context parallelism 2 (no fitted run uses it)" in found.extrapolating
     assert not any("virtual pipeline" in note for note in found.extrapolating)  # a fitted run's own feature
 

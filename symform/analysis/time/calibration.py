@@ -22,8 +22,7 @@ from ...engine.graph.model import Model
 from . import estimate, grouped_gemm, timing
 from . import step_model
 from . import efficiencies
-from .measured_runs import SPLITS, Case, Run, data_degree, is_moe, run_model, runs, sources
-from ..memory.settings import Layout
+from .measured_runs import SPLITS, Case, Run, is_moe, run_model, run_profile, runs, sources, training_layout
 
 
 # --- predictions --------------------------------------------------------------------------------
@@ -39,60 +38,10 @@ class _Prepared:
     work: Any = None
 
 
-def run_layout(setup: Mapping[str, Any]) -> Layout:
-    """The layout a measured training run names (its degrees, ZeRO stage and pipeline schedule)."""
-    chunks = setup.get("chunks", 1)
-    schedule = "interleaved" if chunks > 1 else "1f1b"
-    return Layout(
-        data=data_degree(setup), tensor=setup.get("tensor", 1), pipeline=setup.get("pipeline", 1), context=setup.get("context", 1),
-        expert=setup.get("expert", 1), zero=setup.get("zero", 0), schedule=schedule, chunks=chunks, expert_tensor=setup.get("expert_tensor"),
-    )  # fmt: skip
-
-
-def run_framework(run: Run) -> tuple[str | None, str | None]:
-    """The framework a run's source names, and its release (the source's ``version``), if it names them."""
-    source = sources().get(run.source, {})
-    return source.get("framework"), source.get("version")
-
-
-def run_profile(run: Run, factors: Mapping[str, Any] | None = None) -> efficiencies.TimeProfile | None:
-    """The time-side facts of the framework and release the run's source names, for the run's model; a fitted
-    ``framework:time.NAME`` factor in ``factors`` replaces the file's value."""
-    name, version = run_framework(run)
-    if run.kind != "training" or name is None:
-        return None
-    scales = {k.split(":time.", 1)[1]: v for k, v in (factors or {}).items() if k.startswith(f"{name}:time.")}
-    return efficiencies.profile(name, version, run.setup.get("preset"), device=efficiencies.accelerator_name(run.setup["gpu"]), scales=scales)
-
-
-def _training_layout(run: Run) -> Layout:
-    """The run's layout, with sequence parallelism where a release of a framework that defaults to it ran tensor
-    parallelism (Megatron-Bridge's recipes; Megatron-LM of 2021, which names no release, predates it)."""
-    layout, (name, version) = run_layout(run.setup), run_framework(run)
-    if version is None or layout.tensor == 1:
-        return layout
-    from ..memory.frameworks import framework
-
-    return replace(layout, sequence=framework(name).default("sequence_parallel", None, layout.tensor))
-
-
-@cache
-def fitted_features() -> frozenset[str]:
-    """The kinds of layout feature (estimate.layout_features) the fitted training runs have, as they are timed: a
-    case with only these is no extrapolation in its layout."""
-    found = set()
-    for run in runs():
-        if run.kind == "training" and run.split == "fit":
-            layout, profile = _training_layout(run), run_profile(run)
-            overlap = bool(profile and profile.tp_comm_overlap and layout.tensor > 1 and layout.sequence)
-            found.update(kind for kind, _ in estimate.layout_features(layout, overlap))
-    return frozenset(found)
-
-
 def _prepare(run: Run) -> _Prepared:
     model, s = run_model(run), run.setup
     if run.kind == "training":
-        layout = _training_layout(run)
+        layout = training_layout(run)
         bounds = timing.training_time(model, s["gpu"], global_batch=s["global_batch"], micro_batch=s["micro_batch"], seq=s["seq"], layout=layout, recompute=s.get("recompute", "none"), dtype=s.get("dtype", "bf16"), flash=s.get("attention", "sdpa") != "eager")
         work = estimate.kernels(step_model.at_dtype(model, s.get("dtype", "bf16")), "train", workload={"batch": s["micro_batch"], "seq": s["seq"]}, tensor=layout.tensor, pipeline=layout.pipeline, recompute=s.get("recompute", "none"), attention=s.get("attention", "sdpa"), context=layout.context)
         return _Prepared(run, model, bounds, work)
@@ -118,7 +67,7 @@ def predict_with_band(run: Run, factors: Mapping[str, Any] | None = None) -> tup
     if run.kind == "training":
         convention = _training_fusion(factors or {})
         result = estimate.training_estimate(
-            prepared.model, s["gpu"], global_batch=s["global_batch"], micro_batch=s["micro_batch"], seq=s["seq"], layout=_training_layout(run),
+            prepared.model, s["gpu"], global_batch=s["global_batch"], micro_batch=s["micro_batch"], seq=s["seq"], layout=training_layout(run),
             recompute=s.get("recompute", "none"), dtype=s.get("dtype", "bf16"), attention=s.get("attention", "sdpa"), efficiency_data=eff, bounds=prepared.bounds, work=prepared.work, convention=convention,
             profile=run_profile(run, factors), ep_comm_overlap=bool(s.get("ep_comm_overlap", False)),
         )

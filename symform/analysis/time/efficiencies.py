@@ -337,6 +337,11 @@ class TimeProfile:
     def describe(self) -> dict[str, str]:
         return dict(self.facts)
 
+    def overlaps_tensor(self, layout) -> bool:
+        """Whether the recipes pipeline ``layout``'s tensor-parallel collectives with the GEMMs: they need sequence
+        parallelism's all-gathers and reduce-scatters, so tensor parallelism with it."""
+        return self.tp_comm_overlap and layout.tensor > 1 and layout.sequence
+
     def applied(self) -> dict[str, object]:
         """The framework, its release and the facts applied, as reports print them."""
         return {"name": self.framework, "version": self.version, "facts": self.describe()}

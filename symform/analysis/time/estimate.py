@@ -328,20 +328,10 @@ def _extrapolating(kind: str, eff: Efficiency, dtype: str, devices: int, model: 
     return tuple(text for _, text in found), sum(widen.get(name, 0.0) for name, _ in found)
 
 
-def layout_features(layout: Layout, tp_comm_overlap: bool) -> list[tuple[str, str]]:
-    """The layout's features beyond data, tensor and pipeline degrees and ZeRO: (kind, what to say) for each."""
-    named = [("sequence", "sequence parallelism", layout.sequence), ("chunks", f"a virtual pipeline of {layout.chunks} chunks", layout.chunks > 1),
-             ("tp_overlap", "tensor-parallel communication overlap", tp_comm_overlap), ("context", f"context parallelism {layout.context}", layout.context > 1),
-             ("expert", f"expert parallelism {layout.expert}", layout.expert > 1), (layout.schedule, f"the {layout.schedule} schedule", layout.schedule not in ("1f1b",))]  # fmt: skip
-    return [(kind, text) for kind, text, used in named if used]
-
-
 def _unfitted_features(layout: Layout, tp_comm_overlap: bool) -> list[str]:
-    """The layout's features that no fitted training run has (symform.analysis.time.calibration.fitted_features)."""
-    from .calibration import fitted_features  # the calibration times its runs with this module
-
-    fitted = fitted_features()
-    return [text for kind, text in layout_features(layout, tp_comm_overlap) if kind not in fitted]
+    """The layout's features that no fitted training run has (measured_runs.fitted_features)."""
+    fitted = measured_runs.fitted_features()
+    return [text for kind, text in measured_runs.layout_features(layout, tp_comm_overlap) if kind not in fitted]
 
 
 def training_estimate(
@@ -380,7 +370,7 @@ def training_estimate(
     if tp_comm_overlap and not (layout and layout.sequence):
         raise ConfigError("tensor-parallel communication overlap pipelines sequence parallelism's all-gathers and reduce-scatters with the GEMMs; add sequence parallelism (--sp) or drop it")
     layout = layout or Layout()
-    if profile is not None and profile.tp_comm_overlap and layout.tensor > 1 and layout.sequence:
+    if profile is not None and profile.overlaps_tensor(layout):
         tp_comm_overlap = True
     bounds = bounds or timing.training_time(
         model, gpu, global_batch=global_batch, micro_batch=micro_batch, seq=seq, layout=layout,

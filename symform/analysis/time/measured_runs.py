@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from collections import Counter
 from functools import cache
 from typing import Any
@@ -14,7 +14,8 @@ from ...engine.store.data import data_root, read_toml
 from ...engine.errors import ConfigError, EvaluationError
 from ...engine.graph.model import Model
 from ...engine.language.families import find_preset, preset_config, spec_from_config
-from ..memory.settings import check_degree
+from ..memory.frameworks import framework
+from ..memory.settings import Layout, check_degree
 from . import efficiencies
 
 
@@ -185,3 +186,61 @@ def extrapolating(kind: str, *, device: str, dtype: str, devices: int, moe: bool
         name, version = release
         found.append(("framework", f"{name}{' ' + version if version else ''}: no fitted {kind} run ran under it"))
     return found
+
+
+# --- a run's layout and framework, as its estimate times them -----------------------------------------
+
+
+def run_layout(setup: Mapping[str, Any]) -> Layout:
+    """The layout a measured training run names (its degrees, ZeRO stage and pipeline schedule)."""
+    chunks = setup.get("chunks", 1)
+    schedule = "interleaved" if chunks > 1 else "1f1b"
+    return Layout(
+        data=data_degree(setup), tensor=setup.get("tensor", 1), pipeline=setup.get("pipeline", 1), context=setup.get("context", 1),
+        expert=setup.get("expert", 1), zero=setup.get("zero", 0), schedule=schedule, chunks=chunks, expert_tensor=setup.get("expert_tensor"),
+    )  # fmt: skip
+
+
+def run_framework(run: Run) -> tuple[str | None, str | None]:
+    """The framework a run's source names, and its release (the source's ``version``), if it names them."""
+    source = sources().get(run.source, {})
+    return source.get("framework"), source.get("version")
+
+
+def run_profile(run: Run, factors: Mapping[str, Any] | None = None) -> efficiencies.TimeProfile | None:
+    """The time-side facts of the framework and release the run's source names, for the run's model; a fitted
+    ``framework:time.NAME`` factor in ``factors`` replaces the file's value."""
+    name, version = run_framework(run)
+    if run.kind != "training" or name is None:
+        return None
+    scales = {k.split(":time.", 1)[1]: v for k, v in (factors or {}).items() if k.startswith(f"{name}:time.")}
+    return efficiencies.profile(name, version, run.setup.get("preset"), device=efficiencies.accelerator_name(run.setup["gpu"]), scales=scales)
+
+
+def training_layout(run: Run) -> Layout:
+    """The run's layout, with sequence parallelism where a release of a framework that defaults to it ran tensor
+    parallelism (Megatron-Bridge's recipes; Megatron-LM of 2021, which names no release, predates it)."""
+    layout, (name, version) = run_layout(run.setup), run_framework(run)
+    if version is None or layout.tensor == 1:
+        return layout
+    return replace(layout, sequence=framework(name).default("sequence_parallel", None, layout.tensor))
+
+
+@cache
+def fitted_features() -> frozenset[str]:
+    """The kinds of layout feature (layout_features) the fitted training runs have, as they are timed: a
+    case with only these is no extrapolation in its layout."""
+    found = set()
+    for run in runs():
+        if run.kind == "training" and run.split == "fit":
+            layout, profile = training_layout(run), run_profile(run)
+            found.update(kind for kind, _ in layout_features(layout, bool(profile and profile.overlaps_tensor(layout))))
+    return frozenset(found)
+
+
+def layout_features(layout: Layout, tp_comm_overlap: bool) -> list[tuple[str, str]]:
+    """The layout's features beyond data, tensor and pipeline degrees and ZeRO: (kind, what to say) for each."""
+    named = [("sequence", "sequence parallelism", layout.sequence), ("chunks", f"a virtual pipeline of {layout.chunks} chunks", layout.chunks > 1),
+             ("tp_overlap", "tensor-parallel communication overlap", tp_comm_overlap), ("context", f"context parallelism {layout.context}", layout.context > 1),
+             ("expert", f"expert parallelism {layout.expert}", layout.expert > 1), (layout.schedule, f"the {layout.schedule} schedule", layout.schedule not in ("1f1b",))]  # fmt: skip
+    return [(kind, text) for kind, text, used in named if used]

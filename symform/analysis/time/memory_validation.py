@@ -18,7 +18,7 @@ from ...engine.graph.model import Model
 from ..memory.frameworks import framework
 from ..memory.memory import Training, training_memory
 from ..memory.settings import Layout
-from . import calibration, measured_runs
+from . import measured_runs
 from .step_model import placement
 
 FIGURES = {"peak_reserved_gib": 2**30}  # the figure each source reports, and its unit in bytes
@@ -142,7 +142,7 @@ def within(cases: list[MemoryCase], limit: float) -> bool:
 
 @dataclass(frozen=True)
 class TimedRunFit:
-    """symform's training memory of a published timed run (calibration's training runs) on the device it ran on."""
+    """symform's training memory of a published timed run (the measured training runs) on the device it ran on."""
 
     run: measured_runs.Run
     framework: str
@@ -162,11 +162,11 @@ _UNMODELLED = {
 
 
 def timed_layout(run: measured_runs.Run) -> Layout:
-    """The layout a timed training run's memory is counted at: the degrees it names (calibration.run_layout), with
+    """The layout a timed training run's memory is counted at: the degrees it names (measured_runs.run_layout), with
     its framework's sequence parallelism and distributed optimizer, and the micro-batches each data-parallel rank
     runs in a step (what the schedule keeps in flight reads them)."""
     s, fw = run.setup, _timed_framework(run)
-    base = calibration.run_layout(s)
+    base = measured_runs.run_layout(s)
     return replace(
         base, sequence=fw.default("sequence_parallel", s.get("sequence_parallel"), base.tensor),
         distributed_optimizer=base.zero == 0 and fw.default("distributed_optimizer", None),
