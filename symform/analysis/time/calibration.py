@@ -40,12 +40,13 @@ class _Prepared:
 
 
 def run_layout(setup: Mapping[str, Any]) -> Layout:
-    """The layout a measured training run names (its degrees, ZeRO stage and pipeline schedule)."""
+    """The layout a measured training run names (its degrees, ZeRO stage and its replicas, pipeline schedule)."""
     chunks = setup.get("chunks", 1)
     schedule = "interleaved" if chunks > 1 else "1f1b"
     return Layout(
         data=data_degree(setup), tensor=setup.get("tensor", 1), pipeline=setup.get("pipeline", 1), context=setup.get("context", 1),
         expert=setup.get("expert", 1), zero=setup.get("zero", 0), schedule=schedule, chunks=chunks, expert_tensor=setup.get("expert_tensor"),
+        replicate=setup.get("replicate", 1),
     )  # fmt: skip
 
 
