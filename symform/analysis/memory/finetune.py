@@ -432,7 +432,7 @@ def finetune_memory_expressions(
     optimizer = _pick(recipes().optimizer, training.optimizer, "optimizer")
     model = model.with_conventions(act_bytes=precision.act)
     plan = Plan(model, setup)
-    shards = {"optimizer_shards": layout.optimizer_shards, "gradient_shards": layout.data if layout.zero >= 2 else 1, "weight_shards": layout.data if layout.zero >= 3 else 1}
+    shards = {"optimizer_shards": layout.optimizer_shards, "gradient_shards": layout.shard_data if layout.zero >= 2 else 1, "weight_shards": layout.shard_data if layout.zero >= 3 else 1}
     share = rank_share(model, layout.tensor, layout.pipeline)
     trained = static_bytes(share(plan.trainable_params()), precision, optimizer, **shards)
     kept, transient, by_component = saved_activations(model, recompute=training.recompute, flash=training.flash, kept_by=plan.kept)
@@ -543,6 +543,8 @@ def _layout_assumptions(layout: Layout) -> dict[str, object]:
         out["adapters_under_tensor_parallelism"] = TENSOR_PARALLEL_ADAPTERS
     if layout.pipeline > 1:
         out.update(pipeline_parallel=layout.pipeline, schedule=layout.schedule, stages_balanced=True)
+    if layout.replicate > 1:
+        out["replicate"] = layout.replicate
     return out
 
 

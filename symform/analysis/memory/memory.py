@@ -508,7 +508,7 @@ def framework_overheads(model: Model, fw: frameworks.Framework | None, layout: L
         return {}
     unit = frameworks.unit_params(model, layout.tensor, layout.expert, layout.etp)
     params = params_per_device(model, layout)
-    found = frameworks.overhead_bytes(fw, zero=layout.zero, unit=unit, params=params, weight_bytes=precision.weights, grad_bytes=precision.grads, data=layout.data, settings=settings)
+    found = frameworks.overhead_bytes(fw, zero=layout.zero, unit=unit, params=params, weight_bytes=precision.weights, grad_bytes=precision.grads, data=layout.shard_data, settings=settings)
     reserve = frameworks.reserve_fraction(fw)
     if reserve:
         inside = sympy.Add(*(v for k, v in found.items() if k not in fw.outside_allocator()))

@@ -102,6 +102,9 @@ class Layout:
     # degree. Another degree folds the expert-parallel group over the tensor ranks too (Megatron-Core's MoE parallel
     # folding): the expert layers split a stage's tensor × context × data ranks as expert tensor × expert × expert data
     expert_tensor: int | None = None
+    # hybrid sharding (PyTorch FSDP2's HSDP, torchtitan's dp_replicate, MaxText's dcn_data_parallelism): the data ranks
+    # form this many replicas, each sharding the ZeRO stage's copies over its data / replicate ranks (consecutive)
+    replicate: int = 1
 
     def __post_init__(self) -> None:
         for name in ("data", "tensor", "pipeline", "expert", "context", "chunks"):
@@ -116,6 +119,15 @@ class Layout:
             raise EvaluationError(f"microbatches is {self.microbatches!r}; give a whole number of 1 or more")
         if self.sequence and self.tensor == 1:
             raise EvaluationError("sequence parallelism splits along the tensor-parallel ranks; give tensor > 1 or drop it")
+        self._check_replicate()
+
+    def _check_replicate(self) -> None:
+        """Replicas of a sharded copy: a whole number of them among the data ranks, and something sharded to replicate."""
+        check_degree("replicate", self.replicate)
+        if self.data % self.replicate:
+            raise EvaluationError(f"replicate {self.replicate} does not divide the {self.data} data-parallel ranks into equal shard groups; give a divisor of data")
+        if self.replicate > 1 and self.zero == 0:
+            raise EvaluationError(f"replicate {self.replicate} replicates what ZeRO shards (hybrid sharding), and ZeRO stage 0 shards nothing; give zero 1, 2 or 3, or replicate 1")
 
     @property
     def devices(self) -> int:
@@ -138,18 +150,26 @@ class Layout:
         return self.tensor * self.data * self.context // (self.expert * self.etp)
 
     def check_experts(self) -> None:
-        """The expert layers fill one pipeline stage's ranks: expert × expert tensor divides tensor × data × context."""
+        """The expert layers fill one pipeline stage's ranks: expert × expert tensor divides tensor × data × context;
+        under hybrid sharding, those of one replica, which shards the experts' copies over its own ranks."""
         stage = self.tensor * self.data * self.context
         if stage % (self.expert * self.etp):
             raise ConfigError(f"expert degree {self.expert} × expert tensor degree {self.etp} must divide a pipeline stage's tensor × data × context ranks ({stage}): the expert layers spread over them; choose degrees whose product divides it")
+        if self.replicate > 1 and (stage // self.replicate) % (self.expert * self.etp):
+            raise ConfigError(f"expert degree {self.expert} × expert tensor degree {self.etp} must divide one replica's tensor × data / replicate × context ranks ({stage // self.replicate}): each replica holds every expert; choose degrees whose product divides it")
 
     def described(self) -> dict[str, object]:
-        """The layout's fields, the expert tensor degree only where one is given."""
-        return {k: v for k, v in asdict(self).items() if k != "expert_tensor" or v is not None}
+        """The layout's fields, the expert tensor degree only where one is given, the replicas only where more than one."""
+        return {k: v for k, v in asdict(self).items() if (k != "expert_tensor" or v is not None) and (k != "replicate" or v > 1)}
+
+    @property
+    def shard_data(self) -> int:
+        """The data-parallel ranks one sharded copy spreads over: all of them, or one replica's under hybrid sharding."""
+        return self.data // self.replicate
 
     @property
     def optimizer_shards(self) -> int:
-        return self.data if (self.zero >= 1 or self.distributed_optimizer) else 1
+        return self.shard_data if (self.zero >= 1 or self.distributed_optimizer) else 1
 
     def static_shards(self, experts: bool = False) -> dict[str, int]:
         """The ranks that split each static copy (ZeRO, the distributed optimizer): the data-parallel ranks and the
@@ -157,11 +177,12 @@ class Layout:
         Megatron-Core its gradients and distributed optimizer over the data-parallel group with context parallelism).
         The routed experts' copies (``experts``) split over the expert-data-parallel group, the ranks of that group
         that hold the same experts (DeepSpeed-MoE's expert-data-parallel groups, Megatron-Core's expert data
-        parallelism): each expert's states are divided once by the expert ranks and once by that group, never twice."""
+        parallelism): each expert's states are divided once by the expert ranks and once by that group, never twice.
+        Under hybrid sharding each group is one replica's share: the replicas hold the same shards."""
         sharded = (self.zero >= 1 or self.distributed_optimizer, self.zero >= 2, self.zero >= 3)
-        group = self.data * self.context
+        group = self.shard_data * self.context
         if experts and (self.expert > 1 or self.folded) and any(sharded):
-            group = self.expert_data
+            group = self.expert_data // self.replicate
         return {name: group if on else 1 for name, on in zip(("optimizer_shards", "gradient_shards", "weight_shards"), sharded)}
 
     @property

@@ -394,13 +394,12 @@ def training_estimate(
     comm = {kind: c.seconds / eff.link(c.link).bus_efficiency for kind, c in bounds.comm.items()}
     ep_comm_overlap = ep_comm_overlap or (profile is not None and profile.ep_comm_overlap)
     exposed = _exposed(comm, compute, layout, attention_s, gemm_s if tp_comm_overlap else None, p2p_overlap=profile is not None and profile.p2p_overlap, ep_overlap=ep_comm_overlap)
-    inside = tuple(v for k, v in exposed.items() if k != "data")
+    inside = tuple(v for k, v in exposed.items() if k not in timing.ONCE_PER_STEP)
     params = float(step_model._bind(model, params_per_device(model, layout) if finetune is None else trained_per_device(model, finetune, layout)))
-    shards = layout.data if (layout.zero >= 1 or layout.distributed_optimizer) else 1
-    optimizer = params / shards * rules().optimizer_bytes_per_param / (hbm * eff.memory)
-    expected = StepParts((compute,), inside, bounds.bubble_ratio, (exposed.get("data", 0.0), optimizer))
-    within = tuple(v for k, v in comm.items() if k != "data")
-    ceiling = StepParts((serial,), within, bounds.bubble_ratio, (comm.get("data", 0.0), optimizer)).serial()
+    optimizer = params / layout.optimizer_shards * rules().optimizer_bytes_per_param / (hbm * eff.memory)
+    expected = StepParts((compute,), inside, bounds.bubble_ratio, (*_once(exposed), optimizer))
+    within = tuple(v for k, v in comm.items() if k not in timing.ONCE_PER_STEP)
+    ceiling = StepParts((serial,), within, bounds.bubble_ratio, (*_once(comm), optimizer)).serial()
     step, bubble = expected.expected(), expected.bubble()
     slower = profile.step_factor if profile is not None else 1.0  # a release's own slowdown (efficiencies)
     step, ceiling = step * slower, ceiling * slower
@@ -432,12 +431,21 @@ def _exposed(comm: Mapping[str, float], compute: float, layout: Layout, attentio
     windows = {"none": 0.0, "backward": compute * 2 / 3, "step": compute, "attention": attention_s, "gemm": gemm_s or 0.0}
     exposed = {}
     for kind, seconds in comm.items():
-        name = "sharded" if kind == "data" and layout.zero >= 3 else "tensor_overlapped" if kind == "tensor" and gemm_s is not None else kind
+        step = kind in timing.ONCE_PER_STEP  # hybrid sharding's all-reduce across replicas overlaps as the gradient exchange does
+        name = "sharded" if step and layout.zero >= 3 else "data" if step else "tensor_overlapped" if kind == "tensor" and gemm_s is not None else kind
         name = "pipeline_overlapped" if kind == "pipeline" and p2p_overlap and layout.chunks > 1 else name
         name = "expert_overlapped" if kind == "expert" and ep_overlap else name
         rule = overlap[name]
-        exposed[kind] = max(0.0, seconds - windows[rule.get("window", "none")]) * float(rule.get("exposed", 1.0))
+        window = windows[rule.get("window", "none")]
+        if kind == "replicate":  # it follows the shard group's reduce-scatter: the compute left once that is hidden
+            window = max(0.0, window - comm.get("data", 0.0))
+        exposed[kind] = max(0.0, seconds - window) * float(rule.get("exposed", 1.0))
     return exposed
+
+
+def _once(comm: Mapping[str, float]) -> tuple[float, ...]:
+    """The once-per-step communication: the gradient exchange, and hybrid sharding's all-reduce across replicas where there is one."""
+    return (comm.get("data", 0.0), *((comm["replicate"],) if "replicate" in comm else ()))
 
 
 def _factors(eff: Efficiency, convention: str | tuple, band: str) -> dict[str, object]:

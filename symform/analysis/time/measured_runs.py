@@ -192,12 +192,13 @@ def extrapolating(kind: str, *, device: str, dtype: str, devices: int, moe: bool
 
 
 def run_layout(setup: Mapping[str, Any]) -> Layout:
-    """The layout a measured training run names (its degrees, ZeRO stage and pipeline schedule)."""
+    """The layout a measured training run names (its degrees, ZeRO stage and its replicas, pipeline schedule)."""
     chunks = setup.get("chunks", 1)
     schedule = "interleaved" if chunks > 1 else "1f1b"
     return Layout(
         data=data_degree(setup), tensor=setup.get("tensor", 1), pipeline=setup.get("pipeline", 1), context=setup.get("context", 1),
         expert=setup.get("expert", 1), zero=setup.get("zero", 0), schedule=schedule, chunks=chunks, expert_tensor=setup.get("expert_tensor"),
+        replicate=setup.get("replicate", 1),
     )  # fmt: skip
 
 
@@ -242,5 +243,6 @@ def layout_features(layout: Layout, tp_comm_overlap: bool) -> list[tuple[str, st
     """The layout's features beyond data, tensor and pipeline degrees and ZeRO: (kind, what to say) for each."""
     named = [("sequence", "sequence parallelism", layout.sequence), ("chunks", f"a virtual pipeline of {layout.chunks} chunks", layout.chunks > 1),
              ("tp_overlap", "tensor-parallel communication overlap", tp_comm_overlap), ("context", f"context parallelism {layout.context}", layout.context > 1),
-             ("expert", f"expert parallelism {layout.expert}", layout.expert > 1), (layout.schedule, f"the {layout.schedule} schedule", layout.schedule not in ("1f1b",))]  # fmt: skip
+             ("expert", f"expert parallelism {layout.expert}", layout.expert > 1), (layout.schedule, f"the {layout.schedule} schedule", layout.schedule not in ("1f1b",)),
+             ("replicate", f"hybrid sharding over {layout.replicate} replicas", layout.replicate > 1)]  # fmt: skip
     return [(kind, text) for kind, text, used in named if used]

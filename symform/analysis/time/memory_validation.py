@@ -81,7 +81,7 @@ def predict(run: MemoryRun) -> MemoryCase:
     tensor = s.get("tensor", 1)
     layout = Layout(
         data=s.get("data", 1), tensor=tensor, pipeline=s.get("pipeline", 1), context=s.get("context", 1), zero=s.get("zero", 3),
-        sequence=fw.default("sequence_parallel", s.get("sequence_parallel"), tensor),
+        sequence=fw.default("sequence_parallel", s.get("sequence_parallel"), tensor), replicate=s.get("replicate", 1),
     )  # fmt: skip
     setup = Training(precision=s.get("precision", "mixed"), recompute=s.get("recompute", "none"), flash=True, layout=layout, framework=fw.name)
     report = training_memory(Model.load(s["model"]), batch=s["micro_batch"], seq=s["seq"], setup=setup)

@@ -52,6 +52,11 @@ from .step_model import Comm, Number, Placement, TENSOR, _act_bytes, _bandwidth,
 # --- communication ---------------------------------------------------------------------------
 
 
+#: The kinds of communication that run once per step, after the micro-batches' work: the data-parallel gradient
+#: exchange and, under hybrid sharding, its all-reduce across the replicas.
+ONCE_PER_STEP = ("data", "replicate")
+
+
 # --- results ----------------------------------------------------------------------------------
 
 
@@ -308,11 +313,13 @@ def _step_bounds(t_math: float, t_mem: float, comm: Mapping[str, Comm], ratio: f
 
     The pipeline's bubble stretches the micro-batch work (compute, memory traffic, and
     the tensor, expert and pipeline communication inside it) by 1 + bubble ratio. The
-    data-parallel gradient exchange runs once per step: at best hidden under that
-    work, at worst after it.
+    data-parallel gradient exchange (with hybrid sharding, its all-reduce across the
+    replicas too) runs once per step: at best hidden under that work, at worst after it.
     """
-    inside = tuple(c.seconds for k, c in comm.items() if k != "data")
+    inside = tuple(c.seconds for k, c in comm.items() if k not in ONCE_PER_STEP)
     step = comm["data"].seconds if "data" in comm else 0.0
+    if "replicate" in comm:  # after the shard group's reduce-scatter it feeds on
+        step += comm["replicate"].seconds
     lower, upper = step_bounds(t_math, t_mem, inside, step, ratio)
     return float(lower), float(upper)
 
@@ -331,7 +338,11 @@ def _training_comm(model: Model, place: Placement, layout: Layout, microbatches:
         comm["pipeline"] = pipeline_comm(model, place, layout, microbatches, micro_batch, seq)
     if layout.data * layout.context > 1:
         # gradients reduce over the data and context ranks together (Megatron-LM's data-parallel group with context parallelism)
-        comm["data"] = data_comm(model, place, replace(layout, data=layout.data * layout.context, context=1), precision, params=None if trainable is None else (trainable, trainable))
+        data = replace(layout, data=layout.data * layout.context, context=1)
+        params = None if trainable is None else (trainable, trainable)
+        comm["data"] = data_comm(model, place, data, precision, params=params)
+        if layout.replicate > 1:
+            comm["replicate"] = replica_comm(model, place, data, precision, params=params)
     return comm
 
 
@@ -410,27 +421,50 @@ def data_comm(model: Model, place: Placement, layout: Layout, precision: str, *,
     """The gradient exchange of one step: dense gradients over all data-parallel ranks, expert gradients over data/expert ranks.
 
     ZeRO-3 adds the parameter gathers; ZeRO-1/2 and the distributed optimizer send the
-    same bytes as an all-reduce (a reduce-scatter and an all-gather).
+    same bytes as an all-reduce (a reduce-scatter and an all-gather). Under hybrid sharding
+    each group's collectives run inside one replica, over its ranks / replicate (consecutive).
     """
-    t, d, p, e, et = layout.tensor, layout.data, layout.pipeline, layout.expert, layout.expert_tensor
-    grads = recipes().precision[precision].grads if precision in recipes().precision else None
-    if grads is None:
+    shards = layout.data // layout.replicate
+    link = place.link(layout.tensor * shards)
+    grads = _grad_bytes(precision)
+    seconds = sent = 0.0
+    for params, ranks in _gradient_groups(model, layout, params):
+        if ranks // layout.replicate > 1 and params:
+            transfers = _gradient_transfers(layout.zero >= 3, params, grads, ranks // layout.replicate)
+            seconds += transfer_seconds(transfers, place, link)
+            sent += float(parallel_comm.bytes_per_rank(transfers))
+    return Comm(seconds, sent, link, shards)
+
+
+def replica_comm(model: Model, place: Placement, layout: Layout, precision: str, *, params: tuple[int, int] | None = None) -> Comm:
+    """Hybrid sharding's exchange across the replicas: each rank's gradient shard (its group's gradients / the
+    group's ranks in one replica) all-reduced over the replicate ranks that hold the same shard (PyTorch FSDP2's
+    HSDP, MaxText's DCN data parallelism). They sit one replica apart: the group spans all the data ranks."""
+    replicas = layout.replicate
+    transfers: list[parallel_comm.Transfer] = []
+    for params, ranks in _gradient_groups(model, layout, params):
+        if params:
+            transfers += _gradient_transfers(False, Fraction(params) / (ranks // replicas), _grad_bytes(precision), replicas)
+    link = place.link(layout.tensor * layout.data)
+    return Comm(transfer_seconds(transfers, place, link), float(parallel_comm.bytes_per_rank(transfers)), link, replicas)
+
+
+def _grad_bytes(precision: str) -> int:
+    if precision not in recipes().precision:
         raise EvaluationError(f"unknown precision {precision!r}; choose one of {', '.join(recipes().precision)}")
-    # parameters on this rank, and what it would hold without expert parallelism (given when already known)
+    return recipes().precision[precision].grads
+
+
+def _gradient_groups(model: Model, layout: Layout, params: tuple[int, int] | None) -> list[tuple[Number, int]]:
+    """The parameters on one rank whose gradients go over one group, and that group's ranks: the dense ones over the
+    data ranks, the routed experts' over the expert-data-parallel group (tensor × data × context / (expert × expert
+    tensor)). ``params``: this rank's parameters and what it would hold without expert parallelism, when known."""
+    t, p, e, et = layout.tensor, layout.pipeline, layout.expert, layout.expert_tensor
     local, replicated = params or (_bind(model, params_per_device(model, Layout(tensor=t, pipeline=p, expert=e, expert_tensor=et))), _bind(model, params_per_device(model, Layout(tensor=t, pipeline=p, expert_tensor=et))))
     expert = Fraction(replicated - local, e - 1) if e > 1 else 0  # routed-expert parameters on this rank
     if layout.folded and e == 1:
         expert = _bind(model, expert_params_per_device(model, layout))
-    # the routed experts' gradients go over the expert-data-parallel group (tensor × data × context / (expert × expert tensor))
-    groups = [(local - expert, d)] + ([(expert, layout.expert_data)] if expert and layout.expert_data > 1 else [])
-    link = place.link(t * d)
-    seconds = sent = 0.0
-    for params, ranks in groups:
-        if ranks > 1 and params:
-            transfers = _gradient_transfers(layout.zero >= 3, params, grads, ranks)
-            seconds += transfer_seconds(transfers, place, link)
-            sent += float(parallel_comm.bytes_per_rank(transfers))
-    return Comm(seconds, sent, link, d)
+    return [(local - expert, layout.data)] + ([(expert, layout.expert_data)] if expert and layout.expert_data > 1 else [])
 
 
 @lru_cache(maxsize=4096)
@@ -471,7 +505,16 @@ def _training_assumptions(place: Placement, dtype: str, layout: Layout, recomput
         "collective_algorithm": "the faster of ring and tree for each collective where both are modelled (as NCCL picks by size)",
         "latency": "symform.analysis.parallel.collectives.DEFAULT_LATENCY_S per message, by link",
         "mfu": "model FLOPs = forward + backward of the step (no recomputation); HFU adds the recomputed FLOPs",
-    }
+    } | ({"hybrid_sharding": _hybrid_assumption(layout)} if layout.replicate > 1 else {})
+
+
+def _hybrid_assumption(layout: Layout) -> str:
+    shard = layout.shard_data * layout.context
+    ranks = "data and context" if layout.context > 1 else "data"
+    return (
+        f"ZeRO-{layout.zero} within each of {layout.replicate} replicas: its collectives over {shard} consecutive {ranks} ranks, "
+        f"then each rank's 1/{shard} gradient shard all-reduced over the {layout.replicate} replicas, a group spanning all the {ranks} ranks, once per step"
+    )
 
 
 # --- inference ----------------------------------------------------------------------------------

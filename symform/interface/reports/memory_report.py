@@ -21,6 +21,7 @@ from ...analysis.memory.finetune import finetune_memory, finetune_memory_express
 from ...analysis.memory.frameworks import DEFAULT as DEFAULT_FRAMEWORK, EAGER, framework, frameworks
 from ..options.finetune_args import finetune_arguments, finetune_setup
 
+REPLICATE_HELP = "hybrid sharding (PyTorch FSDP2's HSDP, torchtitan's dp_replicate, MaxText's dcn_data_parallelism): the data-parallel ranks form N replicas, each sharding the --zero stage's copies over its dp / N ranks, the gradient shards all-reduced across the replicas (N divides --dp; needs --zero 1 or more; default 1)"
 ETP_HELP = "expert tensor-parallel degree: the tensor split of each routed expert (Megatron-Core's --expert-tensor-parallel-size; default: --tp); another degree folds the expert ranks over the tensor and data ranks (expert × etp divides tp × dp × cp)"
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
 KV_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "int4": Fraction(1, 2)}
@@ -126,6 +127,7 @@ def setup_arguments(p: argparse.ArgumentParser) -> None:
     for name, help in (("dp", "data"), ("pp", "pipeline"), ("ep", "expert"), ("cp", "context")):
         train.add_argument(f"--{name}", type=positive_int, default=1, help=f"{help}-parallel degree")
     train.add_argument("--etp", type=positive_int, help=ETP_HELP)
+    train.add_argument("--replicate", type=positive_int, default=1, metavar="N", help=REPLICATE_HELP)
     train.add_argument("--sp", action=argparse.BooleanOptionalAction, default=None, help="sequence parallelism alongside tensor parallelism (default: the framework's, with --tp > 1)")
     framework_argument(train)
     train.add_argument("--schedule", default="1f1b", choices=SCHEDULES, help="pipeline schedule")
@@ -182,7 +184,7 @@ def _layout(args: argparse.Namespace) -> Layout:
     return Layout(
         data=args.dp, tensor=args.tp, pipeline=args.pp, expert=args.ep, expert_tensor=args.etp, context=args.cp, sequence=fw.default("sequence_parallel", args.sp, args.tp),
         zero=args.zero, distributed_optimizer=fw.default("distributed_optimizer", args.distributed_optimizer),
-        schedule=args.schedule, microbatches=args.microbatches, chunks=args.chunks,
+        schedule=args.schedule, microbatches=args.microbatches, chunks=args.chunks, replicate=args.replicate,
     )  # fmt: skip
 
 

@@ -17,13 +17,13 @@ from ...analysis.memory.memory import matmul_rate, stored_weights
 from ...analysis.memory.settings import RECOMPUTE, SCHEDULES, Layout, recipes
 from ...engine.graph.model import Model
 from ...analysis.memory.frameworks import EAGER, framework
-from .memory_report import ETP_HELP, framework_argument, framework_name, framework_version_argument, time_profile_of
+from .memory_report import ETP_HELP, REPLICATE_HELP, framework_argument, framework_name, framework_version_argument, time_profile_of
 
 if TYPE_CHECKING:  # the timing module (and numpy) load when a time is asked for, not with the CLI
     from ...analysis.time.timing import TrainingTime
     from ...analysis.time.phase_time import InferenceTime, PhaseTime
 
-TRAIN_ONLY = ("global_batch", "micro_batch", "seq", "dp", "pp", "ep", "etp", "cp", "recompute", "schedule", "zero", "measured_step", "measured_tokens_per_s", "tokens", "sp", "chunks", "tp_comm_overlap", "ep_comm_overlap")
+TRAIN_ONLY = ("global_batch", "micro_batch", "seq", "dp", "pp", "ep", "etp", "cp", "recompute", "schedule", "zero", "measured_step", "measured_tokens_per_s", "tokens", "sp", "chunks", "tp_comm_overlap", "ep_comm_overlap", "replicate")
 #: Decode attention kernels beyond sdpa and eager, with their sources (symform.analysis.time.efficiencies.ATTENTION)
 DECODE_KERNELS = (
     ("fused_per_head", "a fused kernel reading each key/value head once per query head, not once per group (TensorRT-LLM's masked MHA for generation before its XQA kernel, v0.8: docs/source/blogs/XQA-kernel.md); sdpa reads it once per group (FlashDecoding, FlashAttention-2's grouped-query packing, TensorRT-LLM's XQA)"),
@@ -45,6 +45,7 @@ def time_arguments(p: argparse.ArgumentParser) -> None:
     for flag, what in (("dp", "data"), ("tp", "tensor"), ("pp", "pipeline"), ("ep", "expert"), ("cp", "context")):
         p.add_argument(f"--{flag}", type=positive_int, help=f"{what}-parallel degree")
     p.add_argument("--etp", type=positive_int, help=ETP_HELP)
+    p.add_argument("--replicate", type=positive_int, metavar="N", help=REPLICATE_HELP)
     p.add_argument("--recompute", choices=RECOMPUTE, help="activation recomputation (default none)")
     p.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="ZeRO stage / FSDP sharding over the data-parallel ranks (3 = FSDP full shard; default 0)")
     p.add_argument("--fit-only", action="store_true", help="refuse a training layout whose memory does not fit one device")
@@ -181,7 +182,7 @@ def _layout(args: argparse.Namespace) -> Layout:
     # a framework the user names brings its layout defaults (Megatron's recipes run sequence parallelism with tensor
     # parallelism), as its time facts and the measured runs under it do
     sequence = framework(args.framework).default("sequence_parallel", args.sp, tp) if getattr(args, "framework", None) else bool(args.sp)
-    return Layout(data=dp, tensor=tp, pipeline=pp, expert=args.ep or 1, context=args.cp or 1, schedule=schedule, zero=args.zero or 0, sequence=sequence, chunks=chunks, expert_tensor=args.etp)
+    return Layout(data=dp, tensor=tp, pipeline=pp, expert=args.ep or 1, context=args.cp or 1, schedule=schedule, zero=args.zero or 0, sequence=sequence, chunks=chunks, expert_tensor=args.etp, replicate=args.replicate or 1)
 
 
 def _with_attention(table: str, args: argparse.Namespace) -> str:
@@ -458,7 +459,8 @@ def _sci(value: object) -> str:
 def training_table(r: TrainingTime) -> str:
     lay = r.layout
     lines = [
-        f"training step of {r.model} on {r.assumptions['devices']} ({r.dtype}): data {lay['data']} × tensor {lay['tensor']} × pipeline {lay['pipeline']}" + (f" × context {lay['context']}" if lay["context"] > 1 else "") + f", expert {lay['expert']}" + (f" × expert tensor {lay['expert_tensor']}" if lay.get("expert_tensor") not in (None, lay["tensor"]) else ""),
+        f"training step of {r.model} on {r.assumptions['devices']} ({r.dtype}): data {lay['data']} × tensor {lay['tensor']} × pipeline {lay['pipeline']}" + (f" × context {lay['context']}" if lay["context"] > 1 else "") + f", expert {lay['expert']}" + (f" × expert tensor {lay['expert_tensor']}" if lay.get("expert_tensor") not in (None, lay["tensor"]) else "")
+        + (f"; ZeRO-{lay['zero']} sharded over {lay['data'] // lay['replicate']} data ranks, replicated {lay['replicate']} times (hybrid sharding)" if lay.get("replicate", 1) > 1 else ""),
         f"global batch {r.global_batch} × seq {r.seq} = {r.tokens:,} tokens; micro-batch {r.micro_batch}, {r.microbatches} per step; recompute {r.recompute}",
         *([f"fine-tuning    {describe_text(r.assumptions['fine_tuning'])}; step FLOPs {_sci(r.model_flops)}: frozen weights take no weight gradient"] if "fine_tuning" in r.assumptions else []),
         f"per device     FLOPs {_sci(r.flops_per_device)}   HBM bytes {_sci(r.bytes_per_device)}",
