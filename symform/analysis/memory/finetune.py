@@ -427,6 +427,8 @@ def finetune_memory_expressions(
     optimizer states, and what the forward keeps for backward. ``bind_rank=False``: the categories alone,
     over lora_rank too (a sweep's)."""
     layout = training.layout
+    if training.offload_layers:
+        raise EvaluationError("activation offload is counted for full training; drop --offload-layers for a fine-tuning step")
     check_layout(setup, layout)
     precision = _pick(recipes().precision, training.precision, "precision")
     optimizer = _pick(recipes().optimizer, training.optimizer, "optimizer")

@@ -31,7 +31,7 @@ from ...engine.language.vocabulary import Vocabulary
 from ...engine.language.declarations import PARTS
 from .maxima import max_of
 from .quantization import StoredFormat, WeightFormat, _rational, bytes_per_weight, checkpoint_format, stored_bytes, weight_bytes_by_leaf
-from . import frameworks
+from . import activation_offload, frameworks
 from .settings import GENERATING, REBUILDING, RECOMPUTE, Degree, Layout, Optimizer, Precision, _pick, check_degree, recipes
 
 
@@ -454,6 +454,7 @@ class Training:
     framework: str | None = None  # formulas/frameworks: its selective policy, buffers and overheads; None: the declared tensors alone
     recompute_modules: tuple[str, ...] = ()  # the framework's per-module recomputation (Megatron-Core's recompute_modules)
     grad_reduce_fp32: bool | None = None  # the framework's main_grad buffers in fp32 (Megatron-Core's grad_reduce_in_fp32); None: its default
+    offload_layers: int = 0  # layers whose saved activations wait in host memory (Megatron-Core's cpu_offloading_num_layers)
 
 
 def training_expressions(model: Model, setup: Training = Training()) -> tuple[dict[str, sympy.Expr], dict[str, sympy.Expr], dict[str, object]]:
@@ -476,6 +477,7 @@ def training_expressions(model: Model, setup: Training = Training()) -> tuple[di
     static = _layout_static_lines(model, layout, precision, optimizer)
     others = {"activations": _activations_per_device(kept, model, layout), **backward_categories(model, transient, layout)}
     components = {k: _activations_per_device(v, model, layout) for k, v in by_component.items()}
+    others = activation_offload.device_lines(model, others, components, activation_offload.check_offload(model, setup.offload_layers, layout))
     settings = fw.settings(grad_reduce_fp32=setup.grad_reduce_fp32) if fw else {}
     others |= framework_overheads(model, fw, layout, precision, sympy.Add(*static.values(), *others.values()), settings)
     assumptions = {
@@ -486,6 +488,7 @@ def training_expressions(model: Model, setup: Training = Training()) -> tuple[di
         "act_bytes": precision.act,
         "recompute": setup.recompute,
         **({"recompute_modules": list(setup.recompute_modules)} if setup.recompute_modules else {}),
+        **activation_offload.assumptions(model, setup.offload_layers),
         "flash_attention": setup.flash,
         "attention": attention_accounting(setup.flash),
         **backward_peak_assumptions(layout),
@@ -554,7 +557,7 @@ _polynomial = derivation(polynomial)
 def training_memory(model: Model, *, batch: int, seq: int, setup: Training = Training()) -> MemoryReport:
     """Bytes on one device for one training step of ``batch`` sequences (the micro-batch) of ``seq`` tokens."""
     categories, components, assumptions = training_expressions(model, setup)
-    return _report(model, "train", categories, components, assumptions, batch=batch, seq=seq)
+    return activation_offload.with_host_bytes(model, _report(model, "train", categories, components, assumptions, batch=batch, seq=seq), setup.offload_layers)
 
 
 # --- inference -------------------------------------------------------------------------------

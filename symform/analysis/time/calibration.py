@@ -22,7 +22,7 @@ from ...engine.graph.model import Model
 from . import estimate, grouped_gemm, timing
 from . import step_model
 from . import efficiencies
-from .measured_runs import SPLITS, Case, Run, is_moe, run_model, run_profile, runs, sources, training_layout
+from .measured_runs import SPLITS, Case, Run, is_moe, run_framework, run_model, run_profile, runs, sources, training_layout
 
 
 # --- predictions --------------------------------------------------------------------------------
@@ -42,7 +42,10 @@ def _prepare(run: Run) -> _Prepared:
     model, s = run_model(run), run.setup
     if run.kind == "training":
         layout = training_layout(run)
-        bounds = timing.training_time(model, s["gpu"], global_batch=s["global_batch"], micro_batch=s["micro_batch"], seq=s["seq"], layout=layout, recompute=s.get("recompute", "none"), dtype=s.get("dtype", "bf16"), flash=s.get("attention", "sdpa") != "eager")
+        bounds = timing.training_time(
+            model, s["gpu"], global_batch=s["global_batch"], micro_batch=s["micro_batch"], seq=s["seq"], layout=layout, recompute=s.get("recompute", "none"), dtype=s.get("dtype", "bf16"),
+            flash=s.get("attention", "sdpa") != "eager", offload_layers=s.get("offload_layers", 0), offload_framework=run_framework(run)[0],
+        )  # fmt: skip
         work = estimate.kernels(step_model.at_dtype(model, s.get("dtype", "bf16")), "train", workload={"batch": s["micro_batch"], "seq": s["seq"]}, tensor=layout.tensor, pipeline=layout.pipeline, recompute=s.get("recompute", "none"), attention=s.get("attention", "sdpa"), context=layout.context)
         return _Prepared(run, model, bounds, work)
     # the kernels at the run's dtype: FP8 weights are read at one byte, as serving_estimate reads them

@@ -356,6 +356,8 @@ def training_estimate(
     tp_comm_overlap: bool = False,
     profile: TimeProfile | None = None,
     ep_comm_overlap: bool = False,
+    offload_layers: int = 0,
+    offload_framework: str | None = None,
 ) -> TrainingEstimate:
     """The estimated step time of ``symform.analysis.time.timing.training_time``'s step, with its parts and band.
 
@@ -366,7 +368,9 @@ def training_estimate(
     ``profile``: the framework's time-side facts (symform.analysis.time.efficiencies): its recipes' overlaps and a
     release's slowdown. ``ep_comm_overlap``: the expert-parallel
     all-to-alls overlapped with other micro-batches' compute (Megatron-Core's overlap_moe_expert_parallel_comm,
-    DeepEP's hooks; rules.toml overlap.expert_overlapped), where Megatron-Core's default leaves them exposed."""
+    DeepEP's hooks; rules.toml overlap.expert_overlapped), where Megatron-Core's default leaves them exposed.
+    ``offload_layers``, ``offload_framework``: activation offload's host-link copies (timing.offload_comm), DMA at the link's rate (no
+    collective, so no bus efficiency), hidden under the compute by rules.toml overlap.offload."""
     if tp_comm_overlap and not (layout and layout.sequence):
         raise ConfigError("tensor-parallel communication overlap pipelines sequence parallelism's all-gathers and reduce-scatters with the GEMMs; add sequence parallelism (--sp) or drop it")
     layout = layout or Layout()
@@ -374,7 +378,7 @@ def training_estimate(
         tp_comm_overlap = True
     bounds = bounds or timing.training_time(
         model, gpu, global_batch=global_batch, micro_batch=micro_batch, seq=seq, layout=layout,
-        recompute=recompute, dtype=dtype, flash=attention != "eager", precision=precision, node_size=node_size, finetune=finetune,
+        recompute=recompute, dtype=dtype, flash=attention != "eager", precision=precision, node_size=node_size, finetune=finetune, offload_layers=offload_layers, offload_framework=offload_framework,
     )
     place = step_model.placement(gpu, node_size)
     model = step_model.at_dtype(model, dtype)
@@ -391,7 +395,7 @@ def training_estimate(
     serial = sum(kernel_ceiling(k, peak, hbm, eff, fusion, head) for k in work) * bounds.microbatches
     attention_s = sum(t for t, k in zip(seconds, work) if k.kind == "attention") * bounds.microbatches
     gemm_s = sum(t for t, k in zip(seconds, work) if k.kind == "gemm") * bounds.microbatches
-    comm = {kind: c.seconds / eff.link(c.link).bus_efficiency for kind, c in bounds.comm.items()}
+    comm = {kind: c.seconds / (1.0 if kind == "offload" else eff.link(c.link).bus_efficiency) for kind, c in bounds.comm.items()}
     ep_comm_overlap = ep_comm_overlap or (profile is not None and profile.ep_comm_overlap)
     exposed = _exposed(comm, compute, layout, attention_s, gemm_s if tp_comm_overlap else None, p2p_overlap=profile is not None and profile.p2p_overlap, ep_overlap=ep_comm_overlap)
     inside = tuple(v for k, v in exposed.items() if k not in timing.ONCE_PER_STEP)

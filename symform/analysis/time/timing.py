@@ -33,7 +33,7 @@ from ..memory.finetune import FineTune
 from ..parallel.collectives import link_latency
 from ...engine.errors import ConfigError, EvaluationError
 from ..devices.hardware import Hardware
-from ..memory.memory import check_pipeline, expert_params_per_device, params_per_device, tensor_split
+from ..memory.memory import Training, check_pipeline, expert_params_per_device, params_per_device, tensor_split, training_memory
 from ..memory.settings import Layout, recipes
 from ...engine.graph.model import Model
 from .roofline import phase_work
@@ -195,8 +195,14 @@ def training_time(
     precision: str = "mixed",
     node_size: int | None = None,
     finetune: FineTune | None = None,
+    offload_layers: int = 0,
+    offload_framework: str | None = None,
 ) -> TrainingTime:
     """Bounds on one training step of ``global_batch`` sequences of ``seq`` tokens under ``layout``.
+
+    ``offload_layers``: layers whose saved activations go to host memory and back each micro-batch
+    (``offload_comm``): a part that overlaps the compute, like the communication; their bytes as
+    ``offload_framework`` (formulas/frameworks) counts them, the declared tensors where it is None.
 
     ``finetune``: adapters or frozen weights (symform.analysis.memory.finetune): the step's FLOPs are the fine-tuning
     step's (no weight gradients for frozen weights, the adapters' own), and the data-parallel ranks exchange
@@ -229,6 +235,8 @@ def training_time(
     moved = _bind(model, bytes_expr, **workload)
     exchanged = None if trainable is None else _bind(model, trainable)
     comm = _training_comm(model, place, layout, microbatches, micro_batch, seq // layout.context, recompute, precision, exchanged)
+    if offload_layers:
+        comm["offload"] = offload_comm(model, place, Training(precision=_saved_precision(dtype, precision), recompute=recompute, flash=flash, layout=layout, framework=offload_framework, offload_layers=offload_layers), microbatches, micro_batch, seq)
     ratio = float(scaling.bubble_ratio(layout.schedule, layout.pipeline, microbatches, layout.chunks)) if layout.pipeline > 1 else 0.0
     t_math, t_mem = float(flops) / peak, float(moved) / bandwidth
     lower, upper = _step_bounds(t_math, t_mem, comm, ratio)
@@ -264,8 +272,30 @@ def training_time(
             "recompute_flops": _sizes(model, extra_flops.xreplace(whole)),
             "bubble_ratio": sympy.sympify(scaling.bubble_ratio(layout.schedule)) if layout.pipeline > 1 else sympy.Integer(0),
         },
-        assumptions=_training_assumptions(place, dtype, layout, recompute, flash, precision, comm) | (_finetune_assumptions(finetune) if finetune else {}),
+        assumptions=_training_assumptions(place, dtype, layout, recompute, flash, precision, comm) | (_finetune_assumptions(finetune) if finetune else {}) | ({"activation_offload": OFFLOAD} if offload_layers else {}),
     )
+
+
+OFFLOAD = (
+    "the offloaded layers' saved activations (symform memory --train --offload-layers, under the framework named for them, else the declared tensors) cross the host link "
+    "(the device's interconnect.pcie: PCIe, or NVLink-C2C on a superchip) twice per micro-batch, to the host in forward and back in backward, at its one-way bandwidth; "
+    "copied on their own streams beside the compute (Transformer Engine's offload handler), so they overlap it as communication does"
+)
+
+
+def _saved_precision(dtype: str, precision: str) -> str:
+    """The memory recipe whose activations a step saves: fp8 where its products run in FP8 (a framework's FP8 linears
+    keep their inputs in FP8, formulas/frameworks), else the step's own."""
+    return "fp8" if dtype == "fp8" and precision == "mixed" else precision
+
+
+def offload_comm(model: Model, place: Placement, setup: Training, microbatches: int, micro_batch: int, seq: int) -> Comm:
+    """Activation offload's transfers in one step: each micro-batch's offloaded bytes to the host and back."""
+    if "pcie" not in place.device.interconnect:
+        raise ConfigError(f"{place.device.name} has no host link (interconnect.pcie) in its hardware file, so activation offload cannot be timed; add its figure or drop --offload-layers")
+    host = training_memory(model, batch=micro_batch, seq=seq, setup=setup).assumptions["activation_offload_host_bytes"]
+    moved = 2 * host * microbatches
+    return Comm(moved / _bandwidth(place, "pcie"), float(moved), "pcie", 1)
 
 
 def _check_chunks(model: Model, layout: Layout) -> None:

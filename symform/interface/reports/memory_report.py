@@ -122,6 +122,7 @@ def setup_arguments(p: argparse.ArgumentParser) -> None:
     recipe_arguments(train)
     train.add_argument("--zero", type=int, default=0, choices=(0, 1, 2, 3), help="ZeRO stage over the data-parallel ranks")
     train.add_argument("--recompute-modules", type=lambda text: tuple(m.strip() for m in text.split(",") if m.strip()), default=(), metavar="A,B", help="the framework's modules to recompute (Megatron-Core's recompute_modules: core_attn, layernorm, moe_act, mla_up_proj); replaces --recompute selective's default")
+    train.add_argument("--offload-layers", type=non_negative_int, default=0, metavar="N", help="layers whose saved activations wait in host memory between forward and backward (Megatron-Core's cpu_offloading_num_layers; default 0)")
     train.add_argument("--distributed-optimizer", action=argparse.BooleanOptionalAction, default=None, help="Megatron's distributed optimizer (optimizer states sharded like ZeRO-1; default: the framework's)")
     train.add_argument("--grad-reduce-fp32", action=argparse.BooleanOptionalAction, default=None, help="Megatron-Core's main_grad buffers in fp32 (grad_reduce_in_fp32; default: the framework's, on for megatron); --no-grad-reduce-fp32 keeps them in the parameters' bf16, as Megatron-Bridge's performance recipes do")
     for name, help in (("dp", "data"), ("pp", "pipeline"), ("ep", "expert"), ("cp", "context")):
@@ -191,7 +192,7 @@ def _layout(args: argparse.Namespace) -> Layout:
 def _training(args: argparse.Namespace) -> Training:
     return Training(
         precision=args.precision, optimizer=args.optimizer, recompute=args.recompute, flash=uses_flash(args), layout=_layout(args), framework=framework_name(args),
-        recompute_modules=getattr(args, "recompute_modules", ()), grad_reduce_fp32=getattr(args, "grad_reduce_fp32", None),
+        recompute_modules=getattr(args, "recompute_modules", ()), grad_reduce_fp32=getattr(args, "grad_reduce_fp32", None), offload_layers=getattr(args, "offload_layers", 0),
     )  # fmt: skip
 
 
@@ -261,6 +262,8 @@ def _memory_table(report: MemoryReport, device: tuple[str, int] | None) -> str:
         lines.append(f"attention: {report.assumptions['attention']}; {other} for the other")
     if isinstance(report.assumptions.get("framework"), dict):
         lines.append(framework_line(report.assumptions["framework"]))
+    if "activation_offload_host_bytes" in report.assumptions:
+        lines.append(f"activation offload: {report.assumptions['activation_offload_host_bytes'] / 1e9:.3f} GB of {report.assumptions['offload_layers']} layers in host memory per micro-batch, moved each way over the host link")
     if report.activations_by_component:
         lines.append("activations by component: " + ", ".join(f"{k} {float(v) / 1e9:.3f} GB" for k, v in report.activations_by_component.items() if v))
     if device:

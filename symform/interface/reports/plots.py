@@ -214,6 +214,7 @@ MEMORY_COLOURS = {
     "gradients": "#E69F00",
     "optimizer": "#CC79A7",
     "activations": "#009E73",
+    "offload_buffer": "#999999",
     "recompute_buffer": "#F0E442",
     "backward_peak": "#D55E00",
 }

@@ -7,7 +7,7 @@ import json
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from ..options.cli_args import attention_arguments, non_negative_float, positive_float, positive_int, uses_flash
+from ..options.cli_args import attention_arguments, non_negative_float, non_negative_int, positive_float, positive_int, uses_flash
 from ..options.finetune_args import finetune_arguments, finetune_setup
 from .memory_report import kv_dtype_argument, with_kv_dtype
 
@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # the timing module (and numpy) load when a time is asked for
     from ...analysis.time.timing import TrainingTime
     from ...analysis.time.phase_time import InferenceTime, PhaseTime
 
-TRAIN_ONLY = ("global_batch", "micro_batch", "seq", "dp", "pp", "ep", "etp", "cp", "recompute", "schedule", "zero", "measured_step", "measured_tokens_per_s", "tokens", "sp", "chunks", "tp_comm_overlap", "ep_comm_overlap", "replicate")
+TRAIN_ONLY = ("global_batch", "micro_batch", "seq", "dp", "pp", "ep", "etp", "cp", "recompute", "schedule", "zero", "measured_step", "measured_tokens_per_s", "tokens", "sp", "chunks", "tp_comm_overlap", "ep_comm_overlap", "replicate", "offload_layers")
 #: Decode attention kernels beyond sdpa and eager, with their sources (symform.analysis.time.efficiencies.ATTENTION)
 DECODE_KERNELS = (
     ("fused_per_head", "a fused kernel reading each key/value head once per query head, not once per group (TensorRT-LLM's masked MHA for generation before its XQA kernel, v0.8: docs/source/blogs/XQA-kernel.md); sdpa reads it once per group (FlashDecoding, FlashAttention-2's grouped-query packing, TensorRT-LLM's XQA)"),
@@ -54,6 +54,7 @@ def time_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sp", action="store_true", default=None, help="sequence parallelism with tensor parallelism: all-gathers and reduce-scatters in place of the all-reduces (Korthikanti et al. 2022)")
     p.add_argument("--tp-comm-overlap", action="store_true", default=None, help="with --sp: the tensor-parallel communication pipelined with the GEMMs, as Megatron-LM's --tp-comm-overlap (Transformer Engine Userbuffers) runs it; only what outlasts the GEMMs is exposed in the estimate")
     p.add_argument("--ep-comm-overlap", action="store_true", default=None, help="with expert parallelism: the all-to-alls overlapped with other micro-batches' compute, as Megatron-Core's overlap_moe_expert_parallel_comm and DeepEP's hooks run them (off by default, as in Megatron-Core); only what outlasts the compute is exposed in the estimate")
+    p.add_argument("--offload-layers", type=non_negative_int, metavar="N", help="layers whose saved activations go to host memory and back each micro-batch (Megatron-Core's cpu_offloading_num_layers): the memory check keeps them off the device, the copies over the host link are timed beside the compute (default 0)")
     framework_version_argument(p)
     p.add_argument("--batch", type=positive_int, help="requests served together (inference)")
     p.add_argument("--prompt", type=positive_int, help="prompt tokens per request (inference)")
@@ -108,7 +109,7 @@ def _time_command(model: Model, args: argparse.Namespace) -> str:
     if args.train:
         args.dtype = args.dtype or "bf16"
         result = _train(model, args, tune)
-        found = _estimate(lambda: estimate.training_estimate(model, args.gpu, global_batch=args.global_batch, micro_batch=args.micro_batch or 1, seq=args.seq, layout=_layout(args), recompute=args.recompute or "none", dtype=args.dtype, attention=args.attention, node_size=args.node_size, finetune=tune, gemm_model=args.gemm_model, tp_comm_overlap=bool(args.tp_comm_overlap), profile=time_profile_of(args, model), ep_comm_overlap=bool(args.ep_comm_overlap)))
+        found = _estimate(lambda: estimate.training_estimate(model, args.gpu, global_batch=args.global_batch, micro_batch=args.micro_batch or 1, seq=args.seq, layout=_layout(args), recompute=args.recompute or "none", dtype=args.dtype, attention=args.attention, node_size=args.node_size, finetune=tune, gemm_model=args.gemm_model, tp_comm_overlap=bool(args.tp_comm_overlap), profile=time_profile_of(args, model), ep_comm_overlap=bool(args.ep_comm_overlap), offload_layers=args.offload_layers or 0, offload_framework=framework_name(args)))
         memory = _memory_fit(model, args, result, tune)
         measured = utilisation.measured(model, result, step_s=args.measured_step, tokens_per_s=args.measured_tokens_per_s) if (args.measured_step or args.measured_tokens_per_s) else None
         run = utilisation.duration(model, result, found, args.tokens, measured) if args.tokens else None
@@ -208,7 +209,7 @@ def _memory_fit(model: Model, args: argparse.Namespace, result: TrainingTime, tu
     name = framework_name(args) if tune is None else EAGER
     layout = _layout(args)
     layout = replace(layout, sequence=framework(name).default("sequence_parallel", None, layout.tensor), distributed_optimizer=framework(name).default("distributed_optimizer", None))
-    setup = Training(recompute=args.recompute or "none", flash=flash, layout=layout, framework=name)
+    setup = Training(recompute=args.recompute or "none", flash=flash, layout=layout, framework=name, offload_layers=args.offload_layers or 0)
     if tune is not None:
         from ...analysis.memory.finetune import finetune_memory
 
@@ -413,7 +414,7 @@ def _train(model: Model, args: argparse.Namespace, tune=None) -> TrainingTime:
 
     return training_time(
         model, args.gpu, global_batch=args.global_batch, micro_batch=args.micro_batch or 1, seq=args.seq,
-        layout=_layout(args), recompute=args.recompute or "none", dtype=args.dtype, flash=_flash(args), node_size=args.node_size, finetune=tune,
+        layout=_layout(args), recompute=args.recompute or "none", dtype=args.dtype, flash=_flash(args), node_size=args.node_size, finetune=tune, offload_layers=args.offload_layers or 0, offload_framework=framework_name(args),
     )
 
 

@@ -59,7 +59,7 @@ def _setup(c: measured_runs.Case) -> str:
         model += " (" + ", ".join(f"{k}={v}" for k, v in s["overrides"].items()) + ")"
     if c.run.kind == "training":
         lay = f"{s['gpus']} GPUs, TP {s.get('tensor', 1)} PP {s.get('pipeline', 1)}" + "".join(f", {k} {s[k]}" for k in ("context", "chunks", "expert", "expert_tensor") if k in s) + (f", ZeRO-{s['zero']}" if s.get("zero") else "") + (f" × replicate {s['replicate']}" if s.get("replicate", 1) > 1 else "") + (f", {s['dtype']}" if "dtype" in s else "")
-        work = f"batch {s['global_batch']} × micro {s['micro_batch']}, seq {s['seq']}, recompute {s.get('recompute', 'none')}, attention {s.get('attention', 'sdpa')}"
+        work = f"batch {s['global_batch']} × micro {s['micro_batch']}, seq {s['seq']}, recompute {s.get('recompute', 'none')}, attention {s.get('attention', 'sdpa')}" + (f", {s['offload_layers']} layers offloaded" if s.get("offload_layers") else "")
     else:
         lay = f"TP {s.get('tensor', 1)}"
         work = f"batch {s['batch']}, prompt {s['prompt']}, output {s['output']}, {s.get('dtype', 'bf16')}" + (f", attention {s['attention']}" if "attention" in s else "") + "".join(f", {k} {v}" for k, v in s.get("conventions", {}).items())
@@ -231,7 +231,7 @@ MISSES = """## The misses, explained
   the sustained fraction fitted on the H100's bf16 runs. The B200 and GB200 have GEMM rates of
   their own, fitted on FP8 runs (25.09's Llama 3 8B on each: 70.7 % of the fp8 peak), and 25.11's
   Llama 3 8B on B200 came from −14 % to −2 % (the fit row's layout a release later: a weak test).
-- **GB200 (Megatron-Bridge's DGX-GB200 rows, held out: −17 % to −0.5 %)**: GB200 has factors of its
+- **GB200 (Megatron-Bridge's DGX-GB200 rows, held out: −79 % to +19 %)**: GB200 has factors of its
   own (`hardware/efficiency/gb200.toml`, also for the `gb200-nvl72` rack its runs name): its sustained
   GEMM fraction fitted on the one dense GB200 run of the fit split (25.09 Llama 3 8B FP8: 70.7 % of the
   fp8 peak) and its time per local expert on the one FP8 MoE one (25.09 Qwen3-30B-A3B, token-drop:
@@ -241,14 +241,24 @@ MISSES = """## The misses, explained
   BF16 GPT-OSS-120B on 64 GPUs (−9 %, the table's batch and 8,192-token sequences), its DeepSeek-V3
   (BF16 −9 %, FP8-MX −17 %) and BF16 Qwen3-235B-A22B (−3 %) on 256 GPUs, and 25.09's token-drop
   DeepSeek-V3 (−3 %) and Qwen3-235B-A22B (−13 %: expert parallelism 64 folded over tensor 2 × data 32,
-  expert tensor parallelism 1). Left out, each with its reason in its source's `assumed`: Llama 3 70B and
-  Llama 3.1 405B, whose GB200 recipes offload 40 and 95 layers' activations to the Grace CPU (not
-  modelled; predicted not to fit without it); 25.11's Llama 3.1 405B (pipeline 16 × virtual chunks
-  4, no offloading), predicted not to fit (221.7 GB of 199.7 GB, with the bf16 gradient buffers its
-  recipe sets, `grad_reduce_in_fp32 = False`): its 384 micro-batches keep 79 chunk micro-batches in
-  flight on the first stage, which symform counts as balanced chunks of 126/64 layers, where
-  Megatron's first chunk holds the embedding and one layer and 31 of the 79 are that chunk's (127
-  layers' activations, not 155.5).
+  expert tensor parallelism 1). Llama 3 70B with 40 of its 80 layers' activations offloaded to the
+  Grace CPU's memory (`offload_layers`; 25.09 +19 %, 25.11 +11 %): both fit (189.2 GB of 199.7 GB, one
+  offloaded layer in flight counted, and the Megatron accounting's dense MLPs keeping the fused
+  SwiGLU's input alone, `fused_glu`); the copies, 156 GB each way per micro-batch over NVLink-C2C at
+  225 GB/s (half a superchip's 900 GB/s both ways), hide under the compute, so the estimate is the
+  step's without offloading, where the runs pay what symform does not charge for it (the copies' HBM
+  traffic beside the kernels, the offload handler's stream synchronisations). 25.09's Llama 3.1 405B
+  with 95 of 126 layers offloaded (tensor 2, Megatron-FSDP over 64 data-parallel ranks) is −79 %:
+  its 128 GPUs fill two NVL72 racks, so symform runs the data-parallel group's ZeRO-3 gathers and
+  reduce-scatter whole at each GPU's 50 GB/s NIC (22.6 s exposed of an estimated 26.7 s step, where
+  the run took 5.6 s): a miss of the data-parallel model for a group that leaves the NVLink domain
+  (NCCL keeps most of the traffic inside each rack), not of the offload. 25.11's Llama 3.1 405B
+  (pipeline 16 × virtual chunks 4, no offloading) is +17 %: left out while symform's Megatron
+  accounting kept silu's output beside the fused SwiGLU's input (221.7 GB of 199.7 GB), it fits at
+  187.1 GB with the bf16 gradient buffers its recipe sets (`grad_reduce_in_fp32 = False`), still
+  counting its 384 micro-batches' 79 chunk micro-batches in flight on the first stage as balanced
+  chunks of 126/64 layers, where Megatron's first chunk holds the embedding and one layer and 31 of
+  the 79 are that chunk's (127 layers' activations, not 155.5).
 - **TPU v5p and v6e (MaxText's published runs; held out: v5p −26 % to +19 %)**: each
   chip has factors of its own (`hardware/efficiency/tpu-v5p.toml`, `tpu-v6e.toml`, also
   for the slices its runs name, `tpu-v5p-128` and up, each slice's ICI torus one scale-up domain): the
@@ -277,9 +287,12 @@ MISSES = """## The misses, explained
   peak) with the run still 9 % faster than estimated, since symform charges each element-wise
   kernel its own HBM pass where XLA fuses them into the products, a fifth of the step at the v5e's
   819 GB/s: a factor no chip can have, so none is given. Left out, each with its reason in its
-  source file: v6e Llama 3.1 8B, 70B and 405B, predicted not to fit
-  (symform's memory holds torchtitan's FSDP buffers, and not MaxText's offloading of activations to
-  host memory), the 405B also on two slices where its row reads 256 chips; the mixtures of experts.
+  source file: v6e Llama 3.1 8B, 70B and 405B, predicted not to fit even
+  with every layer's input offloaded to host memory as MaxText's policies offload it (full
+  recomputation with `--offload-layers` all layers: 58.0 GB and 81.2 GB for the 8B and the 70B of the
+  chip's 34.4 GB under torchtitan's accounting, the fp32 logits, the loss's backward peak and one
+  rebuilt layer staying), with no host-link figure for the v6e to time the copies, the 405B also on
+  two slices where its row reads 256 chips; the mixtures of experts.
 - **Megatron-Bridge's largest MoE rows on B200 and H100 (held out: −18 % to +96 %)**: added, with
   those of GB200, once a virtual pipeline's chunks need not split the layers evenly. 25.09's
   dropless DeepSeek-V3 on 1,024 H100s (tensor 2, expert 64) is +13 %: it was −39 % while symform sent

@@ -1,0 +1,121 @@
+"""Activation offload (Megatron-Core's cpu_offloading_num_layers): the offloaded layers' saved activations leave the
+device, one offloaded layer stays in flight, and the bytes cross the host link twice per micro-batch.
+
+One layer's saved bytes are measured without the code under test: the activations of a model with one more
+identical layer, less those of the same model without it (every other component is the same).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from checks import run, run_json
+from symform import ConfigError, EvaluationError, Model, load
+from symform.analysis.memory.memory import Training, training_memory
+from symform.analysis.memory.settings import Layout
+from symform.analysis.time.estimate import training_estimate
+from symform.analysis.time.timing import training_time
+
+TINY = {
+    "model_type": "llama", "hidden_size": 64, "intermediate_size": 96, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "vocab_size": 1000, "max_position_embeddings": 4096,
+}  # fmt: skip
+H100_PCIE = 64e9  # hardware/h100-sxm.toml: PCIe Gen5 x16, 128 GB/s both directions
+
+
+def tiny(layers: int) -> Model:
+    return Model.from_config({**TINY, "num_hidden_layers": layers}, name=f"tiny-llama-{layers}")
+
+
+def memory(layers: int, offloaded: int = 0, **setup):
+    return training_memory(tiny(layers), batch=2, seq=64, setup=Training(offload_layers=offloaded, **setup))
+
+
+def one_layer(**setup) -> int:
+    return memory(4, **setup).values["activations"] - memory(3, **setup).values["activations"]
+
+
+@pytest.mark.parametrize("offloaded", [1, 2, 3])
+def test_offloaded_layers_leave_the_device_and_one_stays_in_flight(offloaded):
+    layer, whole = one_layer(), memory(3)
+    assert layer > 0
+    part = memory(3, offloaded)
+    assert part.values["activations"] == whole.values["activations"] - offloaded * layer
+    assert part.values["offload_buffer"] == layer
+    assert part.total == whole.total - offloaded * layer + layer
+    assert part.assumptions["activation_offload_host_bytes"] == offloaded * layer
+    assert part.assumptions["offload_layers"] == offloaded
+
+
+def test_with_recomputation_an_offloaded_layer_is_its_kept_input():
+    layer = one_layer(recompute="full")
+    assert layer == 2 * 2 * 64 * 64  # full recomputation keeps each layer's bf16 input: batch × seq × d_model
+    assert memory(3, 3, recompute="full").assumptions["activation_offload_host_bytes"] == 3 * layer
+
+
+def test_no_layer_offloaded_is_the_report_without_offload():
+    plain = training_memory(tiny(3), batch=2, seq=64)
+    zero = memory(3, 0)
+    assert zero.as_dict() == plain.as_dict()
+    assert "offload_buffer" not in zero.values
+
+
+@pytest.mark.parametrize("bad", [-1, 4, 2.0, True])
+def test_a_layer_count_outside_the_model_is_refused(bad):
+    with pytest.raises(EvaluationError):
+        memory(3, bad)
+
+
+def test_offload_with_a_pipeline_is_refused():
+    with pytest.raises(ConfigError, match="pipeline"):
+        memory(3, 1, layout=Layout(pipeline=3))
+
+
+def test_each_micro_batch_sends_the_offloaded_bytes_out_and_back_over_the_host_link():
+    layer = one_layer()
+    model = tiny(3)
+    step = dict(global_batch=8, micro_batch=2, seq=64, flash=True)  # four micro-batches on one device, as Training() counts them
+    plain = training_time(model, "h100-sxm", **step)
+    timed = training_time(model, "h100-sxm", offload_layers=2, **step)
+    assert "offload" not in plain.comm
+    offload = timed.comm["offload"]
+    assert offload.bytes_per_rank == 4 * 2 * 2 * layer
+    assert offload.seconds == pytest.approx(4 * 2 * 2 * layer / H100_PCIE)
+    assert timed.time_upper == pytest.approx(plain.time_upper + offload.seconds)  # nothing overlapped: added
+    assert timed.time_lower == pytest.approx(max(plain.time_lower, offload.seconds))  # overlapped: the longest
+
+
+def test_the_estimate_charges_only_what_outlasts_the_compute():
+    model = tiny(3)
+    step = dict(global_batch=8, micro_batch=2, seq=64)
+    found = training_estimate(model, "h100-sxm", offload_layers=2, **step)
+    copies = found.comm_s["offload"]
+    assert copies == pytest.approx(training_time(model, "h100-sxm", offload_layers=2, flash=True, **step).comm["offload"].seconds)
+    assert found.exposed_comm_s["offload"] == pytest.approx(max(0.0, copies - found.compute_s))
+
+
+def test_a_device_without_a_host_link_figure_cannot_time_offload():
+    with pytest.raises(ConfigError, match="host link"):
+        training_time(tiny(3), "tpu-v6e", global_batch=2, micro_batch=2, seq=64, offload_layers=1)
+
+
+def test_megatron_dense_mlps_keep_the_fused_swiglu_input_alone():
+    """Megatron-Core's bias_swiglu_impl keeps fc1's output (gate and up) and not silu's output: one batch × seq ×
+    d_ff tensor in bf16 fewer per layer than the activation and the product run apart (fused_glu = 0)."""
+    setup = Training(framework="megatron", layout=Layout(data=8, zero=3))
+    fused = training_memory(load("llama-3.1-8b"), batch=2, seq=8192, setup=setup)
+    apart = training_memory(load("llama-3.1-8b").with_conventions(fused_glu=0), batch=2, seq=8192, setup=setup)
+    assert apart.activations_by_component["layers"] - fused.activations_by_component["layers"] == 32 * 2 * 2 * 8192 * 14336
+
+
+def test_cli_memory_and_time_take_the_offloaded_layer_count(capsys):
+    code, out, _ = run(capsys, "memory", "llama-3.1-8b", "--train", "--batch", "1", "--seq", "1024", "--offload-layers", "16")
+    assert code == 0 and "offload_buffer" in out and "activation offload:" in out
+    data = run_json(capsys, "time", "llama-3.1-8b", "--train", "--gpu", "h100-sxm", "--global-batch", "8", "--seq", "1024", "--offload-layers", "16")
+    assert data["comm"]["offload"]["link"] == "pcie"
+    assert data["estimate"]["comm_s"]["offload"] > 0
+
+
+def test_cli_refuses_more_offloaded_layers_than_the_model_has(capsys):
+    code, _, err = run(capsys, "memory", "llama-3.1-8b", "--train", "--batch", "1", "--seq", "1024", "--offload-layers", "33")
+    assert code != 0 and "at most 32" in err
