@@ -92,6 +92,10 @@ def test_the_estimate_charges_only_what_outlasts_the_compute():
     copies = found.comm_s["offload"]
     assert copies == pytest.approx(training_time(model, "h100-sxm", offload_layers=2, flash=True, **step).comm["offload"].seconds)
     assert found.exposed_comm_s["offload"] == pytest.approx(max(0.0, copies - found.compute_s))
+    # no fitted run offloads: the band widens for it and says so
+    plain = training_estimate(model, "h100-sxm", **step)
+    assert "activation offload of 2 layers (no fitted run uses it)" in found.extrapolating
+    assert found.step.high / found.step.estimate > plain.step.high / plain.step.estimate
 
 
 def test_a_device_without_a_host_link_figure_cannot_time_offload():

@@ -408,7 +408,7 @@ def training_estimate(
     slower = profile.step_factor if profile is not None else 1.0  # a release's own slowdown (efficiencies)
     step, ceiling = step * slower, ceiling * slower
     release = (profile.framework, profile.version) if profile is not None else None
-    reasons, widen = _extrapolating("training", eff, dtype, bounds.devices, model, _unfitted_features(layout, tp_comm_overlap) + (["fine-tuning"] if finetune is not None else []), release)
+    reasons, widen = _extrapolating("training", eff, dtype, bounds.devices, model, _unfitted_features(layout, tp_comm_overlap) + (["fine-tuning"] if finetune is not None else []) + ([f"activation offload of {offload_layers} layers"] if offload_layers else []), release)
     return TrainingEstimate(
         step=Band.around(step, "training", ceiling=ceiling, floor=bounds.time_lower, widen=widen),
         compute_s=compute,
