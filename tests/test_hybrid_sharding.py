@@ -143,6 +143,9 @@ def test_replicate_one_is_today_s_layout(small):
 def test_refusals_are_one_line():
     one_line_error(EvaluationError, lambda: Layout(data=16, zero=3, replicate=3), "replicate 3", "16 data-parallel ranks")
     one_line_error(EvaluationError, lambda: Layout(data=16, replicate=2), "ZeRO stage 0", "replicate 2")
+    # Megatron's distributed optimizer shards the optimizer's states without ZeRO: its replicas are the same hybrid
+    # sharding (--num-distributed-optimizer-instances), each replica's 8 ranks holding an eighth of them
+    assert _static(Layout(data=16, distributed_optimizer=True, replicate=2))["optimizer"] == 8 * P // 8
     one_line_error(EvaluationError, lambda: Layout(data=16, zero=1, replicate=0), "replicate parallel degree")
     # 8 expert ranks do not fit in a replica of 4 data ranks
     layout = Layout(data=8, expert=8, zero=1, replicate=2)
@@ -189,3 +192,15 @@ def test_maxtext_two_slice_rows_count_tokens_by_maxtext_s_flops():
         assert row["measured"]["tokens_per_s_per_gpu"] == pytest.approx(tflops * 1e12 / per_token, abs=0.05)
         assert (row["gpus"], row["global_batch"], row["replicate"], row["split"]) == (2 * one["gpus"], 2 * one["global_batch"], 2, "check")
         assert {k: row[k] for k in ("config", "gpu", "tensor", "zero", "micro_batch", "seq", "recompute")} == {k: one[k] for k in ("config", "gpu", "tensor", "zero", "micro_batch", "seq", "recompute")}
+
+
+def test_the_optimizer_step_reads_the_states_the_context_ranks_share():
+    """ZeRO-1 over 8 data × 2 context ranks shards the optimizer's states 16 ways, as over 16 data ranks (static_shards):
+    the estimate's optimizer step reads a rank's share, the same in both layouts."""
+    model = load("llama-3.2-1b")
+    step = dict(global_batch=16, micro_batch=1, seq=1024)
+    wide = training_estimate(model, "h100-sxm", **step, layout=Layout(data=16, zero=1))
+    context = training_estimate(model, "h100-sxm", **step, layout=Layout(data=8, context=2, zero=1))
+    assert Layout(data=8, context=2, zero=1).optimizer_shards == 16
+    assert context.optimizer_s == pytest.approx(wide.optimizer_s, rel=1e-12)
+

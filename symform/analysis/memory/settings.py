@@ -126,8 +126,8 @@ class Layout:
         check_degree("replicate", self.replicate)
         if self.data % self.replicate:
             raise EvaluationError(f"replicate {self.replicate} does not divide the {self.data} data-parallel ranks into equal shard groups; give a divisor of data")
-        if self.replicate > 1 and self.zero == 0:
-            raise EvaluationError(f"replicate {self.replicate} replicates what ZeRO shards (hybrid sharding), and ZeRO stage 0 shards nothing; give zero 1, 2 or 3, or replicate 1")
+        if self.replicate > 1 and self.zero == 0 and not self.distributed_optimizer:
+            raise EvaluationError(f"replicate {self.replicate} replicates what ZeRO or a distributed optimizer shards (hybrid sharding), and ZeRO stage 0 without one shards nothing; give zero 1, 2 or 3 or the distributed optimizer, or replicate 1")
 
     @property
     def devices(self) -> int:
@@ -169,7 +169,8 @@ class Layout:
 
     @property
     def optimizer_shards(self) -> int:
-        return self.shard_data if (self.zero >= 1 or self.distributed_optimizer) else 1
+        """The ranks that split the optimizer's states (static_shards' first)."""
+        return self.static_shards()["optimizer_shards"]
 
     def static_shards(self, experts: bool = False) -> dict[str, int]:
         """The ranks that split each static copy (ZeRO, the distributed optimizer): the data-parallel ranks and the
