@@ -134,3 +134,27 @@ def test_the_cli_takes_etp_and_refuses_in_one_line():
     memory = [sys.executable, "-m", "symform", "memory", "qwen3-30b-a3b", "--train", "--batch", "1", "--seq", "256", "--dp", "8", "--tp", "2", "--ep", "8"]
     assert subprocess.run(memory + ["--etp", "1"], capture_output=True, text=True).returncode == 0
     assert subprocess.run(memory + ["--etp", "4"], capture_output=True, text=True).returncode == 2
+
+
+def test_an_expert_tensor_degree_above_tensor_is_refused_by_time_and_counted_by_memory(qwen):
+    """Expert tensor ranks beyond the attention's tensor ranks hold other tokens, which Megatron gathers across them
+    before each expert: a transfer symform does not time, so time refuses it in one line rather than leave it out;
+    the memory of that layout is still counted (each rank holds half of each of its experts)."""
+    layout = Layout(data=16, expert_tensor=2)
+    with pytest.raises(ConfigError, match="^an expert tensor degree of 2 above the tensor degree 1 .*give an expert tensor degree of at most 1$"):
+        training_time(qwen, "h100-sxm", global_batch=64, micro_batch=1, seq=256, layout=layout)
+    assert training_memory(qwen, batch=1, seq=256, setup=Training(layout=layout)).values["weights"] > 0
+
+
+def test_a_folded_layout_widens_the_band_no_fitted_run_has():
+    """No fitted run folds its experts (the three folded rows are held out): the band says so and widens."""
+    from symform.analysis.time import measured_runs
+    from symform.analysis.time.estimate import training_estimate
+
+    assert not any(r.setup.get("expert_tensor") for r in measured_runs.runs() if r.split == "fit")
+    model = load("qwen3-30b-a3b")
+    step = dict(global_batch=64, micro_batch=1, seq=1024)
+    plain = training_estimate(model, "h100-sxm", **step, layout=Layout(data=8, tensor=2, expert=8, sequence=True))
+    folded = training_estimate(model, "h100-sxm", **step, layout=Layout(data=8, tensor=2, expert=8, expert_tensor=1, sequence=True))
+    assert "experts folded at expert tensor degree 1 (no fitted run uses it)" in folded.extrapolating
+    assert not any("folded" in note for note in plain.extrapolating)

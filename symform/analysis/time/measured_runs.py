@@ -244,5 +244,6 @@ def layout_features(layout: Layout, tp_comm_overlap: bool) -> list[tuple[str, st
     named = [("sequence", "sequence parallelism", layout.sequence), ("chunks", f"a virtual pipeline of {layout.chunks} chunks", layout.chunks > 1),
              ("tp_overlap", "tensor-parallel communication overlap", tp_comm_overlap), ("context", f"context parallelism {layout.context}", layout.context > 1),
              ("expert", f"expert parallelism {layout.expert}", layout.expert > 1), (layout.schedule, f"the {layout.schedule} schedule", layout.schedule not in ("1f1b",)),
-             ("replicate", f"hybrid sharding over {layout.replicate} replicas", layout.replicate > 1)]  # fmt: skip
+             ("replicate", f"hybrid sharding over {layout.replicate} replicas", layout.replicate > 1),
+             ("expert_tensor", f"experts folded at expert tensor degree {layout.etp}", layout.folded)]  # fmt: skip
     return [(kind, text) for kind, text, used in named if used]

@@ -172,6 +172,8 @@ def _check_layout(layout: Layout, global_batch: int, micro_batch: int, seq: int)
     if layout.sequence and (seq // layout.context) % layout.tensor:
         raise ConfigError(f"sequence parallelism splits each sequence over the {layout.tensor} tensor-parallel ranks, and {seq // layout.context} tokens do not split evenly; give a sequence that divides by {layout.tensor * layout.context}")
     layout.check_experts()
+    if layout.etp > layout.tensor:  # its ranks hold other tokens than the attention's: Megatron gathers them
+        raise ConfigError(f"an expert tensor degree of {layout.etp} above the tensor degree {layout.tensor} gathers each expert's tokens across its expert tensor ranks, which symform does not time; give an expert tensor degree of at most {layout.tensor}")
     per_step = micro_batch * layout.data
     if global_batch % per_step:
         raise EvaluationError(f"global batch {global_batch} is not a whole number of micro-batches of {micro_batch} on {layout.data} data-parallel ranks; give a multiple of {per_step}")
