@@ -98,6 +98,18 @@ def test_grad_reduce_fp32_under_a_framework_without_it_is_refused():
         training_memory(load("gpt2"), batch=1, seq=16, setup=Training(framework="torchtitan", grad_reduce_fp32=False))
 
 
+def test_16_bit_gradient_buffers_under_an_fp32_gradient_precision_are_refused(capsys):
+    """mixed-fp32-grads keeps fp32 gradients: asking for 16-bit buffers with it is a contradiction, not a silent pick."""
+    from symform import ConfigError
+    from symform.interface.cli.cli import main
+
+    with pytest.raises(ConfigError, match="grad_reduce_fp32 off keeps the gradient buffers at the parameters' 16 bits"):
+        training_memory(load("gpt2"), batch=1, seq=16, setup=Training(framework="megatron", precision="mixed-fp32-grads", grad_reduce_fp32=False))
+    assert training_memory(load("gpt2"), batch=1, seq=16, setup=Training(framework="megatron", precision="mixed-fp32-grads", grad_reduce_fp32=True)).total > 0
+    assert main(["memory", "gpt2", "--train", "--batch", "1", "--seq", "16", "--framework", "megatron", "--no-grad-reduce-fp32", "--precision", "mixed-fp32-grads"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+
+
 def test_cli_turns_the_fp32_gradient_buffers_off(capsys):
     args = ("memory", "llama-3.1-8b", "--train", "--batch", "1", "--seq", "1024", "--framework", "megatron")
     default, off = run_json(capsys, *args), run_json(capsys, *args, "--no-grad-reduce-fp32")

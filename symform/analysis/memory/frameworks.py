@@ -135,12 +135,15 @@ class Framework(_Strict):
             return False
         return bool(found.value)
 
-    def settings(self, **given: bool | None) -> dict[str, bool]:
+    def settings(self, grad_bytes: int | None = None, **given: bool | None) -> dict[str, bool]:
         """Each setting an overhead is held under: ``given`` where the user gave it (not None), else the framework's
-        default; one the framework has no default for is refused, not ignored."""
+        default; one the framework has no default for is refused, not ignored, and so is 16-bit gradient buffers
+        under a precision whose gradients (``grad_bytes``) are fp32."""
         for name, value in given.items():
             if value is not None and getattr(self.defaults, name) is None:
                 raise EvaluationError(f"framework {self.name!r} has no {name.replace('_', ' ')} setting; give --framework megatron or drop it")
+        if given.get("grad_reduce_fp32") is False and grad_bytes == 4:
+            raise ConfigError("grad_reduce_fp32 off keeps the gradient buffers at the parameters' 16 bits, and the precision keeps fp32 gradients; choose one (a 16-bit precision's gradients, or grad_reduce_fp32 on)")
         return {o.setting: self.default(o.setting, given.get(o.setting)) for o in self.overheads if o.setting is not None}
 
     def convention_values(self, precision: str | None = None) -> dict[str, int]:

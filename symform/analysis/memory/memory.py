@@ -478,7 +478,7 @@ def training_expressions(model: Model, setup: Training = Training()) -> tuple[di
     others = {"activations": _activations_per_device(kept, model, layout), **backward_categories(model, transient, layout)}
     components = {k: _activations_per_device(v, model, layout) for k, v in by_component.items()}
     others = activation_offload.device_lines(model, others, components, activation_offload.check_offload(model, setup.offload_layers, layout))
-    settings = fw.settings(grad_reduce_fp32=setup.grad_reduce_fp32) if fw else {}
+    settings = fw.settings(precision.grads, grad_reduce_fp32=setup.grad_reduce_fp32) if fw else {}
     others |= framework_overheads(model, fw, layout, precision, sympy.Add(*static.values(), *others.values()), settings)
     assumptions = {
         "precision": setup.precision,
