@@ -192,6 +192,8 @@ def test_devices_past_one_system_say_how_many_systems_they_fill(capsys):
     assert out.splitlines()[0].startswith("layouts of qwen3-0.6b on 24 × b200 in 3 × dgx-b200 of 8 each")
     _, out, _ = _run(capsys, "time", "qwen3-0.6b", "--gpu", "tpu-v5p-128", "--gpus", "96", "--global-batch", "96", "--seq", "2048", "--train")
     assert "on 96 × tpu-v5p in 2 × tpu-v5p-128 of 64 each (the last holding 32), the scale-out network between them" in out.splitlines()[0]
+    _, out, _ = _run(capsys, "time", "qwen3-0.6b", "--gpu", "dgx-b200", "--gpus", "16", "--node-size", "4", *args)
+    assert "on 16 × b200 in 2 × dgx-b200 of 8 each, the scale-out network between them, scale-up domains of 4 as given (bf16)" in out.splitlines()[0]
     _, out, _ = _run(capsys, "time", "qwen3-0.6b", "--gpu", "h100-sxm", "--gpus", "16", *args)
     assert out.splitlines()[0].startswith("training step of qwen3-0.6b on 16 × h100-sxm (bf16)")
 

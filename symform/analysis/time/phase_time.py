@@ -247,7 +247,7 @@ def inference_time(
     place = placement(gpu, node_size)
     model = at_dtype(model, dtype)
     if tensor > place.node_size:
-        raise ConfigError(f"tensor degree {tensor} exceeds the {place.node_size} accelerators of one node; inference tensor parallelism stays within a node (give node_size or a system)")
+        raise ConfigError(f"tensor degree {tensor} exceeds the {place.node_size} accelerators of one node ({place.node_source}); inference tensor parallelism stays within a node: give a tensor degree of at most {place.node_size}, or node_size where the scale-up domain is larger")
     prefill_work = _inference_work(model, "prefill", tensor, flash, weight_bytes, grouped=grouped)
     decode_work = _inference_work(model, "decode", tensor, flash, weight_bytes, expert_skew, grouped)
     prefill = _phase_time(model, place, "prefill", prefill_work, tensor, dtype, batch=batch, seq=prompt)

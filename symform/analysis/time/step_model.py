@@ -64,11 +64,12 @@ class Placement:
         if not isinstance(self.hardware, System):
             return f"{devices:,} × {accelerator}"
         per = self.hardware.accelerator_count
+        given = f", scale-up domains of {self.node_size:,} as given" if self.node_source == "given" else ""
         if devices <= per:
-            return f"{devices:,} × {accelerator} of one {self.name}"
+            return f"{devices:,} × {accelerator} of one {self.name}{given}"
         systems, left = -(-devices // per), devices % per
         partly = f" (the last holding {left:,})" if left else ""
-        return f"{devices:,} × {accelerator} in {systems:,} × {self.name} of {per:,} each{partly}, the scale-out network between them"
+        return f"{devices:,} × {accelerator} in {systems:,} × {self.name} of {per:,} each{partly}, the scale-out network between them{given}"
 
     def link(self, span: int) -> str:
         """The link a group of consecutive ranks spanning ``span`` ranks runs over.
