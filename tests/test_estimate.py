@@ -127,6 +127,9 @@ def test_every_path_finds_a_system_s_data_through_its_accelerator(tmp_path):
     assert on_b200(run) and on_b200(type(run)(**{**run.__dict__, "setup": run.setup | {"gpu": "dgx-b200"}}))
     with pytest.raises(symform.SymformError, match="^no efficiency data for 'tpu-v5e-256'.*add hardware/efficiency/tpu-v5e.toml$"):
         efficiencies.efficiency("tpu-v5e-256")
+    for wrong in (None, 5):
+        with pytest.raises(symform.SymformError, match="^a device is named by a string or a path"):
+            efficiencies.efficiency(wrong)
 
 
 def test_l40s_estimates_with_its_own_fitted_factors():

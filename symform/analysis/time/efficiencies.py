@@ -224,6 +224,8 @@ def _bundled_efficiency() -> dict[str, Path]:
 def efficiency(device: str | os.PathLike[str]) -> Efficiency:
     """The efficiency file of a bundled accelerator (its own, or the one whose ``also`` names it: the same silicon),
     of a bundled system (its accelerator's), or a .toml path. Every estimate, fit and fact finds a device's data here."""
+    if not isinstance(device, (str, os.PathLike)):
+        raise ConfigError(f"a device is named by a string or a path to its efficiency file, not {type(device).__name__}; give one such as 'h100-sxm'")
     text = os.fspath(device)
     if text.lower().endswith(".toml"):
         path = Path(text)
