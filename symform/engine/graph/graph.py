@@ -121,7 +121,7 @@ def build_graph(
     """Instantiate ``root`` with its arguments bound, applying an assumption set if named."""
     result = ComponentGraph(DiGraph())
     component = root_component(library, root, bindings)
-    _check_slot_sizes(library, root, component, bindings)
+    check_slot_sizes(library, root, component, bindings)
     args = bind_arguments(library, component, dict(bindings), where=f"model ({root})")
     _instantiate(library, component, "", args, assume, result, ())
     return result
@@ -147,7 +147,7 @@ def root_component(library: Library, root: str, given: Mapping[str, object]) -> 
     return replace(component, args=component.args + tuple(added.values())) if added else component
 
 
-def _check_slot_sizes(library: Library, root: str, component: Component, given: Mapping[str, Binding]) -> None:
+def check_slot_sizes(library: Library, root: str, component: Component, given: Mapping[str, object]) -> None:
     """A size the root takes for a slot's component (a tower's width) and nothing binds: name the slot that asks."""
     own = set(library[root].arg_names)
     missing = [a.name for a in component.args if a.name not in own and a.name not in given and a.default is None]

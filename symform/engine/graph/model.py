@@ -26,7 +26,7 @@ from ..language.families import Checkpoint, ContextLimit, ModelSpec, checkpoint_
 from ..algebra.formula import Formula
 from ..algebra.multiplied import multiplied_out
 from ..store.derivation import Identity, derivation, inputs_key
-from .graph import ComponentGraph, assumption_names, build_graph, introduced_ratios, root_component
+from .graph import ComponentGraph, assumption_names, build_graph, check_slot_sizes, introduced_ratios, root_component
 from ..language.safe_expr import parse
 from ..algebra.exact import exact_predicate
 from .size_checks import GeneratedChecks, SizeCheck, size_checks
@@ -194,8 +194,10 @@ class Model:
         root = self.library[self.spec.root]
         if not any(name in root.arg_names and root.arg(name).is_slot for name in arguments):
             return merged
-        takes = set(root_component(self.library, self.spec.root, merged).arg_names)
-        return {name: value for name, value in merged.items() if name in takes or name in arguments}
+        component = root_component(self.library, self.spec.root, merged)
+        kept = {name: value for name, value in merged.items() if name in component.arg_names or name in arguments}
+        check_slot_sizes(self.library, self.spec.root, component, kept)  # every size the new component needs, named at once
+        return kept
 
     def _resized(self, arguments: Mapping[str, object]) -> tuple[dict, dict] | None:
         """This model's sizes with some changed, where each was and stays above zero (the graph is the same:
