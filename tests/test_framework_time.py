@@ -191,5 +191,8 @@ def test_a_framework_s_time_facts_hold_only_on_the_accelerators_it_runs_on(capsy
     assert [e.split(" runs on ")[0] for e in errors] == ["symform: error: framework 'megatron'"] * 2 + ["symform: error: framework 'automodel'"]
     assert errors[0].endswith("tpu-v5p is Google's: name one of theirs, or drop --framework")
     assert errors[2].endswith("mi300x is AMD's: name one of theirs, or drop --framework")
+    # serving applies no training framework's facts: the flag is refused, not dropped
+    assert main(["time", "qwen3-0.6b", "--gpu", "tpu-v5p", "--infer", "--batch", "1", "--prompt", "16", "--output", "4", "--framework", "megatron"]) == 2
+    assert capsys.readouterr().err.strip() == "symform: error: --framework does not apply to --infer; drop it"
     assert main(["time", "qwen3-0.6b", "--gpu", "mi300x", "--gpus", "8", *step, "--framework", "megatron"]) == 0
     assert main(["time", "qwen3-0.6b", "--gpu", "dgx-b200", "--gpus", "8", *step, "--framework", "automodel"]) == 0

@@ -419,7 +419,7 @@ def _train(model: Model, args: argparse.Namespace, tune=None) -> TrainingTime:
 
 
 def _infer(model: Model, args: argparse.Namespace) -> InferenceTime:
-    _refuse(args, TRAIN_ONLY, "--infer")
+    _refuse(args, (*TRAIN_ONLY, "framework", "framework_version"), "--infer")  # a training framework's facts: none for serving
     if args.fit_only:
         raise ConfigError("--fit-only does not apply to --infer; drop it")
     _require(args, INFER_ONLY, "--infer")
