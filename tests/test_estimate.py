@@ -147,6 +147,26 @@ def test_l40s_estimates_with_its_own_fitted_factors():
     assert 6.4e9 / rate < found.tpot.estimate < 1.1 * 6.8e9 / rate
 
 
+def test_mi325x_estimates_with_its_own_fitted_factors(capsys):
+    """The MI325X takes hardware/efficiency/mi325x.toml, whose GEMM rate is fitted on its own published run (Primus's
+    single-node Llama 3.1 8B FP8, 16,224 tokens/s/GPU), not bounds only; the rest is the MI300X's (the same CDNA 3
+    dies) as it is, and its GEMM roll-off the H100's fit, not the MI300X's figure scaled by a ratio of peaks."""
+    own, mi300x, h100 = (tomllib.loads((ROOT / "hardware" / "efficiency" / f"{d}.toml").read_text(encoding="utf-8")) for d in ("mi325x", "mi300x", "h100-sxm"))
+    assert "mi325x:gemm.sustained" in {name for name, _, _ in calibration.FITTED}
+    assert "fitted" in own["gemm"]["source"] and "primus-mi325x.toml" in own["gemm"]["source"]
+    assert own["attention"]["fraction"] == mi300x["attention"]["fraction"] and own["memory"]["fraction"] == mi300x["memory"]["fraction"]
+    assert own["kernel"]["launch_s"] == mi300x["kernel"]["launch_s"] and own["links"]["scale_up"] == {**mi300x["links"]["scale_up"], "source": own["links"]["scale_up"]["source"]}
+    assert own["gemm"]["half_flops"] == h100["gemm"]["half_flops"] != mi300x["gemm"]["half_flops"]
+    found = estimate.training_estimate(symform.load("qwen3-0.6b"), "mi325x", global_batch=64, micro_batch=2, seq=2048, layout=Layout(data=8), dtype="fp8")
+    assert found.factors["efficiency_file"] == "mi325x" and found.factors["gemm"]["sustained"] == own["gemm"]["sustained"]
+    fitted = next(r for r in measured_runs.runs() if r.name == "primus-mi325x-llama3.1-8b-fp8-1node")
+    assert fitted.split == "fit" and fitted.measured == ("tokens_per_s_per_gpu", 16224)
+    assert abs(calibration.predict(fitted) / 16224 - 1) < 0.02
+    code, out, _ = _run(capsys, "time", "llama-3.2-1b", "--gpu", "mi325x", "--train", "--gpus", "8", "--global-batch", "64", "--seq", "2048", "--json")
+    data = json.loads(out)
+    assert code == 0 and "estimate_missing" not in data and data["estimate"]["factors"]["efficiency_file"] == "mi325x"
+
+
 def test_a_fitted_memory_fraction_reaches_the_estimate():
     """calibration's factor "<device>:memory.fraction" replaces the file's: a decode-bound run's tokens/s
     follows it (half the fraction, close to half the rate; the prefill's share keeps it above half)."""

@@ -199,6 +199,8 @@ FITTED: tuple[tuple[str, Callable[[Run], bool], tuple[float, float]], ...] = (
     # the B200's and GB200's fp8 rates from their dense training runs (GB200's on a rack of them: gb200-nvl72)
     ("b200:gemm.sustained", lambda r: r.kind == "training" and _on("b200")(r) and not is_moe(r), (0.3, 1.0)),
     ("gb200:gemm.sustained", lambda r: r.kind == "training" and _on("gb200")(r) and not is_moe(r), (0.3, 1.0)),
+    # the MI325X's fp8 rate from its dense training runs (Primus on one node of 8)
+    ("mi325x:gemm.sustained", lambda r: r.kind == "training" and _on("mi325x")(r) and not is_moe(r), (0.3, 1.0)),
     # TPU v5p's and v6e's bf16 rates from their dense training runs (on slices of them: tpu-v5p-128, ...)
     ("tpu-v5p:gemm.sustained", lambda r: r.kind == "training" and _on("tpu-v5p")(r) and not is_moe(r), (0.3, 1.0)),
     ("tpu-v6e:gemm.sustained", lambda r: r.kind == "training" and _on("tpu-v6e")(r) and not is_moe(r), (0.3, 1.0)),
