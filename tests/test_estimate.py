@@ -538,3 +538,82 @@ def test_whether_a_run_has_routed_experts_is_read_as_its_built_model_says():
     assert any(measured_runs.is_moe(r) for r in runs) and not all(measured_runs.is_moe(r) for r in runs)
     for run in runs:
         assert measured_runs.is_moe(run) == ("n_experts" in measured_runs.run_model(run).values), run.name
+
+
+TINY_LLAMA = {
+    "model_type": "llama", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "vocab_size": 1000, "max_position_embeddings": 4096,
+}  # fmt: skip
+
+
+def _xla_fused_bytes(batch: int, seq: int) -> int:
+    """What XLA keeps out of HBM in one micro-batch of TINY_LLAMA's training step, from the primitives by hand
+    (bf16): an element-wise op moves its inputs and its output, 2 bytes each; a training step moves three times the
+    forward's bytes (forward, then backward's twice); the cache write is K and V of each token."""
+    b_s, d, ff, heads, kv_heads, d_head, layers = batch * seq, 64, 96, 4, 2, 16, 2
+    forward = (
+        2 * 2 * b_s * (heads + kv_heads) * d_head  # rope on queries and keys: read, write
+        + 2 * 2 * b_s * ff  # act (silu): read, write
+        + 2 * 3 * b_s * ff  # gate_mul: two reads, a write
+        + 2 * (2 * 3 * b_s * d)  # the two residual adds: two reads, a write each
+        + 2 * b_s * 2 * kv_heads * d_head  # kv_cache: the keys and values written
+    )
+    return 3 * forward * layers
+
+
+def test_xla_training_fusion_takes_the_fused_leaves_bytes_off_a_tpu_step():
+    """A TPU's efficiency file names XLA's fusion for training ([fusion] training = "xla"): the pointwise leaves that
+    join a product's fusion (rotary, the activation and gate product, residual adds, the cache write) cost no HBM
+    time, norms and the rest as before. Against every leaf charged its own pass (eager), the step's compute is
+    shorter by exactly those leaves' bytes at the file's memory fraction of the chip's HBM bandwidth."""
+    model = symform.Model.from_config(TINY_LLAMA, name="tiny-llama")
+    hbm = tomllib.loads((ROOT / "hardware" / "tpu-v5p.toml").read_text(encoding="utf-8"))["hbm_bytes_per_s"]
+    own = tomllib.loads((ROOT / "hardware" / "efficiency" / "tpu-v5p.toml").read_text(encoding="utf-8"))
+    assert own["fusion"]["training"] == "xla"
+    rules = tomllib.loads((ROOT / "hardware" / "efficiency" / "rules.toml").read_text(encoding="utf-8"))["fusion"]["xla"]
+    assert rules["fraction"] == 0.0 and {"rope", "act", "gate_mul", "attn_residual", "mlp_residual", "kv_cache"} <= set(rules["leaves"])
+    assert not {"attn_norm", "mlp_norm", "final_norm", "embed", "loss"} & set(rules["leaves"])  # a reduction, a gather: their own passes
+    batch, seq, steps = 2, 256, 4
+    common = dict(global_batch=batch * steps, micro_batch=batch, seq=seq)
+    xla = estimate.training_estimate(model, "tpu-v5p", **common)
+    eager = estimate.training_estimate(model, "tpu-v5p", convention="eager", **common)
+    assert xla.factors["fusion"]["convention"] == "xla" and "rules.toml [fusion.xla]" in xla.factors["fusion"]["compiler"]
+    expected = steps * _xla_fused_bytes(batch, seq) / (hbm * own["memory"]["fraction"])
+    assert eager.compute_s - xla.compute_s == pytest.approx(expected, rel=1e-9)
+    # the fitted fraction of the eager frameworks' fusion is not a TPU's: a fit that moves it leaves a TPU run alone
+    run = next(r for r in measured_runs.runs() if r.name == "maxtext-32b-v5p-128")
+    assert calibration.predict(run, {"rules:fusion.training.fraction": 0.25}) == calibration.predict(run)
+
+
+def test_gpu_training_keeps_the_eager_frameworks_fusion():
+    """No GPU's efficiency file names a compiler's fusion: a GPU step takes rules.toml's fitted "training"
+    convention, and the same step under a copy of its file that names XLA's drops the same leaves' bytes."""
+    from dataclasses import replace
+
+    from symform.analysis.time import efficiencies
+
+    for path in sorted((ROOT / "hardware" / "efficiency").glob("*.toml")):
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        if data.get("kind") == "efficiency":
+            assert ("fusion" in data) == data["device"].startswith("tpu-"), path.name
+    model = symform.Model.from_config(TINY_LLAMA, name="tiny-llama")
+    hbm = tomllib.loads((ROOT / "hardware" / "h100-sxm.toml").read_text(encoding="utf-8"))["hbm_bytes_per_s"]
+    batch, seq = 2, 256
+    gpu = estimate.training_estimate(model, "h100-sxm", global_batch=batch, micro_batch=batch, seq=seq)
+    assert gpu.factors["fusion"]["convention"] == "training" and "compiler" not in gpu.factors["fusion"]
+    eff = efficiencies.efficiency("h100-sxm")
+    assert eff.training_fusion is None and efficiencies.rules().fusion["training"][0] == 1.0  # fitted: all of it
+    compiled = estimate.training_estimate(model, "h100-sxm", global_batch=batch, micro_batch=batch, seq=seq, efficiency_data=replace(eff, training_fusion="xla"))
+    # a launch each saved too: the fused leaves' kernels run no more (three passes a layer each, six leaves)
+    launches = eff.launch_s * 3 * 2 * 6
+    assert gpu.compute_s - compiled.compute_s == pytest.approx(_xla_fused_bytes(batch, seq) / (hbm * eff.memory) + launches, rel=1e-9)
+
+
+def test_a_device_file_naming_an_unknown_fusion_is_refused(tmp_path):
+    from symform.analysis.time import efficiencies
+
+    text = (ROOT / "hardware" / "efficiency" / "tpu-v5p.toml").read_text(encoding="utf-8").replace('training = "xla"', 'training = "magic"')
+    own = tmp_path / "my-tpu.toml"
+    own.write_text(text, encoding="utf-8")
+    with pytest.raises(symform.SymformError, match=r"fusion\.training is 'magic'; name one of rules\.toml's fusion conventions: eager, fused, training, xla$"):
+        efficiencies.efficiency(str(own))

@@ -68,7 +68,7 @@ def predict_with_band(run: Run, factors: Mapping[str, Any] | None = None) -> tup
     prepared, s = _prepared(run), run.setup
     eff = _efficiency(s["gpu"], factors or {})
     if run.kind == "training":
-        convention = _training_fusion(factors or {})
+        convention = _training_fusion(factors or {}, eff)
         result = estimate.training_estimate(
             prepared.model, s["gpu"], global_batch=s["global_batch"], micro_batch=s["micro_batch"], seq=s["seq"], layout=training_layout(run),
             recompute=s.get("recompute", "none"), dtype=s.get("dtype", "bf16"), attention=s.get("attention", "sdpa"), efficiency_data=eff, bounds=prepared.bounds, work=prepared.work, convention=convention,
@@ -112,8 +112,9 @@ def _efficiency(gpu: str, factors: Mapping[str, Any]) -> efficiencies.Efficiency
     return eff
 
 
-def _training_fusion(factors: Mapping[str, Any]) -> str | tuple[float, frozenset[str]]:
-    if "rules:fusion.training.fraction" not in factors:
+def _training_fusion(factors: Mapping[str, Any], eff: efficiencies.Efficiency) -> str | tuple[float, frozenset[str]]:
+    # a device whose compiler fuses for itself (XLA) keeps its own convention: the fitted fraction is the eager frameworks'
+    if "rules:fusion.training.fraction" not in factors or eff.training_fusion:
         return "training"
     return (factors["rules:fusion.training.fraction"], efficiencies.rules().fusion["training"][1])
 
@@ -206,7 +207,8 @@ FITTED: tuple[tuple[str, Callable[[Run], bool], tuple[float, float]], ...] = (
     ("tpu-v6e:gemm.sustained", lambda r: r.kind == "training" and _on("tpu-v6e")(r) and not is_moe(r), (0.3, 1.0)),
     # a GEMM of half_flops runs at half the sustained rate: up to 10 GFLOP (a few µs of work)
     ("a100-sxm-80gb:gemm.half_flops", lambda r: r.setup["gpu"] == "a100-sxm-80gb", (0.0, 1e10)),
-    ("rules:fusion.training.fraction", lambda r: r.kind == "training" and not is_moe(r), (0.0, 1.0)),
+    # the eager frameworks' fusion, on the runs it acts on (not those of a device whose compiler fuses for itself: XLA's TPUs)
+    ("rules:fusion.training.fraction", lambda r: r.kind == "training" and not is_moe(r) and not efficiencies.efficiency(r.setup["gpu"]).training_fusion, (0.0, 1.0)),
     # a kernel's fixed cost: the many small kernels of single-device serving show it (a few µs each),
     # apart from the all-reduces' latency, which the multi-device runs then show
     ("a100-sxm-80gb:kernel.launch_s", lambda r: r.kind == "serving" and r.setup["gpu"] == "a100-sxm-80gb" and r.setup.get("tensor", 1) == 1, (0.0, 20e-6)),

@@ -55,6 +55,9 @@ class Efficiency:
     # another GEMM model's fitted (sustained, half_flops), by model: [gemm.<model>] in the file
     gemm_fits: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     expert_s: float = 0.0  # [moe]: what each local expert adds to a grouped GEMM call, in seconds (symform.analysis.time.grouped_gemm)
+    # [fusion] training: the rules.toml fusion convention the device's compiler applies to a training step, in place
+    # of the eager frameworks' "training" (XLA on TPUs); None: the rules' own
+    training_fusion: str | None = None
 
     def with_gemm_model(self, model: str) -> "Efficiency":
         """This device under another GEMM model, with that model's fitted sustained fraction and roll-off."""
@@ -167,6 +170,9 @@ def _parse_efficiency(data: Mapping[str, Any], path: Path) -> Efficiency:
     sources["kernel"] = str(kernel.get("source", NO_KERNEL_DATA)) if kernel else NO_KERNEL_DATA
     moe = data.get("moe", {})
     sources["moe"] = str(moe.get("source", NO_MOE_DATA))
+    fusion = data.get("fusion", {})
+    if fusion:
+        sources["fusion"] = str(fusion.get("source", ""))
     return Efficiency(
         device=str(data.get("device", path.stem)),
         gemm_sustained=_fraction(gemm.get("sustained"), f"{path}: gemm.sustained"),
@@ -178,8 +184,19 @@ def _parse_efficiency(data: Mapping[str, Any], path: Path) -> Efficiency:
         sources=sources,
         launch_s=_positive(kernel.get("launch_s", 0.0), f"{path}: kernel.launch_s"),
         expert_s=_positive(moe.get("expert_s", 0.0), f"{path}: moe.expert_s"),
+        training_fusion=_training_fusion(fusion, path),
         **_gemm_shape_data(gemm, path),
     )
+
+
+def _training_fusion(fusion: Mapping[str, Any], path: Path) -> str | None:
+    """The fusion convention a device file's [fusion] names for training, one rules.toml [fusion.<name>] holds."""
+    if "training" not in fusion:
+        return None
+    known = rules().fusion
+    if fusion["training"] not in known:
+        raise ConfigError(f"{path}: fusion.training is {quoted(fusion['training'])}; name one of rules.toml's fusion conventions: {', '.join(known)}")
+    return str(fusion["training"])
 
 
 def _gemm_shape_data(gemm: Mapping[str, Any], path: Path) -> dict[str, Any]:

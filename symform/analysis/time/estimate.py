@@ -231,6 +231,12 @@ def serving_kernels(model: Model, *, batch: int, prompt: int, output: int, tenso
     return prefill, kernels(model, "decode", workload={"batch": batch, "past": past}, tensor=tensor, attention=attention, expert_skew=expert_skew)
 
 
+def _compiled(convention: str | tuple[float, frozenset[str]], eff: Efficiency) -> str | tuple[float, frozenset[str]]:
+    """The training step's fusion convention on a device whose compiler fuses for itself (its efficiency file's
+    [fusion] training: XLA on TPUs) in place of the eager frameworks' "training"; any other convention as given."""
+    return eff.training_fusion if convention == "training" and eff.training_fusion else convention
+
+
 def _fusion(convention: str | tuple[float, frozenset[str]], attention: str = "sdpa") -> tuple[float, frozenset[str]]:
     if isinstance(convention, tuple):
         fraction, fused = convention
@@ -389,6 +395,7 @@ def training_estimate(
     if layout.folded:
         work = _at_expert_tensor(model, work, layout, micro_batch=micro_batch, seq=seq, attention=attention, recompute=recompute, finetune=finetune)
     work = grouped_gemm.at_expert_degree(work, layout.expert)
+    convention = _compiled(convention, eff)
     fusion, head = _fusion(convention, attention), _head_size(model)
     seconds = [kernel_seconds(k, peak, hbm, eff, fusion, head) for k in work]
     compute = sum(seconds) * bounds.microbatches
@@ -465,7 +472,8 @@ def _factors(eff: Efficiency, convention: str | tuple, band: str) -> dict[str, o
         "kernel": {"launch_s": eff.launch_s, "source": eff.sources.get("kernel", NO_KERNEL_DATA)},
         "moe": {"expert_s": eff.expert_s, "source": eff.sources.get("moe", NO_MOE_DATA)},
         "links": {n: {"bus_efficiency": l.bus_efficiency, "latency_s": l.latency_s, "source": eff.sources.get(f"links.{n}", "")} for n, l in eff.links.items()},
-        "fusion": {"convention": convention, "fraction": r.fusion[convention][0], "source": r.sources[f"fusion.{convention}"]},
+        "fusion": {"convention": convention, "fraction": r.fusion[convention][0], "source": r.sources[f"fusion.{convention}"]}
+        | ({"compiler": eff.sources.get("fusion", "")} if band == "training" and convention == eff.training_fusion else {}),
         "overlap": {k: dict(v) for k, v in r.overlap.items()},
         "optimizer_bytes_per_param": r.optimizer_bytes_per_param,
         "band": {"below": r.band[band][0], "above": r.band[band][1], "source": r.sources[f"band.{band}"]},
