@@ -14,8 +14,8 @@ from checks import preset_dict
 SPECS = {
     "hidden_size": FieldSpec(type="int"),
     "heads": FieldSpec(type="int", key="num_attention_heads", default="8"),
-    "vision_hidden_size": FieldSpec(type="int", **{"in": "vision_config"}, key="hidden_size", default="1152"),
-    "top": FieldSpec(type="bool", **{"in": ""}, key="tie_word_embeddings", default=False),
+    "vision_hidden_size": FieldSpec(type="int", in_="vision_config", key="hidden_size", default="1152"),
+    "top": FieldSpec(type="bool", in_="", key="tie_word_embeddings", default=False),
 }
 
 
@@ -40,7 +40,7 @@ def test_a_sub_config_that_is_not_an_object_is_refused():
 
 
 def test_dotted_paths_reach_deeper_sub_configs():
-    specs = {"width": FieldSpec(type="int", **{"in": "a.b"})}
+    specs = {"width": FieldSpec(type="int", in_="a.b")}
     assert read_fields(specs, {"a": {"b": {"width": 3}}}, "c") == {"width": 3}
 
 

@@ -22,8 +22,8 @@ class EvaluationError(SymformError):
 
 
 def describe_validation(error) -> str:
-    """The first problem pydantic found, as 'field.path: message' (a message symform's own check raised, without
-    pydantic's "Value error, " before it)."""
+    """The first problem a validation found (symform's schema or pydantic), as 'field.path: message' (a message symform's own check raised, without
+    the "Value error, " before it)."""
     first = error.errors()[0]
     where = ".".join(str(p) for p in first["loc"])
     message = first["msg"].removeprefix("Value error, ")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import html
 import re
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from collections import OrderedDict
 from functools import cache
 from pathlib import Path
@@ -12,7 +12,6 @@ from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
 import sympy
-from pydantic import BaseModel, ConfigDict, ValidationError
 
 from . import html_table
 from ..store.data import accountings_table, formulas_dir, read_toml
@@ -34,11 +33,11 @@ from . import requirements
 from .requirements import NO_CHECKS, _reading_workload
 from ..language.userfile import load_declaration_file
 from ..language.families import load_family
+from ..language.schema import OTHER_KEYS, SchemaError, build
 
 
-class DerivedQuantity(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+@dataclass(frozen=True, kw_only=True)
+class DerivedQuantity:
     doc: str
     expression: str
 
@@ -47,15 +46,17 @@ class DerivedQuantity(BaseModel):
 def derived_quantities() -> Mapping[str, DerivedQuantity]:
     table = read_toml(formulas_dir() / "quantities.toml")
     try:
-        return MappingProxyType({k: DerivedQuantity.model_validate(v) for k, v in table.items()})
-    except ValidationError as e:
+        return MappingProxyType({k: build(DerivedQuantity, v) for k, v in table.items()})
+    except SchemaError as e:
         raise DeclarationError(f"quantities.toml: {describe_validation(e)}") from None
 
 
-class Accounting(BaseModel):
-    model_config = ConfigDict(extra="allow")
+@dataclass(frozen=True, kw_only=True)
+class Accounting:
+    EXTRA = "allow"
 
     doc: str
+    extra: Mapping[str, object] = field(default_factory=dict, metadata=OTHER_KEYS)  # the conventions it sets
 
 
 @cache
@@ -63,8 +64,8 @@ def accountings() -> Mapping[str, Mapping[str, object]]:
     """The named convention sets (formulas/accountings.toml): name -> {convention: value}."""
     table = accountings_table()
     try:
-        return MappingProxyType({name: {k: v for k, v in Accounting.model_validate(raw).model_dump().items() if k != "doc"} for name, raw in table.items()})
-    except ValidationError as e:
+        return MappingProxyType({name: dict(build(Accounting, raw).extra) for name, raw in table.items()})
+    except SchemaError as e:
         raise DeclarationError(f"accountings.toml: {describe_validation(e)}") from None
 
 
@@ -601,7 +602,7 @@ def _check_count(model: str, quantity: str, path: str, value: Number) -> None:
 def _preset_spec(name: str) -> ModelSpec:
     config, entry = preset_config(name)
     spec = spec_from_config(config, name=name, origin=f"preset {name}")
-    total = (entry.model_extra or {}).get("checkpoint_total_size_bytes")
+    total = entry.extra.get("checkpoint_total_size_bytes")
     return replace(spec, checkpoint=checkpoint_facts(config, total_size=total))
 
 

@@ -20,7 +20,6 @@ from types import MappingProxyType
 from typing import Annotated, Any, Mapping
 
 import sympy
-from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError
 
 from ..store.data import formulas_dir, read_text, read_toml
 from ..store.derivation import Identity
@@ -30,6 +29,7 @@ from .names import is_identifier
 from .conditions import predicates
 from .safe_expr import parse
 from .vocabulary import Vocabulary, default_vocabulary, make_symbol
+from .schema import Plain, SchemaError, alias, build, dump_given, given
 
 PARTS = sympy.Symbol("parts", nonnegative=True)  # in a saved_activations_when expression: what the parts keep otherwise
 
@@ -50,49 +50,48 @@ def _scalar(value: Any) -> str | int:
     return value
 
 
-Scalar = Annotated[str | int, PlainValidator(_scalar)]
+Scalar = Annotated[str | int, Plain(_scalar, "function-plain[_scalar()]")]
 
 
-class PartDecl(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+@dataclass(frozen=True, kw_only=True)
+class PartDecl:
+    POPULATE_BY_NAME = True
 
     name: str
     use: str
-    with_: dict[str, Scalar] = Field(default_factory=dict, alias="with")
-    pass_: bool = Field(False, alias="pass")  # the callee's unbound arguments take the caller's same-named ones
-    replaces: list[str] = Field(default_factory=list)  # inherited parts this one stands in for, at the first one's place
+    with_: dict[str, Scalar] = field(default_factory=dict, metadata=alias("with"))
+    pass_: bool = field(default=False, metadata=alias("pass"))  # the callee's unbound arguments take the caller's same-named ones
+    replaces: list[str] = field(default_factory=list)  # inherited parts this one stands in for, at the first one's place
     repeat: Scalar | dict[str, Scalar] = "1"
     shard: str | None = None  # a parallel dimension whose ranks split this part's parameters among them ("expert")
     shares_input: str | None = None  # the part (a path below the same component) whose input tensor is this part's too
     # workload settings this part's whole subtree reads as other values: an encoder-decoder's encoder runs on
     # { seq = "source_seq", past = "0" } while its decoder reads seq and past as they are
-    workload: dict[str, Scalar] = Field(default_factory=dict)
+    workload: dict[str, Scalar] = field(default_factory=dict)
     doc: str = ""
 
 
-class RequireDecl(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+@dataclass(frozen=True, kw_only=True)
+class RequireDecl:
     check: str
     why: str
 
 
-class ComponentDecl(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+@dataclass(frozen=True, kw_only=True)
+class ComponentDecl:
     doc: str
     extends: str | None = None  # a composite this one varies: its args, parts, requirements and assumptions, then these
     kind: str | None = None  # what it is (attention, mlp, norm, ...): a slot takes only components of its default's kind
-    switches: list[str] = Field(default_factory=list)  # arguments that are 0 or 1 (a bias, a norm present or not)
-    remove: list[str] = Field(default_factory=list)  # parts of the extended composite to leave out
-    args: list[str] = Field(default_factory=list)
+    switches: list[str] = field(default_factory=list)  # arguments that are 0 or 1 (a bias, a norm present or not)
+    remove: list[str] = field(default_factory=list)  # parts of the extended composite to leave out
+    args: list[str] = field(default_factory=list)
     source: str = ""
-    require: list[RequireDecl] = Field(default_factory=list)
-    assume: dict[str, dict[str, Scalar]] = Field(default_factory=dict)
+    require: list[RequireDecl] = field(default_factory=list)
+    assume: dict[str, dict[str, Scalar]] = field(default_factory=dict)
     # what a leading-order form writes in place of an expression of the arguments, a comment saying why it may:
     # { "ceil(seq/chunk)" = "seq/chunk" } (padding to whole chunks is less than one chunk per sequence)
-    leading: dict[str, Scalar] = Field(default_factory=dict)
-    parts: list[PartDecl] = Field(default_factory=list)
+    leading: dict[str, Scalar] = field(default_factory=dict)
+    parts: list[PartDecl] = field(default_factory=list)
     params: Scalar | None = None
     active_params: Scalar | None = None
     forward_flops: Scalar | None = None
@@ -107,17 +106,17 @@ class ComponentDecl(BaseModel):
     # what the component keeps for backward instead of its parts' sum, in a named mode of running it:
     # recomputed from its inputs ("selective", "full") or as one fused kernel ("flash"); the expression may name
     # `parts`, what its parts keep in the other modes (a mode that recomputes some of their tensors subtracts them)
-    saved_activations_when: dict[str, Scalar] = Field(default_factory=dict)
+    saved_activations_when: dict[str, Scalar] = field(default_factory=dict)
     # a primitive with weights: its quantities when those weights are frozen (fine-tuning), and the
     # components that are its adapters, by method ({ lora = "lora_adapter" })
-    frozen: dict[str, Scalar] = Field(default_factory=dict)
-    adapters: dict[str, str] = Field(default_factory=dict)
+    frozen: dict[str, Scalar] = field(default_factory=dict)
+    adapters: dict[str, str] = field(default_factory=dict)
     # a primitive that is a matrix product: its shape as expressions of the arguments, output rows m,
     # output width n, reduction k (and independent products, batches), for the tile-and-wave estimate
-    gemm: dict[str, Scalar] = Field(default_factory=dict)
+    gemm: dict[str, Scalar] = field(default_factory=dict)
     # a primitive's options, which a use site sets by name (rms_norm(form=offset)): option -> value -> the fields
     # that value declares in place of the primitive's own (doc, source, args, quantities, frozen, ...)
-    options: dict[str, dict[str, dict[str, Any]]] = Field(default_factory=dict)
+    options: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -246,8 +245,8 @@ def validate_declaration(name: str, raw: Any) -> ComponentDecl:
     if not isinstance(raw, Mapping):
         raise DeclarationError(f"{where} must be a table of a component's fields")
     try:
-        return ComponentDecl.model_validate(raw)
-    except ValidationError as e:
+        return build(ComponentDecl, raw)
+    except SchemaError as e:
         raise DeclarationError(f"{where}: {describe_validation(e)}") from None
 
 
@@ -330,7 +329,7 @@ def _build_component(name: str, decl: ComponentDecl, vocabulary: Vocabulary, bas
 
     quantities = {q: getattr(decl, q) for q in QUANTITIES}
     # parts = [] written out: a composite of nothing, which costs nothing and adds no part (a slot left empty)
-    if parts or "parts" in decl.model_fields_set:
+    if parts or "parts" in given(decl):
         declared = [q for q, v in quantities.items() if v is not None]
         if declared:
             raise DeclarationError(f"a composite's {declared[0]} is the sum of its parts; remove it or make the component a primitive")
@@ -410,7 +409,7 @@ def option_name(base: Component, chosen: Mapping[str, str]) -> str:
 def with_options(base: Component, chosen: Mapping[str, str]) -> ComponentDecl:
     """The primitive's declaration with each chosen value's fields in place of its own, in the order declared."""
     assert base.declaration is not None
-    raw = base.declaration.model_dump(by_alias=True, exclude_unset=True, exclude={"options"})
+    raw = dump_given(base.declaration, exclude=frozenset({"options"}))
     for option, values in base.declaration.options.items():
         if option in chosen:
             raw.update(values[chosen[option]])

@@ -12,13 +12,12 @@ from __future__ import annotations
 import json
 import math
 import re
+import dataclasses
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal, Mapping
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..budget import LAYERS, check_count, check_number, quoted
 from ..store.data import formulas_dir, read_json, read_toml
@@ -26,10 +25,12 @@ from ..errors import ConfigError, DeclarationError, describe_validation
 from .family_files import family_table, reading_order
 from .layer_counts import CountSpec, count_layers, is_text_list
 from .names import is_identifier
+from .schema import OTHER_KEYS, SchemaError, alias, build
 
 
-class FieldSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+@dataclass(frozen=True, kw_only=True)
+class FieldSpec:
+    POPULATE_BY_NAME = True
 
     # pattern: a string, one character per layer; present: 1 where the config has the key (not null), else 0 (a
     # sub-config whose presence adds a part to the class, such as an audio tower)
@@ -38,13 +39,13 @@ class FieldSpec(BaseModel):
     # other names the field is written under: transformers' attribute_map aliases, which save_pretrained
     # writes (qwen3_moe's num_local_experts for num_experts), or a path into a nested object ("rope_parameters.x")
     # whose steps may also be a list's positions ("subsampling_conv_channels.0": its first entry)
-    aliases: list[str] = Field(default_factory=list)
+    aliases: list[str] = dataclasses.field(default_factory=list)
     if_null: str | bool | list | None = None  # used when the field is null; None: null is refused
     minimum: int = 1  # smallest integer allowed (0 for counts such as first_k_dense_replace)
     nullable: bool = False  # null is meaningful (DeepSeek's q_lora_rank, a sliding window): kept as None
     # where the value lives: a sub-config ("text_config", "vision_config"; dotted for deeper ones, "" for the
     # top level) instead of the family's `fields_in`, and under which key (another field may already use the name)
-    in_: str | None = Field(None, alias="in")
+    in_: str | None = field(default=None, metadata=alias("in"))
     key: str | None = None
     # a bool that a config may also write as a whole number, read by its truth as the modelling code tests it
     # (Meta's Llama 4 configs write attn_temperature_tuning: 4)
@@ -54,45 +55,39 @@ class FieldSpec(BaseModel):
     one_of: list[str] | None = None
 
 
-class RefusalSpec(BaseModel):
+@dataclass(frozen=True, kw_only=True)
+class RefusalSpec:
     """A setting symform does not model: a config that turns it on is refused rather than costed wrongly."""
-
-    model_config = ConfigDict(extra="forbid")
 
     when: str = ""  # a condition over the number fields
     field: str = ""  # or a string field (a mode a config names) ...
-    equals: list[str] = Field(default_factory=list)  # ... whose value is one of these
+    equals: list[str] = dataclasses.field(default_factory=list)  # ... whose value is one of these
     why: str  # the one line the user reads: what is not modelled and what to do
 
 
-class ChoiceSpec(BaseModel):
+@dataclass(frozen=True, kw_only=True)
+class ChoiceSpec:
     """A slot's component by a field's value; ``choose.mlp = "gelu_mlp"``, a component alone, whatever the config."""
-
-    model_config = ConfigDict(extra="forbid")
 
     field: str | None = None  # none: a fixed choice, its one case "default"
     cases: dict[str, str]
 
-    @model_validator(mode="before")
     @classmethod
-    def _fixed(cls, value: Any) -> Any:
+    def _before(cls, value: Any) -> Any:
         if isinstance(value, str):
             return {"cases": {"default": value}}
         if not isinstance(value, (dict, ChoiceSpec)):
             raise ValueError('a choice is a component\'s name (choose.mlp = "gelu_mlp") or a table of field and cases')
         return value
 
-    @model_validator(mode="after")
-    def _a_field_unless_fixed(self) -> "ChoiceSpec":
+    def __post_init__(self) -> None:
         if self.field is None and set(self.cases) != {"default"}:
             raise ValueError("a choice with cases other than default needs the field that picks among them (field = ...)")
-        return self
 
 
-class ContextSpec(BaseModel):
+@dataclass(frozen=True, kw_only=True)
+class ContextSpec:
     """Where a config states the longest sequence the model reads (past + new tokens)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     field: str  # a declared int field: max_position_embeddings, n_positions
     rope_scaling: str | None = None  # the config key of its RoPE scaling (a JSON object), reported with the limit
@@ -101,19 +96,17 @@ class ContextSpec(BaseModel):
     reserved: str = "0"
 
 
-class PerLayerSpec(BaseModel):
+@dataclass(frozen=True, kw_only=True)
+class PerLayerSpec:
     """How to read transformers' per_layer_config (layer index -> that layer's sizes), where save_pretrained
     writes sizes the Hub's files name as fields of their own (Gemma 4's global_head_dim)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     kinds: str  # the per-layer list of layer kinds (layer_types)
     fields: dict[str, dict[str, str]]  # a kind -> {a key of its layers' overrides -> the field it stands for}
 
 
-class FamilySpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+@dataclass(frozen=True, kw_only=True)
+class FamilySpec:
     model_types: list[str]
     root: str
     source: str
@@ -126,20 +119,20 @@ class FamilySpec(BaseModel):
     when_present: str = ""
     # the model types of the `fields_in` sub-config itself: a config of one of them is that sub-config alone (what
     # the text class's save_pretrained writes: Qwen3.5's qwen3_5_text), read with its fields at the top level
-    section_model_types: list[str] = Field(default_factory=list)
+    section_model_types: list[str] = dataclasses.field(default_factory=list)
     fields: dict[str, FieldSpec]
-    counts: dict[str, CountSpec] = Field(default_factory=dict)
+    counts: dict[str, CountSpec] = dataclasses.field(default_factory=dict)
     bind: dict[str, str]
-    choose: dict[str, ChoiceSpec] = Field(default_factory=dict)
+    choose: dict[str, ChoiceSpec] = dataclasses.field(default_factory=dict)
     # the assumption sets (declared by the components, first declared wins) under which derive's leading order
     # is within 20 % of every preset (tests/test_structure.py checks it); "" where no simple form is: the
     # leading order stays in the family's own sizes
     assume: str = ""
     context: ContextSpec | None = None
-    refuse: list[RefusalSpec] = Field(default_factory=list)
+    refuse: list[RefusalSpec] = dataclasses.field(default_factory=list)
     # conventions the config decides (dropout from its dropout probabilities): expressions over the fields, each
     # a whole number; they are the model's defaults, under any accounting and any convention the user sets
-    conventions: dict[str, str] = Field(default_factory=dict)
+    conventions: dict[str, str] = dataclasses.field(default_factory=dict)
     per_layer: PerLayerSpec | None = None
     # peft (0.21) turns adapter targets that name the routed experts' projections into adapters on transformers'
     # fused 3-D expert weights for this model type (transformers' conversion table), which symform does not model;
@@ -241,8 +234,8 @@ def _index_total_size(size: int | float) -> int:
 def load_family(path: Path) -> Family:
     """A family file, symform's or a user's, with the families it extends applied: what a config is read with."""
     try:
-        return Family(path.stem, FamilySpec.model_validate(family_table(path)))
-    except ValidationError as e:
+        return Family(path.stem, build(FamilySpec, family_table(path)))
+    except SchemaError as e:
         raise DeclarationError(f"{path.name}: {describe_validation(e)}") from None
 
 
@@ -354,7 +347,7 @@ def _section_readers() -> Mapping[str, Family]:
 @cache
 def _section_reader(name: str) -> Family:
     """Family ``name`` reading a config that is its `fields_in` sub-config alone: every field at the top level."""
-    return Family(name, all_families()[name].spec.model_copy(update={"fields_in": ""}))
+    return Family(name, dataclasses.replace(all_families()[name].spec, fields_in=""))
 
 
 def reading_spec(family: str, config: Mapping[str, Any]) -> FamilySpec:
@@ -713,20 +706,28 @@ def _refuse_non_finite(name: str, value: Any, spec: FieldSpec | None, origin: st
         raise ConfigError(f"{origin}: field {name!r} is {written}, not finite{kind}: give a finite value")
 
 
-class PresetEntry(BaseModel):
-    model_config = ConfigDict(extra="allow")
+@dataclass(frozen=True, kw_only=True)
+class PresetEntry:
+    EXTRA = "allow"
 
     file: str
     hub: str
     source: str
+    extra: Mapping[str, Any] = field(default_factory=dict, metadata=OTHER_KEYS)  # what else the index records
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.__dict__["extra"][name]
+        except KeyError:
+            raise AttributeError(name) from None
 
 
 @cache
 def presets() -> Mapping[str, PresetEntry]:
     index = read_toml(formulas_dir() / "presets" / "index.toml")
     try:
-        return MappingProxyType({name: PresetEntry.model_validate(raw) for name, raw in index.items()})
-    except ValidationError as e:
+        return MappingProxyType({name: build(PresetEntry, raw) for name, raw in index.items()})
+    except SchemaError as e:
         raise DeclarationError(f"presets/index.toml: {describe_validation(e)}") from None
 
 

@@ -5,19 +5,16 @@ from __future__ import annotations
 
 import builtins
 import re
+from dataclasses import dataclass
 from typing import Any, Mapping
-
-
-from pydantic import BaseModel, ConfigDict
 
 from ..budget import LAYERS, check_count
 from ..errors import ConfigError, DeclarationError
 
 
-class CountSpec(BaseModel):
+@dataclass(frozen=True, kw_only=True)
+class CountSpec:
     """A number of layers of one kind, counted over layer indices i (0-based)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     # the field giving the number of layers; "": the list's length is the number (transformers derives
     # num_hidden_layers from Nemotron-H's list of block types and ignores the field)

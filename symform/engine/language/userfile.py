@@ -23,12 +23,12 @@ the same safe expression parser: nothing in the file is ever executed.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 import sympy
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..store.data import read_toml
 from .declarations import Library, Scalar, default_library, parse_components
@@ -36,29 +36,27 @@ from ..errors import ConfigError, DeclarationError, describe_validation
 from .families import ModelSpec
 from .safe_expr import parse
 from .vocabulary import Vocabulary, vocabulary_from_table
+from .schema import SchemaError, build
 
 
-# Built on first validation (defer_build): a bundled model never reads a declaration file.
-class ModelDecl(BaseModel):
-    model_config = ConfigDict(extra="forbid", defer_build=True)
-
+@dataclass(frozen=True, kw_only=True)
+class ModelDecl:
     root: str
     name: str | None = None
     doc: str = ""
-    arguments: dict[str, Scalar] = Field(default_factory=dict)
+    arguments: dict[str, Scalar] = field(default_factory=dict)
     transformers: dict[str, Any] | None = None  # the config.json of the transformers model this declares, for symform check
     # root arguments as expressions over [model.transformers]'s fields (a family's [bind]): what `symform import` writes
-    bind: dict[str, str] = Field(default_factory=dict)
+    bind: dict[str, str] = field(default_factory=dict)
     # quantity -> why it is not exact (what symform import could not map); symform check names them
-    not_exact: dict[str, str] = Field(default_factory=dict)
+    not_exact: dict[str, str] = field(default_factory=dict)
 
 
-class DeclarationFile(BaseModel):
-    model_config = ConfigDict(extra="forbid", defer_build=True)
-
+@dataclass(frozen=True, kw_only=True)
+class DeclarationFile:
     model: ModelDecl
-    symbols: dict[str, dict[str, Any]] = Field(default_factory=dict)
-    components: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    symbols: dict[str, dict[str, Any]] = field(default_factory=dict)
+    components: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def load_declaration_file(path: Path, config: dict[str, Any] | None = None) -> tuple[ModelSpec, Library]:
@@ -66,11 +64,11 @@ def load_declaration_file(path: Path, config: dict[str, Any] | None = None) -> t
     read through its ``[model.bind]``)."""
     raw = read_toml(path)
     try:
-        decl = DeclarationFile.model_validate(raw)
-    except ValidationError as e:
+        decl = build(DeclarationFile, raw)
+    except SchemaError as e:
         raise ConfigError(f"{path}: {describe_validation(e)}; see docs/declaring-architectures.md") from None
     if config is not None:
-        decl.model.transformers = dict(config)
+        decl = replace(decl, model=replace(decl.model, transformers=dict(config)))
     base = default_library()
     vocabulary = _extended(base.vocabulary, decl.symbols, path)
     try:

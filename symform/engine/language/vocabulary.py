@@ -5,10 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cache, cached_property
 from types import MappingProxyType
-from typing import Literal, Mapping
+from typing import Annotated, Literal, Mapping
 
 import sympy
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
 from ..store.derivation import Identity
 from ..store.data import formulas_dir, read_toml
@@ -16,6 +15,7 @@ from ..budget import number_from_text
 from ..errors import DeclarationError, describe_validation
 from .latex_fragment import latex_problem
 from .names import is_identifier
+from .schema import After, SchemaError, build
 
 Kind = Literal["architecture", "workload", "convention", "dtype", "derived", "ratio"]
 Domain = Literal["positive_integer", "nonnegative_integer", "positive_rational"]
@@ -27,10 +27,16 @@ _ASSUMPTIONS: dict[str, dict[str, bool]] = {
 }
 
 
-class SymbolSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+def _safe_latex(text: str) -> str:
+    problem = latex_problem(text)
+    if problem:
+        raise ValueError(f"latex {text[:40]!r} is refused: {problem}")
+    return text
 
-    latex: str
+
+@dataclass(frozen=True, kw_only=True)
+class SymbolSpec:
+    latex: Annotated[str, After(_safe_latex)]
     kind: Kind
     description: str
     domain: Domain = "positive_integer"
@@ -38,23 +44,13 @@ class SymbolSpec(BaseModel):
     default: str | None = None
     tensor_parallel: bool = False  # Megatron-style tensor parallelism splits this size among the ranks
 
-    @field_validator("latex")
-    @classmethod
-    def _safe_latex(cls, text: str) -> str:
-        problem = latex_problem(text)
-        if problem:
-            raise ValueError(f"latex {text[:40]!r} is refused: {problem}")
-        return text
-
-    @model_validator(mode="after")
-    def _default_in_domain(self) -> "SymbolSpec":
+    def __post_init__(self) -> None:
         if self.default is not None:
             value = number_from_text(self.default, "default")  # ValueError names the problem
             if "integer" in self.domain and value.denominator != 1:
                 raise ValueError(f"default {self.default!r} must be a whole number ({self.domain})")
             if value < 0 or (value == 0 and self.domain != "nonnegative_integer"):
                 raise ValueError(f"default {self.default!r} is outside the domain {self.domain}")
-        return self
 
 
 def make_symbol(name: str, domain: Domain) -> sympy.Symbol:
@@ -147,8 +143,8 @@ def vocabulary_from_table(table: Mapping[str, object]) -> Vocabulary:
         if not is_identifier(name):
             raise DeclarationError(f"symbol name {name!r} is not an identifier; use letters, digits and _")
         try:
-            spec = SymbolSpec.model_validate(raw)
-        except ValidationError as e:
+            spec = build(SymbolSpec, raw)
+        except SchemaError as e:
             raise DeclarationError(f"symbol {name!r}: {describe_validation(e)}") from None
         entries[name] = Entry(name, make_symbol(name, spec.domain), spec)
     return Vocabulary(MappingProxyType(entries))
