@@ -66,7 +66,16 @@ def test_the_lazy_names_are_the_engines_objects():
     assert set(symform.__all__) <= set(dir(symform))
 
 
-def test_a_model_command_imports_no_networkx():
-    # the component graph is symform's own (symform.engine.digraph): networkx costs a third of import sympy
+def test_a_model_command_imports_neither_networkx_nor_pydantic():
+    # the component graph is symform's own (symform.engine.digraph): networkx costs a third of import sympy; the
+    # declaration, family and symbol tables are checked by symform.engine.language.schema: pydantic costs another third
     child = _run_fresh("params", "qwen3-32b", "--json")
-    assert child["code"] == 0 and "networkx" not in child["loaded"], f"symform params imported {child['loaded']}"
+    assert child["code"] == 0 and child["loaded"] == ["sympy"], f"symform params imported {child['loaded']}"
+
+
+def test_the_version_is_read_only_when_asked_for():
+    """Building the command line reads no pyproject.toml and imports no importlib.metadata (an installed copy's
+    version lookup): --version alone pays for it."""
+    done = subprocess.run([sys.executable, "-c", "import sys; from symform.interface.cli.cli import build_parser; build_parser('params');"
+                           " print(sorted(m for m in ('tomllib', 'importlib.metadata') if m in sys.modules))"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import html
 import re
 from dataclasses import dataclass, field, replace
 from collections import OrderedDict
@@ -262,6 +261,8 @@ class Model:
 
     def _repr_html_(self) -> str:
         """In a notebook: parameters per top-level component, as numbers where the sizes are known and as formulas."""
+        import html  # a notebook's alone
+
         rows = []
         for path, formula in self.breakdown("params").items():
             free = set(formula.free) - set(self.values)

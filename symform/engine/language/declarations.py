@@ -683,6 +683,7 @@ class _Unread:
 _BARE = r"[A-Za-z0-9_-]+"
 _HEADER = re.compile(rf"[ \t]*\[\[?[ \t]*({_BARE})(?:[ \t]*\.[ \t]*{_BARE})*[ \t]*\]\]?[ \t]*(?:#.*)?")
 _KEY_OR_VALUE = re.compile(r"^[ \t]*[^#\s]", re.M)
+_BRACKETED = re.compile(r"^[ \t]*\[[^\n]*", re.M)  # a line opening with '[': a header, or something a scan misreads
 
 
 def declared_names(text: str) -> tuple[str, ...] | None:
@@ -692,16 +693,13 @@ def declared_names(text: str) -> tuple[str, ...] | None:
     if '"""' in text or "'''" in text:
         return None
     names: dict[str, None] = {}
-    first_header = None
-    for line_number, line in enumerate(text.splitlines()):
-        if not line.lstrip().startswith("["):
-            continue
-        header = _HEADER.fullmatch(line)
+    lines = list(_BRACKETED.finditer(text))
+    for line in lines:
+        header = _HEADER.fullmatch(line.group())
         if header is None:
             return None
-        first_header = line_number if first_header is None else first_header
         names.setdefault(header.group(1))
-    before = "\n".join(text.splitlines()[: first_header or 0])
+    before = text[: lines[0].start()] if lines else ""
     return None if _KEY_OR_VALUE.search(before) else tuple(names)
 
 

@@ -8,7 +8,6 @@ which is recognised by its ``pyproject.toml``.
 from __future__ import annotations
 
 import json
-import tomllib
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,8 @@ def version() -> str:
     """symform's version: a checkout's ``pyproject.toml`` when running from one, else the installed metadata."""
     checkout = Path(__file__).resolve().parents[3] / "pyproject.toml"
     if checkout.is_file():  # the code running is this checkout's, whatever version pip recorded elsewhere
+        import tomllib
+
         try:
             project = tomllib.loads(checkout.read_text(encoding="utf-8")).get("project", {})
         except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
@@ -91,6 +92,8 @@ def read_toml(path: Path) -> dict[str, Any]:
                 table = None
             if isinstance(table, dict):
                 return table
+    import tomllib  # only where a table is parsed: a kept one is JSON
+
     try:
         table = tomllib.loads(text)
         if bundled and plain_json(table):

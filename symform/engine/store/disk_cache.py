@@ -25,7 +25,6 @@ import os
 import re
 import stat
 import sys
-import tempfile
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -179,6 +178,8 @@ class Store:
             path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             # a new file of a name no one can guess, created exclusively (0600): a link planted in a shared
             # directory is never opened, and os.replace swaps the store's name itself, never a link's target
+            import tempfile  # only a run that adds entries writes (tempfile imports random, shutil and the compressors)
+
             handle, temporary = tempfile.mkstemp(prefix=f".{self.kind}-", suffix=".tmp", dir=path.parent)
             with open(handle, "w", encoding="utf-8") as out:
                 out.write(f"{digest(body)}\n{body}")

@@ -41,10 +41,18 @@ def _from(module: str, name: str):
     return getattr(importlib.import_module(f"..{module}", __package__), name)
 
 
+class _Version(argparse.Action):
+    """--version: the version is looked up only when asked for (an installed copy reads its metadata, which is slow to import)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser._print_message(f"symform {version()}\n", sys.stdout)  # where argparse's own version action prints it
+        parser.exit()
+
+
 def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     """The whole command line; with ``verb``, the other verbs' options are left out (their modules not loaded); with "", every verb's are."""
     parser = _Parser(prog="symform", description="Symbolic cost formulas for transformer models.")
-    parser.add_argument("--version", action="version", version=f"symform {version()}")
+    parser.add_argument("--version", action=_Version, nargs=0, help="show the version and exit")
     verbs = parser.add_subparsers(dest="verb", required=True, parser_class=_Parser, metavar="COMMAND", help="what to work out (symform COMMAND --help for its options)")
 
     def wanted(name: str) -> bool:
