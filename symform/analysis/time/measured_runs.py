@@ -135,7 +135,7 @@ def _reach(kind: str) -> dict[str, Any]:
     each device's fitted runs of either kind ran their GEMMs at. Mixture-of-experts runs fit only the MoE
     factors, so they do not count here (``_moe_measured``)."""
     devices: dict[str, dict[str, Any]] = {}
-    fitted = [r for r in runs() if r.split == "fit" and not is_moe(r)]
+    fitted = [r for r, moe in _fitted() if not moe]
     for run in fitted:
         s = run.setup
         device = efficiencies.efficiency(s["gpu"]).device
@@ -158,7 +158,13 @@ def is_moe(run: Run) -> bool:
 @cache
 def _moe_measured(kind: str) -> dict[str, int]:
     """How many fitted mixture-of-experts runs of ``kind`` were measured on each efficiency file (by device)."""
-    return dict(Counter(efficiencies.efficiency(r.setup["gpu"]).device for r in runs() if r.kind == kind and r.split == "fit" and is_moe(r)))
+    return dict(Counter(efficiencies.efficiency(r.setup["gpu"]).device for r, moe in _fitted() if r.kind == kind and moe))
+
+
+@cache
+def _fitted() -> tuple[tuple[Run, bool], ...]:
+    """The fitted runs, each with whether its model has routed experts (each config read once a process)."""
+    return tuple((r, is_moe(r)) for r in runs() if r.split == "fit")
 
 
 def fitted_releases(kind: str) -> set[tuple[str, str | None]]:
