@@ -141,7 +141,8 @@ class Framework(_Strict):
         under a precision whose gradients (``grad_bytes``) are fp32."""
         for name, value in given.items():
             if value is not None and getattr(self.defaults, name) is None:
-                raise EvaluationError(f"framework {self.name!r} has no {name.replace('_', ' ')} setting; give --framework megatron or drop it")
+                having = [f.name for f in frameworks().values() if getattr(f.defaults, name) is not None]
+                raise EvaluationError(f"framework {self.name!r} has no {name.replace('_', ' ')} setting; give a framework that has it ({', '.join(having)}) or drop it")
         if given.get("grad_reduce_fp32") is False and grad_bytes == 4:
             raise ConfigError("grad_reduce_fp32 off keeps the gradient buffers at the parameters' 16 bits, and the precision keeps fp32 gradients; choose one (a 16-bit precision's gradients, or grad_reduce_fp32 on)")
         return {o.setting: self.default(o.setting, given.get(o.setting)) for o in self.overheads if o.setting is not None}

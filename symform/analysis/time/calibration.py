@@ -22,7 +22,7 @@ from ...engine.graph.model import Model
 from . import estimate, grouped_gemm, timing
 from . import step_model
 from . import efficiencies
-from .measured_runs import SPLITS, Case, Run, is_moe, run_framework, run_model, run_profile, runs, sources, training_layout
+from .measured_runs import SPLITS, Case, Run, is_moe, run_framework, run_model, run_profile, runs, training_layout
 
 
 # --- predictions --------------------------------------------------------------------------------

@@ -161,10 +161,7 @@ def _validate_model(cls: type, plan: tuple, value: Any) -> Any:
             continue
         used.add(found)
         got.add(name)
-        try:
-            kwargs[name] = check(value[found], False)
-        except _Fail as e:
-            raise _Fail((found, *e.loc), e.msg) from None
+        kwargs[name] = _at(found, check, value[found], False)
     extras = {k: v for k, v in value.items() if k not in used}
     if extras and extra != "allow":
         raise _Fail((next(iter(extras)),), "Extra inputs are not permitted")
@@ -301,17 +298,19 @@ def _literal(allowed: tuple) -> Validator:
     return validate
 
 
+def _at(key: Any, check: Validator, value: Any, strict: bool) -> Any:
+    """``check`` of the entry at ``key``; its problem placed under that key."""
+    try:
+        return check(value, strict)
+    except _Fail as e:
+        raise _Fail((key, *e.loc), e.msg) from None
+
+
 def _list(item: Validator) -> Validator:
     def validate(value: Any, strict: bool) -> list:
         if not isinstance(value, (list, tuple)) or (strict and not isinstance(value, list)):
             raise _Fail((), "Input should be a valid list")
-        out = []
-        for i, v in enumerate(value):
-            try:
-                out.append(item(v, strict))
-            except _Fail as e:
-                raise _Fail((i, *e.loc), e.msg) from None
-        return out
+        return [_at(i, item, v, strict) for i, v in enumerate(value)]
 
     return validate
 
@@ -324,10 +323,7 @@ def _dict(item: Validator) -> Validator:
         for k, v in value.items():
             if type(k) is not str:
                 raise _Fail((k, "[key]"), "Input should be a valid string")
-            try:
-                out[k] = item(v, strict)
-            except _Fail as e:
-                raise _Fail((k, *e.loc), e.msg) from None
+            out[k] = _at(k, item, v, strict)
         return out
 
     return validate

@@ -80,7 +80,7 @@ def _table(result: Plan) -> str:
         return "\n".join(lines)
     lines.append(f"{'#':>2}  {'dp':>4} {'tp':>3} {'pp':>3} {'ep':>3}  {'zero':>4}  {'mb':>3}  {'recompute':<9}  {'memory GiB':>10}  {'estimate s':>10}  {'step s (floor-ceiling)':>21}  {'MFU':>6}  {'tokens/s':>10}")
     for rank, row in enumerate(result.best, 1):
-        layout, timed = row.layout, row.time
+        layout = row.layout
         lines.append(
             f"{rank:>2}  {layout.data:>4} {layout.tensor:>3} {layout.pipeline:>3} {layout.expert:>3}  {layout.zero:>4}  {row.micro_batch:>3}  {row.recompute:<9}  "
             f"{float(row.memory.total) / 2**30:>10.2f}  {_estimate_text(row):>10}  {_range_text(row)}  {_mfu(row):>6.1%}  {_tokens_per_s(row):>10,.0f}"
