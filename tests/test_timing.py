@@ -288,3 +288,53 @@ def test_cli_bad_input_exits_2_with_one_line(capsys, argv):
     assert main(["time", "llama-3.2-1b", "--gpu", "h100-sxm", *argv]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("symform: error:")
+
+
+# --- groups that leave the node with several ranks in each -------------------------------------
+
+NIC = H100["interconnect"]["scale_out"]["unidirectional_bytes_per_s"]
+
+
+def test_a_data_group_with_eight_ranks_per_node_pools_their_nics(small):
+    """64 data ranks over 8 nodes: a ring or tree crosses each node's boundary once per channel, and the node's 8
+    ranks cross through 8 NICs, so the all-reduce runs at 8 NICs' bandwidth (400 GB/s), under NVLink's 450 GB/s."""
+    result = training_time(small, "h100-sxm", global_batch=64, micro_batch=1, seq=256, layout=Layout(data=64))
+    data = result.comm["data"]
+    assert (data.link, data.ranks, data.per_node) == ("scale_out", 64, 8)
+    n = 2 * small.evaluate("params")
+    ring = 2 * 63 * 10e-6 + 2 * 63 / 64 * n / (8 * NIC)
+    tree = 2 * 6 * 10e-6 + 2 * 63 / 64 * n / (8 * NIC)  # double binary trees: 2·⌈log₂ p⌉ steps, the ring's bytes
+    assert data.seconds == pytest.approx(min(ring, tree), rel=1e-12)
+    assert result.assumptions["links"]["data"]["ranks_per_node"] == 8
+
+
+def test_one_rank_per_node_keeps_its_own_nic(small):
+    """Tensor 8 fills each node: the data group has one rank per node and its NIC alone (NVIDIA/nccl#569: 8 DGX-2
+    ranks take 363 ms for a 1.6 GB all-reduce at one rank per node, 173 ms at two)."""
+    one = training_time(small, "h100-sxm", global_batch=8, micro_batch=1, seq=256, layout=Layout(data=4, tensor=8)).comm["data"]
+    two = training_time(small, "h100-sxm", global_batch=8, micro_batch=1, seq=256, layout=Layout(data=8, tensor=4)).comm["data"]
+    assert one.per_node == 1 and two.per_node == 2
+    # the bytes over one NIC, or over two, plus a few tens of microseconds of latency
+    assert one.seconds == pytest.approx(one.bytes_per_rank / NIC, abs=1e-4)
+    assert two.seconds == pytest.approx(two.bytes_per_rank / (2 * NIC), abs=1e-4)
+
+
+def test_a_pooled_ring_is_capped_by_the_nodes_fabric():
+    """72 GB200s in one rack with 36 data ranks beyond it: 36 NICs would carry more than NVLink, so NVLink bounds it."""
+    from symform.analysis.time.step_model import group_bandwidth, placement
+
+    place = placement("gb200-nvl72")
+    nvlink = _device_file("gb200")["interconnect"]["scale_up"]["unidirectional_bytes_per_s"]
+    assert group_bandwidth(place, "scale_out", "all_gather", 64, 36) == nvlink
+    assert group_bandwidth(place, "scale_out", "all_gather", 64, 1) == 50e9
+    assert group_bandwidth(place, "scale_out", "send_recv", 64, 36) == 50e9  # a point-to-point send has one NIC
+
+
+def test_an_all_to_all_sends_only_other_nodes_shares_over_the_network():
+    """32 expert ranks, 8 per node: of each rank's 31 outgoing shares 24 leave the node over its NIC while 7 go
+    over NVLink at once; the NIC's part is the longer."""
+    from symform.analysis.time.step_model import group_bandwidth, placement
+
+    rate = group_bandwidth(placement("h100-sxm"), "scale_out", "all_to_all", 32, 8)
+    assert rate == pytest.approx(NIC * 31 / 24, rel=1e-12)
+    assert group_bandwidth(placement("h100-sxm"), "scale_out", "all_to_all", 32, 1) == NIC

@@ -81,7 +81,19 @@ class Placement:
         """
         if span > self.node_size:
             return "scale_out"
+        return self.inner_link
+
+    @property
+    def inner_link(self) -> str:
+        """The link between the accelerators of one node: its scale-up fabric, or PCIe where it has none."""
         return "scale_up" if "scale_up" in self.device.interconnect else "pcie"
+
+    def per_node(self, span: int, ranks: int) -> int:
+        """How many of a group's ``ranks``, spread evenly over ``span`` consecutive ranks, share one node."""
+        if span <= self.node_size:
+            return ranks
+        stride = max(1, span // ranks)
+        return max(1, min(ranks, self.node_size // stride))
 
 
 def placement(gpu: str | os.PathLike[str] | Hardware, node_size: int | None = None) -> Placement:
@@ -207,15 +219,41 @@ def _recompute_work(model: Model, units: list[str], flash: bool, values: Mapping
     return multiplied_out(sympy.Add(*(w.flops for w in inside))), multiplied_out(sympy.Add(*(w.bytes for w in inside)))
 
 
-def transfer_seconds(transfers: Iterable[parallel_comm.Transfer], place: Placement, link: str, *, alpha: float | None = None, bandwidth: float | None = None, algorithms: tuple[str, ...] = ALGORITHMS) -> float:
+def transfer_seconds(transfers: Iterable[parallel_comm.Transfer], place: Placement, link: str, *, alpha: float | None = None, bandwidth: float | None = None, algorithms: tuple[str, ...] = ALGORITHMS, per_node: int = 1) -> float:
     """Seconds of the transfers one after another over ``link``, each by the fastest of ``algorithms`` (ring and tree
-    unless given; the link's default latency and datasheet bandwidth unless given)."""
+    unless given; the link's default latency and datasheet bandwidth unless given; ``per_node``: the group's ranks
+    in one node, whose shares of the scale-out network a collective pools, group_bandwidth)."""
     alpha = link_latency(link) if alpha is None else alpha
-    beta = 1 / (_bandwidth(place, link) if bandwidth is None else bandwidth)
     total = 0.0
     for transfer in transfers:
-        total += transfer.count * _fastest_seconds(transfer.collective, transfer.ranks, transfer.nbytes, alpha, beta, tuple(algorithms))
+        rate = group_bandwidth(place, link, transfer.collective, int(transfer.ranks), per_node) if bandwidth is None else bandwidth
+        total += transfer.count * _fastest_seconds(transfer.collective, transfer.ranks, transfer.nbytes, alpha, 1 / rate, tuple(algorithms))
     return total
+
+
+#: Collectives NCCL runs as rings or trees: each channel crosses a node's boundary through one NIC and runs
+#: inside the node over its fabric, so a group with several ranks in a node drives as many NICs at once.
+POOLED = frozenset({"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce"})
+
+
+def group_bandwidth(place: Placement, link: str, collective: str, ranks: int, per_node: int = 1) -> float:
+    """Bytes/s per rank of one collective of ``ranks`` ranks, ``per_node`` of them in each node, over ``link``.
+
+    Over the scale-out network a ring or tree's traffic stays on the node's own fabric but for one crossing per
+    channel, and the node's ``per_node`` ranks cross through as many NICs: the bus bandwidth is the NICs' sum, up
+    to the fabric's (NVIDIA/nccl#569: a 1.6 GB all-reduce over 8 DGX-2 ranks takes 363 ms at one rank per node,
+    173 ms at two and 132 ms at four; nccl-tests all_reduce_perf reaches 400–450 GB/s bus bandwidth across nodes
+    of 8 H100 with one 400 Gb/s NIC each). An all-to-all sends only the other nodes' shares over the network,
+    the node's own over its fabric, both at once. A point-to-point send or a rooted collective has its rank's own NIC.
+    """
+    out = _bandwidth(place, link)
+    if link != "scale_out" or per_node <= 1:
+        return out
+    inner = _bandwidth(place, place.inner_link)
+    if collective == "all_to_all" and ranks > 1:
+        off = (ranks - per_node) / (ranks - 1)
+        return 1 / max(off / out, (1 - off) / inner)
+    return min(inner, per_node * out) if collective in POOLED else out
 
 
 @lru_cache(maxsize=4096)
@@ -250,12 +288,13 @@ class Comm:
     bytes_per_rank: float
     link: str
     ranks: int
+    per_node: int = 1  # of the ranks, how many share one node (over the scale-out network)
 
 
 def _comm(transfers: list[parallel_comm.Transfer], times: float, place: Placement, span: int, ranks: int) -> Comm:
-    link = place.link(span)
+    link, per_node = place.link(span), place.per_node(span, ranks)
     sent = float(parallel_comm.bytes_per_rank(transfers)) if transfers else 0.0
-    return Comm(times * transfer_seconds(transfers, place, link), times * sent, link, ranks)
+    return Comm(times * transfer_seconds(transfers, place, link, per_node=per_node), times * sent, link, ranks, per_node)
 
 
 def _json(value: object) -> object:

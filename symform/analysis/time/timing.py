@@ -457,15 +457,16 @@ def data_comm(model: Model, place: Placement, layout: Layout, precision: str, *,
     each group's collectives run inside one replica, over its ranks / replicate (consecutive).
     """
     shards = layout.data // layout.replicate
-    link = place.link(layout.tensor * shards)
+    span = layout.tensor * shards
+    link = place.link(span)
     grads = _grad_bytes(precision)
     seconds = sent = 0.0
     for params, ranks in _gradient_groups(model, layout, params):
         if ranks // layout.replicate > 1 and params:
             transfers = _gradient_transfers(layout.zero >= 3, params, grads, ranks // layout.replicate)
-            seconds += transfer_seconds(transfers, place, link)
+            seconds += transfer_seconds(transfers, place, link, per_node=place.per_node(span, ranks // layout.replicate))
             sent += float(parallel_comm.bytes_per_rank(transfers))
-    return Comm(seconds, sent, link, shards)
+    return Comm(seconds, sent, link, shards, place.per_node(span, shards))
 
 
 def replica_comm(model: Model, place: Placement, layout: Layout, precision: str, *, params: tuple[int, int] | None = None) -> Comm:
@@ -477,8 +478,9 @@ def replica_comm(model: Model, place: Placement, layout: Layout, precision: str,
     for params, ranks in _gradient_groups(model, layout, params):
         if params:
             transfers += _gradient_transfers(False, Fraction(params) / (ranks // replicas), _grad_bytes(precision), replicas)
-    link = place.link(layout.tensor * layout.data)
-    return Comm(transfer_seconds(transfers, place, link), float(parallel_comm.bytes_per_rank(transfers)), link, replicas)
+    span = layout.tensor * layout.data
+    link, per_node = place.link(span), place.per_node(span, replicas)
+    return Comm(transfer_seconds(transfers, place, link, per_node=per_node), float(parallel_comm.bytes_per_rank(transfers)), link, replicas, per_node)
 
 
 def _grad_bytes(precision: str) -> int:
@@ -529,11 +531,11 @@ def _training_assumptions(place: Placement, dtype: str, layout: Layout, recomput
         + ("; with FlashAttention selective adds nothing beyond FlashAttention's own recomputation" if flash and recompute == "selective" else ""),
         "pipeline": f"{layout.schedule} schedule, bubble = bubble_ratio × the micro-batch work" if layout.pipeline > 1 else "no pipeline",
         "gradients": f"{precision} precision: {recipes().precision[precision].grads} bytes per gradient, exchanged once per step",
-        "rank_order": "tensor ranks innermost, then context, expert and data, then pipeline (Megatron-LM's order); a group uses scale_up while its span of consecutive ranks fits in one node, scale_out otherwise",
+        "rank_order": "tensor ranks innermost, then context, expert and data, then pipeline (Megatron-LM's order); a group uses scale_up while its span of consecutive ranks fits in one node, scale_out otherwise; over scale_out a group's ranks in one node pool their NICs for rings and trees and send only other nodes' shares of an all-to-all over the network (step_model.group_bandwidth)",
         "devices": place.spread(layout.data * layout.tensor * layout.pipeline * layout.context),
         "node_size": place.node_size,
         "node_size_source": place.node_source,
-        "links": {k: {"link": c.link, "bytes_per_s": _bandwidth(place, c.link), "latency_s": link_latency(c.link)} for k, c in comm.items()},
+        "links": {k: {"link": c.link, "bytes_per_s": _bandwidth(place, c.link), "latency_s": link_latency(c.link)} | ({"ranks_per_node": c.per_node} if c.link == "scale_out" and c.per_node > 1 else {}) for k, c in comm.items()},
         "collective_algorithm": "the faster of ring and tree for each collective where both are modelled (as NCCL picks by size)",
         "latency": "symform.analysis.parallel.collectives.DEFAULT_LATENCY_S per message, by link",
         "mfu": "model FLOPs = forward + backward of the step (no recomputation); HFU adds the recomputed FLOPs",

@@ -13,7 +13,7 @@ from .memory_report import framework_argument, framework_line, framework_name, f
 
 HEADROOM_TEXT = "2GiB"  # the planner's default (planner.HEADROOM), as --headroom takes it
 from .serving_report import refuse_serving_options, serve_arguments, serve_command
-from .timing_report import framework_facts_line
+from .timing_report import framework_facts_line, per_node
 from ...engine.graph.model import Model
 
 if TYPE_CHECKING:  # the planner (and numpy) load when a plan is asked for, not with the CLI
@@ -87,7 +87,7 @@ def _table(result: Plan) -> str:
         )
     best = result.best[0]
     lines.append("best layout, memory per device: " + ", ".join(f"{k} {float(v) / 2**30:.2f} GiB" for k, v in best.memory.values.items() if v))
-    lines.append("best layout, time: " + ", ".join([f"math {best.time.t_math:.3f} s", f"memory {best.time.t_mem:.3f} s"] + [f"{k} comm {c.seconds:.3f} s over {c.link}" for k, c in best.time.comm.items()]))
+    lines.append("best layout, time: " + ", ".join([f"math {best.time.t_math:.3f} s", f"memory {best.time.t_mem:.3f} s"] + [f"{k} comm {c.seconds:.3f} s over {c.link}{per_node(c)}" for k, c in best.time.comm.items()]))
     ranking = (
         "the estimate (symform time's), then its ceiling; floor: datasheet peaks, everything overlapped; ceiling: every kernel at its sustained rates, nothing overlapped; MFU and tokens/s at the estimate"
         if best.estimate

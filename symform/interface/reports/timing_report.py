@@ -445,6 +445,11 @@ def _infer(model: Model, args: argparse.Namespace) -> InferenceTime:
 # --- tables -----------------------------------------------------------------------------------
 
 
+def per_node(comm) -> str:
+    """Where a group crosses nodes with several ranks in each: they pool their nodes' NICs (step_model.group_bandwidth)."""
+    return f", {comm.per_node} in each node" if comm.link == "scale_out" and comm.per_node > 1 else ""
+
+
 def _s(seconds: float) -> str:
     if seconds >= 1:
         return f"{seconds:.3f} s"
@@ -469,7 +474,7 @@ def training_table(r: TrainingTime) -> str:
         f"memory         {_s(r.t_mem)}",
     ]
     for kind, c in r.comm.items():
-        lines.append(f"{kind + ' comm':<14} {_s(c.seconds)}  ({c.ranks} ranks over {c.link}, {_sci(c.bytes_per_rank)} bytes sent per rank)")
+        lines.append(f"{kind + ' comm':<14} {_s(c.seconds)}  ({c.ranks} ranks over {c.link}{per_node(c)}, {_sci(c.bytes_per_rank)} bytes sent per rank)")
     if r.bubble_ratio:
         lines.append(f"bubble         {r.bubble_ratio:.2%} of the micro-batch work")
     lines += [

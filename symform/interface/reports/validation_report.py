@@ -233,10 +233,11 @@ MISSES = """## The misses, explained
   `overlap.expert_overlapped`). The B200's time per local expert was refitted with its fit-split
   run's all-to-all exposed as its recipe runs it (8.1 µs, was 13.8), and again once the B200 had a
   GEMM rate of its own (11.6 µs). DeepSeek-V3's own
-  pre-training on 2,048 H800s (its report's GPU hours, held out) comes within −9 %. Megatron-Bridge
+  pre-training on 2,048 H800s (its report's GPU hours, held out) comes within −3 %. Megatron-Bridge
   25.11's B200 GPT-OSS-120B, whose recipe spreads the experts over 64 GPUs in 8 nodes and leaves
-  the overlap off, went from +54 % to −1 %: its all-to-all over the scale-out network is most of
-  its step. Its GPT-OSS-120B rows run the layouts of their recipes where the table disagrees with
+  the overlap off, went from +54 % to +6 %: its all-to-all over the scale-out network is most of
+  its step, with 8 of the 64 ranks in each node (of each rank's shares, those of its own node's 7
+  peers go over NVLink, only the other 56 over its NIC). Its GPT-OSS-120B rows run the layouts of their recipes where the table disagrees with
   them (H100 micro-batch 1, B200 expert parallelism 64; the source's `assumed` says why). GPT-OSS's estimates carry its
   attention sinks' row maximum as a pass over the whole score matrix, which FlashAttention-style
   kernels fold into their softmax. Megatron-Bridge's dense FP8 rows without tensor parallelism
@@ -244,7 +245,7 @@ MISSES = """## The misses, explained
   the sustained fraction fitted on the H100's bf16 runs. The B200 and GB200 have GEMM rates of
   their own, fitted on FP8 runs (25.09's Llama 3 8B on each: 70.7 % of the fp8 peak), and 25.11's
   Llama 3 8B on B200 came from −14 % to −2 % (the fit row's layout a release later: a weak test).
-- **GB200 (Megatron-Bridge's DGX-GB200 rows, held out: −79 % to +19 %)**: GB200 has factors of its
+- **GB200 (Megatron-Bridge's DGX-GB200 rows, held out: −17 % to +38 %)**: GB200 has factors of its
   own (`hardware/efficiency/gb200.toml`, also for the `gb200-nvl72` rack its runs name): its sustained
   GEMM fraction fitted on the one dense GB200 run of the fit split (25.09 Llama 3 8B FP8: 70.7 % of the
   fp8 peak) and its time per local expert on the one FP8 MoE one (25.09 Qwen3-30B-A3B, token-drop:
@@ -261,11 +262,14 @@ MISSES = """## The misses, explained
   225 GB/s (half a superchip's 900 GB/s both ways), hide under the compute, so the estimate is the
   step's without offloading, where the runs pay what symform does not charge for it (the copies' HBM
   traffic beside the kernels, the offload handler's stream synchronisations). 25.09's Llama 3.1 405B
-  with 95 of 126 layers offloaded (tensor 2, Megatron-FSDP over 64 data-parallel ranks) is −79 %:
-  its 128 GPUs fill two NVL72 racks, so symform runs the data-parallel group's ZeRO-3 gathers and
-  reduce-scatter whole at each GPU's 50 GB/s NIC (22.6 s exposed of an estimated 26.7 s step, where
-  the run took 5.6 s): a miss of the data-parallel model for a group that leaves the NVLink domain
-  (NCCL keeps most of the traffic inside each rack), not of the offload. 25.11's Llama 3.1 405B
+  with 95 of 126 layers offloaded (tensor 2, Megatron-FSDP over 64 data-parallel ranks) is +38 %:
+  its 128 GPUs fill two NVL72 racks, and the data-parallel group's ZeRO-3 gathers and reduce-scatter
+  cross between them. It was −79 % while symform ran such a group's rings whole at each GPU's 50 GB/s
+  NIC (22.6 s exposed of an estimated 26.7 s step, where the run took 5.6 s); a ring or tree crosses a
+  node's boundary once per channel and a group's ranks in one node cross through as many NICs
+  (NVIDIA/nccl#569), so 36 ranks in a rack pool 36 NICs, more than NVLink carries, and the
+  collectives run at NVLink's rate and hide under the step (`step_model.group_bandwidth`). What is
+  left is the offload rows' own excess, larger here with 95 layers' copies. 25.11's Llama 3.1 405B
   (pipeline 16 × virtual chunks 4, no offloading) is +17 %: left out while symform's Megatron
   accounting kept silu's output beside the fused SwiGLU's input (221.7 GB of 199.7 GB), it fits at
   187.1 GB with the bf16 gradient buffers its recipe sets (`grad_reduce_in_fp32 = False`), still
@@ -315,7 +319,7 @@ MISSES = """## The misses, explained
   chip's 34.4 GB under torchtitan's accounting, the fp32 logits, the loss's backward peak and one
   rebuilt layer staying), with no host-link figure for the v6e to time the copies, the 405B also on
   two slices where its row reads 256 chips; the mixtures of experts.
-- **Megatron-Bridge's largest MoE rows on B200 and H100 (held out: −18 % to +96 %)**: added, with
+- **Megatron-Bridge's largest MoE rows on B200 and H100 (held out: −7 % to +96 %)**: added, with
   those of GB200, once a virtual pipeline's chunks need not split the layers evenly. 25.09's
   dropless DeepSeek-V3 on 1,024 H100s (tensor 2, expert 64) is +13 %: it was −39 % while symform sent
   each tensor rank's whole micro-batch to the experts; with sequence parallelism, which Megatron-Core
@@ -331,8 +335,16 @@ MISSES = """## The misses, explained
   The B200 DeepSeek-V3 rows of
   pipeline 16 (25.09 +23 %, 25.11 +30 %) differ in release and in the multi-token-prediction module
   25.11's ran, which the preset leaves out. Qwen3-235B-A22B on 256 H100s (tensor 2, expert 32 folded
-  over tensor 2 × data 16, expert tensor parallelism 1: each rank holds 4 whole experts) is −18 %
-  on 25.09 (token drop, all-to-all exposed) and +5 % on 25.11 (dropless, all-to-all overlapped).
+  over tensor 2 × data 16, expert tensor parallelism 1: each rank holds 4 whole experts) is −7 %
+  on 25.09 (token drop, all-to-all exposed) and +32 % on 25.11 (dropless, all-to-all overlapped):
+  the all-to-all spans 4 nodes of 8 ranks, and of each rank's 31 shares the 7 for its own node go
+  over NVLink (−18 % and +5 % while the whole all-to-all went over each rank's NIC). The pair
+  measures the overlap: 25.11's step (20.8 s) is 6.4 s shorter than 25.09's (27.2 s), where the
+  estimate, whose 25.09 step is 1.9 s longer than measured, hides 13.2 s of 15.5 s of all-to-alls
+  under the compute (`overlap.expert_overlapped`, window the step): Megatron-Core's combined 1F1B
+  schedule hides about half of it on this run, the rest lost to what symform does not model (the
+  all-to-all kernels' share of the SMs beside the GEMMs, the schedule's host-side cost that PR #1760
+  names on B200).
 - **Llama 3.1 405B with context parallelism 2 (Megatron-Bridge 25.09 and 25.11, held out: H100
   −1 % and +2 %, B200 +29 % and +29 %)**: a run names its context degree (`context`; its
   data-parallel degree is its GPUs / (tensor × pipeline × context)), and no fitted run has one, so
