@@ -114,18 +114,40 @@ def test_a_named_framework_brings_its_sequence_parallelism_to_time(capsys):
 
 def test_the_all_to_all_is_exposed_unless_the_run_overlaps_it():
     """rules.toml: Megatron-Core's default leaves the dispatch and combine on the critical path (overlap.expert,
-    window none: all of it exposed); overlapped (--ep-comm-overlap, DualPipe, NeMo Automodel's DeepEP), only what
-    outlasts the step's compute is (overlap.expert_overlapped, window step). GPT-OSS-120B's B200 recipe, 64 experts
-    over 8 nodes."""
+    window none: all of it exposed); DeepSeek-V3's DualPipe hides them anywhere in the step's compute
+    (overlap.expert_dualpipe, window step); Megatron-Core's combined 1F1B and NeMo Automodel's DeepEP pair micro-batches
+    phase by phase (overlap.expert_overlapped, window paired), which hides less than the whole step would and
+    leaves the unpaired first forward and last backward exposed. GPT-OSS-120B's B200 recipe, 64 experts over 8 nodes."""
     model = symform.load("gpt-oss-120b")
     setup = dict(global_batch=512, micro_batch=4, seq=4096, layout=Layout(data=64, expert=64))
     plain = training_estimate(model, "b200", **setup)
     assert plain.exposed_comm_s["expert"] == plain.comm_s["expert"] > plain.compute_s
-    hidden = training_estimate(model, "b200", ep_comm_overlap=True, **setup)
-    assert hidden.exposed_comm_s["expert"] == hidden.comm_s["expert"] - hidden.compute_s
-    assert hidden.step.estimate < plain.step.estimate
+    dualpipe = training_estimate(model, "b200", ep_comm_overlap="dualpipe", **setup)
+    assert dualpipe.exposed_comm_s["expert"] == dualpipe.comm_s["expert"] - dualpipe.compute_s
+    paired = training_estimate(model, "b200", ep_comm_overlap=True, **setup)
+    assert paired.comm_s["expert"] == dualpipe.comm_s["expert"]
+    assert dualpipe.exposed_comm_s["expert"] < paired.exposed_comm_s["expert"] < plain.exposed_comm_s["expert"]
+    # 512 sequences over 64 ranks: 2 micro-batches of 4 each, the first forward and the last backward unpaired
+    assert paired.exposed_comm_s["expert"] >= paired.comm_s["expert"] / 2
+    assert paired.step.estimate < plain.step.estimate
     automodel = training_estimate(model, "b200", profile=efficiencies.profile("automodel", None, model.name), **setup)
-    assert automodel.exposed_comm_s["expert"] == automodel.comm_s["expert"] - automodel.compute_s  # its own compute: no time per expert
+    assert automodel.exposed_comm_s["expert"] == paired.exposed_comm_s["expert"]  # its own compute: no time per expert
+
+
+def test_a_paired_all_to_all_hides_under_its_partners_phase_only():
+    """Hand numbers: dense compute 3 s (forward 1 s, backward 2 s), routed experts 4 s, all-to-alls 8 s (2 s each):
+    the backward's combine outlasts the forward's attention by 1 s, the two dispatches (4 s) fit the experts' 4 s, the
+    forward's combine (2 s) fits the attention's backward; a quarter of the passes unpaired show their whole 8 s."""
+    from symform.analysis.time.estimate import Pairing
+
+    assert Pairing(3.0, 4.0, 0.0).exposed(8.0) == 1.0
+    assert Pairing(3.0, 4.0, 0.25).exposed(8.0) == 0.75 * 1.0 + 0.25 * 8.0
+    assert Pairing(30.0, 40.0, 0.0).exposed(8.0) == 0.0
+
+
+def test_an_unknown_overlap_schedule_is_refused():
+    with pytest.raises(symform.SymformError, match="ep_comm_overlap is 'zero_bubble'"):
+        training_estimate(symform.load("qwen3-30b-a3b"), "h100-sxm", global_batch=16, micro_batch=1, seq=1024, layout=Layout(data=8, expert=8), ep_comm_overlap="zero_bubble")
 
 
 def test_time_takes_the_all_to_all_overlap_and_refuses_it_when_serving(capsys):
@@ -135,6 +157,10 @@ def test_time_takes_the_all_to_all_overlap_and_refuses_it_when_serving(capsys):
     assert symform.interface.cli.cli.main([*argv, "--ep-comm-overlap", "--json"]) == 0
     hidden = json.loads(capsys.readouterr().out)
     assert hidden["estimate"]["exposed_comm_s"]["expert"] < plain["estimate"]["exposed_comm_s"]["expert"]
+    assert symform.interface.cli.cli.main([*argv, "--ep-comm-overlap", "dualpipe", "--json"]) == 0
+    anywhere = json.loads(capsys.readouterr().out)
+    assert anywhere["estimate"]["exposed_comm_s"]["expert"] <= hidden["estimate"]["exposed_comm_s"]["expert"]
+    assert symform.interface.cli.cli.main([*argv, "--ep-comm-overlap", "zero-bubble"]) == 2
     assert symform.interface.cli.cli.main(["time", "qwen3-30b-a3b", "--infer", "--gpu", "h100-sxm", "--batch", "1", "--prompt", "8", "--output", "8", "--ep-comm-overlap"]) == 2
 
 

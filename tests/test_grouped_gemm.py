@@ -119,7 +119,7 @@ def test_the_all_to_all_shows_unless_overlapped_and_then_only_what_outlasts_the_
     step = dict(global_batch=64, micro_batch=1, seq=4096, layout=Layout(data=8, expert=8), dtype="bf16")
     exposed = estimate.training_estimate(qwen, "h100-sxm", **step)  # Megatron-Core's default
     assert exposed.exposed_comm_s["expert"] == exposed.comm_s["expert"]
-    found = estimate.training_estimate(qwen, "h100-sxm", ep_comm_overlap=True, **step)
+    found = estimate.training_estimate(qwen, "h100-sxm", ep_comm_overlap="dualpipe", **step)
     assert found.exposed_comm_s["expert"] == pytest.approx(max(0.0, found.comm_s["expert"] - found.compute_s))
     beyond = estimate.training_estimate(qwen, "h100-sxm", **(step | {"layout": Layout(data=64, expert=64), "global_batch": 64}))
     assert beyond.comm_s["expert"] > found.comm_s["expert"]  # 64 ranks leave the node for the slower network

@@ -72,7 +72,7 @@ def predict_with_band(run: Run, factors: Mapping[str, Any] | None = None) -> tup
         result = estimate.training_estimate(
             prepared.model, s["gpu"], global_batch=s["global_batch"], micro_batch=s["micro_batch"], seq=s["seq"], layout=training_layout(run),
             recompute=s.get("recompute", "none"), dtype=s.get("dtype", "bf16"), attention=s.get("attention", "sdpa"), efficiency_data=eff, bounds=prepared.bounds, work=prepared.work, convention=convention,
-            profile=run_profile(run, factors), ep_comm_overlap=bool(s.get("ep_comm_overlap", False)),
+            profile=run_profile(run, factors), ep_comm_overlap=s.get("ep_comm_overlap", False),
         )
         return _training_figure(run, prepared, result.step.estimate), _relative(result.step)
     result = estimate.serving_estimate(

@@ -43,6 +43,7 @@ from ..devices.hardware import Hardware
 from ..memory.finetune import FineTune, kernel_passes, trained_per_device
 from ..memory.memory import params_per_device, tensor_split
 from ..memory.settings import Layout
+from ..parallel.scaling import in_flight_microbatches
 from . import grouped_gemm
 from . import routing
 from .efficiencies import TimeProfile
@@ -361,7 +362,7 @@ def training_estimate(
     gemm_model: str | None = None,
     tp_comm_overlap: bool = False,
     profile: TimeProfile | None = None,
-    ep_comm_overlap: bool = False,
+    ep_comm_overlap: bool | str = False,
     offload_layers: int = 0,
     offload_framework: str | None = None,
 ) -> TrainingEstimate:
@@ -373,10 +374,14 @@ def training_estimate(
     reduce-scatters pipelined with the GEMMs (Transformer Engine's Userbuffers; rules.toml overlap.tensor_overlapped).
     ``profile``: the framework's time-side facts (symform.analysis.time.efficiencies): its recipes' overlaps and a
     release's slowdown. ``ep_comm_overlap``: the expert-parallel
-    all-to-alls overlapped with other micro-batches' compute (Megatron-Core's overlap_moe_expert_parallel_comm,
-    DeepEP's hooks; rules.toml overlap.expert_overlapped), where Megatron-Core's default leaves them exposed.
+    all-to-alls overlapped with other micro-batches' compute, where Megatron-Core's default leaves them exposed: True
+    or "1f1b", one micro-batch's forward paired with another's backward phase by phase (Megatron-Core's
+    overlap_moe_expert_parallel_comm, DeepEP's; rules.toml overlap.expert_overlapped, :class:`Pairing`); "dualpipe",
+    DeepSeek-V3's DualPipe, which places them anywhere in the step's compute (overlap.expert_dualpipe).
     ``offload_layers``, ``offload_framework``: activation offload's host-link copies (timing.offload_comm), DMA at the link's rate (no
     collective, so no bus efficiency), hidden under the compute by rules.toml overlap.offload."""
+    if ep_comm_overlap not in EP_OVERLAPS:
+        raise ConfigError(f"ep_comm_overlap is {ep_comm_overlap!r}; give True or one of {', '.join(map(repr, EP_OVERLAPS[2:]))} (how the all-to-alls are overlapped), or False")
     if tp_comm_overlap and not (layout and layout.sequence):
         raise ConfigError("tensor-parallel communication overlap pipelines sequence parallelism's all-gathers and reduce-scatters with the GEMMs; add sequence parallelism (--sp) or drop it")
     layout = layout or Layout()
@@ -402,9 +407,11 @@ def training_estimate(
     serial = sum(kernel_ceiling(k, peak, hbm, eff, fusion, head) for k in work) * bounds.microbatches
     attention_s = sum(t for t, k in zip(seconds, work) if k.kind == "attention") * bounds.microbatches
     gemm_s = sum(t for t, k in zip(seconds, work) if k.kind == "gemm") * bounds.microbatches
+    routed_s = sum(t for t, k in zip(seconds, work) if k.routed) * bounds.microbatches
     comm = {kind: c.seconds / (1.0 if kind == "offload" else eff.link(c.link).bus_efficiency) for kind, c in bounds.comm.items()}
     ep_comm_overlap = ep_comm_overlap or (profile is not None and profile.ep_comm_overlap)
-    exposed = _exposed(comm, compute, layout, attention_s, gemm_s if tp_comm_overlap else None, p2p_overlap=profile is not None and profile.p2p_overlap, ep_overlap=ep_comm_overlap)
+    pairing = Pairing(compute - routed_s, routed_s, _unpaired(layout, bounds.microbatches))
+    exposed = _exposed(comm, compute, layout, attention_s, gemm_s if tp_comm_overlap else None, p2p_overlap=profile is not None and profile.p2p_overlap, ep_overlap=ep_comm_overlap, pairing=pairing)
     inside = tuple(v for k, v in exposed.items() if k not in timing.ONCE_PER_STEP)
     params = float(step_model._bind(model, params_per_device(model, layout) if finetune is None else trained_per_device(model, finetune, layout)))
     optimizer = params / layout.optimizer_shards * rules().optimizer_bytes_per_param / (hbm * eff.memory)
@@ -434,10 +441,44 @@ def training_estimate(
     )
 
 
-def _exposed(comm: Mapping[str, float], compute: float, layout: Layout, attention_s: float = 0.0, gemm_s: float | None = None, *, p2p_overlap: bool = False, ep_overlap: bool = False) -> dict[str, float]:
+#: ``ep_comm_overlap``'s values: off, on (Megatron-Core's combined 1F1B), or a schedule by name.
+EP_OVERLAPS = (False, True, "1f1b", "dualpipe")
+
+
+@dataclass(frozen=True)
+class Pairing:
+    """What an all-to-all overlapped by pairing micro-batches hides under: the step's compute outside the routed
+    experts (attention, norms, router, shared experts) and inside them, and the share of the passes left unpaired."""
+
+    dense_s: float = 0.0
+    routed_s: float = 0.0
+    unpaired: float = 1.0
+
+    def exposed(self, a2a: float) -> float:
+        """The all-to-alls' seconds left on the critical path. A forward pass of one micro-batch runs beside the backward
+        of another, layer by layer (Megatron-Core's combined 1F1B under overlap_moe_expert_parallel_comm, after
+        DeepSeek-V3's DualPipe): the backward's combine under the forward's attention, both dispatches under the
+        experts' backward and forward, the forward's combine under the attention's backward (a backward pass twice its
+        forward's work); each of the four all-to-alls a quarter of them. Passes outside the 1F1B steady state (the
+        pipeline's warm-up forwards and cool-down backwards, the first and last of each) have no partner."""
+        quarter, forward = a2a / 4, self.dense_s / 3
+        paired = max(0.0, quarter - forward) + max(0.0, 2 * quarter - self.routed_s) + max(0.0, quarter - 2 * forward)
+        return (1 - self.unpaired) * paired + self.unpaired * a2a
+
+
+def _unpaired(layout: Layout, microbatches: int) -> float:
+    """The share of a stage's passes outside the 1F1B steady state: the first stage's warm-up forwards and one more
+    (and as many backwards at the end), of its micro-batches (in whole-stage units with a virtual pipeline)."""
+    schedule = layout.schedule if layout.pipeline > 1 else "1f1b"
+    warm = in_flight_microbatches(schedule, layout.pipeline, microbatches, layout.chunks) if layout.pipeline > 1 else 1
+    return min(1.0, float(warm) / microbatches)
+
+
+def _exposed(comm: Mapping[str, float], compute: float, layout: Layout, attention_s: float = 0.0, gemm_s: float | None = None, *, p2p_overlap: bool = False, ep_overlap: bool | str = False, pairing: Pairing = Pairing()) -> dict[str, float]:
     """Each kind of communication's part on the critical path, by the overlap rules (``gemm_s``: the GEMMs' time,
     where the tensor-parallel communication is overlapped with them; ``p2p_overlap``: a virtual pipeline's sends
-    overlapped with the other chunks' compute; ``ep_overlap``: the all-to-alls overlapped with the compute)."""
+    overlapped with the other chunks' compute; ``ep_overlap``: the all-to-alls overlapped by pairing micro-batches,
+    ``pairing``)."""
     overlap = rules().overlap
     windows = {"none": 0.0, "backward": compute * 2 / 3, "step": compute, "attention": attention_s, "gemm": gemm_s or 0.0}
     exposed = {}
@@ -445,8 +486,11 @@ def _exposed(comm: Mapping[str, float], compute: float, layout: Layout, attentio
         step = kind in timing.ONCE_PER_STEP  # hybrid sharding's all-reduce across replicas overlaps as the gradient exchange does
         name = "sharded" if step and layout.zero >= 3 else "data" if step else "tensor_overlapped" if kind == "tensor" and gemm_s is not None else kind
         name = "pipeline_overlapped" if kind == "pipeline" and p2p_overlap and layout.chunks > 1 else name
-        name = "expert_overlapped" if kind == "expert" and ep_overlap else name
+        name = ("expert_dualpipe" if ep_overlap == "dualpipe" else "expert_overlapped") if kind == "expert" and ep_overlap else name
         rule = overlap[name]
+        if rule.get("window") == "paired":
+            exposed[kind] = pairing.exposed(seconds) * float(rule.get("exposed", 1.0))
+            continue
         window = windows[rule.get("window", "none")]
         if kind == "replicate":  # it follows the shard group's reduce-scatter: the compute left once that is hidden
             window = max(0.0, window - comm.get("data", 0.0))

@@ -229,8 +229,18 @@ MISSES = """## The misses, explained
   `moe_a2a_overlap` only for some: its H100 Qwen3-30B-A3B ones, not GPT-OSS-120B's or the B200
   Qwen3 and DeepSeek-V3 ones), and hides under the compute where the run overlaps it (those H100
   recipes, DualPipe in DeepSeek-V3's own run, DeepEP in NeMo Automodel: each run's
-  `ep_comm_overlap`, the automodel file's fact, `time --ep-comm-overlap`, `rules.toml`
-  `overlap.expert_overlapped`). The B200's time per local expert was refitted with its fit-split
+  `ep_comm_overlap`, the automodel file's fact, `time --ep-comm-overlap`). How much hides is the
+  schedule's: Megatron-Core's combined 1F1B pairs one micro-batch's forward with another's backward
+  phase by phase, so the backward's combine hides under the forward's attention, both dispatches
+  under the experts' backward and forward, the forward's combine under the attention's backward,
+  and the warm-up and cool-down passes have no partner (`rules.toml` `overlap.expert_overlapped`,
+  window `paired`: 25.11's H100 Qwen3-235B-A22B went from +32 % to +14 %, 25.09's H100
+  DeepSeek-V3 from +13 % to −12 %, NeMo Automodel's GPT-OSS-120B on 64 H100s from +11 % to −5 %);
+  DeepSeek-V3's DualPipe also splits the backward into its input and weight gradients and places
+  the all-to-alls anywhere in the step's compute (`ep_comm_overlap = "dualpipe"`,
+  `overlap.expert_dualpipe`, window `step`; the same pairing would put its run at −27 %, where its
+  report states the all-to-all fully hidden). The H100's time per local expert was refitted under
+  the pairing (39.0 µs, was 40.3). The B200's time per local expert was refitted with its fit-split
   run's all-to-all exposed as its recipe runs it (8.1 µs, was 13.8), and again once the B200 had a
   GEMM rate of its own (11.6 µs). DeepSeek-V3's own
   pre-training on 2,048 H800s (its report's GPU hours, held out) comes within −3 %. Megatron-Bridge
@@ -319,32 +329,32 @@ MISSES = """## The misses, explained
   chip's 34.4 GB under torchtitan's accounting, the fp32 logits, the loss's backward peak and one
   rebuilt layer staying), with no host-link figure for the v6e to time the copies, the 405B also on
   two slices where its row reads 256 chips; the mixtures of experts.
-- **Megatron-Bridge's largest MoE rows on B200 and H100 (held out: −7 % to +96 %)**: added, with
+- **Megatron-Bridge's largest MoE rows on B200 and H100 (held out: −12 % to +92 %)**: added, with
   those of GB200, once a virtual pipeline's chunks need not split the layers evenly. 25.09's
-  dropless DeepSeek-V3 on 1,024 H100s (tensor 2, expert 64) is +13 %: it was −39 % while symform sent
+  dropless DeepSeek-V3 on 1,024 H100s (tensor 2, expert 64) is −12 % (+13 % while its all-to-all,
+  which its recipe overlaps, hid under the whole step's compute): it was −39 % while symform sent
   each tensor rank's whole micro-batch to the experts; with sequence parallelism, which Megatron-Core
   requires beside experts and tensor parallelism, each rank dispatches its own 1/tensor share of the
-  tokens. 25.11's dropless Qwen3-235B-A22B on B200 runs slower than estimated (+96 %):
+  tokens. 25.11's dropless Qwen3-235B-A22B on B200 runs slower than estimated (+92 %):
   below 25.09's token-drop row of the same layout (3,269 against 4,104 tokens/s/GPU, itself +27 %),
   while its estimate, with the recipe's all-to-all overlap, is faster; the release's dropless
   slowdown (issue #1998) names Qwen3-30B-A3B alone, so none applies. Megatron-Bridge's next change
   to that recipe (PR #1760, commit a6e92de5f, after 25.11) turned its all-to-all overlap off 'due to
   CPU overhead', with its FP8 virtual pipeline: the MXFP8 step of the same configuration fell from
   20.1 s to 16.9 s (the row's 3,269 tokens/s/GPU is a 20.05 s step), so the overlap, which the
-  estimate counts as hiding 2.2 s of all-to-alls, carried a host-side cost symform does not model.
+  estimate counts as hiding 2.0 s of 2.2 s of all-to-alls, carried a host-side cost symform does not model.
   The B200 DeepSeek-V3 rows of
   pipeline 16 (25.09 +23 %, 25.11 +30 %) differ in release and in the multi-token-prediction module
   25.11's ran, which the preset leaves out. Qwen3-235B-A22B on 256 H100s (tensor 2, expert 32 folded
   over tensor 2 × data 16, expert tensor parallelism 1: each rank holds 4 whole experts) is −7 %
-  on 25.09 (token drop, all-to-all exposed) and +32 % on 25.11 (dropless, all-to-all overlapped):
+  on 25.09 (token drop, all-to-all exposed) and +14 % on 25.11 (dropless, all-to-all overlapped):
   the all-to-all spans 4 nodes of 8 ranks, and of each rank's 31 shares the 7 for its own node go
   over NVLink (−18 % and +5 % while the whole all-to-all went over each rank's NIC). The pair
   measures the overlap: 25.11's step (20.8 s) is 6.4 s shorter than 25.09's (27.2 s), where the
-  estimate, whose 25.09 step is 1.9 s longer than measured, hides 13.2 s of 15.5 s of all-to-alls
-  under the compute (`overlap.expert_overlapped`, window the step): Megatron-Core's combined 1F1B
-  schedule hides about half of it on this run, the rest lost to what symform does not model (the
-  all-to-all kernels' share of the SMs beside the GEMMs, the schedule's host-side cost that PR #1760
-  names on B200).
+  estimate, whose 25.09 step is 1.9 s longer than measured, hides 10.7 s of 15.5 s of all-to-alls
+  under the paired phases of Megatron-Core's combined 1F1B (+32 % while it hid them under the whole
+  step's compute, 13.2 s); what is left is what symform does not model (the all-to-all kernels'
+  share of the SMs beside the GEMMs, the schedule's host-side cost that PR #1760 names on B200).
 - **Llama 3.1 405B with context parallelism 2 (Megatron-Bridge 25.09 and 25.11, held out: H100
   −1 % and +2 %, B200 +29 % and +29 %)**: a run names its context degree (`context`; its
   data-parallel degree is its GPUs / (tensor × pipeline × context)), and no fitted run has one, so
