@@ -9,6 +9,7 @@ import pytest
 from symform import EvaluationError, load
 from symform.interface.cli.cli import main
 from symform.analysis.memory.memory import Training, training_memory
+from symform.analysis.memory.settings import Layout
 from symform.analysis.plans.planner import HEADROOM, enumerate_layouts, memory_per_device, plan, static_per_device, step_time_bounds
 from symform.analysis.time.efficiencies import profile
 from symform.analysis.time.estimate import training_estimate
@@ -73,17 +74,20 @@ def test_the_plan_breaks_the_floors_tie_by_the_estimate():
 
 
 def test_a_plan_ranks_by_estimates_under_the_framework_s_time_facts():
-    """plan --framework automodel: NeMo Automodel's grouped experts take no time per local expert
+    """plan --framework automodel: NeMo Automodel's DeepEP dispatch overlaps the all-to-alls
     (formulas/frameworks/automodel.toml [[time.facts]]); each planned layout's estimate is the one `symform time`
-    gives it under the same facts, below the estimate without them."""
+    gives it under the same facts, never above the estimate without them, and below it where the layout has expert
+    parallelism to overlap."""
     model = load("qwen3-30b-a3b")
     facts = profile("automodel", None, model.name)
-    result = plan(model, "h100-sxm", devices=16, global_batch=512, seq=4096, flash=True, top=2, framework="automodel", time_facts=facts)
+    result = plan(model, "h100-sxm", devices=16, global_batch=512, seq=4096, flash=True, top=4, framework="automodel", time_facts=facts)
     assert result.assumptions["time_facts"]["facts"] == facts.describe()
     for row in result.best:
         setup = dict(global_batch=512, micro_batch=row.micro_batch, seq=4096, layout=row.layout, recompute=row.recompute)
         assert row.estimate.step.estimate == training_estimate(model, "h100-sxm", profile=facts, **setup).step.estimate
-        assert row.estimate.step.estimate < training_estimate(model, "h100-sxm", **setup).step.estimate
+        assert row.estimate.step.estimate <= training_estimate(model, "h100-sxm", **setup).step.estimate
+    experts = dict(global_batch=512, micro_batch=1, seq=4096, layout=Layout(data=16, expert=8, zero=3), recompute="full")
+    assert training_estimate(model, "h100-sxm", profile=facts, **experts).step.estimate < training_estimate(model, "h100-sxm", **experts).step.estimate
 
 
 def test_a_tight_budget_forces_sharding_and_recomputation():

@@ -410,7 +410,7 @@ def training_estimate(
     routed_s = sum(t for t, k in zip(seconds, work) if k.routed) * bounds.microbatches
     comm = {kind: c.seconds / (1.0 if kind == "offload" else eff.link(c.link).bus_efficiency) for kind, c in bounds.comm.items()}
     ep_comm_overlap = ep_comm_overlap or (profile is not None and profile.ep_comm_overlap)
-    pairing = Pairing(compute - routed_s, routed_s, _unpaired(layout, bounds.microbatches))
+    pairing = Pairing(compute - routed_s, routed_s, _unpaired(layout, bounds.microbatches)) if ep_comm_overlap and "expert" in comm else Pairing()
     exposed = _exposed(comm, compute, layout, attention_s, gemm_s if tp_comm_overlap else None, p2p_overlap=profile is not None and profile.p2p_overlap, ep_overlap=ep_comm_overlap, pairing=pairing)
     inside = tuple(v for k, v in exposed.items() if k not in timing.ONCE_PER_STEP)
     params = float(step_model._bind(model, params_per_device(model, layout) if finetune is None else trained_per_device(model, finetune, layout)))
@@ -460,7 +460,8 @@ class Pairing:
         DeepSeek-V3's DualPipe): the backward's combine under the forward's attention, both dispatches under the
         experts' backward and forward, the forward's combine under the attention's backward (a backward pass twice its
         forward's work); each of the four all-to-alls a quarter of them. Passes outside the 1F1B steady state (the
-        pipeline's warm-up forwards and cool-down backwards, the first and last of each) have no partner."""
+        pipeline's warm-up forwards and cool-down backwards, or without a pipeline the first forward and the last
+        backward) have no partner."""
         quarter, forward = a2a / 4, self.dense_s / 3
         paired = max(0.0, quarter - forward) + max(0.0, 2 * quarter - self.routed_s) + max(0.0, quarter - 2 * forward)
         return (1 - self.unpaired) * paired + self.unpaired * a2a
