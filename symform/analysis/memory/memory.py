@@ -31,7 +31,7 @@ from ...engine.language.vocabulary import Vocabulary
 from ...engine.language.declarations import PARTS
 from .maxima import max_of
 from .quantization import StoredFormat, WeightFormat, _rational, bytes_per_weight, checkpoint_format, stored_bytes, weight_bytes_by_leaf
-from . import activation_offload, frameworks
+from . import activation_offload, frameworks, partial_recompute
 from .settings import GENERATING, REBUILDING, RECOMPUTE, Degree, Layout, Optimizer, Precision, _pick, check_degree, recipes
 
 
@@ -258,9 +258,7 @@ def _modes(recompute: str, flash: bool, also: tuple[str, ...] = ()) -> tuple[str
     return tuple(m for m in ((recompute if recompute != "none" else None), *also, ("flash" if flash else None)) if m)
 
 
-def saved_activations(
-    model: Model, *, recompute: str = "none", flash: bool = False, kept_by: Callable[[str, sympy.Expr], sympy.Expr] | None = None, also: tuple[str, ...] = ()
-) -> tuple[sympy.Expr, sympy.Expr, dict[str, sympy.Expr]]:
+def saved_activations(model: Model, *, recompute: str = "none", flash: bool = False, kept_by: Callable[[str, sympy.Expr], sympy.Expr] | None = None, also: tuple[str, ...] = ()) -> tuple[sympy.Expr, sympy.Expr, dict[str, sympy.Expr]]:
     """What one forward keeps for backward, with recomputation and fused attention applied top-down.
 
     Returns the kept bytes, the transient peak of recomputing one checkpointed
@@ -455,6 +453,7 @@ class Training:
     recompute_modules: tuple[str, ...] = ()  # the framework's per-module recomputation (Megatron-Core's recompute_modules)
     grad_reduce_fp32: bool | None = None  # the framework's main_grad buffers in fp32 (Megatron-Core's grad_reduce_in_fp32); None: its default
     offload_layers: int = 0  # layers whose saved activations wait in host memory (Megatron-Core's cpu_offloading_num_layers)
+    recompute_layers: int | None = None  # with full recomputation, those of each stage chunk alone (Megatron-Core's block method)
 
 
 def training_expressions(model: Model, setup: Training = Training()) -> tuple[dict[str, sympy.Expr], dict[str, sympy.Expr], dict[str, object]]:
@@ -473,7 +472,8 @@ def training_expressions(model: Model, setup: Training = Training()) -> tuple[di
     if setup.recompute not in RECOMPUTE:
         raise EvaluationError(f"unknown recomputation {setup.recompute!r}; choose one of {', '.join(RECOMPUTE)}")
     recompute, also = frameworks.module_modes(fw, setup.recompute_modules, recompute)
-    kept, transient, by_component = saved_activations(model, recompute=recompute, flash=setup.flash, also=also)
+    share = partial_recompute.recomputed_share(model, setup.recompute_layers, setup.recompute, layout)
+    kept, transient, by_component = partial_recompute.blended(lambda mode: saved_activations(model, recompute=mode, flash=setup.flash, also=also), recompute, share)
     static = _layout_static_lines(model, layout, precision, optimizer)
     others = {"activations": _activations_per_device(kept, model, layout), **backward_categories(model, transient, layout)}
     components = {k: _activations_per_device(v, model, layout) for k, v in by_component.items()}
@@ -486,7 +486,7 @@ def training_expressions(model: Model, setup: Training = Training()) -> tuple[di
         "optimizer": setup.optimizer,
         "optimizer_states": optimizer.states,
         "act_bytes": precision.act,
-        "recompute": setup.recompute,
+        "recompute": setup.recompute, **({"recompute_layers": setup.recompute_layers} if share is not None else {}),
         **({"recompute_modules": list(setup.recompute_modules)} if setup.recompute_modules else {}),
         **activation_offload.assumptions(model, setup.offload_layers),
         "flash_attention": setup.flash,

@@ -14,6 +14,7 @@ import math
 import statistics
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
+from fractions import Fraction
 from functools import cache
 from typing import Any
 
@@ -41,12 +42,13 @@ class _Prepared:
 def _prepare(run: Run) -> _Prepared:
     model, s = run_model(run), run.setup
     if run.kind == "training":
-        layout = training_layout(run)
+        layout, recompute, partial = training_layout(run), s.get("recompute", "none"), s.get("recompute_layers")
         bounds = timing.training_time(
-            model, s["gpu"], global_batch=s["global_batch"], micro_batch=s["micro_batch"], seq=s["seq"], layout=layout, recompute=s.get("recompute", "none"), dtype=s.get("dtype", "bf16"),
-            flash=s.get("attention", "sdpa") != "eager", offload_layers=s.get("offload_layers", 0), offload_framework=run_framework(run)[0],
+            model, s["gpu"], global_batch=s["global_batch"], micro_batch=s["micro_batch"], seq=s["seq"], layout=layout, recompute=recompute, dtype=s.get("dtype", "bf16"),
+            flash=s.get("attention", "sdpa") != "eager", offload_layers=s.get("offload_layers", 0), offload_framework=run_framework(run)[0], recompute_layers=partial,
         )  # fmt: skip
-        work = estimate.kernels(step_model.at_dtype(model, s.get("dtype", "bf16")), "train", workload={"batch": s["micro_batch"], "seq": s["seq"]}, tensor=layout.tensor, pipeline=layout.pipeline, recompute=s.get("recompute", "none"), attention=s.get("attention", "sdpa"), context=layout.context)
+        again = Fraction(str(timing.recompute_share(model, partial, recompute, layout)))
+        work = estimate.kernels(step_model.at_dtype(model, s.get("dtype", "bf16")), "train", workload={"batch": s["micro_batch"], "seq": s["seq"]}, tensor=layout.tensor, pipeline=layout.pipeline, recompute=recompute, attention=s.get("attention", "sdpa"), context=layout.context, recompute_share=again)
         return _Prepared(run, model, bounds, work)
     # the kernels at the run's dtype: FP8 weights are read at one byte, as serving_estimate reads them
     work = estimate.serving_kernels(step_model.at_dtype(model, s.get("dtype", "bf16")), batch=s["batch"], prompt=s["prompt"], output=s["output"], tensor=s.get("tensor", 1), attention=s.get("attention", "sdpa"))
@@ -72,7 +74,7 @@ def predict_with_band(run: Run, factors: Mapping[str, Any] | None = None) -> tup
         result = estimate.training_estimate(
             prepared.model, s["gpu"], global_batch=s["global_batch"], micro_batch=s["micro_batch"], seq=s["seq"], layout=training_layout(run),
             recompute=s.get("recompute", "none"), dtype=s.get("dtype", "bf16"), attention=s.get("attention", "sdpa"), efficiency_data=eff, bounds=prepared.bounds, work=prepared.work, convention=convention,
-            profile=run_profile(run, factors), ep_comm_overlap=s.get("ep_comm_overlap", False),
+            profile=run_profile(run, factors), ep_comm_overlap=s.get("ep_comm_overlap", False), recompute_layers=s.get("recompute_layers"),
         )
         return _training_figure(run, prepared, result.step.estimate), _relative(result.step)
     result = estimate.serving_estimate(

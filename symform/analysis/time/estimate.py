@@ -70,16 +70,18 @@ def kernels(
     expert_skew: float = 0,
     context: int = 1,
     finetune: FineTune | None = None,
+    recompute_share: Fraction = Fraction(1),
 ) -> list[Kernel]:
     """The leaves of one micro-batch (train, prefill) or one step (decode) on one device, as kernels
-    (``finetune``: a fine-tuning step's FLOPs, each adapter's in the kernel of the projection it adapts)."""
+    (``finetune``: a fine-tuning step's FLOPs, each adapter's in the kernel of the projection it adapts;
+    ``recompute_share``: of the recomputed forward, the share run again, timing.recompute_share)."""
     if attention not in ATTENTION:
         raise EvaluationError(f"unknown attention implementation {attention!r}; choose one of {', '.join(ATTENTION)}")
-    return list(_kernels(model, phase, workload, tensor, pipeline, attention, recompute, expert_skew, context, finetune))
+    return list(_kernels(model, phase, workload, tensor, pipeline, attention, recompute, expert_skew, context, finetune, Fraction(recompute_share)))
 
 
 @derivation  # a plan's shortlisted layouts share their micro-batches, tensor splits, pipeline depths and recomputation
-def _kernels(model: Model, phase: str, workload: Mapping[str, int | Fraction], tensor: int, pipeline: int, attention: str, recompute: str, expert_skew: float, context: int, finetune: FineTune | None) -> tuple[Kernel, ...]:
+def _kernels(model: Model, phase: str, workload: Mapping[str, int | Fraction], tensor: int, pipeline: int, attention: str, recompute: str, expert_skew: float, context: int, finetune: FineTune | None, recompute_share: Fraction = Fraction(1)) -> tuple[Kernel, ...]:
     flash = attention != "eager"
     leaves = phase_work(
         model, phase, depth=None, flash=flash, expert_skew=expert_skew, finetune=finetune, grouped=attention != "fused_per_head"
@@ -93,7 +95,8 @@ def _kernels(model: Model, phase: str, workload: Mapping[str, int | Fraction], t
     tuned = kernel_passes(model, finetune) if finetune is not None else {}
     found = []
     for path, work in leaves.items():
-        both = [(work.flops, work.bytes)] + ([(extra[path].flops, extra[path].bytes)] if path in extra else [])
+        again = sympy.Rational(recompute_share.numerator, recompute_share.denominator)
+        both = [(work.flops, work.bytes)] + ([(again * extra[path].flops, again * extra[path].bytes)] if path in extra else [])
         flops = sum(_per_device(model, step_model.context_share(sympy.sympify(f), batch, context), split, pipeline, workload) for f, _ in both)
         moved = sum(_per_device(model, step_model.context_share(sympy.sympify(b), batch, context), split, pipeline, workload) for _, b in both)
         if not flops and not moved:
@@ -107,12 +110,12 @@ def _kernels(model: Model, phase: str, workload: Mapping[str, int | Fraction], t
     return tuple(found)
 
 
-def _at_expert_tensor(model: Model, work: Sequence[Kernel], layout: Layout, *, micro_batch: int, seq: int, attention: str, recompute: str, finetune: FineTune | None) -> list[Kernel]:
+def _at_expert_tensor(model: Model, work: Sequence[Kernel], layout: Layout, *, micro_batch: int, seq: int, attention: str, recompute: str, finetune: FineTune | None, recompute_share: Fraction = Fraction(1)) -> list[Kernel]:
     """The routed experts' kernels of a layout whose experts split by their own tensor degree (Megatron-Core's MoE
     parallel folding): each expert tensor rank computes 1/etp of an expert's width for the tokens of its etp ranks,
     which hold 1/tensor of the sequence each under sequence parallelism: micro-batch · etp / tensor sequences."""
     share = Fraction(micro_batch * layout.etp, layout.tensor)
-    routed = {k.path: k for k in kernels(model, "train", workload={"batch": share, "seq": seq}, tensor=layout.etp, pipeline=layout.pipeline, attention=attention, recompute=recompute, context=layout.context, finetune=finetune) if k.routed}
+    routed = {k.path: k for k in kernels(model, "train", workload={"batch": share, "seq": seq}, tensor=layout.etp, pipeline=layout.pipeline, attention=attention, recompute=recompute, context=layout.context, finetune=finetune, recompute_share=recompute_share) if k.routed}
     return [routed.get(k.path, k) if k.routed else k for k in work]
 
 
@@ -365,6 +368,7 @@ def training_estimate(
     ep_comm_overlap: bool | str = False,
     offload_layers: int = 0,
     offload_framework: str | None = None,
+    recompute_layers: int | None = None,
 ) -> TrainingEstimate:
     """The estimated step time of ``symform.analysis.time.timing.training_time``'s step, with its parts and band.
 
@@ -379,7 +383,8 @@ def training_estimate(
     overlap_moe_expert_parallel_comm, DeepEP's; rules.toml overlap.expert_overlapped, :class:`Pairing`); "dualpipe",
     DeepSeek-V3's DualPipe, which places them anywhere in the step's compute (overlap.expert_dualpipe).
     ``offload_layers``, ``offload_framework``: activation offload's host-link copies (timing.offload_comm), DMA at the link's rate (no
-    collective, so no bus efficiency), hidden under the compute by rules.toml overlap.offload."""
+    collective, so no bus efficiency), hidden under the compute by rules.toml overlap.offload. ``recompute_layers``: with
+    full recomputation, only these layers of each pipeline chunk recomputed (timing.training_time's)."""
     if ep_comm_overlap not in EP_OVERLAPS:
         raise ConfigError(f"ep_comm_overlap is {ep_comm_overlap!r}; give True or one of {', '.join(map(repr, EP_OVERLAPS[2:]))} (how the all-to-alls are overlapped), or False")
     if tp_comm_overlap and not (layout and layout.sequence):
@@ -389,16 +394,17 @@ def training_estimate(
         tp_comm_overlap = True
     bounds = bounds or timing.training_time(
         model, gpu, global_batch=global_batch, micro_batch=micro_batch, seq=seq, layout=layout,
-        recompute=recompute, dtype=dtype, flash=attention != "eager", precision=precision, node_size=node_size, finetune=finetune, offload_layers=offload_layers, offload_framework=offload_framework,
+        recompute=recompute, dtype=dtype, flash=attention != "eager", precision=precision, node_size=node_size, finetune=finetune, offload_layers=offload_layers, offload_framework=offload_framework, recompute_layers=recompute_layers,
     )
     place = step_model.placement(gpu, node_size)
     model = step_model.at_dtype(model, dtype)
     eff = grouped_gemm.at_precision(_efficiency_for(place, efficiency_data, gemm_model), dtype)
     peak, hbm = _device_rates(place, dtype)
+    again = Fraction(str(timing.recompute_share(model, recompute_layers, recompute, layout)))
     if work is None:
-        work = kernels(model, "train", workload={"batch": micro_batch, "seq": seq}, tensor=layout.tensor, pipeline=layout.pipeline, attention=attention, recompute=recompute, context=layout.context, finetune=finetune)
+        work = kernels(model, "train", workload={"batch": micro_batch, "seq": seq}, tensor=layout.tensor, pipeline=layout.pipeline, attention=attention, recompute=recompute, context=layout.context, finetune=finetune, recompute_share=again)
     if layout.folded:
-        work = _at_expert_tensor(model, work, layout, micro_batch=micro_batch, seq=seq, attention=attention, recompute=recompute, finetune=finetune)
+        work = _at_expert_tensor(model, work, layout, micro_batch=micro_batch, seq=seq, attention=attention, recompute=recompute, finetune=finetune, recompute_share=again)
     work = grouped_gemm.at_expert_degree(work, layout.expert)
     convention = _compiled(convention, eff)
     fusion, head = _fusion(convention, attention), _head_size(model)

@@ -183,7 +183,7 @@ def timed_run_fit(run: measured_runs.Run) -> TimedRunFit:
     s, fw, layout = run.setup, _timed_framework(run), timed_layout(run)
     setup = Training(
         precision=timed_precision(s), recompute=s.get("recompute", "none"), flash=s.get("attention", "sdpa") != "eager", layout=layout, framework=fw.name,
-        recompute_modules=tuple(s.get("recompute_modules", ())), offload_layers=s.get("offload_layers", 0),
+        recompute_modules=tuple(s.get("recompute_modules", ())), offload_layers=s.get("offload_layers", 0), recompute_layers=s.get("recompute_layers"),
         grad_reduce_fp32=s.get("grad_reduce_fp32"),  # None: the framework's default
     )  # fmt: skip
     report = training_memory(measured_runs.run_model(run), batch=s["micro_batch"], seq=s["seq"], setup=setup)

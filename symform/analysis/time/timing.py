@@ -27,7 +27,7 @@ from fractions import Fraction
 
 import sympy
 
-from ..memory import finetune
+from ..memory import finetune, partial_recompute
 from ..parallel import parallel_comm, scaling
 from ..memory.finetune import FineTune
 from ..parallel.collectives import link_latency
@@ -199,8 +199,13 @@ def training_time(
     finetune: FineTune | None = None,
     offload_layers: int = 0,
     offload_framework: str | None = None,
+    recompute_layers: int | None = None,
 ) -> TrainingTime:
     """Bounds on one training step of ``global_batch`` sequences of ``seq`` tokens under ``layout``.
+
+    ``recompute_layers``: with ``recompute="full"``, only these layers of each pipeline chunk recomputed
+    (Megatron-Core's block method; symform.analysis.memory.partial_recompute): that share of the recomputed forward
+    and of its collectives.
 
     ``offload_layers``: layers whose saved activations go to host memory and back each micro-batch
     (``offload_comm``): a part that overlaps the compute, like the communication; their bytes as
@@ -226,7 +231,9 @@ def training_time(
     check_pipeline(model, layout.pipeline)
     _check_chunks(model, layout)
     trainable = _finetune_trainable(model, finetune, layout)
+    share = recompute_share(model, recompute_layers, recompute, layout)
     train, (extra_flops, extra_bytes) = rank_work(model, recompute, flash=flash, finetune=finetune)
+    extra_flops, extra_bytes = extra_flops * share, extra_bytes * share
     per_device = _per_device(model, {TENSOR: layout.tensor}, layout.pipeline, layout.context)
     m = scaling.MICROBATCHES
     flops_expr = m * per_device(train.flops + extra_flops)
@@ -236,9 +243,9 @@ def training_time(
     flops = _bind(model, flops_expr, **workload)
     moved = _bind(model, bytes_expr, **workload)
     exchanged = None if trainable is None else _bind(model, trainable)
-    comm = _training_comm(model, place, layout, microbatches, micro_batch, seq // layout.context, recompute, precision, exchanged)
+    comm = _training_comm(model, place, layout, microbatches, micro_batch, seq // layout.context, recompute, precision, exchanged, share)
     if offload_layers:
-        comm["offload"] = offload_comm(model, place, Training(precision=_saved_precision(dtype, precision), recompute=recompute, flash=flash, layout=layout, framework=offload_framework, offload_layers=offload_layers), microbatches, micro_batch, seq)
+        comm["offload"] = offload_comm(model, place, Training(precision=_saved_precision(dtype, precision), recompute=recompute, flash=flash, layout=layout, framework=offload_framework, offload_layers=offload_layers, recompute_layers=recompute_layers), microbatches, micro_batch, seq)
     ratio = float(scaling.bubble_ratio(layout.schedule, layout.pipeline, microbatches, layout.chunks)) if layout.pipeline > 1 else 0.0
     t_math, t_mem = float(flops) / peak, float(moved) / bandwidth
     lower, upper = _step_bounds(t_math, t_mem, comm, ratio)
@@ -274,8 +281,16 @@ def training_time(
             "recompute_flops": _sizes(model, extra_flops.xreplace(whole)),
             "bubble_ratio": sympy.sympify(scaling.bubble_ratio(layout.schedule)) if layout.pipeline > 1 else sympy.Integer(0),
         },
-        assumptions=_training_assumptions(place, dtype, layout, recompute, flash, precision, comm) | (_finetune_assumptions(finetune) if finetune else {}) | ({"activation_offload": OFFLOAD} if offload_layers else {}),
+        assumptions=_training_assumptions(place, dtype, layout, recompute, flash, precision, comm) | (_finetune_assumptions(finetune) if finetune else {}) | ({"activation_offload": OFFLOAD} if offload_layers else {})
+        | ({"recompute_layers": f"{recompute_layers} layers of each pipeline chunk recomputed in full, the rest kept: {float(share):.4g} of full recomputation's forward and collectives"} if recompute_layers else {}),
     )
+
+
+def recompute_share(model: Model, layers: int | None, recompute: str, layout: Layout) -> sympy.Rational:
+    """Of full recomputation's forward, the share a step runs again: all of it, or with ``layers`` of each pipeline
+    chunk recomputed (symform.analysis.memory.partial_recompute) theirs."""
+    share = partial_recompute.recomputed_share(model, layers, recompute, layout)
+    return sympy.Integer(1) if share is None else sympy.Rational(share.numerator, share.denominator)
 
 
 OFFLOAD = (
@@ -356,16 +371,17 @@ def _step_bounds(t_math: float, t_mem: float, comm: Mapping[str, Comm], ratio: f
     return float(lower), float(upper)
 
 
-def _training_comm(model: Model, place: Placement, layout: Layout, microbatches: int, micro_batch: int, seq: int, recompute: str, precision: str, trainable: Number | None = None) -> dict[str, Comm]:
-    """``trainable``: with frozen weights, the parameters per device whose gradients are exchanged."""
+def _training_comm(model: Model, place: Placement, layout: Layout, microbatches: int, micro_batch: int, seq: int, recompute: str, precision: str, trainable: Number | None = None, share: float = 1.0) -> dict[str, Comm]:
+    """``trainable``: with frozen weights, the parameters per device whose gradients are exchanged; ``share``: of
+    the layers, those full recomputation runs again (recompute_share)."""
     comm: dict[str, Comm] = {}
     if layout.tensor > 1:
-        comm["tensor"] = tensor_comm(model, place, layout, microbatches, micro_batch, seq, recompute)
-    expert = expert_comm(model, place, layout, microbatches, micro_batch, seq, recompute)
+        comm["tensor"] = tensor_comm(model, place, layout, microbatches, micro_batch, seq, recompute, share)
+    expert = expert_comm(model, place, layout, microbatches, micro_batch, seq, recompute, share)
     if expert is not None:
         comm["expert"] = expert
     if layout.context > 1:
-        comm["context"] = context_comm(model, place, layout, microbatches, micro_batch, seq * layout.context, recompute)
+        comm["context"] = context_comm(model, place, layout, microbatches, micro_batch, seq * layout.context, recompute, share)
     if layout.pipeline > 1:
         comm["pipeline"] = pipeline_comm(model, place, layout, microbatches, micro_batch, seq)
     if layout.data * layout.context > 1:
@@ -378,13 +394,21 @@ def _training_comm(model: Model, place: Placement, layout: Layout, microbatches:
     return comm
 
 
-def context_comm(model: Model, place: Placement, layout: Layout, microbatches: int, micro_batch: int, seq: int, recompute: str) -> Comm:
+def _again(layer: list[parallel_comm.Transfer], again: Number) -> list[parallel_comm.Transfer]:
+    """A layer's transfers with its forward's run ``again`` times more: full recomputation's forward (a share of it
+    where only some layers are recomputed)."""
+    if not again:
+        return list(layer)
+    return list(layer) + [x if again == 1 else replace(x, count=x.count * sympy.Rational(again)) for x in layer if x.phase == "forward"]
+
+
+def context_comm(model: Model, place: Placement, layout: Layout, microbatches: int, micro_batch: int, seq: int, recompute: str, share: float = 1.0) -> Comm:
     """Ring attention's key/value passes in every layer (context ranks sit next to the tensor ranks)."""
     v = model.values
     kv_width = v.get("n_kv_heads", v.get("n_heads", 1)) * v.get("d_head", v.get("d_model", 1) // max(v.get("n_heads", 1), 1))
     layer = parallel_comm.context_parallel_layer(batch=micro_batch, seq=seq, kv_width=kv_width, bytes_per_element=_act_bytes(model), context=layout.context)
-    again = 1 if recompute == "full" else 0
-    layer = layer + again * [x for x in layer if x.phase == "forward"]
+    again = share if recompute == "full" else 0
+    layer = _again(layer, again)
     layers, _ = _layers(model)
     return _comm(layer, microbatches * layers / layout.pipeline, place, layout.tensor * layout.context, layout.context)
 
@@ -393,25 +417,25 @@ def _activation_sizes(model: Model, micro_batch: int, seq: int) -> dict[str, int
     return {"batch": micro_batch, "seq": seq, "d_model": model.values.get("d_model", 1), "bytes_per_element": _act_bytes(model)}
 
 
-def tensor_comm(model: Model, place: Placement, layout: Layout, microbatches: int, micro_batch: int, seq: int, recompute: str) -> Comm:
+def tensor_comm(model: Model, place: Placement, layout: Layout, microbatches: int, micro_batch: int, seq: int, recompute: str, share: float = 1.0) -> Comm:
     # full recomputation runs each layer's forward again, with its forward communication
-    again = 1 if recompute == "full" else 0
+    again = share if recompute == "full" else 0
     layers, _ = _layers(model)
     return _tensor_comm(model, place, layout, microbatches, _activation_sizes(model, micro_batch, seq), layers, again)
 
 
-def expert_comm(model: Model, place: Placement, layout: Layout, microbatches: int, micro_batch: int, seq: int, recompute: str) -> Comm | None:
+def expert_comm(model: Model, place: Placement, layout: Layout, microbatches: int, micro_batch: int, seq: int, recompute: str, share: float = 1.0) -> Comm | None:
     """All-to-all of the routed tokens in every mixture-of-experts layer (None without expert parallelism). Each rank
     dispatches the tokens it holds: with sequence parallelism, its 1/tensor share of the sequence (Megatron-Core runs
     experts beside tensor parallelism only so: megatron/core/transformer/moe/README.md)."""
     _, moe_layers = _layers(model)
     if layout.expert == 1 or not moe_layers:
         return None
-    again = 1 if recompute == "full" else 0
+    again = share if recompute == "full" else 0
     sizes = _activation_sizes(model, micro_batch, seq)
     tokens = micro_batch * seq // layout.tensor if layout.sequence else micro_batch * seq  # whole: _check_layout
     layer = list(_expert_layer(tokens, model.values["top_k"], sizes["d_model"], sizes["bytes_per_element"], layout.expert))
-    per_layer = layer + again * [x for x in layer if x.phase == "forward"]
+    per_layer = _again(layer, again)
     # expert ranks follow the expert tensor ranks, innermost (Megatron-Core's expert rank order: etp-ep-dp-pp)
     return _comm(per_layer, microbatches * moe_layers / layout.pipeline, place, layout.etp * layout.expert, layout.expert)
 
@@ -427,11 +451,11 @@ def pipeline_comm(model: Model, place: Placement, layout: Layout, microbatches: 
     return _comm(boundary, microbatches * layout.chunks, place, layout.tensor * layout.context * layout.data * layout.pipeline, layout.pipeline)
 
 
-def _tensor_comm(model: Model, place: Placement, layout: Layout, microbatches: int, sizes: dict, layers: int, again: int) -> Comm:
+def _tensor_comm(model: Model, place: Placement, layout: Layout, microbatches: int, sizes: dict, layers: int, again: Number) -> Comm:
     """Megatron's per-layer all-reduces (or sequence parallelism's gathers and scatters), the vocabulary-parallel embedding and head."""
     t, p = layout.tensor, layout.pipeline
     layer, ends = (list(x) for x in _tensor_transfers(layout.sequence, tuple(sizes.items()), model.values.get("vocab", 1), t))
-    layer = layer + again * [x for x in layer if x.phase == "forward"]
+    layer = _again(layer, again)
     link = place.link(t)
     seconds = transfer_seconds(layer, place, link) * layers + transfer_seconds(ends, place, link)
     sent = float(parallel_comm.bytes_per_rank(layer)) * layers + float(parallel_comm.bytes_per_rank(ends))

@@ -79,6 +79,9 @@ def precision_arguments(group) -> None:
     group.add_argument("--optimizer", default="adamw", choices=list(table.optimizer), help="optimizer whose states each parameter keeps (default adamw: two fp32 moments; formulas/memory.toml)")
 
 
+RECOMPUTE_LAYERS_HELP = "with --recompute full: only N layers of each pipeline stage (of each chunk with --chunks) recomputed, the rest keeping every activation (Megatron-Core's --recompute-method block --recompute-num-layers N)"
+
+
 def recipe_arguments(group) -> None:
     """How a training step stores its copies and keeps its activations: --precision, --optimizer, --recompute."""
     precision_arguments(group)
@@ -123,6 +126,7 @@ def setup_arguments(p: argparse.ArgumentParser) -> None:
     train.add_argument("--zero", type=int, default=0, choices=(0, 1, 2, 3), help="ZeRO stage over the data-parallel ranks")
     train.add_argument("--recompute-modules", type=lambda text: tuple(m.strip() for m in text.split(",") if m.strip()), default=(), metavar="A,B", help="the framework's modules to recompute (Megatron-Core's recompute_modules: core_attn, layernorm, moe_act, mla_up_proj); replaces --recompute selective's default")
     train.add_argument("--offload-layers", type=non_negative_int, default=0, metavar="N", help="layers whose saved activations wait in host memory between forward and backward (Megatron-Core's cpu_offloading_num_layers; default 0)")
+    train.add_argument("--recompute-layers", type=positive_int, metavar="N", help=RECOMPUTE_LAYERS_HELP)
     train.add_argument("--distributed-optimizer", action=argparse.BooleanOptionalAction, default=None, help="Megatron's distributed optimizer (optimizer states sharded like ZeRO-1; default: the framework's)")
     train.add_argument("--grad-reduce-fp32", action=argparse.BooleanOptionalAction, default=None, help="Megatron-Core's main_grad buffers in fp32 (grad_reduce_in_fp32; default: the framework's, on for megatron); --no-grad-reduce-fp32 keeps them in the parameters' bf16, as Megatron-Bridge's performance recipes do")
     for name, help in (("dp", "data"), ("pp", "pipeline"), ("ep", "expert"), ("cp", "context")):
@@ -192,7 +196,7 @@ def _layout(args: argparse.Namespace) -> Layout:
 def _training(args: argparse.Namespace) -> Training:
     return Training(
         precision=args.precision, optimizer=args.optimizer, recompute=args.recompute, flash=uses_flash(args), layout=_layout(args), framework=framework_name(args),
-        recompute_modules=getattr(args, "recompute_modules", ()), grad_reduce_fp32=getattr(args, "grad_reduce_fp32", None), offload_layers=getattr(args, "offload_layers", 0),
+        recompute_modules=getattr(args, "recompute_modules", ()), grad_reduce_fp32=getattr(args, "grad_reduce_fp32", None), offload_layers=getattr(args, "offload_layers", 0), recompute_layers=getattr(args, "recompute_layers", None),
     )  # fmt: skip
 
 

@@ -17,13 +17,13 @@ from ...analysis.memory.memory import matmul_rate, stored_weights
 from ...analysis.memory.settings import RECOMPUTE, SCHEDULES, Layout, recipes
 from ...engine.graph.model import Model
 from ...analysis.memory.frameworks import EAGER, framework
-from .memory_report import ETP_HELP, REPLICATE_HELP, framework_argument, framework_name, framework_version_argument, time_profile_of
+from .memory_report import ETP_HELP, RECOMPUTE_LAYERS_HELP, REPLICATE_HELP, framework_argument, framework_name, framework_version_argument, time_profile_of
 
 if TYPE_CHECKING:  # the timing module (and numpy) load when a time is asked for, not with the CLI
     from ...analysis.time.timing import TrainingTime
     from ...analysis.time.phase_time import InferenceTime, PhaseTime
 
-TRAIN_ONLY = ("global_batch", "micro_batch", "seq", "dp", "pp", "ep", "etp", "cp", "recompute", "schedule", "zero", "measured_step", "measured_tokens_per_s", "tokens", "sp", "chunks", "tp_comm_overlap", "ep_comm_overlap", "replicate", "offload_layers")
+TRAIN_ONLY = ("global_batch", "micro_batch", "seq", "dp", "pp", "ep", "etp", "cp", "recompute", "schedule", "zero", "measured_step", "measured_tokens_per_s", "tokens", "sp", "chunks", "tp_comm_overlap", "ep_comm_overlap", "replicate", "offload_layers", "recompute_layers")
 #: Decode attention kernels beyond sdpa and eager, with their sources (symform.analysis.time.efficiencies.ATTENTION)
 DECODE_KERNELS = (
     ("fused_per_head", "a fused kernel reading each key/value head once per query head, not once per group (TensorRT-LLM's masked MHA for generation before its XQA kernel, v0.8: docs/source/blogs/XQA-kernel.md); sdpa reads it once per group (FlashDecoding, FlashAttention-2's grouped-query packing, TensorRT-LLM's XQA)"),
@@ -54,6 +54,7 @@ def time_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sp", action="store_true", default=None, help="sequence parallelism with tensor parallelism: all-gathers and reduce-scatters in place of the all-reduces (Korthikanti et al. 2022)")
     p.add_argument("--tp-comm-overlap", action="store_true", default=None, help="with --sp: the tensor-parallel communication pipelined with the GEMMs, as Megatron-LM's --tp-comm-overlap (Transformer Engine Userbuffers) runs it; only what outlasts the GEMMs is exposed in the estimate")
     p.add_argument("--ep-comm-overlap", nargs="?", const="1f1b", default=None, choices=("1f1b", "dualpipe"), metavar="SCHEDULE", help="with expert parallelism: the all-to-alls overlapped with other micro-batches' compute (off by default, as in Megatron-Core): 1f1b (the default) pairs one micro-batch's forward with another's backward phase by phase, as Megatron-Core's overlap_moe_expert_parallel_comm runs them, so each hides under its partner's attention or experts only; dualpipe, DeepSeek-V3's schedule, hides them anywhere in the step's compute")
+    p.add_argument("--recompute-layers", type=positive_int, metavar="N", help=RECOMPUTE_LAYERS_HELP)
     p.add_argument("--offload-layers", type=non_negative_int, metavar="N", help="layers whose saved activations go to host memory and back each micro-batch (Megatron-Core's cpu_offloading_num_layers): the memory check keeps them off the device, the copies over the host link are timed beside the compute (default 0)")
     framework_version_argument(p)
     p.add_argument("--batch", type=positive_int, help="requests served together (inference)")
@@ -109,7 +110,7 @@ def _time_command(model: Model, args: argparse.Namespace) -> str:
     if args.train:
         args.dtype = args.dtype or "bf16"
         result = _train(model, args, tune)
-        found = _estimate(lambda: estimate.training_estimate(model, args.gpu, global_batch=args.global_batch, micro_batch=args.micro_batch or 1, seq=args.seq, layout=_layout(args), recompute=args.recompute or "none", dtype=args.dtype, attention=args.attention, node_size=args.node_size, finetune=tune, gemm_model=args.gemm_model, tp_comm_overlap=bool(args.tp_comm_overlap), profile=time_profile_of(args, model), ep_comm_overlap=args.ep_comm_overlap or False, offload_layers=args.offload_layers or 0, offload_framework=framework_name(args)))
+        found = _estimate(lambda: estimate.training_estimate(model, args.gpu, global_batch=args.global_batch, micro_batch=args.micro_batch or 1, seq=args.seq, layout=_layout(args), recompute=args.recompute or "none", dtype=args.dtype, attention=args.attention, node_size=args.node_size, finetune=tune, gemm_model=args.gemm_model, tp_comm_overlap=bool(args.tp_comm_overlap), profile=time_profile_of(args, model), ep_comm_overlap=args.ep_comm_overlap or False, offload_layers=args.offload_layers or 0, offload_framework=framework_name(args), recompute_layers=args.recompute_layers))
         memory = _memory_fit(model, args, result, tune)
         measured = utilisation.measured(model, result, step_s=args.measured_step, tokens_per_s=args.measured_tokens_per_s) if (args.measured_step or args.measured_tokens_per_s) else None
         run = utilisation.duration(model, result, found, args.tokens, measured) if args.tokens else None
@@ -209,7 +210,7 @@ def _memory_fit(model: Model, args: argparse.Namespace, result: TrainingTime, tu
     name = framework_name(args) if tune is None else EAGER
     layout = _layout(args)
     layout = replace(layout, sequence=framework(name).default("sequence_parallel", None, layout.tensor), distributed_optimizer=framework(name).default("distributed_optimizer", None))
-    setup = Training(recompute=args.recompute or "none", flash=flash, layout=layout, framework=name, offload_layers=args.offload_layers or 0)
+    setup = Training(recompute=args.recompute or "none", flash=flash, layout=layout, framework=name, offload_layers=args.offload_layers or 0, recompute_layers=args.recompute_layers)
     if tune is not None:
         from ...analysis.memory.finetune import finetune_memory
 
@@ -414,7 +415,7 @@ def _train(model: Model, args: argparse.Namespace, tune=None) -> TrainingTime:
 
     return training_time(
         model, args.gpu, global_batch=args.global_batch, micro_batch=args.micro_batch or 1, seq=args.seq,
-        layout=_layout(args), recompute=args.recompute or "none", dtype=args.dtype, flash=_flash(args), node_size=args.node_size, finetune=tune, offload_layers=args.offload_layers or 0, offload_framework=framework_name(args),
+        layout=_layout(args), recompute=args.recompute or "none", dtype=args.dtype, flash=_flash(args), node_size=args.node_size, finetune=tune, offload_layers=args.offload_layers or 0, offload_framework=framework_name(args), recompute_layers=args.recompute_layers,
     )
 
 
