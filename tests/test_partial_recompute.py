@@ -50,7 +50,7 @@ def test_the_recompute_buffer_is_one_rebuilt_layer(gpt):
 
 
 @settings(max_examples=8, deadline=None)
-@given(layers=st.integers(1, 16), pipeline=st.sampled_from((1, 2)))
+@given(layers=st.integers(1, 14), pipeline=st.sampled_from((1, 2)))
 def test_the_recomputed_forward_grows_by_one_layer_per_layer(layers, pipeline):
     """Qwen3-0.6B's 28 layers, 14 a stage with a pipeline of 2: each recomputed layer of a stage adds 1/14 (1/28
     without a pipeline) of full recomputation's extra FLOPs and tensor-parallel traffic."""
