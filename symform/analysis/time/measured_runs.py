@@ -107,12 +107,14 @@ def data_degree(setup: Mapping[str, Any]) -> int:
 
 def run_model(run: Run) -> Model:
     """The run's model: a config given inline, or a bundled preset with overrides; with the run's conventions
-    (an FP8 KV cache's ``kv_bytes = 1``, say)."""
+    (an FP8 KV cache's ``kv_bytes = 1``, say) and arguments (what ``--set`` gives: ``include_mtp = 1`` for a run
+    that trained DeepSeek-V3's multi-token-prediction module)."""
     setup = run.setup
     if "config" in setup or "overrides" in setup:
         model = Model.from_config(_run_config(run), name=run.name)
     else:
         model = Model.load(setup["preset"])
+    model = model.with_arguments(**setup["arguments"]) if "arguments" in setup else model
     return model.with_conventions(**setup["conventions"]) if "conventions" in setup else model
 
 

@@ -55,8 +55,9 @@ def _config_model(run: measured_runs.Run) -> str:
 def _setup(c: measured_runs.Case) -> str:
     s = c.run.setup
     model = s.get("preset") or _config_model(c.run)
-    if "overrides" in s:
-        model += " (" + ", ".join(f"{k}={v}" for k, v in s["overrides"].items()) + ")"
+    changed = {**s.get("overrides", {}), **s.get("arguments", {})}
+    if changed:
+        model += " (" + ", ".join(f"{k}={v}" for k, v in changed.items()) + ")"
     if c.run.kind == "training":
         lay = f"{s['gpus']} GPUs, TP {s.get('tensor', 1)} PP {s.get('pipeline', 1)}" + "".join(f", {k} {s[k]}" for k in ("context", "chunks", "expert", "expert_tensor") if k in s) + (f", ZeRO-{s['zero']}" if s.get("zero") else "") + (f" × replicate {s['replicate']}" if s.get("replicate", 1) > 1 else "") + (f", {s['dtype']}" if "dtype" in s else "")
         work = f"batch {s['global_batch']} × micro {s['micro_batch']}, seq {s['seq']}, recompute {s.get('recompute', 'none')}{_recomputed_layers(s)}, attention {s.get('attention', 'sdpa')}" + (f", {s['offload_layers']} layers offloaded" if s.get("offload_layers") else "")
@@ -240,12 +241,13 @@ MISSES = """## The misses, explained
   DeepSeek-V3 from +13 % to −12 %, NeMo Automodel's GPT-OSS-120B on 64 H100s from +11 % to −5 %);
   DeepSeek-V3's DualPipe also splits the backward into its input and weight gradients and places
   the all-to-alls anywhere in the step's compute (`ep_comm_overlap = "dualpipe"`,
-  `overlap.expert_dualpipe`, window `step`; the same pairing would put its run at −27 %, where its
+  `overlap.expert_dualpipe`, window `step`; the same pairing would put its run at −29 %, where its
   report states the all-to-all fully hidden). The H100's time per local expert was refitted under
   the pairing (39.0 µs, was 40.3). The B200's time per local expert was refitted with its fit-split
   run's all-to-all exposed as its recipe runs it (8.1 µs, was 13.8), and again once the B200 had a
   GEMM rate of its own (11.6 µs). DeepSeek-V3's own
-  pre-training on 2,048 H800s (its report's GPU hours, held out) comes within −3 %. Megatron-Bridge
+  pre-training on 2,048 H800s (its report's GPU hours, held out, with the multi-token-prediction
+  module it trained) comes within −7 %. Megatron-Bridge
   25.11's B200 GPT-OSS-120B, whose recipe spreads the experts over 64 GPUs in 8 nodes and leaves
   the overlap off, went from +54 % to +6 %: its all-to-all over the scale-out network is most of
   its step, with 8 of the 64 ranks in each node (of each rank's shares, those of its own node's 7
@@ -346,8 +348,10 @@ MISSES = """## The misses, explained
   20.1 s to 16.9 s (the row's 3,269 tokens/s/GPU is a 20.05 s step), so the overlap, which the
   estimate counts as hiding 2.0 s of 2.2 s of all-to-alls, carried a host-side cost symform does not model.
   The B200 DeepSeek-V3 rows of
-  pipeline 16 (25.09 +23 %, 25.11 +30 %) differ in release and in the multi-token-prediction module
-  25.11's ran, which the preset leaves out. Qwen3-235B-A22B on 256 H100s (tensor 2, expert 32 folded
+  pipeline 16 (25.09 +23 %, 25.11 +23 %) differ in release and in the multi-token-prediction module
+  25.11's ran ('w/ MTP'), which its row counts with the preset's `include_mtp = 1` (the run's
+  `arguments`, as `--set include_mtp=1`: one more layer and its output head per token; +30 % without
+  it). Qwen3-235B-A22B on 256 H100s (tensor 2, expert 32 folded
   over tensor 2 × data 16, expert tensor parallelism 1: each rank holds 4 whole experts) is −7 %
   on 25.09 (token drop, all-to-all exposed) and +14 % on 25.11 (dropless, all-to-all overlapped):
   the all-to-all spans 4 nodes of 8 ranks, and of each rank's 31 shares the 7 for its own node go
