@@ -8,6 +8,8 @@ recomputation's at every layer.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import sympy
 from hypothesis import given, settings
@@ -85,3 +87,31 @@ def test_time_and_memory_refuse_recomputed_layers_that_do_not_fit_the_step(capsy
 def test_memory_names_the_recomputed_layers(capsys):
     assert main(["memory", "qwen3-0.6b", "--train", "--batch", "1", "--seq", "1024", "--recompute", "full", "--recompute-layers", "7"]) == 0
     assert "recompute=full; recompute_layers=7" in capsys.readouterr().out
+
+
+def test_the_json_report_of_a_share_is_plain_numbers(capsys):
+    """The share runs the forward's collectives again a fraction of a time: the JSON stays numbers."""
+    argv = ["time", "qwen3-0.6b", "--train", "--gpu", "h100-sxm", "--gpus", "16", "--tp", "2", "--global-batch", "16", "--seq", "1024", "--recompute", "full", "--recompute-layers", "7", "--json"]
+    assert main(argv) == 0
+    found = json.loads(capsys.readouterr().out)
+    assert isinstance(found["comm"]["tensor"]["seconds"], float)
+
+
+def test_an_uneven_split_takes_the_fuller_stages_layers():
+    """DeepSeek-V3's 61 layers over 16 stages: 3.8125 a stage, the fuller ones 4; 4 recomputed is all of them."""
+    model = symform.load("deepseek-v3")
+    layout = Layout(data=8, pipeline=16, expert=8)
+    full = training_memory(model, batch=1, seq=4096, setup=Training(recompute="full", layout=layout)).values["activations"]
+    assert training_memory(model, batch=1, seq=4096, setup=Training(recompute="full", recompute_layers=4, layout=layout)).values["activations"] == full
+    with pytest.raises(EvaluationError, match="give at most 4"):
+        training_memory(model, batch=1, seq=4096, setup=Training(recompute="full", recompute_layers=5, layout=layout))
+
+
+def test_fine_tuning_and_serving_refuse_it(capsys):
+    lora = ["--lora-rank", "8", "--lora-targets", "q_proj,v_proj", "--recompute", "full", "--recompute-layers", "4"]
+    assert main(["memory", "qwen3-0.6b", "--train", "--batch", "1", "--seq", "512", *lora]) == 2
+    assert "drop --recompute-layers for a fine-tuning step" in capsys.readouterr().err
+    assert main(["time", "qwen3-0.6b", "--train", "--gpu", "h100-sxm", "--global-batch", "4", "--seq", "512", *lora]) == 2
+    assert "--recompute-layers" in capsys.readouterr().err
+    assert main(["memory", "qwen3-0.6b", "--infer", "--batch", "1", "--seq", "512", "--recompute-layers", "3", "--zero", "2"]) == 2
+    assert "--recompute-layers, --zero describe a training step; drop them with --infer" in capsys.readouterr().err

@@ -338,3 +338,19 @@ def test_an_all_to_all_sends_only_other_nodes_shares_over_the_network():
     rate = group_bandwidth(placement("h100-sxm"), "scale_out", "all_to_all", 32, 8)
     assert rate == pytest.approx(NIC * 31 / 24, rel=1e-12)
     assert group_bandwidth(placement("h100-sxm"), "scale_out", "all_to_all", 32, 1) == NIC
+
+
+def test_a_tensor_group_beyond_a_node_pools_its_nics_too(small):
+    """Tensor 8 over two nodes of 4: the all-reduces are rings over 4 ranks in each node, as a data group's."""
+    result = training_time(small, "h100-sxm", global_batch=1, micro_batch=1, seq=256, layout=Layout(tensor=8), node_size=4)
+    assert (result.comm["tensor"].link, result.comm["tensor"].per_node) == ("scale_out", 4)
+
+
+def test_the_node_with_fewest_ranks_sets_the_pace_and_sends_pool_nothing(small):
+    """Ranks 0, 3, 6 and 9 in nodes of 8: the second node holds one; a pipeline's point-to-point sends use one NIC."""
+    from symform.analysis.time.step_model import placement
+
+    assert placement("h100-sxm").per_node(12, 4) == 1
+    assert placement("h100-sxm").per_node(64, 8) == 1 and placement("h100-sxm").per_node(64, 32) == 4
+    result = training_time(small, "h100-sxm", global_batch=16, micro_batch=1, seq=256, layout=Layout(tensor=2, pipeline=8))
+    assert result.comm["pipeline"].per_node == 1

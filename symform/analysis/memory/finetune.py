@@ -429,6 +429,8 @@ def finetune_memory_expressions(
     layout = training.layout
     if training.offload_layers:
         raise EvaluationError("activation offload is counted for full training; drop --offload-layers for a fine-tuning step")
+    if training.recompute_layers is not None:
+        raise EvaluationError("recomputing some layers only is counted for full training; drop --recompute-layers for a fine-tuning step")
     check_layout(setup, layout)
     precision = _pick(recipes().precision, training.precision, "precision")
     optimizer = _pick(recipes().optimizer, training.optimizer, "optimizer")

@@ -12,6 +12,7 @@ recomputation's, one checkpointed layer rebuilt).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from fractions import Fraction
 import sympy
@@ -35,9 +36,10 @@ def recomputed_share(model: Model, layers: object, recompute: str, layout: Layou
     if not isinstance(total, int):
         raise EvaluationError(f"{model.name} declares no n_layers; --recompute-layers counts a stage's transformer layers")
     per_chunk = Fraction(total, layout.pipeline * layout.chunks)
-    if layers > per_chunk:
-        raise EvaluationError(f"{layers} recomputed layers of a stage chunk holding {float(per_chunk):g} of {model.name}'s {total} layers; give at most {int(per_chunk)}, or --recompute full alone for all of them")
-    return Fraction(layers) / per_chunk
+    most = math.ceil(per_chunk)  # uneven splits: the fuller chunks hold this many
+    if layers > most:
+        raise EvaluationError(f"{layers} recomputed layers of a stage chunk holding {float(per_chunk):g} of {model.name}'s {total} layers; give at most {most}, or --recompute full alone for all of them")
+    return min(Fraction(layers), per_chunk) / per_chunk
 
 
 def blended(saved_at: Callable[[str], tuple[sympy.Expr, sympy.Expr, dict[str, sympy.Expr]]], recompute: str, share: Fraction | None) -> tuple[sympy.Expr, sympy.Expr, dict[str, sympy.Expr]]:

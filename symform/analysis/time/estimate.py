@@ -380,11 +380,13 @@ def training_estimate(
     release's slowdown. ``ep_comm_overlap``: the expert-parallel
     all-to-alls overlapped with other micro-batches' compute, where Megatron-Core's default leaves them exposed: True
     or "1f1b", one micro-batch's forward paired with another's backward phase by phase (Megatron-Core's
-    overlap_moe_expert_parallel_comm, DeepEP's; rules.toml overlap.expert_overlapped, :class:`Pairing`); "dualpipe",
-    DeepSeek-V3's DualPipe, which places them anywhere in the step's compute (overlap.expert_dualpipe).
+    overlap_moe_expert_parallel_comm, DeepEP's; rules.toml overlap.expert_overlapped, :class:`Pairing`; the CLI's
+    --ep-comm-overlap); "dualpipe", DeepSeek-V3's DualPipe, which places them anywhere in the step's compute
+    (overlap.expert_dualpipe; --dualpipe).
     ``offload_layers``, ``offload_framework``: activation offload's host-link copies (timing.offload_comm), DMA at the link's rate (no
     collective, so no bus efficiency), hidden under the compute by rules.toml overlap.offload. ``recompute_layers``: with
     full recomputation, only these layers of each pipeline chunk recomputed (timing.training_time's)."""
+    ep_comm_overlap = ep_comm_overlap or False
     if ep_comm_overlap not in EP_OVERLAPS:
         raise ConfigError(f"ep_comm_overlap is {ep_comm_overlap!r}; give True or one of {', '.join(map(repr, EP_OVERLAPS[2:]))} (how the all-to-alls are overlapped), or False")
     if tp_comm_overlap and not (layout and layout.sequence):
@@ -416,7 +418,8 @@ def training_estimate(
     routed_s = sum(t for t, k in zip(seconds, work) if k.routed) * bounds.microbatches
     comm = {kind: c.seconds / (1.0 if kind == "offload" else eff.link(c.link).bus_efficiency) for kind, c in bounds.comm.items()}
     ep_comm_overlap = ep_comm_overlap or (profile is not None and profile.ep_comm_overlap)
-    pairing = Pairing(compute - routed_s, routed_s, _unpaired(layout, bounds.microbatches)) if ep_comm_overlap and "expert" in comm else Pairing()
+    recomputed = float(bounds.hardware_flops) / float(bounds.model_flops) - 1 if finetune is None else 0.0
+    pairing = Pairing(compute - routed_s, routed_s, _unpaired(layout, bounds.microbatches), recomputed) if ep_comm_overlap and "expert" in comm else Pairing()
     exposed = _exposed(comm, compute, layout, attention_s, gemm_s if tp_comm_overlap else None, p2p_overlap=profile is not None and profile.p2p_overlap, ep_overlap=ep_comm_overlap, pairing=pairing)
     inside = tuple(v for k, v in exposed.items() if k not in timing.ONCE_PER_STEP)
     params = float(step_model._bind(model, params_per_device(model, layout) if finetune is None else trained_per_device(model, finetune, layout)))
@@ -459,25 +462,28 @@ class Pairing:
     dense_s: float = 0.0
     routed_s: float = 0.0
     unpaired: float = 1.0
+    recomputed: float = 0.0  # full recomputation's extra forward, as a share of the step's other compute
 
     def exposed(self, a2a: float) -> float:
         """The all-to-alls' seconds left on the critical path. A forward pass of one micro-batch runs beside the backward
         of another, layer by layer (Megatron-Core's combined 1F1B under overlap_moe_expert_parallel_comm, after
         DeepSeek-V3's DualPipe): the backward's combine under the forward's attention, both dispatches under the
         experts' backward and forward, the forward's combine under the attention's backward (a backward pass twice its
-        forward's work); each of the four all-to-alls a quarter of them. Passes outside the 1F1B steady state (the
-        pipeline's warm-up forwards and cool-down backwards, or without a pipeline the first forward and the last
-        backward) have no partner."""
-        quarter, forward = a2a / 4, self.dense_s / 3
-        paired = max(0.0, quarter - forward) + max(0.0, 2 * quarter - self.routed_s) + max(0.0, quarter - 2 * forward)
+        forward's work, and a recomputed forward runs in the backward); each of the four all-to-alls a quarter of
+        them. Passes outside the 1F1B steady state (the pipeline's warm-up forwards and cool-down backwards, or
+        without a pipeline the first forward and the last backward) have no partner."""
+        quarter, forward = a2a / 4, self.dense_s / (3 * (1 + self.recomputed))
+        paired = max(0.0, quarter - forward) + max(0.0, 2 * quarter - self.routed_s) + max(0.0, quarter - (self.dense_s - forward))
         return (1 - self.unpaired) * paired + self.unpaired * a2a
 
 
 def _unpaired(layout: Layout, microbatches: int) -> float:
     """The share of a stage's passes outside the 1F1B steady state: the first stage's warm-up forwards and one more
-    (and as many backwards at the end), of its micro-batches (in whole-stage units with a virtual pipeline)."""
-    schedule = layout.schedule if layout.pipeline > 1 else "1f1b"
-    warm = in_flight_microbatches(schedule, layout.pipeline, microbatches, layout.chunks) if layout.pipeline > 1 else 1
+    (and as many backwards at the end), of its micro-batches (in whole-stage units with a virtual pipeline); all of
+    them under the naive schedule, which runs one micro-batch at a time, and GPipe's, whose forwards all come first."""
+    if layout.pipeline > 1 and layout.schedule in ("naive", "gpipe"):
+        return 1.0
+    warm = in_flight_microbatches(layout.schedule, layout.pipeline, microbatches, layout.chunks) if layout.pipeline > 1 else 1
     return min(1.0, float(warm) / microbatches)
 
 

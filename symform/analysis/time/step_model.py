@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache, lru_cache
@@ -89,11 +90,15 @@ class Placement:
         return "scale_up" if "scale_up" in self.device.interconnect else "pcie"
 
     def per_node(self, span: int, ranks: int) -> int:
-        """How many of a group's ``ranks``, spread evenly over ``span`` consecutive ranks, share one node."""
-        if span <= self.node_size:
-            return ranks
-        stride = max(1, span // ranks)
-        return max(1, min(ranks, self.node_size // stride))
+        """How many of a group's ``ranks``, spread evenly over ``span`` consecutive ranks, share one node: in the
+        node holding the fewest of them, which sets a ring's pace (ranks 0, 3, 6, 9 in nodes of 8: one)."""
+        return ranks if span <= self.node_size else _fewest_per_node(span, ranks, self.node_size)
+
+
+@lru_cache(maxsize=1024)
+def _fewest_per_node(span: int, ranks: int, node_size: int) -> int:
+    stride = max(1, span // ranks)
+    return min(Counter(i * stride // node_size for i in range(ranks)).values())
 
 
 def placement(gpu: str | os.PathLike[str] | Hardware, node_size: int | None = None) -> Placement:
@@ -292,7 +297,9 @@ class Comm:
 
 
 def _comm(transfers: list[parallel_comm.Transfer], times: float, place: Placement, span: int, ranks: int) -> Comm:
-    link, per_node = place.link(span), place.per_node(span, ranks)
+    # only rings, trees and all-to-alls pool a node's NICs; a point-to-point send has its own
+    pooled = any(t.collective in POOLED or t.collective == "all_to_all" for t in transfers)
+    link, per_node = place.link(span), (place.per_node(span, ranks) if pooled else 1)
     sent = float(parallel_comm.bytes_per_rank(transfers)) if transfers else 0.0
     return Comm(times * transfer_seconds(transfers, place, link, per_node=per_node), times * sent, link, ranks, per_node)
 

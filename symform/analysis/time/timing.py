@@ -231,9 +231,11 @@ def training_time(
     check_pipeline(model, layout.pipeline)
     _check_chunks(model, layout)
     trainable = _finetune_trainable(model, finetune, layout)
+    if recompute_layers is not None and finetune is not None:
+        raise ConfigError("--recompute-layers times a full training step; a fine-tuning step recomputes every layer or none (drop it)")
     share = recompute_share(model, recompute_layers, recompute, layout)
     train, (extra_flops, extra_bytes) = rank_work(model, recompute, flash=flash, finetune=finetune)
-    extra_flops, extra_bytes = extra_flops * share, extra_bytes * share
+    extra_flops, extra_bytes = extra_flops * sympy.Rational(share.numerator, share.denominator), extra_bytes * sympy.Rational(share.numerator, share.denominator)
     per_device = _per_device(model, {TENSOR: layout.tensor}, layout.pipeline, layout.context)
     m = scaling.MICROBATCHES
     flops_expr = m * per_device(train.flops + extra_flops)
@@ -286,11 +288,11 @@ def training_time(
     )
 
 
-def recompute_share(model: Model, layers: int | None, recompute: str, layout: Layout) -> sympy.Rational:
+def recompute_share(model: Model, layers: int | None, recompute: str, layout: Layout) -> Fraction:
     """Of full recomputation's forward, the share a step runs again: all of it, or with ``layers`` of each pipeline
     chunk recomputed (symform.analysis.memory.partial_recompute) theirs."""
     share = partial_recompute.recomputed_share(model, layers, recompute, layout)
-    return sympy.Integer(1) if share is None else sympy.Rational(share.numerator, share.denominator)
+    return Fraction(1) if share is None else share
 
 
 OFFLOAD = (
@@ -399,7 +401,7 @@ def _again(layer: list[parallel_comm.Transfer], again: Number) -> list[parallel_
     where only some layers are recomputed)."""
     if not again:
         return list(layer)
-    return list(layer) + [x if again == 1 else replace(x, count=x.count * sympy.Rational(again)) for x in layer if x.phase == "forward"]
+    return list(layer) + [x if again == 1 else replace(x, count=x.count * Fraction(again)) for x in layer if x.phase == "forward"]
 
 
 def context_comm(model: Model, place: Placement, layout: Layout, microbatches: int, micro_batch: int, seq: int, recompute: str, share: float = 1.0) -> Comm:
@@ -456,11 +458,11 @@ def _tensor_comm(model: Model, place: Placement, layout: Layout, microbatches: i
     t, p = layout.tensor, layout.pipeline
     layer, ends = (list(x) for x in _tensor_transfers(layout.sequence, tuple(sizes.items()), model.values.get("vocab", 1), t))
     layer = _again(layer, again)
-    link = place.link(t)
-    seconds = transfer_seconds(layer, place, link) * layers + transfer_seconds(ends, place, link)
+    link, per_node = place.link(t), place.per_node(t, t)
+    seconds = transfer_seconds(layer, place, link, per_node=per_node) * layers + transfer_seconds(ends, place, link, per_node=per_node)
     sent = float(parallel_comm.bytes_per_rank(layer)) * layers + float(parallel_comm.bytes_per_rank(ends))
     # stages balanced: each holds 1/p of the layers and, spread the same way, of the ends
-    return Comm(seconds * microbatches / p, sent * microbatches / p, link, t)
+    return Comm(seconds * microbatches / p, sent * microbatches / p, link, t, per_node)
 
 
 @lru_cache(maxsize=1024)

@@ -217,7 +217,20 @@ def _gpu_memory(name: str) -> tuple[str, int]:
     return device.name or name, int(device.memory_bytes)
 
 
+#: Training options that mean nothing to a serving step, with the value that leaves them unset.
+TRAINING_ONLY = {"recompute": "none", "recompute_modules": (), "offload_layers": 0, "recompute_layers": None, "zero": 0, "distributed_optimizer": None, "grad_reduce_fp32": None}
+
+
+def refuse_training_options(args: argparse.Namespace) -> None:
+    """--infer with an option only a training step reads: refused rather than silently ignored."""
+    given = [f"--{name.replace('_', '-')}" for name, unset in TRAINING_ONLY.items() if getattr(args, name, unset) != unset]
+    if given:
+        raise ConfigError(f"{', '.join(given)} describe a training step; drop them with --infer, or use --train")
+
+
 def memory_command(model: Model, args: argparse.Namespace) -> str:
+    if args.infer:
+        refuse_training_options(args)
     tune = finetune_setup(args, training=args.train)
     if tune is not None:
         report = finetune_memory(model, tune, batch=args.batch, seq=args.seq, training=_training(args))

@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # the timing module (and numpy) load when a time is asked for
     from ...analysis.time.timing import TrainingTime
     from ...analysis.time.phase_time import InferenceTime, PhaseTime
 
-TRAIN_ONLY = ("global_batch", "micro_batch", "seq", "dp", "pp", "ep", "etp", "cp", "recompute", "schedule", "zero", "measured_step", "measured_tokens_per_s", "tokens", "sp", "chunks", "tp_comm_overlap", "ep_comm_overlap", "replicate", "offload_layers", "recompute_layers")
+TRAIN_ONLY = ("global_batch", "micro_batch", "seq", "dp", "pp", "ep", "etp", "cp", "recompute", "schedule", "zero", "measured_step", "measured_tokens_per_s", "tokens", "sp", "chunks", "tp_comm_overlap", "ep_comm_overlap", "dualpipe", "replicate", "offload_layers", "recompute_layers")
 #: Decode attention kernels beyond sdpa and eager, with their sources (symform.analysis.time.efficiencies.ATTENTION)
 DECODE_KERNELS = (
     ("fused_per_head", "a fused kernel reading each key/value head once per query head, not once per group (TensorRT-LLM's masked MHA for generation before its XQA kernel, v0.8: docs/source/blogs/XQA-kernel.md); sdpa reads it once per group (FlashDecoding, FlashAttention-2's grouped-query packing, TensorRT-LLM's XQA)"),
@@ -53,7 +53,8 @@ def time_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chunks", type=positive_int, help="virtual pipeline: model chunks per device in the interleaved schedule, bubble (pp − 1)/(chunks × micro-batches) (Narayanan et al. 2021, sec. 2.2.2); default 1")
     p.add_argument("--sp", action="store_true", default=None, help="sequence parallelism with tensor parallelism: all-gathers and reduce-scatters in place of the all-reduces (Korthikanti et al. 2022)")
     p.add_argument("--tp-comm-overlap", action="store_true", default=None, help="with --sp: the tensor-parallel communication pipelined with the GEMMs, as Megatron-LM's --tp-comm-overlap (Transformer Engine Userbuffers) runs it; only what outlasts the GEMMs is exposed in the estimate")
-    p.add_argument("--ep-comm-overlap", nargs="?", const="1f1b", default=None, choices=("1f1b", "dualpipe"), metavar="SCHEDULE", help="with expert parallelism: the all-to-alls overlapped with other micro-batches' compute (off by default, as in Megatron-Core): 1f1b (the default) pairs one micro-batch's forward with another's backward phase by phase, as Megatron-Core's overlap_moe_expert_parallel_comm runs them, so each hides under its partner's attention or experts only; dualpipe, DeepSeek-V3's schedule, hides them anywhere in the step's compute")
+    p.add_argument("--ep-comm-overlap", action="store_true", default=None, help="with expert parallelism: the all-to-alls overlapped with other micro-batches' compute as Megatron-Core's overlap_moe_expert_parallel_comm runs them (off by default, as in Megatron-Core): one micro-batch's forward paired with another's backward phase by phase, so each hides under its partner's attention or experts only")
+    p.add_argument("--dualpipe", action="store_true", default=None, help="with expert parallelism: the all-to-alls overlapped as DeepSeek-V3's DualPipe schedule does, anywhere in the step's compute (in place of --ep-comm-overlap's pairing)")
     p.add_argument("--recompute-layers", type=positive_int, metavar="N", help=RECOMPUTE_LAYERS_HELP)
     p.add_argument("--offload-layers", type=non_negative_int, metavar="N", help="layers whose saved activations go to host memory and back each micro-batch (Megatron-Core's cpu_offloading_num_layers): the memory check keeps them off the device, the copies over the host link are timed beside the compute (default 0)")
     framework_version_argument(p)
@@ -110,7 +111,7 @@ def _time_command(model: Model, args: argparse.Namespace) -> str:
     if args.train:
         args.dtype = args.dtype or "bf16"
         result = _train(model, args, tune)
-        found = _estimate(lambda: estimate.training_estimate(model, args.gpu, global_batch=args.global_batch, micro_batch=args.micro_batch or 1, seq=args.seq, layout=_layout(args), recompute=args.recompute or "none", dtype=args.dtype, attention=args.attention, node_size=args.node_size, finetune=tune, gemm_model=args.gemm_model, tp_comm_overlap=bool(args.tp_comm_overlap), profile=time_profile_of(args, model), ep_comm_overlap=args.ep_comm_overlap or False, offload_layers=args.offload_layers or 0, offload_framework=framework_name(args), recompute_layers=args.recompute_layers))
+        found = _estimate(lambda: estimate.training_estimate(model, args.gpu, global_batch=args.global_batch, micro_batch=args.micro_batch or 1, seq=args.seq, layout=_layout(args), recompute=args.recompute or "none", dtype=args.dtype, attention=args.attention, node_size=args.node_size, finetune=tune, gemm_model=args.gemm_model, tp_comm_overlap=bool(args.tp_comm_overlap), profile=time_profile_of(args, model), ep_comm_overlap="dualpipe" if args.dualpipe else bool(args.ep_comm_overlap), offload_layers=args.offload_layers or 0, offload_framework=framework_name(args), recompute_layers=args.recompute_layers))
         memory = _memory_fit(model, args, result, tune)
         measured = utilisation.measured(model, result, step_s=args.measured_step, tokens_per_s=args.measured_tokens_per_s) if (args.measured_step or args.measured_tokens_per_s) else None
         run = utilisation.duration(model, result, found, args.tokens, measured) if args.tokens else None

@@ -357,7 +357,7 @@ MISSES = """## The misses, explained
   the all-to-all spans 4 nodes of 8 ranks, and of each rank's 31 shares the 7 for its own node go
   over NVLink (−18 % and +5 % while the whole all-to-all went over each rank's NIC). The pair
   measures the overlap: 25.11's step (20.8 s) is 6.4 s shorter than 25.09's (27.2 s), where the
-  estimate, whose 25.09 step is 1.9 s longer than measured, hides 10.7 s of 15.5 s of all-to-alls
+  estimate, whose 25.09 step is 1.9 s longer than measured, hides 10.6 s of 15.5 s of all-to-alls
   under the paired phases of Megatron-Core's combined 1F1B (+32 % while it hid them under the whole
   step's compute, 13.2 s); what is left is what symform does not model (the all-to-all kernels'
   share of the SMs beside the GEMMs, the schedule's host-side cost that PR #1760 names on B200).
