@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from fractions import Fraction
+
 import sympy
 
 from ...engine.errors import EvaluationError
