@@ -50,6 +50,6 @@ def blended(saved_at: Callable[[str], tuple[sympy.Expr, sympy.Expr, dict[str, sy
         return saved_at(recompute)
     kept, _, parts = saved_at("none")
     rebuilt, transient, rebuilt_parts = saved_at(recompute)
-    mix = sympy.Rational(share.numerator, share.denominator)
+    mix = sympy.Rational(share)
     blend = {name: parts.get(name, sympy.Integer(0)) + mix * (rebuilt_parts.get(name, sympy.Integer(0)) - parts.get(name, sympy.Integer(0))) for name in {**parts, **rebuilt_parts}}
     return sympy.expand(kept + mix * (rebuilt - kept)), transient, {k: sympy.expand(v) for k, v in blend.items() if v != 0}

@@ -14,7 +14,6 @@ import math
 import statistics
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
-from fractions import Fraction
 from functools import cache
 from typing import Any
 
@@ -47,7 +46,7 @@ def _prepare(run: Run) -> _Prepared:
             model, s["gpu"], global_batch=s["global_batch"], micro_batch=s["micro_batch"], seq=s["seq"], layout=layout, recompute=recompute, dtype=s.get("dtype", "bf16"),
             flash=s.get("attention", "sdpa") != "eager", offload_layers=s.get("offload_layers", 0), offload_framework=run_framework(run)[0], recompute_layers=partial,
         )  # fmt: skip
-        again = Fraction(str(timing.recompute_share(model, partial, recompute, layout)))
+        again = timing.recompute_share(model, partial, recompute, layout)
         work = estimate.kernels(step_model.at_dtype(model, s.get("dtype", "bf16")), "train", workload={"batch": s["micro_batch"], "seq": s["seq"]}, tensor=layout.tensor, pipeline=layout.pipeline, recompute=recompute, attention=s.get("attention", "sdpa"), context=layout.context, recompute_share=again)
         return _Prepared(run, model, bounds, work)
     # the kernels at the run's dtype: FP8 weights are read at one byte, as serving_estimate reads them

@@ -93,9 +93,9 @@ def _kernels(model: Model, phase: str, workload: Mapping[str, int | Fraction], t
     batch = model.vocabulary["batch"]
     passes = (1, 1, 1) if phase == "train" else (1, 0, 0)  # forward, gradient of the input, gradient of the weights
     tuned = kernel_passes(model, finetune) if finetune is not None else {}
+    again = sympy.Rational(recompute_share)  # of the recomputed forward, the share run again
     found = []
     for path, work in leaves.items():
-        again = sympy.Rational(recompute_share.numerator, recompute_share.denominator)
         both = [(work.flops, work.bytes)] + ([(again * extra[path].flops, again * extra[path].bytes)] if path in extra else [])
         flops = sum(_per_device(model, step_model.context_share(sympy.sympify(f), batch, context), split, pipeline, workload) for f, _ in both)
         moved = sum(_per_device(model, step_model.context_share(sympy.sympify(b), batch, context), split, pipeline, workload) for _, b in both)
@@ -402,7 +402,7 @@ def training_estimate(
     model = step_model.at_dtype(model, dtype)
     eff = grouped_gemm.at_precision(_efficiency_for(place, efficiency_data, gemm_model), dtype)
     peak, hbm = _device_rates(place, dtype)
-    again = Fraction(str(timing.recompute_share(model, recompute_layers, recompute, layout)))
+    again = timing.recompute_share(model, recompute_layers, recompute, layout)
     if work is None:
         work = kernels(model, "train", workload={"batch": micro_batch, "seq": seq}, tensor=layout.tensor, pipeline=layout.pipeline, attention=attention, recompute=recompute, context=layout.context, finetune=finetune, recompute_share=again)
     if layout.folded:

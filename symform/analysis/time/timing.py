@@ -235,7 +235,7 @@ def training_time(
         raise ConfigError("--recompute-layers times a full training step; a fine-tuning step recomputes every layer or none (drop it)")
     share = recompute_share(model, recompute_layers, recompute, layout)
     train, (extra_flops, extra_bytes) = rank_work(model, recompute, flash=flash, finetune=finetune)
-    extra_flops, extra_bytes = extra_flops * sympy.Rational(share.numerator, share.denominator), extra_bytes * sympy.Rational(share.numerator, share.denominator)
+    extra_flops, extra_bytes = extra_flops * sympy.Rational(share), extra_bytes * sympy.Rational(share)
     per_device = _per_device(model, {TENSOR: layout.tensor}, layout.pipeline, layout.context)
     m = scaling.MICROBATCHES
     flops_expr = m * per_device(train.flops + extra_flops)
