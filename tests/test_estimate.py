@@ -275,6 +275,26 @@ def test_band_contains_the_estimate_and_comm_slows_it():
     assert one.compute_s / 2 < tp.step.estimate < one.step.estimate
 
 
+def test_the_gradient_exchange_hides_under_the_last_micro_batchs_backward_only():
+    """Megatron-Core (schedules.py: every micro-batch but the last under no_sync, then enable_grad_sync) and DDP's
+    no_sync reduce the gradients once, beside the last micro-batch's backward: with M micro-batches the window is
+    2/3 of one micro-batch's compute, not of the step's, so accumulation leaves more of the exchange exposed."""
+    model = symform.load("llama-3.2-1b")
+    layout = Layout(data=16)  # one device a node: the exchange crosses the network on one NIC each
+    found = {}
+    for microbatches in (1, 16):
+        r = estimate.training_estimate(model, "h100-sxm", global_batch=16 * microbatches, micro_batch=1, seq=1024, layout=layout, node_size=1)
+        window = r.compute_s * 2 / 3 / microbatches
+        assert r.exposed_comm_s["data"] == pytest.approx(max(0.0, r.comm_s["data"] - window), rel=1e-12)
+        found[microbatches] = r
+    one, many = found[1], found[16]
+    assert one.comm_s["data"] == pytest.approx(many.comm_s["data"], rel=1e-12)  # the same gradients, once a step
+    # sixteen micro-batches' backward would hide it whole; the last one's leaves as much exposed as a lone one's
+    assert many.comm_s["data"] < many.compute_s * 2 / 3
+    assert one.exposed_comm_s["data"] > 0
+    assert many.exposed_comm_s["data"] == pytest.approx(one.exposed_comm_s["data"], rel=1e-12)
+
+
 def test_eager_attention_is_slower_than_sdpa_in_prefill():
     model = symform.load("llama-3.2-1b")
     sdpa = estimate.serving_estimate(model, "h100-sxm", batch=1, prompt=8192, output=2)

@@ -420,7 +420,7 @@ def training_estimate(
     ep_comm_overlap = ep_comm_overlap or (profile is not None and profile.ep_comm_overlap)
     recomputed = float(bounds.hardware_flops) / float(bounds.model_flops) - 1 if finetune is None else 0.0
     pairing = Pairing(compute - routed_s, routed_s, _unpaired(layout, bounds.microbatches), recomputed) if ep_comm_overlap and "expert" in comm else Pairing()
-    exposed = _exposed(comm, compute, layout, attention_s, gemm_s if tp_comm_overlap else None, p2p_overlap=profile is not None and profile.p2p_overlap, ep_overlap=ep_comm_overlap, pairing=pairing)
+    exposed = _exposed(comm, compute, layout, attention_s, gemm_s if tp_comm_overlap else None, p2p_overlap=profile is not None and profile.p2p_overlap, ep_overlap=ep_comm_overlap, pairing=pairing, microbatches=bounds.microbatches)
     inside = tuple(v for k, v in exposed.items() if k not in timing.ONCE_PER_STEP)
     params = float(step_model._bind(model, params_per_device(model, layout) if finetune is None else trained_per_device(model, finetune, layout)))
     optimizer = params / layout.optimizer_shards * rules().optimizer_bytes_per_param / (hbm * eff.memory)
@@ -487,13 +487,13 @@ def _unpaired(layout: Layout, microbatches: int) -> float:
     return min(1.0, float(warm) / microbatches)
 
 
-def _exposed(comm: Mapping[str, float], compute: float, layout: Layout, attention_s: float = 0.0, gemm_s: float | None = None, *, p2p_overlap: bool = False, ep_overlap: bool | str = False, pairing: Pairing = Pairing()) -> dict[str, float]:
+def _exposed(comm: Mapping[str, float], compute: float, layout: Layout, attention_s: float = 0.0, gemm_s: float | None = None, *, p2p_overlap: bool = False, ep_overlap: bool | str = False, pairing: Pairing = Pairing(), microbatches: int = 1) -> dict[str, float]:
     """Each kind of communication's part on the critical path, by the overlap rules (``gemm_s``: the GEMMs' time,
     where the tensor-parallel communication is overlapped with them; ``p2p_overlap``: a virtual pipeline's sends
     overlapped with the other chunks' compute; ``ep_overlap``: the all-to-alls overlapped by pairing micro-batches,
     ``pairing``)."""
     overlap = rules().overlap
-    windows = {"none": 0.0, "backward": compute * 2 / 3, "step": compute, "attention": attention_s, "gemm": gemm_s or 0.0}
+    windows = {"none": 0.0, "last_backward": compute * 2 / 3 / microbatches, "step": compute, "attention": attention_s, "gemm": gemm_s or 0.0}
     exposed = {}
     for kind, seconds in comm.items():
         step = kind in timing.ONCE_PER_STEP  # hybrid sharding's all-reduce across replicas overlaps as the gradient exchange does
