@@ -203,8 +203,9 @@ FITTED: tuple[tuple[str, Callable[[Run], bool], tuple[float, float]], ...] = (
     ("gb200:gemm.sustained", lambda r: r.kind == "training" and _on("gb200")(r) and not is_moe(r), (0.3, 1.0)),
     # the MI325X's fp8 rate from its dense training runs (Primus on one node of 8)
     ("mi325x:gemm.sustained", lambda r: r.kind == "training" and _on("mi325x")(r) and not is_moe(r), (0.3, 1.0)),
-    # TPU v5p's and v6e's bf16 rates from their dense training runs (on slices of them: tpu-v5p-128, ...)
+    # TPU v5p's, v5e's and v6e's bf16 rates from their dense training runs (on slices of them: tpu-v5p-128, ...)
     ("tpu-v5p:gemm.sustained", lambda r: r.kind == "training" and _on("tpu-v5p")(r) and not is_moe(r), (0.3, 1.0)),
+    ("tpu-v5e:gemm.sustained", lambda r: r.kind == "training" and _on("tpu-v5e")(r) and not is_moe(r), (0.3, 1.0)),
     ("tpu-v6e:gemm.sustained", lambda r: r.kind == "training" and _on("tpu-v6e")(r) and not is_moe(r), (0.3, 1.0)),
     # a GEMM of half_flops runs at half the sustained rate: up to 10 GFLOP (a few µs of work)
     ("a100-sxm-80gb:gemm.half_flops", lambda r: r.setup["gpu"] == "a100-sxm-80gb", (0.0, 1e10)),
@@ -221,10 +222,11 @@ FITTED: tuple[tuple[str, Callable[[Run], bool], tuple[float, float]], ...] = (
     ("h100-sxm:moe.expert_s", lambda r: r.setup["gpu"] == "h100-sxm" and _quantised_moe(r), (0.0, 80e-6)),
     ("b200:moe.expert_s", lambda r: r.setup["gpu"] == "b200" and _quantised_moe(r), (0.0, 40e-6)),
     ("gb200:moe.expert_s", lambda r: _on("gb200")(r) and _quantised_moe(r), (0.0, 40e-6)),
-    # the L40S from its own single-card serving runs of the fit split (a decode-heavy one and a compute-bound first
-    # token), its GDDR6 fraction and its FP8 rate fitted on both together
+    # the L40S from its own single-card serving runs of the fit split (a decode-heavy one and two first tokens, one
+    # bound by the weights' read, one by the GEMMs), its GDDR6 fraction, its FP8 rate and its roll-off fitted together
     ("l40s:memory.fraction", lambda r: r.kind == "serving" and r.setup["gpu"] == "l40s" and r.setup.get("tensor", 1) == 1, (0.4, 1.0)),
     ("l40s:gemm.sustained", lambda r: r.kind == "serving" and r.setup["gpu"] == "l40s" and r.setup.get("tensor", 1) == 1, (0.3, 1.0)),
+    ("l40s:gemm.half_flops", lambda r: r.kind == "serving" and r.setup["gpu"] == "l40s" and r.setup.get("tensor", 1) == 1, (0.0, 4e10)),
     # its PCIe all-reduces (no NVLink) from its one multi-card serving run of the fit split
     ("l40s:links.pcie.bus_efficiency", lambda r: r.kind == "serving" and r.setup["gpu"] == "l40s" and r.setup.get("tensor", 1) > 1, (0.1, 1.0)),
 )

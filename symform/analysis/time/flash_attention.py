@@ -38,7 +38,14 @@ Size = int | sympy.Expr
 
 #: On-chip SRAM of one A100 streaming multiprocessor, the device of the paper's
 #: measurements ("192KB of on-chip SRAM per each of 108 streaming multiprocessors").
-DEFAULT_SRAM_BYTES = 192 * 1024
+PAPER_SRAM_BYTES = 192 * 1024
+
+#: The on-chip memory the estimates take as the paper's M: FlashAttention-2 and its successors (the kernels of
+#: PyTorch's SDPA, cuDNN, Transformer Engine and the serving engines) run the query tiles as the outer loop, and
+#: the tiles of one head's keys and values that the query tiles running at once on every SM re-read come from the
+#: L2 cache they share, not from HBM; 40 MiB is the A100's L2, the smallest of the GPUs symform's estimates are
+#: fitted on (docs/roofline.md, "FlashAttention IO").
+DEFAULT_SRAM_BYTES = 40 * 1024 * 1024
 
 
 def sram_elements(sram_bytes: int, element_bytes: int = 2) -> int:

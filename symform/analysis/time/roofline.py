@@ -327,7 +327,7 @@ def phase_work(
     - ``prefill``: the forward pass at (batch, seq), an empty cache.
     - ``decode``: one new token per sequence (seq = 1) after ``past`` cached ones.
     - ``flash``: each attention core's eager traffic is replaced by
-      FlashAttention's (symform.analysis.time.flash_attention), with SRAM of ``sram_bytes``;
+      FlashAttention's (symform.analysis.time.flash_attention), with ``sram_bytes`` on chip (the paper's M);
       ``grouped``: the kernel reads a key/value head once for all the query heads that
       share it (FlashAttention-2, FlashDecoding), else once per query head (fused
       kernels without grouped-query packing, such as TensorRT-LLM's masked MHA before XQA).
@@ -387,7 +387,7 @@ def _phase_work(
     if flash:
         _use_flash_attention(model, phase, flops, traffic, keep, sram_bytes, grouped, values)
         notes.append(
-            f"FlashAttention: SRAM {sram_bytes} bytes per block (M = {flash_attention.sram_elements(sram_bytes, 2)} bf16 elements)"
+            f"FlashAttention: keys and values re-read from {sram_bytes} bytes on chip (M = {flash_attention.sram_elements(sram_bytes, 2)} bf16 elements)"
         )
     if phase == "decode":
         notes.append(

@@ -66,7 +66,7 @@ def roofline_arguments(p: argparse.ArgumentParser) -> None:
         "--sram-bytes",
         type=positive_int,
         default=flash_attention.DEFAULT_SRAM_BYTES,
-        help=f"on-chip SRAM per block for --flash (default {flash_attention.DEFAULT_SRAM_BYTES})",
+        help=f"on-chip bytes FlashAttention re-reads keys and values from (the paper's M; default {flash_attention.DEFAULT_SRAM_BYTES}: an L2 cache; {flash_attention.PAPER_SRAM_BYTES} is one A100 SM's SRAM, the paper's)",
     )
     p.add_argument(
         "--plot",
