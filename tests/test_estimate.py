@@ -295,6 +295,30 @@ def test_the_gradient_exchange_hides_under_the_last_micro_batchs_backward_only()
     assert many.exposed_comm_s["data"] == pytest.approx(one.exposed_comm_s["data"], rel=1e-12)
 
 
+@pytest.mark.parametrize("gpu", ["a100-sxm-80gb", "h100-sxm", "b200"])
+@pytest.mark.parametrize("seq", [2048, 8192, 32768])
+def test_flash_attention_in_training_runs_at_its_compute_rate(gpu, seq):
+    """FlashAttention-2 and its successors re-read keys and values from the L2 cache the concurrent query tiles share,
+    so a training step's attention core is bound by its FLOPs at the kernels' measured fraction (FlashAttention-2 and
+    -3 reach 35-75 % of an H100's peak), never by HBM: on every fitted GPU its memory time stays below its compute time.
+    With the paper's M (one A100 SM's 192 KiB), an 8k-token step's core was charged T_c re-reads of its queries and
+    outputs from HBM and came out memory-bound."""
+    from symform.analysis.time import efficiencies, flash_attention, step_model
+
+    model = symform.load("llama-3.1-8b")
+    place = step_model.placement(gpu)
+    eff = efficiencies.efficiency(gpu)
+    peak, hbm = estimate._device_rates(place, "bf16")
+    fusion, head = estimate._fusion("training"), estimate._head_size(model)
+    (core,) = [k for k in estimate.kernels(model, "train", workload={"batch": 1, "seq": seq}) if k.kind == "attention"]
+    compute, memory, _ = estimate.kernel_parts(core, peak, hbm, eff, fusion, head)
+    assert memory < compute
+    # each head's queries, keys, values and outputs (and the backward's gradients) cross HBM about once: T_c = 1
+    v = model.values
+    assert flash_attention.column_passes(seq, v["d_head"], flash_attention.sram_elements(flash_attention.DEFAULT_SRAM_BYTES)) == 1
+    assert flash_attention.column_passes(seq, v["d_head"], flash_attention.sram_elements(flash_attention.PAPER_SRAM_BYTES)) == -(-seq // 192)
+
+
 def test_eager_attention_is_slower_than_sdpa_in_prefill():
     model = symform.load("llama-3.2-1b")
     sdpa = estimate.serving_estimate(model, "h100-sxm", batch=1, prompt=8192, output=2)
