@@ -487,11 +487,11 @@ def _unpaired(layout: Layout, microbatches: int) -> float:
     return min(1.0, float(warm) / microbatches)
 
 
-def _exposed(comm: Mapping[str, float], compute: float, layout: Layout, attention_s: float = 0.0, gemm_s: float | None = None, *, p2p_overlap: bool = False, ep_overlap: bool | str = False, pairing: Pairing = Pairing(), microbatches: int = 1) -> dict[str, float]:
+def _exposed(comm: Mapping[str, float], compute: float, layout: Layout, attention_s: float = 0.0, gemm_s: float | None = None, *, p2p_overlap: bool = False, ep_overlap: bool | str = False, pairing: Pairing = Pairing(), microbatches: int) -> dict[str, float]:
     """Each kind of communication's part on the critical path, by the overlap rules (``gemm_s``: the GEMMs' time,
     where the tensor-parallel communication is overlapped with them; ``p2p_overlap``: a virtual pipeline's sends
     overlapped with the other chunks' compute; ``ep_overlap``: the all-to-alls overlapped by pairing micro-batches,
-    ``pairing``)."""
+    ``pairing``; ``microbatches``: the step's, whose last backward the gradient exchange hides under)."""
     overlap = rules().overlap
     windows = {"none": 0.0, "last_backward": compute * 2 / 3 / microbatches, "step": compute, "attention": attention_s, "gemm": gemm_s or 0.0}
     exposed = {}

@@ -373,7 +373,7 @@ def _step_bounds(t_math: float, t_mem: float, comm: Mapping[str, Comm], ratio: f
     return float(lower), float(upper)
 
 
-def _training_comm(model: Model, place: Placement, layout: Layout, microbatches: int, micro_batch: int, seq: int, recompute: str, precision: str, trainable: Number | None = None, share: float = 1.0) -> dict[str, Comm]:
+def _training_comm(model: Model, place: Placement, layout: Layout, microbatches: int, micro_batch: int, seq: int, recompute: str, precision: str, trainable: Number | None = None, share: Fraction = Fraction(1)) -> dict[str, Comm]:
     """``trainable``: with frozen weights, the parameters per device whose gradients are exchanged; ``share``: of
     the layers, those full recomputation runs again (recompute_share)."""
     comm: dict[str, Comm] = {}
@@ -404,7 +404,7 @@ def _again(layer: list[parallel_comm.Transfer], again: Number) -> list[parallel_
     return list(layer) + [x if again == 1 else replace(x, count=x.count * Fraction(again)) for x in layer if x.phase == "forward"]
 
 
-def context_comm(model: Model, place: Placement, layout: Layout, microbatches: int, micro_batch: int, seq: int, recompute: str, share: float = 1.0) -> Comm:
+def context_comm(model: Model, place: Placement, layout: Layout, microbatches: int, micro_batch: int, seq: int, recompute: str, share: Fraction = Fraction(1)) -> Comm:
     """Ring attention's key/value passes in every layer (context ranks sit next to the tensor ranks)."""
     v = model.values
     kv_width = v.get("n_kv_heads", v.get("n_heads", 1)) * v.get("d_head", v.get("d_model", 1) // max(v.get("n_heads", 1), 1))
@@ -419,14 +419,14 @@ def _activation_sizes(model: Model, micro_batch: int, seq: int) -> dict[str, int
     return {"batch": micro_batch, "seq": seq, "d_model": model.values.get("d_model", 1), "bytes_per_element": _act_bytes(model)}
 
 
-def tensor_comm(model: Model, place: Placement, layout: Layout, microbatches: int, micro_batch: int, seq: int, recompute: str, share: float = 1.0) -> Comm:
+def tensor_comm(model: Model, place: Placement, layout: Layout, microbatches: int, micro_batch: int, seq: int, recompute: str, share: Fraction = Fraction(1)) -> Comm:
     # full recomputation runs each layer's forward again, with its forward communication
     again = share if recompute == "full" else 0
     layers, _ = _layers(model)
     return _tensor_comm(model, place, layout, microbatches, _activation_sizes(model, micro_batch, seq), layers, again)
 
 
-def expert_comm(model: Model, place: Placement, layout: Layout, microbatches: int, micro_batch: int, seq: int, recompute: str, share: float = 1.0) -> Comm | None:
+def expert_comm(model: Model, place: Placement, layout: Layout, microbatches: int, micro_batch: int, seq: int, recompute: str, share: Fraction = Fraction(1)) -> Comm | None:
     """All-to-all of the routed tokens in every mixture-of-experts layer (None without expert parallelism). Each rank
     dispatches the tokens it holds: with sequence parallelism, its 1/tensor share of the sequence (Megatron-Core runs
     experts beside tensor parallelism only so: megatron/core/transformer/moe/README.md)."""
