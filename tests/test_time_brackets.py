@@ -42,16 +42,17 @@ def _holds(floor: float, estimate: float, ceiling: float) -> None:
     data=st.sampled_from((1, 2, 8)), expert=st.sampled_from((1, 2)), micro_batch=st.sampled_from((1, 2, 4)), microbatches=st.sampled_from((1, 4, 8)),
     seq=st.sampled_from((128, 1024, 4096)), recompute=st.sampled_from(("none", "selective", "full")), attention=st.sampled_from(("sdpa", "eager")),
     zero=st.sampled_from((0, 1, 3)), dtype=st.sampled_from(("bf16", "fp8")), schedule=st.sampled_from(("1f1b", "gpipe", "interleaved")),
-    chunks=st.sampled_from((1, 2)), sequence=st.booleans(), overlap=st.booleans(), facts=st.sampled_from(FACTS),
+    chunks=st.sampled_from((1, 2)), sequence=st.booleans(), overlap=st.booleans(), facts=st.sampled_from(FACTS), shift=st.sampled_from((None, 0, 1, 3)),
 )
 # the estimate hides the tensor-parallel all-gathers under the GEMMs and the all-to-all under the whole step at once:
 # a floor that added the two kinds of communication lay above it (0.1133 s against 0.1121 s)
 @example(name="mixtral-8x7b", gpu="h100-sxm", tensor=8, pipeline=1, data=2, expert=2, micro_batch=1, microbatches=1, seq=4096, recompute="none", attention="sdpa",
-         zero=1, dtype="fp8", schedule="1f1b", chunks=1, sequence=True, overlap=True, facts=FACTS[3])
-def test_a_training_step_estimate_lies_between_its_floor_and_its_ceiling(models, name, gpu, tensor, pipeline, data, expert, micro_batch, microbatches, seq, recompute, attention, zero, dtype, schedule, chunks, sequence, overlap, facts):
+         zero=1, dtype="fp8", schedule="1f1b", chunks=1, sequence=True, overlap=True, facts=FACTS[3], shift=None)
+def test_a_training_step_estimate_lies_between_its_floor_and_its_ceiling(models, name, gpu, tensor, pipeline, data, expert, micro_batch, microbatches, seq, recompute, attention, zero, dtype, schedule, chunks, sequence, overlap, facts, shift):
     model = models[name]
     try:
-        layout = Layout(data=data, tensor=tensor, pipeline=pipeline, expert=expert if "n_experts" in model.values else 1, zero=zero, schedule=schedule, chunks=chunks, sequence=sequence)
+        stages = None if shift is None or pipeline == 1 else _uneven(model.values["n_layers"], pipeline * chunks, shift)
+        layout = Layout(data=data, tensor=tensor, pipeline=pipeline, expert=expert if "n_experts" in model.values else 1, zero=zero, schedule=schedule, chunks=chunks, sequence=sequence, pipeline_layout=stages)
         setup = dict(global_batch=micro_batch * data * microbatches, micro_batch=micro_batch, seq=seq, layout=layout, recompute=recompute, dtype=dtype)
         bounds = training_time(model, gpu, flash=attention != "eager", **setup)
     except SymformError:
@@ -59,6 +60,16 @@ def test_a_training_step_estimate_lies_between_its_floor_and_its_ceiling(models,
     found = training_estimate(model, gpu, attention=attention, bounds=bounds, tp_comm_overlap=overlap and sequence, profile=facts, **setup)
     _holds(bounds.time_lower, found.step.estimate, found.step.ceiling)
     assert found.step.floor <= found.step.low <= found.step.estimate <= found.step.high
+
+
+def _uneven(layers: int, stages: int, shift: int) -> str:
+    """A Megatron-Core layout of ``layers`` over ``stages``, as even as they split, then ``shift`` layers moved from the
+    first stage to the last (the embedding first, the loss last)."""
+    counts = [layers // stages + (i < layers % stages) for i in range(stages)]
+    moved = min(shift, counts[0])
+    counts[0] -= moved
+    counts[-1] += moved
+    return "|".join(("E" if i == 0 else "") + "t" * n + ("L" if i == stages - 1 else "") for i, n in enumerate(counts))
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -13,6 +13,7 @@ from ...engine.store.data import formulas_dir, read_toml
 from ...engine.errors import ConfigError, DeclarationError, EvaluationError, describe_validation
 from ...engine.budget import DEVICES, check_count, quoted
 from .quantization import WeightFormat
+from ..parallel.pipeline_layout import parse as parse_pipeline_layout
 from ..parallel.scaling import in_flight_microbatches
 
 
@@ -105,6 +106,9 @@ class Layout:
     # hybrid sharding (PyTorch FSDP2's HSDP, torchtitan's dp_replicate, MaxText's dcn_data_parallelism): the data ranks
     # form this many replicas, each sharding the ZeRO stage's copies over its data / replicate ranks (consecutive)
     replicate: int = 1
+    # the stages as the framework places them (Megatron-Core's pipeline_model_parallel_layout, e.g. "Etttt|(tttt|)*14tmL";
+    # symform.analysis.parallel.pipeline_layout); None: balanced stages, each 1/pipeline of the model
+    pipeline_layout: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("data", "tensor", "pipeline", "expert", "context", "chunks"):
@@ -120,6 +124,10 @@ class Layout:
         if self.sequence and self.tensor == 1:
             raise EvaluationError("sequence parallelism splits along the tensor-parallel ranks; give tensor > 1 or drop it")
         self._check_replicate()
+        if self.pipeline_layout is not None:
+            if self.pipeline == 1:
+                raise ConfigError("a pipeline layout places the model's layers on pipeline stages; give a pipeline degree above 1 or drop the layout")
+            parse_pipeline_layout(self.pipeline_layout, self.pipeline * self.chunks)
 
     def _check_replicate(self) -> None:
         """Replicas of a sharded copy: a whole number of them among the data ranks, and something sharded to replicate."""
@@ -160,7 +168,7 @@ class Layout:
 
     def described(self) -> dict[str, object]:
         """The layout's fields, the expert tensor degree only where one is given, the replicas only where more than one."""
-        return {k: v for k, v in asdict(self).items() if (k != "expert_tensor" or v is not None) and (k != "replicate" or v > 1)}
+        return {k: v for k, v in asdict(self).items() if (k not in ("expert_tensor", "pipeline_layout") or v is not None) and (k != "replicate" or v > 1)}
 
     @property
     def shard_data(self) -> int:

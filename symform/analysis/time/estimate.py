@@ -411,11 +411,12 @@ def training_estimate(
     convention = _compiled(convention, eff)
     fusion, head = _fusion(convention, attention), _head_size(model)
     seconds = [kernel_seconds(k, peak, hbm, eff, fusion, head) for k in work]
-    compute = sum(seconds) * bounds.microbatches
-    serial = sum(kernel_ceiling(k, peak, hbm, eff, fusion, head) for k in work) * bounds.microbatches
-    attention_s = sum(t for t, k in zip(seconds, work) if k.kind == "attention") * bounds.microbatches
-    gemm_s = sum(t for t, k in zip(seconds, work) if k.kind == "gemm") * bounds.microbatches
-    routed_s = sum(t for t, k in zip(seconds, work) if k.routed) * bounds.microbatches
+    paced = bounds.microbatches * bounds.stage_pace  # the slowest pipeline device's share paces the others
+    compute = sum(seconds) * paced
+    serial = sum(kernel_ceiling(k, peak, hbm, eff, fusion, head) for k in work) * paced
+    attention_s = sum(t for t, k in zip(seconds, work) if k.kind == "attention") * paced
+    gemm_s = sum(t for t, k in zip(seconds, work) if k.kind == "gemm") * paced
+    routed_s = sum(t for t, k in zip(seconds, work) if k.routed) * paced
     comm = {kind: c.seconds / (1.0 if kind == "offload" else eff.link(c.link).bus_efficiency) for kind, c in bounds.comm.items()}
     ep_comm_overlap = ep_comm_overlap or (profile is not None and profile.ep_comm_overlap)
     recomputed = float(bounds.hardware_flops) / float(bounds.model_flops) - 1 if finetune is None else 0.0

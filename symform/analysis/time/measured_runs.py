@@ -206,7 +206,7 @@ def run_layout(setup: Mapping[str, Any]) -> Layout:
     return Layout(
         data=data_degree(setup), tensor=setup.get("tensor", 1), pipeline=setup.get("pipeline", 1), context=setup.get("context", 1),
         expert=setup.get("expert", 1), zero=setup.get("zero", 0), schedule=schedule, chunks=chunks, expert_tensor=setup.get("expert_tensor"),
-        replicate=setup.get("replicate", 1),
+        replicate=setup.get("replicate", 1), pipeline_layout=setup.get("pipeline_layout"),
     )  # fmt: skip
 
 

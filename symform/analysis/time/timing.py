@@ -28,7 +28,7 @@ from fractions import Fraction
 import sympy
 
 from ..memory import finetune, partial_recompute
-from ..parallel import parallel_comm, scaling
+from ..parallel import parallel_comm, pipeline_layout, scaling
 from ..memory.finetune import FineTune
 from ..parallel.collectives import link_latency
 from ...engine.errors import ConfigError, EvaluationError
@@ -91,6 +91,7 @@ class TrainingTime:
     time_lower: float
     time_upper: float
     expressions: dict[str, sympy.Expr] = field(default_factory=dict)
+    stage_pace: float = 1.0  # the slowest pipeline device's work over the mean device's (a named stage layout; 1 balanced)
     assumptions: dict[str, object] = field(default_factory=dict)
 
     @property
@@ -152,6 +153,7 @@ class TrainingTime:
             "bubble_ratio": self.bubble_ratio,
             "time_lower_s": self.time_lower,
             "time_upper_s": self.time_upper,
+            **({"stage_pace": self.stage_pace} if self.stage_pace != 1 else {}),
             "mfu": {"high": self.mfu_high, "low": self.mfu_low},
             "hfu": {"high": self.hfu_high, "low": self.hfu_low},
             "tokens_per_s": {"high": self.tokens_per_s_high, "low": self.tokens_per_s_low},
@@ -249,7 +251,8 @@ def training_time(
     if offload_layers:
         comm["offload"] = offload_comm(model, place, Training(precision=_saved_precision(dtype, precision), recompute=recompute, flash=flash, layout=layout, framework=offload_framework, offload_layers=offload_layers, recompute_layers=recompute_layers), microbatches, micro_batch, seq)
     ratio = float(scaling.bubble_ratio(layout.schedule, layout.pipeline, microbatches, layout.chunks)) if layout.pipeline > 1 else 0.0
-    t_math, t_mem = float(flops) / peak, float(moved) / bandwidth
+    pace = float(stage_pace(model, layout, micro_batch, seq))
+    t_math, t_mem = pace * float(flops) / peak, pace * float(moved) / bandwidth
     lower, upper = _step_bounds(t_math, t_mem, comm, ratio)
     model_flops = _model_flops(model, finetune, global_batch, seq)
     whole = {TENSOR: 1}  # the step on one device, unsplit
@@ -277,6 +280,7 @@ def training_time(
         bubble_ratio=ratio,
         time_lower=lower,
         time_upper=upper,
+        stage_pace=pace,
         expressions={
             "flops_per_device": _sizes(model, flops_expr),
             "bytes_per_device": _sizes(model, bytes_expr),
@@ -284,8 +288,37 @@ def training_time(
             "bubble_ratio": sympy.sympify(scaling.bubble_ratio(layout.schedule)) if layout.pipeline > 1 else sympy.Integer(0),
         },
         assumptions=_training_assumptions(place, dtype, layout, recompute, flash, precision, comm) | (_finetune_assumptions(finetune) if finetune else {}) | ({"activation_offload": OFFLOAD} if offload_layers else {})
-        | ({"recompute_layers": f"{recompute_layers} layers of each pipeline chunk recomputed in full, the rest kept: {float(share):.4g} of full recomputation's forward and collectives"} if recompute_layers else {}),
+        | ({"recompute_layers": f"{recompute_layers} layers of each pipeline chunk recomputed in full, the rest kept: {float(share):.4g} of full recomputation's forward and collectives"} if recompute_layers else {})
+        | ({"stage_layout": f"the stages as the layout {layout.pipeline_layout!r} places them: the slowest device holds {pace:.4g}× the mean device's forward FLOPs, and paces the pipeline (its work, and the bubble with it, scaled by that); per-device FLOPs and bytes are the mean's"} if layout.pipeline_layout else {}),
     )
+
+
+def stage_pace(model: Model, layout: Layout, micro_batch: int, seq: int) -> Fraction:
+    """How much longer the slowest pipeline device's share takes than the mean's, for a layout that names its stages
+    (symform.analysis.parallel.pipeline_layout; 1 without one: stages balanced). Each letter's work is its part's forward
+    FLOPs at one micro-batch: ``t`` the layer stack's over its layers, ``m`` the multi-token-prediction part's, ``E``
+    the parts before the layers, ``L`` those after."""
+    if layout.pipeline_layout is None:
+        return Fraction(1)
+    stages = pipeline_layout.parse(layout.pipeline_layout, layout.pipeline * layout.chunks)
+    parts = model.evaluate_breakdown("forward_flops", batch=micro_batch, seq=seq)
+    if "layers" not in parts:
+        raise ConfigError(f"a pipeline layout places transformer layers (t), and {model.name} has no layer stack; drop the layout")
+    named, layers = pipeline_layout.counts(stages), model.values.get("n_layers")
+    if named["t"] != layers:
+        raise ConfigError(f"the pipeline layout places {named['t']} transformer layers (t) where {model.name} has {layers}; give one t for each layer")
+    if bool(named["m"]) != bool(parts.get("mtp")):
+        has = "has a multi-token-prediction module the layout does not place; add m to the last stage" if parts.get("mtp") else "has no multi-token-prediction module (m); drop m from the layout, or give the model one"
+        raise ConfigError(f"{model.name} {has}")
+    order = list(parts)
+    ends = [name for name in order if name not in ("layers", "mtp")]
+    work = {
+        "E": sum((Fraction(parts[n]) for n in ends if order.index(n) < order.index("layers")), Fraction(0)),
+        "L": sum((Fraction(parts[n]) for n in ends if order.index(n) > order.index("layers")), Fraction(0)),
+        "t": Fraction(parts["layers"]) / layers,
+        "m": Fraction(parts.get("mtp", 0)) / max(named["m"], 1),
+    }
+    return pipeline_layout.pace(stages, layout.pipeline, work)
 
 
 def recompute_share(model: Model, layers: int | None, recompute: str, layout: Layout) -> Fraction:

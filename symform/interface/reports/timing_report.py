@@ -51,6 +51,7 @@ def time_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fit-only", action="store_true", help="refuse a training layout whose memory does not fit one device")
     p.add_argument("--schedule", choices=SCHEDULES, help="pipeline schedule (default 1f1b; interleaved with --chunks above 1)")
     p.add_argument("--chunks", type=positive_int, help="virtual pipeline: model chunks per device in the interleaved schedule, bubble (pp − 1)/(chunks × micro-batches) (Narayanan et al. 2021, sec. 2.2.2); default 1")
+    p.add_argument("--pipeline-layout", metavar="LAYOUT", help="the pipeline stages as the framework places them, in Megatron-Core's --pipeline-model-parallel-layout syntax (E embedding, t layer, m MTP module, L loss; '|' between stages; (...)*N repeats), e.g. 'Etttt|(tttt|)*14tmL': the device with the most work paces the pipeline (default: balanced stages)")
     p.add_argument("--sp", action="store_true", default=None, help="sequence parallelism with tensor parallelism: all-gathers and reduce-scatters in place of the all-reduces (Korthikanti et al. 2022)")
     p.add_argument("--tp-comm-overlap", action="store_true", default=None, help="with --sp: the tensor-parallel communication pipelined with the GEMMs, as Megatron-LM's --tp-comm-overlap (Transformer Engine Userbuffers) runs it; only what outlasts the GEMMs is exposed in the estimate")
     p.add_argument("--ep-comm-overlap", action="store_true", default=None, help="with expert parallelism: the all-to-alls overlapped with other micro-batches' compute as Megatron-Core's overlap_moe_expert_parallel_comm runs them (off by default, as in Megatron-Core): one micro-batch's forward paired with another's backward phase by phase, so each hides under its partner's attention or experts only")
@@ -185,7 +186,7 @@ def _layout(args: argparse.Namespace) -> Layout:
     # a framework the user names brings its layout defaults (Megatron's recipes run sequence parallelism with tensor
     # parallelism), as its time facts and the measured runs under it do
     sequence = framework(args.framework).default("sequence_parallel", args.sp, tp) if getattr(args, "framework", None) else bool(args.sp)
-    return Layout(data=dp, tensor=tp, pipeline=pp, expert=args.ep or 1, context=args.cp or 1, schedule=schedule, zero=args.zero or 0, sequence=sequence, chunks=chunks, expert_tensor=args.etp, replicate=args.replicate or 1)
+    return Layout(data=dp, tensor=tp, pipeline=pp, expert=args.ep or 1, context=args.cp or 1, schedule=schedule, zero=args.zero or 0, sequence=sequence, chunks=chunks, expert_tensor=args.etp, replicate=args.replicate or 1, pipeline_layout=args.pipeline_layout)
 
 
 def _with_attention(table: str, args: argparse.Namespace) -> str:
@@ -479,6 +480,8 @@ def training_table(r: TrainingTime) -> str:
         lines.append(f"{kind + ' comm':<14} {_s(c.seconds)}  ({c.ranks} ranks over {c.link}{per_node(c)}, {_sci(c.bytes_per_rank)} bytes sent per rank)")
     if r.bubble_ratio:
         lines.append(f"bubble         {r.bubble_ratio:.2%} of the micro-batch work")
+    if r.stage_pace != 1:
+        lines.append(f"stages         {r.layout['pipeline_layout']}: the slowest device holds {r.stage_pace:.4g}× the mean share and paces the pipeline (compute, memory and bubble scaled)")
     lines += [
         f"step time      {_s(r.time_lower)} (floor: peak, full overlap) to {_s(r.time_upper)} (peak, no overlap; not a ceiling)",
         f"MFU            {r.mfu_high:.1%} to {r.mfu_low:.1%}    HFU {r.hfu_high:.1%} to {r.hfu_low:.1%}",
