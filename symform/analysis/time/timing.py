@@ -584,7 +584,7 @@ def _training_assumptions(place: Placement, dtype: str, layout: Layout, recomput
         "overlap": "floor (lower bound): compute, memory traffic and each kind of communication fully overlapped at peak (the longest); peak, no overlap: their sum (not a ceiling: kernels below peak take longer; the estimate's ceiling is)",
         "bytes": "HBM bytes as an unfused eager framework moves them; backward moves twice the forward's bytes; optimizer traffic not counted"
         + ("; FlashAttention in the attention cores" if flash else ""),
-        "balance": "work, bytes and communication divide evenly: tensor-parallel sizes split exactly, pipeline stages hold equal shares (embedding and head included), routing is uniform over experts",
+        "balance": "work, bytes and communication divide evenly: tensor-parallel sizes split exactly, pipeline stages hold equal shares (embedding and head included) unless a pipeline layout places them (stage_layout), routing is uniform over experts",
         "expert_parallel": _expert_assumption(layout),
         "recompute": f"{recompute}: one extra forward of the recomputed parts ({'attention cores' if recompute == 'selective' else 'whole decoder layers' if recompute == 'full' else 'none'})"
         + ("; with FlashAttention selective adds nothing beyond FlashAttention's own recomputation" if flash and recompute == "selective" else ""),

@@ -148,6 +148,15 @@ def _largest_differences(models: dict[str, list[measured_runs.Case]], count: int
 
 MISSES = """## The misses, explained
 
+- **Pipeline stages as the recipes place them.** A run (its `pipeline_layout`) or `symform time
+  --pipeline-layout` names its stages in Megatron-Core's layout syntax, and the device holding the
+  most forward FLOPs paces the step: its compute, its memory traffic and the bubble scale by its
+  share over the mean's, in the estimate and both bounds alike. Megatron-Bridge's DeepSeek-V3 rows
+  carry their recipes' layouts and multi-token-prediction modules, which put the MTP module and the
+  output layer on the last device: 25.11's B200 row moved from +40 % to +26 % (1.14× the mean),
+  25.09's H100 row from +4 % to −4 % (1.19×), 25.11's GB200 BF16 row from −14 % to −16 % (1.03×), and
+  25.09's B200 row, its layout unknown, from +42 % to +32 % with its recipe's MTP module. No fitted
+  row names a layout, so no factor moved.
 - **FlashAttention's keys and values from an L2 cache (the L2 refit).** Every estimate and bound
   charges FlashAttention's re-reads of keys and values from an on-chip store of M = 40 MiB, the
   A100's L2 (docs/roofline.md says why), where they had been charged to HBM at the paper's tiling
@@ -293,7 +302,8 @@ MISSES = """## The misses, explained
   expert tensor parallelism 1; its estimate leaves 6.9 s of all-to-all exposed, as its recipe leaves it,
   beside 10.4 s of compute, where the run took 14.7 s). The three BF16 rows run faster than
   estimated, each further since the L2 refit: 25.11's GPT-OSS-120B on 64 GPUs (−20 %, the table's
-  batch and 8,192-token sequences; −9 % before), DeepSeek-V3 (−14 %; −9 %) and Qwen3-235B-A22B
+  batch and 8,192-token sequences; −9 % before), DeepSeek-V3 (−16 %; −9 %, and −14 % before its
+  recipe's pipeline layout, whose last device holds 13 layers and the output layer, 1.03× the mean) and Qwen3-235B-A22B
   (−17 %; −3 %) on 256 GPUs. Their GEMMs run at the fraction fitted on an FP8 run, applied to the
   bf16 peak, and no BF16 GB200 run is in the fit split; GPT-OSS's estimate also carries 2.9 s of
   its attention sinks' row maximum (a pass over the whole score matrix, above) in a step of 12.8 s,
@@ -365,8 +375,11 @@ MISSES = """## The misses, explained
   two slices where its row reads 256 chips; the mixtures of experts.
 - **Megatron-Bridge's largest MoE rows on B200 and H100 (held out: −4 % to +89 %)**: added, with
   those of GB200, once a virtual pipeline's chunks need not split the layers evenly. 25.09's
-  dropless DeepSeek-V3 on 1,024 H100s (tensor 2, expert 64) is +4 % (−12 % before the L2 refit;
-  +13 % while its all-to-all, which its recipe overlaps, hid under the whole step's compute): it
+  dropless DeepSeek-V3 on 1,024 H100s (tensor 2, expert 64) is −4 % (+4 % while its stages were
+  balanced and its MTP module left out; −12 % before the L2 refit;
+  +13 % while its all-to-all, which its recipe overlaps, hid under the whole step's compute): its
+  recipe's layout 'Et|(tt|)*30mL' puts the MTP module and the output layer in the last chunk beside
+  6 layers on the last device, 1.19× the mean device's forward FLOPs, which paces the step; it
   was −39 % while symform sent each tensor rank's whole micro-batch to the experts; with sequence parallelism, which Megatron-Core
   requires beside experts and tensor parallelism, each rank dispatches its own 1/tensor share of the
   tokens. 25.11's dropless Qwen3-235B-A22B on B200 runs slower than estimated (+89 %):
@@ -377,19 +390,22 @@ MISSES = """## The misses, explained
   CPU overhead', with its FP8 virtual pipeline: the MXFP8 step of the same configuration fell from
   20.1 s to 16.9 s (the row's 3,269 tokens/s/GPU is a 20.05 s step), so the overlap, which the
   estimate counts as hiding 2.0 s of 2.2 s of all-to-alls, carried a host-side cost symform does not model.
-  The B200 DeepSeek-V3 rows of pipeline 16 run slower than estimated (25.09 +42 %, 25.11 +40 %;
-  +21 % before the L2 refit, which took the attention core from 4.1 s of 25.09's 9.0 s of compute
-  to 1.5 s of 7.4 s, and the B200's GEMM rate down with it): 25.09's estimated step is 10.2 s (7.4 s
-  of compute, a 1.0 s bubble, 1.1 s of all-to-all exposed as its recipe leaves it, 0.5 s of
-  pipeline sends and gradient exchange), the run's 14.5 s. What the estimate rests on is thin here:
-  the B200's GEMM rate and time per local expert are each fitted on one run (Llama 3 8B; Qwen3-30B-A3B,
-  16 local experts where DeepSeek-V3 at expert parallelism 8 has 32), its attention fraction is the
-  H100's, borrowed, and no B200 measurement of DeepSeek-V3's multi-head latent attention or of a
-  16-stage pipeline is in symform's sources; the H100's 25.09 row of the same model is +4 %, the
-  GB200's FP8 rows +16 % and −1.5 % (above). The two B200 rows differ in release and in the
-  multi-token-prediction module 25.11's ran ('w/ MTP'), which its row counts with the preset's
-  `include_mtp = 1` (the run's `arguments`, as `--set include_mtp=1`: one more layer and its output
-  head per token; +51 % without it). Qwen3-235B-A22B on 256 H100s (tensor 2, expert 32 folded
+  The B200 DeepSeek-V3 rows of pipeline 16 run slower than estimated (25.09 +32 %, 25.11 +26 %;
+  +42 % and +40 % with balanced stages and 25.09's MTP module left out). Both count the recipe's
+  multi-token-prediction module (`include_mtp = 1`: one more layer and its output head per token;
+  the recipes' `mtp_num_layers=1`, and 25.11's row reads 'w/ MTP'). 25.11's row names its recipe's
+  stages, `Etttt|(tttt|)*14tmL` (the embedding with 4 layers, 14 stages of 4, one layer with the MTP
+  module and the loss): the last device holds 1.14× the mean's forward FLOPs and paces the step,
+  12.2 s estimated (9.2 s of compute, a 1.3 s bubble, 1.1 s of all-to-all exposed as its recipe
+  leaves it, 0.5 s of pipeline sends and gradient exchange) against the run's 15.3 s. 25.09's
+  configuration file names 'Et|(tt|)*30mL', 32 stages, which on 16 devices Megatron-Core would run
+  as 2 virtual chunks each (its last device then 1.39× the mean), where the table reads VP 1: the
+  row names no layout, so its stages stay balanced (10.9 s against 14.5 s). What the estimate rests
+  on is thin here: the B200's GEMM rate and time per local expert are each fitted on one run
+  (Llama 3 8B; Qwen3-30B-A3B, 16 local experts where DeepSeek-V3 at expert parallelism 8 has 32),
+  its attention fraction is the H100's, borrowed, and no B200 measurement of DeepSeek-V3's
+  multi-head latent attention or of a 16-stage pipeline is in symform's sources; the GB200's FP8
+  rows are +16 % and −1.5 % (above). Qwen3-235B-A22B on 256 H100s (tensor 2, expert 32 folded
   over tensor 2 × data 16, expert tensor parallelism 1: each rank holds 4 whole experts) is −4 %
   on 25.09 (token drop, all-to-all exposed) and +19 % on 25.11 (dropless, all-to-all overlapped;
   +14 % before the L2 refit): the all-to-all spans 4 nodes of 8 ranks, and of each rank's 31 shares
