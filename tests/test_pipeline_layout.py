@@ -79,7 +79,9 @@ def test_the_slowest_device_scales_the_step_and_the_estimate_stays_between_its_b
         ("Et*16|t*16L|", 2, "3 stages"),
         ("Et*16|t*16X", 2, "'X', which is no layer"),
         ("t*16|Et*16L", 2, "embedding (E) once, in the first stage"),
-        ("E(t*16|)*99999999L", 2, "more than 100,000 letters"),
+        ("E(t*16|)*99999999L", 2, "more than 10,000 letters"),
+        ("E" + "(t)*1" * 5000 + "|L", 2, "characters long"),
+        ("E((t|)*2)*3L", 2, "without nesting"),
         ("Et*16|(t*16L", 2, "cannot read"),
     ],
 )

@@ -21,7 +21,7 @@ from typing import Mapping
 from ...engine.errors import ConfigError
 
 LETTERS = {"E": "the embedding", "t": "a transformer layer", "m": "a multi-token-prediction module", "L": "the loss (final norm, output layer, loss)"}
-MOST_LETTERS = 100_000  # a layout names each layer once: far fewer than this; more is a typo or hostile input
+MOST_LETTERS = 10_000  # a layout names each layer once: far fewer than this; more is a typo or hostile input
 _GROUP = re.compile(r"\(([^()]*)\)\*(\d+)")
 _SINGLE = re.compile(r"(.)\*(\d+)")
 
@@ -46,18 +46,22 @@ def parse(text: str, stages: int) -> tuple[str, ...]:
 
 
 def _unrolled(text: str) -> str:
-    """``(...)*N`` and ``x*N`` written out, refused before the text outgrows MOST_LETTERS."""
+    """``(...)*N`` and then ``x*N`` written out, one pass each as Megatron-Core does (no nesting), refused before the
+    text outgrows MOST_LETTERS."""
     for pattern in (_GROUP, _SINGLE):
-        while True:
-            match = pattern.search(text)
-            if match is None:
-                break
-            body, times = match.group(1), int(match.group(2)) if len(match.group(2)) < 7 else MOST_LETTERS + 1
-            if len(text) - len(match.group(0)) + len(body) * times > MOST_LETTERS:
+        grown = [len(text)]
+
+        def repeated(match: re.Match) -> str:
+            body, digits = match.group(1), match.group(2)
+            times = int(digits) if len(digits) <= len(str(MOST_LETTERS)) else MOST_LETTERS + 1
+            grown[0] += len(body) * times - len(match.group(0))
+            if grown[0] > MOST_LETTERS:
                 raise ConfigError(f"the pipeline layout unrolls to more than {MOST_LETTERS:,} letters; a layout names each layer once, so check its repeat counts")
-            text = text[: match.start()] + body * times + text[match.end() :]
+            return body * times
+
+        text = pattern.sub(repeated, text)
     if "(" in text or ")" in text or "*" in text:
-        raise ConfigError(f"the pipeline layout {_short(text)} has a repeat it cannot read; write (...)*N or x*N with N a whole number")
+        raise ConfigError(f"the pipeline layout {_short(text)} has a repeat it cannot read; write (...)*N or x*N with N a whole number, without nesting")
     return text
 
 
