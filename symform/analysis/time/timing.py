@@ -289,7 +289,7 @@ def training_time(
         },
         assumptions=_training_assumptions(place, dtype, layout, recompute, flash, precision, comm) | (_finetune_assumptions(finetune) if finetune else {}) | ({"activation_offload": OFFLOAD} if offload_layers else {})
         | ({"recompute_layers": f"{recompute_layers} layers of each pipeline chunk recomputed in full, the rest kept: {float(share):.4g} of full recomputation's forward and collectives"} if recompute_layers else {})
-        | ({"stage_layout": f"the stages as the layout {layout.pipeline_layout!r} places them: the slowest device holds {pace:.4g}× the mean device's forward FLOPs, and paces the pipeline (its work, and the bubble with it, scaled by that); per-device FLOPs and bytes are the mean's"} if layout.pipeline_layout else {}),
+        | ({"stage_layout": f"the stages as the layout {layout.pipeline_layout!r} places them: the slowest device holds {pace:.4g}× the mean device's forward FLOPs, and paces the pipeline (its work, and the bubble with it, scaled by that); per-device FLOPs and bytes are the mean's, and the memory check keeps balanced stages"} if layout.pipeline_layout else {}),
     )
 
 
