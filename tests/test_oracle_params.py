@@ -57,7 +57,7 @@ PRESET_NOT_BUNDLED_YET = {
     model_type: "its tiny-model oracle tests are in tests/test_family_dense_2026.py; a published config.json is not bundled yet"
     for model_type in (
         "granite", "helium", "arcee", "ministral", "ministral3", "cohere", "cohere2", "glm", "glm4", "olmo", "stablelm", "gpt_neox",
-        "gptj", "codegen", "persimmon", "falcon", "opt", "bloom", "gpt_bigcode", "vaultgemma", "jais2", "nanochat", "bitnet", "gpt_neo",
+        "codegen", "persimmon", "opt", "bloom", "gpt_bigcode", "vaultgemma", "jais2", "nanochat", "bitnet", "gpt_neo",
         "nemotron", "biogpt",
     )
 }  # fmt: skip

@@ -78,10 +78,16 @@ def predict_with_band(run: Run, factors: Mapping[str, Any] | None = None) -> tup
         return _training_figure(run, prepared, result.step.estimate), _relative(result.step)
     result = estimate.serving_estimate(
         prepared.model, s["gpu"], batch=s["batch"], prompt=s["prompt"], output=s["output"], tensor=s.get("tensor", 1),
-        dtype=s.get("dtype", "bf16"), attention=s.get("attention", "sdpa"), efficiency_data=eff, work=prepared.work,
+        dtype=s.get("dtype", "bf16"), attention=s.get("attention", "sdpa"), efficiency_data=eff, work=prepared.work, release=_release(run),
     )
     band = {"ttft_ms": result.ttft, "tokens_per_s_per_sequence": result.tpot}.get(run.measured[0], result.total)
     return _serving_figure(run, result), _relative(band)
+
+
+def _release(run: Run) -> tuple[str, str | None] | None:
+    """The engine and release a serving run's source names (its band widens where no fitted run ran it), if any."""
+    name, version = run_framework(run)
+    return None if name is None else (name, version)
 
 
 def _relative(band: estimate.Band) -> tuple[float, float]:

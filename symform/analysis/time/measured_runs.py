@@ -172,7 +172,7 @@ def _fitted() -> tuple[tuple[Run, bool], ...]:
 def fitted_releases(kind: str) -> set[tuple[str, str | None]]:
     """The (framework or engine, release) pairs the fitted runs of ``kind`` ran under, as their sources name them."""
     named = sources()
-    return {(named[r.source]["framework"], named[r.source].get("version")) for r in runs() if r.kind == kind and r.split == "fit" and "framework" in named.get(r.source, {})}
+    return {run_framework(r) for r in runs() if r.kind == kind and r.split == "fit" and "framework" in named.get(r.source, {})}
 
 
 def extrapolating(kind: str, *, device: str, dtype: str, devices: int, moe: bool, features: Iterable[str] = (), release: tuple[str, str | None] | None = None) -> list[tuple[str, str]]:
@@ -211,9 +211,10 @@ def run_layout(setup: Mapping[str, Any]) -> Layout:
 
 
 def run_framework(run: Run) -> tuple[str | None, str | None]:
-    """The framework a run's source names, and its release (the source's ``version``), if it names them."""
+    """The framework or engine a run's source names, and its release: the run's own ``version`` where a page
+    gathers several releases' tables, else the source's, if it names them."""
     source = sources().get(run.source, {})
-    return source.get("framework"), source.get("version")
+    return source.get("framework"), run.setup.get("version", source.get("version"))
 
 
 def run_profile(run: Run, factors: Mapping[str, Any] | None = None) -> efficiencies.TimeProfile | None:
