@@ -169,3 +169,25 @@ def test_the_plan_of_the_issue_shows_its_estimate_inside_its_range(models):
     best = plan(models["gpt2"], "a100-sxm-80gb", devices=8, global_batch=64, seq=1024, flash=True, top=1).best[0]
     floor, _, ceiling = _range_text(best).split()
     assert float(floor) <= round(best.estimate.step.estimate, 3) <= float(ceiling)
+
+
+def test_a_serving_engine_release_no_fitted_run_ran_widens_the_band():
+    """TensorRT-LLM's pages gather several releases' tables: each run carries its table's release, and a release no
+    fitted serving run ran (v0.9.0) widens the band by rules.toml's framework width, the estimate unchanged."""
+    from symform.analysis.time import measured_runs
+    from symform.analysis.time.efficiencies import rules
+
+    named = {r.name: r for r in measured_runs.runs()}
+    assert measured_runs.run_framework(named["h100-llama-2-7b-ttft-128"]) == ("tensorrt-llm", "0.5.0")  # Low Latency: "data is from v0.5"
+    assert measured_runs.run_framework(named["h100-llama-2-7b-b768-128-128"]) == ("tensorrt-llm", "0.6.1")
+    assert ("tensorrt-llm", "0.6.1") in measured_runs.fitted_releases("serving")
+    assert ("tensorrt-llm", "0.9.0") not in measured_runs.fitted_releases("serving")
+    model = symform.load("llama-2-7b")
+    setup = dict(batch=64, prompt=128, output=128, tensor=1, dtype="fp8")
+    fitted = serving_estimate(model, "h100-sxm", release=("tensorrt-llm", "0.6.1"), **setup)
+    newer = serving_estimate(model, "h100-sxm", release=("tensorrt-llm", "0.9.0"), **setup)
+    assert newer.total.estimate == fitted.total.estimate
+    widen = 1 + rules().widen["framework"]
+    assert newer.total.high / newer.total.estimate == pytest.approx(fitted.total.high / fitted.total.estimate * widen)
+    assert any("tensorrt-llm 0.9.0" in text for text in newer.extrapolating)
+    assert not any("tensorrt-llm" in text for text in fitted.extrapolating)
