@@ -320,8 +320,9 @@ def test_sizes_put_into_each_leaf_give_the_work_with_sizes_put_in_afterwards(pre
     model = symform.load(preset)
     v = model.vocabulary
     seq = {v["seq"]: sympy.Integer(1000)}
-    later = phase_work(model, phase, depth=None, flash=flash)
-    first = phase_work(model, phase, depth=None, flash=flash, values=rank_sizes(model, seq=1000))
+    again = {"recomputed_forward": True} if phase == "prefill" else {}  # the prefill a training step's recomputation runs
+    later = phase_work(model, phase, depth=None, flash=flash, **again)
+    first = phase_work(model, phase, depth=None, flash=flash, values=rank_sizes(model, seq=1000), **again)
     split = {s: s / TENSOR for s in v.tensor_parallel}
     plain = {v[name]: sympy.Integer(value) for name, value in model.values.items() if name in v} | seq
     for symbolic, sized in ((later.total.flops, first.total.flops), (later.total.bytes, first.total.bytes)):
@@ -330,14 +331,16 @@ def test_sizes_put_into_each_leaf_give_the_work_with_sizes_put_in_afterwards(pre
     assert set(later.components) == set(first.components)
 
 
-def test_sizes_put_into_the_leaves_first_are_refused_for_decode():
+def test_sizes_put_into_the_leaves_first_are_refused_for_a_served_step():
     # a decode step's expert routing reads top_k and n_experts in the leaves: they must still be there
     from symform.analysis.time.roofline import phase_work
     from symform.analysis.time.step_model import rank_sizes
 
     model = symform.load("qwen3-30b-a3b")
-    with pytest.raises(symform.EvaluationError, match="train and prefill"):
+    with pytest.raises(symform.EvaluationError, match="train and a training step's recomputed forward"):
         phase_work(model, "decode", values=rank_sizes(model))
+    with pytest.raises(symform.EvaluationError, match="for prefill, substitute them in the result"):
+        phase_work(model, "prefill", values=rank_sizes(model))
 
 
 @pytest.mark.parametrize("preset, share", [("qwen3-0.6b", "18.7%"), ("llama-3.1-8b", "6.5%"), ("llama-2-7b", "1.8%")])

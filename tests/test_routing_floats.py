@@ -67,3 +67,25 @@ def test_the_cli_times_a_skewed_moe_and_a_batch_of_512(capsys):
     ):
         code, out, err = run(capsys, *argv)
         assert code == 0, err
+
+
+@pytest.mark.parametrize("prompt", [1, 2, 128])
+def test_a_prefill_reads_the_weights_of_every_expert_its_prompt_touches(prompt):
+    """A prompt of T tokens, each routed to 2 of Mixtral's 8 experts, touches 8·(1 − (3/4)^T) of them on average:
+    2 at one token, nearly all 8 at 128. Each expert's weights (gate, up, down: 3 · 4096 · 14336 at 2 bytes, over 32
+    layers) are read once however many tokens it takes; the tokens' activations grow with T. A single token's
+    prefill reads top_k experts' weights, as a decode step of batch 1 does."""
+    from symform.analysis.time.roofline import phase_work
+    from symform.analysis.time.step_model import _bind
+
+    model = symform.load("mixtral-8x7b")
+    leaves = phase_work(model, "prefill", depth=None, flash=True).components
+    experts = [path for path in leaves if "/experts/" in path]
+
+    def moved(tokens: int) -> float:
+        return sum(float(_bind(model, leaves[p].bytes, batch=1, seq=tokens)) for p in experts)
+
+    per_expert = 3 * 4096 * 14336 * 2 * 32
+    activations_per_token = moved(1) - 2 * per_expert  # one token touches exactly top_k = 2 experts
+    touched = 8 * (1 - (3 / 4) ** prompt)
+    assert moved(prompt) == pytest.approx(touched * per_expert + prompt * activations_per_token, rel=1e-9)

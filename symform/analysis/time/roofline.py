@@ -319,6 +319,7 @@ def phase_work(
     finetune: FineTune | None = None,
     grouped: bool = True,
     values: Mapping[sympy.Symbol, sympy.Expr] | None = None,
+    recomputed_forward: bool = False,
 ) -> PhaseWork:
     """FLOPs and HBM bytes of one phase, per component, as expressions in batch, seq (and past when decoding).
 
@@ -333,29 +334,34 @@ def phase_work(
       kernels without grouped-query packing, such as TensorRT-LLM's masked MHA before XQA).
     - ``weight_bytes``: bytes per parameter by leaf path, as a checkpoint stores
       them (symform.analysis.memory.quantization.weight_bytes_by_leaf); else the convention's.
-    - mixture of experts, decode: the step reads the weights of every expert any of
-      its ``batch`` tokens is routed to, the expected number under uniform routing
+    - mixture of experts, decode and prefill: the step reads the weights of every expert any of
+      its tokens (``batch``, or a prefill's ``batch·seq``) is routed to, the expected number under uniform routing
       (``expert_skew``: a Zipf exponent for skewed routing; symform.analysis.time.routing).
     - ``finetune`` (train): the FLOPs of a fine-tuning step (symform.analysis.memory.finetune): frozen weights take
       no weight gradient, each adapter's FLOPs sit on the projection it adapts; the bytes stay full
       training's.
-    - ``values`` (train and prefill): put into every leaf before it is multiplied out (sizes, a workload
-      size, a parallel degree's share): the same work as substituting them afterwards, in far fewer terms.
+    - ``recomputed_forward`` (prefill): the forward a training step's recomputation runs again, its routed
+      experts' weights read as the training step's own forward reads them (top_k a token), not as a
+      served prompt's (the experts its tokens touch).
+    - ``values`` (train, and prefill as ``recomputed_forward``): put into every leaf before it is multiplied out
+      (sizes, a workload size, a parallel degree's share): the same work as substituting them afterwards, in far
+      fewer terms.
     """
     _check_phase(phase)
     if finetune is not None and phase != "train":
         raise EvaluationError(f"fine-tuning is a training step; give phase train, not {phase}")
-    if values and phase == "decode":  # a decode step's expert routing reads top_k and n_experts in the leaves
-        raise EvaluationError("sizes put into the leaves first are for train and prefill; for decode, substitute them in the result")
+    if values and (phase == "decode" or (phase == "prefill" and not recomputed_forward)):
+        # a served step's expert routing reads top_k and n_experts in the leaves: they must still be there
+        raise EvaluationError(f"sizes put into the leaves first are for train and a training step's recomputed forward; for {phase}, substitute them in the result")
     # once per model and options: a plan asks again for every layout it reworks
-    work = _phase_work(model, phase, depth, flash, sram_bytes, weight_bytes, expert_skew, finetune, grouped, dict(values or {}))
+    work = _phase_work(model, phase, depth, flash, sram_bytes, weight_bytes, expert_skew, finetune, grouped, dict(values or {}), recomputed_forward)
     return PhaseWork(work.phase, dict(work.components), work.notes, work)
 
 
 @derivation
 def _phase_work(
     model: Model, phase: str, depth: int | None, flash: bool, sram_bytes: int, weight_bytes: Mapping[str, sympy.Expr] | None, expert_skew: float,
-    finetune: FineTune | None = None, grouped: bool = True, values: Mapping[sympy.Symbol, sympy.Expr] | None = None,
+    finetune: FineTune | None = None, grouped: bool = True, values: Mapping[sympy.Symbol, sympy.Expr] | None = None, recomputed_forward: bool = False,
 ) -> PhaseWork:
     values = dict(values or {})
     if phase != "train":
@@ -393,7 +399,8 @@ def _phase_work(
         notes.append(
             "decode: one new token per sequence after `past` cached tokens (seq = 1, past = context)"
         )
-        touched = _touched_experts(model, traffic, expert_skew)
+    if phase == "decode" or (phase == "prefill" and not recomputed_forward):
+        touched = _touched_experts(model, traffic, expert_skew, phase)
         if touched:
             notes.append(touched)
     seq_one = {_symbol(model, "seq"): sympy.Integer(1)} if phase == "decode" else {}
@@ -405,12 +412,13 @@ def _phase_work(
     return PhaseWork(phase, components, tuple(notes))
 
 
-def _touched_experts(model: Model, traffic: dict, skew: float) -> str | None:
-    """Count the routed experts' weights for the experts a decode step touches, not top_k (in place)."""
+def _touched_experts(model: Model, traffic: dict, skew: float, phase: str) -> str | None:
+    """Count the routed experts' weights for the experts a step's tokens touch, not top_k (in place): a decode
+    step's one new token per sequence, a prefill's whole prompts."""
     if "top_k" not in model.values or "n_experts" not in model.values:
         return None
     v = model.vocabulary
-    tokens = v["batch"]  # one new token per sequence
+    tokens = v["batch"] if phase == "decode" else v["batch"] * v["seq"]
     if skew:
         distinct = routing.expected_experts(model.values["n_experts"], model.values["top_k"], tokens, skew)
     else:
@@ -418,7 +426,8 @@ def _touched_experts(model: Model, traffic: dict, skew: float) -> str | None:
     for path, expr in traffic.items():
         traffic[path] = routing.touched_weight_bytes(expr, v["top_k"], v["batch"], distinct)
     how = f"Zipf-skewed routing, exponent {skew}" if skew else "uniform routing (assumed)"
-    return f"mixture of experts: a decode step reads the weights of the expected distinct experts its batch touches, {how}: n_experts·(1 − (1 − top_k/n_experts)^batch) when uniform"
+    count = "batch" if phase == "decode" else "batch·seq"
+    return f"mixture of experts: a {phase} step reads the weights of the expected distinct experts its tokens touch, {how}: n_experts·(1 − (1 − top_k/n_experts)^({count})) when uniform"
 
 
 def _check_phase(phase: str) -> None:

@@ -219,7 +219,7 @@ def rank_work(model: Model, recompute: str, *, flash: bool, finetune: FineTune |
 
 @derivation
 def _recompute_work(model: Model, units: list[str], flash: bool, values: Mapping[sympy.Symbol, sympy.Expr]) -> tuple[sympy.Expr, sympy.Expr]:
-    leaves = phase_work(model, "prefill", depth=None, flash=flash, values=values).components
+    leaves = phase_work(model, "prefill", depth=None, flash=flash, values=values, recomputed_forward=True).components
     inside = [w for path, w in leaves.items() if any(path == u or path.startswith(f"{u}/") for u in units)]
     return multiplied_out(sympy.Add(*(w.flops for w in inside))), multiplied_out(sympy.Add(*(w.bytes for w in inside)))
 
