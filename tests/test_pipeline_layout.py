@@ -14,7 +14,7 @@ from symform.analysis.time import timing
 from symform.analysis.time.estimate import training_estimate
 from symform.engine.errors import ConfigError
 
-from checks import run
+from checks import run, run_json
 
 
 def test_the_layout_unrolls_as_megatron_cores_own_example():
@@ -75,10 +75,12 @@ def test_the_slowest_device_scales_the_step_and_the_estimate_stays_between_its_b
     "layout, pipeline, words",
     [
         ("Et*16|t*15L", 2, "31 transformer layers"),
-        ("Et*16|t*16mL", 2, "no multi-token-prediction module"),
+        ("Et*16|t*16mL", 2, "1 multi-token-prediction modules (m) where llama-3-8b has 0"),
         ("Et*16|t*16L|", 2, "3 stages"),
         ("Et*16|t*16X", 2, "'X', which is no layer"),
-        ("t*16|Et*16L", 2, "embedding (E) once, in the first stage"),
+        ("t*16|Et*16L", 2, "begin with the embedding (E)"),
+        ("tEt*15|t*16L", 2, "begin with the embedding (E)"),
+        ("Et*16|t*15Lt", 2, "end with the loss (L)"),
         ("E(t*16|)*99999999L", 2, "more than 10,000 letters"),
         ("E" + "(t)*1" * 5000 + "|L", 2, "characters long"),
         ("E((t|)*2)*3L", 2, "without nesting"),
@@ -100,3 +102,60 @@ def test_the_command_line_takes_a_layout_and_refuses_a_bad_one_with_status_2(cap
     assert code == 2 and out == "" and "31 transformer layers" in err and err.strip().count("\n") == 0
     code, _, err = run(capsys, *argv, "--pipeline-layout", "Et*16|t*16L")
     assert code == 2 and "pipeline degree above 1" in err
+
+
+def test_a_repeat_count_is_read_as_its_number_and_a_layout_must_be_text():
+    assert pipeline_layout.parse("Et*0016|t*16L", 2) == ("E" + "t" * 16, "t" * 16 + "L")
+    with pytest.raises(ConfigError, match="not text"):
+        pipeline_layout.parse(["E", "L"], 1)
+
+
+def test_a_pipeline_layout_is_refused_when_serving(capsys):
+    """--pp, --chunks and --schedule are refused with --infer; a layout, which only a training pipeline reads, too."""
+    code, out, err = run(capsys, "time", "llama-3-8b", "--gpu", "h100-sxm", "--infer", "--batch", "1", "--prompt", "128", "--output", "2", "--pipeline-layout", "garbage")
+    assert code == 2 and out == "" and "--pipeline-layout" in err
+
+
+def test_a_vision_tower_runs_on_the_first_stage_not_beside_the_loss():
+    """Megatron-Core builds a vision-language model's encoder on the first pipeline stage, with the embedding: moving
+    layers off the first stage lightens the device that holds the tower. With 4 images of 896², Gemma 3 12B's tower is
+    over a tenth of the forward FLOPs, so 20 layers beside it are better balanced than 24."""
+    model = symform.load("gemma-3-12b").with_conventions(images=4, image_height=896, image_width=896)
+    parts = model.evaluate_breakdown("forward_flops", batch=1, seq=4096)
+    assert parts["visual"] > 0.1 * sum(parts.values())
+    pace = {lay: timing.stage_pace(model, Layout(data=1, pipeline=2, pipeline_layout=lay), 1, 4096) for lay in ("Et*24|t*24L", "Et*20|t*28L")}
+    assert pace["Et*20|t*28L"] < pace["Et*24|t*24L"]
+
+
+@pytest.mark.parametrize("layout, words", [("Etttt|(tttt|)*14tmmL", "2 multi-token-prediction modules (m) where deepseek-v3 has 1"), ("Emttt|(tttt|)*14ttL", "after a multi-token-prediction module")])
+def test_the_layout_names_the_mtp_modules_the_model_has_after_its_layers(layout, words):
+    """Megatron-Core: as many m as mtp_num_layers, and the decoder layers before them."""
+    model = symform.load("deepseek-v3").with_arguments(include_mtp=1)
+    with pytest.raises(ConfigError, match="m") as refused:
+        timing.stage_pace(model, Layout(data=1, pipeline=16, pipeline_layout=layout), 1, 4096)
+    assert words in str(refused.value)
+
+
+def test_the_memory_check_says_it_sized_balanced_stages_and_fit_only_refuses_a_layout(capsys):
+    """The memory check counts balanced stages: with a layout it says so, and --fit-only, whose verdict would rest on it,
+    is refused rather than passing a layout whose last device holds 29 of 32 layers."""
+    argv = ["time", "llama-3-8b", "--gpu", "h100-sxm", "--train", "--seq", "4096", "--gpus", "4", "--global-batch", "8", "--pp", "4", "--pipeline-layout", "Et|t|t|t*29L"]
+    assert "heaviest stage is not sized" in run_json(capsys, *argv)["memory"]["stages"]
+    code, _, err = run(capsys, *argv, "--fit-only")
+    assert code == 2 and "--fit-only" in err and err.strip().count("\n") == 0
+
+
+def test_recomputed_layers_of_balanced_chunks_are_refused_beside_a_layout(capsys):
+    argv = ["time", "llama-3-8b", "--gpu", "h100-sxm", "--train", "--seq", "4096", "--gpus", "4", "--global-batch", "8", "--pp", "4", "--recompute", "full"]
+    code, _, err = run(capsys, *argv, "--recompute-layers", "20", "--pipeline-layout", "Et|t|t|t*29L")
+    assert code == 2 and "--recompute-layers" in err and err.strip().count("\n") == 0
+
+
+def test_a_skewed_routing_touches_fewer_experts_in_the_prefill_too(capsys):
+    """A prefill reads the experts its tokens touch, as a decode step does; a Zipf skew concentrates 4 tokens' 8
+    routings on fewer of Mixtral's 8 experts, so the first token's memory-bound floor and estimate drop with it."""
+    argv = ["time", "mixtral-8x7b", "--gpu", "h100-sxm", "--tp", "2", "--infer", "--batch", "1", "--prompt", "4", "--output", "2"]
+    uniform, skewed = run_json(capsys, *argv), run_json(capsys, *argv, "--expert-skew", "3")
+    assert skewed["ttft_s"]["lower"] < uniform["ttft_s"]["lower"]
+    assert skewed["ttft_s"]["estimate"] < uniform["ttft_s"]["estimate"]
+    assert "a prefill's batch·seq" in uniform["assumptions"]["experts"]

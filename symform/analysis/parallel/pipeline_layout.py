@@ -21,6 +21,9 @@ from typing import Mapping
 from ...engine.errors import ConfigError
 
 LETTERS = {"E": "the embedding", "t": "a transformer layer", "m": "a multi-token-prediction module", "L": "the loss (final norm, output layer, loss)"}
+# the model's top-level parts each letter stands for; every other part (the embedding, a vision or audio tower)
+# goes with E, on the first stage, where Megatron-Core builds the embedding and the encoders
+PARTS = {"t": ("layers",), "m": ("mtp",), "L": ("final_norm", "lm_head", "loss")}
 MOST_LETTERS = 10_000  # a layout names each layer once: far fewer than this; more is a typo or hostile input
 _GROUP = re.compile(r"\(([^()]*)\)\*(\d+)")
 _SINGLE = re.compile(r"(.)\*(\d+)")
@@ -29,7 +32,9 @@ _SINGLE = re.compile(r"(.)\*(\d+)")
 def parse(text: str, stages: int) -> tuple[str, ...]:
     """The layout's stages, each a string of letters, checked: ``stages`` of them (pipeline × chunks), only the
     known letters, the embedding first and the loss last."""
-    if not isinstance(text, str) or not text.strip():
+    if not isinstance(text, str):
+        raise ConfigError(f"the pipeline layout is {type(text).__name__}, not text; give it as Megatron-Core writes it, e.g. 'Etttt|(tttt|)*14tmL'")
+    if not text.strip():
         raise ConfigError("the pipeline layout is empty; give one as Megatron-Core writes it, e.g. 'Etttt|(tttt|)*14tmL'")
     if len(text) > MOST_LETTERS:
         raise ConfigError(f"the pipeline layout is {len(text):,} characters long; a layout names each layer once, so give one of at most {MOST_LETTERS:,}")
@@ -40,8 +45,10 @@ def parse(text: str, stages: int) -> tuple[str, ...]:
         raise ConfigError(f"the pipeline layout {_short(text)} has {''.join(unknown)!r}, which is no layer; use E, t, m, L, '|' between stages and (...)*N or x*N to repeat")
     if len(found) != stages:
         raise ConfigError(f"the pipeline layout {_short(text)} has {len(found)} stages where the pipeline has {stages} (pipeline × chunks); give one '|'-separated stage for each")
-    if flat.count("E") != 1 or "E" not in found[0] or flat.count("L") != 1 or "L" not in found[-1]:
-        raise ConfigError(f"the pipeline layout {_short(text)} must hold the embedding (E) once, in the first stage, and the loss (L) once, in the last, as Megatron-Core requires")
+    if flat.count("E") != 1 or not flat.startswith("E") or flat.count("L") != 1 or not flat.endswith("L"):
+        raise ConfigError(f"the pipeline layout {_short(text)} must begin with the embedding (E) and end with the loss (L), each once, as Megatron-Core requires")
+    if "m" in flat and "t" in flat[flat.index("m") :]:
+        raise ConfigError(f"the pipeline layout {_short(text)} places a transformer layer (t) after a multi-token-prediction module (m); the modules follow the last layer")
     return found
 
 
@@ -52,7 +59,7 @@ def _unrolled(text: str) -> str:
         grown = [len(text)]
 
         def repeated(match: re.Match) -> str:
-            body, digits = match.group(1), match.group(2)
+            body, digits = match.group(1), match.group(2).lstrip("0") or "0"
             times = int(digits) if len(digits) <= len(str(MOST_LETTERS)) else MOST_LETTERS + 1
             grown[0] += len(body) * times - len(match.group(0))
             if grown[0] > MOST_LETTERS:

@@ -230,7 +230,7 @@ def _device_efficiency(place: step_model.Placement, given: Efficiency | str | os
 
 def serving_kernels(model: Model, *, batch: int, prompt: int, output: int, tensor: int = 1, attention: str = "sdpa", expert_skew: float = 0) -> tuple[list[Kernel], list[Kernel]]:
     """The prefill's kernels, and one decode step's at the mean cache length of the output − 1 steps."""
-    prefill = kernels(model, "prefill", workload={"batch": batch, "seq": prompt}, tensor=tensor, attention=attention)
+    prefill = kernels(model, "prefill", workload={"batch": batch, "seq": prompt}, tensor=tensor, attention=attention, expert_skew=expert_skew)
     past = Fraction(2 * prompt + max(output - 2, 0), 2)
     return prefill, kernels(model, "decode", workload={"batch": batch, "past": past}, tensor=tensor, attention=attention, expert_skew=expert_skew)
 

@@ -248,7 +248,7 @@ def inference_time(
     model = at_dtype(model, dtype)
     if tensor > place.node_size:
         raise ConfigError(f"tensor degree {tensor} exceeds the {place.node_size} accelerators of one node ({place.node_source}); inference tensor parallelism stays within a node: give a tensor degree of at most {place.node_size}, or node_size where the scale-up domain is larger")
-    prefill_work = _inference_work(model, "prefill", tensor, flash, weight_bytes, grouped=grouped)
+    prefill_work = _inference_work(model, "prefill", tensor, flash, weight_bytes, expert_skew, grouped)
     decode_work = _inference_work(model, "decode", tensor, flash, weight_bytes, expert_skew, grouped)
     prefill = _phase_time(model, place, "prefill", prefill_work, tensor, dtype, batch=batch, seq=prompt)
     first = _phase_time(model, place, "decode", decode_work, tensor, dtype, batch=batch, past=prompt)
@@ -310,5 +310,5 @@ def _inference_assumptions(place: Placement, dtype: str, tensor: int, flash: boo
         "link": None if link is None else {"link": link, "bytes_per_s": _bandwidth(place, link), "latency_s": link_latency(link)},
         "collective_algorithm": "the faster of ring and tree for each collective",
         "batching": "every sequence of the batch at the same step (static batching)",
-        "experts": "mixture of experts: a decode step reads the weights of every expert its batch touches, the expected number of distinct experts under uniform routing, n·(1 − (1 − k/n)^batch) (a Zipf skew with expert_skew); prefill and training read top_k experts' weights",
+        "experts": "mixture of experts: a step reads the weights of every expert its tokens touch (a decode step's batch, a prefill's batch·seq), the expected number of distinct experts under uniform routing, n·(1 − (1 − k/n)^tokens) (a Zipf skew with expert_skew); training reads top_k experts' weights a token",
     }

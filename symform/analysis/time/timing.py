@@ -233,6 +233,8 @@ def training_time(
     check_pipeline(model, layout.pipeline)
     _check_chunks(model, layout)
     trainable = _finetune_trainable(model, finetune, layout)
+    if recompute_layers is not None and layout.pipeline_layout is not None:
+        raise ConfigError("--recompute-layers counts the layers of balanced pipeline chunks, and a pipeline layout's stages hold their own; give --recompute full or selective, or drop the layout")
     if recompute_layers is not None and finetune is not None:
         raise ConfigError("--recompute-layers times a full training step; a fine-tuning step recomputes every layer or none (drop it)")
     share = recompute_share(model, recompute_layers, recompute, layout)
@@ -289,15 +291,15 @@ def training_time(
         },
         assumptions=_training_assumptions(place, dtype, layout, recompute, flash, precision, comm) | (_finetune_assumptions(finetune) if finetune else {}) | ({"activation_offload": OFFLOAD} if offload_layers else {})
         | ({"recompute_layers": f"{recompute_layers} layers of each pipeline chunk recomputed in full, the rest kept: {float(share):.4g} of full recomputation's forward and collectives"} if recompute_layers else {})
-        | ({"stage_layout": f"the stages as the layout {layout.pipeline_layout!r} places them: the slowest device holds {pace:.4g}× the mean device's forward FLOPs, and paces the pipeline (its work, and the bubble with it, scaled by that); per-device FLOPs and bytes are the mean's, and the memory check keeps balanced stages"} if layout.pipeline_layout else {}),
+        | ({"stage_layout": f"the stages as the layout {layout.pipeline_layout!r} places them: the slowest device holds {pace:.4g}× the mean device's forward FLOPs, and paces the pipeline (its work, and the bubble with it, scaled by that; each t weighs the stack's mean layer); per-device FLOPs and bytes are the mean's, and the memory check keeps balanced stages"} if layout.pipeline_layout else {}),
     )
 
 
 def stage_pace(model: Model, layout: Layout, micro_batch: int, seq: int) -> Fraction:
     """How much longer the slowest pipeline device's share takes than the mean's, for a layout that names its stages
-    (symform.analysis.parallel.pipeline_layout; 1 without one: stages balanced). Each letter's work is its part's forward
-    FLOPs at one micro-batch: ``t`` the layer stack's over its layers, ``m`` the multi-token-prediction part's, ``E``
-    the parts before the layers, ``L`` those after."""
+    (symform.analysis.parallel.pipeline_layout; 1 without one: stages balanced). Each letter's work is its parts'
+    forward FLOPs at one micro-batch (pipeline_layout.PARTS; every other part goes with E): ``t`` the layer
+    stack's mean layer, ``m`` one multi-token-prediction module."""
     if layout.pipeline_layout is None:
         return Fraction(1)
     stages = pipeline_layout.parse(layout.pipeline_layout, layout.pipeline * layout.chunks)
@@ -307,17 +309,14 @@ def stage_pace(model: Model, layout: Layout, micro_batch: int, seq: int) -> Frac
     named, layers = pipeline_layout.counts(stages), model.values.get("n_layers")
     if named["t"] != layers:
         raise ConfigError(f"the pipeline layout places {named['t']} transformer layers (t) where {model.name} has {layers}; give one t for each layer")
-    if bool(named["m"]) != bool(parts.get("mtp")):
-        has = "has a multi-token-prediction module the layout does not place; add m to the last stage" if parts.get("mtp") else "has no multi-token-prediction module (m); drop m from the layout, or give the model one"
-        raise ConfigError(f"{model.name} {has}")
-    order = list(parts)
-    ends = [name for name in order if name not in ("layers", "mtp")]
-    work = {
-        "E": sum((Fraction(parts[n]) for n in ends if order.index(n) < order.index("layers")), Fraction(0)),
-        "L": sum((Fraction(parts[n]) for n in ends if order.index(n) > order.index("layers")), Fraction(0)),
-        "t": Fraction(parts["layers"]) / layers,
-        "m": Fraction(parts.get("mtp", 0)) / max(named["m"], 1),
-    }
+    modules = model.values.get("n_mtp_layers", 1) if "mtp" in parts else 0
+    if named["m"] != modules:
+        raise ConfigError(f"the pipeline layout places {named['m']} multi-token-prediction modules (m) where {model.name} has {modules}; give one m for each" + ("" if modules else ", or give the model its modules (--set include_mtp=1 where it has them)"))
+    known = {name for names in pipeline_layout.PARTS.values() for name in names}
+    work = {letter: sum((Fraction(parts.get(name, 0)) for name in names), Fraction(0)) for letter, names in pipeline_layout.PARTS.items()}
+    work["E"] = sum((Fraction(v) for name, v in parts.items() if name not in known), Fraction(0))
+    work["t"] /= layers
+    work["m"] /= max(modules, 1)
     return pipeline_layout.pace(stages, layout.pipeline, work)
 
 

@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # the timing module (and numpy) load when a time is asked for
     from ...analysis.time.timing import TrainingTime
     from ...analysis.time.phase_time import InferenceTime, PhaseTime
 
-TRAIN_ONLY = ("global_batch", "micro_batch", "seq", "dp", "pp", "ep", "etp", "cp", "recompute", "schedule", "zero", "measured_step", "measured_tokens_per_s", "tokens", "sp", "chunks", "tp_comm_overlap", "ep_comm_overlap", "dualpipe", "replicate", "offload_layers", "recompute_layers")
+TRAIN_ONLY = ("global_batch", "micro_batch", "seq", "dp", "pp", "ep", "etp", "cp", "recompute", "schedule", "zero", "measured_step", "measured_tokens_per_s", "tokens", "sp", "chunks", "tp_comm_overlap", "ep_comm_overlap", "dualpipe", "replicate", "offload_layers", "recompute_layers", "pipeline_layout")
 #: Decode attention kernels beyond sdpa and eager, with their sources (symform.analysis.time.efficiencies.ATTENTION)
 DECODE_KERNELS = (
     ("fused_per_head", "a fused kernel reading each key/value head once per query head, not once per group (TensorRT-LLM's masked MHA for generation before its XQA kernel, v0.8: docs/source/blogs/XQA-kernel.md); sdpa reads it once per group (FlashDecoding, FlashAttention-2's grouped-query packing, TensorRT-LLM's XQA)"),
@@ -66,7 +66,7 @@ def time_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--weight-format", default=None, choices=list(recipes().weight_format), help="serving: how the weights are stored and read (default: as the checkpoint says)")
     p.add_argument("--node-size", type=positive_int, help="accelerators per scale-up domain (default: the system's, or 8 for an accelerator)")
     kv_dtype_argument(p)
-    p.add_argument("--expert-skew", type=non_negative_float, default=0.0, metavar="S", help="mixture of experts, decode: Zipf exponent of the routing (default 0: uniform), which sets how many distinct experts a step reads")
+    p.add_argument("--expert-skew", type=non_negative_float, default=0.0, metavar="S", help="mixture of experts, serving: Zipf exponent of the routing (default 0: uniform), which sets how many distinct experts a decode step or a prefill reads")
     p.add_argument("--gemm-model", choices=("rows", "waves"), help="the estimate's GEMM model at its own fit: rows (the default) or waves (tiles and waves over the SMs; docs/time.md)")
     attention_arguments(p, DECODE_KERNELS)  # for the bounds, the estimate and the memory check alike
     framework_argument(p)  # the memory check's
@@ -90,7 +90,7 @@ def time_command(model: Model, args: argparse.Namespace) -> str:
             raise
         # the skewed routing's expectation is symform's own arithmetic, not the user's sizes: say which flag led there
         raise BudgetError(
-            f"--expert-skew {args.expert_skew:g}: symform could not work out the expected distinct experts a decode step reads on "
+            f"--expert-skew {args.expert_skew:g}: symform could not work out the expected distinct experts a step reads on "
             f"{model.name} within its budgets ({str(e).split(';')[0]}); this is a limit of symform, not of your sizes: drop --expert-skew (uniform routing) for now"
         ) from None
 
@@ -226,6 +226,10 @@ def _memory_fit(model: Model, args: argparse.Namespace, result: TrainingTime, tu
     fit = {"bytes_per_device": need, "capacity_bytes": have, "fits": need <= have, "attention": "flash" if flash else "eager", "framework": name}
     if offloaded is not None:
         fit["offload"] = offloaded
+    if getattr(args, "pipeline_layout", None):
+        if args.fit_only:
+            raise ConfigError("--fit-only sizes balanced pipeline stages, and a pipeline layout's heaviest stage is not sized yet; drop --fit-only or the layout")
+        fit["stages"] = "balanced: the layout's heaviest stage is not sized"
     if args.fit_only and not fit["fits"]:
         raise ConfigError(f"this layout needs {need / 1e9:.1f} GB per device, more than the {have / 1e9:.1f} GB of {place.device.name}; raise --tp or --pp, add --recompute or --zero, lower --micro-batch, or drop --fit-only")
     return fit
@@ -257,7 +261,8 @@ def _offloaded(report, args: argparse.Namespace, device, result: TrainingTime) -
 
 def _memory_line(memory: dict[str, object]) -> str:
     verdict = "fits" if memory["fits"] else "DOES NOT FIT (--fit-only refuses it)"
-    line = f"\nmemory/device  {memory['bytes_per_device'] / 1e9:.1f} GB of {memory['capacity_bytes'] / 1e9:.1f} GB: {verdict} (symform memory --train --framework {memory['framework']}, {memory['attention']} attention)"
+    stages = f"; stages {memory['stages']}" if "stages" in memory else ""
+    line = f"\nmemory/device  {memory['bytes_per_device'] / 1e9:.1f} GB of {memory['capacity_bytes'] / 1e9:.1f} GB: {verdict} (symform memory --train --framework {memory['framework']}, {memory['attention']} attention{stages})"
     off = memory.get("offload")
     if off:
         where = ", ".join(f"{t / 1e9:.1f} GB {'in host memory' if tier == 'cpu' else 'on NVMe'}" for tier, t in off["totals"].items() if tier != "device")
