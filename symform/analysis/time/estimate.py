@@ -171,8 +171,7 @@ def _recomputed(model: Model, recompute: str, flash: bool) -> dict[str, Any]:
     units = step_model.recomputed_units(model, recompute)
     if not units or (flash and recompute == "selective"):
         return {}
-    forward = phase_work(model, "prefill", depth=None, flash=flash, recomputed_forward=True).components
-    return {p: w for p, w in forward.items() if any(p == u or p.startswith(f"{u}/") for u in units)}
+    return step_model.recomputed_leaves(model, units, flash)
 
 
 def kernel_parts(kernel: Kernel, peak: float, hbm: float, eff: Efficiency, fusion: tuple[float, frozenset[str]], head_size: int) -> tuple[float, float, float]:

@@ -219,9 +219,15 @@ def rank_work(model: Model, recompute: str, *, flash: bool, finetune: FineTune |
 
 @derivation
 def _recompute_work(model: Model, units: list[str], flash: bool, values: Mapping[sympy.Symbol, sympy.Expr]) -> tuple[sympy.Expr, sympy.Expr]:
-    leaves = phase_work(model, "prefill", depth=None, flash=flash, values=values, recomputed_forward=True).components
-    inside = [w for path, w in leaves.items() if any(path == u or path.startswith(f"{u}/") for u in units)]
+    inside = recomputed_leaves(model, units, flash, values).values()
     return multiplied_out(sympy.Add(*(w.flops for w in inside))), multiplied_out(sympy.Add(*(w.bytes for w in inside)))
+
+
+def recomputed_leaves(model: Model, units: Iterable[str], flash: bool, values: Mapping[sympy.Symbol, sympy.Expr] | None = None) -> dict[str, object]:
+    """The leaves of ``units`` in the forward a training step's recomputation runs again, by path."""
+    units = tuple(units)
+    leaves = phase_work(model, "prefill", depth=None, flash=flash, values=values, recomputed_forward=True).components
+    return {path: w for path, w in leaves.items() if any(path == u or path.startswith(f"{u}/") for u in units)}
 
 
 def transfer_seconds(transfers: Iterable[parallel_comm.Transfer], place: Placement, link: str, *, alpha: float | None = None, bandwidth: float | None = None, algorithms: tuple[str, ...] = ALGORITHMS, per_node: int = 1) -> float:
