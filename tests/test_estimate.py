@@ -562,7 +562,7 @@ def test_a_measured_run_with_a_context_degree_that_does_not_split_its_gpus_is_re
     (folder / "bad.toml").write_text('kind = "measured_training"\n[source]\n[[runs]]\nname = "bad-cp"\nsplit = "check"\npreset = "llama-3-8b"\ngpu = "h100-sxm"\ngpus = 8\ntensor = 2\ncontext = 3\n'
                                      'global_batch = 8\nmicro_batch = 1\nseq = 8192\nmeasured = { tokens_per_s_per_gpu = 1 }\n', encoding="utf-8")
     monkeypatch.setattr(measured_runs, "data_root", lambda: tmp_path)
-    one_line_error(ConfigError, measured_runs.runs.__wrapped__, "bad.toml", "bad-cp", "context 3")
+    one_line_error(ConfigError, lambda: measured_runs.runs_in(measured_runs._timed_files.__wrapped__()), "bad.toml", "bad-cp", "context 3")
 
 
 def test_plan_lists_no_layout_beaten_on_both_time_and_memory():

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from collections import Counter
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 from ...engine.store.data import data_root, read_toml
@@ -59,19 +60,28 @@ TIME_FIGURES = ("ttft_ms",)
 
 
 @cache
+def _timed_files() -> tuple[tuple[Path, dict[str, Any]], ...]:
+    """hardware/measured's files of timed runs, each read once a process (measured peaks: memory_validation)."""
+    found = ((path, read_toml(path)) for path in sorted((data_root() / "hardware" / "measured").glob("*.toml")))
+    return tuple((path, data) for path, data in found if data.get("kind") != "measured_memory")
+
+
+@cache
 def sources() -> dict[str, dict[str, Any]]:
     """Each source file's [source] table, by file stem."""
-    found = ((path.stem, read_toml(path)) for path in sorted((data_root() / "hardware" / "measured").glob("*.toml")))
-    return {stem: data["source"] for stem, data in found if data.get("kind") != "measured_memory"}  # peaks: memory_validation
+    return {path.stem: data["source"] for path, data in _timed_files()}
 
 
 @cache
 def runs() -> tuple[Run, ...]:
+    """Every timed run of hardware/measured, as its file states it."""
+    return runs_in(_timed_files())
+
+
+def runs_in(files: Iterable[tuple[Path, Mapping[str, Any]]]) -> tuple[Run, ...]:
+    """The runs of measured-run files (path, table), each checked: its kind, split, one figure, its degrees."""
     found = []
-    for path in sorted((data_root() / "hardware" / "measured").glob("*.toml")):
-        data = read_toml(path)
-        if data.get("kind") == "measured_memory":  # measured peaks: symform.analysis.time.memory_validation
-            continue
+    for path, data in files:
         kind = {"measured_training": "training", "measured_serving": "serving"}.get(data.get("kind"))
         if kind is None:
             raise ConfigError(f"{path}: kind must be measured_training or measured_serving")
@@ -169,10 +179,11 @@ def _fitted() -> tuple[tuple[Run, bool], ...]:
     return tuple((r, is_moe(r)) for r in runs() if r.split == "fit")
 
 
-def fitted_releases(kind: str) -> set[tuple[str, str | None]]:
+@cache
+def fitted_releases(kind: str) -> frozenset[tuple[str, str | None]]:
     """The (framework or engine, release) pairs the fitted runs of ``kind`` ran under, as their sources name them."""
     named = sources()
-    return {run_framework(r) for r in runs() if r.kind == kind and r.split == "fit" and "framework" in named.get(r.source, {})}
+    return frozenset(run_framework(r) for r in runs() if r.kind == kind and r.split == "fit" and "framework" in named.get(r.source, {}))
 
 
 def extrapolating(kind: str, *, device: str, dtype: str, devices: int, moe: bool, features: Iterable[str] = (), release: tuple[str, str | None] | None = None) -> list[tuple[str, str]]:
