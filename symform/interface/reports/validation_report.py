@@ -462,7 +462,7 @@ MISSES = """## The misses, explained
     the long-output rows run faster than a per-query-head read allows at all (Mistral at batch 56
     and 2,048/2,048 tokens reads 45 GB of FP8 cache a step that way, 52 ms at the L40S's 864 GB/s:
     at most about 1,070 tokens/s, against 1,721 measured; on A100 at most about 1,270 against 1,576;
-    Mixtral likewise), so there the rows take the grouped read (`sdpa`): Mistral −5 % to +26 %.
+    Mixtral likewise), so there the rows take the grouped read (`sdpa`): Mistral's rows there −11 % to +26 %.
   - *Mixtral 8x7B* (median 20.9 %, worst +130 %, 17 of 24 in band): prompt-heavy throughput rows on H200 and H100
     run at less than half the estimate (+71 % to +130 % at 128/128 and 2,048/128 tokens), and the
     batch-1 first token at 2,048 tokens takes 2.5× the estimate (87.7 ms against 35 ms on H200):
