@@ -182,8 +182,8 @@ def _fitted() -> tuple[tuple[Run, bool], ...]:
 @cache
 def fitted_releases(kind: str) -> frozenset[tuple[str, str | None]]:
     """The (framework or engine, release) pairs the fitted runs of ``kind`` ran under, as their sources name them."""
-    named = sources()
-    return frozenset(run_framework(r) for r in runs() if r.kind == kind and r.split == "fit" and "framework" in named.get(r.source, {}))
+    found = (run_framework(r) for r in runs() if r.kind == kind and r.split == "fit")
+    return frozenset(release for release in found if release[0] is not None)
 
 
 def extrapolating(kind: str, *, device: str, dtype: str, devices: int, moe: bool, features: Iterable[str] = (), release: tuple[str, str | None] | None = None) -> list[tuple[str, str]]:

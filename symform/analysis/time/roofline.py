@@ -350,7 +350,7 @@ def phase_work(
     _check_phase(phase)
     if finetune is not None and phase != "train":
         raise EvaluationError(f"fine-tuning is a training step; give phase train, not {phase}")
-    if values and (phase == "decode" or (phase == "prefill" and not recomputed_forward)):
+    if values and _served(phase, recomputed_forward):
         # a served step's expert routing reads top_k and n_experts in the leaves: they must still be there
         raise EvaluationError(f"sizes put into the leaves first are for train and a training step's recomputed forward; for {phase}, substitute them in the result")
     # once per model and options: a plan asks again for every layout it reworks
@@ -399,7 +399,7 @@ def _phase_work(
         notes.append(
             "decode: one new token per sequence after `past` cached tokens (seq = 1, past = context)"
         )
-    if phase == "decode" or (phase == "prefill" and not recomputed_forward):
+    if _served(phase, recomputed_forward):
         touched = _touched_experts(model, traffic, expert_skew, phase)
         if touched:
             notes.append(touched)
@@ -410,6 +410,12 @@ def _phase_work(
     }
     components = _group(leaves, depth, seq_one)
     return PhaseWork(phase, components, tuple(notes))
+
+
+def _served(phase: str, recomputed_forward: bool) -> bool:
+    """Whether a phase is a served step's, whose routed experts' weights are read once per expert its tokens touch
+    (a decode step, a prefill that is not training's recomputed forward)."""
+    return phase == "decode" or (phase == "prefill" and not recomputed_forward)
 
 
 def _touched_experts(model: Model, traffic: dict, skew: float, phase: str) -> str | None:

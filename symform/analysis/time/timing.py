@@ -304,16 +304,17 @@ def stage_pace(model: Model, layout: Layout, micro_batch: int, seq: int) -> Frac
         return Fraction(1)
     stages = pipeline_layout.parse(layout.pipeline_layout, layout.pipeline * layout.chunks)
     parts = model.evaluate_breakdown("forward_flops", batch=micro_batch, seq=seq)
-    if "layers" not in parts:
+    placed = {letter: [name for name in names if name in parts] for letter, names in pipeline_layout.PARTS.items()}
+    if not placed["t"]:
         raise ConfigError(f"a pipeline layout places transformer layers (t), and {model.name} has no layer stack; drop the layout")
     named, layers = pipeline_layout.counts(stages), model.values.get("n_layers")
     if named["t"] != layers:
         raise ConfigError(f"the pipeline layout places {named['t']} transformer layers (t) where {model.name} has {layers}; give one t for each layer")
-    modules = model.values.get("n_mtp_layers", 1) if "mtp" in parts else 0
+    modules = model.values.get("n_mtp_layers", 1) if placed["m"] else 0
     if named["m"] != modules:
         raise ConfigError(f"the pipeline layout places {named['m']} multi-token-prediction modules (m) where {model.name} has {modules}; give one m for each" + ("" if modules else ", or give the model its modules (--set include_mtp=1 where it has them)"))
-    known = {name for names in pipeline_layout.PARTS.values() for name in names}
-    work = {letter: sum((Fraction(parts.get(name, 0)) for name in names), Fraction(0)) for letter, names in pipeline_layout.PARTS.items()}
+    known = {name for names in placed.values() for name in names}
+    work = {letter: sum((Fraction(parts[name]) for name in names), Fraction(0)) for letter, names in placed.items()}
     work["E"] = sum((Fraction(v) for name, v in parts.items() if name not in known), Fraction(0))
     work["t"] /= layers
     work["m"] /= max(modules, 1)
