@@ -26,6 +26,44 @@ def test_the_dropless_regression_holds_for_the_release_model_and_devices_its_iss
     assert efficiencies.profile(None) is None
 
 
+def test_the_qwen3_235b_b200_recipe_of_25_11_holds_the_overlap_regression_its_fix_measured():
+    """Megatron-Bridge PR #1760: 'MXFP8 step time improved from 20.1s to 16.9s. BF16 step time improved from 17.2s to
+    16s. Disable moe_a2a_overlap due to CPU overhead'. The facts hold for that release, model and device alone, and
+    the FP8 one for FP8 alone."""
+    fp8 = efficiencies.profile("megatron", "25.11", "qwen3-235b-a22b", device="b200", dtype="fp8")
+    bf16 = efficiencies.profile("megatron", "25.11", "qwen3-235b-a22b", device="b200", dtype="bf16")
+    assert fp8.ep_comm_overlap is False and bf16.ep_comm_overlap is False
+    assert fp8.step_factor == pytest.approx(20.1 / 16.9, rel=1e-4) and bf16.step_factor == pytest.approx(17.2 / 16.0, rel=1e-4)
+    for other in (("25.09", "b200"), ("25.11", "h100-sxm"), ("25.11", "gb200")):
+        found = efficiencies.profile("megatron", other[0], "qwen3-235b-a22b", device=other[1], dtype="fp8")
+        assert found.ep_comm_overlap is None and found.step_factor == 1.0
+    assert efficiencies.profile("megatron", "25.11", "qwen3-235b-a22b", device="b200", dtype="fp16").step_factor == 1.0
+
+
+def test_the_regressed_recipes_step_is_the_published_runs_step():
+    """The PR's 20.1 s MXFP8 step is the 25.11 table's B200 row: 1,024 sequences of 4,096 tokens over 64 GPUs at
+    3,269 tokens/s/GPU take 20.05 s, so the row ran the recipe the PR fixed (hardware/measured/megatron-bridge.toml)."""
+    from symform.analysis.time.measured_runs import runs
+
+    row = next(r for r in runs() if r.name == "mb-b200-qwen3-235b-a22b-fp8")
+    s = row.setup
+    step = s["global_batch"] * s["seq"] / s["gpus"] / row.measured[1]
+    assert step == pytest.approx(20.1, rel=0.01) and s["ep_comm_overlap"] is True
+
+
+def test_an_overlap_that_hides_nothing_times_the_all_to_alls_exposed():
+    """A release whose all-to-all overlap hides nothing (a fact with value false) times a run that asks for the
+    overlap as one that does not."""
+    model = symform.load("qwen3-30b-a3b")
+    step = dict(global_batch=64, micro_batch=1, seq=1024, layout=Layout(data=8, expert=8))
+    exposed = training_estimate(model, "h100-sxm", **step)
+    asked = training_estimate(model, "h100-sxm", ep_comm_overlap=True, **step)
+    refused = training_estimate(model, "h100-sxm", ep_comm_overlap=True, profile=efficiencies.TimeProfile("megatron", "25.11", ep_comm_overlap=False), **step)
+    assert asked.step.estimate < exposed.step.estimate
+    assert refused.step.estimate == pytest.approx(exposed.step.estimate)
+    assert refused.exposed_comm_s["expert"] == pytest.approx(exposed.exposed_comm_s["expert"])
+
+
 def test_megatron_bridge_releases_overlap_their_tensor_and_pipeline_communication():
     """comm_overlap.py: a virtual pipeline sets overlap_p2p_comm; the recipes' Userbuffers configurations overlap TP."""
     found = efficiencies.profile("megatron", "25.11", "llama-3.1-70b")

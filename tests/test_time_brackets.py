@@ -23,7 +23,7 @@ PRESETS = ("gpt2", "llama-3.2-1b", "qwen3-0.6b", "gemma-2-2b", "mixtral-8x7b", "
 GPUS = ("a100-sxm-80gb", "h100-sxm", "h200-sxm", "b200", "mi300x")
 RELATIVE = 1e-9  # float rounding of the same sums taken in another order
 # a framework's time facts (formulas/frameworks [[time.facts]]): none, its overlaps, a release's slowdown, no time per expert
-FACTS = (None, TimeProfile("megatron", "25.11", tp_comm_overlap=True, p2p_overlap=True), TimeProfile("megatron", "25.11", step_factor=2.0), TimeProfile("automodel", ep_comm_overlap=True))
+FACTS = (None, TimeProfile("megatron", "25.11", tp_comm_overlap=True, p2p_overlap=True), TimeProfile("megatron", "25.11", step_factor=2.0), TimeProfile("automodel", ep_comm_overlap=True), TimeProfile("megatron", "25.11", ep_comm_overlap=False, step_factor=1.2))
 
 
 @pytest.fixture(scope="module")

@@ -323,6 +323,7 @@ class Fact(BaseModel):
     versions: list[str] | None = None  # the releases it holds for; None: every release
     presets: list[str] | None = None  # the models it was measured on; None: every model
     devices: list[str] | None = None  # the accelerators it was measured on; None: every device
+    dtypes: list[str] | None = None  # the matmul dtypes it was measured at; None: every dtype
     doc: str
     source: str
 
@@ -337,8 +338,8 @@ class Fact(BaseModel):
                 raise ValueError(f"{name!r} is not a bundled accelerator: name one that symform hardware lists (a system's, such as b200 for dgx-b200)")
         return devices
 
-    def holds(self, version: str | None, preset: str | None, device: str | None = None) -> bool:
-        return (self.versions is None or version in self.versions) and (self.presets is None or preset in self.presets) and (self.devices is None or device in self.devices)
+    def holds(self, version: str | None, preset: str | None, device: str | None = None, dtype: str | None = None) -> bool:
+        return all(named is None or given in named for named, given in ((self.versions, version), (self.presets, preset), (self.devices, device), (self.dtypes, dtype)))
 
 
 @dataclass(frozen=True)
@@ -349,7 +350,9 @@ class TimeProfile:
     version: str | None = None
     tp_comm_overlap: bool = False  # sequence parallelism's collectives pipelined with the GEMMs (with tensor parallelism)
     p2p_overlap: bool = False  # a virtual pipeline's sends overlapped with the other chunks' compute
-    ep_comm_overlap: bool = False  # the expert-parallel all-to-alls overlapped with other micro-batches' compute
+    # the expert-parallel all-to-alls overlapped with other micro-batches' compute; False: a release whose overlap
+    # hides nothing where a recipe asks for it (None: the release says nothing)
+    ep_comm_overlap: bool | None = None
     step_factor: float = 1.0  # a release's own slowdown of the whole step
     facts: tuple[tuple[str, str], ...] = ()  # (what, source) of each fact applied
 
@@ -376,25 +379,26 @@ def facts(name: str) -> list[Fact]:
         raise ConfigError(f"formulas/frameworks/{name}.toml [[time.facts]]: {describe_validation(e)}; see docs/time.md") from None
 
 
-def profile(name: str | None, version: str | None = None, preset: str | None = None, *, device: str | None = None, scales: dict[str, float] | None = None) -> TimeProfile | None:
+def profile(name: str | None, version: str | None = None, preset: str | None = None, *, device: str | None = None, dtype: str | None = None, scales: dict[str, float] | None = None) -> TimeProfile | None:
     """The time profile of framework ``name`` at release ``version`` for model ``preset`` on accelerator ``device``
-    (its hardware file's name, :func:`accelerator_name`; None without a framework); ``scales``: fitted values
-    replacing the files' (symform validate --fit)."""
+    (its hardware file's name, :func:`accelerator_name`) at matmul ``dtype`` (None without a framework);
+    ``scales``: fitted values replacing the files' (symform validate --fit)."""
     if name is None:
         return None
     if device is not None:
         from ..devices.hardware import load_device
 
         memory_framework(name).check_runs_on(device, load_device(device).vendor)
-    found = {"tp_comm_overlap": False, "p2p_overlap": False, "ep_comm_overlap": False, "step_factor": 1.0}
+    found = {"tp_comm_overlap": False, "p2p_overlap": False, "ep_comm_overlap": None, "step_factor": 1.0}
     applied = []
     for fact in facts(name):
-        if fact.holds(version, preset, device):
+        if fact.holds(version, preset, device, dtype):
             found[fact.name] = fact.value if isinstance(fact.value, bool) else float(fact.value)
             applied.append((f"{fact.name} = {fact.value}: {fact.doc}", fact.source))
     for key, value in (scales or {}).items():
         found[key] = value
-    return TimeProfile(name, version, bool(found["tp_comm_overlap"]), bool(found["p2p_overlap"]), bool(found["ep_comm_overlap"]), float(found["step_factor"]), tuple(applied))
+    overlap = found["ep_comm_overlap"]
+    return TimeProfile(name, version, bool(found["tp_comm_overlap"]), bool(found["p2p_overlap"]), None if overlap is None else bool(overlap), float(found["step_factor"]), tuple(applied))
 
 
 def accelerator_name(gpu: str | os.PathLike[str]) -> str | None:

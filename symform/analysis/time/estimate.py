@@ -417,7 +417,7 @@ def training_estimate(
     gemm_s = sum(t for t, k in zip(seconds, work) if k.kind == "gemm") * paced
     routed_s = sum(t for t, k in zip(seconds, work) if k.routed) * paced
     comm = {kind: c.seconds / (1.0 if kind == "offload" else eff.link(c.link).bus_efficiency) for kind, c in bounds.comm.items()}
-    ep_comm_overlap = ep_comm_overlap or (profile is not None and profile.ep_comm_overlap)
+    ep_comm_overlap = _expert_overlap(ep_comm_overlap, profile)
     recomputed = float(bounds.hardware_flops) / float(bounds.model_flops) - 1 if finetune is None else 0.0
     pairing = Pairing(compute - routed_s, routed_s, _unpaired(layout, bounds.microbatches), recomputed) if ep_comm_overlap and "expert" in comm else Pairing()
     exposed = _exposed(comm, compute, layout, attention_s, gemm_s if tp_comm_overlap else None, p2p_overlap=profile is not None and profile.p2p_overlap, ep_overlap=ep_comm_overlap, pairing=pairing, microbatches=bounds.microbatches)
@@ -475,6 +475,14 @@ class Pairing:
         quarter, forward = a2a / 4, self.dense_s / (3 * (1 + self.recomputed))
         paired = max(0.0, quarter - forward) + max(0.0, 2 * quarter - self.routed_s) + max(0.0, quarter - (self.dense_s - forward))
         return (1 - self.unpaired) * paired + self.unpaired * a2a
+
+
+def _expert_overlap(asked: bool | str, profile: TimeProfile | None) -> bool | str:
+    """How the all-to-alls are overlapped: as the run or the framework's recipe asks, unless the release's own
+    overlap hides nothing (a fact whose value is false: its CPU overhead, say, costs what it would hide)."""
+    if profile is None:
+        return asked
+    return False if profile.ep_comm_overlap is False else asked or bool(profile.ep_comm_overlap)
 
 
 def _unpaired(layout: Layout, microbatches: int) -> float:

@@ -235,7 +235,7 @@ def run_profile(run: Run, factors: Mapping[str, Any] | None = None) -> efficienc
     if run.kind != "training" or name is None:
         return None
     scales = {k.split(":time.", 1)[1]: v for k, v in (factors or {}).items() if k.startswith(f"{name}:time.")}
-    return efficiencies.profile(name, version, run.setup.get("preset"), device=efficiencies.accelerator_name(run.setup["gpu"]), scales=scales)
+    return efficiencies.profile(name, version, run.setup.get("preset"), device=efficiencies.accelerator_name(run.setup["gpu"]), dtype=run.setup.get("dtype", "bf16"), scales=scales)
 
 
 def training_layout(run: Run) -> Layout:

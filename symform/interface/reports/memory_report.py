@@ -105,7 +105,7 @@ def time_profile_of(args: argparse.Namespace, model):
         raise ConfigError("--framework-version names a release of a framework; give --framework too")
     if not getattr(args, "framework", None):
         return None
-    return profile(args.framework, args.framework_version, model.name, device=accelerator_name(args.gpu) if getattr(args, "gpu", None) else None)
+    return profile(args.framework, args.framework_version, model.name, device=accelerator_name(args.gpu) if getattr(args, "gpu", None) else None, dtype=getattr(args, "dtype", None) or "bf16")
 
 
 def framework_name(args: argparse.Namespace) -> str:

@@ -373,7 +373,7 @@ MISSES = """## The misses, explained
   58.0 GB and 81.2 GB for the 8B and the 70B of the chip's 34.4 GB under torchtitan's accounting,
   the fp32 logits, the loss's backward peak and one rebuilt layer staying), with no host-link figure for the v6e to time the copies, the 405B also on
   two slices where its row reads 256 chips; the mixtures of experts.
-- **Megatron-Bridge's largest MoE rows on B200 and H100 (held out: −4 % to +89 %)**: added, with
+- **Megatron-Bridge's largest MoE rows on B200 and H100 (held out: −4 % to +33 %)**: added, with
   those of GB200, once a virtual pipeline's chunks need not split the layers evenly. 25.09's
   dropless DeepSeek-V3 on 1,024 H100s (tensor 2, expert 64) is −4 % (+4 % while its stages were
   balanced and its MTP module left out; −12 % before the L2 refit;
@@ -382,14 +382,16 @@ MISSES = """## The misses, explained
   6 layers on the last device, 1.19× the mean device's forward FLOPs, which paces the step; it
   was −39 % while symform sent each tensor rank's whole micro-batch to the experts; with sequence parallelism, which Megatron-Core
   requires beside experts and tensor parallelism, each rank dispatches its own 1/tensor share of the
-  tokens. 25.11's dropless Qwen3-235B-A22B on B200 runs slower than estimated (+89 %):
-  below 25.09's token-drop row of the same layout (3,269 against 4,104 tokens/s/GPU, itself +26 %),
-  while its estimate, with the recipe's all-to-all overlap, is faster; the release's dropless
-  slowdown (issue #1998) names Qwen3-30B-A3B alone, so none applies. Megatron-Bridge's next change
-  to that recipe (PR #1760, commit a6e92de5f, after 25.11) turned its all-to-all overlap off 'due to
-  CPU overhead', with its FP8 virtual pipeline: the MXFP8 step of the same configuration fell from
-  20.1 s to 16.9 s (the row's 3,269 tokens/s/GPU is a 20.05 s step), so the overlap, which the
-  estimate counts as hiding 2.0 s of 2.2 s of all-to-alls, carried a host-side cost symform does not model.
+  tokens. 25.11's dropless Qwen3-235B-A22B on B200 ran the recipe that Megatron-Bridge's next
+  change to it (PR #1760, after 25.11) names a regression from 25.09 and fixes by turning its
+  all-to-all overlap off 'due to CPU overhead', with its FP8 virtual pipeline: the MXFP8 step of
+  the same configuration fell from 20.1 s to 16.9 s (the row's 3,269 tokens/s/GPU is a 20.05 s
+  step; BF16 17.2 s to 16 s, overlap alone). megatron.toml holds both as 25.11's facts for that
+  model on B200 (`ep_comm_overlap = false`: the overlap hides nothing; `step_factor` 20.1/16.9 at
+  FP8, 17.2/16 at BF16), so the row reads +33 % (+89 % while the estimate counted the overlap as
+  hiding 2.0 s of 2.2 s of all-to-alls); what remains is the offset of 25.09's row of the same
+  layout (+26 %). The PR's 20.1 s step is this row's own, so the row is no independent test of
+  these facts.
   The B200 DeepSeek-V3 rows of pipeline 16 run slower than estimated (25.09 +32 %, 25.11 +26 %;
   +42 % and +40 % with balanced stages and 25.09's MTP module left out). Both count the recipe's
   multi-token-prediction module (`include_mtp = 1`: one more layer and its output head per token;
