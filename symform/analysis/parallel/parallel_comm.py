@@ -48,7 +48,7 @@ class Transfer:
     collective: str
     ranks: sympy.Expr
     nbytes: sympy.Expr
-    count: int
+    count: int | Fraction  # runs per layer: a model's layers may declare different counts (an average)
     phase: Phase
 
     def bytes_per_rank(self) -> sympy.Expr | float:
@@ -83,7 +83,7 @@ def _transfer(
     name: str,
     ranks: sympy.Expr,
     nbytes: sympy.Expr,
-    count: int,
+    count: Value,
     phase: Phase,
 ) -> Transfer:
     return Transfer(what, name, ranks, sympy.sympify(nbytes), count, phase)
@@ -124,13 +124,15 @@ def _activation_bytes(
 
 
 def tensor_parallel_layer(
-    *, batch: Value, seq: Value, d_model: Value, bytes_per_element: Value, tensor: Value
+    *, batch: Value, seq: Value, d_model: Value, bytes_per_element: Value, tensor: Value, reductions: Value = 2
 ) -> list[Transfer]:
     """Megatron tensor parallelism, one transformer layer: two all-reduces of b·s·d forward, two backward.
 
     The g operator all-reduces the row-parallel outputs of attention and of the MLP in
     the forward pass; the f operator all-reduces the input gradients of the
     column-parallel inputs in the backward pass (Shoeybi et al. 2019, Fig. 3 and 4).
+    ``reductions``: the forward's all-reduces where the layer declares other than two
+    (a parallel residual layer sums its attention and MLP outputs, then reduces once).
     """
     t = _degree("tensor", tensor)
     nbytes = _activation_bytes(batch, seq, d_model, bytes_per_element)
@@ -140,7 +142,7 @@ def tensor_parallel_layer(
             "all_reduce",
             t,
             nbytes,
-            2,
+            reductions,
             "forward",
         ),
         _transfer(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from fractions import Fraction
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -19,7 +20,7 @@ from ..memory.memory import tensor_split
 from ...engine.graph.model import Model
 from .efficiencies import SCORE_LEAVES, rules
 from .roofline import phase_work
-from .step_model import ALGORITHMS, Number, Placement, _act_bytes, _bandwidth, _bind, _json, _layers, _sizes, _whole, at_dtype, dtype_assumption, placement, transfer_seconds
+from .step_model import ALGORITHMS, Number, Placement, _act_bytes, _bandwidth, _bind, _json, _layers, _sizes, _whole, at_dtype, dtype_assumption, placement, tensor_reductions, transfer_seconds
 
 
 @dataclass(frozen=True)
@@ -178,12 +179,13 @@ def fused_leaves(flash: bool) -> frozenset[str]:
 
 
 def _inference_comm(model: Model, place: Placement, tensor: int, batch: int, seq: int, *, alpha: float | None = None, bandwidth: float | None = None, algorithms: tuple[str, ...] = ALGORITHMS) -> tuple[float, str | None]:
-    """Forward tensor-parallel communication: two all-reduces per layer, the embedding's, and a gather of the last position's logits."""
+    """Forward tensor-parallel communication: the layers' all-reduces (two a layer, or as the layer declares), the
+    embedding's, and a gather of the last position's logits."""
     if tensor == 1:
         return 0.0, None
     layers, _ = _layers(model)
     sizes = {"batch": batch, "d_model": model.values.get("d_model", 1), "bytes_per_element": _act_bytes(model), "tensor": tensor}
-    layer = parallel_comm.tensor_parallel_layer(seq=seq, **sizes)
+    layer = parallel_comm.tensor_parallel_layer(seq=seq, reductions=tensor_reductions(model), **sizes)
     ends = parallel_comm.vocab_parallel_embedding(seq=seq, **sizes) + parallel_comm.vocab_parallel_output_head(seq=1, vocab=model.values.get("vocab", 1), fused_cross_entropy=False, **sizes)
     forward = [x for x in [*ends] if x.phase == "forward"]
     link = place.link(tensor)
@@ -275,7 +277,7 @@ def inference_time(
             "decode_bytes_per_device": _sizes(model, decode_work[1]),
             "batch": v["batch"],
         },
-        assumptions=_inference_assumptions(place, dtype, tensor, flash, first.link),
+        assumptions=_inference_assumptions(place, dtype, tensor, flash, first.link, tensor_reductions(model) if tensor > 1 else None),
     )
 
 
@@ -294,7 +296,7 @@ def _decode_sum(model: Model, place: Placement, work: tuple[sympy.Expr, sympy.Ex
     return float(lower), float(upper)
 
 
-def _inference_assumptions(place: Placement, dtype: str, tensor: int, flash: bool, link: str | None) -> dict[str, object]:
+def _inference_assumptions(place: Placement, dtype: str, tensor: int, flash: bool, link: str | None, reductions: int | Fraction | None) -> dict[str, object]:
     return {
         "devices": place.spread(tensor),
         "peak": f"{place.device.name} dense {dtype} peak, no efficiency factor",
@@ -306,7 +308,7 @@ def _inference_assumptions(place: Placement, dtype: str, tensor: int, flash: boo
         "ttft": "the prefill's forward pass over the prompts (the first output token comes from it)",
         "tpot": "mean over the output − 1 decode steps, step i after prompt + i cached tokens",
         "tokens_per_s": "batch × output tokens / (TTFT + all decode steps)",
-        "tensor_parallel": f"{tensor} devices: Megatron split of heads, inner widths and vocabulary; two all-reduces per layer, the embedding's all-reduce and an all-gather of the last position's logits" if tensor > 1 else "none (one device)",
+        "tensor_parallel": f"{tensor} devices: Megatron split of heads, inner widths and vocabulary; {reductions} all-reduce{'' if reductions == 1 else 's'} per layer (as its layers declare; a parallel residual layer reduces its attention's and MLP's outputs at once), the embedding's all-reduce and an all-gather of the last position's logits" if tensor > 1 else "none (one device)",
         "link": None if link is None else {"link": link, "bytes_per_s": _bandwidth(place, link), "latency_s": link_latency(link)},
         "collective_algorithm": "the faster of ring and tree for each collective",
         "batching": "every sequence of the batch at the same step (static batching)",

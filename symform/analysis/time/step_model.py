@@ -147,6 +147,27 @@ def _sizes(model: Model, expr: sympy.Expr) -> sympy.Expr:
     return multiplied_out(expr, {s: sympy.Integer(values[s.name]) for s in expr.free_symbols if s.name in values})
 
 
+#: tensor parallelism's forward all-reduces in a layer that declares none: Megatron's split reduces the attention's
+#: and the MLP's row-parallel outputs each (Shoeybi et al. 2019, Fig. 3)
+MEGATRON_REDUCTIONS = 2
+
+
+def tensor_reductions(model: Model) -> int | Fraction:
+    """Tensor parallelism's forward all-reduces per layer, over the model's n_layers layers: as each layer declares
+    (``tensor_reductions``: a parallel residual layer sums its blocks' outputs and reduces them once), two for
+    a layer that declares none."""
+    graph = model.graph()
+    counts = graph.multiplicities("forward_flops")
+    nodes = graph.graph.nodes
+    declared = [n for n, data in nodes.items() if "tensor_reductions" in data]
+    outermost = [n for n in declared if not any(n.startswith(f"{m}/") for m in declared)]
+    layers = _value(model, "n_layers", 1)
+    counted = sum(Fraction(str(_bind(model, counts[n]))) for n in outermost)
+    runs = sum(Fraction(str(_bind(model, counts[n] * nodes[n]["tensor_reductions"]))) for n in outermost)
+    mean = Fraction(runs + MEGATRON_REDUCTIONS * max(layers - counted, 0)) / layers
+    return int(mean) if mean.denominator == 1 else mean
+
+
 def _value(model: Model, name: str, default: int) -> int:
     return model.values.get(name, default)
 

@@ -37,7 +37,7 @@ from ..memory.memory import Training, check_pipeline, expert_params_per_device, 
 from ..memory.settings import Layout, recipes
 from ...engine.graph.model import Model
 from .roofline import phase_work
-from .step_model import Comm, Number, Placement, TENSOR, _act_bytes, _bandwidth, _bind, _comm, _json, _layers, _per_device, _sizes, _whole, at_dtype, dtype_assumption, placement, rank_sizes, rank_work, step_bounds, transfer_seconds, utilisation
+from .step_model import Comm, Number, Placement, TENSOR, _act_bytes, _bandwidth, _bind, _comm, _json, _layers, _per_device, _sizes, _whole, at_dtype, dtype_assumption, placement, rank_sizes, rank_work, step_bounds, tensor_reductions, transfer_seconds, utilisation
 
 
 # --- the hardware: one accelerator, its node and its links --------------------------------
@@ -489,7 +489,7 @@ def pipeline_comm(model: Model, place: Placement, layout: Layout, microbatches: 
 def _tensor_comm(model: Model, place: Placement, layout: Layout, microbatches: int, sizes: dict, layers: int, again: Number) -> Comm:
     """Megatron's per-layer all-reduces (or sequence parallelism's gathers and scatters), the vocabulary-parallel embedding and head."""
     t, p = layout.tensor, layout.pipeline
-    layer, ends = (list(x) for x in _tensor_transfers(layout.sequence, tuple(sizes.items()), model.values.get("vocab", 1), t))
+    layer, ends = (list(x) for x in _tensor_transfers(layout.sequence, tuple(sizes.items()), model.values.get("vocab", 1), t, tensor_reductions(model)))
     layer = _again(layer, again)
     link, per_node = place.link(t), place.per_node(t, t)
     seconds = transfer_seconds(layer, place, link, per_node=per_node) * layers + transfer_seconds(ends, place, link, per_node=per_node)
@@ -499,11 +499,11 @@ def _tensor_comm(model: Model, place: Placement, layout: Layout, microbatches: i
 
 
 @lru_cache(maxsize=1024)
-def _tensor_transfers(sequence: bool, sizes: tuple[tuple[str, Number], ...], vocab: int, tensor: int) -> tuple[tuple[parallel_comm.Transfer, ...], tuple[parallel_comm.Transfer, ...]]:
-    """One layer's tensor-parallel collectives, and the vocabulary-parallel embedding's and head's, once per size."""
+def _tensor_transfers(sequence: bool, sizes: tuple[tuple[str, Number], ...], vocab: int, tensor: int, reductions: int | Fraction) -> tuple[tuple[parallel_comm.Transfer, ...], tuple[parallel_comm.Transfer, ...]]:
+    """One layer's tensor-parallel collectives (``reductions``: the forward all-reduces its layers declare, without
+    sequence parallelism), and the vocabulary-parallel embedding's and head's, once per size."""
     given = dict(sizes)
-    kind = parallel_comm.sequence_parallel_layer if sequence else parallel_comm.tensor_parallel_layer
-    layer = kind(**given, tensor=tensor)
+    layer = parallel_comm.sequence_parallel_layer(**given, tensor=tensor) if sequence else parallel_comm.tensor_parallel_layer(**given, tensor=tensor, reductions=reductions)
     ends = parallel_comm.vocab_parallel_embedding(**given, tensor=tensor) + parallel_comm.vocab_parallel_output_head(**given, vocab=vocab, tensor=tensor)
     return tuple(layer), tuple(ends)
 

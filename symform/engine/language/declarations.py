@@ -117,6 +117,10 @@ class ComponentDecl:
     # a primitive's options, which a use site sets by name (rms_norm(form=offset)): option -> value -> the fields
     # that value declares in place of the primitive's own (doc, source, args, quantities, frozen, ...)
     options: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    # a layer: the all-reduces of its blocks' partial sums that tensor parallelism runs in one forward (Megatron's
+    # split reduces each row-parallel block's output before it enters the residual; a layer that sums its blocks'
+    # outputs into the residual at once reduces them once); a variant keeps its base's
+    tensor_reductions: Scalar | None = None
 
 
 @dataclass(frozen=True)
@@ -170,6 +174,7 @@ class Component:
     backward_peak: sympy.Expr = sympy.Integer(0)  # primitives: what their backward holds at once besides what they keep
     declaration: ComponentDecl | None = field(default=None, compare=False, repr=False)  # kept where it has options
     options: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # option -> its values
+    tensor_reductions: sympy.Expr | None = None  # a layer: tensor parallelism's all-reduces in one forward
 
     @property
     def is_primitive(self) -> bool:
@@ -361,6 +366,7 @@ def _build_component(name: str, decl: ComponentDecl, vocabulary: Vocabulary, bas
         backward_peak=_backward_peak(decl, names, exprs),
         declaration=decl if decl.options else None,
         options=_options(decl, base),
+        tensor_reductions=parse(str(decl.tensor_reductions), names) if decl.tensor_reductions is not None else base.tensor_reductions if base else None,
     )
 
 

@@ -1,0 +1,62 @@
+"""Tensor parallelism's all-reduces per layer, as the layers declare them (``tensor_reductions``).
+
+Megatron's split reduces the attention's and the MLP's row-parallel outputs each before they enter the residual
+(Shoeybi et al. 2019, Fig. 3): two a layer. A parallel residual layer, x + attn(norm(x)) + mlp(norm'(x)), sums the
+two partial outputs first and reduces once: EleutherAI gpt-neox (ParallelTransformerLayer with gpt_j_residual: "we
+can do a single allreduce after we add mlp / attn outputs") and TensorRT-LLM (FalconDecoderLayer: "Not to apply
+allreduce inside the Attention/MLP layers. allreduce applies after those layer.").
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import symform
+from symform.analysis.memory.settings import Layout
+from symform.analysis.time import timing
+from symform.analysis.time.step_model import tensor_reductions
+from symform.engine.graph.model import Model
+
+FALCON = dict(model_type="falcon", vocab_size=128, num_hidden_layers=4, hidden_size=64, num_attention_heads=4, ffn_hidden_size=96, max_position_embeddings=64)
+LAYOUTS = {
+    "new decoder architecture, two norms": (dict(new_decoder_architecture=True, num_kv_heads=2), 1),
+    "new decoder architecture, one norm": (dict(new_decoder_architecture=True, num_kv_heads=2, num_ln_in_parallel_attn=1), 1),
+    "multi-query attention beside the MLP behind one norm": (dict(multi_query=True, parallel_attn=True), 1),
+    "sequential blocks": (dict(multi_query=False, parallel_attn=False, num_kv_heads=4), 2),
+}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_each_falcon_layout_declares_its_all_reduces(layout):
+    fields, expected = LAYOUTS[layout]
+    assert tensor_reductions(Model.from_config({**FALCON, **fields})) == expected
+
+
+@pytest.mark.parametrize("preset, expected", [("falcon-180b", 1), ("gpt-j-6b", 1), ("llama-3-8b", 2), ("qwen3-30b-a3b", 2), ("deepseek-v3", 2)])
+def test_presets_reduce_as_their_layers_are_built(preset, expected):
+    assert tensor_reductions(symform.load(preset)) == expected
+
+
+def test_a_parallel_layer_sends_one_all_reduce_a_layer_less():
+    """The same sizes with sequential and parallel blocks: the tensor-parallel bytes differ by one forward
+    all-reduce of b·s·d activations a layer, 2(t−1)/t of the buffer on each rank (a ring's bus bytes)."""
+    tensor, micro, seq, layers = 2, 2, 32, FALCON["num_hidden_layers"]
+    sent = {}
+    for name in ("new decoder architecture, two norms", "sequential blocks"):
+        model = Model.from_config({**FALCON, **LAYOUTS[name][0]})
+        step = timing.training_time(model, "h100-sxm", global_batch=micro, micro_batch=micro, seq=seq, layout=Layout(tensor=tensor))
+        sent[name] = step.comm["tensor"].bytes_per_rank
+    buffer = micro * seq * FALCON["hidden_size"] * 2  # bf16 activations
+    assert sent["sequential blocks"] - sent["new decoder architecture, two norms"] == pytest.approx(layers * 2 * (tensor - 1) / tensor * buffer)
+
+
+def test_serving_says_how_many_all_reduces_a_layer_runs(capsys):
+    from symform.interface.cli.cli import main
+
+    said = {}
+    for preset in ("falcon-180b", "llama-3.1-70b"):
+        assert main(["time", preset, "--gpu", "h100-sxm", "--gpus", "8", "--tp", "8", "--infer", "--batch", "1", "--prompt", "128", "--output", "2", "--json"]) == 0
+        said[preset] = json.loads(capsys.readouterr().out)["assumptions"]["tensor_parallel"]
+    assert "; 1 all-reduce per layer" in said["falcon-180b"] and "; 2 all-reduces per layer" in said["llama-3.1-70b"]
