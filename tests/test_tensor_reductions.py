@@ -60,3 +60,35 @@ def test_serving_says_how_many_all_reduces_a_layer_runs(capsys):
         assert main(["time", preset, "--gpu", "h100-sxm", "--gpus", "8", "--tp", "8", "--infer", "--batch", "1", "--prompt", "128", "--output", "2", "--json"]) == 0
         said[preset] = json.loads(capsys.readouterr().out)["assumptions"]["tensor_parallel"]
     assert "; 1 all-reduce per layer" in said["falcon-180b"] and "; 2 all-reduces per layer" in said["llama-3.1-70b"]
+
+
+def _with_reductions(tmp_path, declared: str) -> str:
+    """docs/examples/linear_attention.toml with its layer declaring ``tensor_reductions``."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "examples" / "linear_attention.toml").read_text()
+    layer = '[components.linear_attention_layer]\n'
+    assert layer in text
+    path = tmp_path / "arch.toml"
+    path.write_text(text.replace(layer, layer + f'tensor_reductions = "{declared}"\n'))
+    return str(path)
+
+
+SIZES = ["--set", "d_model=2048", "--set", "n_layers=24", "--set", "vocab=50304", "--set", "d_ff=5632", "--set", "n_heads=16"]
+SERVE = ["--gpu", "h100-sxm", "--gpus", "2", "--tp", "2", "--infer", "--batch", "1", "--prompt", "128", "--output", "2", "--json"]
+
+
+def test_a_users_layer_declares_its_own_all_reduces(capsys, tmp_path):
+    from symform.interface.cli.cli import main
+
+    assert main(["time", _with_reductions(tmp_path, "1"), *SIZES, *SERVE]) == 0
+    assert "; 1 all-reduce per layer" in json.loads(capsys.readouterr().out)["assumptions"]["tensor_parallel"]
+
+
+@pytest.mark.parametrize("declared", ["-1", "1/2"])
+def test_a_layer_declaring_a_negative_or_fractional_count_is_refused_in_one_line(capsys, tmp_path, declared):
+    from symform.interface.cli.cli import main
+
+    assert main(["time", _with_reductions(tmp_path, declared), *SIZES, *SERVE]) == 2
+    err = capsys.readouterr().err
+    assert "tensor_reductions" in err and "whole number of 0 or more" in err and err.count("\n") == 1

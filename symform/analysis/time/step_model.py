@@ -163,9 +163,17 @@ def tensor_reductions(model: Model) -> int | Fraction:
     outermost = [n for n in declared if not any(n.startswith(f"{m}/") for m in declared)]
     layers = _value(model, "n_layers", 1)
     counted = sum(Fraction(str(_bind(model, counts[n]))) for n in outermost)
-    runs = sum(Fraction(str(_bind(model, counts[n] * nodes[n]["tensor_reductions"]))) for n in outermost)
+    runs = sum(Fraction(str(_bind(model, counts[n]))) * _declared_reductions(model, n, nodes[n]["tensor_reductions"]) for n in outermost)
     mean = Fraction(runs + MEGATRON_REDUCTIONS * max(layers - counted, 0)) / layers
     return int(mean) if mean.denominator == 1 else mean
+
+
+def _declared_reductions(model: Model, path: str, declared: sympy.Expr) -> int:
+    """A layer's declared all-reduces at the model's sizes: a whole number of 0 or more."""
+    value = Fraction(str(_bind(model, declared)))
+    if value < 0 or value.denominator != 1:
+        raise EvaluationError(f"{model.name}: the layer at {path or 'the root'} declares tensor_reductions = {declared}, which is {value}; declare a whole number of 0 or more (the forward all-reduces tensor parallelism runs in it)")
+    return int(value)
 
 
 def _value(model: Model, name: str, default: int) -> int:
