@@ -164,7 +164,13 @@ def _reach(kind: str) -> dict[str, Any]:
 def is_moe(run: Run) -> bool:
     """Whether the run's model has routed experts: its config binds n_experts (a size run_model(run).values
     holds), read without building and checking the model (a plan asks of every run)."""
-    return "n_experts" in spec_from_config(_run_config(run), name=run.name, origin=run.name).arguments
+    config = json.dumps(_run_config(run), sort_keys=True)
+    if config not in _BINDS_EXPERTS:  # once per config, every field in the key: runs of one preset share it
+        _BINDS_EXPERTS[config] = "n_experts" in spec_from_config(json.loads(config), name=run.name, origin=run.name).arguments
+    return _BINDS_EXPERTS[config]
+
+
+_BINDS_EXPERTS: dict[str, bool] = {}
 
 
 @cache
