@@ -152,6 +152,7 @@ def _sizes(model: Model, expr: sympy.Expr) -> sympy.Expr:
 MEGATRON_REDUCTIONS = 2
 
 
+@derivation  # a plan times the tensor-parallel collectives of every layout it screens
 def tensor_reductions(model: Model) -> int | Fraction:
     """Tensor parallelism's forward all-reduces per layer, over the model's n_layers layers: as each layer declares
     (``tensor_reductions``: a parallel residual layer sums its blocks' outputs and reduces them once), two for
