@@ -64,6 +64,23 @@ def test_an_overlap_that_hides_nothing_times_the_all_to_alls_exposed():
     assert refused.exposed_comm_s["expert"] == pytest.approx(exposed.exposed_comm_s["expert"])
 
 
+def test_a_fact_that_the_overlap_hides_nothing_leaves_dualpipe_alone():
+    """PR #1760 is about Megatron-Core's overlap of micro-batches (moe_a2a_overlap), not DualPipe's schedule."""
+    model = symform.load("qwen3-30b-a3b")
+    step = dict(global_batch=64, micro_batch=1, seq=1024, layout=Layout(data=8, expert=8))
+    hides_nothing = efficiencies.TimeProfile("megatron", "25.11", ep_comm_overlap=False)
+    dualpipe = training_estimate(model, "h100-sxm", ep_comm_overlap="dualpipe", **step)
+    assert training_estimate(model, "h100-sxm", ep_comm_overlap="dualpipe", profile=hides_nothing, **step).step.estimate == pytest.approx(dualpipe.step.estimate)
+
+
+def test_a_facts_dtypes_are_symforms_and_the_default_is_a_training_steps():
+    base = {"name": "step_factor", "value": 1.1, "doc": "d", "source": "s"}
+    for bad, message in ((["FP8"], "not a matmul dtype"), (["mxfp8"], "not a matmul dtype"), ([], "holds for no run")):
+        with pytest.raises(ValueError, match=message):
+            efficiencies.Fact.model_validate(base | {"dtypes": bad})
+    assert efficiencies.profile("megatron", "25.11", "qwen3-235b-a22b", device="b200").step_factor == pytest.approx(17.2 / 16.0, rel=1e-4)
+
+
 def test_megatron_bridge_releases_overlap_their_tensor_and_pipeline_communication():
     """comm_overlap.py: a virtual pipeline sets overlap_p2p_comm; the recipes' Userbuffers configurations overlap TP."""
     found = efficiencies.profile("megatron", "25.11", "llama-3.1-70b")

@@ -1,10 +1,10 @@
 """Tensor parallelism's all-reduces per layer, as the layers declare them (``tensor_reductions``).
 
 Megatron's split reduces the attention's and the MLP's row-parallel outputs each before they enter the residual
-(Shoeybi et al. 2019, Fig. 3): two a layer. A parallel residual layer, x + attn(norm(x)) + mlp(norm'(x)), sums the
-two partial outputs first and reduces once: EleutherAI gpt-neox (ParallelTransformerLayer with gpt_j_residual: "we
-can do a single allreduce after we add mlp / attn outputs") and TensorRT-LLM (FalconDecoderLayer: "Not to apply
-allreduce inside the Attention/MLP layers. allreduce applies after those layer.").
+(Shoeybi et al. 2019, Fig. 3): two a layer. A parallel residual layer, x + attn(norm(x)) + mlp(norm'(x)), may sum
+the two partial outputs first and reduce once; Falcon's serving engines do (TensorRT-LLM's FalconDecoderLayer: "Not
+to apply allreduce inside the Attention/MLP layers. allreduce applies after those layer."; vLLM's Falcon), so
+Falcon's layers declare one, where TensorRT-LLM's GPT-NeoX and vLLM's GPT-J reduce each block and keep two.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def test_each_falcon_layout_declares_its_all_reduces(layout):
     assert tensor_reductions(Model.from_config({**FALCON, **fields})) == expected
 
 
-@pytest.mark.parametrize("preset, expected", [("falcon-180b", 1), ("gpt-j-6b", 1), ("llama-3-8b", 2), ("qwen3-30b-a3b", 2), ("deepseek-v3", 2)])
+@pytest.mark.parametrize("preset, expected", [("falcon-180b", 1), ("gpt-j-6b", 2), ("llama-3-8b", 2), ("qwen3-30b-a3b", 2), ("deepseek-v3", 2)])
 def test_presets_reduce_as_their_layers_are_built(preset, expected):
     assert tensor_reductions(symform.load(preset)) == expected
 
@@ -62,15 +62,15 @@ def test_serving_says_how_many_all_reduces_a_layer_runs(capsys):
     assert "; 1 all-reduce per layer" in said["falcon-180b"] and "; 2 all-reduces per layer" in said["llama-3.1-70b"]
 
 
-def _with_reductions(tmp_path, declared: str) -> str:
+def _with_reductions(tmp_path, declared: str, kind: str = 'kind = "layer"\n') -> str:
     """docs/examples/linear_attention.toml with its layer declaring ``tensor_reductions``."""
     from pathlib import Path
 
     text = (Path(__file__).resolve().parent.parent / "docs" / "examples" / "linear_attention.toml").read_text()
-    layer = '[components.linear_attention_layer]\n'
+    layer = "[components.linear_attention_layer]\n"
     assert layer in text
     path = tmp_path / "arch.toml"
-    path.write_text(text.replace(layer, layer + f'tensor_reductions = "{declared}"\n'))
+    path.write_text(text.replace(layer, layer + kind + f'tensor_reductions = "{declared}"\n'))
     return str(path)
 
 
@@ -85,10 +85,43 @@ def test_a_users_layer_declares_its_own_all_reduces(capsys, tmp_path):
     assert "; 1 all-reduce per layer" in json.loads(capsys.readouterr().out)["assumptions"]["tensor_parallel"]
 
 
-@pytest.mark.parametrize("declared", ["-1", "1/2"])
-def test_a_layer_declaring_a_negative_or_fractional_count_is_refused_in_one_line(capsys, tmp_path, declared):
+@pytest.mark.parametrize(
+    "declared, kind, message",
+    [
+        ("-1", 'kind = "layer"\n', "give a whole number from 0 to 16"),
+        ("1/2", 'kind = "layer"\n', "give a whole number from 0 to 16"),
+        ("seq", 'kind = "layer"\n', "give a whole number from 0 to 16"),
+        ("10**30", 'kind = "layer"\n', "give a whole number from 0 to 16"),
+        ("17", 'kind = "layer"\n', "give a whole number from 0 to 16"),
+        ("1", "", 'declare it on a component of kind "layer"'),
+    ],
+)
+def test_a_count_that_is_no_layers_whole_number_is_refused_in_one_line(capsys, tmp_path, declared, kind, message):
     from symform.interface.cli.cli import main
 
-    assert main(["time", _with_reductions(tmp_path, declared), *SIZES, *SERVE]) == 2
+    assert main(["params", _with_reductions(tmp_path, declared, kind), *SIZES]) == 2
     err = capsys.readouterr().err
-    assert "tensor_reductions" in err and "whole number of 0 or more" in err and err.count("\n") == 1
+    assert "tensor_reductions" in err and message in err and err.count("\n") == 1
+
+
+def test_the_api_refuses_a_count_that_is_no_number():
+    from fractions import Fraction
+
+    from symform.analysis.parallel import parallel_comm
+
+    sizes = dict(batch=1, seq=8, d_model=16, bytes_per_element=2, tensor=2)
+    assert parallel_comm.tensor_parallel_layer(**sizes, reductions=Fraction(3, 2))[0].count == Fraction(3, 2)
+    for bad in (-1, 2.5, "x", None, True):
+        with pytest.raises(symform.SymformError, match="reductions is"):
+            parallel_comm.tensor_parallel_layer(**sizes, reductions=bad)
+
+
+def test_sequence_parallelism_keeps_the_layers_count():
+    """The reduce-scatters of the blocks' outputs follow the count as the all-reduces do, so sequence parallelism
+    sends the same bytes as tensor parallelism alone, for a parallel layer too."""
+    sent = {}
+    model = symform.load("falcon-180b")
+    for sequence in (False, True):
+        step = timing.training_time(model, "h100-sxm", global_batch=1, micro_batch=1, seq=512, layout=Layout(tensor=8, sequence=sequence))
+        sent[sequence] = step.comm["tensor"].bytes_per_rank
+    assert sent[True] == pytest.approx(sent[False])

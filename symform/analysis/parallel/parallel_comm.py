@@ -48,7 +48,7 @@ class Transfer:
     collective: str
     ranks: sympy.Expr
     nbytes: sympy.Expr
-    count: int | Fraction  # runs per layer: a model's layers may declare different counts (an average)
+    count: int | Fraction  # runs (a mean where the layers it stands for run different numbers)
     phase: Phase
 
     def bytes_per_rank(self) -> sympy.Expr | float:
@@ -108,6 +108,13 @@ def _size(name: str, value: Value, minimum: int = 1) -> sympy.Expr:
     )
 
 
+def _runs(name: str, value: object) -> int | Fraction:
+    """A number of runs of a collective: a whole number or fraction (a mean over layers) of 0 or more."""
+    if isinstance(value, bool) or not isinstance(value, (int, Fraction)) or value < 0:
+        raise ConfigError(f"{name} is {value!r}; give a whole number (or a Fraction, a mean over layers) of 0 or more: the collective's runs in one layer")
+    return value
+
+
 def _activation_bytes(
     batch: Value, seq: Value, d_model: Value, bytes_per_element: Value
 ) -> sympy.Expr:
@@ -131,10 +138,11 @@ def tensor_parallel_layer(
     The g operator all-reduces the row-parallel outputs of attention and of the MLP in
     the forward pass; the f operator all-reduces the input gradients of the
     column-parallel inputs in the backward pass (Shoeybi et al. 2019, Fig. 3 and 4).
-    ``reductions``: the forward's all-reduces where the layer declares other than two
-    (a parallel residual layer sums its attention and MLP outputs, then reduces once).
+    ``reductions``: the forward's all-reduces where the layers declare other than two (an engine that sums a
+    parallel layer's attention and MLP outputs reduces once); the backward keeps two, one for each block's
+    column-parallel input, as gpt-neox's parallel layers run them.
     """
-    t = _degree("tensor", tensor)
+    t, reductions = _degree("tensor", tensor), _runs("reductions", reductions)
     nbytes = _activation_bytes(batch, seq, d_model, bytes_per_element)
     return [
         _transfer(
@@ -157,16 +165,18 @@ def tensor_parallel_layer(
 
 
 def sequence_parallel_layer(
-    *, batch: Value, seq: Value, d_model: Value, bytes_per_element: Value, tensor: Value
+    *, batch: Value, seq: Value, d_model: Value, bytes_per_element: Value, tensor: Value, reductions: Value = 2
 ) -> list[Transfer]:
     """Tensor plus sequence parallelism, one layer: each all-reduce becomes an all-gather and a reduce-scatter.
 
     Forward: all-gather of the sequence-sharded input before attention and before the
     MLP, reduce-scatter of their outputs; backward: the reverse (Korthikanti et al.
     2022, §4.2.2). Same bytes per rank as tensor parallelism alone; the activations
-    outside the tensor-parallel region are sharded t ways.
+    outside the tensor-parallel region are sharded t ways. ``reductions``: the reduce-scatters of the blocks'
+    outputs (and the all-gathers of their gradients) where the layers declare other than two, as
+    tensor_parallel_layer's all-reduces; the inputs' all-gathers stay two.
     """
-    t = _degree("tensor", tensor)
+    t, reductions = _degree("tensor", tensor), _runs("reductions", reductions)
     nbytes = _activation_bytes(batch, seq, d_model, bytes_per_element)
     return [
         _transfer(
@@ -182,7 +192,7 @@ def sequence_parallel_layer(
             "reduce_scatter",
             t,
             nbytes,
-            2,
+            reductions,
             "forward",
         ),
         _transfer(
@@ -194,7 +204,7 @@ def sequence_parallel_layer(
             "backward",
         ),
         _transfer(
-            "all-gather of the output gradients", "all_gather", t, nbytes, 2, "backward"
+            "all-gather of the output gradients", "all_gather", t, nbytes, reductions, "backward"
         ),
     ]
 

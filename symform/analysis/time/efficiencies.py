@@ -338,6 +338,18 @@ class Fact(BaseModel):
                 raise ValueError(f"{name!r} is not a bundled accelerator: name one that symform hardware lists (a system's, such as b200 for dgx-b200)")
         return devices
 
+    @field_validator("dtypes")
+    @classmethod
+    def _known_dtypes(cls, dtypes: list[str] | None) -> list[str] | None:
+        from ..devices.hardware import DTYPES
+
+        for name in dtypes or ():
+            if name not in DTYPES:
+                raise ValueError(f"{name!r} is not a matmul dtype symform knows: name one of {', '.join(DTYPES)}")
+        if dtypes == []:
+            raise ValueError("dtypes = [] holds for no run: name the dtypes, or leave dtypes out for every dtype")
+        return dtypes
+
     def holds(self, version: str | None, preset: str | None, device: str | None = None, dtype: str | None = None) -> bool:
         return all(named is None or given in named for named, given in ((self.versions, version), (self.presets, preset), (self.devices, device), (self.dtypes, dtype)))
 
@@ -379,9 +391,10 @@ def facts(name: str) -> list[Fact]:
         raise ConfigError(f"formulas/frameworks/{name}.toml [[time.facts]]: {describe_validation(e)}; see docs/time.md") from None
 
 
-def profile(name: str | None, version: str | None = None, preset: str | None = None, *, device: str | None = None, dtype: str | None = None, scales: dict[str, float] | None = None) -> TimeProfile | None:
+def profile(name: str | None, version: str | None = None, preset: str | None = None, *, device: str | None = None, dtype: str = "bf16", scales: dict[str, float] | None = None) -> TimeProfile | None:
     """The time profile of framework ``name`` at release ``version`` for model ``preset`` on accelerator ``device``
-    (its hardware file's name, :func:`accelerator_name`) at matmul ``dtype`` (None without a framework);
+    (its hardware file's name, :func:`accelerator_name`) at matmul ``dtype`` (bf16 unless named, as a training
+    step's; None without a framework);
     ``scales``: fitted values replacing the files' (symform validate --fit)."""
     if name is None:
         return None

@@ -479,10 +479,13 @@ class Pairing:
 
 def _expert_overlap(asked: bool | str, profile: TimeProfile | None) -> bool | str:
     """How the all-to-alls are overlapped: as the run or the framework's recipe asks, unless the release's own
-    overlap hides nothing (a fact whose value is false: its CPU overhead, say, costs what it would hide)."""
+    overlap of micro-batches (Megatron-Core's, True or "1f1b") hides nothing (a fact whose value is false: its CPU
+    overhead, say, costs what it would hide); DualPipe is another schedule, which no such fact is about."""
     if profile is None:
         return asked
-    return False if profile.ep_comm_overlap is False else asked or bool(profile.ep_comm_overlap)
+    if profile.ep_comm_overlap is False and asked != "dualpipe":
+        return False
+    return asked or bool(profile.ep_comm_overlap)
 
 
 def _unpaired(layout: Layout, microbatches: int) -> float:

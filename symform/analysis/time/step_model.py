@@ -154,27 +154,17 @@ MEGATRON_REDUCTIONS = 2
 
 @derivation  # a plan times the tensor-parallel collectives of every layout it screens
 def tensor_reductions(model: Model) -> int | Fraction:
-    """Tensor parallelism's forward all-reduces per layer, over the model's n_layers layers: as each layer declares
-    (``tensor_reductions``: a parallel residual layer sums its blocks' outputs and reduces them once), two for
+    """Tensor parallelism's forward all-reduces per layer, over the model's layers: as each layer declares
+    (``tensor_reductions``: an engine that sums a parallel layer's blocks reduces them once), Megatron's two for
     a layer that declares none."""
     graph = model.graph()
     counts = graph.multiplicities("forward_flops")
-    nodes = graph.graph.nodes
-    declared = [n for n, data in nodes.items() if "tensor_reductions" in data]
-    outermost = [n for n in declared if not any(n.startswith(f"{m}/") for m in declared)]
-    layers = _value(model, "n_layers", 1)
-    counted = sum(Fraction(str(_bind(model, counts[n]))) for n in outermost)
-    runs = sum(Fraction(str(_bind(model, counts[n]))) * _declared_reductions(model, n, nodes[n]["tensor_reductions"]) for n in outermost)
-    mean = Fraction(runs + MEGATRON_REDUCTIONS * max(layers - counted, 0)) / layers
+    declared = [(Fraction(str(_bind(model, counts[path]))), int(data["tensor_reductions"])) for path, data in graph.graph.nodes.items() if "tensor_reductions" in data]
+    layers, _ = _layers(model)
+    counted = sum(times for times, _ in declared)
+    runs = sum(times * each for times, each in declared) + MEGATRON_REDUCTIONS * max(layers - counted, 0)
+    mean = Fraction(runs) / max(layers, counted)
     return int(mean) if mean.denominator == 1 else mean
-
-
-def _declared_reductions(model: Model, path: str, declared: sympy.Expr) -> int:
-    """A layer's declared all-reduces at the model's sizes: a whole number of 0 or more."""
-    value = Fraction(str(_bind(model, declared)))
-    if value < 0 or value.denominator != 1:
-        raise EvaluationError(f"{model.name}: the layer at {path or 'the root'} declares tensor_reductions = {declared}, which is {value}; declare a whole number of 0 or more (the forward all-reduces tensor parallelism runs in it)")
-    return int(value)
 
 
 def _value(model: Model, name: str, default: int) -> int:

@@ -37,7 +37,7 @@ from ..memory.memory import Training, check_pipeline, expert_params_per_device, 
 from ..memory.settings import Layout, recipes
 from ...engine.graph.model import Model
 from .roofline import phase_work
-from .step_model import Comm, Number, Placement, TENSOR, _act_bytes, _bandwidth, _bind, _comm, _json, _layers, _per_device, _sizes, _whole, at_dtype, dtype_assumption, placement, rank_sizes, rank_work, step_bounds, tensor_reductions, transfer_seconds, utilisation
+from .step_model import Comm, Number, Placement, TENSOR, _act_bytes, _bandwidth, _bind, _comm, _json, _layers, _per_device, _sizes, _whole, at_dtype, dtype_assumption, placement, rank_sizes, rank_work, step_bounds, MEGATRON_REDUCTIONS, tensor_reductions, transfer_seconds, utilisation
 
 
 # --- the hardware: one accelerator, its node and its links --------------------------------
@@ -289,7 +289,7 @@ def training_time(
             "recompute_flops": _sizes(model, extra_flops.xreplace(whole)),
             "bubble_ratio": sympy.sympify(scaling.bubble_ratio(layout.schedule)) if layout.pipeline > 1 else sympy.Integer(0),
         },
-        assumptions=_training_assumptions(place, dtype, layout, recompute, flash, precision, comm) | (_finetune_assumptions(finetune) if finetune else {}) | ({"activation_offload": OFFLOAD} if offload_layers else {})
+        assumptions=_training_assumptions(place, dtype, layout, recompute, flash, precision, comm) | (_finetune_assumptions(finetune) if finetune else {}) | ({"activation_offload": OFFLOAD} if offload_layers else {}) | ({"tensor_parallel": _tensor_assumption(model, layout)} if layout.tensor > 1 else {})
         | ({"recompute_layers": f"{recompute_layers} layers of each pipeline chunk recomputed in full, the rest kept: {float(share):.4g} of full recomputation's forward and collectives"} if recompute_layers else {})
         | ({"stage_layout": f"the stages as the layout {layout.pipeline_layout!r} places them: the slowest device holds {pace:.4g}× the mean device's forward FLOPs, and paces the pipeline (its work, and the bubble with it, scaled by that; each t weighs the stack's mean layer); per-device FLOPs and bytes are the mean's, and the memory check keeps balanced stages"} if layout.pipeline_layout else {}),
     )
@@ -500,10 +500,11 @@ def _tensor_comm(model: Model, place: Placement, layout: Layout, microbatches: i
 
 @lru_cache(maxsize=1024)
 def _tensor_transfers(sequence: bool, sizes: tuple[tuple[str, Number], ...], vocab: int, tensor: int, reductions: int | Fraction) -> tuple[tuple[parallel_comm.Transfer, ...], tuple[parallel_comm.Transfer, ...]]:
-    """One layer's tensor-parallel collectives (``reductions``: the forward all-reduces its layers declare, without
-    sequence parallelism), and the vocabulary-parallel embedding's and head's, once per size."""
+    """One layer's tensor-parallel collectives (``reductions``: the reductions of its blocks' outputs its layers
+    declare), and the vocabulary-parallel embedding's and head's, once per size."""
     given = dict(sizes)
-    layer = parallel_comm.sequence_parallel_layer(**given, tensor=tensor) if sequence else parallel_comm.tensor_parallel_layer(**given, tensor=tensor, reductions=reductions)
+    kind = parallel_comm.sequence_parallel_layer if sequence else parallel_comm.tensor_parallel_layer
+    layer = kind(**given, tensor=tensor, reductions=reductions)
     ends = parallel_comm.vocab_parallel_embedding(**given, tensor=tensor) + parallel_comm.vocab_parallel_output_head(**given, vocab=vocab, tensor=tensor)
     return tuple(layer), tuple(ends)
 
@@ -599,6 +600,15 @@ def _training_assumptions(place: Placement, dtype: str, layout: Layout, recomput
         "latency": "symform.analysis.parallel.collectives.DEFAULT_LATENCY_S per message, by link",
         "mfu": "model FLOPs = forward + backward of the step (no recomputation); HFU adds the recomputed FLOPs",
     } | ({"hybrid_sharding": _hybrid_assumption(layout)} if layout.replicate > 1 else {})
+
+
+def _tensor_assumption(model: Model, layout: Layout) -> str:
+    """What each layer's tensor-parallel collectives are, with the reductions its layers declare."""
+    r = tensor_reductions(model)
+    declared = f"{r} (as its layers declare: an engine that sums a parallel layer's blocks reduces once)" if r != MEGATRON_REDUCTIONS else f"{r}"
+    if layout.sequence:
+        return f"per layer: 2 all-gathers of the sequence-sharded inputs and {declared} reduce-scatters of the blocks' outputs forward, the reverse backward (Korthikanti et al. 2022)"
+    return f"per layer: {declared} all-reduces of the blocks' outputs forward, 2 of the inputs' gradients backward, one for each block's column-parallel input (Megatron's f and g)"
 
 
 def _hybrid_assumption(layout: Layout) -> str:

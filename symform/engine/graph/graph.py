@@ -260,8 +260,8 @@ def _instantiate(
     for req, relation in zip(component.requirements, own.requirements):
         out.requirements.append(BoundRequirement(path, component.name, req, moved(relation)))
     out.graph.nodes[path]["saved_when"] = {k: moved(v) for k, v in own.saved_when.items()}
-    if own.tensor_reductions is not None:
-        out.graph.nodes[path]["tensor_reductions"] = moved(own.tensor_reductions)
+    if component.tensor_reductions is not None:  # a layer's whole number, no argument in it
+        out.graph.nodes[path]["tensor_reductions"] = component.tensor_reductions
     if component.is_primitive:
         out.graph.nodes[path]["quantities"] = {k: moved(v) for k, v in own.quantities.items()}
         out.graph.nodes[path]["frozen"] = {k: moved(v) for k, v in own.frozen.items()}
@@ -310,7 +310,6 @@ class _BoundDeclaration:
         self.component, self._args, self._local = component, args, local  # component held: the memo's key names it by id
         self.requirements = tuple(req.relation.xreplace(local) for req in component.requirements)
         self.saved_when = {m: substituted(e, local) for m, e in component.saved_when.items()}
-        self.tensor_reductions = None if component.tensor_reductions is None else substituted(component.tensor_reductions, local)
         if component.is_primitive:
             self.quantities = {q: substituted(e, local) for q, e in component.quantities.items()}
             self.frozen = {q: substituted(e, local) for q, e in component.frozen.items()}

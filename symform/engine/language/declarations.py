@@ -117,9 +117,10 @@ class ComponentDecl:
     # a primitive's options, which a use site sets by name (rms_norm(form=offset)): option -> value -> the fields
     # that value declares in place of the primitive's own (doc, source, args, quantities, frozen, ...)
     options: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
-    # a layer: the all-reduces of its blocks' partial sums that tensor parallelism runs in one forward (Megatron's
-    # split reduces each row-parallel block's output before it enters the residual; a layer that sums its blocks'
-    # outputs into the residual at once reduces them once); a variant keeps its base's
+    # a layer (kind "layer"): the all-reduces of its blocks' partial sums that tensor parallelism runs in one
+    # forward, a whole number (Megatron's split reduces each row-parallel block's output before it enters the
+    # residual: two, the count for a layer that declares none; an engine that sums a parallel layer's blocks
+    # first reduces once); a variant keeps its base's
     tensor_reductions: Scalar | None = None
 
 
@@ -174,7 +175,7 @@ class Component:
     backward_peak: sympy.Expr = sympy.Integer(0)  # primitives: what their backward holds at once besides what they keep
     declaration: ComponentDecl | None = field(default=None, compare=False, repr=False)  # kept where it has options
     options: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # option -> its values
-    tensor_reductions: sympy.Expr | None = None  # a layer: tensor parallelism's all-reduces in one forward
+    tensor_reductions: sympy.Integer | None = None  # a layer: tensor parallelism's all-reduces in one forward
 
     @property
     def is_primitive(self) -> bool:
@@ -366,7 +367,7 @@ def _build_component(name: str, decl: ComponentDecl, vocabulary: Vocabulary, bas
         backward_peak=_backward_peak(decl, names, exprs),
         declaration=decl if decl.options else None,
         options=_options(decl, base),
-        tensor_reductions=parse(str(decl.tensor_reductions), names) if decl.tensor_reductions is not None else base.tensor_reductions if base else None,
+        tensor_reductions=_tensor_reductions(decl, base),
     )
 
 
@@ -423,6 +424,24 @@ def with_options(base: Component, chosen: Mapping[str, str]) -> ComponentDecl:
 
 
 GEMM_SIZES = ("m", "n", "k", "batches")
+
+
+#: the most all-reduces a layer may declare for one forward (a layer of a few blocks reduces a few times)
+MOST_TENSOR_REDUCTIONS = 16
+
+
+def _tensor_reductions(decl: ComponentDecl, base: Component | None) -> sympy.Integer | None:
+    """A layer's tensor-parallel all-reduces in one forward: a whole number the layer itself declares (the comm
+    charges it once per layer, so on any other component it would be counted as many times as that repeats)."""
+    if decl.tensor_reductions is None:
+        return base.tensor_reductions if base else None
+    kind = decl.kind if decl.kind is not None else base.kind if base else None
+    if kind != "layer":
+        raise DeclarationError("tensor_reductions counts a layer's tensor-parallel all-reduces; declare it on a component of kind \"layer\" (one that extends decoder_layer), not here")
+    text = str(decl.tensor_reductions).strip()
+    if not text.isdigit() or int(text) > MOST_TENSOR_REDUCTIONS:
+        raise DeclarationError(f"tensor_reductions is {decl.tensor_reductions!r}; give a whole number from 0 to {MOST_TENSOR_REDUCTIONS} (the all-reduces tensor parallelism runs in one forward of the layer)")
+    return sympy.Integer(int(text))
 
 
 def _gemm(decl: ComponentDecl, names: Mapping[str, sympy.Basic]) -> Mapping[str, sympy.Expr]:

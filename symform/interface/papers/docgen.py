@@ -63,6 +63,7 @@ def component_page(name: str, where: str) -> str:
     lines += _quantities(tex.component_expressions(name), "with the arguments' defaults and the default counting conventions")
     lines += _fine_tuning(comp)
     lines += _backward_peak(comp)
+    lines += _tensor_reductions(comp)
     lines += _component_derivation(name)
     return "\n".join(lines).rstrip() + "\n"
 
@@ -221,6 +222,18 @@ def _backward_peak(comp: Component) -> list[str]:
         "Bytes its backward holds at once besides what it keeps, freed before the next op's backward; the training "
         "memory counts the largest ([memory](../../memory.md#backward-peak)), before the conventions are applied:", "",
         "$$", f"M_{{\\mathrm{{bwd}}}} = {tex.latex(comp.backward_peak)}", "$$", "",
+    ]  # fmt: skip
+
+
+def _tensor_reductions(comp: Component) -> list[str]:
+    """The all-reduces tensor parallelism runs in one forward of the layer, where it declares them."""
+    if comp.tensor_reductions is None:
+        return []
+    count = int(comp.tensor_reductions)
+    return [
+        "## Tensor parallelism", "",
+        f"{count} all-reduce{'' if count == 1 else 's'} of the layer's b·s·d output in one forward (`tensor_reductions`), where "
+        "Megatron's split runs two ([time](../../time.md)).", "",
     ]  # fmt: skip
 
 

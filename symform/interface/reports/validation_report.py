@@ -365,7 +365,10 @@ MISSES = """## The misses, explained
   chip has. MaxText's Pallas kernel tiles in the v5e's 128 MiB of VMEM, and with the keys and
   values read on chip the fit lands at 85.2 %. The v5e's held-out row, 128B on one v5e-256 (tensor
   16 × FSDP 16, remat full), is −15 %, outside its band: as in the v5p's 512B, the tensor-parallel
-  collectives are exposed in the estimate, 3.1 s of its 17.2 s, where the run took 14.7 s. The v5e
+  collectives are exposed in the estimate, 3.1 s of its 17.2 s, where the run took 14.7 s; and the
+  arcee stand-in charges a sequential layer's two reductions where MaxText's parallel block could
+  reduce its attention and MLP at once (−9 % with one), which symform's sources do not show XLA
+  doing. The v5e
   table's 2x to 32x rows of the 16B and the 128B (2 to 32 slices over DCN, timed as the v5p's 2x
   rows with `replicate` = the slices, over the 25 Gbps a chip Google gives the v5e's data-center
   network: 2 × 100 Gbps of NICs per host of 8 chips, 6.4 Tbps per pod of 256) lie within their
@@ -492,13 +495,14 @@ MISSES = """## The misses, explained
     take (46.7 GB a GPU at 3.35 TB/s, 13.9 ms), and so is the four L40S cards' (19.5 ms against
     27 ms), so those engines read at most a byte a weight.
   - *Falcon 180B* (median 13.2 %, 18 of 24 in band; 23.5 % and 15 while every layer was charged
-    two all-reduces): a parallel residual layer, x + attn(norm(x)) + mlp(norm'(x)), sums its
-    attention's and MLP's row-parallel partial outputs and all-reduces them once (TensorRT-LLM's
-    FalconDecoderLayer: 'Not to apply allreduce inside the Attention/MLP layers. allreduce applies
-    after those layer.'; EleutherAI gpt-neox's gpt_j_residual layers likewise), so its layer
-    declares `tensor_reductions = "1"`. On eight L40S cards, which all-reduce over PCIe, that took
+    two all-reduces): Falcon's layers are parallel residual ones, x + attn(norm(x)) + mlp(norm'(x)),
+    and its engines sum the attention's and the MLP's row-parallel partial outputs and all-reduce
+    them once (TensorRT-LLM's FalconDecoderLayer: 'Not to apply allreduce inside the Attention/MLP
+    layers. allreduce applies after those layer.'; vLLM's Falcon likewise), so its layers declare
+    `tensor_reductions = "1"` (other parallel layers keep two: TensorRT-LLM's GPT-NeoX and vLLM's
+    GPT-J reduce each block). On eight L40S cards, which all-reduce over PCIe, that took
     the first token at 2,048 tokens from +107 % to +20 % and the throughput rows from −41 %…−56 %
-    to −12 %…−41 %; on H100, H200 and A100 the batch-1 first token at 128 tokens now falls 35 % to
+    to −12 %…−41 %; on H100, H200 and A100 the batch-1 first token at 128 tokens now falls 42 % to
     46 % short of the run (it was 35 % to 39 %), as on v0.5.0 (above): what Falcon's short
     prompts spend beyond reading the weights and reducing is not in the estimate.
 - **TensorRT-LLM v0.8.0 on H200, H100 and A100, and its L40S GPT-J 6B and Falcon 180B rows (held
