@@ -90,6 +90,15 @@ def normalise_quantity(name: str) -> str:
     return key
 
 
+
+def _names_a_file(text: str) -> bool:
+    """Whether ``text`` is the path of a config or architecture file, which no preset's name or Hub id is (so
+    loading it reads no preset index); a path the filesystem refuses is left to the load's own message."""
+    try:
+        return Path(text).suffix in (".json", ".toml") and Path(text).is_file()
+    except OSError:
+        return False
+
 class Model:
     """A whole model: a root component, its arguments, and the counting conventions in force.
 
@@ -138,7 +147,7 @@ class Model:
         """A bundled preset by name or Hub id, a Hugging Face config.json by path, an architecture file
         (.toml), or any model by its Hub id (``Qwen/Qwen3-8B``; ``revision`` a branch, tag or commit)."""
         text = str(source)
-        preset = find_preset(text) if revision is None else None
+        preset = find_preset(text) if revision is None and not _names_a_file(text) else None
         if preset is not None:
             return cls(_preset_spec(preset), **options)
         path = Path(text)
