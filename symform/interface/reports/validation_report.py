@@ -493,7 +493,14 @@ MISSES = """## The misses, explained
     new in the next release's notes (0.10.0: 'Added FP8 quantization support for Mixtral'): at
     128 tokens the H100 pair's first token (13.4 ms) is shorter than reading FP16 weights could
     take (46.7 GB a GPU at 3.35 TB/s, 13.9 ms), and so is the four L40S cards' (19.5 ms against
-    27 ms), so those engines read at most a byte a weight.
+    27 ms), so those engines read at most a byte a weight. Nor did they route uniformly: the A100
+    pair's 801 tokens/s/GPU at batch 32 and 2,048/2,048 tokens is more than reading every expert's
+    FP16 weights and the cache each decode step allows (46.7 GB and 6.4 GB a GPU a step at 2.04 TB/s:
+    at most 615 tokens/s/GPU at the peak, prefill aside). The page builds its engines from
+    checkpoint configurations without weights, and symform has no source for how such an engine's
+    router picks; the estimate keeps uniform routing (every expert a step's tokens touch is read).
+    With a Zipf skew of 4 (`--expert-skew 4`) the A100 and L40S rows would fall within −15 % and
+    +34 %, but that skew would be fitted on these held-out rows, so it is not applied.
   - *Falcon 180B* (median 13.2 %, 18 of 24 in band; 23.5 % and 15 while every layer was charged
     two all-reduces): Falcon's layers are parallel residual ones, x + attn(norm(x)) + mlp(norm'(x)),
     and its engines sum the attention's and the MLP's row-parallel partial outputs and all-reduce
