@@ -93,6 +93,7 @@ def test_a_users_layer_declares_its_own_all_reduces(capsys, tmp_path):
         ("seq", 'kind = "layer"\n', "give a whole number from 0 to 16"),
         ("10**30", 'kind = "layer"\n', "give a whole number from 0 to 16"),
         ("17", 'kind = "layer"\n', "give a whole number from 0 to 16"),
+        ("²", 'kind = "layer"\n', "give a whole number from 0 to 16"),
         ("1", "", 'declare it on a component of kind "layer"'),
     ],
 )

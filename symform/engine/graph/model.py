@@ -90,7 +90,6 @@ def normalise_quantity(name: str) -> str:
     return key
 
 
-
 def _names_a_file(text: str) -> bool:
     """Whether ``text`` is the path of a config or architecture file, which no preset's name or Hub id is (so
     loading it reads no preset index); a path the filesystem refuses is left to the load's own message."""
@@ -98,6 +97,7 @@ def _names_a_file(text: str) -> bool:
         return Path(text).suffix in (".json", ".toml") and Path(text).is_file()
     except OSError:
         return False
+
 
 class Model:
     """A whole model: a root component, its arguments, and the counting conventions in force.

@@ -439,7 +439,7 @@ def _tensor_reductions(decl: ComponentDecl, base: Component | None) -> sympy.Int
     if kind != "layer":
         raise DeclarationError("tensor_reductions counts a layer's tensor-parallel all-reduces; declare it on a component of kind \"layer\" (one that extends decoder_layer), not here")
     text = str(decl.tensor_reductions).strip()
-    if not text.isdigit() or int(text) > MOST_TENSOR_REDUCTIONS:
+    if not (text.isascii() and text.isdigit()) or int(text) > MOST_TENSOR_REDUCTIONS:
         raise DeclarationError(f"tensor_reductions is {decl.tensor_reductions!r}; give a whole number from 0 to {MOST_TENSOR_REDUCTIONS} (the all-reduces tensor parallelism runs in one forward of the layer)")
     return sympy.Integer(int(text))
 
