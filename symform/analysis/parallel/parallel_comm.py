@@ -83,7 +83,7 @@ def _transfer(
     name: str,
     ranks: sympy.Expr,
     nbytes: sympy.Expr,
-    count: Value,
+    count: int | Fraction,
     phase: Phase,
 ) -> Transfer:
     return Transfer(what, name, ranks, sympy.sympify(nbytes), count, phase)
@@ -131,7 +131,7 @@ def _activation_bytes(
 
 
 def tensor_parallel_layer(
-    *, batch: Value, seq: Value, d_model: Value, bytes_per_element: Value, tensor: Value, reductions: Value = 2
+    *, batch: Value, seq: Value, d_model: Value, bytes_per_element: Value, tensor: Value, reductions: int | Fraction = 2
 ) -> list[Transfer]:
     """Megatron tensor parallelism, one transformer layer: two all-reduces of b·s·d forward, two backward.
 
@@ -165,7 +165,7 @@ def tensor_parallel_layer(
 
 
 def sequence_parallel_layer(
-    *, batch: Value, seq: Value, d_model: Value, bytes_per_element: Value, tensor: Value, reductions: Value = 2
+    *, batch: Value, seq: Value, d_model: Value, bytes_per_element: Value, tensor: Value, reductions: int | Fraction = 2
 ) -> list[Transfer]:
     """Tensor plus sequence parallelism, one layer: each all-reduce becomes an all-gather and a reduce-scatter.
 

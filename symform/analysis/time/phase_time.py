@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
-from fractions import Fraction
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 import numpy
 import sympy
