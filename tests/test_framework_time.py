@@ -64,15 +64,6 @@ def test_an_overlap_that_hides_nothing_times_the_all_to_alls_exposed():
     assert refused.exposed_comm_s["expert"] == pytest.approx(exposed.exposed_comm_s["expert"])
 
 
-def test_a_fact_that_the_overlap_hides_nothing_leaves_dualpipe_alone():
-    """PR #1760 is about Megatron-Core's overlap of micro-batches (moe_a2a_overlap), not DualPipe's schedule."""
-    model = symform.load("qwen3-30b-a3b")
-    step = dict(global_batch=64, micro_batch=1, seq=1024, layout=Layout(data=8, expert=8))
-    hides_nothing = efficiencies.TimeProfile("megatron", "25.11", ep_comm_overlap=False)
-    dualpipe = training_estimate(model, "h100-sxm", ep_comm_overlap="dualpipe", **step)
-    assert training_estimate(model, "h100-sxm", ep_comm_overlap="dualpipe", profile=hides_nothing, **step).step.estimate == pytest.approx(dualpipe.step.estimate)
-
-
 def test_a_facts_dtypes_are_symforms_and_the_default_is_a_training_steps():
     base = {"name": "step_factor", "value": 1.1, "doc": "d", "source": "s"}
     for bad, message in ((["FP8"], "not a matmul dtype"), (["mxfp8"], "not a matmul dtype"), ([], "holds for no run")):
@@ -298,3 +289,30 @@ def test_a_recomputed_forward_joins_the_backward_s_window():
     from symform.analysis.time.estimate import Pairing
 
     assert Pairing(4.0, 100.0, 0.0, recomputed=1 / 3).exposed(8.0) == 1.0  # quarter 2 s under a forward of 1 s
+
+
+def test_dualpipe_beside_a_release_whose_overlap_hides_nothing_is_refused_in_one_line():
+    """The 25.11 facts for Qwen3-235B-A22B on B200 describe Megatron-Core's moe_a2a_overlap (PR #1760), and its step
+    factor that schedule's CPU overhead: neither is DualPipe's, so the combination is refused, not timed."""
+    model = symform.load("qwen3-30b-a3b")
+    step = dict(global_batch=64, micro_batch=1, seq=1024, layout=Layout(data=8, expert=8))
+    with pytest.raises(ConfigError, match="drop --dualpipe or --framework") as e:
+        training_estimate(model, "h100-sxm", ep_comm_overlap="dualpipe", profile=efficiencies.TimeProfile("megatron", "25.11", ep_comm_overlap=False), **step)
+    assert "\n" not in str(e.value)
+
+
+def test_a_facts_presets_are_the_models_loaded_as_them_not_files_of_their_name(capsys, tmp_path):
+    """A file named after the preset is not the preset: the facts measured on Qwen3-235B-A22B stay off a tiny model
+    saved as qwen3-235b-a22b.json."""
+    from symform.interface.cli.cli import main
+
+    config = {"model_type": "llama", "vocab_size": 128, "num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 4, "max_position_embeddings": 256}
+    path = tmp_path / "qwen3-235b-a22b.json"
+    path.write_text(json.dumps(config))
+    argv = ["--train", "--gpu", "b200", "--gpus", "8", "--global-batch", "8", "--micro-batch", "1", "--seq", "64", "--dtype", "fp8", "--framework", "megatron", "--framework-version", "25.11", "--json"]
+    assert main(["time", str(path), *argv]) == 0
+    facts = json.loads(capsys.readouterr().out)["estimate"]["factors"]["framework"]["facts"]
+    assert facts and not any(key.startswith(("step_factor", "ep_comm_overlap")) for key in facts)
+    assert main(["time", "qwen3-235b-a22b", *argv[:4], "64", "--pp", "8", "--ep", "8", *argv[5:]]) == 0
+    preset = json.loads(capsys.readouterr().out)["estimate"]["factors"]["framework"]["facts"]
+    assert any(key.startswith("step_factor = 1.1893") for key in preset) and any(key.startswith("ep_comm_overlap = False") for key in preset)

@@ -126,3 +126,43 @@ def test_sequence_parallelism_keeps_the_layers_count():
         step = timing.training_time(model, "h100-sxm", global_batch=1, micro_batch=1, seq=512, layout=Layout(tensor=8, sequence=sequence))
         sent[sequence] = step.comm["tensor"].bytes_per_rank
     assert sent[True] == pytest.approx(sent[False])
+
+
+def _nested(tmp_path, outer: str, inner: str) -> str:
+    """linear_attention.toml's layer (kind layer) twice inside a pair layer (kind layer) repeated n_layers times."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "examples" / "linear_attention.toml").read_text()
+    layer = "[components.linear_attention_layer]\n"
+    text = text.replace(layer, layer + 'kind = "layer"\n' + (f'tensor_reductions = "{inner}"\n' if inner else ""))
+    pair = '\n[components.pair_layer]\nkind = "layer"\ndoc = "two layers as one"\nargs = ["d_model", "d_ff", "n_heads"]\n' + (f'tensor_reductions = "{outer}"\n' if outer else "")
+    pair += '\n[[components.pair_layer.parts]]\nname = "pair"\nuse = "linear_attention_layer"\nrepeat = "2"\npass = true\n'
+    path = tmp_path / "nested.toml"
+    path.write_text(text.replace('use = "linear_attention_layer"', 'use = "pair_layer"') + pair)
+    return str(path)
+
+
+@pytest.mark.parametrize("outer, inner, expected", [("3", "1", 3), ("", "3", 6), ("", "0", 0), ("", "", 2)])
+def test_a_layer_inside_a_declaring_layer_is_its_part_and_layers_in_pairs_count_both(capsys, tmp_path, outer, inner, expected):
+    """The outer declaration holds for the layers inside it; with the inner alone declared, each of the n_layers
+    pairs runs its two layers' counts (3 each: 6 a pair)."""
+    from symform.interface.cli.cli import main
+
+    assert main(["time", _nested(tmp_path, outer, inner), *SIZES, *SERVE]) == 0
+    said = json.loads(capsys.readouterr().out)["assumptions"]["tensor_parallel"]
+    assert f"; {expected} all-reduce{'' if expected == 1 else 's'} per layer" in said
+
+
+def test_a_component_of_another_kind_may_not_inherit_a_layers_count(capsys, tmp_path):
+    from pathlib import Path
+
+    from symform.interface.cli.cli import main
+
+    text = Path(_with_reductions(tmp_path, "1")).read_text()
+    text += '\n[components.odd_layer]\nextends = "linear_attention_layer"\nkind = "mixer"\ndoc = "the same layer, another kind"\n'
+    text = text.replace('root = "linear_attention_lm"', 'root = "linear_attention_lm"', 1)
+    path = tmp_path / "odd.toml"
+    path.write_text(text)
+    assert main(["params", str(path), *SIZES]) == 2
+    err = capsys.readouterr().err
+    assert "inherits one" in err and err.count("\n") == 1

@@ -20,6 +20,7 @@ Sources: Shoeybi et al. 2019 (Megatron-LM, the f/g operators), Korthikanti et al
 from __future__ import annotations
 
 import math
+import numbers
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -109,10 +110,14 @@ def _size(name: str, value: Value, minimum: int = 1) -> sympy.Expr:
 
 
 def _runs(name: str, value: object) -> int | Fraction:
-    """A number of runs of a collective: a whole number or fraction (a mean over layers) of 0 or more."""
-    if isinstance(value, bool) or not isinstance(value, (int, Fraction)) or value < 0:
-        raise ConfigError(f"{name} is {value!r}; give a whole number (or a Fraction, a mean over layers) of 0 or more: the collective's runs in one layer")
-    return value
+    """A number of runs of a collective in one layer: a whole number or a fraction (a mean over layers) from 0 to a
+    layer's most (MOST_TENSOR_REDUCTIONS), as a Python, numpy or sympy number."""
+    from ...engine.language.declarations import MOST_TENSOR_REDUCTIONS
+
+    exact = Fraction(int(value.numerator), int(value.denominator)) if isinstance(value, numbers.Rational) and not isinstance(value, bool) else None
+    if exact is None or not 0 <= exact <= MOST_TENSOR_REDUCTIONS:
+        raise ConfigError(f"{name} is {value!r} ({type(value).__name__}); give a whole number or a fraction (a mean over layers) from 0 to {MOST_TENSOR_REDUCTIONS}: the collective's runs in one layer")
+    return int(exact) if exact.denominator == 1 else exact
 
 
 def _activation_bytes(

@@ -480,10 +480,13 @@ class Pairing:
 def _expert_overlap(asked: bool | str, profile: TimeProfile | None) -> bool | str:
     """How the all-to-alls are overlapped: as the run or the framework's recipe asks, unless the release's own
     overlap of micro-batches (Megatron-Core's, True or "1f1b") hides nothing (a fact whose value is false: its CPU
-    overhead, say, costs what it would hide); DualPipe is another schedule, which no such fact is about."""
+    overhead, say, costs what it would hide); DualPipe is another schedule, which such a release's facts (its
+    slower step among them) do not describe: refused beside them."""
     if profile is None:
         return asked
-    if profile.ep_comm_overlap is False and asked != "dualpipe":
+    if profile.ep_comm_overlap is False:
+        if asked == "dualpipe":
+            raise ConfigError(f"{profile.framework} {profile.version}'s facts for this model describe its own overlap of the all-to-alls (it hides nothing, its step runs slower), not DualPipe's schedule; drop --dualpipe or --framework")
         return False
     return asked or bool(profile.ep_comm_overlap)
 

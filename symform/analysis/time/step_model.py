@@ -159,11 +159,15 @@ def tensor_reductions(model: Model) -> int | Fraction:
     a layer that declares none."""
     graph = model.graph()
     counts = graph.multiplicities("forward_flops")
-    declared = [(Fraction(str(_bind(model, counts[path]))), int(data["tensor_reductions"])) for path, data in graph.graph.nodes.items() if "tensor_reductions" in data]
+    paths = [path for path, data in graph.graph.nodes.items() if "tensor_reductions" in data]
+    # a layer declared inside a declaring layer is that layer's part: the outer count holds for both
+    outermost = [p for p in paths if not any(p.startswith(f"{q}/") for q in paths if q)]
+    declared = [(Fraction(str(_bind(model, counts[p]))), int(graph.graph.nodes[p]["tensor_reductions"])) for p in outermost]
     layers, _ = _layers(model)
     counted = sum(times for times, _ in declared)
-    runs = sum(times * each for times, each in declared) + MEGATRON_REDUCTIONS * max(layers - counted, 0)
-    mean = Fraction(runs) / max(layers, counted)
+    # over the model's n_layers, as the comm charges each layer's transfers n_layers times (a model whose
+    # declared layers outnumber n_layers, pairs of layers in one, charges them all)
+    mean = (sum(times * each for times, each in declared) + MEGATRON_REDUCTIONS * max(layers - counted, 0)) / Fraction(layers)
     return int(mean) if mean.denominator == 1 else mean
 
 

@@ -605,10 +605,10 @@ def _training_assumptions(place: Placement, dtype: str, layout: Layout, recomput
 def _tensor_assumption(model: Model, layout: Layout) -> str:
     """What each layer's tensor-parallel collectives are, with the reductions its layers declare."""
     r = tensor_reductions(model)
-    declared = f"{r} (as its layers declare: an engine that sums a parallel layer's blocks reduces once)" if r != MEGATRON_REDUCTIONS else f"{r}"
+    why = " (as its layers declare: a framework that sums a parallel layer's blocks reduces once)" if r != MEGATRON_REDUCTIONS else ""
     if layout.sequence:
-        return f"per layer: 2 all-gathers of the sequence-sharded inputs and {declared} reduce-scatters of the blocks' outputs forward, the reverse backward (Korthikanti et al. 2022)"
-    return f"per layer: {declared} all-reduces of the blocks' outputs forward, 2 of the inputs' gradients backward, one for each block's column-parallel input (Megatron's f and g)"
+        return f"per layer: 2 all-gathers of the sequence-sharded inputs and {r} reduce-scatter{'' if r == 1 else 's'} of the blocks' outputs forward{why}, the reverse backward (Korthikanti et al. 2022)"
+    return f"per layer: {r} all-reduce{'' if r == 1 else 's'} of the blocks' outputs forward{why}, 2 of the inputs' gradients backward, one for each block's column-parallel input (Megatron's f and g)"
 
 
 def _hybrid_assumption(layout: Layout) -> str:

@@ -613,7 +613,7 @@ def _preset_spec(name: str) -> ModelSpec:
     config, entry = preset_config(name)
     spec = spec_from_config(config, name=name, origin=f"preset {name}")
     total = entry.extra.get("checkpoint_total_size_bytes")
-    return replace(spec, checkpoint=checkpoint_facts(config, total_size=total))
+    return replace(spec, checkpoint=checkpoint_facts(config, total_size=total), preset=name)
 
 
 def _local_checkpoint(config: Mapping[str, Any], path: Path) -> Checkpoint:

@@ -53,6 +53,16 @@ def _scalar(value: Any) -> str | int:
 Scalar = Annotated[str | int, Plain(_scalar, "function-plain[_scalar()]")]
 
 
+def _count(value: Any) -> str | int:
+    """A whole number, written bare or as a string of ASCII digits (booleans are no count)."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise ValueError(f"a whole number is needed (such as \"1\"), not {str(value)[:40]!r}")
+    return value
+
+
+Count = Annotated[str | int, Plain(_count, "function-plain[_count()]")]
+
+
 @dataclass(frozen=True, kw_only=True)
 class PartDecl:
     POPULATE_BY_NAME = True
@@ -121,7 +131,7 @@ class ComponentDecl:
     # forward, a whole number (Megatron's split reduces each row-parallel block's output before it enters the
     # residual: two, the count for a layer that declares none; an engine that sums a parallel layer's blocks
     # first reduces once); a variant keeps its base's
-    tensor_reductions: Scalar | None = None
+    tensor_reductions: Count | None = None
 
 
 @dataclass(frozen=True)
@@ -433,9 +443,12 @@ MOST_TENSOR_REDUCTIONS = 16
 def _tensor_reductions(decl: ComponentDecl, base: Component | None) -> sympy.Integer | None:
     """A layer's tensor-parallel all-reduces in one forward: a whole number the layer itself declares (the comm
     charges it once per layer, so on any other component it would be counted as many times as that repeats)."""
-    if decl.tensor_reductions is None:
-        return base.tensor_reductions if base else None
     kind = decl.kind if decl.kind is not None else base.kind if base else None
+    if decl.tensor_reductions is None:
+        inherited = base.tensor_reductions if base else None
+        if inherited is not None and kind != "layer":
+            raise DeclarationError(f"tensor_reductions counts a layer's tensor-parallel all-reduces, and this component of kind {kind!r} inherits one; keep kind \"layer\" or extend a component that declares none")
+        return inherited
     if kind != "layer":
         raise DeclarationError("tensor_reductions counts a layer's tensor-parallel all-reduces; declare it on a component of kind \"layer\" (one that extends decoder_layer), not here")
     text = str(decl.tensor_reductions).strip()

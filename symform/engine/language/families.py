@@ -184,6 +184,7 @@ class ModelSpec:
     config: Mapping[str, Any] | None = None  # the Hugging Face config it was read from (or a declaration's [model.transformers])
     conventions: Mapping[str, int] = field(default_factory=dict)  # the defaults the config sets (its family's [conventions])
     not_exact: Mapping[str, str] = field(default_factory=dict)  # quantity -> why a declaration says it is not exact (symform import writes it)
+    preset: str | None = None  # the bundled preset it was loaded as (by name or Hub id); None for any other config
 
 
 @dataclass(frozen=True)

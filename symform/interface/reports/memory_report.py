@@ -105,7 +105,8 @@ def time_profile_of(args: argparse.Namespace, model):
         raise ConfigError("--framework-version names a release of a framework; give --framework too")
     if not getattr(args, "framework", None):
         return None
-    return profile(args.framework, args.framework_version, model.name, device=accelerator_name(args.gpu) if getattr(args, "gpu", None) else None, dtype=getattr(args, "dtype", None) or "bf16")
+    # a fact names the presets it was measured on: it holds for a model loaded as one of them, not for a file of that name
+    return profile(args.framework, args.framework_version, model.spec.preset, device=accelerator_name(args.gpu) if getattr(args, "gpu", None) else None, dtype=getattr(args, "dtype", None) or "bf16")
 
 
 def framework_name(args: argparse.Namespace) -> str:
