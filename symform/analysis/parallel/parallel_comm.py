@@ -134,9 +134,13 @@ def _activation_bytes(
 
 # --- tensor and sequence parallelism -----------------------------------------------
 
+#: a layer's collectives of each kind under Megatron's split: one for each of its two blocks (attention, MLP), each
+#: block's row-parallel output reduced on its own (Shoeybi et al. 2019, Fig. 3); a layer may declare fewer reductions
+MEGATRON_REDUCTIONS = 2
+
 
 def tensor_parallel_layer(
-    *, batch: Value, seq: Value, d_model: Value, bytes_per_element: Value, tensor: Value, reductions: int | Fraction = 2
+    *, batch: Value, seq: Value, d_model: Value, bytes_per_element: Value, tensor: Value, reductions: int | Fraction = MEGATRON_REDUCTIONS
 ) -> list[Transfer]:
     """Megatron tensor parallelism, one transformer layer: two all-reduces of b·s·d forward, two backward.
 
@@ -163,14 +167,14 @@ def tensor_parallel_layer(
             "all_reduce",
             t,
             nbytes,
-            2,
+            MEGATRON_REDUCTIONS,
             "backward",
         ),
     ]
 
 
 def sequence_parallel_layer(
-    *, batch: Value, seq: Value, d_model: Value, bytes_per_element: Value, tensor: Value, reductions: int | Fraction = 2
+    *, batch: Value, seq: Value, d_model: Value, bytes_per_element: Value, tensor: Value, reductions: int | Fraction = MEGATRON_REDUCTIONS
 ) -> list[Transfer]:
     """Tensor plus sequence parallelism, one layer: each all-reduce becomes an all-gather and a reduce-scatter.
 
@@ -189,7 +193,7 @@ def sequence_parallel_layer(
             "all_gather",
             t,
             nbytes,
-            2,
+            MEGATRON_REDUCTIONS,
             "forward",
         ),
         _transfer(
@@ -205,7 +209,7 @@ def sequence_parallel_layer(
             "reduce_scatter",
             t,
             nbytes,
-            2,
+            MEGATRON_REDUCTIONS,
             "backward",
         ),
         _transfer(

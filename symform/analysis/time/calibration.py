@@ -22,7 +22,7 @@ from ...engine.graph.model import Model
 from . import estimate, grouped_gemm, timing
 from . import step_model
 from . import efficiencies
-from .measured_runs import SPLITS, Case, Run, is_moe, run_framework, run_model, run_profile, runs, training_layout
+from .measured_runs import SPLITS, Case, Run, is_moe, run_framework, run_model, run_profile, run_release, runs, training_layout
 
 
 # --- predictions --------------------------------------------------------------------------------
@@ -78,16 +78,10 @@ def predict_with_band(run: Run, factors: Mapping[str, Any] | None = None) -> tup
         return _training_figure(run, prepared, result.step.estimate), _relative(result.step)
     result = estimate.serving_estimate(
         prepared.model, s["gpu"], batch=s["batch"], prompt=s["prompt"], output=s["output"], tensor=s.get("tensor", 1),
-        dtype=s.get("dtype", "bf16"), attention=s.get("attention", "sdpa"), efficiency_data=eff, work=prepared.work, release=_release(run),
+        dtype=s.get("dtype", "bf16"), attention=s.get("attention", "sdpa"), efficiency_data=eff, work=prepared.work, release=run_release(run),
     )
     band = {"ttft_ms": result.ttft, "tokens_per_s_per_sequence": result.tpot}.get(run.measured[0], result.total)
     return _serving_figure(run, result), _relative(band)
-
-
-def _release(run: Run) -> tuple[str, str | None] | None:
-    """The engine and release a serving run's source names (its band widens where no fitted run ran it), if any."""
-    name, version = run_framework(run)
-    return None if name is None else (name, version)
 
 
 def _relative(band: estimate.Band) -> tuple[float, float]:

@@ -164,13 +164,14 @@ def _reach(kind: str) -> dict[str, Any]:
 def is_moe(run: Run) -> bool:
     """Whether the run's model has routed experts: its config binds n_experts (a size run_model(run).values
     holds), read without building and checking the model (a plan asks of every run)."""
-    config = json.dumps(_run_config(run), sort_keys=True)
-    if config not in _BINDS_EXPERTS:  # once per config, every field in the key: runs of one preset share it
-        _BINDS_EXPERTS[config] = "n_experts" in spec_from_config(json.loads(config), name=run.name, origin=run.name).arguments
-    return _BINDS_EXPERTS[config]
+    if set(run.setup).isdisjoint(("config", "overrides")):
+        return _preset_binds_experts(run.setup["preset"])  # runs of one preset share its answer
+    return "n_experts" in spec_from_config(_run_config(run), name=run.name, origin=run.name).arguments
 
 
-_BINDS_EXPERTS: dict[str, bool] = {}
+@cache
+def _preset_binds_experts(preset: str) -> bool:
+    return "n_experts" in spec_from_config(preset_config(find_preset(preset))[0], name=preset, origin=f"preset {preset}").arguments
 
 
 @cache
@@ -188,8 +189,8 @@ def _fitted() -> tuple[tuple[Run, bool], ...]:
 @cache
 def fitted_releases(kind: str) -> frozenset[tuple[str, str | None]]:
     """The (framework or engine, release) pairs the fitted runs of ``kind`` ran under, as their sources name them."""
-    found = (run_framework(r) for r in runs() if r.kind == kind and r.split == "fit")
-    return frozenset(release for release in found if release[0] is not None)
+    found = (run_release(r) for r in runs() if r.kind == kind and r.split == "fit")
+    return frozenset(release for release in found if release is not None)
 
 
 def extrapolating(kind: str, *, device: str, dtype: str, devices: int, moe: bool, features: Iterable[str] = (), release: tuple[str, str | None] | None = None) -> list[tuple[str, str]]:
@@ -232,6 +233,12 @@ def run_framework(run: Run) -> tuple[str | None, str | None]:
     gathers several releases' tables, else the source's, if it names them."""
     source = sources().get(run.source, {})
     return source.get("framework"), run.setup.get("version", source.get("version"))
+
+
+def run_release(run: Run) -> tuple[str, str | None] | None:
+    """The framework or engine a run ran and its release, where its source names one (None otherwise)."""
+    name, version = run_framework(run)
+    return None if name is None else (name, version)
 
 
 def run_profile(run: Run, factors: Mapping[str, Any] | None = None) -> efficiencies.TimeProfile | None:

@@ -20,7 +20,7 @@ from ..memory.memory import tensor_split
 from ...engine.graph.model import Model
 from .efficiencies import SCORE_LEAVES, rules
 from .roofline import phase_work
-from .step_model import ALGORITHMS, Number, Placement, _act_bytes, _bandwidth, _bind, _json, _layers, _sizes, _whole, at_dtype, dtype_assumption, placement, tensor_reductions, transfer_seconds
+from .step_model import ALGORITHMS, Number, Placement, _act_bytes, _bandwidth, _bind, _json, _layers, _sizes, _whole, at_dtype, dtype_assumption, placement, reductions_said, tensor_reductions, transfer_seconds
 
 
 @dataclass(frozen=True)
@@ -308,7 +308,7 @@ def _inference_assumptions(place: Placement, dtype: str, tensor: int, flash: boo
         "ttft": "the prefill's forward pass over the prompts (the first output token comes from it)",
         "tpot": "mean over the output − 1 decode steps, step i after prompt + i cached tokens",
         "tokens_per_s": "batch × output tokens / (TTFT + all decode steps)",
-        "tensor_parallel": f"{tensor} devices: Megatron split of heads, inner widths and vocabulary; {reductions} all-reduce{'' if reductions == 1 else 's'} per layer (as its layers declare: an engine that sums a parallel layer's blocks reduces once; two, Megatron's, where a layer declares none), the embedding's all-reduce and an all-gather of the last position's logits" if tensor > 1 else "none (one device)",
+        "tensor_parallel": f"{tensor} devices: Megatron split of heads, inner widths and vocabulary; {reductions_said(reductions, 'all-reduce per layer')}, the embedding's all-reduce and an all-gather of the last position's logits" if tensor > 1 else "none (one device)",
         "link": None if link is None else {"link": link, "bytes_per_s": _bandwidth(place, link), "latency_s": link_latency(link)},
         "collective_algorithm": "the faster of ring and tree for each collective",
         "batching": "every sequence of the batch at the same step (static batching)",

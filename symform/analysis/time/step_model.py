@@ -147,11 +147,6 @@ def _sizes(model: Model, expr: sympy.Expr) -> sympy.Expr:
     return multiplied_out(expr, {s: sympy.Integer(values[s.name]) for s in expr.free_symbols if s.name in values})
 
 
-#: tensor parallelism's forward all-reduces in a layer that declares none: Megatron's split reduces the attention's
-#: and the MLP's row-parallel outputs each (Shoeybi et al. 2019, Fig. 3)
-MEGATRON_REDUCTIONS = 2
-
-
 @derivation  # a plan times the tensor-parallel collectives of every layout it screens
 def tensor_reductions(model: Model) -> int | Fraction:
     """Tensor parallelism's forward all-reduces per layer, over the model's layers: as each layer declares
@@ -167,8 +162,16 @@ def tensor_reductions(model: Model) -> int | Fraction:
     counted = sum(times for times, _ in declared)
     # over the model's n_layers, as the comm charges each layer's transfers n_layers times (a model whose
     # declared layers outnumber n_layers, pairs of layers in one, charges them all)
-    mean = (sum(times * each for times, each in declared) + MEGATRON_REDUCTIONS * max(layers - counted, 0)) / Fraction(layers)
+    mean = (sum(times * each for times, each in declared) + parallel_comm.MEGATRON_REDUCTIONS * max(layers - counted, 0)) / Fraction(layers)
     return int(mean) if mean.denominator == 1 else mean
+
+
+def reductions_said(reductions: int | Fraction, what: str) -> str:
+    """``reductions`` of ``what`` (a collective, and what it carries), said once for every report: where the layers'
+    count differs from Megatron's, why."""
+    why = "" if reductions == parallel_comm.MEGATRON_REDUCTIONS else " (as its layers declare: a framework or engine that sums a parallel layer's blocks reduces them once)"
+    collective, _, rest = what.partition(" ")
+    return f"{reductions} {collective}{'' if reductions == 1 else 's'}{' ' + rest if rest else ''}{why}"
 
 
 def _value(model: Model, name: str, default: int) -> int:

@@ -37,7 +37,7 @@ from ..memory.memory import Training, check_pipeline, expert_params_per_device, 
 from ..memory.settings import Layout, recipes
 from ...engine.graph.model import Model
 from .roofline import phase_work
-from .step_model import Comm, Number, Placement, TENSOR, _act_bytes, _bandwidth, _bind, _comm, _json, _layers, _per_device, _sizes, _whole, at_dtype, dtype_assumption, placement, rank_sizes, rank_work, step_bounds, MEGATRON_REDUCTIONS, tensor_reductions, transfer_seconds, utilisation
+from .step_model import Comm, Number, Placement, TENSOR, _act_bytes, _bandwidth, _bind, _comm, _json, _layers, _per_device, _sizes, _whole, at_dtype, dtype_assumption, placement, rank_sizes, rank_work, reductions_said, step_bounds, tensor_reductions, transfer_seconds, utilisation
 
 
 # --- the hardware: one accelerator, its node and its links --------------------------------
@@ -605,10 +605,11 @@ def _training_assumptions(place: Placement, dtype: str, layout: Layout, recomput
 def _tensor_assumption(model: Model, layout: Layout) -> str:
     """What each layer's tensor-parallel collectives are, with the reductions its layers declare."""
     r = tensor_reductions(model)
-    why = " (as its layers declare: a framework that sums a parallel layer's blocks reduces once)" if r != MEGATRON_REDUCTIONS else ""
     if layout.sequence:
-        return f"per layer: 2 all-gathers of the sequence-sharded inputs and {r} reduce-scatter{'' if r == 1 else 's'} of the blocks' outputs forward{why}, the reverse backward (Korthikanti et al. 2022)"
-    return f"per layer: {r} all-reduce{'' if r == 1 else 's'} of the blocks' outputs forward{why}, 2 of the inputs' gradients backward, one for each block's column-parallel input (Megatron's f and g)"
+        scatters = reductions_said(r, "reduce-scatter of the blocks' outputs forward")
+        return f"per layer: 2 all-gathers of the sequence-sharded inputs and {scatters}, the reverse backward (Korthikanti et al. 2022)"
+    reduces = reductions_said(r, "all-reduce of the blocks' outputs forward")
+    return f"per layer: {reduces}, 2 of the inputs' gradients backward, one for each block's column-parallel input (Megatron's f and g)"
 
 
 def _hybrid_assumption(layout: Layout) -> str:

@@ -43,21 +43,24 @@ SLOT = "@"
 
 
 
-def _scalar(value: Any) -> str | int:
-    """An expression string or a whole number; true is no count, so booleans are refused rather than read as 1."""
+def _text_or_whole(value: Any, needed: str) -> str | int:
+    """A string or a whole number; true is no count, so booleans are refused rather than read as 1."""
     if isinstance(value, bool) or not isinstance(value, (str, int)):
-        raise ValueError(f"an expression (a string such as 'd_model*d_ff') or a whole number is needed, not {str(value)[:40]!r}")
+        raise ValueError(f"{needed} is needed, not {str(value)[:40]!r}")
     return value
+
+
+def _scalar(value: Any) -> str | int:
+    """An expression string or a whole number."""
+    return _text_or_whole(value, "an expression (a string such as 'd_model*d_ff') or a whole number")
 
 
 Scalar = Annotated[str | int, Plain(_scalar, "function-plain[_scalar()]")]
 
 
 def _count(value: Any) -> str | int:
-    """A whole number, written bare or as a string of ASCII digits (booleans are no count)."""
-    if isinstance(value, bool) or not isinstance(value, (str, int)):
-        raise ValueError(f"a whole number is needed (such as \"1\"), not {str(value)[:40]!r}")
-    return value
+    """A whole number, written bare or as a string of ASCII digits (checked where it is read)."""
+    return _text_or_whole(value, 'a whole number (such as "1")')
 
 
 Count = Annotated[str | int, Plain(_count, "function-plain[_count()]")]
