@@ -6,7 +6,11 @@ import sympy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from symform.engine.algebra.multiplied import multiplied_out, polynomial, value_at
+from fractions import Fraction
+
+import numpy
+
+from symform.engine.algebra.multiplied import fraction_at, multiplied_out, polynomial, value_at
 
 a, b, c = sympy.symbols("a b c", positive=True, integer=True)
 seq, window = sympy.symbols("seq window", positive=True, integer=True)
@@ -63,3 +67,39 @@ def test_value_at_a_point_is_substituting_there(expr, x, y, z, s):
     point = {a: sympy.Integer(x), b: sympy.Integer(y), c: sympy.Integer(z), seq: sympy.Integer(s), window: sympy.Integer(3)}
     found = value_at(expr, point)
     assert found == expr.xreplace(point) and found.is_Rational
+
+
+def _exact(value: sympy.Expr) -> Fraction:
+    return Fraction(int(value.p), int(value.q))
+
+
+@settings(max_examples=60, deadline=None)
+@given(_expressions(), st.integers(1, 9), st.integers(1, 9), st.fractions(1, 9, max_denominator=4), st.integers(1, 9))
+def test_fraction_at_is_substituting_there(expr, x, y, z, s):
+    """The fractions-only route gives sympy's exact number, a float never: an int to a negative power is kept exact."""
+    point = {a: sympy.Integer(x), b: sympy.Integer(y), c: sympy.Rational(z.numerator, z.denominator), seq: sympy.Integer(s), window: sympy.Integer(3)}
+    found = fraction_at(expr, {"a": x, "b": y, "c": z, "seq": s, "window": 3})
+    assert type(found) is Fraction and found == _exact(expr.xreplace(point))
+
+
+@settings(max_examples=40, deadline=None)
+@given(_expressions(), st.integers(1, 9), st.integers(2, 4))
+def test_fraction_at_scales_the_terms_holding_a_symbol(expr, x, parts):
+    """Each term of the expanded sum in which seq appears (inside a window's Min too) divided by ``parts``: what a context
+    rank's share of the terms that grow with the sequence is, worked out term by term with sympy."""
+    point = {a: sympy.Integer(x), b: sympy.Integer(2), c: sympy.Integer(5), seq: sympy.Integer(6), window: sympy.Integer(4)}
+    terms = sympy.Add.make_args(sympy.expand(expr))
+    expected = sum((t.xreplace(point) / (parts if seq in t.free_symbols else 1) for t in terms), sympy.Integer(0))
+    found = fraction_at(expr, {"a": x, "b": 2, "c": 5, "seq": 6, "window": 4}, ("seq", Fraction(1, parts)))
+    assert found == _exact(sympy.nsimplify(expected))
+
+
+def test_fraction_at_takes_other_integers_and_floats_exactly():
+    assert fraction_at(a * b / 3, {"a": numpy.int64(4), "b": 0.5}) == Fraction(2, 3)
+
+
+def test_fraction_at_leaves_what_it_cannot_value_to_sympy():
+    assert fraction_at(a / b, {"a": 1, "b": 0}) is None  # a zero divisor: the caller's sympy route words it
+    assert fraction_at(a * b, {"a": 1}) is None  # no value for b
+    assert fraction_at(a / (b + c), {"a": 1, "b": 1, "c": 1}) is None  # no polynomial
+    assert fraction_at(sympy.Float(0.5) * a, {"a": 2}) is None

@@ -10,6 +10,7 @@ knows an architecture by name.
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 from functools import cache
 from typing import Any, Literal, Mapping
@@ -17,7 +18,9 @@ from typing import Any, Literal, Mapping
 import sympy
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ...engine.algebra.multiplied import fraction_at
 from ...engine.store.data import formulas_dir, read_toml
+from ...engine.store.derivation import derivation
 from ...engine.errors import ConfigError, DeclarationError, EvaluationError, describe_validation
 from ...engine.graph.model import Model
 from ...engine.language.safe_expr import parse
@@ -229,30 +232,48 @@ def unit_params(model: Model, tensor: int = 1, expert: int = 1, expert_tensor: i
     """Parameters of the largest unit FSDP or ZeRO-3 gathers at once, on one tensor- and expert-parallel rank: one
     repetition of a repeated layer, or a part of the model outside the layer stack (the embedding, the output head).
     ``expert_tensor``: the tensor degree that splits the routed experts (None: ``tensor``)."""
+    own = expert_tensor not in (None, tensor)
+    units = _units(model, own)
+    degrees = {_TENSOR.name: tensor, _EXPERT.name: expert, _EXPERT_TENSOR.name: expert_tensor if own else tensor}
+    point = {**model.values, **degrees}
+    found = [fraction_at(u, point) for u in units]
+    if None in found:  # a size the model does not give, or no polynomial: sympy's route words it
+        sizes = {model.vocabulary[k]: sympy.sympify(v) for k, v in model.values.items() if k in model.vocabulary}
+        at = {_TENSOR: sympy.Integer(tensor), _EXPERT: sympy.Integer(expert), _EXPERT_TENSOR: sympy.Integer(degrees[_EXPERT_TENSOR.name])}
+        values = [sympy.sympify(u).xreplace(at).xreplace(sizes) for u in units]
+        unknown = sorted({s.name for v in values for s in v.free_symbols})
+        if unknown:
+            raise EvaluationError(f"a framework's buffers need the model's sizes; give {', '.join(unknown)} (or no framework)")
+        return int(max(sympy.ceiling(v) for v in values)) if values else 0
+    return max(math.ceil(v) for v in found) if found else 0
+
+
+#: The degrees a unit's parameters are derived over once per model, each layout's put in as numbers.
+_TENSOR, _EXPERT, _EXPERT_TENSOR = (sympy.Symbol(f"{n}_degree", positive=True) for n in ("tensor", "expert", "expert_tensor"))
+
+
+@derivation  # a plan asks every tensor and expert degree it screens
+def _units(model: Model, own_expert_tensor: bool) -> tuple[sympy.Expr, ...]:
+    """Each unit's parameters on one rank, in the sizes and the symbolic degrees (the routed experts split by their own
+    tensor degree where ``own_expert_tensor``)."""
     graph = model.graph()
     weight = graph.multiplicities("params")
-    split = _tensor_split(model, tensor)
-    routed_split = split if expert_tensor in (None, tensor) else _tensor_split(model, expert_tensor)
-    sizes = {model.vocabulary[k]: sympy.sympify(v) for k, v in model.values.items() if k in model.vocabulary}
-    shards = graph.multiplicities("params", shards={"expert": sympy.Integer(expert)})
-    # a leaf under an expert-sharded edge: its multiplicity over a symbolic expert degree names that degree
-    spread = sympy.Symbol("expert", positive=True)
-    routed = graph.multiplicities("params", shards={"expert": spread}) if routed_split is not split else {}
+    split = _tensor_split(model, _TENSOR)
+    routed_split = _tensor_split(model, _EXPERT_TENSOR) if own_expert_tensor else split
+    shards = graph.multiplicities("params", shards={"expert": _EXPERT})
     units: dict[str, sympy.Expr] = {}
     for leaf in graph.leaves():
         if weight[leaf] == 0:
             continue
         unit, repeat = _unit_of(graph.graph, leaf)
         term = shards[leaf] / repeat * graph.graph.nodes[leaf]["quantities"]["params"]
-        units[unit] = units.get(unit, 0) + term.xreplace(routed_split if leaf in routed and spread in sympy.sympify(routed[leaf]).free_symbols else split)
-    values = [sympy.sympify(u).xreplace(sizes) for u in units.values()]
-    unknown = sorted({s.name for v in values for s in v.free_symbols})
-    if unknown:
-        raise EvaluationError(f"a framework's buffers need the model's sizes; give {', '.join(unknown)} (or no framework)")
-    return int(max(sympy.ceiling(v) for v in values)) if values else 0
+        # a leaf under an expert-sharded edge: its multiplicity over the expert degree names that degree
+        routed = own_expert_tensor and _EXPERT in sympy.sympify(shards[leaf]).free_symbols
+        units[unit] = units.get(unit, 0) + term.xreplace(routed_split if routed else split)
+    return tuple(sympy.sympify(u) for u in units.values())
 
 
-def _tensor_split(model: Model, tensor: int) -> dict[sympy.Symbol, sympy.Expr]:
+def _tensor_split(model: Model, tensor: int | sympy.Expr) -> dict[sympy.Symbol, sympy.Expr]:
     return {s: s / tensor for s in model.vocabulary.tensor_parallel} if tensor != 1 else {}
 
 
@@ -298,7 +319,9 @@ def _evaluate(expr: sympy.Expr, values: Mapping[str, object]):
     if any(hasattr(v, "dtype") for v in values.values()):
         import numpy as np
 
+        from ...engine.algebra.evaluate import numpy_modules
+
         names = sorted(s.name for s in expr.free_symbols)
-        function = sympy.lambdify([sympy.Symbol(n, positive=True) for n in names], expr, modules=[{"Min": np.minimum, "Max": np.maximum}, "numpy"])
+        function = sympy.lambdify([sympy.Symbol(n, positive=True) for n in names], expr, modules=numpy_modules({"Min": np.minimum, "Max": np.maximum}))
         return function(*(values[n] for n in names)) + np.zeros(len(next(v for v in values.values() if hasattr(v, "dtype"))))
     return expr.xreplace({sympy.Symbol(n, positive=True): sympy.sympify(v) for n, v in values.items()})

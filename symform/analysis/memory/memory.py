@@ -26,7 +26,8 @@ from ...engine.errors import ConfigError, EvaluationError
 from ...engine.algebra.evaluate import Number, exact_value, fast_exact, plain_values
 from ...engine.algebra.formula import Formula
 from ...engine.graph.model import Model
-from ...engine.algebra.multiplied import from_polynomial, multiplied_out, polynomial
+from ...engine.algebra.multiplied import fraction_at, from_polynomial, multiplied_out, polynomial
+from ...engine.budget import check_result
 from ...engine.language.vocabulary import Vocabulary
 from ...engine.language.declarations import PARTS
 from .maxima import max_of
@@ -147,6 +148,23 @@ def params_per_device(model: Model, layout: Layout = Layout()) -> sympy.Expr:
         return params
     # the routed experts split by their own tensor degree, the rest by the attention's
     return multiplied_out(params - routed_params(model, layout.tensor, layout) + routed_params(model, layout.etp, layout))
+
+
+def params_on_rank(model: Model, layout: Layout = Layout()) -> Number:
+    """params_per_device at the model's sizes, exactly: one expression over symbolic degrees, valued at the layout's
+    (a plan asks it of every layout it times, where multiplying each layout's expression out costs more)."""
+    if layout.folded:
+        expr, point = params_per_device(model, layout), dict(model.values)
+    else:
+        _check_degrees(model, layout.tensor, layout.pipeline)
+        expr = _params_per_rank(model, *_DEGREES)
+        point = {**model.values, **{d.name: v for d, v in zip(_DEGREES, (layout.tensor, layout.pipeline, layout.expert))}}
+    found = fraction_at(expr, point)
+    if found is None:  # a size the model does not give, say: exact_value words it
+        expr = params_per_device(model, layout)
+        return exact_value(expr, {s: sympy.Rational(model.values[s.name]) for s in expr.free_symbols if s.name in model.values})
+    check_result(found, "the result")
+    return int(found) if found.denominator == 1 else found
 
 
 def routed_params(model: Model, tensor: Degree, layout: Layout) -> sympy.Expr:

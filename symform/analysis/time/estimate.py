@@ -24,13 +24,15 @@ its source (``fitted`` ones are fitted on published runs: docs/validation.md).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Sequence
 
 import sympy
 
+from ...engine.algebra.multiplied import fraction_at
+from ...engine.budget import check_result
 from ...engine.store.derivation import derivation
 from ...engine.errors import ConfigError, EvaluationError
 from ...engine.graph.model import Model
@@ -41,7 +43,7 @@ from .step_model import StepParts, utilisation
 from . import measured_runs
 from ..devices.hardware import Hardware
 from ..memory.finetune import FineTune, kernel_passes, trained_per_device
-from ..memory.memory import params_per_device, tensor_split
+from ..memory.memory import params_on_rank, tensor_split
 from ..memory.settings import Layout
 from ..parallel.scaling import in_flight_microbatches
 from . import grouped_gemm
@@ -90,15 +92,15 @@ def _kernels(model: Model, phase: str, workload: Mapping[str, int | Fraction], t
     split = tensor_split(model, tensor)
     layers_here = Fraction(model.values.get("n_layers", 1), pipeline)
     rows = workload["batch"] * workload.get("seq", 1) / context
-    batch = model.vocabulary["batch"]
     passes = (1, 1, 1) if phase == "train" else (1, 0, 0)  # forward, gradient of the input, gradient of the weights
     tuned = kernel_passes(model, finetune) if finetune is not None else {}
-    again = sympy.Rational(recompute_share)  # of the recomputed forward, the share run again
+    again = Fraction(recompute_share)  # of the recomputed forward, the share run again
+    on_device = _on_device(model, split, pipeline, workload, context)
     found = []
     for path, work in leaves.items():
-        both = [(work.flops, work.bytes)] + ([(again * extra[path].flops, again * extra[path].bytes)] if path in extra else [])
-        flops = sum(_per_device(model, step_model.context_share(sympy.sympify(f), batch, context), split, pipeline, workload) for f, _ in both)
-        moved = sum(_per_device(model, step_model.context_share(sympy.sympify(b), batch, context), split, pipeline, workload) for _, b in both)
+        both = [(1, work)] + ([(again, extra[path])] if path in extra else [])
+        flops = sum(share * on_device(w.flops) for share, w in both)
+        moved = sum(share * on_device(w.bytes) for share, w in both)
         if not flops and not moved:
             continue
         kind = "attention" if flash and (path.endswith("/core") or "/core/" in path) else "gemm" if flops else "elementwise"
@@ -145,17 +147,34 @@ def _bound_shape(model: Model, declared, split, fixed, bound, context: int) -> t
     return sizes["batches"], sizes["m"], sizes["n"], sizes["k"]
 
 
-def _per_device(model: Model, expr: sympy.Expr, split, pipeline: int, workload) -> Number:
-    expr = sympy.sympify(expr)
-    if not expr.free_symbols and expr == 0:
-        return 0
-    if routing.is_expected_count(expr):  # an expectation in floats: the split taken in the expression, as before
-        return step_model._bind(model, _device_share(expr, split, pipeline), **{k: v for k, v in workload.items()})
-    # the split sizes put in as values (heads / tensor): the same exact number as the split expression's, whose
-    # polynomial form one leaf shares across every layout
-    shares = {s.name: sympy.Rational(model.values[s.name]) * whole / s for s, whole in split.items() if s.name in model.values}
-    value = Fraction(step_model._bind(model, expr, **workload, **shares)) / pipeline
-    return int(value) if value.denominator == 1 else value
+def _on_device(model: Model, split, pipeline: int, workload, context: int) -> Callable[[sympy.Expr], Number]:
+    """A leaf's total (FLOPs or bytes) as one device of the layout runs it: the tensor split's sizes put in as values
+    (heads / tensor: the same exact number as the split expression's, whose polynomial form one leaf shares across
+    every layout), a context rank's share of the terms that grow with the batch, a pipeline stage's of the layers."""
+    batch = model.vocabulary["batch"]
+    point: dict[str, int | Fraction] = {**model.values, **workload}
+    for s, whole in split.items():
+        if s.name in model.values:
+            share = sympy.Rational(model.values[s.name]) * whole / s
+            point[s.name] = Fraction(int(share.p), int(share.q))
+    scaled = (batch.name, Fraction(1, context)) if context > 1 else None
+
+    def on_device(expr: sympy.Expr) -> Number:
+        expr = sympy.sympify(expr)
+        if not expr.free_symbols and expr == 0:
+            return 0
+        if routing.is_expected_count(expr):  # an expectation in floats: the split taken in the expression, as before
+            shared = step_model.context_share(expr, batch, context)
+            return step_model._bind(model, _device_share(shared, split, pipeline), **workload)
+        value = fraction_at(expr, point, scaled)
+        if value is None:  # no polynomial there: sympy's route, which also words what is wrong
+            shares = {name: point[name] for name in (s.name for s in split) if name in model.values}
+            value = Fraction(step_model._bind(model, step_model.context_share(expr, batch, context), **workload, **shares))
+        check_result(value, "the result")
+        value /= pipeline
+        return int(value) if value.denominator == 1 else value
+
+    return on_device
 
 
 @derivation  # a plan's shortlisted layouts share their tensor splits and pipeline depths
@@ -422,7 +441,7 @@ def training_estimate(
     pairing = Pairing(compute - routed_s, routed_s, _unpaired(layout, bounds.microbatches), recomputed) if ep_comm_overlap and "expert" in comm else Pairing()
     exposed = _exposed(comm, compute, layout, attention_s, gemm_s if tp_comm_overlap else None, p2p_overlap=profile is not None and profile.p2p_overlap, ep_overlap=ep_comm_overlap, pairing=pairing, microbatches=bounds.microbatches)
     inside = tuple(v for k, v in exposed.items() if k not in timing.ONCE_PER_STEP)
-    params = float(step_model._bind(model, params_per_device(model, layout) if finetune is None else trained_per_device(model, finetune, layout)))
+    params = float(params_on_rank(model, layout) if finetune is None else step_model._bind(model, trained_per_device(model, finetune, layout)))
     optimizer = params / layout.optimizer_shards * rules().optimizer_bytes_per_param / (hbm * eff.memory)
     expected = StepParts((compute,), inside, bounds.bubble_ratio, (*_once(exposed), optimizer))
     within = tuple(v for k, v in comm.items() if k not in timing.ONCE_PER_STEP)

@@ -15,6 +15,7 @@ D(T) = Σ_i 1 − (1 − min(1, k·p_i))^T, fewer distinct experts for the same 
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from collections.abc import Mapping
 
 import sympy
@@ -44,7 +45,12 @@ def expected_experts(n_experts: int | sympy.Expr, top_k: int | sympy.Expr, token
 def is_expected_count(expr: sympy.Expr) -> bool:
     """Whether ``expr`` raises a probability to a workload size: an expected value (the experts a batch touches),
     evaluated in floats where its exact fraction would run to hundreds of digits."""
-    return any(p.exp.free_symbols for p in sympy.sympify(expr).atoms(sympy.Pow))
+    return _raises_to_a_size(sympy.sympify(expr))
+
+
+@lru_cache(maxsize=4096)  # asked of every leaf at every layout a plan ranks
+def _raises_to_a_size(expr: sympy.Expr) -> bool:
+    return any(p.exp.free_symbols for p in expr.atoms(sympy.Pow))
 
 
 def expected_value(expr: sympy.Expr, values: Mapping[sympy.Symbol, sympy.Expr]) -> float:

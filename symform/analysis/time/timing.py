@@ -33,7 +33,7 @@ from ..memory.finetune import FineTune
 from ..parallel.collectives import link_latency
 from ...engine.errors import ConfigError, EvaluationError
 from ..devices.hardware import Hardware
-from ..memory.memory import Training, check_pipeline, expert_params_per_device, params_per_device, tensor_split, training_memory
+from ..memory.memory import Training, check_pipeline, expert_params_per_device, params_on_rank, params_per_device, tensor_split, training_memory
 from ..memory.settings import Layout, recipes
 from ...engine.graph.model import Model
 from .roofline import phase_work
@@ -554,7 +554,7 @@ def _gradient_groups(model: Model, layout: Layout, params: tuple[int, int] | Non
     data ranks, the routed experts' over the expert-data-parallel group (tensor × data × context / (expert × expert
     tensor)). ``params``: this rank's parameters and what it would hold without expert parallelism, when known."""
     t, p, e, et = layout.tensor, layout.pipeline, layout.expert, layout.expert_tensor
-    local, replicated = params or (_bind(model, params_per_device(model, Layout(tensor=t, pipeline=p, expert=e, expert_tensor=et))), _bind(model, params_per_device(model, Layout(tensor=t, pipeline=p, expert_tensor=et))))
+    local, replicated = params or (params_on_rank(model, Layout(tensor=t, pipeline=p, expert=e, expert_tensor=et)), params_on_rank(model, Layout(tensor=t, pipeline=p, expert_tensor=et)))
     expert = Fraction(replicated - local, e - 1) if e > 1 else 0  # routed-expert parameters on this rank
     if layout.folded and e == 1:
         expert = _bind(model, expert_params_per_device(model, layout))

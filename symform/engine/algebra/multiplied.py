@@ -12,6 +12,8 @@ budget sympy's route checks for.
 
 from __future__ import annotations
 
+import math
+import numbers
 from fractions import Fraction
 from functools import lru_cache
 from typing import Iterable, Mapping
@@ -81,6 +83,76 @@ def value_at(expr: sympy.Expr, point: Mapping[sympy.Symbol, sympy.Expr]) -> symp
 def _terms(expr: sympy.Expr) -> dict | None:
     """polynomial(expr), once for every point it is valued at (max_of's probe points, a layout's sizes)."""
     return polynomial(expr)
+
+
+def fraction_at(expr: sympy.Expr, values: Mapping[str, int | Fraction], scaled: tuple[str, Fraction] | None = None) -> Fraction | None:
+    """``expr`` at ``values`` (by symbol name) in Python fractions alone, the polynomial's terms computed once per
+    expression: what value_at gives, without building sympy numbers at each point (a plan values every leaf at
+    every layout it ranks). ``scaled`` (a name and a factor): each term in which that symbol appears, inside a
+    function too, times the factor. None where ``expr`` is no such polynomial, a variable is not rational there
+    or a divisor is zero: the caller's sympy route decides (and words what is wrong)."""
+    terms = _fraction_terms(expr)
+    if terms is None:
+        return None
+    name, factor = scaled if scaled is not None else (None, 1)
+    total = Fraction(0)
+    try:
+        for coefficient, factors, names in terms:
+            term = coefficient * factor if name in names else coefficient
+            for variable, exponent in factors:
+                value = values.get(variable) if type(variable) is str else _function_at(variable[0], tuple(values.get(n) for n in variable[1]), variable[1])
+                if type(value) not in _EXACT:
+                    value = _exactly(value)
+                    if value is None:
+                        return None
+                term *= value**exponent if exponent > 0 else Fraction(value) ** exponent  # int ** -1 is a float
+            total += term
+    except ZeroDivisionError:
+        return None
+    return total
+
+
+_EXACT = (int, Fraction)
+
+
+def _exactly(value: object) -> int | Fraction | None:
+    """An integer of another type (numpy's), a float or a sympy number as the exact fraction sympy.Rational makes of it (a float's binary value); None
+    for anything else (no value, a symbol)."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):  # numpy's integers among them
+        return int(value)
+    if type(value) is float:
+        return Fraction(value) if math.isfinite(value) else None
+    if isinstance(value, sympy.Rational):
+        return Fraction(int(value.p), int(value.q))
+    return None
+
+
+@lru_cache(maxsize=4096)
+def _fraction_terms(expr: sympy.Expr) -> tuple | None:
+    """_terms(expr) as (coefficient, (variable, exponent) pairs, the names the term holds): a variable is a symbol's
+    name, or a function with the names of its symbols."""
+    poly = _terms(expr)
+    if poly is None:
+        return None
+    return tuple(
+        (Fraction(c), tuple((v.name if v.is_Symbol else (v, tuple(sorted(s.name for s in v.free_symbols))), e) for v, e in m), frozenset(s.name for v, _ in m for s in v.free_symbols))
+        for m, c in poly.items()
+    )
+
+
+@lru_cache(maxsize=4096)  # a function of the sizes (a window, a chunk count) takes few values in a plan
+def _function_at(variable: sympy.Expr, at: tuple, names: tuple[str, ...]) -> Fraction | None:
+    """A function variable at its symbols' values ``at`` (``names`` in order), as _variable_at takes it."""
+    if None in at:
+        return None
+    values = dict(zip(names, at))
+    if isinstance(variable, (sympy.Min, sympy.Max)):  # its arguments in fractions too
+        found = [fraction_at(a, values) for a in variable.args]
+        if None not in found:
+            return (min if isinstance(variable, sympy.Min) else max)(found)
+    point = {s: sympy.Rational(values[s.name]) for s in variable.free_symbols}
+    value = _variable_at(variable, point)
+    return Fraction(int(value.p), int(value.q)) if value.is_Rational else None
 
 
 def _variable_at(variable: sympy.Expr, point: Mapping[sympy.Symbol, sympy.Expr]) -> sympy.Expr:
