@@ -95,7 +95,8 @@ def _kernels(model: Model, phase: str, workload: Mapping[str, int | Fraction], t
     passes = (1, 1, 1) if phase == "train" else (1, 0, 0)  # forward, gradient of the input, gradient of the weights
     tuned = kernel_passes(model, finetune) if finetune is not None else {}
     again = Fraction(recompute_share)  # of the recomputed forward, the share run again
-    on_device = _on_device(model, split, pipeline, workload, context)
+    point = _device_point(model, split, workload)
+    on_device = _on_device(model, point, split, pipeline, workload, context)
     found = []
     for path, work in leaves.items():
         both = [(1, work)] + ([(again, extra[path])] if path in extra else [])
@@ -106,7 +107,7 @@ def _kernels(model: Model, phase: str, workload: Mapping[str, int | Fraction], t
         kind = "attention" if flash and (path.endswith("/core") or "/core/" in path) else "gemm" if flops else "elementwise"
         runs = tuple(float(p) for p in tuned.get(path, passes))
         calls = sum(runs) * (float(layers_here) if path.startswith("layers/") else 1.0)
-        shape = _gemm_shape(model, path, split, workload, context) if kind == "gemm" else None
+        shape = _gemm_shape(model, path, split, workload, context, point) if kind == "gemm" else None
         routed = grouped_gemm.routed_experts(model, path) if kind == "gemm" else None
         found.append(Kernel(path, kind, float(flops), float(moved), calls, float(rows), shape, runs, routed))
     return tuple(found)
@@ -121,17 +122,33 @@ def _at_expert_tensor(model: Model, work: Sequence[Kernel], layout: Layout, *, m
     return [routed.get(k.path, k) if k.routed else k for k in work]
 
 
-def _gemm_shape(model: Model, path: str, split, workload, context: int) -> tuple[float, float, float, float] | None:
+def _gemm_shape(model: Model, path: str, split, workload, context: int, point: Mapping[str, int | Fraction]) -> tuple[float, float, float, float] | None:
     """The declared (batches, m, n, k) of the leaf at ``path`` on one device: the tensor split and the
     model's conventions in, the workload bound (one new token per sequence when decoding), a context
-    rank's share of the tokens taken from the size that grows with the batch."""
+    rank's share of the tokens taken from the size that grows with the batch. ``point``: the device's sizes
+    (_device_point)."""
     node = model.graph().graph.nodes.get(path)
     declared = node.get("gemm") if node is not None else None
     if not declared:
         return None
-    fixed = {s: v for s, v in model.conventions.items() if s.name not in workload}
-    bound = {"seq": 1, **workload}
-    return _bound_shape(model, declared, split, fixed, bound, context)
+    at = {"seq": 1, **point, **{name: v for name, v in _convention_values(model).items() if name not in workload}}
+    batch = model.vocabulary["batch"].name
+    sizes, shared = [], False
+    for name in ("batches", "m", "n", "k"):
+        expr = sympy.sympify(declared[name])
+        value = fraction_at(expr, at)
+        if value is None:  # sympy's route, which also words what is wrong
+            fixed = {s: v for s, v in model.conventions.items() if s.name not in workload}
+            return _bound_shape(model, declared, split, fixed, {"seq": 1, **workload}, context)
+        if context > 1 and not shared and name in ("batches", "m") and batch in {s.name for s in expr.free_symbols}:
+            value, shared = value / context, True
+        sizes.append(float(value))
+    return tuple(sizes)
+
+
+@derivation
+def _convention_values(model: Model) -> dict[str, Fraction]:
+    return {s.name: Fraction(int(v.p), int(v.q)) for s, v in model.conventions.items() if v.is_Rational}
 
 
 @derivation
@@ -147,16 +164,22 @@ def _bound_shape(model: Model, declared, split, fixed, bound, context: int) -> t
     return sizes["batches"], sizes["m"], sizes["n"], sizes["k"]
 
 
-def _on_device(model: Model, split, pipeline: int, workload, context: int) -> Callable[[sympy.Expr], Number]:
-    """A leaf's total (FLOPs or bytes) as one device of the layout runs it: the tensor split's sizes put in as values
-    (heads / tensor: the same exact number as the split expression's, whose polynomial form one leaf shares across
-    every layout), a context rank's share of the terms that grow with the batch, a pipeline stage's of the layers."""
-    batch = model.vocabulary["batch"]
+def _device_point(model: Model, split, workload) -> dict[str, int | Fraction]:
+    """The sizes one device of the layout holds, by name: the model's, the workload's, the tensor split's shares put in
+    as values (heads / tensor: the same exact number as the split expression's, whose polynomial form one leaf
+    shares across every layout)."""
     point: dict[str, int | Fraction] = {**model.values, **workload}
     for s, whole in split.items():
         if s.name in model.values:
             share = sympy.Rational(model.values[s.name]) * whole / s
             point[s.name] = Fraction(int(share.p), int(share.q))
+    return point
+
+
+def _on_device(model: Model, point: Mapping[str, int | Fraction], split, pipeline: int, workload, context: int) -> Callable[[sympy.Expr], Number]:
+    """A leaf's total (FLOPs or bytes) as one device of the layout runs it, at its sizes ``point`` (_device_point):
+    a context rank's share of the terms that grow with the batch, a pipeline stage's of the layers."""
+    batch = model.vocabulary["batch"]
     scaled = (batch.name, Fraction(1, context)) if context > 1 else None
 
     def on_device(expr: sympy.Expr) -> Number:
