@@ -184,7 +184,7 @@ def _on_device(model: Model, point: Mapping[str, int | Fraction], split, pipelin
 
     def on_device(expr: sympy.Expr) -> Number:
         expr = sympy.sympify(expr)
-        if not expr.free_symbols and expr == 0:
+        if expr == 0:
             return 0
         if routing.is_expected_count(expr):  # an expectation in floats: the split taken in the expression, as before
             shared = step_model.context_share(expr, batch, context)

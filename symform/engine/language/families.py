@@ -413,9 +413,12 @@ def spec_from_config(config: Any, *, name: str, origin: str, family: Family | No
 
 
 def _whole(name: str, text: str, numbers: Mapping[str, Any], origin: str) -> int:
+    import sympy
+
     from .safe_expr import parse
 
-    value = parse(text, numbers)
+    named = numbers.get(text)  # a field's own value, as half the bindings are: no expression to read
+    value = named if isinstance(named, sympy.Integer) else parse(text, numbers)
     if not value.is_Integer:
         raise ConfigError(f"{origin}: {name} = {text} is {value}, not an integer; check the config's values")
     return int(value)
