@@ -27,7 +27,7 @@ from ...engine.language.safe_expr import parse
 
 DEFAULT = "torchtitan"  # PyTorch-native FSDP: the framework of most published open runs symform validates against
 EAGER = "eager"
-POLICY_MODES = {"attention-core": "selective", "saved-ops": "saved_ops"}  # the declared saved_activations_when mode each policy reads
+POLICY_MODES = {"attention-core": "selective", "saved-ops": "saved_ops", "saved-dots": "saved_dots"}  # the declared saved_activations_when mode each policy reads
 # the names an overhead's bytes may use: the largest FSDP/ZeRO-3 unit's and the rank's parameters (tensor, pipeline and
 # expert shares, before ZeRO), the recipe's bytes per weight and per gradient, and the data-parallel degree
 OVERHEAD_NAMES = ("unit_params", "params", "weight_bytes", "grad_bytes", "data")
@@ -51,7 +51,7 @@ class Defaults(_Strict):
 
 
 class Selective(_Strict):
-    policy: Literal["attention-core", "saved-ops"]
+    policy: Literal["attention-core", "saved-ops", "saved-dots"]
     doc: str
     source: str
 

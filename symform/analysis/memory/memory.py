@@ -33,7 +33,7 @@ from ...engine.language.declarations import PARTS
 from .maxima import max_of
 from .quantization import StoredFormat, WeightFormat, _rational, bytes_per_weight, checkpoint_format, stored_bytes, weight_bytes_by_leaf
 from . import activation_offload, frameworks, partial_recompute
-from .settings import GENERATING, REBUILDING, RECOMPUTE, Degree, Layout, Optimizer, Precision, _pick, check_degree, recipes
+from .settings import GENERATING, PER_OP, REBUILDING, RECOMPUTE, Degree, Layout, Optimizer, Precision, _pick, check_degree, recipes
 
 
 RULE_OF_THUMB = sympy.Rational(2, 5)  # inference activations ≈ 0.4 × parameter count in bytes (the notes, batch 1)
@@ -314,10 +314,11 @@ def _saved_activations(
 
     def kept(node: str, modes: tuple[str, ...]) -> sympy.Expr:
         data = graph.nodes[node]
-        if "saved_ops" in modes and "full" in data["saved_when"]:  # a checkpointed layer under a per-op policy
+        per_op = next((m for m in modes if m in PER_OP), None)
+        if per_op is not None and "full" in data["saved_when"]:  # a checkpointed layer under a per-op policy
             rest = tuple(m for m in modes if m not in REBUILDING)
             transients.append(kept(node, rest))
-            return kept_by(node, data["saved_when"]["full"] + _saved_op_outputs(graph, node, "flash" in modes))
+            return kept_by(node, data["saved_when"]["full"] + _saved_op_outputs(graph, node, "flash" in modes, **PER_OP[per_op]))
         for mode in modes:
             if mode in data["saved_when"]:
                 if PARTS in data["saved_when"][mode].free_symbols:  # the parts' sum less what this mode recomputes
@@ -340,34 +341,49 @@ def _saved_activations(
     return total, transient, {k: v for k, v in by_component.items() if v != 0}
 
 
-def _saved_op_outputs(graph, unit: str, flash: bool) -> sympy.Expr:
-    """What torchtitan's per-op selective checkpointing saves inside one checkpointed layer beyond its input: the
-    result of every second matrix product (aten.mm: a linear without bias; the 1st, 3rd, ... in forward order) and,
-    under FlashAttention, the attention kernel's results (its declared ``kernel_output``). Parts sharded over experts
-    run as grouped GEMMs, which it does not save; biased linears run as addmm, which it neither saves nor counts."""
+def _saved_op_outputs(graph, unit: str, flash: bool, every: int = 2, biased: bool = False, kernel_outputs: bool = True, branch_ends: bool = True) -> sympy.Expr:
+    """What a per-op checkpointing policy (settings.PER_OP) saves inside one checkpointed layer beyond its input: the
+    result of every ``every``-th matrix product in forward order, the 1st first (torchtitan's aten.mm, every second;
+    JAX's checkpoint_dots_with_no_batch_dims, each), a linear with a bias among them where ``biased`` (torchtitan's
+    addmm is neither saved nor counted), and, under FlashAttention with ``kernel_outputs``, the attention kernel's
+    results (its declared ``kernel_output``). Without ``branch_ends``, the last product of each of the layer's parts
+    (the attention's output projection, the MLP's down projection) is not kept: its output only enters the residual
+    sum, whose backward never reads it, and JAX's policies choose among the values backward reads. Parts sharded over
+    experts run as grouped GEMMs (batched products), which neither policy saves."""
     products = 0
     saved: list[sympy.Expr] = []
+    last: int | None = None  # where the part being walked has its last product in ``saved`` (None: not saved)
 
     def walk(node: str, repeat: sympy.Expr) -> None:
-        nonlocal products
+        nonlocal products, last
         data = graph.nodes[node]
         if flash and "kernel_output" in data["saved_when"]:
-            saved.append(repeat * data["saved_when"]["kernel_output"])
+            if kernel_outputs:
+                saved.append(repeat * data["saved_when"]["kernel_output"])
             return
         if "output" in data["saved_when"]:
-            if data["args"].get("bias", 0) == 0:
+            if biased or data["args"].get("bias", 0) == 0:
                 products += 1
-                if products % 2:
+                last = None
+                if (products - 1) % every == 0:
                     saved.append(repeat * data["saved_when"]["output"])
+                    last = len(saved) - 1
             return
-        for child in graph.successors(node):
-            edge = graph.edges[node, child]
-            times = edge["repeat"]["forward_flops"]  # how often it runs (a part sharing another's kept input keeps nothing of its own)
-            if times != 0 and edge["shard"] != "expert":
-                walk(child, repeat * times)
+        for child in _run_parts(graph, node):
+            walk(child, repeat * graph.edges[node, child]["repeat"]["forward_flops"])
 
-    walk(unit, sympy.Integer(1))
-    return sympy.Add(*saved)
+    ends = set()
+    for part in _run_parts(graph, unit):
+        last = None
+        walk(part, graph.edges[unit, part]["repeat"]["forward_flops"])
+        ends |= {last} - {None}
+    return sympy.Add(*(term for i, term in enumerate(saved) if branch_ends or i not in ends))
+
+
+def _run_parts(graph, node: str) -> list[str]:
+    """The parts of ``node`` that run in forward (a part sharing another's kept input keeps nothing of its own), but
+    those sharded over experts."""
+    return [c for c in graph.successors(node) if graph.edges[node, c]["repeat"]["forward_flops"] != 0 and graph.edges[node, c]["shard"] != "expert"]
 
 
 def optimizer_state_bytes(precision: Precision, optimizer: Optimizer) -> sympy.Rational:

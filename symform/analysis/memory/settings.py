@@ -25,9 +25,19 @@ GENERATING = {"training": 0, "all_logits": 0}
 RECOMPUTE = ("none", "selective", "full")
 
 
-# the modes that rebuild a unit in backward: the user's settings, and saved_ops, torchtitan's per-op selective policy
-# (a framework's reading of selective: symform.analysis.memory.frameworks)
-REBUILDING = ("selective", "full", "saved_ops")
+# per-op checkpointing policies, a framework's reading of selective (symform.analysis.memory.frameworks): inside a
+# checkpointed layer they keep its input and the outputs of some matrix products, and rebuild the rest in backward.
+# every: which products' outputs they keep (1: each one; 2: the 1st, 3rd, ... in forward order); biased: whether a
+# linear with a bias counts as a product; kernel_outputs: whether the fused attention kernel's results are kept;
+# branch_ends: whether the last product of each part of the layer, whose output only enters the residual sum, is kept
+# (JAX saves only values backward reads; PyTorch's selective checkpointing stores each chosen op's output)
+PER_OP = {
+    "saved_ops": {"every": 2, "biased": False, "kernel_outputs": True, "branch_ends": True},  # torchtitan's _apply_op_sac
+    "saved_dots": {"every": 1, "biased": True, "kernel_outputs": False, "branch_ends": False},  # JAX's checkpoint_dots_with_no_batch_dims
+}
+
+# the modes that rebuild a unit in backward: the user's settings and the per-op policies
+REBUILDING = ("selective", "full", *PER_OP)
 
 
 Degree = int | sympy.Expr
