@@ -141,6 +141,7 @@ def _bind(model: Model, expr: sympy.Expr, **workload: int) -> Number:
     return value
 
 
+@derivation  # a plan reports the expressions of every layout it times, many sharing them
 def _sizes(model: Model, expr: sympy.Expr) -> sympy.Expr:
     """The expression with the model's sizes put in, the workload symbols left free."""
     values = model.values
@@ -350,13 +351,13 @@ def _json(value: object) -> object:
 def _per_device(model: Model, split: Mapping[sympy.Symbol, sympy.Expr], pipeline: int, context: int = 1):
     """One micro-batch's share of a device: the tensor-parallel split, 1/pipeline of the model (balanced stages),
     and 1/context of its tokens (context parallelism: the work that grows with the batch divides, the weights' reads do not)."""
-    batch = model.vocabulary["batch"]
+    split = {k: sympy.sympify(v) for k, v in split.items()}
+    return lambda expr: _device_expression(model, sympy.sympify(expr), split, pipeline, context)
 
-    def share(expr: sympy.Expr) -> sympy.Expr:
-        expr = multiplied_out(sympy.sympify(expr) / pipeline, {k: sympy.sympify(v) for k, v in split.items()})
-        return context_share(expr, batch, context)
 
-    return share
+@derivation  # a plan's shortlisted layouts share their splits, pipeline depths and context degrees
+def _device_expression(model: Model, expr: sympy.Expr, split: Mapping[sympy.Symbol, sympy.Expr], pipeline: int, context: int) -> sympy.Expr:
+    return context_share(multiplied_out(expr / pipeline, split), model.vocabulary["batch"], context)
 
 
 def context_share(expr: sympy.Expr, batch: sympy.Symbol, context: int) -> sympy.Expr:
