@@ -25,22 +25,15 @@ from __future__ import annotations
 import datetime
 import os
 import re
+import typing
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from fractions import Fraction
 from functools import cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    PlainValidator,
-    PrivateAttr,
-    ValidationError,
-    model_validator,
-)
-
 from ...engine.budget import DEVICES
+from ...engine.language.schema import MaxLen, Plain, SchemaError, build
 from ...engine.store.data import data_root, read_toml
 from ...engine.errors import ConfigError, describe_validation
 
@@ -81,7 +74,7 @@ _SMALLEST, _LARGEST = 1e-9, 1e30
 
 def _number(value: Any) -> int | float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"a number in SI base units is needed (e.g. 3.35e12), not {_what(value)}")  # noqa: TRY004 (pydantic reports ValueError)
+        raise ValueError(f"a number in SI base units is needed (e.g. 3.35e12), not {_what(value)}")  # noqa: TRY004 (the schema reports ValueError)
     # a bound either side, so that no ratio of two figures overflows or divides by (nearly) zero
     if isinstance(value, int) and value.bit_length() > 128 or not _SMALLEST <= value <= _LARGEST:
         raise ValueError(f"a positive finite number is needed, from {_SMALLEST:g} to {_LARGEST:g}, not {_clip(repr(value))}")
@@ -130,19 +123,17 @@ def _date(value: Any) -> str:
     raise ValueError(f"a date is needed: 2024, \"2024-11\" or 2024-11-18, not {_what(value)}")
 
 
-Number = Annotated[int | float, PlainValidator(_number)]
-Count = Annotated[int, PlainValidator(_count)]
-Text = Annotated[str, PlainValidator(_text)]
-Name = Annotated[str, PlainValidator(_name)]
-Url = Annotated[str, PlainValidator(_url)]
-Date = Annotated[str, PlainValidator(_date)]
+Number = Annotated[int | float, Plain(_number, "function-plain[_number()]")]
+Count = Annotated[int, Plain(_count, "function-plain[_count()]")]
+Text = Annotated[str, Plain(_text, "function-plain[_text()]")]
+Name = Annotated[str, Plain(_name, "function-plain[_name()]")]
+Url = Annotated[str, Plain(_url, "function-plain[_url()]")]
+Date = Annotated[str, Plain(_date, "function-plain[_date()]")]
+Notes = Annotated[list[Text], MaxLen(20)]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Source(_Strict):
+@dataclass(frozen=True, kw_only=True)
+class Source:
     """Where the figures come from: the datasheet's title, address and date (year, or year-month)."""
 
     title: Text
@@ -150,7 +141,11 @@ class Source(_Strict):
     date: Date
 
 
-class Link(_Strict):
+Sources = Annotated[list[Source], MaxLen(20)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Link:
     """One kind of link of one accelerator, with its bandwidth in each direction."""
 
     name: Text
@@ -168,7 +163,8 @@ def _check_sparse(dense: dict[str, Any], sparse: dict[str, Any], where: str = ""
             )
 
 
-class Device(_Strict):
+@dataclass(frozen=True, kw_only=True)
+class Device:
     """One accelerator (GPU or TPU chip): its own figures, never a system's."""
 
     kind: Literal["accelerator"] = "accelerator"
@@ -179,18 +175,16 @@ class Device(_Strict):
     memory_type: Text | None = None
     memory_bytes: Number
     hbm_bytes_per_s: Number
-    dense_flops_per_s: dict[Dtype, Number] = Field(default_factory=dict)  # empty where the vendor publishes no rate
-    sparse_flops_per_s: dict[Dtype, Number] = Field(default_factory=dict)
-    interconnect: dict[LinkKind, Link] = Field(default_factory=dict)
+    dense_flops_per_s: dict[Dtype, Number] = field(default_factory=dict)  # empty where the vendor publishes no rate
+    sparse_flops_per_s: dict[Dtype, Number] = field(default_factory=dict)
+    interconnect: dict[LinkKind, Link] = field(default_factory=dict)
     tdp_watts: Number | None = None
     source: Source
-    see_also: list[Source] = Field(default_factory=list, max_length=20)
-    notes: list[Text] = Field(default_factory=list, max_length=20)
+    see_also: Sources = field(default_factory=list)
+    notes: Notes = field(default_factory=list)
 
-    @model_validator(mode="after")
-    def _sparse_beside_dense(self) -> Device:
+    def __post_init__(self) -> None:
         _check_sparse(self.dense_flops_per_s, self.sparse_flops_per_s)
-        return self
 
     def flops_per_s(self, dtype: str, *, sparse: bool = False) -> int | float:
         """The peak rate for one dtype, dense unless ``sparse=True`` (2:4 structured sparsity)."""
@@ -207,14 +201,16 @@ class Device(_Strict):
         return self.flops_per_s(dtype) / self.hbm_bytes_per_s
 
 
-class ScaleUpDomain(_Strict):
+@dataclass(frozen=True, kw_only=True)
+class ScaleUpDomain:
     """The accelerators that reach one another over the scale-up fabric (NVLink switches, Infinity Fabric)."""
 
     name: Text
     accelerators: Count
 
 
-class Nics(_Strict):
+@dataclass(frozen=True, kw_only=True)
+class Nics:
     """The system's scale-out network cards: how many, and each one's bandwidth per direction."""
 
     name: Text
@@ -222,17 +218,19 @@ class Nics(_Strict):
     unidirectional_bytes_per_s: Number
 
 
-class StatedTotals(_Strict):
+@dataclass(frozen=True, kw_only=True)
+class StatedTotals:
     """Totals as the system's datasheet states them; checked against count × per-accelerator figure."""
 
     memory_bytes: Number | None = None
     hbm_bytes_per_s: Number | None = None
     scale_up_bidirectional_bytes_per_s: Number | None = None
-    dense_flops_per_s: dict[Dtype, Number] = Field(default_factory=dict)
-    sparse_flops_per_s: dict[Dtype, Number] = Field(default_factory=dict)
+    dense_flops_per_s: dict[Dtype, Number] = field(default_factory=dict)
+    sparse_flops_per_s: dict[Dtype, Number] = field(default_factory=dict)
 
 
-class System(_Strict):
+@dataclass(frozen=True, kw_only=True)
+class System:
     """A box or rack of identical accelerators: names its accelerator, adds only system-level figures."""
 
     kind: Literal["system"]
@@ -245,17 +243,18 @@ class System(_Strict):
     scale_up_domain: ScaleUpDomain | None = None
     scale_out: Nics | None = None
     power_watts: Number | None = None
-    stated_totals: StatedTotals = Field(default_factory=StatedTotals)
+    stated_totals: StatedTotals = field(default_factory=StatedTotals)
     source: Source
-    see_also: list[Source] = Field(default_factory=list, max_length=20)
-    notes: list[Text] = Field(default_factory=list, max_length=20)
-    _device: Device | None = PrivateAttr(default=None)
+    see_also: Sources = field(default_factory=list)
+    notes: Notes = field(default_factory=list)
+    _device: Device | None = field(default=None, init=False, repr=False, compare=False)  # load_device's, not the file's
 
-    @model_validator(mode="after")
-    def _domain_within_system(self) -> System:
+    def __post_init__(self) -> None:
         if self.scale_up_domain and self.scale_up_domain.accelerators > self.accelerator_count:
             raise ValueError(f"scale_up_domain.accelerators ({self.scale_up_domain.accelerators}) exceeds accelerator_count ({self.accelerator_count})")
-        return self
+
+    def _attach(self, device: Device) -> None:
+        object.__setattr__(self, "_device", device)  # frozen: the fields stay as the file gave them
 
     @property
     def device(self) -> Device:
@@ -264,7 +263,7 @@ class System(_Strict):
             found = load_device(self.accelerator)
             if not isinstance(found, Device):
                 raise ConfigError(f"system {self.name or self.title!r}: accelerator {self.accelerator!r} is a system; name an accelerator")
-            self._device = found
+            self._attach(found)
         return self._device
 
 
@@ -377,15 +376,15 @@ def _load_path(path: Path, *, referenced_by: Path | None = None) -> Hardware:
         raise ConfigError(f"{referenced_by}: accelerator {path.name!r} is a system; name an accelerator (one GPU or chip)")
     model = System if kind == "system" else Device
     try:
-        found = model.model_validate(raw)
-    except ValidationError as e:
+        found = build(model, raw)
+    except SchemaError as e:
         raise ConfigError(_one_line(f"{path}: {_describe(e, model)}; fix the file (fields and units: {_DOCS})")) from None
     if found.name is None:
-        found = found.model_copy(update={"name": path.stem})
+        found = replace(found, name=path.stem)
     if isinstance(found, System):
         device = _accelerator_of(found, path)
         _check_totals(found, device, path)
-        found._device = device
+        found._attach(device)
     return found
 
 
@@ -416,48 +415,57 @@ def _check_totals(system: System, device: Device, path: Path) -> None:
         per_device = getattr(device, table)
         for dtype, value in getattr(stated, table).items():
             pairs.append((f"{table}.{dtype}", value, n * per_device[dtype] if dtype in per_device else None))
-    for field, value, derived in pairs:
+    for key, value, derived in pairs:
         if value is None:
             continue
         if derived is None:
-            raise ConfigError(f"{path}: stated_totals.{field} has no per-accelerator figure in {device.name!r} to check it against; add that figure or drop the total")
+            raise ConfigError(f"{path}: stated_totals.{key} has no per-accelerator figure in {device.name!r} to check it against; add that figure or drop the total")
         if abs(value - derived) > _TOLERANCE * derived:
             raise ConfigError(
-                f"{path}: stated_totals.{field} is {value:.4g} but {n} × {device.name} gives {derived:.4g}; "
+                f"{path}: stated_totals.{key} is {value:.4g} but {n} × {device.name} gives {derived:.4g}; "
                 "fix the per-accelerator figure or the stated total (per-accelerator and system figures must agree)"
             )
 
 
-def _describe(error: ValidationError, model: type[BaseModel]) -> str:
-    first = error.errors()[0]
-    where = ".".join(str(p) for p in first["loc"])
-    if first["type"] == "extra_forbidden":
-        known = _known_fields(model, first["loc"][:-1])
+def _describe(error: SchemaError, model: type) -> str:
+    where = ".".join(str(p) for p in error.loc)
+    if error.msg == "Extra inputs are not permitted":
+        known = _known_fields(model, error.loc[:-1])
         return f"{where}: unknown field" + (f"; the fields here are {', '.join(known)}" if known else "")
-    if first["type"] == "literal_error" and first["loc"][-1] == "[key]":
-        return f"{'.'.join(str(p) for p in first['loc'][:-1])}: {first['msg']}"
-    if first["type"] == "missing":
+    if error.loc and error.loc[-1] == "[key]":  # a table's key that is none of its names (a dtype, a link kind)
+        return f"{'.'.join(str(p) for p in error.loc[:-1])}: {error.msg}"
+    if error.msg == "Field required":
         return f"{where}: required field missing"
     return describe_validation(error)
 
 
-def _known_fields(model: type[BaseModel], loc: tuple) -> list[str]:
+def _known_fields(model: type, loc: tuple) -> list[str]:
     current: Any = model
     for part in loc:
-        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+        if not _is_table(current):
             return []
-        info = current.model_fields.get(str(part))
-        if info is None:
+        hint = _field_hints(current).get(str(part))
+        if hint is None:
             return []
-        current = _model_in(info.annotation)
-    return list(current.model_fields) if isinstance(current, type) and issubclass(current, BaseModel) else []
+        current = _model_in(hint)
+    return list(_field_hints(current)) if _is_table(current) else []
+
+
+def _is_table(hint: Any) -> bool:
+    return isinstance(hint, type) and is_dataclass(hint)
+
+
+def _field_hints(cls: type) -> dict[str, Any]:
+    """The fields a file may give, by name, with their types (checks stripped)."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in fields(cls) if f.init}
 
 
 def _model_in(annotation: Any) -> Any:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+    if _is_table(annotation):
         return annotation
-    for arg in getattr(annotation, "__args__", ()):
-        if isinstance(arg, type) and issubclass(arg, BaseModel):
+    for arg in typing.get_args(annotation):
+        if _is_table(arg):
             return arg
     return None
 

@@ -11,12 +11,12 @@ knows an architecture by name.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field, fields
 from fractions import Fraction
 from functools import cache
 from typing import Any, Literal, Mapping
 
 import sympy
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ...engine.algebra.multiplied import fraction_at
 from ...engine.store.data import formulas_dir, read_toml
@@ -24,6 +24,7 @@ from ...engine.store.derivation import derivation
 from ...engine.errors import ConfigError, DeclarationError, EvaluationError, describe_validation
 from ...engine.graph.model import Model
 from ...engine.language.safe_expr import parse
+from ...engine.language.schema import SchemaError, build
 
 DEFAULT = "torchtitan"  # PyTorch-native FSDP: the framework of most published open runs symform validates against
 EAGER = "eager"
@@ -33,16 +34,14 @@ POLICY_MODES = {"attention-core": "selective", "saved-ops": "saved_ops", "saved-
 OVERHEAD_NAMES = ("unit_params", "params", "weight_bytes", "grad_bytes", "data")
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Sourced(_Strict):
+@dataclass(frozen=True, kw_only=True)
+class Sourced:
     value: int | bool | str
     source: str
 
 
-class Defaults(_Strict):
+@dataclass(frozen=True, kw_only=True)
+class Defaults:
     """Layout choices the framework makes unless the command says otherwise (they change memory, not FLOPs)."""
 
     sequence_parallel: Sourced | None = None  # with tensor parallelism
@@ -50,20 +49,23 @@ class Defaults(_Strict):
     grad_reduce_fp32: Sourced | None = None  # the gradients' main_grad buffers in fp32 (Megatron-Core's grad_reduce_in_fp32)
 
 
-class Selective(_Strict):
+@dataclass(frozen=True, kw_only=True)
+class Selective:
     policy: Literal["attention-core", "saved-ops", "saved-dots"]
     doc: str
     source: str
 
 
-class Loss(_Strict):
+@dataclass(frozen=True, kw_only=True)
+class Loss:
     """How the framework's loss keeps the logits (the loss primitive's conventions count it; this says which applies)."""
 
     doc: str
     source: str
 
 
-class Convention(_Strict):
+@dataclass(frozen=True, kw_only=True)
+class Convention:
     """A convention of the model's declarations the framework sets (its fused loss keeps the logits as they are, say)."""
 
     value: int
@@ -71,7 +73,8 @@ class Convention(_Strict):
     precisions: list[str] | None = None  # the precision recipes (formulas/memory.toml) it holds under; None: every one
 
 
-class ModuleRecompute(_Strict):
+@dataclass(frozen=True, kw_only=True)
+class ModuleRecompute:
     """One of the framework's recomputable modules: the saved_activations_when mode that counts what it frees."""
 
     mode: str
@@ -79,25 +82,28 @@ class ModuleRecompute(_Strict):
     source: str
 
 
-class Overhead(_Strict):
+@dataclass(frozen=True, kw_only=True)
+class Overhead:
     name: str
     doc: str
     bytes: str | None = None
     fraction: str | None = None  # of every other category: the allocator's reserve
-    zero: list[int] = Field(default_factory=lambda: [0, 1, 2, 3])  # the ZeRO stages it applies at
+    zero: list[int] = field(default_factory=lambda: [0, 1, 2, 3])  # the ZeRO stages it applies at
     outside_allocator: bool = False  # held outside PyTorch's caching allocator (the CUDA context): no reserve on it
     setting: str | None = None  # a default of the framework (Defaults) it is held under only where that is on
     source: str
 
 
-class RunsOn(_Strict):
+@dataclass(frozen=True, kw_only=True)
+class RunsOn:
     """The vendors whose accelerators a framework's kernels run on (its time facts are theirs)."""
 
     vendors: list[str]
     source: str
 
 
-class Framework(_Strict):
+@dataclass(frozen=True, kw_only=True)
+class Framework:
     name: str
     doc: str
     source: str
@@ -105,10 +111,10 @@ class Framework(_Strict):
     defaults: Defaults = Defaults()
     selective: Selective | None = None  # None: the framework has no selective mode
     loss: Loss | None = None
-    conventions: dict[str, Convention] = Field(default_factory=dict)
-    recompute_modules: dict[str, ModuleRecompute] = Field(default_factory=dict)  # by the framework's own module names
-    overheads: list[Overhead] = Field(default_factory=list)
-    not_modelled: list[str] = Field(default_factory=list)
+    conventions: dict[str, Convention] = field(default_factory=dict)
+    recompute_modules: dict[str, ModuleRecompute] = field(default_factory=dict)  # by the framework's own module names
+    overheads: list[Overhead] = field(default_factory=list)
+    not_modelled: list[str] = field(default_factory=list)
     time: dict[str, Any] | None = None  # time-side facts, read (and checked) by symform.analysis.time.efficiencies
 
     def check_runs_on(self, device: str, vendor: str) -> None:
@@ -165,7 +171,7 @@ class Framework(_Strict):
             "selective": f"{self.selective.policy}: {self.selective.doc}" if self.selective else "none: the framework recomputes whole blocks or nothing",
             **({"loss": f"{self.loss.doc} ({self.loss.source})"} if self.loss else {}),
             **({"conventions": {k: f"{c.value}{_only_under(c)} ({c.source})" for k, c in self.conventions.items()}} if self.conventions else {}),
-            "defaults": {k: v["value"] for k, v in self.defaults.model_dump(exclude_none=True).items()},
+            "defaults": {f.name: v.value for f in fields(self.defaults) if (v := getattr(self.defaults, f.name)) is not None},
             **({"settings": dict(settings)} if settings else {}),
             "overheads": {o.name: f"{o.doc} ({o.source})" for o in self.overheads},
             **({"recompute_modules": {k: f"{m.doc} ({m.source})" for k, m in self.recompute_modules.items()}} if self.recompute_modules else {}),
@@ -182,8 +188,8 @@ def frameworks() -> dict[str, Framework]:
     found = {}
     for path in sorted((formulas_dir() / "frameworks").glob("*.toml")):
         try:
-            found[path.stem] = Framework.model_validate({"name": path.stem, **read_toml(path)})
-        except ValidationError as e:
+            found[path.stem] = build(Framework, {"name": path.stem, **read_toml(path)})
+        except SchemaError as e:
             raise DeclarationError(f"frameworks/{path.name}: {describe_validation(e)}") from None
         for overhead in found[path.stem].overheads:
             if (overhead.bytes is None) == (overhead.fraction is None):

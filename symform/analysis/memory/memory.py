@@ -14,7 +14,7 @@ import html
 import itertools
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Callable, Mapping
 
@@ -761,7 +761,7 @@ def _size_causes(model: Model, stored: StoredFormat, evaluate) -> dict[str, Numb
             causes[f"{leaf}: the tied weight stored a second time"] = evaluate(other * node["quantities"]["params"])
     fmt = stored.format
     if fmt.stored and "scale_bytes" in fmt.stored and _rational(fmt.scale_bytes) != 2:
-        bf16 = fmt.model_copy(update={"scale_bytes": 2})
+        bf16 = replace(fmt, scale_bytes=2)
         ours = weight_bytes_per_device(model, fmt, Layout(), stored.keep)
         causes["block scales stored in bf16, not float32"] = evaluate(weight_bytes_per_device(model, bf16, Layout(), stored.keep) - ours)
     values = model.values

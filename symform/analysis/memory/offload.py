@@ -34,12 +34,11 @@ from functools import cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, ValidationError
-
 from ...engine.store.data import read_toml
+from ...engine.language.schema import SchemaError, build
 from ...engine.errors import ConfigError, EvaluationError, describe_validation
 from ...engine.algebra.evaluate import Number
-from ..devices.hardware import Device, Number as DataNumber, Source, Text, _Strict, hardware_dir
+from ..devices.hardware import Device, Notes, Number as DataNumber, Source, Text, hardware_dir
 from .memory import MemoryReport
 
 TIERS = ("device", "cpu", "nvme")
@@ -104,7 +103,8 @@ def parse_offload(text: str) -> Offload:
 # --- NVMe drives (data) -------------------------------------------------------------------------
 
 
-class Drive(_Strict):
+@dataclass(frozen=True, kw_only=True)
+class Drive:
     """One NVMe drive: its sequential read and write rates, as its maker states them."""
 
     name: Text | None = None
@@ -115,7 +115,7 @@ class Drive(_Strict):
     sequential_write_bytes_per_s: DataNumber
     capacity_bytes: DataNumber | None = None
     source: Source
-    notes: list[Text] = Field(default_factory=list, max_length=20)
+    notes: Notes = field(default_factory=list)
 
 
 def storage_dir() -> Path:
@@ -134,10 +134,10 @@ def load_drive(name_or_path: str) -> Drive:
     if path.suffix.lower() != ".toml" or not path.is_file():
         raise ConfigError(f"{text!r} is neither a bundled NVMe drive nor a .toml file; bundled: {', '.join(drive_names())} (fields: {_DOCS})")
     try:
-        drive = Drive.model_validate(read_toml(path))
-    except ValidationError as e:
+        drive = build(Drive, read_toml(path))
+    except SchemaError as e:
         raise ConfigError(f"{path}: {describe_validation(e)}; fix the file (fields and units: {_DOCS})") from None
-    return drive if drive.name else drive.model_copy(update={"name": path.stem})
+    return drive if drive.name else replace(drive, name=path.stem)
 
 
 # --- placing a report ----------------------------------------------------------------------------

@@ -14,42 +14,40 @@ symform's component paths (``layers/attn``) through the aliases in
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
-from typing import Any, Mapping
+from typing import Annotated, Any, Mapping
 
 import sympy
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ...engine.budget import quoted
 from ...engine.store.data import formulas_dir, read_toml
 from ...engine.errors import ConfigError, DeclarationError, describe_validation
 from ...engine.language.families import Checkpoint
+from ...engine.language.schema import SchemaError, above, at_least, build
 from ...engine.graph.model import Model
 from ...engine.language.safe_expr import parse
 
 
 
-class WeightFormat(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+@dataclass(frozen=True, kw_only=True)
+class WeightFormat:
     doc: str
     source: str = ""
-    bits: int = Field(gt=0)
-    group: int = Field(0, ge=0)
+    bits: Annotated[int, above(0)]
+    group: Annotated[int, at_least(0)] = 0
     scale_bytes: int | str = 0
     zero_bytes: int | str = 0
-    quantises: list[str] = Field(default_factory=list)  # primitives whose parameters take the format; [] = all
+    quantises: list[str] = field(default_factory=list)  # primitives whose parameters take the format; [] = all
     other_bits: int = 16
     stored: str | None = None  # bytes of one [d_out, d_in] matrix with its scales, over d_in, d_out, group, block_out, block_in
-    block_out: int = Field(0, ge=0)
-    block_in: int = Field(0, ge=0)
+    block_out: Annotated[int, at_least(0)] = 0
+    block_in: Annotated[int, at_least(0)] = 0
     flops_dtype: str | None = None  # the device rate its matrix products run at, where the device lists one
 
 
-class Aliases(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+@dataclass(frozen=True, kw_only=True)
+class Aliases:
     module_aliases: dict[str, str]  # a checkpoint's module name → symform's path segment
     skip: list[str]  # name segments that say nothing about which component (model, layers, indices)
     roles: dict[str, list[str]]  # symform check: the part of a model a module's name or path belongs to
@@ -58,8 +56,8 @@ class Aliases(BaseModel):
 @cache
 def aliases() -> Aliases:
     try:
-        return Aliases.model_validate(read_toml(formulas_dir() / "checkpoints.toml"))
-    except ValidationError as e:
+        return build(Aliases, read_toml(formulas_dir() / "checkpoints.toml"))
+    except SchemaError as e:
         raise DeclarationError(f"checkpoints.toml: {describe_validation(e)}") from None
 
 
@@ -183,7 +181,7 @@ def _check_whole_layers(key: str, name: str) -> None:
 
 
 def _with(formats: Mapping[str, WeightFormat], name: str, **changes: Any) -> WeightFormat:
-    return formats[name].model_copy(update=changes)
+    return replace(formats[name], **changes)
 
 
 def _positive(config: Mapping[str, Any], key: str, default: int, what: str) -> int:

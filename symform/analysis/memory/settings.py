@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from functools import cache
-from typing import Mapping
+from typing import Annotated, Mapping
 
 import sympy
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ...engine.store.data import formulas_dir, read_toml
 from ...engine.errors import ConfigError, DeclarationError, EvaluationError, describe_validation
 from ...engine.budget import DEVICES, check_count, quoted
+from ...engine.language.schema import SchemaError, above, at_least, build
 from .quantization import WeightFormat
 from ..parallel.pipeline_layout import parse as parse_pipeline_layout
 from ..parallel.scaling import in_flight_microbatches
@@ -46,28 +46,31 @@ Degree = int | sympy.Expr
 SCHEDULES = ("1f1b", "interleaved", "gpipe", "naive")
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+Positive = Annotated[int, above(0)]
+Nonnegative = Annotated[int, at_least(0)]
 
 
-class Precision(_Strict):
+@dataclass(frozen=True, kw_only=True)
+class Precision:
     doc: str
     source: str = ""
-    weights: int = Field(gt=0)
-    master: int = Field(ge=0)
-    grads: int = Field(gt=0)
-    state: int = Field(gt=0)
-    act: int = Field(gt=0)
+    weights: Positive
+    master: Nonnegative
+    grads: Positive
+    state: Positive
+    act: Positive
 
 
-class Optimizer(_Strict):
+@dataclass(frozen=True, kw_only=True)
+class Optimizer:
     doc: str
     source: str = ""
-    states: int = Field(ge=0)
+    states: Nonnegative
     state_bytes: str | None = None
 
 
-class Recipes(_Strict):
+@dataclass(frozen=True, kw_only=True)
+class Recipes:
     precision: dict[str, Precision]
     optimizer: dict[str, Optimizer]
     weight_format: dict[str, WeightFormat]
@@ -76,8 +79,8 @@ class Recipes(_Strict):
 @cache
 def recipes() -> Recipes:
     try:
-        return Recipes.model_validate(read_toml(formulas_dir() / "memory.toml"))
-    except ValidationError as e:
+        return build(Recipes, read_toml(formulas_dir() / "memory.toml"))
+    except SchemaError as e:
         raise DeclarationError(f"memory.toml: {describe_validation(e)}") from None
 
 

@@ -8,11 +8,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
-from typing import Any, Literal, Sequence
-
-from pydantic import BaseModel, ConfigDict, field_validator
+from typing import Annotated, Any, Literal, Sequence
 
 from ...engine.budget import quoted
+from ...engine.language.schema import After, SchemaError, build
 from ...engine.store.data import data_root, read_toml
 from ...engine.errors import ConfigError, describe_validation
 from . import step_model
@@ -315,40 +314,37 @@ SCORE_LEAVES = frozenset({"softmax", "scale_mask", "attn_dropout"})
 # only (devices: the accelerators a source measured it on, by their hardware file's name).
 
 
-class Fact(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+def _bundled_accelerators(devices: list[str] | None) -> list[str] | None:
+    from ..devices.hardware import device_names
 
+    known = device_names(kind="accelerator")
+    for name in devices or ():
+        if name not in known:
+            raise ValueError(f"{name!r} is not a bundled accelerator: name one that symform hardware lists (a system's, such as b200 for dgx-b200)")
+    return devices
+
+
+def _known_dtypes(dtypes: list[str] | None) -> list[str] | None:
+    from ..devices.hardware import DTYPES
+
+    for name in dtypes or ():
+        if name not in DTYPES:
+            raise ValueError(f"{name!r} is not a matmul dtype symform knows: name one of {', '.join(DTYPES)}")
+    if dtypes == []:
+        raise ValueError("dtypes = [] holds for no run: name the dtypes, or leave dtypes out for every dtype")
+    return dtypes
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fact:
     name: Literal["tp_comm_overlap", "p2p_overlap", "ep_comm_overlap", "step_factor"]
     value: float | bool = True
     versions: list[str] | None = None  # the releases it holds for; None: every release
     presets: list[str] | None = None  # the models it was measured on; None: every model
-    devices: list[str] | None = None  # the accelerators it was measured on; None: every device
-    dtypes: list[str] | None = None  # the matmul dtypes it was measured at; None: every dtype
+    devices: Annotated[list[str] | None, After(_bundled_accelerators)] = None  # the accelerators it was measured on; None: every device
+    dtypes: Annotated[list[str] | None, After(_known_dtypes)] = None  # the matmul dtypes it was measured at; None: every dtype
     doc: str
     source: str
-
-    @field_validator("devices")
-    @classmethod
-    def _bundled_accelerators(cls, devices: list[str] | None) -> list[str] | None:
-        from ..devices.hardware import device_names
-
-        known = device_names(kind="accelerator")
-        for name in devices or ():
-            if name not in known:
-                raise ValueError(f"{name!r} is not a bundled accelerator: name one that symform hardware lists (a system's, such as b200 for dgx-b200)")
-        return devices
-
-    @field_validator("dtypes")
-    @classmethod
-    def _known_dtypes(cls, dtypes: list[str] | None) -> list[str] | None:
-        from ..devices.hardware import DTYPES
-
-        for name in dtypes or ():
-            if name not in DTYPES:
-                raise ValueError(f"{name!r} is not a matmul dtype symform knows: name one of {', '.join(DTYPES)}")
-        if dtypes == []:
-            raise ValueError("dtypes = [] holds for no run: name the dtypes, or leave dtypes out for every dtype")
-        return dtypes
 
     def holds(self, version: str | None, preset: str | None, device: str | None = None, dtype: str | None = None) -> bool:
         return all(named is None or given in named for named, given in ((self.versions, version), (self.presets, preset), (self.devices, device), (self.dtypes, dtype)))
@@ -386,8 +382,8 @@ def facts(name: str) -> list[Fact]:
     fw = memory_framework(name)
     raw = (fw.time or {}).get("facts", []) if fw is not None else []
     try:
-        return [Fact.model_validate(entry) for entry in raw]
-    except ValueError as e:
+        return [build(Fact, entry) for entry in raw]
+    except SchemaError as e:
         raise ConfigError(f"formulas/frameworks/{name}.toml [[time.facts]]: {describe_validation(e)}; see docs/time.md") from None
 
 

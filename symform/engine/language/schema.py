@@ -1,12 +1,14 @@
 """Frozen dataclasses built from parsed TOML and JSON tables, checked against their type hints.
 
 The declaration and family files are read on every command; this small validator reads them without the
-cost of importing a validation library. It understands the types those files use: str, int, bool, Any,
-Literal[...], list[T], dict[str, T], unions (``T | None`` among them) and nested schema dataclasses, with a
-field's alias in its metadata (``field(metadata=alias("in"))``). Unknown keys are refused unless the class
-sets ``EXTRA = "allow"``; a class may set ``POPULATE_BY_NAME`` to take a field under its own name too. Errors
-read as 'field.path: message', in the wording users have always met (``Field required``, ``Extra inputs are
-not permitted``, ``Input should be a valid string``), and only the first problem is reported.
+cost of importing a validation library. It understands the types those files use: str, int, float, bool, Any,
+Literal[...], list[T], dict[str, T] (or a Literal's keys), unions (``T | None`` among them) and nested schema
+dataclasses, with a field's alias in its metadata (``field(metadata=alias("in"))``). ``Annotated`` adds checks:
+``Plain`` and ``After`` functions, ``MaxLen`` for a list, ``above``/``at_least`` for a number's bounds.
+Unknown keys are refused unless the class sets ``EXTRA = "allow"``; a class may set ``POPULATE_BY_NAME`` to
+take a field under its own name too. Errors read as 'field.path: message', in the wording users have always
+met (``Field required``, ``Extra inputs are not permitted``, ``Input should be a valid string``), and only
+the first problem is reported.
 
 A class may declare ``_before(value)`` (a classmethod turning the raw value into a table) and checks in
 ``__post_init__``; a ValueError from either is the user's problem, reported where the table is.
@@ -62,6 +64,29 @@ class After:
 
     def __init__(self, function: Callable[[Any], Any]):
         self.function = function
+
+
+class MaxLen:
+    """A list's most entries, checked on the input before its entries are (a long list is refused whole)."""
+
+    def __init__(self, most: int):
+        self.most = most
+
+
+def above(bound: int | float) -> After:
+    """A number's check: greater than ``bound``."""
+    return After(lambda v: _bound(v, v > bound, f"greater than {bound}"))
+
+
+def at_least(bound: int | float) -> After:
+    """A number's check: ``bound`` or more."""
+    return After(lambda v: _bound(v, v >= bound, f"greater than or equal to {bound}"))
+
+
+def _bound(value: Any, holds: bool, wanted: str) -> Any:
+    if not holds:
+        raise ValueError(f"Input should be {wanted}")
+    return value
 
 
 Validator = Callable[[Any, bool], Any]  # (value, strict) -> the value, or _Fail
@@ -183,7 +208,9 @@ def _validator(hint: Any) -> Validator:
         plain = next((m for m in marks if isinstance(m, Plain)), None)
         if plain is not None:
             return _plain_validator(plain.function)
-        return _after(_validator(inner), [m.function for m in marks if isinstance(m, After)])
+        most = next((m.most for m in marks if isinstance(m, MaxLen)), None)
+        core = _validator(inner) if most is None else _at_most(most, _validator(inner))
+        return _after(core, [m.function for m in marks if isinstance(m, After)])
     if origin in (typing.Union, types.UnionType):
         members = [a for a in args if a is not type(None)]
         core = _validator(members[0]) if len(members) == 1 else _union([(_tag(m), _validator(m)) for m in members])
@@ -193,7 +220,8 @@ def _validator(hint: Any) -> Validator:
     if origin is list or hint is list:
         return _list(_validator(args[0]) if args else _any)
     if origin is dict or hint is dict:
-        return _dict(_validator(args[1]) if args else _any)
+        keys = _validator(args[0]) if args and args[0] is not str else None
+        return _dict(_validator(args[1]) if args else _any, keys)
     if hint is Any:
         return _any
     if hint is str:
@@ -202,6 +230,8 @@ def _validator(hint: Any) -> Validator:
         return _bool
     if hint is int:
         return _int
+    if hint is float:
+        return _float
     if dataclasses.is_dataclass(hint):
         return _model(hint)
     raise TypeError(f"schema: no validator for {hint!r}")
@@ -286,6 +316,25 @@ def _int(value: Any, strict: bool) -> int:
     raise _Fail((), "Input should be a valid integer")
 
 
+def _float(value: Any, strict: bool) -> float:
+    if type(value) in (int, float) or (not strict and type(value) is bool):
+        try:
+            return float(value)
+        except OverflowError:  # an integer past a float's range
+            raise _Fail((), "Input should be a valid number") from None
+    if strict:
+        raise _Fail((), "Input should be a valid number")
+    if isinstance(value, (str, bytes, bytearray)):
+        text = (value if isinstance(value, str) else bytes(value).decode()).strip()
+        try:
+            if text.isascii():
+                return float(text)
+        except ValueError:
+            pass
+        raise _Fail((), "Input should be a valid number, unable to parse string as a number")
+    raise _Fail((), "Input should be a valid number")
+
+
 def _literal(allowed: tuple) -> Validator:
     quoted = [repr(a) for a in allowed]
     expected = quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
@@ -315,13 +364,29 @@ def _list(item: Validator) -> Validator:
     return validate
 
 
-def _dict(item: Validator) -> Validator:
+def _at_most(most: int, core: Validator) -> Validator:
+    def validate(value: Any, strict: bool) -> Any:
+        if isinstance(value, (list, tuple)) and len(value) > most:
+            raise _Fail((), f"List should have at most {most} item{'s' if most != 1 else ''} after validation, not {len(value)}")
+        return core(value, strict)
+
+    return validate
+
+
+def _dict(item: Validator, keys: Validator | None = None) -> Validator:
+    """A table of ``item``; its keys strings, or what ``keys`` takes (a Literal's names)."""
+
     def validate(value: Any, strict: bool) -> dict:
         if not isinstance(value, Mapping) or (strict and not isinstance(value, dict)):
             raise _Fail((), "Input should be a valid dictionary")
         out = {}
         for k, v in value.items():
-            if type(k) is not str:
+            if keys is not None:
+                try:
+                    k = keys(k, strict)
+                except _Fail as e:
+                    raise _Fail((k, "[key]", *e.loc), e.msg) from None
+            elif type(k) is not str:
                 raise _Fail((k, "[key]"), "Input should be a valid string")
             out[k] = _at(k, item, v, strict)
         return out

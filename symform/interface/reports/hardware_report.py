@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 from ...analysis.devices.hardware import DTYPES, LINKS, Device, Hardware, Link, Source, System, device_names, load_device
@@ -64,8 +65,8 @@ def _system_json(system: System) -> dict[str, Any]:
         "accelerators_tdp_watts": n * device.tdp_watts if device.tdp_watts is not None else None,
         "power_watts": system.power_watts,
         "cpu": system.cpu,
-        "scale_up_domain": system.scale_up_domain.model_dump() if system.scale_up_domain else None,
-        "scale_out": system.scale_out.model_dump() if system.scale_out else None,
+        "scale_up_domain": asdict(system.scale_up_domain) if system.scale_up_domain else None,
+        "scale_out": asdict(system.scale_out) if system.scale_out else None,
         "stated_totals": {
             **{k: v for k in ("memory_bytes", "hbm_bytes_per_s", "scale_up_bidirectional_bytes_per_s") if (v := getattr(stated, k)) is not None},
             **{k: _ordered(getattr(stated, k)) for k in ("dense_flops_per_s", "sparse_flops_per_s") if getattr(stated, k)},
