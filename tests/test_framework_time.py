@@ -1,6 +1,7 @@
 """Frameworks' time-side facts (formulas/frameworks/*.toml [[time.facts]]): each holds for the releases and models its
 source names, and the estimate applies it without leaving its floor and ceiling."""
 
+import dataclasses
 import json
 
 import pytest
@@ -11,6 +12,7 @@ from symform.analysis.memory.settings import Layout
 from symform.analysis.time import efficiencies, timing
 from symform.analysis.time.estimate import training_estimate
 from symform.engine.errors import ConfigError
+from symform.engine.language.schema import SchemaError, build
 
 
 def test_the_dropless_regression_holds_for_the_release_model_and_devices_its_issue_names():
@@ -68,7 +70,7 @@ def test_a_facts_dtypes_are_symforms_and_the_default_is_a_training_steps():
     base = {"name": "step_factor", "value": 1.1, "doc": "d", "source": "s"}
     for bad, message in ((["FP8"], "not a matmul dtype"), (["mxfp8"], "not a matmul dtype"), ([], "holds for no run")):
         with pytest.raises(ValueError, match=message):
-            efficiencies.Fact.model_validate(base | {"dtypes": bad})
+            build(efficiencies.Fact, base | {"dtypes": bad})
     assert efficiencies.profile("megatron", "25.11", "qwen3-235b-a22b", device="b200").step_factor == pytest.approx(17.2 / 16.0, rel=1e-4)
 
 
@@ -117,7 +119,7 @@ def test_a_misspelt_fact_is_refused_in_one_line(monkeypatch):
     from symform.analysis.memory import frameworks
 
     real = frameworks.framework("megatron")
-    broken = real.model_copy(update={"time": {"facts": [{"name": "tp_overlap", "doc": "", "source": ""}]}})
+    broken = dataclasses.replace(real, time={"facts": [{"name": "tp_overlap", "doc": "", "source": ""}]})
     monkeypatch.setattr(efficiencies, "memory_framework", lambda name: broken)
     with pytest.raises(ConfigError, match=r"\[\[time.facts\]\]") as e:
         efficiencies.profile("megatron", "25.11")
@@ -230,12 +232,10 @@ def test_chunks_that_do_not_split_the_layers_evenly_are_balanced_like_stages(mod
 def test_a_fact_names_only_bundled_accelerators(devices, says):
     """A fact's devices are matched against the accelerator a --gpu names; a name that can never match (a system, a
     misspelling) is refused in one line rather than silently never applying."""
-    from pydantic import ValidationError
-
     from symform.engine.errors import describe_validation
 
-    with pytest.raises(ValidationError) as e:
-        efficiencies.Fact(name="step_factor", value=2.0, devices=devices, doc="d", source="s")
+    with pytest.raises(SchemaError) as e:
+        build(efficiencies.Fact, {"name": "step_factor", "value": 2.0, "devices": devices, "doc": "d", "source": "s"})
     assert says in describe_validation(e.value) and "\n" not in describe_validation(e.value)
 
 

@@ -73,6 +73,18 @@ def test_a_model_command_imports_neither_networkx_nor_pydantic():
     assert child["code"] == 0 and child["loaded"] == ["sympy"], f"symform params imported {child['loaded']}"
 
 
+@pytest.mark.parametrize("argv", [
+    ["plan", "qwen3-0.6b", "--gpu", "h100-sxm", "--gpus", "8", "--global-batch", "32", "--seq", "1024", "--flash"],
+    ["time", "qwen3-0.6b", "--gpu", "h100-sxm", "--train", "--global-batch", "32", "--seq", "1024", "--framework", "megatron", "--offload", "optimizer=nvme", "--nvme", "samsung-pm1743"],
+    ["memory", "qwen3-0.6b", "--train", "--batch", "1", "--seq", "512", "--framework", "torchtitan"],
+])
+def test_a_plan_time_or_training_memory_command_imports_no_pydantic(argv):
+    # the hardware, recipe, framework, weight-format and time-fact tables are schema dataclasses too: pydantic and
+    # its model classes cost about a third of import sympy on every such command
+    child = _run_fresh(*argv)
+    assert child["code"] == 0 and "pydantic" not in child["loaded"], f"symform {argv[0]} imported {child['loaded']}"
+
+
 def test_the_version_is_read_only_when_asked_for():
     """Building the command line reads no pyproject.toml and imports no importlib.metadata (an installed copy's
     version lookup): --version alone pays for it."""
