@@ -193,6 +193,17 @@ def test_a_paired_all_to_all_hides_under_its_partners_phase_only():
     assert Pairing(30.0, 40.0, 0.0).exposed(8.0) == 0.0
 
 
+@pytest.mark.parametrize("facts", [7, "tp_comm_overlap", {"name": "step_factor"}])
+def test_time_facts_that_are_no_list_of_tables_are_refused_in_one_line(monkeypatch, facts):
+    from symform.analysis.memory import frameworks
+
+    broken = dataclasses.replace(frameworks.framework("megatron"), time={"facts": facts})
+    monkeypatch.setattr(efficiencies, "memory_framework", lambda name: broken)
+    with pytest.raises(ConfigError, match=r"time\.facts is \w+, not a list of tables") as e:
+        efficiencies.profile("megatron", "25.11")
+    assert "\n" not in str(e.value)
+
+
 def test_an_unknown_overlap_schedule_is_refused():
     with pytest.raises(symform.SymformError, match="ep_comm_overlap is 'zero_bubble'"):
         training_estimate(symform.load("qwen3-30b-a3b"), "h100-sxm", global_batch=16, micro_batch=1, seq=1024, layout=Layout(data=8, expert=8), ep_comm_overlap="zero_bubble")

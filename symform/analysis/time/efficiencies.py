@@ -381,6 +381,8 @@ def facts(name: str) -> list[Fact]:
     """The time-side facts of framework ``name`` (formulas/frameworks/NAME.toml's ``[[time.facts]]``)."""
     fw = memory_framework(name)
     raw = (fw.time or {}).get("facts", []) if fw is not None else []
+    if not isinstance(raw, list):
+        raise ConfigError(f"formulas/frameworks/{name}.toml: time.facts is {type(raw).__name__}, not a list of tables; write each fact as a [[time.facts]] table (docs/time.md)")
     try:
         return [build(Fact, entry) for entry in raw]
     except SchemaError as e:
