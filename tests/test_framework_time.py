@@ -204,6 +204,20 @@ def test_time_facts_that_are_no_list_of_tables_are_refused_in_one_line(monkeypat
     assert "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize("fact", [
+    {"name": "step_factor", "value": float("nan")}, {"name": "step_factor", "value": float("inf")}, {"name": "step_factor", "value": 0},
+    {"name": "step_factor", "value": -1.5}, {"name": "step_factor", "value": True}, {"name": "tp_comm_overlap", "value": 2.5},
+])
+def test_a_fact_whose_value_means_nothing_is_refused_in_one_line(monkeypatch, fact):
+    from symform.analysis.memory import frameworks
+
+    broken = dataclasses.replace(frameworks.framework("megatron"), time={"facts": [fact | {"doc": "d", "source": "s"}]})
+    monkeypatch.setattr(efficiencies, "memory_framework", lambda name: broken)
+    with pytest.raises(ConfigError, match=r"\[\[time.facts\]\].*value") as e:
+        efficiencies.profile("megatron", "25.11")
+    assert "\n" not in str(e.value)
+
+
 def test_an_unknown_overlap_schedule_is_refused():
     with pytest.raises(symform.SymformError, match="ep_comm_overlap is 'zero_bubble'"):
         training_estimate(symform.load("qwen3-30b-a3b"), "h100-sxm", global_batch=16, micro_batch=1, seq=1024, layout=Layout(data=8, expert=8), ep_comm_overlap="zero_bubble")

@@ -335,6 +335,9 @@ def _known_dtypes(dtypes: list[str] | None) -> list[str] | None:
     return dtypes
 
 
+MOST_STEP_FACTOR = 10  # a release this much slower than its model says is a mistake in the file, not a fact
+
+
 @dataclass(frozen=True, kw_only=True)
 class Fact:
     name: Literal["tp_comm_overlap", "p2p_overlap", "ep_comm_overlap", "step_factor"]
@@ -345,6 +348,13 @@ class Fact:
     dtypes: Annotated[list[str] | None, After(_known_dtypes)] = None  # the matmul dtypes it was measured at; None: every dtype
     doc: str
     source: str
+
+    def __post_init__(self) -> None:
+        if self.name == "step_factor":  # a release's slowdown: a number the estimate multiplies the step by
+            if isinstance(self.value, bool) or not 0 < self.value <= MOST_STEP_FACTOR:
+                raise ValueError(f"value: a step_factor is a number above 0 and at most {MOST_STEP_FACTOR}, not {self.value!r}")
+        elif not isinstance(self.value, bool):
+            raise ValueError(f"value: {self.name} is true or false, not {self.value!r}")
 
     def holds(self, version: str | None, preset: str | None, device: str | None = None, dtype: str | None = None) -> bool:
         return all(named is None or given in named for named, given in ((self.versions, version), (self.presets, preset), (self.devices, device), (self.dtypes, dtype)))
