@@ -410,8 +410,10 @@ def _activations_per_device(expr: sympy.Expr, model: Model, layout: Layout) -> s
     """Tensor parallelism shards the head and inner-width activations (and with sequence parallelism
     all of them); context parallelism splits the sequence; a pipeline stage holds its share of the
     layers for each micro-batch in flight (stages balanced)."""
-    shared = expr / layout.tensor if layout.sequence else expr.xreplace(tensor_split(model, layout.tensor))
-    return multiplied_out(shared / layout.context / layout.pipeline * layout.in_flight)
+    per_rank = expr / layout.context / layout.pipeline * layout.in_flight
+    if layout.sequence:
+        return multiplied_out(per_rank / layout.tensor)
+    return multiplied_out(per_rank, tensor_split(model, layout.tensor))  # the split put in as it multiplies out
 
 
 def backward_peak(model: Model, layout: Layout = Layout()) -> sympy.Expr:
