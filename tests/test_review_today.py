@@ -79,3 +79,37 @@ def test_fsdp_buffers_do_not_depend_on_a_size_s_name(tmp_path, capsys):
         assert code == 0, err
         found[size] = json.loads(out)["total"]
     assert found["tensor_degree"] == found["width"]
+
+
+# a layer that is itself one matrix product (a primitive with a per-op policy's ``output``), checkpointed whole
+ONE_PRODUCT_LAYERS = """
+[model]
+root = "stack"
+arguments = { d_model = 64, n_layers = 4 }
+[components.block]
+doc = "a layer that is one product, recomputed whole"
+args = ["d_model"]
+params = "d_model*d_model"
+forward_flops = "2*batch*seq*d_model*d_model"
+bytes_moved = "2*batch*seq*d_model + 2*d_model*d_model"
+saved_activations = "2*batch*seq*d_model"
+saved_activations_when = { full = "2*batch*seq*d_model", output = "2*batch*seq*d_model" }
+[components.stack]
+doc = "layers"
+args = ["d_model", "n_layers"]
+[[components.stack.parts]]
+name = "layers"
+use = "block"
+repeat = "n_layers"
+with = { d_model = "d_model" }
+"""
+
+
+def test_per_op_checkpointing_saves_a_layer_that_is_one_product(tmp_path, capsys):
+    """torchtitan's per-op policy no longer keeps the output of a layer that is itself its one (first) matrix product."""
+    path = tmp_path / "one_product.toml"
+    path.write_text(ONE_PRODUCT_LAYERS)
+    code, out, err = run(capsys, "memory", str(path), "--train", "--batch", "2", "--seq", "16", "--framework", "torchtitan", "--recompute", "selective", "--json")
+    assert code == 0, err
+    # each of 4 layers keeps its input and its product's output (the 1st mm is saved): 2 x 2 bytes x 2 x 16 x 64
+    assert json.loads(out)["activations_by_component"]["layers"] == 4 * 2 * (2 * 2 * 16 * 64)
