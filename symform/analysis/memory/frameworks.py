@@ -254,8 +254,9 @@ def unit_params(model: Model, tensor: int = 1, expert: int = 1, expert_tensor: i
     return max(math.ceil(v) for v in found) if found else 0
 
 
-#: The degrees a unit's parameters are derived over once per model, each layout's put in as numbers.
-_TENSOR, _EXPERT, _EXPERT_TENSOR = (sympy.Symbol(f"{n}_degree", positive=True) for n in ("tensor", "expert", "expert_tensor"))
+#: The degrees a unit's parameters are derived over once per model, each layout's put in as numbers: named so that
+#: no declaration can give a size their name (not identifiers), as a point of values by name holds both.
+_TENSOR, _EXPERT, _EXPERT_TENSOR = (sympy.Symbol(f"{n}'", positive=True) for n in ("tensor", "expert", "expert_tensor"))
 
 
 @derivation  # a plan asks every tensor and expert degree it screens

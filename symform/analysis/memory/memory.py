@@ -157,8 +157,8 @@ def params_on_rank(model: Model, layout: Layout = Layout()) -> Number:
         expr, point = params_per_device(model, layout), dict(model.values)
     else:
         _check_degrees(model, layout.tensor, layout.pipeline)
-        expr = _params_per_rank(model, *_DEGREES)
-        point = {**model.values, **{d.name: v for d, v in zip(_DEGREES, (layout.tensor, layout.pipeline, layout.expert))}}
+        expr = _params_per_rank(model, *_RANK_DEGREES)
+        point = {**model.values, **{d.name: v for d, v in zip(_RANK_DEGREES, (layout.tensor, layout.pipeline, layout.expert))}}
     found = fraction_at(expr, point)
     if found is None:  # a size the model does not give, say: exact_value words it
         expr = params_per_device(model, layout)
@@ -179,6 +179,9 @@ def expert_params_per_device(model: Model, layout: Layout) -> sympy.Expr:
 
 
 _DEGREES = sympy.symbols("tensor pipeline expert", positive=True)
+# the same degrees under names no declaration can give a size (not identifiers): a point of values by name holds a
+# model's own sizes and these side by side (fraction_at)
+_RANK_DEGREES = sympy.symbols("tensor' pipeline' expert'", positive=True)
 
 
 def params_expression(model: Model, tensor: Degree = 1, pipeline: Degree = 1, expert: Degree = 1) -> sympy.Expr:
@@ -372,10 +375,13 @@ def _saved_op_outputs(graph, unit: str, flash: bool, every: int = 2, biased: boo
         for child in _run_parts(graph, node):
             walk(child, repeat * graph.edges[node, child]["repeat"]["forward_flops"])
 
+    own = graph.nodes[unit]["saved_when"]
+    # a unit that is one product (or kernel) itself is its own only part
+    parts = [(unit, sympy.Integer(1))] if "output" in own or "kernel_output" in own else [(p, graph.edges[unit, p]["repeat"]["forward_flops"]) for p in _run_parts(graph, unit)]
     ends = set()
-    for part in _run_parts(graph, unit):
+    for part, repeat in parts:
         last = None
-        walk(part, graph.edges[unit, part]["repeat"]["forward_flops"])
+        walk(part, repeat)
         ends |= {last} - {None}
     return sympy.Add(*(term for i, term in enumerate(saved) if branch_ends or i not in ends))
 
