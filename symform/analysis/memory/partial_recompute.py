@@ -1,4 +1,7 @@
-"""Full recomputation of some layers only: Megatron-Core's block method.
+"""Recomputation of part of a step's work: some layers only (Megatron-Core's block method), and inside a
+checkpointed layer the ops a per-op policy does not save (saved_op_outputs).
+
+Full recomputation of some layers only: Megatron-Core's block method.
 
 With ``--recompute-granularity full --recompute-method block --recompute-num-layers N`` Megatron-Core checkpoints
 the first N transformer layers of each pipeline stage (of each virtual chunk with a virtual pipeline) and keeps
@@ -53,3 +56,51 @@ def blended(saved_at: Callable[[str], tuple[sympy.Expr, sympy.Expr, dict[str, sy
     mix = sympy.Rational(share)
     blend = {name: parts.get(name, sympy.Integer(0)) + mix * (rebuilt_parts.get(name, sympy.Integer(0)) - parts.get(name, sympy.Integer(0))) for name in {**parts, **rebuilt_parts}}
     return sympy.expand(kept + mix * (rebuilt - kept)), transient, {k: sympy.expand(v) for k, v in blend.items() if v != 0}
+
+
+def saved_op_outputs(graph, unit: str, flash: bool, every: int = 2, biased: bool = False, kernel_outputs: bool = True, branch_ends: bool = True) -> sympy.Expr:
+    """What a per-op checkpointing policy (settings.PER_OP) saves inside one checkpointed layer beyond its input: the
+    result of every ``every``-th matrix product in forward order, the 1st first (torchtitan's aten.mm, every second;
+    JAX's checkpoint_dots_with_no_batch_dims, each), a linear with a bias among them where ``biased`` (torchtitan's
+    addmm is neither saved nor counted), and, under FlashAttention with ``kernel_outputs``, the attention kernel's
+    results (its declared ``kernel_output``). Without ``branch_ends``, the last product of each of the layer's parts
+    (the attention's output projection, the MLP's down projection) is not kept: its output only enters the residual
+    sum, whose backward never reads it, and JAX's policies choose among the values backward reads. Parts sharded over
+    experts run as grouped GEMMs (batched products), which neither policy saves."""
+    products = 0
+    saved: list[sympy.Expr] = []
+    last: int | None = None  # where the part being walked has its last product in ``saved`` (None: not saved)
+
+    def walk(node: str, repeat: sympy.Expr) -> None:
+        nonlocal products, last
+        data = graph.nodes[node]
+        if flash and "kernel_output" in data["saved_when"]:
+            if kernel_outputs:
+                saved.append(repeat * data["saved_when"]["kernel_output"])
+            return
+        if "output" in data["saved_when"]:
+            if biased or data["args"].get("bias", 0) == 0:
+                products += 1
+                last = None
+                if (products - 1) % every == 0:
+                    saved.append(repeat * data["saved_when"]["output"])
+                    last = len(saved) - 1
+            return
+        for child in _run_parts(graph, node):
+            walk(child, repeat * graph.edges[node, child]["repeat"]["forward_flops"])
+
+    own = graph.nodes[unit]["saved_when"]
+    # a unit that is one product (or kernel) itself is its own only part
+    parts = [(unit, sympy.Integer(1))] if "output" in own or "kernel_output" in own else [(p, graph.edges[unit, p]["repeat"]["forward_flops"]) for p in _run_parts(graph, unit)]
+    ends = set()
+    for part, repeat in parts:
+        last = None
+        walk(part, repeat)
+        ends |= {last} - {None}
+    return sympy.Add(*(term for i, term in enumerate(saved) if branch_ends or i not in ends))
+
+
+def _run_parts(graph, node: str) -> list[str]:
+    """The parts of ``node`` that run in forward (a part sharing another's kept input keeps nothing of its own), but
+    those sharded over experts."""
+    return [c for c in graph.successors(node) if graph.edges[node, c]["repeat"]["forward_flops"] != 0 and graph.edges[node, c]["shard"] != "expert"]
