@@ -181,15 +181,17 @@ def test_fine_tuning_screen_equals_its_exact_memory_and_time(setup):
         assert upper[i] == pytest.approx(timed.time_upper, rel=1e-9)
 
 
-def test_screen_with_a_framework_equals_its_exact_memory():
-    """torchtitan's per-op selective recomputation, FSDP buffers, CUDA context and allocator reserve: the vectorised
-    screen and training_memory count the same bytes for every kind of layout."""
-    model = load(MODEL)
-    c = enumerate_layouts(model, 16, GLOBAL_BATCH)
-    memory = memory_per_device(model, c, seq=SEQ, global_batch=GLOBAL_BATCH, precision="mixed", optimizer="adamw", flash=True, framework="torchtitan")
+@pytest.mark.parametrize(("framework", "name", "devices", "seq"), [("torchtitan", MODEL, 16, SEQ), ("maxtext", "mixtral-8x7b", 64, 4096)])
+def test_screen_with_a_framework_equals_its_exact_memory(framework, name, devices, seq):
+    """torchtitan's per-op selective recomputation, FSDP buffers, CUDA context and allocator reserve; maxtext's JAX
+    policy and its buffers freed at their last use (a rebuilt layer charged less the loss's, head's and final norm's
+    kept tensors with one stage): the vectorised screen and training_memory count the same bytes for every kind of layout."""
+    model = load(name)
+    c = enumerate_layouts(model, devices, GLOBAL_BATCH)
+    memory = memory_per_device(model, c, seq=seq, global_batch=GLOBAL_BATCH, precision="mixed", optimizer="adamw", flash=True, framework=framework)
     for i in np.random.default_rng(1).choice(len(c), 20, replace=False):
         layout, micro_batch, recompute = c.layout(int(i), GLOBAL_BATCH)
-        exact = training_memory(model, batch=micro_batch, seq=SEQ, setup=Training(recompute=recompute, flash=True, layout=layout, framework="torchtitan"))
+        exact = training_memory(model, batch=micro_batch, seq=seq, setup=Training(recompute=recompute, flash=True, layout=layout, framework=framework))
         assert memory[i] == pytest.approx(float(exact.total), rel=1e-12)
 
 

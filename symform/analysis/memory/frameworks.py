@@ -25,6 +25,7 @@ from ...engine.errors import ConfigError, DeclarationError, EvaluationError, des
 from ...engine.graph.model import Model
 from ...engine.language.safe_expr import parse
 from ...engine.language.schema import SchemaError, build
+from .settings import PER_OP, REBUILDING, Layout
 
 DEFAULT = "torchtitan"  # PyTorch-native FSDP: the framework of most published open runs symform validates against
 EAGER = "eager"
@@ -74,6 +75,16 @@ class Convention:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Liveness:
+    """Buffers freed at their last use, as a compiler assigns them (no caching allocator keeps them): the kept tensors of
+    the parts whose backward has run (the loss, the output head, the final norm) are free before the first
+    checkpointed unit is rebuilt."""
+
+    doc: str
+    source: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class ModuleRecompute:
     """One of the framework's recomputable modules: the saved_activations_when mode that counts what it frees."""
 
@@ -111,6 +122,7 @@ class Framework:
     defaults: Defaults = Defaults()
     selective: Selective | None = None  # None: the framework has no selective mode
     loss: Loss | None = None
+    liveness: Liveness | None = None  # None: what forward kept stays held through backward (a caching allocator's peak)
     conventions: dict[str, Convention] = field(default_factory=dict)
     recompute_modules: dict[str, ModuleRecompute] = field(default_factory=dict)  # by the framework's own module names
     overheads: list[Overhead] = field(default_factory=list)
@@ -170,6 +182,7 @@ class Framework:
             "doc": self.doc,
             "selective": f"{self.selective.policy}: {self.selective.doc}" if self.selective else "none: the framework recomputes whole blocks or nothing",
             **({"loss": f"{self.loss.doc} ({self.loss.source})"} if self.loss else {}),
+            **({"liveness": f"{self.liveness.doc} ({self.liveness.source})"} if self.liveness else {}),
             **({"conventions": {k: f"{c.value}{_only_under(c)} ({c.source})" for k, c in self.conventions.items()}} if self.conventions else {}),
             "defaults": {f.name: v.value for f in fields(self.defaults) if (v := getattr(self.defaults, f.name)) is not None},
             **({"settings": dict(settings)} if settings else {}),
@@ -294,6 +307,29 @@ def _unit_of(graph, leaf: str) -> tuple[str, sympy.Expr]:
         if repeat != 1:
             return node, repeat
     return parts[0], sympy.Integer(1)
+
+
+def finished_parts(model: Model, fw: Framework | None, layout: Layout, modes: tuple[str, ...]) -> tuple[str, ...]:
+    """The top-level parts whose kept tensors are free before a checkpointed unit is rebuilt, under a framework that frees
+    buffers at their last use (its ``liveness``): those after the last part holding a unit ``modes`` rebuild, in forward
+    order (the final norm, the output head, the loss: their backward runs first). None with pipeline stages, where
+    they live on the last stage and the first holds the most."""
+    if fw is None or fw.liveness is None or layout.pipeline > 1:
+        return ()
+    graph = model.graph().graph
+    rebuilding = {m for m in modes if m in REBUILDING} | ({"full"} if set(modes) & set(PER_OP) else set())
+    parts = list(graph.successors(""))
+    holds = [i for i, part in enumerate(parts) if any(rebuilding & graph.nodes[n]["saved_when"].keys() for n in (part, *_under(graph, part)))]
+    return tuple(parts[holds[-1] + 1 :]) if holds else ()
+
+
+def _under(graph, node: str) -> list[str]:
+    found, stack = [], [node]
+    while stack:
+        for child in graph.successors(stack.pop()):
+            found.append(child)
+            stack.append(child)
+    return found
 
 
 def overhead_bytes(fw: Framework, *, zero: int, unit: object, params: object, weight_bytes: int, grad_bytes: int, data: object = 1, settings: Mapping[str, bool] | None = None) -> dict[str, object]:

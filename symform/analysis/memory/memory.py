@@ -295,12 +295,11 @@ def saved_activations(model: Model, *, recompute: str = "none", flash: bool = Fa
     return total, transient, dict(by_component)
 
 
-def saved_activations_at_sizes(model: Model, values: Mapping[sympy.Symbol, sympy.Expr], *, recompute: str = "none", flash: bool = False) -> tuple[sympy.Expr, sympy.Expr]:
-    """saved_activations' kept bytes and transient peak with ``values`` (sizes, a tensor-parallel share, seq) put
-    into every part before it is multiplied out: the same expressions as substituting them afterwards, in far
-    fewer terms (the planner's screen)."""
-    total, transient, _ = _saved_activations(model, _modes(recompute, flash), _as_declared, dict(values))
-    return total, transient
+def saved_activations_at_sizes(model: Model, values: Mapping[sympy.Symbol, sympy.Expr], *, recompute: str = "none", flash: bool = False) -> tuple[sympy.Expr, sympy.Expr, dict[str, sympy.Expr]]:
+    """saved_activations with ``values`` (sizes, a tensor-parallel share, seq) put into every part before it is
+    multiplied out: the same expressions as substituting them afterwards, in far fewer terms (the planner's screen)."""
+    total, transient, by_component = _saved_activations(model, _modes(recompute, flash), _as_declared, dict(values))
+    return total, transient, dict(by_component)
 
 
 def _as_declared(node: str, expr: sympy.Expr) -> sympy.Expr:
@@ -398,17 +397,20 @@ def _largest_backward_peak(model: Model) -> sympy.Expr:
     return max_of(*peaks) if peaks else sympy.Integer(0)
 
 
-def backward_categories(model: Model, transient: sympy.Expr, layout: Layout) -> dict[str, sympy.Expr]:
+def backward_categories(model: Model, transient: sympy.Expr, layout: Layout, freed: sympy.Expr = sympy.Integer(0)) -> dict[str, sympy.Expr]:
     """What backward alone holds, as two lines that add up to its peak: the recompute buffer (one checkpointed unit
-    rebuilt) and the backward peak beyond it. The loss's backward runs first and frees its gradients before any unit
-    is rebuilt, so the two never coexist: the peak is the larger, not the sum."""
+    rebuilt, less ``freed``: the kept bytes per device that are free by then, frameworks.finished_parts) and the backward peak
+    beyond it. The loss's backward runs first and frees its gradients before any unit is rebuilt, so the two never
+    coexist: the peak is the larger, not the sum."""
     split = Layout(tensor=layout.tensor, sequence=layout.sequence, context=layout.context)  # all that these lines depend on
-    return dict(_backward_categories(model, transient, split))  # the planner reworks layouts sharing them
+    return dict(_backward_categories(model, transient, split, sympy.sympify(freed)))  # the planner reworks layouts sharing them
 
 
 @derivation
-def _backward_categories(model: Model, transient: sympy.Expr, layout: Layout) -> dict[str, sympy.Expr]:
+def _backward_categories(model: Model, transient: sympy.Expr, layout: Layout, freed: sympy.Expr) -> dict[str, sympy.Expr]:
     rebuilt = _activations_per_device(transient, model, layout)
+    if rebuilt != 0 and freed != 0:
+        rebuilt = max_of(0, rebuilt - freed)
     peak = backward_peak(model, layout)
     beyond = peak if rebuilt == 0 or peak == 0 else max_of(0, peak - rebuilt)
     return {"recompute_buffer": rebuilt, "backward_peak": beyond}
@@ -469,8 +471,9 @@ def training_expressions(model: Model, setup: Training = Training()) -> tuple[di
     share = partial_recompute.recomputed_share(model, setup.recompute_layers, setup.recompute, layout)
     kept, transient, by_component = partial_recompute.blended(lambda mode: saved_activations(model, recompute=mode, flash=setup.flash, also=also), recompute, share)
     static = _layout_static_lines(model, layout, precision, optimizer)
-    others = {"activations": _activations_per_device(kept, model, layout), **backward_categories(model, transient, layout)}
     components = {k: _activations_per_device(v, model, layout) for k, v in by_component.items()}
+    freed = sympy.Add(*(components.get(p, 0) for p in frameworks.finished_parts(model, fw, layout, (recompute, *also))))
+    others = {"activations": _activations_per_device(kept, model, layout), **backward_categories(model, transient, layout, freed)}
     others = activation_offload.device_lines(model, others, components, activation_offload.check_offload(model, setup.offload_layers, layout))
     settings = fw.settings(precision.grads, grad_reduce_fp32=setup.grad_reduce_fp32) if fw else {}
     others |= framework_overheads(model, fw, layout, precision, sympy.Add(*static.values(), *others.values()), settings)

@@ -169,8 +169,11 @@ def memory_per_device(model: Model, c: Candidates, *, seq: int, global_batch: in
         rows = c.recompute == index
         if not rows.any():
             continue
+        freed: tuple[str, ...] = ()
         if finetune is None:  # the sizes put in before multiplying out: the same polynomials in batch and tensor, sooner
-            kept, transient = saved_activations_at_sizes(model, rank_sizes(model, seq), recompute=fw.recompute_mode(mode) if fw else mode, flash=flash)
+            modes = (fw.recompute_mode(mode) if fw else mode,)
+            kept, transient, parts = saved_activations_at_sizes(model, rank_sizes(model, seq), recompute=modes[0], flash=flash)
+            freed = frameworks.finished_parts(model, fw, Layout(), modes)  # with one stage: memory.backward_categories
         else:
             kept, transient, _ = saved_activations(model, recompute=mode, flash=flash, kept_by=kept_by(model, finetune))
             kept, transient = kept.xreplace(split), transient.xreplace(split)
@@ -178,6 +181,9 @@ def memory_per_device(model: Model, c: Candidates, *, seq: int, global_batch: in
         fixed = {"seq": seq} | ({"lora_rank": finetune.rank} if finetune else {})
         keep = _compiled(model, kept, names, fixed)(c.micro_batch[rows], c.tensor[rows])
         rebuilt = _compiled(model, transient, names, fixed)(c.micro_batch[rows], c.tensor[rows])
+        if freed:
+            free = _compiled(model, sympy.Add(*(parts.get(p, 0) for p in freed)), names, fixed)(c.micro_batch[rows], c.tensor[rows])
+            rebuilt = np.where((c.pipeline[rows] == 1) & (rebuilt != 0), np.maximum(rebuilt - free, 0), rebuilt)
         loss = _compiled(model, backward_peak(model).xreplace(split), names, fixed)(c.micro_batch[rows], c.tensor[rows])
         activations[rows] = keep / c.pipeline[rows] * in_flight[rows] + np.maximum(rebuilt, loss)  # never together (memory.backward_categories)
     held = static + activations
