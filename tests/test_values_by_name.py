@@ -1,4 +1,6 @@
-"""Review of the fraction_at / schema-dataclass change: inputs where main's answer differs from the sympy route's."""
+"""Numbers valued by symbol name in fractions (multiplied.fraction_at) are the sympy route's: a model's own size keeps its value
+whatever its name, beside the parallel degrees a rank's parameters and an FSDP unit are derived over; and a layer that is
+one product is its own part under a per-op checkpointing policy."""
 
 from __future__ import annotations
 
@@ -44,7 +46,7 @@ def _model(tmp_path, size: str):
 
 @pytest.mark.parametrize("size", ["tensor", "pipeline", "expert"])
 def test_a_size_named_like_a_degree_keeps_its_value_on_a_rank(tmp_path, size):
-    """params_on_rank values the model's own size 'tensor'/'pipeline'/'expert' at the layout's degree (128 or 256, not 12288)."""
+    """A model's own size named 'tensor', 'pipeline' or 'expert' keeps its value on a rank: 12,288 parameters, at any tensor degree."""
     model = symform.load(_model(tmp_path, size))
     assert model.evaluate("params") == 12288
     for tensor in (1, 2):
@@ -52,7 +54,7 @@ def test_a_size_named_like_a_degree_keeps_its_value_on_a_rank(tmp_path, size):
 
 
 def test_the_time_estimate_does_not_depend_on_a_size_s_name(tmp_path, capsys):
-    """symform time's optimizer_s and step time change when a size is named 'tensor' (its value replaced by the TP degree)."""
+    """symform time's optimizer seconds and step time are the same whether a size is named 'width' or 'tensor'."""
     found = {}
     for size in ("width", "tensor"):
         code, out, err = run(capsys, "time", _model(tmp_path, size), "--gpu", "h100-sxm", "--gpus", "2", "--train", "--tp", "2", "--global-batch", "2", "--seq", "16", "--json")
@@ -64,7 +66,7 @@ def test_the_time_estimate_does_not_depend_on_a_size_s_name(tmp_path, capsys):
 
 @pytest.mark.parametrize("size", ["tensor_degree", "expert_degree", "expert_tensor_degree"])
 def test_a_size_named_like_a_unit_degree_keeps_its_value_in_fsdp_units(tmp_path, size):
-    """unit_params puts the tensor/expert degree in for a model size named tensor_degree/expert_degree/expert_tensor_degree."""
+    """An FSDP unit holds a model size named tensor_degree, expert_degree or expert_tensor_degree at its own value, not a degree's."""
     model = symform.load(_model(tmp_path, size))
     for tensor in (1, 2):
         assert frameworks.unit_params(model, tensor=tensor, expert=2, expert_tensor=1) == 6144
@@ -72,7 +74,7 @@ def test_a_size_named_like_a_unit_degree_keeps_its_value_in_fsdp_units(tmp_path,
 
 
 def test_fsdp_buffers_do_not_depend_on_a_size_s_name(tmp_path, capsys):
-    """memory --train --framework torchtitan --zero 3 gathers 512 bytes, not 2 x 6144 x 2, for a size named tensor_degree."""
+    """memory --train --framework torchtitan --zero 3 gathers 2 × 6,144 × 2 bytes for a size named tensor_degree, as for any other name."""
     found = {}
     for size in ("width", "tensor_degree"):
         code, out, err = run(capsys, "memory", _model(tmp_path, size), "--train", "--tp", "2", "--batch", "2", "--seq", "16", "--framework", "torchtitan", "--zero", "3", "--json")
@@ -106,7 +108,7 @@ with = { d_model = "d_model" }
 
 
 def test_per_op_checkpointing_saves_a_layer_that_is_one_product(tmp_path, capsys):
-    """torchtitan's per-op policy no longer keeps the output of a layer that is itself its one (first) matrix product."""
+    """torchtitan's per-op policy keeps the output of a layer that is itself its one (first) matrix product, beside its input."""
     path = tmp_path / "one_product.toml"
     path.write_text(ONE_PRODUCT_LAYERS)
     code, out, err = run(capsys, "memory", str(path), "--train", "--batch", "2", "--seq", "16", "--framework", "torchtitan", "--recompute", "selective", "--json")
