@@ -319,17 +319,8 @@ def finished_parts(model: Model, fw: Framework | None, layout: Layout, modes: tu
     graph = model.graph().graph
     rebuilding = {m for m in modes if m in REBUILDING} | ({"full"} if set(modes) & set(PER_OP) else set())
     parts = list(graph.successors(""))
-    holds = [i for i, part in enumerate(parts) if any(rebuilding & graph.nodes[n]["saved_when"].keys() for n in (part, *_under(graph, part)))]
+    holds = [i for i, part in enumerate(parts) if any(rebuilding & data["saved_when"].keys() for path, data in graph.nodes.items() if path == part or path.startswith(f"{part}/"))]
     return tuple(parts[holds[-1] + 1 :]) if holds else ()
-
-
-def _under(graph, node: str) -> list[str]:
-    found, stack = [], [node]
-    while stack:
-        for child in graph.successors(stack.pop()):
-            found.append(child)
-            stack.append(child)
-    return found
 
 
 def overhead_bytes(fw: Framework, *, zero: int, unit: object, params: object, weight_bytes: int, grad_bytes: int, data: object = 1, settings: Mapping[str, bool] | None = None) -> dict[str, object]:

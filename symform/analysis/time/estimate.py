@@ -131,15 +131,16 @@ def _gemm_shape(model: Model, path: str, split, workload, context: int, point: M
     declared = node.get("gemm") if node is not None else None
     if not declared:
         return None
-    at = {"seq": 1, **point, **{name: v for name, v in _convention_values(model).items() if name not in workload}}
+    fixed = {name: v for name, v in _convention_values(model).items() if name not in workload}
+    at = {"seq": 1, **point, **fixed}
     batch = model.vocabulary["batch"].name
     sizes, shared = [], False
     for name in ("batches", "m", "n", "k"):
         expr = sympy.sympify(declared[name])
         value = fraction_at(expr, at)
         if value is None:  # sympy's route, which also words what is wrong
-            fixed = {s: v for s, v in model.conventions.items() if s.name not in workload}
-            return _bound_shape(model, declared, split, fixed, {"seq": 1, **workload}, context)
+            conventions = {s: v for s, v in model.conventions.items() if s.name not in workload}
+            value = Fraction(step_model._bind(model, expr.xreplace(split).xreplace(conventions), **{"seq": 1, **workload}))
         if context > 1 and not shared and name in ("batches", "m") and batch in {s.name for s in expr.free_symbols}:
             value, shared = value / context, True
         sizes.append(float(value))
@@ -149,19 +150,6 @@ def _gemm_shape(model: Model, path: str, split, workload, context: int, point: M
 @derivation
 def _convention_values(model: Model) -> dict[str, Fraction]:
     return {s.name: Fraction(int(v.p), int(v.q)) for s, v in model.conventions.items() if v.is_Rational}
-
-
-@derivation
-def _bound_shape(model: Model, declared, split, fixed, bound, context: int) -> tuple[float, float, float, float]:
-    batch = model.vocabulary["batch"]
-    sizes = {}
-    shared = False
-    for name in ("batches", "m", "n", "k"):
-        expr = sympy.sympify(declared[name]).xreplace(split).xreplace(fixed)
-        if context > 1 and not shared and name in ("batches", "m") and batch in expr.free_symbols:
-            expr, shared = expr / context, True
-        sizes[name] = float(step_model._bind(model, expr, **bound))
-    return sizes["batches"], sizes["m"], sizes["n"], sizes["k"]
 
 
 def _device_point(model: Model, split, workload) -> dict[str, int | Fraction]:

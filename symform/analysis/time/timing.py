@@ -33,7 +33,7 @@ from ..memory.finetune import FineTune
 from ..parallel.collectives import link_latency
 from ...engine.errors import ConfigError, EvaluationError
 from ..devices.hardware import Hardware
-from ..memory.memory import Training, check_pipeline, expert_params_per_device, params_on_rank, params_per_device, tensor_split, training_memory
+from ..memory.memory import Training, check_pipeline, expert_params_per_device, params_on_rank, tensor_split, training_memory
 from ..memory.settings import Layout, recipes
 from ...engine.graph.model import Model
 from .roofline import phase_work
