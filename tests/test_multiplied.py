@@ -103,3 +103,12 @@ def test_fraction_at_leaves_what_it_cannot_value_to_sympy():
     assert fraction_at(a * b, {"a": 1}) is None  # no value for b
     assert fraction_at(a / (b + c), {"a": 1, "b": 1, "c": 1}) is None  # no polynomial
     assert fraction_at(sympy.Float(0.5) * a, {"a": 2}) is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.fractions(-9, 9, max_denominator=6).filter(bool), st.fractions(-9, 9, max_denominator=6).filter(bool), st.integers(-3, 3), st.integers(-3, 3))
+def test_fraction_at_keeps_signs_and_fractions_under_negative_powers(x, y, i, j):
+    """Numerator and denominator change places under a negative power, a negative value's sign with them."""
+    expr = a**i * b**j + a / 7 - b**-2 * Fraction(3, 5)
+    point = {a: sympy.Rational(x.numerator, x.denominator), b: sympy.Rational(y.numerator, y.denominator)}
+    assert fraction_at(expr, {"a": x, "b": y}) == _exact(expr.xreplace(point))

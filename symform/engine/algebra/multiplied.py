@@ -95,21 +95,40 @@ def fraction_at(expr: sympy.Expr, values: Mapping[str, int | Fraction], scaled: 
     if terms is None:
         return None
     name, factor = scaled if scaled is not None else (None, 1)
-    total = Fraction(0)
+    # numerators and denominators as Python ints, one Fraction at the end: Fraction's own products reduce by a
+    # gcd at every step, most of the work of a plan's estimates
+    scale_top, scale_bottom = _ratio(factor)
+    top, bottom = 0, 1
     try:
-        for coefficient, factors, names in terms:
-            term = coefficient * factor if name in names else coefficient
+        for (coefficient_top, coefficient_bottom), factors, names in terms:
+            term_top, term_bottom = coefficient_top, coefficient_bottom
+            if name in names:
+                term_top, term_bottom = term_top * scale_top, term_bottom * scale_bottom
             for variable, exponent in factors:
                 value = values.get(variable) if type(variable) is str else _function_at(variable[0], tuple(values.get(n) for n in variable[1]), variable[1])
-                if type(value) not in _EXACT:
-                    value = _exactly(value)
+                if type(value) is int:
+                    value_top, value_bottom = value, 1
+                else:
+                    value = value if type(value) is Fraction else _exactly(value)
                     if value is None:
                         return None
-                term *= value**exponent if exponent > 0 else Fraction(value) ** exponent  # int ** -1 is a float
-            total += term
-    except ZeroDivisionError:
+                    value_top, value_bottom = _ratio(value)
+                if exponent < 0:
+                    if value_top == 0:
+                        return None  # a divisor is zero: the caller's sympy route words it
+                    value_top, value_bottom, exponent = value_bottom, value_top, -exponent
+                term_top *= value_top**exponent
+                term_bottom *= value_bottom**exponent
+            top = top * term_bottom + term_top * bottom if term_bottom != bottom else top + term_top
+            if term_bottom != bottom:
+                bottom *= term_bottom
+    except ZeroDivisionError:  # a function of the sizes divides by zero there
         return None
-    return total
+    return Fraction(top, bottom)
+
+
+def _ratio(value: int | Fraction) -> tuple[int, int]:
+    return (value, 1) if type(value) is int else (value.numerator, value.denominator)
 
 
 _EXACT = (int, Fraction)
@@ -135,7 +154,7 @@ def _fraction_terms(expr: sympy.Expr) -> tuple | None:
     if poly is None:
         return None
     return tuple(
-        (Fraction(c), tuple((v.name if v.is_Symbol else (v, tuple(sorted(s.name for s in v.free_symbols))), e) for v, e in m), frozenset(s.name for v, _ in m for s in v.free_symbols))
+        (_ratio(c), tuple((v.name if v.is_Symbol else (v, tuple(sorted(s.name for s in v.free_symbols))), e) for v, e in m), frozenset(s.name for v, _ in m for s in v.free_symbols))
         for m, c in poly.items()
     )
 
