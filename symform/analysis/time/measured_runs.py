@@ -6,7 +6,6 @@ import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from collections import Counter
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -141,24 +140,16 @@ def _run_config(run: Run) -> dict[str, Any]:
 
 
 @cache
-def _reach(kind: str) -> dict[str, Any]:
-    """What the fitted runs of ``kind`` cover (the held-out ones test the band, they do not widen its reach): the
-    efficiency files they were measured on (by the file's device), the most devices on each, and the dtypes
-    each device's fitted runs of either kind ran their GEMMs at. Mixture-of-experts runs fit only the MoE
-    factors, so they do not count here (``_moe_measured``)."""
-    devices: dict[str, dict[str, Any]] = {}
-    fitted = [r for r, moe in _fitted() if not moe]
-    for run in fitted:
-        s = run.setup
-        device = efficiencies.efficiency(s["gpu"]).device
-        if run.kind == kind:
-            seen = devices.setdefault(device, {"dtypes": set(), "most": 0})
-            seen["most"] = max(seen["most"], s.get("gpus", s.get("tensor", 1)))
-    for run in fitted:
-        device = efficiencies.efficiency(run.setup["gpu"]).device
-        if device in devices:
-            devices[device]["dtypes"].add(run.setup.get("dtype", "bf16"))
-    return devices
+def _reach(kind: str, device: str) -> dict[str, Any] | None:
+    """What the fitted runs of ``kind`` on ``device``'s efficiency file cover (the held-out ones test the band, they do
+    not widen its reach): the most devices they ran on and the dtypes the device's fitted runs of either kind ran
+    their GEMMs at; None where none of ``kind`` was fitted there. Mixture-of-experts runs fit only the MoE factors,
+    so they do not count here (``_moe_measured``)."""
+    fitted = [r for r, moe in _fitted_on(device) if not moe]
+    mine = [r.setup for r in fitted if r.kind == kind]
+    if not mine:
+        return None
+    return {"most": max(s.get("gpus", s.get("tensor", 1)) for s in mine), "dtypes": {r.setup.get("dtype", "bf16") for r in fitted}}
 
 
 def is_moe(run: Run) -> bool:
@@ -174,16 +165,16 @@ def _preset_binds_experts(preset: str) -> bool:
     return "n_experts" in spec_from_config(preset_config(find_preset(preset))[0], name=preset, origin=f"preset {preset}").arguments
 
 
-@cache
-def _moe_measured(kind: str) -> dict[str, int]:
-    """How many fitted mixture-of-experts runs of ``kind`` were measured on each efficiency file (by device)."""
-    return dict(Counter(efficiencies.efficiency(r.setup["gpu"]).device for r, moe in _fitted() if r.kind == kind and moe))
+def _moe_measured(kind: str, device: str) -> int:
+    """How many fitted mixture-of-experts runs of ``kind`` were measured on ``device``'s efficiency file."""
+    return sum(1 for r, moe in _fitted_on(device) if r.kind == kind and moe)
 
 
 @cache
-def _fitted() -> tuple[tuple[Run, bool], ...]:
-    """The fitted runs, each with whether its model has routed experts (each config read once a process)."""
-    return tuple((r, is_moe(r)) for r in runs() if r.split == "fit")
+def _fitted_on(device: str) -> tuple[tuple[Run, bool], ...]:
+    """The fitted runs measured on ``device``'s efficiency file, each with whether its model has routed experts
+    (each config read once a process, and only the device's: a plan or an estimate asks of one device)."""
+    return tuple((r, is_moe(r)) for r in runs() if r.split == "fit" and efficiencies.efficiency(r.setup["gpu"]).device == device)
 
 
 @cache
@@ -197,15 +188,15 @@ def extrapolating(kind: str, *, device: str, dtype: str, devices: int, moe: bool
     """How a case lies outside the published runs of its ``kind``: (the widening's name in rules.toml
     [band.widen], what to say), one per way. ``device``: its efficiency file's device; ``features``: layout
     features no run has (sequence parallelism, a virtual pipeline, ...)."""
-    reach, found = _reach(kind), []
-    if device not in reach:
+    reach, found = _reach(kind, device), []
+    if reach is None:
         found.append(("device", f"{device}: no fitted {kind} run measured on it, its efficiency factors borrowed"))
-    elif dtype not in reach[device]["dtypes"]:
-        found.append(("dtype", f"{dtype} on {device} (its fitted runs: {', '.join(sorted(reach[device]['dtypes']))})"))
-    if device in reach and devices > reach[device]["most"]:
-        found.append(("scale", f"{devices:,} GPUs ({device}'s fitted {kind} runs reach {reach[device]['most']:,})"))
+    elif dtype not in reach["dtypes"]:
+        found.append(("dtype", f"{dtype} on {device} (its fitted runs: {', '.join(sorted(reach['dtypes']))})"))
+    if reach is not None and devices > reach["most"]:
+        found.append(("scale", f"{devices:,} GPUs ({device}'s fitted {kind} runs reach {reach['most']:,})"))
     if moe:  # a few MoE runs inform only the grouped GEMMs' cost; the frameworks' MoE recipes differ far more
-        fitted = _moe_measured(kind).get(device, 0)
+        fitted = _moe_measured(kind, device)
         found.append(("moe", f"MoE ({fitted or 'no'} fitted {kind} run{'s' * (fitted != 1)} of a mixture of experts on {device})"))
     found += [("layout", f"{f} (no fitted run uses it)") for f in features]
     if release is not None and release not in fitted_releases(kind):
