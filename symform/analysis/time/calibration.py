@@ -19,7 +19,7 @@ from typing import Any
 
 from ...engine.errors import ConfigError
 from ...engine.graph.model import Model
-from . import estimate, grouped_gemm, timing
+from . import estimate, grouped_gemm, phase_time, timing
 from . import step_model
 from . import efficiencies
 from .measured_runs import SPLITS, Case, Run, is_moe, run_framework, run_model, run_profile, run_release, runs, training_layout
@@ -50,8 +50,12 @@ def _prepare(run: Run) -> _Prepared:
         work = estimate.kernels(step_model.at_dtype(model, s.get("dtype", "bf16")), "train", workload={"batch": s["micro_batch"], "seq": s["seq"]}, tensor=layout.tensor, pipeline=layout.pipeline, recompute=recompute, attention=s.get("attention", "sdpa"), context=layout.context, recompute_share=again)
         return _Prepared(run, model, bounds, work)
     # the kernels at the run's dtype: FP8 weights are read at one byte, as serving_estimate reads them
-    work = estimate.serving_kernels(step_model.at_dtype(model, s.get("dtype", "bf16")), batch=s["batch"], prompt=s["prompt"], output=s["output"], tensor=s.get("tensor", 1), attention=s.get("attention", "sdpa"))
-    return _Prepared(run, model, None, work)
+    at_dtype, attention = step_model.at_dtype(model, s.get("dtype", "bf16")), s.get("attention", "sdpa")
+    work = estimate.serving_kernels(at_dtype, batch=s["batch"], prompt=s["prompt"], output=s["output"], tensor=s.get("tensor", 1), attention=attention)
+    bounds = phase_time.inference_time(  # the floors of the run's bands, as the time command's
+        model, s["gpu"], batch=s["batch"], prompt=s["prompt"], output=s["output"], tensor=s.get("tensor", 1), dtype=s.get("dtype", "bf16"), flash=attention != "eager", grouped=attention != "fused_per_head",
+    )  # fmt: skip
+    return _Prepared(run, model, bounds, work)
 
 
 @cache
@@ -78,7 +82,7 @@ def predict_with_band(run: Run, factors: Mapping[str, Any] | None = None) -> tup
         return _training_figure(run, prepared, result.step.estimate), _relative(result.step)
     result = estimate.serving_estimate(
         prepared.model, s["gpu"], batch=s["batch"], prompt=s["prompt"], output=s["output"], tensor=s.get("tensor", 1),
-        dtype=s.get("dtype", "bf16"), attention=s.get("attention", "sdpa"), efficiency_data=eff, work=prepared.work, release=run_release(run),
+        dtype=s.get("dtype", "bf16"), attention=s.get("attention", "sdpa"), efficiency_data=eff, work=prepared.work, release=run_release(run), bounds=prepared.bounds,
     )
     band = {"ttft_ms": result.ttft, "tokens_per_s_per_sequence": result.tpot}.get(run.measured[0], result.total)
     return _serving_figure(run, result), _relative(band)

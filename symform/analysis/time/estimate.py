@@ -73,20 +73,22 @@ def kernels(
     context: int = 1,
     finetune: FineTune | None = None,
     recompute_share: Fraction = Fraction(1),
+    weight_bytes: Mapping[str, sympy.Expr] | None = None,
 ) -> list[Kernel]:
     """The leaves of one micro-batch (train, prefill) or one step (decode) on one device, as kernels
     (``finetune``: a fine-tuning step's FLOPs, each adapter's in the kernel of the projection it adapts;
-    ``recompute_share``: of the recomputed forward, the share run again, timing.recompute_share)."""
+    ``recompute_share``: of the recomputed forward, the share run again, timing.recompute_share;
+    ``weight_bytes``: bytes per parameter by leaf path as a checkpoint stores them, roofline.phase_work's)."""
     if attention not in ATTENTION:
         raise EvaluationError(f"unknown attention implementation {attention!r}; choose one of {', '.join(ATTENTION)}")
-    return list(_kernels(model, phase, workload, tensor, pipeline, attention, recompute, expert_skew, context, finetune, Fraction(recompute_share)))
+    return list(_kernels(model, phase, workload, tensor, pipeline, attention, recompute, expert_skew, context, finetune, Fraction(recompute_share), weight_bytes))
 
 
 @derivation  # a plan's shortlisted layouts share their micro-batches, tensor splits, pipeline depths and recomputation
-def _kernels(model: Model, phase: str, workload: Mapping[str, int | Fraction], tensor: int, pipeline: int, attention: str, recompute: str, expert_skew: float, context: int, finetune: FineTune | None, recompute_share: Fraction = Fraction(1)) -> tuple[Kernel, ...]:
+def _kernels(model: Model, phase: str, workload: Mapping[str, int | Fraction], tensor: int, pipeline: int, attention: str, recompute: str, expert_skew: float, context: int, finetune: FineTune | None, recompute_share: Fraction = Fraction(1), weight_bytes: Mapping[str, sympy.Expr] | None = None) -> tuple[Kernel, ...]:
     flash = attention != "eager"
     leaves = phase_work(
-        model, phase, depth=None, flash=flash, expert_skew=expert_skew, finetune=finetune, grouped=attention != "fused_per_head"
+        model, phase, depth=None, flash=flash, expert_skew=expert_skew, finetune=finetune, grouped=attention != "fused_per_head", weight_bytes=weight_bytes
     ).components
     extra = _recomputed(model, recompute, flash) if phase == "train" else {}
     split = tensor_split(model, tensor)
@@ -257,11 +259,14 @@ def _device_efficiency(place: step_model.Placement, given: Efficiency | str | os
     return efficiency(named if named and has_efficiency(named) else place.device.name or place.name)
 
 
-def serving_kernels(model: Model, *, batch: int, prompt: int, output: int, tensor: int = 1, attention: str = "sdpa", expert_skew: float = 0) -> tuple[list[Kernel], list[Kernel]]:
-    """The prefill's kernels, and one decode step's at the mean cache length of the output − 1 steps."""
-    prefill = kernels(model, "prefill", workload={"batch": batch, "seq": prompt}, tensor=tensor, attention=attention, expert_skew=expert_skew)
+def serving_kernels(
+    model: Model, *, batch: int, prompt: int, output: int, tensor: int = 1, attention: str = "sdpa", expert_skew: float = 0, weight_bytes: Mapping[str, sympy.Expr] | None = None,
+) -> tuple[list[Kernel], list[Kernel]]:
+    """The prefill's kernels, and one decode step's at the mean cache length of the output − 1 steps (``weight_bytes``:
+    the weights read as a checkpoint stores them, by leaf path)."""
+    prefill = kernels(model, "prefill", workload={"batch": batch, "seq": prompt}, tensor=tensor, attention=attention, expert_skew=expert_skew, weight_bytes=weight_bytes)
     past = Fraction(2 * prompt + max(output - 2, 0), 2)
-    return prefill, kernels(model, "decode", workload={"batch": batch, "past": past}, tensor=tensor, attention=attention, expert_skew=expert_skew)
+    return prefill, kernels(model, "decode", workload={"batch": batch, "past": past}, tensor=tensor, attention=attention, expert_skew=expert_skew, weight_bytes=weight_bytes)
 
 
 def _compiled(convention: str | tuple[float, frozenset[str]], eff: Efficiency) -> str | tuple[float, frozenset[str]]:
@@ -634,12 +639,16 @@ def serving_estimate(
     expert_skew: float = 0,
     gemm_model: str | None = None,
     release: tuple[str, str | None] | None = None,
+    weight_bytes: Mapping[str, sympy.Expr] | None = None,
+    bounds: phase_time.InferenceTime | None = None,
 ) -> ServingEstimate:
     """TTFT, TPOT and tokens/s of ``batch`` requests (static batching), each kernel at its sustained rate.
 
     TPOT is one decode step at the mean cache length of the output − 1 steps (the
     per-step work is linear in the cache length, so this is their mean). ``release``: the serving engine and its
     release, where known: a release no fitted run ran widens the band (rules.toml [band_widen] framework).
+    ``weight_bytes``: the weights read as a checkpoint stores them, by leaf path (as the bounds read them);
+    ``bounds``: the same case's phase_time.inference_time, whose lower bounds are the bands' floors.
     """
     for name, value in (("batch", batch), ("prompt", prompt), ("output", output), ("tensor", tensor)):
         step_model._whole(name, value)
@@ -648,7 +657,7 @@ def serving_estimate(
     eff = _efficiency_for(place, efficiency_data, gemm_model)
     peak, hbm = _device_rates(place, dtype)
     fusion, head = _fusion(convention, attention), _head_size(model)
-    prefill, decode = work or serving_kernels(model, batch=batch, prompt=prompt, output=output, tensor=tensor, attention=attention, expert_skew=expert_skew)
+    prefill, decode = work or serving_kernels(model, batch=batch, prompt=prompt, output=output, tensor=tensor, attention=attention, expert_skew=expert_skew, weight_bytes=weight_bytes)
     comm_prefill = comm_decode = 0.0
     if tensor > 1:
         link = place.link(tensor)
@@ -663,10 +672,11 @@ def serving_estimate(
     ttft_ceiling = sum(kernel_ceiling(k, peak, hbm, eff, fusion, head) for k in prefill) + comm_prefill
     tpot_ceiling = sum(kernel_ceiling(k, peak, hbm, eff, fusion, head) for k in decode) + comm_decode
     reasons, widen = _extrapolating("serving", eff, dtype, tensor, model, [f"routing skew {expert_skew}"] if expert_skew else [], release)
+    floors = (bounds.ttft_lower, bounds.tpot_lower, bounds.total_lower) if bounds is not None else (None, None, None)
     return ServingEstimate(
-        ttft=Band.around(ttft, "serving", ceiling=ttft_ceiling, widen=widen),
-        tpot=Band.around(tpot, "serving", ceiling=tpot_ceiling, widen=widen),
-        total=Band.around(total, "serving", ceiling=ttft_ceiling + (output - 1) * tpot_ceiling, widen=widen),
+        ttft=Band.around(ttft, "serving", ceiling=ttft_ceiling, floor=floors[0], widen=widen),
+        tpot=Band.around(tpot, "serving", ceiling=tpot_ceiling, floor=floors[1], widen=widen),
+        total=Band.around(total, "serving", ceiling=ttft_ceiling + (output - 1) * tpot_ceiling, floor=floors[2], widen=widen),
         batch=batch,
         output=output,
         prefill_comm_s=comm_prefill,

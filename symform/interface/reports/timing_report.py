@@ -135,9 +135,14 @@ def _time_command(model: Model, args: argparse.Namespace) -> str:
                 data["cost"] = priced
             return json.dumps(data)
         return _with_attention(training_table(result), args) + _memory_line(memory) + _training_extra(found, measured, run, tune) + _cost_lines(priced)
-    result = _infer(model, args)
+    result, weight_bytes = _infer(model, args)
     tp = args.tp or args.gpus or 1
-    found = _estimate(lambda: estimate.serving_estimate(model, args.gpu, batch=args.batch, prompt=args.prompt, output=args.output, tensor=tp, dtype=args.dtype, attention=args.attention, node_size=args.node_size, expert_skew=args.expert_skew, gemm_model=args.gemm_model))
+    found = _estimate(
+        lambda: estimate.serving_estimate(
+            model, args.gpu, batch=args.batch, prompt=args.prompt, output=args.output, tensor=tp, dtype=args.dtype, attention=args.attention, node_size=args.node_size,
+            expert_skew=args.expert_skew, gemm_model=args.gemm_model, weight_bytes=weight_bytes, bounds=result,
+        )
+    )  # fmt: skip
     priced = _serving_cost(args, result, found)
     offloaded = _serving_offload(model, args, result)
     if args.json:
@@ -426,7 +431,9 @@ def _train(model: Model, args: argparse.Namespace, tune=None) -> TrainingTime:
     )
 
 
-def _infer(model: Model, args: argparse.Namespace) -> InferenceTime:
+def _infer(model: Model, args: argparse.Namespace) -> tuple[InferenceTime, Mapping[str, sympy.Expr] | None]:
+    """The serving bounds, and the weights' bytes per parameter by leaf as stored (None: the model's convention),
+    which the estimate reads as the bounds do."""
     _refuse(args, (*TRAIN_ONLY, "framework", "framework_version"), "--infer")  # a training framework's facts: none for serving
     if args.fit_only:
         raise ConfigError("--fit-only does not apply to --infer; drop it")
@@ -447,7 +454,7 @@ def _infer(model: Model, args: argparse.Namespace) -> InferenceTime:
     if stored is not None:
         result.assumptions["weights"] = f"read as stored: {stored.read}"
     args.dtype = dtype  # the estimate runs at the same rate
-    return result
+    return result, weight_bytes
 
 
 # --- tables -----------------------------------------------------------------------------------
