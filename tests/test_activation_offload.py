@@ -100,7 +100,47 @@ def test_the_estimate_charges_only_what_outlasts_the_compute():
 
 def test_a_device_without_a_host_link_figure_cannot_time_offload():
     with pytest.raises(ConfigError, match="host link"):
-        training_time(tiny(3), "tpu-v6e", global_batch=2, micro_batch=2, seq=64, offload_layers=1)
+        training_time(tiny(3), "tpu-v5e", global_batch=2, micro_batch=2, seq=64, offload_layers=1)
+
+
+def test_tpu_v6e_copies_at_its_32_gbs_each_way():
+    """How to Scale Your Model (TPU specs): 'PCIe bandwidth is typically around 1.6e10 bytes / second per TPU (3.2e10
+    for TPU v6e)', one way as its TPU v4 figure ('16GB / second each way')."""
+    layer = one_layer()
+    timed = training_time(tiny(3), "tpu-v6e", global_batch=2, micro_batch=2, seq=64, offload_layers=2, flash=True)
+    assert timed.comm["offload"].seconds == pytest.approx(2 * 2 * layer / 32e9)
+
+
+TINY_MOE = {**TINY, "model_type": "mixtral", "num_local_experts": 4, "num_experts_per_tok": 2}
+
+
+def tiny_moe(layers: int) -> Model:
+    return Model.from_config({**TINY_MOE, "num_hidden_layers": layers}, name=f"tiny-mixtral-{layers}")
+
+
+def test_a_mixture_of_experts_offloads_its_layers_as_a_dense_model_does():
+    """Mixture-of-experts families declare their layers as stacks under one group (Mixtral's one stack of MoE layers):
+    its layers are offloaded like any, one layer's bytes again the model with one more layer less the model."""
+    def moe_memory(layers: int, offloaded: int = 0):
+        return training_memory(tiny_moe(layers), batch=2, seq=64, setup=Training(offload_layers=offloaded))
+
+    layer = moe_memory(4).values["activations"] - moe_memory(3).values["activations"]
+    assert layer > 0
+    part, whole = moe_memory(3, 2), moe_memory(3)
+    assert part.values["activations"] == whole.values["activations"] - 2 * layer
+    assert part.values["offload_buffer"] == layer
+    assert part.assumptions["activation_offload_host_bytes"] == 2 * layer
+    with pytest.raises(EvaluationError, match="at most 3"):
+        moe_memory(3, 4)
+
+
+@pytest.mark.parametrize(("preset", "layers", "d_model"), [("mixtral-8x7b", 32, 4096), ("deepseek-v3", 61, 7168)])
+def test_every_layer_of_stacks_of_several_kinds_goes_to_the_host(preset, layers, d_model):
+    """DeepSeek-V3's 3 dense and 58 MoE layers are two stacks under one group: offloading all 61 under full
+    recomputation sends each layer's bf16 input, batch × seq × d_model × 2 bytes, as Mixtral's 32 do."""
+    setup = Training(recompute="full", offload_layers=layers)
+    report = training_memory(load(preset), batch=1, seq=1024, setup=setup)
+    assert report.assumptions["activation_offload_host_bytes"] == layers * 1024 * d_model * 2
 
 
 def test_megatron_dense_mlps_keep_the_fused_swiglu_input_alone():

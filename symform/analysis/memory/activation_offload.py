@@ -12,8 +12,8 @@ layer lands while the layer above it runs its backward. Transformer Engine 2.10'
 offloaded plus one offloaded layer in flight (``offload_buffer``): the older handler's peak, an upper bound for
 the newer one.
 
-Each offloaded layer's saved bytes are those of the average layer: the top-level components repeated once per
-layer (their repeat names ``n_layers``) divided by the layers they repeat. The bytes cross the host link twice
+Each offloaded layer's saved bytes are those of the average layer: the top-level components that hold the layers
+(repeated once per layer, or a group of stacks whose repeats add up to the layers) divided by the layers they hold. The bytes cross the host link twice
 per micro-batch (device to host in forward, host to device in backward): symform.analysis.time.timing.
 """
 
@@ -36,15 +36,31 @@ R = TypeVar("R", bound=Any)  # a MemoryReport (symform.analysis.memory.memory im
 
 
 def layer_stacks(model: Model) -> dict[str, int]:
-    """The top-level components repeated once per layer, and how many layers each repeats (at the model's sizes)."""
+    """The top-level components that hold the layers, and how many layers each holds (at the model's sizes): those
+    repeated once per layer (their repeat names ``n_layers``), and a group that is not repeated whose parts' repeats
+    add up to ``n_layers`` (a family that declares its layers as stacks of several kinds, or as one stack of a
+    kind, under one component)."""
     graph = model.graph().graph
-    layers = model.vocabulary["n_layers"] if "n_layers" in model.vocabulary else None
-    found = {}
+    if "n_layers" not in model.vocabulary:
+        return {}
+    layers, found = model.vocabulary["n_layers"], {}
     for child in graph.successors(""):
-        repeat = sympy.sympify(graph.edges["", child]["repeat"]["saved_activations"])
-        if layers is not None and layers in repeat.free_symbols:
-            found[child] = int(repeat.xreplace({s: sympy.Integer(model.values[s.name]) for s in repeat.free_symbols if s.name in model.values}))
+        repeat = _repeat(graph, "", child)
+        if layers in repeat.free_symbols:
+            found[child] = int(_at_sizes(model, repeat))
+        elif repeat == 1:
+            parts = _at_sizes(model, sum((_repeat(graph, child, part) for part in graph.successors(child)), sympy.Integer(0)))
+            if parts.is_Integer and parts == model.values["n_layers"]:
+                found[child] = int(parts)
     return found
+
+
+def _repeat(graph: Any, parent: str, child: str) -> sympy.Expr:
+    return sympy.sympify(graph.edges[parent, child]["repeat"]["saved_activations"])
+
+
+def _at_sizes(model: Model, expr: sympy.Expr) -> sympy.Expr:
+    return expr.xreplace({s: sympy.Integer(model.values[s.name]) for s in expr.free_symbols if isinstance(model.values.get(s.name), int)})
 
 
 def check_offload(model: Model, layers: object, layout: Layout) -> int:
