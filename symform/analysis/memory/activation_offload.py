@@ -50,7 +50,7 @@ def layer_stacks(model: Model) -> dict[str, int]:
             found[child] = int(_at_sizes(model, repeat))
         elif repeat == 1:
             parts = _at_sizes(model, sum((_repeat(graph, child, part) for part in graph.successors(child)), sympy.Integer(0)))
-            if parts.is_Integer and parts == model.values["n_layers"]:
+            if parts.is_Integer and parts == model.values.get("n_layers"):
                 found[child] = int(parts)
     return found
 
