@@ -467,12 +467,12 @@ MISSES = """## The misses, explained
   parallelism reduces once a layer (below); TensorRT-LLM's Falcon did so from its releases with
   the custom all-reduce workspace on, and whether v0.5.0's did is not known here: its first
   FalconDecoderLayer all-reduced the attention's and the MLP's outputs each.
-- **TensorRT-LLM v0.9.0 on H200, H100, L40S and A100 (held out: 144 rows, median 7.7 %, worst
-  +130 %, 129 in band)**: the release's page publishes Peak Throughput and batch-1 first tokens
+- **TensorRT-LLM v0.9.0 on H200, H100, L40S and A100 (held out: 144 rows, median 7.9 %, worst
+  +198 %, 130 in band)**: the release's page publishes Peak Throughput and batch-1 first tokens
   for six models on four GPUs, every figure per GPU; all are held out. No fitted serving run ran
   v0.9.0 (the fitted ones ran v0.5.0, v0.6.1 and v0.8.0, each table's release named on its
   runs), so each band widens by rules.toml's `framework` width, set before these rows were seen
-  (111 of the 144 inside without it). Where the models are dense and the page says which
+  (118 of the 144 inside without it). Where the models are dense and the page says which
   attention kernel ran, the estimate holds: GPT-J 6B median 5.7 % (24 of 24 in band), Llama 2 7B
   5.5 % (24 of 24), Llama 2 70B 6.3 % (24 of 24), the H200's first serving rows among them on the
   H100's factors (the same SMs). The misses:
@@ -487,29 +487,35 @@ MISSES = """## The misses, explained
     and 2,048/2,048 tokens reads 45 GB of FP8 cache a step that way, 52 ms at the L40S's 864 GB/s:
     at most about 1,070 tokens/s, against 1,721 measured; on A100 at most about 1,270 against 1,576;
     Mixtral likewise), so there the rows take the grouped read (`sdpa`): Mistral's rows there −11 % to +26 %.
-  - *Mixtral 8x7B* (median 20.9 %, worst +130 %, 17 of 24 in band): prompt-heavy throughput rows on H200 and H100
-    run at less than half the estimate (+71 % to +130 % at 128/128 and 2,048/128 tokens), and the
-    batch-1 first token at 2,048 tokens takes 2.5× the estimate (87.7 ms against 35 ms on H200):
-    the prefill's expert GEMMs are timed as the grouped GEMMs of the training fits, which this
-    release's MoE plugin does not reach; no serving run of a mixture of experts is fitted. A
-    prefill now reads the weights of every expert its prompt touches (all 8 at 128 tokens), as a
-    decode step of as many tokens does, where it had read top_k's: the 128-token first tokens moved
-    from −32 % and −39 % to −14 % and −4 % on H200 and H100, and from −22 % and +15 % to +52 % and
-    +76 % on A100 and L40S, whose estimates (36.2 ms and 34.2 ms) now exceed the time to read the
-    weights (22.9 ms at FP16 on A100, 13.5 ms at FP8 on L40S) by far more than the runs do (23.8 ms
-    and 19.5 ms). Its
-    weights are read at one byte, as the FP8 headings say, though FP8 quantization of Mixtral is
-    new in the next release's notes (0.10.0: 'Added FP8 quantization support for Mixtral'): at
-    128 tokens the H100 pair's first token (13.4 ms) is shorter than reading FP16 weights could
-    take (46.7 GB a GPU at 3.35 TB/s, 13.9 ms), and so is the four L40S cards' (19.5 ms against
-    27 ms), so those engines read at most a byte a weight. Nor did they route uniformly: the A100
-    pair's 801 tokens/s/GPU at batch 32 and 2,048/2,048 tokens is more than reading every expert's
-    FP16 weights and the cache each decode step allows (46.7 GB and 6.4 GB a GPU a step at 2.04 TB/s:
-    at most 615 tokens/s/GPU at the peak, prefill aside). The page builds its engines from
-    checkpoint configurations without weights, and symform has no source for how such an engine's
-    router picks; the estimate keeps uniform routing (every expert a step's tokens touch is read).
-    With a Zipf skew of 4 (`--expert-skew 4`) the A100 and L40S rows would fall within −15 % and
-    +34 %, but that skew would be fitted on these held-out rows, so it is not applied.
+  - *Mixtral 8x7B* (median 30.5 %, worst +198 %, 18 of 24 in band): v0.9.0 has no FP8 mixture of
+    experts, so on H200, H100 and L40S the rows run its experts at FP16 (`dtype = "fp16"`, the FP8
+    cache kept). The release's MoE layer keeps the experts' weights at the model's dtype unless the
+    quantisation is weight-only (tensorrt_llm/layers/moe.py at commit 250d9c29, whose
+    docs/source/performance.md holds these tables) and runs them in the MixtureOfExperts plugin,
+    on by default in trtllm-build (`moe_plugin: str = "float16"`), whose only runners are 16- and
+    32-bit ones or int8/int4 weights under 16-bit activations (mixtureOfExpertsPlugin.cpp, init():
+    CutlassMoeFCRunner<half, half> and the like, else 'Could not construct the mixture of experts
+    plugin with the requested input combination'); 0.10.0's notes list 'Added FP8 quantization
+    support for Mixtral' as new. FP8 reaches the attention's projections only (2.9 % of the
+    weights, 11 % of the linear layers' prompt FLOPs), timed here with the experts at 16 bits. With
+    the expert GEMMs at the 16-bit rate the prompt-heavy rows on H200 and H100, which had run at less
+    than half the FP8 estimate, come in: 128/128 tokens from +130 % and +82 % to +34 % and +8 %,
+    2,048/128 from +95 % and +71 % to +12 % and +0.1 %, the batch-1 first token at 2,048 tokens from
+    −60 % to −24 % and −25 %. The rows that read the weights more than they compute now miss
+    the other way, as the A100 rows (FP16 throughout) always did: the batch-1 first token at 128
+    tokens +66 % on H200, +87 % on H100, +198 % on L40S and +52 % on A100, and the long-output rows
+    −17 % to −58 %. Several run faster than reading every touched expert's FP16 weights allows at
+    all: the H100 pair's first token at 128 tokens (13.4 ms, against 45.1 GB a GPU at 3.35 TB/s,
+    13.5 ms), the four L40S cards' (19.5 ms against 26.1 ms), the H100 pair's 1,317 tokens/s/GPU
+    at batch 32 and 2,048/2,048 tokens (a decode step of 32 sequences touches all 8 experts under
+    uniform routing: 45.1 GB a GPU, 13.5 ms, where the run's mean step takes 12.1 ms with the
+    prefill), and the A100 pair's 801 at the same sizes (46.7 GB and 6.4 GB a GPU a step at
+    2.04 TB/s: at most 615 tokens/s/GPU). So these engines did not route uniformly: the page builds
+    its engines from checkpoint configurations without weights, and random router weights
+    concentrate the routing (sglang's benchmarks with dummy weights see 'severe expert imbalance',
+    sgl-project/sglang#25571), but symform has no source for how far this engine's router did, so the
+    estimate keeps uniform routing (every expert a step's tokens touch is read): a skew
+    (`--expert-skew`) would have to be fitted on these held-out rows, so none is applied.
   - *Falcon 180B* (median 13.2 %, 18 of 24 in band; 23.5 % and 15 while every layer was charged
     two all-reduces): Falcon's layers are parallel residual ones, x + attn(norm(x)) + mlp(norm'(x)),
     and its engines sum the attention's and the MLP's row-parallel partial outputs and all-reduce
