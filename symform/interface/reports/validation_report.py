@@ -456,17 +456,22 @@ MISSES = """## The misses, explained
   engine a release before the fitted v0.6.1 rows, and slower than them (9,193 tokens/s at
   batch 64 and 128/128 tokens; GPT-J 6B 10,907, +22 %); the estimate, fitted on v0.6.1, is too
   fast where the prefill's and the short decode's fixed costs weigh most.
-- **GPT-J 6B and Falcon 180B on TensorRT-LLM v0.5 and v0.6.1 (held out: −38 % to +11 %)**: the
+- **GPT-J 6B and Falcon 180B on TensorRT-LLM v0.5 and v0.6.1 (held out: −25 % to +11 %)**: the
   rows the earlier pages publish for the two models, added with their presets (`gpt-j-6b`,
   EleutherAI/gpt-j-6b; `falcon-180b`, tiiuae/falcon-180B, whose parameter counts equal
   transformers' numel, 6,050,882,784 and 178,557,088,768). GPT-J 6B
-  runs as Llama 2 7B does (the v0.6.1 H100 throughput rows −4 % to −10 %); Falcon 180B's
-  batch-1 first tokens on 8 H100s (v0.5.0's low-latency table) take 1.6× the estimate (16.9 ms
-  estimated against 27 ms at 128 tokens, 127 ms against 205 ms at 2,048; −25 % while every layer
-  was charged two all-reduces). Falcon's layers are parallel residual ones, which tensor
-  parallelism reduces once a layer (below); TensorRT-LLM's Falcon did so from its releases with
-  the custom all-reduce workspace on, and whether v0.5.0's did is not known here: its first
-  FalconDecoderLayer all-reduced the attention's and the MLP's outputs each.
+  runs as Llama 2 7B does (the v0.6.1 H100 throughput rows −4 % to −10 %). Falcon's layers are
+  parallel residual ones, which TensorRT-LLM reduces once a layer from 0.7 on (below), but not
+  in these releases: the 0.7.0/0.7.1 changelog lists 'Optimize AllReduce for parallel attention
+  on Falcon and GPT-J' among its performance changes, and before it FalconDecoderLayer built its
+  Attention and MLP with the tensor-parallel group, each row-parallel output all-reduced, and
+  summed them after (tensorrt_llm/models/falcon/model.py at 027cd518e3b6, whose README builds
+  Falcon-180B). These rows run the layer as `parallel_decoder_layer` (`arguments`: Megatron's
+  two all-reduces). Falcon 180B's batch-1 first tokens on 8 H100s (v0.5.0's low-latency table)
+  still take 1.3× the estimate (20.4 ms estimated against 27 ms at 128 tokens, 153 ms against
+  205 ms at 2,048; −37 % and −38 % while these rows were charged one all-reduce a layer), the
+  A100's at 128 tokens −21 % (−28 %); the v0.6.1 H100 throughput rows fall −3 % to −16 % (+6 %
+  to −10 % with one).
 - **TensorRT-LLM v0.9.0 on H200, H100, L40S and A100 (held out: 144 rows, median 7.9 %, worst
   +198 %, 130 in band)**: the release's page publishes Peak Throughput and batch-1 first tokens
   for six models on four GPUs, every figure per GPU; all are held out. No fitted serving run ran
@@ -525,8 +530,9 @@ MISSES = """## The misses, explained
     GPT-J reduce each block). On eight L40S cards, which all-reduce over PCIe, that took
     the first token at 2,048 tokens from +107 % to +20 % and the throughput rows from −41 %…−56 %
     to −12 %…−41 %; on H100, H200 and A100 the batch-1 first token at 128 tokens now falls 42 % to
-    46 % short of the run (it was 35 % to 39 %), as on v0.5.0 (above): what Falcon's short
-    prompts spend beyond reading the weights and reducing is not in the estimate.
+    46 % short of the run (it was 35 % to 39 %), and v0.5.0's (above) 25 % at two all-reduces:
+    what Falcon's short prompts spend beyond reading the weights and reducing is not in the
+    estimate.
 - **TensorRT-LLM v0.8.0 on H200, H100 and A100, and its L40S GPT-J 6B and Falcon 180B rows (held
   out: 101 rows, median 6.9 %, worst −57 %, 84 in band)**: the v0.8.0 page publishes the same six
   tables as v0.9.0's for GPT-J 6B, Mistral 7B, Llama 2 7B and 70B and Falcon 180B (no Mixtral), built
@@ -539,7 +545,12 @@ MISSES = """## The misses, explained
   128 tokens on 8 H100s or H200s takes 39.7 and 37.2 ms against 16.9 and 16.7 estimated (−57 %,
   −55 %), where at 2,048 tokens the estimate is within 4 %, and v0.9.0's runs on 4 of the same
   GPUs take as long (41.1 and 36.4 ms): a fixed cost of Falcon's short prompts that halving the
-  weights each GPU reads does not change, which the estimate does not hold.
+  weights each GPU reads does not change, which the estimate does not hold. The page's
+  own build does not name it: its Falcon-180B engine differs from Llama 2 70B's in its
+  bfloat16 activations (v0.8.0 also builds it with the bfloat16 GEMM plugin and a paged KV cache,
+  v0.9.0 with neither, and both take as long), both pages time it as they time the other models
+  (gptSessionBenchmark with one output token: one context step, no generation step), and 0.9.0's
+  FP8 FMHA ('[Experimental]') is not switched on by either page's commands.
 - **Narayanan et al. at 530B and 1T (−3 %, −0.6 %)**: the estimate assumes the 1F1B schedule
   and micro-batch 1 (Table 1 gives neither); the paper used the interleaved schedule, whose
   smaller bubble the estimate does not credit.
