@@ -112,3 +112,14 @@ def test_fraction_at_keeps_signs_and_fractions_under_negative_powers(x, y, i, j)
     expr = a**i * b**j + a / 7 - b**-2 * Fraction(3, 5)
     point = {a: sympy.Rational(x.numerator, x.denominator), b: sympy.Rational(y.numerator, y.denominator)}
     assert fraction_at(expr, {"a": x, "b": y}) == _exact(expr.xreplace(point))
+
+
+def test_fraction_at_takes_a_scale_of_any_exact_number_as_python_ints():
+    """A numpy integer or a float as the scale is the exact number it holds: its own arithmetic would wrap round
+    (3 · 10¹⁸ · 7 passes int64) or refuse, where Python's ints do not."""
+    expr, values = a**3 * b + b, {"a": 10**6, "b": 7}
+    assert fraction_at(expr, values, ("a", numpy.int64(3))) == 3 * 10**18 * 7 + 7
+    assert type(fraction_at(expr, values, ("a", numpy.int64(3))).numerator) is int
+    assert fraction_at(expr, values, ("a", numpy.int32(2))) == 2 * 10**18 * 7 + 7
+    assert fraction_at(expr, values, ("a", 0.5)) == Fraction(10**18 * 7, 2) + 7
+    assert fraction_at(expr, values, ("a", float("nan"))) is None

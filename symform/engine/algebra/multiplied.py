@@ -95,6 +95,9 @@ def fraction_at(expr: sympy.Expr, values: Mapping[str, int | Fraction], scaled: 
     if terms is None:
         return None
     name, factor = scaled if scaled is not None else (None, 1)
+    factor = factor if isinstance(factor, _EXACT) else _exactly(factor)  # numpy's ints would wrap round in the products
+    if factor is None:
+        return None
     # numerators and denominators as Python ints, one Fraction at the end: Fraction's own products reduce by a
     # gcd at every step, most of the work of a plan's estimates
     scale_top, scale_bottom = _ratio(factor)
