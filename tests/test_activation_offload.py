@@ -11,6 +11,7 @@ import pytest
 
 from checks import run, run_json
 from symform import ConfigError, EvaluationError, Model, load
+from symform.analysis.memory.activation_offload import check_offload
 from symform.analysis.memory.memory import Training, training_memory
 from symform.analysis.memory.settings import Layout
 from symform.analysis.time.estimate import training_estimate
@@ -163,3 +164,108 @@ def test_cli_memory_and_time_take_the_offloaded_layer_count(capsys):
 def test_cli_refuses_more_offloaded_layers_than_the_model_has(capsys):
     code, _, err = run(capsys, "memory", "llama-3.1-8b", "--train", "--batch", "1", "--seq", "1024", "--offload-layers", "33")
     assert code != 0 and "at most 32" in err
+
+
+@pytest.mark.parametrize(("preset", "layers", "d_model"), [("gemma-3-1b", 26, 1152), ("olmo-3-7b", 32, 4096)])
+def test_a_part_present_whatever_the_layers_is_no_layer(preset, layers, d_model):
+    """Gemma 3's and OLMo 3's second cos/sin pair is computed once when the model has both kinds of layer (a repeat of
+    0 or 1 that reads n_layers): the 26 and 32 layers of their configs are the layers offload counts, each its input."""
+    model = load(preset)
+    with pytest.raises(EvaluationError, match=f"at most {layers}"):
+        training_memory(model, batch=1, seq=256, setup=Training(recompute="full", offload_layers=layers + 1))
+    report = training_memory(model, batch=1, seq=256, setup=Training(recompute="full", offload_layers=layers))
+    assert report.assumptions["activation_offload_host_bytes"] == layers * 256 * d_model * 2
+    assert f"{layers} of {layers} layers" in report.assumptions["activation_offload"]
+
+
+TOY = """
+[model]
+name = "toy"
+root = "toy"
+doc = "a head of two parts beside the layers"
+arguments = {{ d_model = 64, vocab = 100, n_layers = {n_layers} }}
+
+[components.toy_layer]
+doc = "A norm and a projection."
+args = ["d_model"]
+
+[[components.toy_layer.parts]]
+name = "norm"
+use = "rms_norm"
+with = {{ width = "d_model" }}
+
+[[components.toy_layer.parts]]
+name = "proj"
+use = "linear"
+with = {{ d_in = "d_model", d_out = "d_model" }}
+
+[components.toy_head]
+doc = "A norm and the output head."
+args = ["d_model", "vocab"]
+
+[[components.toy_head.parts]]
+name = "norm"
+use = "rms_norm"
+with = {{ width = "d_model" }}
+
+[[components.toy_head.parts]]
+name = "proj"
+use = "linear"
+with = {{ d_in = "d_model", d_out = "vocab" }}
+
+[components.toy]
+doc = "An embedding, the layers and a head."
+args = ["d_model", "vocab", "n_layers"]
+
+[[components.toy.parts]]
+name = "embed"
+use = "embedding"
+with = {{ entries = "vocab", width = "d_model" }}
+
+[[components.toy.parts]]
+name = "layers"
+use = "toy_layer"
+repeat = "{layers}"
+with = {{ d_model = "d_model" }}
+
+[[components.toy.parts]]
+name = "head"
+use = "toy_head"
+with = {{ d_model = "d_model", vocab = "vocab" }}
+"""
+
+
+def toy(tmp_path, layers: str, n_layers: int = 2) -> Model:
+    path = tmp_path / f"toy-{n_layers}.toml"
+    path.write_text(TOY.format(layers=layers, n_layers=n_layers), encoding="utf-8")
+    return load(str(path))
+
+
+def test_a_group_of_two_single_parts_is_not_two_layers(tmp_path):
+    """A head of a norm and a projection, each once, beside a stack of 2 layers: the model has 2 layers, not 4."""
+    def toy_memory(n_layers: int, offloaded: int = 0):
+        return training_memory(toy(tmp_path, "n_layers", n_layers), batch=1, seq=16, setup=Training(offload_layers=offloaded))
+
+    layer = toy_memory(3).values["activations"] - toy_memory(2).values["activations"]
+    with pytest.raises(EvaluationError, match="at most 2"):
+        toy_memory(2, 3)
+    assert toy_memory(2, 2).assumptions["activation_offload_host_bytes"] == 2 * layer
+
+
+def test_a_model_whose_layers_offload_cannot_find_says_so(tmp_path):
+    """Layers repeated by a count other than n_layers (an encoder-decoder's two stacks, an architecture's own size):
+    one line that says offload finds no layers to count, not that the model has 0 layers."""
+    for model in (toy(tmp_path, "3"), load("flan-t5-xxl")):
+        with pytest.raises(ConfigError, match="--offload-layers") as raised:
+            check_offload(model, 1, Layout())
+        assert "0 layers" not in str(raised.value) and "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize(("preset", "layers"), [("qwen3-0.6b", 1), ("gpt2", 3), ("gemma-2b", 3), ("dbrx-base", 1)])
+def test_few_layers_are_not_joined_by_the_head_or_the_embedding(preset, layers):
+    """A model of 1 or 3 layers: its output head (one projection), its embedding (GPT-2's tokens, positions and
+    dropout) or its final norm, each a group of that many parts present once, holds no layer."""
+    model = load(preset).with_arguments(n_layers=layers)
+    assert check_offload(model, layers, Layout()) == layers
+    with pytest.raises(EvaluationError, match=f"at most {layers}"):
+        check_offload(model, layers + 1, Layout())

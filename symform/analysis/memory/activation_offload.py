@@ -37,22 +37,31 @@ R = TypeVar("R", bound=Any)  # a MemoryReport (symform.analysis.memory.memory im
 
 def layer_stacks(model: Model) -> dict[str, int]:
     """The top-level components that hold the layers, and how many layers each holds (at the model's sizes): those
-    repeated once per layer (their repeat names ``n_layers``), and a group that is not repeated whose parts' repeats
-    add up to ``n_layers`` (a family that declares its layers as stacks of several kinds, or as one stack of a
-    kind, under one component)."""
+    repeated a number of times that grows with ``n_layers`` (a stack: ``n_layers``, ``n_layers - n_dense``), and a group
+    that is not repeated whose parts are such stacks adding up to ``n_layers`` (a family that declares its layers as
+    stacks of several kinds, or as one stack of a kind, under one component). A part present once or not at all as
+    ``n_layers`` decides (a second cos/sin pair) is no layer, nor a group of parts each present once (a head of a norm
+    and a projection), whatever the count."""
     graph = model.graph().graph
-    if "n_layers" not in model.vocabulary:
+    if "n_layers" not in model.vocabulary or not isinstance(model.values.get("n_layers"), int):
         return {}
-    layers, found = model.vocabulary["n_layers"], {}
+    layers, count, found = model.vocabulary["n_layers"], model.values["n_layers"], {}
     for child in graph.successors(""):
         repeat = _repeat(graph, "", child)
-        if layers in repeat.free_symbols:
+        if _stack(repeat, layers):
             found[child] = int(_at_sizes(model, repeat))
         elif repeat == 1:
-            parts = _at_sizes(model, sum((_repeat(graph, child, part) for part in graph.successors(child)), sympy.Integer(0)))
-            if parts.is_Integer and parts == model.values.get("n_layers"):
-                found[child] = int(parts)
+            parts = [_repeat(graph, child, part) for part in graph.successors(child)]
+            total = sum(parts, sympy.Integer(0))
+            # the stacks' own counts add up to n_layers as declared, or at the sizes where a config counts each kind
+            if parts and (sympy.expand(total - layers) == 0 or all(p.free_symbols for p in parts)) and _at_sizes(model, total) == count:
+                found[child] = count
     return found
+
+
+def _stack(repeat: sympy.Expr, layers: sympy.Symbol) -> bool:
+    """A repeat that grows with the layers: linear in ``n_layers`` (not a 0-or-1 switch that reads it)."""
+    return layers in repeat.free_symbols and repeat.is_polynomial(layers) and sympy.degree(repeat, layers) == 1
 
 
 def _repeat(graph: Any, parent: str, child: str) -> sympy.Expr:
@@ -71,6 +80,11 @@ def check_offload(model: Model, layers: object, layout: Layout) -> int:
     if layers == 0:
         return 0
     total = sum(layer_stacks(model).values())
+    if not total:
+        raise ConfigError(
+            f"{model.name} declares no stack of its n_layers layers at its top level (an encoder-decoder's two stacks, a layer's "
+            "part declared beside the layers), so activation offload cannot count its layers: drop --offload-layers"
+        )
     if layers > total:
         raise EvaluationError(f"{layers} offloaded layers for {model.name}'s {total} layers; give at most {total}")
     if layout.pipeline > 1:
