@@ -16,7 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from oracle import build, check_cache_bytes, check_forward_flops, check_train_step_flops, meta_params, preset_dict  # noqa: E402
+from oracle import build, cached_bytes, check_cache_bytes, check_forward_flops, check_train_step_flops, meta_params, preset_dict  # noqa: E402
 from family_checks import check_saved_activations, check_tiny_params, eager  # noqa: E402
 
 from symform.engine.graph.model import Model  # noqa: E402
@@ -184,6 +184,17 @@ def test_forward_and_backward_flops_equal_the_counter(case):
 def test_cache_bytes_equal_the_tensors_transformers_keeps(case, seq):
     config = TINY[case]
     check_cache_bytes(config, build(config), seq)
+
+
+def test_falcon_caches_each_key_value_head_once_by_default():
+    """transformers' Falcon (new decoder architecture) caches each key/value head broadcast to its 4 query heads' group
+    of 2; a serving engine caches it once. The default counts the engine's cache: transformers' bytes times
+    n_kv_heads / n_heads; the eager accounting counts transformers'."""
+    config = TINY["falcon, new decoder architecture, two key/value heads broadcast, two norms"]
+    expected = cached_bytes(build(config), 2, 7)
+    model = Model.from_config(config).with_conventions(kv_bytes=4)
+    assert model.evaluate("kv_cache", batch=2, seq=7) * 2 == expected
+    assert model.with_accounting("eager").with_conventions(kv_bytes=4).evaluate("kv_cache", batch=2, seq=7) == expected
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
