@@ -22,7 +22,7 @@ from ...engine.graph.model import Model
 from . import estimate, grouped_gemm, phase_time, timing
 from . import step_model
 from . import efficiencies
-from .measured_runs import SPLITS, Case, Run, is_moe, run_framework, run_model, run_profile, run_release, runs, training_layout
+from .measured_runs import SPLITS, TIME_FIGURES, Case, Run, is_moe, run_framework, run_model, run_profile, run_release, runs, training_layout
 
 
 # --- predictions --------------------------------------------------------------------------------
@@ -143,16 +143,38 @@ def _training_figure(run: Run, prepared: _Prepared, seconds: float) -> float:
 
 
 def _serving_figure(run: Run, result: estimate.ServingEstimate) -> float:
-    what = run.measured[0]
+    return _served_figure(run, result.ttft.estimate, result.tpot.estimate, result.total.estimate)
+
+
+def _served_figure(run: Run, ttft: float, tpot: float, total: float) -> float:
+    """The figure ``run`` reports, from a request's first token, mean decode step and whole time (seconds)."""
+    what, s = run.measured[0], run.setup
     if what == "ttft_ms":
-        return result.ttft.estimate * 1e3
+        return ttft * 1e3
     if what == "tokens_per_s_per_sequence":
-        return 1 / result.tpot.estimate
+        return 1 / tpot
     if what == "tokens_per_s":
-        return result.tokens_per_s.estimate
+        return s["batch"] * s["output"] / total
     if what == "tokens_per_s_per_gpu":
-        return result.tokens_per_s.estimate / run.setup.get("tensor", 1)
+        return s["batch"] * s["output"] / total / s.get("tensor", 1)
     raise ConfigError(f"run {run.name}: unknown measured figure {what!r}; use ttft_ms, tokens_per_s_per_sequence, tokens_per_s or tokens_per_s_per_gpu")
+
+
+def floor_figure(run: Run) -> float:
+    """The figure ``run`` would report at symform's floor for its setup as recorded: the least time any implementation
+    takes (the datasheet peaks, everything overlapped), so a measured figure beyond it says the setup is not what ran."""
+    prepared = _prepared(run)
+    if run.kind == "training":
+        return _training_figure(run, prepared, prepared.bounds.time_lower)
+    bounds = prepared.bounds
+    return _served_figure(run, bounds.ttft_lower, bounds.tpot_lower, bounds.total_lower)
+
+
+def beyond_floor(run: Run) -> bool:
+    """Whether the measured figure is better than the floor allows: a shorter time, or a higher rate."""
+    what, measured = run.measured
+    floor = floor_figure(run)
+    return measured < floor if what in TIME_FIGURES else measured > floor
 
 
 def validate(factors: Mapping[str, Any] | None = None, only: Iterable[Run] | None = None) -> list[Case]:

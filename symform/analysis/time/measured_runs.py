@@ -30,6 +30,8 @@ class Run:
     kind: str  # "training" or "serving"
     setup: Mapping[str, Any]
     measured: tuple[str, float]  # what the source reports, and its value
+    # why the measured figure is better than symform's floor for the setup as recorded (calibration.beyond_floor)
+    beyond_floor: str | None = None
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,7 @@ def runs_in(files: Iterable[tuple[Path, Mapping[str, Any]]]) -> tuple[Run, ...]:
             raise ConfigError(f"{path}: kind must be measured_training or measured_serving")
         for entry in data.get("runs", []):
             entry = dict(entry)
-            name, split, measured = entry.pop("name"), entry.pop("split"), entry.pop("measured")
+            name, split, measured, beyond = entry.pop("name"), entry.pop("split"), entry.pop("measured"), entry.pop("beyond_floor", None)
             if split not in SPLITS or len(measured) != 1:
                 raise ConfigError(f"{path}: run {name!r} needs split = fit or check and one measured figure")
             if kind == "training":
@@ -94,7 +96,9 @@ def runs_in(files: Iterable[tuple[Path, Mapping[str, Any]]]) -> tuple[Run, ...]:
                     data_degree(entry)
                 except (ConfigError, EvaluationError) as error:
                     raise ConfigError(f"{path}: run {name!r}: {error}") from None
-            found.append(Run(path.stem, name, split, kind, entry, next(iter(measured.items()))))
+            if beyond is not None and not (isinstance(beyond, str) and beyond.strip()):
+                raise ConfigError(f"{path}: run {name!r}: beyond_floor must say why the figure beats the floor, in words")
+            found.append(Run(path.stem, name, split, kind, entry, next(iter(measured.items())), beyond))
     return tuple(found)
 
 

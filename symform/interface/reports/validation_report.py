@@ -102,8 +102,28 @@ def markdown(cases: list[measured_runs.Case]) -> str:
             out.append(f"| {c.run.name} | {c.run.split} | {_setup(c)} | {c.run.measured[0]} | {_figure(c.run.measured[1])} | {_figure(c.predicted)} | {c.error:+.1%} | {'yes' if c.inside else 'no'} |")
     out += ["", *memory_validation.markdown_section(memory_validation.memory_cases())]
     out += ["", *memory_validation.timed_fits_section(memory_validation.timed_run_fits())]
+    out += ["", *beyond_floor_section(cases)]
     out += ["", *gemm_models_section(cases), "", MISSES.strip()]
     return "\n".join(out) + "\n"
+
+
+def beyond_floor_section(cases: list[measured_runs.Case]) -> list[str]:
+    """The published figures better than symform's floor for their setup as recorded, each with why."""
+    out = [
+        "## Figures better than the floor",
+        "",
+        "The floor is the least time any implementation takes for a setup: the datasheet peaks, compute, memory",
+        "traffic and communication all overlapped (`symform time`'s lower bound). A published figure better than it",
+        "says the setup as recorded is not all that ran; each such run says why in its file (`beyond_floor`), and",
+        "`tests/test_measured_floor.py` fails for any other run beyond its floor.",
+        "",
+        "| run | figure | measured | at the floor | why |",
+        "|---|---|---:|---:|---|",
+    ]
+    for c in cases:
+        if c.run.beyond_floor:
+            out.append(f"| {c.run.name} | {c.run.measured[0]} | {_figure(c.run.measured[1])} | {_figure(calibration.floor_figure(c.run))} | {c.run.beyond_floor} |")
+    return out
 
 
 def gemm_models_section(cases: list[measured_runs.Case]) -> list[str]:
