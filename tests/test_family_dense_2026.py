@@ -19,6 +19,7 @@ transformers = pytest.importorskip("transformers")
 from oracle import build, cached_bytes, check_cache_bytes, check_forward_flops, check_train_step_flops, meta_params, preset_dict  # noqa: E402
 from family_checks import check_saved_activations, check_tiny_params, eager  # noqa: E402
 
+from symform.engine.errors import ConfigError  # noqa: E402
 from symform.engine.graph.model import Model  # noqa: E402
 
 pytestmark = pytest.mark.oracle
@@ -204,3 +205,26 @@ def test_saved_activations_equal_what_eager_pytorch_keeps(case, dtype):
     reshapes PyTorch may turn into views of larger tensors)."""
     check_saved_activations(TINY[case], dtype)
     check_saved_activations(TINY[case], dtype, batch=1)
+
+
+def test_kv_broadcast_is_a_switch():
+    """kv_broadcast 2 would count each key/value head 2·n_heads − n_kv_heads times, a cache no implementation keeps."""
+    config = TINY["falcon, new decoder architecture, two key/value heads broadcast, two norms"]
+    with pytest.raises(ConfigError, match="kv_broadcast <= 1 does not hold"):
+        Model.from_config(config).with_conventions(kv_broadcast=2).evaluate("kv_cache", batch=2, seq=7)
+
+
+def test_falcon_s_flash_kernel_keeps_each_key_value_head_once_by_default():
+    """A FlashAttention kernel keeps its queries, keys and values: with kv_broadcast = 0 the keys and values of
+    n_kv_heads heads, with the eager accounting's broadcast those of n_heads. Falcon-180B (80 layers, 232 query
+    heads, 8 key/value heads of 64) at batch 2 (no one-sequence views), seq 2048 in bf16: 80·2·2·(232 − 8)·2048·(64 + 64)
+    bytes fewer."""
+    from symform.analysis.memory.memory import saved_activations
+
+    def kept(model):
+        expression = saved_activations(model, flash=True)[0]
+        sizes = dict(model.values) | {"batch": 2, "seq": 2048}
+        return expression.subs({s: sizes[s.name] for s in expression.free_symbols})
+
+    model = Model.load("falcon-180b")
+    assert kept(model.with_accounting("eager")) - kept(model) == 80 * 2 * 2 * (232 - 8) * 2048 * (64 + 64)
