@@ -367,6 +367,18 @@ def test_cli_serving_json_carries_estimates_beside_bounds(capsys):
         assert data[key]["estimate"] >= data[key]["lower"]
 
 
+def test_cli_serving_json_keeps_the_bounds_tokens_per_second(capsys):
+    """tokens_per_s's high and low are the bounds' (batch × output over the request's lower and upper time), as the text
+    prints them; the estimate's band sits under estimate. Its high and low had overwritten the bounds'."""
+    code, out, _ = _run(capsys, "time", "llama-3.2-1b", "--gpu", "h100-sxm", "--infer", "--batch", "4", "--prompt", "128", "--output", "16", "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["tokens_per_s"]["high"] == pytest.approx(4 * 16 / data["total_s"]["lower"], rel=1e-12)
+    assert data["tokens_per_s"]["low"] == pytest.approx(4 * 16 / data["total_s"]["upper"], rel=1e-12)
+    assert data["tokens_per_s"]["estimate"] == data["estimate"]["tokens_per_s"]["estimate"]
+    assert data["estimate"]["tokens_per_s"]["low"] < data["tokens_per_s"]["estimate"] < data["estimate"]["tokens_per_s"]["high"]
+
+
 def test_cli_device_without_efficiency_data_keeps_its_bounds(capsys):
     code, out, _ = _run(capsys, "time", "llama-3.2-1b", "--gpu", "l4", "--infer", "--batch", "1", "--prompt", "64", "--output", "4", "--json")
     assert code == 0

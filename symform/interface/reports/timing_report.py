@@ -152,7 +152,8 @@ def _time_command(model: Model, args: argparse.Namespace) -> str:
         if isinstance(found, estimate.ServingEstimate):
             for key, band in (("ttft_s", found.ttft), ("tpot_s", found.tpot), ("total_s", found.total)):
                 data[key] |= band.as_dict()
-            data["tokens_per_s"] |= found.tokens_per_s.as_dict()
+            # the bounds' own high and low stand; the estimate's band is under "estimate"
+            data["tokens_per_s"]["estimate"] = found.tokens_per_s.estimate
             data["estimate"] = found.as_dict()
         else:
             data["estimate_missing"] = found
