@@ -19,7 +19,7 @@ transformers = pytest.importorskip("transformers")
 from oracle import build, cached_bytes, check_cache_bytes, check_forward_flops, check_train_step_flops, meta_params, preset_dict  # noqa: E402
 from family_checks import check_saved_activations, check_tiny_params, eager  # noqa: E402
 
-from symform.engine.errors import ConfigError  # noqa: E402
+from symform.engine.errors import ConfigError, EvaluationError  # noqa: E402
 from symform.engine.graph.model import Model  # noqa: E402
 
 pytestmark = pytest.mark.oracle
@@ -210,7 +210,7 @@ def test_saved_activations_equal_what_eager_pytorch_keeps(case, dtype):
 def test_kv_broadcast_is_a_switch():
     """kv_broadcast 2 would count each key/value head 2·n_heads − n_kv_heads times, a cache no implementation keeps."""
     config = TINY["falcon, new decoder architecture, two key/value heads broadcast, two norms"]
-    with pytest.raises(ConfigError, match="kv_broadcast <= 1 does not hold"):
+    with pytest.raises(EvaluationError, match="kv_broadcast is a switch: give 0 or 1, got 2"):
         Model.from_config(config).with_conventions(kv_broadcast=2).evaluate("kv_cache", batch=2, seq=7)
 
 

@@ -12,7 +12,7 @@ import sympy
 
 from ...engine.budget import ARRAY_ELEMENTS, check_count, quoted
 from ...engine.errors import ConfigError, EvaluationError
-from ...engine.algebra.evaluate import check_value, numpy_modules
+from ...engine.algebra.evaluate import above_most, check_value, numpy_modules
 from ...engine.graph.graph import BoundRequirement
 from ...engine.graph.model import Model
 from ...engine.graph.requirements import failed_requirement
@@ -114,6 +114,9 @@ def validate_columns(domains: Mapping[str, str], axes: Sequence[Axis], exact: bo
                 raise EvaluationError(f"{name} must be a whole number; some values are not")
             if (domain == "nonnegative_integer" and low < 0) or (domain != "nonnegative_integer" and low <= 0):
                 raise EvaluationError(f"{name} must be {'0 or more' if domain == 'nonnegative_integer' else 'positive'}, got {low}")
+            most = vocabulary.greatest.get(name) if vocabulary is not None else None
+            if most is not None and high > most:
+                raise EvaluationError(above_most(name, most, high))
             if not exact and max(abs(low), abs(high)) >= FLOAT_EXACT:
                 raise InexactFloatError(f"{name} reaches {max(abs(low), abs(high)):.3g} >= 2**53, which float64 cannot hold exactly; pass exact=True")
 
@@ -271,7 +274,9 @@ class _Checks:
         check_relations([r for r in relations if not {s.name for s in r.relation.free_symbols} & names], others)
         self.relations = [r for r in relations if {s.name for s in r.relation.free_symbols} & names]
 
-        self.screen = _Screen.of(axes[self.split], self.domains, self.relations, exact, min(chunk, len(axes[self.split])))
+        # a switch's column (0 or 1) is checked block by block against its greatest value, which the screen does not know
+        switch = not names.isdisjoint(self.vocabulary.greatest)
+        self.screen = None if switch else _Screen.of(axes[self.split], self.domains, self.relations, exact, min(chunk, len(axes[self.split])))
         self.unscreened = [r for r in self.relations if self.screen is None or r not in self.screen.relations]
 
     def block(self, block: "Block") -> list[float] | None:

@@ -78,7 +78,14 @@ def check_value(name: str, value: object, vocabulary: Vocabulary) -> sympy.Ratio
         raise EvaluationError(f"{name} must be 0 or more, got {value}")
     if spec.domain != "nonnegative_integer" and number <= 0:
         raise EvaluationError(f"{name} must be positive, got {value}; sizes and counts start at 1")
+    if spec.most is not None and number > spec.most:
+        raise EvaluationError(above_most(name, spec.most, value))
     return number
+
+
+def above_most(name: str, most: int, value: object) -> str:
+    """The refusal of a value above a name's greatest (a switch's 1)."""
+    return f"{name} is a switch: give 0 or 1, got {value}" if most == 1 else f"{name} must be at most {most}, got {value}"
 
 
 # the largest bit length check_number lets through: ints up to it need no further check
@@ -92,9 +99,9 @@ _NEVER = _PLAIN_MAX + 1  # the least value of a name outside the vocabulary: no 
 def plain_values(values: Mapping[str, object], vocabulary: Vocabulary) -> dict[str, int] | None:
     """The values as they are, where each is plainly valid (a known name, an int in its domain and budget);
     None where any needs :func:`check_value`'s closer look, or its message."""
-    least = vocabulary.least_ints
+    least, greatest = vocabulary.least_ints, vocabulary.greatest
     for name, value in values.items():
-        if type(value) is not int or not least.get(name, _NEVER) <= value <= _PLAIN_MAX:
+        if type(value) is not int or not least.get(name, _NEVER) <= value <= greatest.get(name, _PLAIN_MAX):
             return None
     return values  # type: ignore[return-value]
 

@@ -43,14 +43,19 @@ class SymbolSpec:
     large: bool = False
     default: str | None = None
     tensor_parallel: bool = False  # Megatron-style tensor parallelism splits this size among the ranks
+    most: int | None = None  # the greatest value: 1 for a switch (0 or 1)
 
     def __post_init__(self) -> None:
+        if self.most is not None and (self.domain != "nonnegative_integer" or self.most < 1):
+            raise ValueError(f"most = {self.most} needs the nonnegative_integer domain and a value of 1 or more")
         if self.default is not None:
             value = number_from_text(self.default, "default")  # ValueError names the problem
             if "integer" in self.domain and value.denominator != 1:
                 raise ValueError(f"default {self.default!r} must be a whole number ({self.domain})")
             if value < 0 or (value == 0 and self.domain != "nonnegative_integer"):
                 raise ValueError(f"default {self.default!r} is outside the domain {self.domain}")
+            if self.most is not None and value > self.most:
+                raise ValueError(f"default {self.default!r} is above most = {self.most}")
 
 
 def make_symbol(name: str, domain: Domain) -> sympy.Symbol:
@@ -117,6 +122,11 @@ class Vocabulary:
     def domains(self) -> Mapping[str, str]:
         """Each name's domain, looked up on every exact evaluation."""
         return MappingProxyType({n: e.spec.domain for n, e in self.entries.items()})
+
+    @cached_property
+    def greatest(self) -> Mapping[str, int]:
+        """The names with a greatest value (a switch's 1), by name."""
+        return MappingProxyType({n: e.spec.most for n, e in self.entries.items() if e.spec.most is not None})
 
     @cached_property
     def least_ints(self) -> dict[str, int]:
