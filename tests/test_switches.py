@@ -42,3 +42,13 @@ def test_the_command_line_refuses_2(capsys):
     assert main(["memory", "qwen3-0.6b", "--train", "--batch", "1", "--seq", "64", "--convention", "fused_glu=2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "fused_glu is a switch: give 0 or 1, got 2" in err[0]
+
+
+def test_a_lazy_sweep_s_blocks_refuse_2():
+    """A lazy sweep's blocks check their points without the vocabulary: the switches' bound travels with them."""
+    from symform.analysis.sweeps.lazy_sweeps import lazy_sweep
+
+    model = symform.load("qwen3-0.6b")
+    lazy = lazy_sweep(model, ["forward_flops"], zip={"batch": np.array([1, 1, 1, 1]), "seq": np.array([8, 8, 8, 8]), "decoding": np.array([0, 1, 0, 2])}, chunk=2)
+    with pytest.raises(EvaluationError, match="decoding is a switch: give 0 or 1, got 2"):
+        lazy.compute()

@@ -54,6 +54,7 @@ class Description:
     domains: tuple[tuple[str, str], ...]
     relations: tuple[Relation, ...]
     compiled: Any  # a Compiled whose kernel pickles as its source text
+    greatest: tuple[tuple[str, int], ...] = ()  # the swept switches' greatest value (1)
 
     @property
     def grid_shape(self) -> tuple[int, ...]:
@@ -106,12 +107,13 @@ def lazy_sweep(
         raise EvaluationError("a lazy sweep needs quantities that are polynomials in the swept names; use symform.sweep for this one")
     vocabulary = model.vocabulary
     domains = {k: vocabulary.entry(k).spec.domain for k in names}
-    validate_columns(domains, grid_axes, exact=False)
+    greatest = _greatest(vocabulary, names)
+    validate_columns(domains, grid_axes, exact=False, greatest=greatest)
     from .sweep_points import requirement_relations
 
     description = Description(
         names, tuple(grid), tuple(a.columns[0] for a in grid_axes), tuple(sample.items()), n or 1, seed, chunk,
-        tuple(domains.items()), tuple(requirement_relations(model, names, fixed)), compiled,
+        tuple(domains.items()), tuple(requirement_relations(model, names, fixed)), compiled, tuple(greatest.items()),
     )
     return LazySweep(description, _block_sizes(description))
 
@@ -158,7 +160,7 @@ def block_points(d: Description, block: tuple[int, int, int, int]) -> dict[str, 
 def _evaluate_block(d: Description, block: tuple[int, int, int, int]) -> dict[str, np.ndarray]:
     points = block_points(d, block)
     axis = [Axis(tuple(points), tuple(points.values()))] if points else []
-    validate_columns(dict(d.domains), axis, exact=False)
+    validate_columns(dict(d.domains), axis, exact=False, greatest=dict(d.greatest))
     check_relations(d.relations, axis)
     arrays = [np.asarray(points[name], dtype=np.float64) for name in d.names]
     size = (block[1] - block[0]) * (block[3] - block[2])
@@ -204,7 +206,7 @@ class LazySweep:
         record = np.dtype([(name, np.float64 if name in self.quantities else dtypes[name]) for name in (*self.inputs, *self.quantities)])
         blocks = da.arange(len(sizes), chunks=1)
         # named by everything a block's values follow from (tokenizing the kernel itself would pickle it)
-        name = f"symform-sweep-{tokenize(d.names, d.grid_columns, repr(d.sample), d.n, d.seed, d.chunk, repr(d.domains), repr(d.relations), d.compiled.quantities, tuple(map(str, d.compiled.expressions)))}"
+        name = f"symform-sweep-{tokenize(d.names, d.grid_columns, repr(d.sample), d.n, d.seed, d.chunk, repr(d.domains), repr(d.greatest), repr(d.relations), d.compiled.quantities, tuple(map(str, d.compiled.expressions)))}"
         records = da.map_blocks(_block_record, blocks, d=d, fields=record, dtype=record, chunks=(tuple(sizes.tolist()),), meta=np.empty(0, dtype=record), name=name)
         self.columns = {column: records[column] for column in record.names}
 
@@ -273,16 +275,17 @@ def _zipped(model: Model, quantities, zipped: Mapping[str, Any], fixed, training
 
     vocabulary = model.vocabulary
     domains = tuple((k, vocabulary.entry(k).spec.domain) for k in names)
+    greatest = tuple(_greatest(vocabulary, names).items())
     relations = tuple(requirement_relations(model, names, fixed))
     checked = [a.astype(np.float64) for a in arrays]
-    values = da.map_blocks(_checked_block, *checked, names=names, domains=domains, relations=relations, compiled=compiled, dtype=np.float64, new_axis=0, chunks=((len(compiled.quantities),), checked[0].chunks[0]))
+    values = da.map_blocks(_checked_block, *checked, names=names, domains=domains, greatest=greatest, relations=relations, compiled=compiled, dtype=np.float64, new_axis=0, chunks=((len(compiled.quantities),), checked[0].chunks[0]))
     columns = {**dict(zip(names, arrays)), **{q: values[i] for i, q in enumerate(compiled.quantities)}}
     return LazySweep(None, None, columns, compiled.quantities)
 
 
-def _checked_block(*arrays, names, domains, relations, compiled):
+def _checked_block(*arrays, names, domains, greatest, relations, compiled):
     axis = [Axis(tuple(names), tuple(arrays))]
-    validate_columns(dict(domains), axis, exact=False)
+    validate_columns(dict(domains), axis, exact=False, greatest=dict(greatest))
     check_relations(relations, axis)
     size = arrays[0].shape[0]
     with np.errstate(all="ignore"):
@@ -291,3 +294,8 @@ def _checked_block(*arrays, names, domains, relations, compiled):
 
 
 __all__ = ["LazySweep", "lazy_sweep", "block_points", "FLOAT_EXACT"]
+
+
+def _greatest(vocabulary, names) -> dict[str, int]:
+    """The greatest value of each swept name that has one (a switch's 1), which a block checks without the vocabulary."""
+    return {k: vocabulary.greatest[k] for k in names if k in vocabulary.greatest}

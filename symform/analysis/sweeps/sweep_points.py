@@ -94,7 +94,7 @@ def _validate(model: Model, axes: Sequence[Axis], exact: bool, extremes: dict | 
     validate_columns({n: vocabulary.entry(n).spec.domain for a in axes for n in a.names}, axes, exact, vocabulary, extremes)
 
 
-def validate_columns(domains: Mapping[str, str], axes: Sequence[Axis], exact: bool, vocabulary=None, extremes: dict | None = None) -> None:
+def validate_columns(domains: Mapping[str, str], axes: Sequence[Axis], exact: bool, vocabulary=None, extremes: dict | None = None, greatest: Mapping[str, int] | None = None) -> None:
     """``extremes``, where given, receives each numeric column's least and greatest values by name."""
     for axis in axes:
         for name, column in zip(axis.names, axis.columns):
@@ -114,7 +114,7 @@ def validate_columns(domains: Mapping[str, str], axes: Sequence[Axis], exact: bo
                 raise EvaluationError(f"{name} must be a whole number; some values are not")
             if (domain == "nonnegative_integer" and low < 0) or (domain != "nonnegative_integer" and low <= 0):
                 raise EvaluationError(f"{name} must be {'0 or more' if domain == 'nonnegative_integer' else 'positive'}, got {low}")
-            most = vocabulary.greatest.get(name) if vocabulary is not None else None
+            most = (greatest if greatest is not None else vocabulary.greatest if vocabulary is not None else {}).get(name)
             if most is not None and high > most:
                 raise EvaluationError(above_most(name, most, high))
             if not exact and max(abs(low), abs(high)) >= FLOAT_EXACT:
