@@ -1,8 +1,6 @@
 """Recomputation of part of a step's work: some layers only (Megatron-Core's block method), and inside a
 checkpointed layer the ops a per-op policy does not save (saved_op_outputs).
 
-Full recomputation of some layers only: Megatron-Core's block method.
-
 With ``--recompute-granularity full --recompute-method block --recompute-num-layers N`` Megatron-Core checkpoints
 the first N transformer layers of each pipeline stage (of each virtual chunk with a virtual pipeline) and keeps
 every activation of the others (megatron/core/transformer/transformer_block.py ``_checkpointed_forward``: with

@@ -158,7 +158,7 @@ def _reach(kind: str, device: str) -> dict[str, Any] | None:
 
 def is_moe(run: Run) -> bool:
     """Whether the run's model has routed experts: its config binds n_experts (a size run_model(run).values
-    holds), read without building and checking the model (a plan asks of every run)."""
+    holds), read without building and checking the model (an estimate asks of every fitted run on its device)."""
     if set(run.setup).isdisjoint(("config", "overrides")):
         return _preset_binds_experts(run.setup["preset"])  # runs of one preset share its answer
     return "n_experts" in spec_from_config(_run_config(run), name=run.name, origin=run.name).arguments
