@@ -417,8 +417,9 @@ def _backward_categories(model: Model, transient: sympy.Expr, layout: Layout, fr
 
 
 BACKWARD_PEAK = (
-    "the loss's logits gradients, alive only during its backward: two batch·seq·vocab tensors in the log-probabilities' dtype "
-    "(fp32 where the loss upcasts the logits); with recomputation, only the part above the recompute buffer, which never coexists with them"
+    "the loss's logits gradients, alive only during its backward: PyTorch's two batch·seq·vocab tensors in the log-probabilities' dtype "
+    "(fp32 where the loss upcasts the logits), one in the logits' dtype where the backward is fused (fused_loss) or one chunk's where "
+    "it is chunked (loss_chunks); with recomputation, only the part above the recompute buffer, which never coexists with them"
 )
 
 
