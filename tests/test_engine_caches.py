@@ -7,11 +7,16 @@ accounting): each expected number is worked out by hand from the published confi
 - DeepSeek-V3.2's indexer keys: vLLM's DeepseekV32IndexerCache holds head_dim + head_dim // 128 · 4 bytes a token
   (FP8 values and an fp32 scale per 128), as SGLang and DeepSeek's reference inference code do, whatever the KV
   cache's type; transformers holds them in the model's dtype.
+- Multi-head latent attention's decode: FlashMLA (vLLM, SGLang) reads each cached latent once for every head, so
+  the bytes a decode step reads from the cache are the cache's own.
 """
 
 from __future__ import annotations
 
+import sympy
+
 import symform
+from symform.analysis.time.roofline import phase_work
 
 
 def test_nemotron_h_keeps_three_conv_inputs_and_fp32_states():
@@ -43,3 +48,30 @@ def test_deepseek_v3_2_indexer_keys_are_fp8_with_scales():
     assert model.evaluate("kv_cache", batch=1, seq=tokens) == 61 * tokens * ((512 + 64) * 2 + 128 + 4)
     assert model.with_conventions(kv_bytes=1).evaluate("kv_cache", batch=1, seq=tokens) == 61 * tokens * ((512 + 64) + 128 + 4)
     assert model.with_accounting("eager").evaluate("kv_cache", batch=1, seq=tokens) == 61 * tokens * (512 + 64 + 128) * 2
+
+
+def kv_scaled_decode_bytes(model, past: int) -> sympy.Expr:
+    """What a decode step moves at kv_bytes: the bytes at 2 a value less those at 1 (each element once)."""
+
+    def total(kv_bytes: int) -> sympy.Expr:
+        work = phase_work(model.with_conventions(kv_bytes=kv_bytes), "decode", depth=None, flash=True).total.bytes
+        values = {**model.values, "batch": 1, "past": past}
+        return work.xreplace({s: sympy.Integer(values[s.name]) for s in work.free_symbols if s.name in values})
+
+    return total(2) - total(1)
+
+
+def test_a_latent_attention_decode_reads_the_latent_once_for_every_head():
+    """deepseek-v3 after 1,024 tokens: 61 layers read 1,025 latents of 576 values (keys and values both come from
+    it) and write the new token's: never 128 heads' keys and values."""
+    model = symform.load("deepseek-v3")
+    assert kv_scaled_decode_bytes(model, 1024) == 61 * 576 * (1025 + 1)
+    absorbed = model.with_arguments(attention="mla_attention_absorbed")
+    assert kv_scaled_decode_bytes(absorbed, 1024) == 61 * 576 * (1025 + 1)
+
+
+def test_a_grouped_query_decode_reads_each_key_value_head_once():
+    """llama-3.1-8b after 1,024 tokens: 32 layers read 1,025 tokens' keys and values of 8 heads of 128 and write the
+    new token's."""
+    model = symform.load("llama-3.1-8b")
+    assert kv_scaled_decode_bytes(model, 1024) == 32 * 2 * 8 * 128 * (1025 + 1)
