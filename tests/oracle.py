@@ -255,8 +255,9 @@ def check_cache_bytes(config: dict, model, seq: int) -> None:
     from symform.engine.graph.model import Model
 
     expected = cached_bytes(model, 2, seq)
-    # transformers' Falcon caches its key/value heads broadcast to the query heads (kv_broadcast = 1); engines do not
-    assert Model.from_config(config).with_conventions(kv_bytes=4, kv_broadcast=1).evaluate("kv_cache", batch=2, seq=seq) == expected
+    # transformers' caches are the eager accounting's: Falcon's key/value heads broadcast to the query heads
+    # (kv_broadcast = 1), DeepSeek-V3.2's indexer keys at kv_bytes (fp8_index_keys = 0); engines keep neither
+    assert Model.from_config(config, accounting="eager").with_conventions(kv_bytes=4).evaluate("kv_cache", batch=2, seq=seq) == expected
 
 
 def check_saved_config_reads_the_same(config: dict, directory, quantities=("forward_flops", "saved_activations", "kv_cache")) -> None:

@@ -133,10 +133,14 @@ def test_cache_bytes_equal_the_tensors_transformers_keeps(case, seq):
 
 def test_the_indexer_key_cache_by_hand():
     """Per cached token and layer: MLA's kv_lora_rank latent and qk_rope_head_dim rotary key, and the indexer's
-    one key of index_head_dim (transformers' DynamicIndexedLayer.indexer_keys)."""
+    one key of index_head_dim: at kv_bytes under the eager accounting (transformers' DynamicIndexedLayer.indexer_keys),
+    one byte a value by default (serving engines' FP8 keys; their fp32 scale per 128 values is none at 8 values)."""
     config = TINY["2 layers, 1 dense, top-3 keys"]
-    per_token = config["kv_lora_rank"] + config["qk_rope_head_dim"] + config["index_head_dim"]
-    assert Model.from_config(config).with_conventions(kv_bytes=2).evaluate("kv_cache", batch=3, seq=5, past=6) == 2 * 3 * 11 * 2 * per_token
+    latent, index = config["kv_lora_rank"] + config["qk_rope_head_dim"], config["index_head_dim"]
+    eager = Model.from_config(config, accounting="eager").with_conventions(kv_bytes=2)
+    assert eager.evaluate("kv_cache", batch=3, seq=5, past=6) == 2 * 3 * 11 * 2 * (latent + index)
+    engines = Model.from_config(config).with_conventions(kv_bytes=2)
+    assert engines.evaluate("kv_cache", batch=3, seq=5, past=6) == 2 * 3 * 11 * (2 * latent + index)
 
 
 @pytest.mark.parametrize("dtype, act_bytes", [(torch.float32, 4), (torch.bfloat16, 2)], ids=["fp32", "bf16"])

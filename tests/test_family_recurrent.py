@@ -181,7 +181,8 @@ def test_cache_and_state_bytes_equal_the_tensors_transformers_keeps(case, batch,
     keys_values = tensors_bytes(t for layer in cache.layers for t in (getattr(layer, "keys", None), getattr(layer, "values", None)))
     states = tensors_bytes(t for layer in cache.layers for t in (*getattr(layer, "conv_states", {}).values(), *getattr(layer, "recurrent_states", {}).values()))
     assert states > 0 and keys_values > 0
-    model = Model.from_config(config).with_conventions(kv_bytes=4)  # float32 model; the state is fp32 by default
+    # float32 model; the state is fp32 by default, and transformers' conv windows hold conv_kernel inputs (eager)
+    model = Model.from_config(config, accounting="eager").with_conventions(kv_bytes=4)
     assert model.evaluate("kv_cache", batch=batch, seq=seq) == keys_values
     assert model.evaluate("recurrent_state", batch=batch, seq=seq) == states
 
@@ -230,12 +231,15 @@ def test_check_agrees_with_the_real_nemotron_h_module(case):
 
 def test_qwen3_next_cache_of_a_long_context_is_mostly_state_free():
     """Qwen3-Next-80B-A3B: 12 of 48 layers keep 2 KV heads of 256; the 36 Gated DeltaNet layers keep
-    (2·16·128 + 32·128)·4 conv values in bf16 and 32·128·128 fp32 state values each, at any context."""
+    (2·16·128 + 32·128)·3 conv values in bf16 (the kernel of 4 less the new input, as serving engines cache it;
+    transformers keeps all 4) and 32·128·128 fp32 state values each, at any context."""
     model = symform.load("qwen3-next-80b-a3b")
     kv = model.evaluate("kv_cache", batch=1, seq=1, past=262143)
     assert kv == 12 * 2 * 2 * 256 * 2 * 262144
-    state = (2 * 16 * 128 + 32 * 128) * 4 * 2 + 32 * 128 * 128 * 4
+    state = (2 * 16 * 128 + 32 * 128) * 3 * 2 + 32 * 128 * 128 * 4
     assert model.evaluate("recurrent_state", batch=1, seq=1, past=0) == model.evaluate("recurrent_state", batch=1, seq=1, past=10**6) == 36 * state
+    transformers = (2 * 16 * 128 + 32 * 128) * 4 * 2 + 32 * 128 * 128 * 4
+    assert model.with_accounting("eager").evaluate("recurrent_state", batch=1, seq=1, past=0) == 36 * transformers
 
 
 def test_gated_deltanet_flops_are_linear_in_seq_to_leading_order():

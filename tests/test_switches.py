@@ -10,7 +10,7 @@ from symform.engine.errors import EvaluationError
 from symform.engine.language.vocabulary import default_vocabulary
 from symform.interface.cli.cli import main
 
-SWITCH_CONVENTIONS = ("count_elementwise", "windowed", "kv_broadcast", "dropout", "upcast", "views", "every_expert", "fp8_linears", "fused_glu", "fused_loss", "cpu_kernels")
+SWITCH_CONVENTIONS = ("count_elementwise", "windowed", "kv_broadcast", "full_conv_window", "fp8_index_keys", "dropout", "upcast", "views", "every_expert", "fp8_linears", "fused_glu", "fused_loss", "cpu_kernels")
 
 
 def test_the_switches_are_the_vocabulary_s_greatest_ones():

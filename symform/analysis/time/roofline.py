@@ -573,7 +573,7 @@ def _flash_bytes(
     (``values`` put in first: the block counts, maxima and floors come out as numbers where they can)."""
     values = dict(values or {})
     v = {name: model.vocabulary[name].xreplace(values) for name in ("act_bytes", "seq", "kv_bytes", "batch")}
-    args = {name: sympy.sympify(args[name]).xreplace(values) for name in ("d_qk", "d_v", "span", "n_heads", "n_kv_heads") if name in args}
+    args = {name: sympy.sympify(args[name]).xreplace(values) for name in ("d_qk", "d_v", "span", "n_heads", "n_kv_heads", "cached_width") if name in args}
     width = sympy.Max(
         args["d_qk"], args["d_v"]
     )  # the blocks must hold the wider of the two
@@ -587,11 +587,16 @@ def _flash_bytes(
         loads = 2
     # grouped-query kernels (FlashAttention-2's GQA packing, FlashDecoding) load a key/value head
     # once for all the query heads that share it
-    kv_heads = args.get("n_kv_heads", args["n_heads"]) if grouped else args["n_heads"]
+    declared = args.get("n_kv_heads", args["n_heads"])
+    kv_heads = declared if grouped else args["n_heads"]
     shared = (args["n_heads"] - kv_heads) * loads * 2 * keys * width
     moved = element_bytes * (args["n_heads"] * per_head - shared)
-    if phase == "decode":  # the keys and values come from the KV cache, stored at kv_bytes (an FP8 cache: 1)
-        moved += (v["kv_bytes"] - element_bytes) * kv_heads * 2 * keys * width
+    if phase == "decode":
+        # the keys and values come from the KV cache as it stores them, at kv_bytes (an FP8 cache: 1): a fused decode
+        # kernel reads each cached token's entry once for the query heads that share it (MLA's latent once for every
+        # head, as FlashMLA does), or once per query head without grouped-query packing
+        cached = args.get("cached_width", declared * (args["d_qk"] + args["d_v"])) * keys * kv_heads / declared
+        moved += v["kv_bytes"] * cached - element_bytes * kv_heads * 2 * keys * width
     return v["batch"] * moved
 
 
