@@ -18,6 +18,16 @@ from ..language.vocabulary import Vocabulary
 Number = int | Fraction
 
 
+def _how_to_give(name: str) -> str:
+    """Where a missing value is given: a workload size by its own option (--source-seq), any other by --set."""
+    from ..language.vocabulary import default_vocabulary
+
+    vocabulary = default_vocabulary()
+    if name in vocabulary and vocabulary.entry(name).spec.kind == "workload":
+        return f"--{name.replace('_', '-')} on the command line, {name}=... to an evaluation"
+    return f"e.g. --set {name}=..."
+
+
 def exact_value(expr: sympy.Expr, values: Mapping[sympy.Symbol, sympy.Expr]) -> Number:
     """Substitute exact numbers; a Python int (or Fraction) to the last digit, or a clear error."""
     try:
@@ -28,7 +38,7 @@ def exact_value(expr: sympy.Expr, values: Mapping[sympy.Symbol, sympy.Expr]) -> 
         raise EvaluationError(f"{quoted(str(expr))} has a min or max of incomparable values at these sizes (a division by zero or a complex number inside); give sizes that keep every divisor positive") from None
     if result.free_symbols:
         missing = ", ".join(sorted(s.name for s in result.free_symbols))
-        raise EvaluationError(f"cannot evaluate exactly: no value for {missing}; give one (e.g. --set {sorted(s.name for s in result.free_symbols)[0]}=...)")
+        raise EvaluationError(f"cannot evaluate exactly: no value for {missing}; give one ({_how_to_give(sorted(s.name for s in result.free_symbols)[0])})")
     result = sympy.nsimplify(result) if result.has(sympy.Float) else result
     if result.is_Integer:
         value: Number = int(result)

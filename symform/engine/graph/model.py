@@ -456,8 +456,8 @@ class Model:
 
     @property
     def _settable(self) -> list[str]:
-        """Names with a default that a user may override: conventions, storage sizes, workload settings (past)."""
-        return [s.name for s in self.vocabulary.defaults()]
+        """Names a user may set on the model: conventions, storage sizes, workload settings (past, source_seq)."""
+        return self.vocabulary.settable()
 
     def _conventions(self, overrides: Mapping[str, object]) -> dict[sympy.Symbol, sympy.Rational]:
         settable = set(self._settable)

@@ -44,6 +44,7 @@ class SymbolSpec:
     default: str | None = None
     tensor_parallel: bool = False  # Megatron-style tensor parallelism splits this size among the ranks
     most: int | None = None  # the greatest value: 1 for a switch (0 or 1)
+    setting: bool = False  # a workload size a model carries for every command (with_conventions), without a default
 
     def __post_init__(self) -> None:
         if self.most is not None and (self.domain != "nonnegative_integer" or self.most < 1):
@@ -106,6 +107,11 @@ class Vocabulary:
     @property
     def large(self) -> frozenset[sympy.Symbol]:
         return frozenset(e.symbol for e in self.entries.values() if e.spec.large)
+
+    def settable(self) -> list[str]:
+        """Names a model may carry a value of (with_conventions): those with a default, and the workload sizes
+        declared settings, which have none (a command that reads one asks for it)."""
+        return [n for n, e in self.entries.items() if e.spec.default is not None or e.spec.setting]
 
     def defaults(self) -> dict[sympy.Symbol, sympy.Expr]:
         """Default values of conventions and storage sizes, as exact sympy numbers."""

@@ -348,7 +348,7 @@ def _flops_facts(model: Model, args: argparse.Namespace) -> dict[str, Any]:
 
 def _flops_text(facts: dict[str, Any], args: argparse.Namespace) -> str:
     forward, backward, parts, tune, counts = facts["forward"], facts["backward"], facts["parts"], facts.get("tune"), facts.get("counts")
-    images, videos, audio = facts["images"], facts["videos"], facts["audio"]
+    images, videos, audio, source = facts["images"], facts["videos"], facts["audio"], facts["source"]
     if args.json:
         found = {
             "model": facts["name"],
@@ -363,6 +363,7 @@ def _flops_text(facts: dict[str, Any], args: argparse.Namespace) -> str:
             **images,
             **videos,
             **audio,
+            **source,
         }
         if counts is not None:
             found.update(_finetune_json(tune, counts, forward, backward))
@@ -370,6 +371,7 @@ def _flops_text(facts: dict[str, Any], args: argparse.Namespace) -> str:
     seen = f", {images['images']} image{'s' * (images['images'] > 1)} of {images['image_height']}×{images['image_width']} px per sequence" if images else ""
     seen += f", {videos['videos']} video{'s' * (videos['videos'] > 1)} of {videos['video_frames']} frames of {videos['video_height']}×{videos['video_width']} px per sequence" if videos else ""
     seen += f", {audio['audios']} audio clip{'s' * (audio['audios'] > 1)} of {audio['audio_frames']} mel frames per sequence" if audio else ""
+    seen += f", source {source['source_seq']:,} tokens (the encoder's)" if source else ""
     table = _table(f"forward FLOPs of {facts['name']}, batch {args.batch} × seq {args.seq}{seen}", parts, forward, unit="FLOP")
     if counts is None:
         summary = [

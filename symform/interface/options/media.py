@@ -1,4 +1,5 @@
-"""``--images``, ``--videos`` and ``--audio``: the media each sequence carries, for models whose towers read them.
+"""``--images``, ``--videos``, ``--audio`` and ``--source-seq``: what each sequence carries beside its tokens, for models
+whose towers or encoders read it.
 
 Media are workload settings in the vocabulary (0 by default: text only): ``images``, ``image_height``,
 ``image_width``; ``videos``, ``video_frames``, ``video_height``, ``video_width``; ``audios``, ``audio_frames``.
@@ -29,6 +30,7 @@ MEDIA = {
     "images": ("images", "image_height", "image_width"),
     "videos": ("videos", "video_frames", "video_height", "video_width"),
     "audio": ("audios", "audio_frames"),
+    "source": ("source_seq",),  # an encoder-decoder's encoder tokens
 }
 VIDEO_COUNT_MISSING = "--video-frames and --video-size need --videos N (how many videos each sequence carries)"
 
@@ -50,6 +52,7 @@ def media_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--video-size", type=image_size, metavar="HxW", help="each frame's size in pixels as the vision tower reads it, after the video processor's resize (a multiple of patch size x merge size: 448x256, or 448)")
     p.add_argument("--audio", dest="audios", type=positive_int, metavar="N", help="audio clips per sequence, read by the model's audio tower; their audio tokens are among the --seq tokens (default: none, text only)")
     p.add_argument("--audio-frames", type=positive_int, metavar="F", help="mel frames of each clip as the feature extractor hands them over (Gemma 4: 100 a second, a multiple of 4; 4 frames make one audio token)")
+    p.add_argument("--source-seq", type=positive_int, metavar="N", help="tokens per sequence the encoder of an encoder-decoder model reads (T5's, BART's inputs); --seq is the decoder's")
 
 
 def with_media(model: "Model", count: int | None, size: object, *, settings: Callable[[], dict[str, int]], count_missing: str, size_missing: str, no_tower: str) -> "Model":
@@ -105,9 +108,20 @@ def with_audio(model: "Model", args: argparse.Namespace) -> "Model":
     )  # fmt: skip
 
 
+def with_source(model: "Model", args: argparse.Namespace) -> "Model":
+    """The model with the encoder's tokens of --source-seq; refused where no cost depends on them."""
+    tokens = getattr(args, "source_seq", None)
+    if tokens is None:
+        return model
+    if "source_seq" not in {s.name for s in model.expression("forward_flops").expr.free_symbols}:
+        raise ConfigError(f"{model.name} has no encoder that reads source tokens (no cost depends on them); --source-seq applies to encoder-decoder models such as t5 and bart")
+    return model.with_conventions(source_seq=tokens)
+
+
 def with_all_media(model: "Model", args: argparse.Namespace) -> "Model":
-    """The model with every kind of media the command line gives, images first (the first refusal is the one shown)."""
-    return with_audio(with_videos(with_images(model, args), args), args)
+    """The model with every kind of media the command line gives, images first (the first refusal is the one shown),
+    and the encoder's tokens."""
+    return with_source(with_audio(with_videos(with_images(model, args), args), args), args)
 
 
 def media_in(model: "Model", names: tuple[str, ...]) -> dict[str, int]:

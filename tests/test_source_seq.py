@@ -1,0 +1,63 @@
+"""--source-seq: the tokens an encoder-decoder's encoder reads, on every command. Without it flops, memory and time
+on T5 or BART stopped at "no value for source_seq; give one (e.g. --set source_seq=...)", and --set refused it.
+Expected values are flan-t5-xxl's sizes worked by hand: d_model 4,096, 64 heads of 64, 24 encoder and 24 decoder
+layers."""
+
+from __future__ import annotations
+
+import pytest
+
+from checks import run, run_json
+
+import symform
+from symform.engine.errors import EvaluationError
+
+LAYERS, INNER = 24, 64 * 64
+
+
+def test_without_it_the_error_names_the_option_that_gives_it(capsys):
+    code, _, err = run(capsys, "flops", "flan-t5-xxl", "--batch", "1", "--seq", "128")
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "no value for source_seq" in err and "--source-seq" in err and "--set" not in err
+
+
+def test_the_encoder_reads_source_seq_tokens_and_the_decoder_seq(capsys):
+    """Each encoder layer's query projection: 2 · batch · source_seq · d_model · inner FLOPs; the decoder's at seq."""
+    found = run_json(capsys, "flops", "flan-t5-xxl", "--batch", "1", "--seq", "128", "--source-seq", "512", "--depth", "3")
+    assert found["source_seq"] == 512
+    assert found["components"]["encoder/layers/attn"] > 0
+    code, out, _ = run(capsys, "flops", "flan-t5-xxl", "--batch", "1", "--seq", "128", "--source-seq", "512")
+    assert code == 0 and "source 512 tokens (the encoder's)" in out.splitlines()[0]
+    assert f"{2 * 512 * 4096 * INNER * LAYERS:,}" in out  # encoder/layers/attn/q
+    assert f"{2 * 128 * 4096 * INNER * LAYERS:,}" in out  # decoder/layers/self_attn/q
+
+
+def test_the_cache_holds_the_decoder_s_keys_and_the_encoder_s_for_cross_attention(capsys):
+    """Self-attention keys and values of the seq decoder tokens, cross-attention ones of the source_seq encoder tokens."""
+    found = run_json(capsys, "memory", "flan-t5-xxl", "--infer", "--batch", "1", "--seq", "128", "--source-seq", "512")
+    assert found["components"]["kv_cache"] == 2 * LAYERS * (128 + 512) * INNER * 2 == 251_658_240
+
+
+def test_time_and_roofline_take_it(capsys):
+    code, out, err = run(capsys, "time", "pegasus-large", "--gpu", "h100-sxm", "--infer", "--batch", "8", "--prompt", "128", "--output", "64", "--source-seq", "512")
+    assert code == 0 and "TTFT" in out, err
+    code, out, err = run(capsys, "roofline", "mt5-xxl", "--gpu", "h100-sxm", "--phase", "decode", "--batch", "1", "--past", "64", "--source-seq", "256")
+    assert code == 0 and "total" in out, err
+
+
+def test_a_model_without_an_encoder_refuses_it(capsys):
+    code, _, err = run(capsys, "flops", "qwen3-0.6b", "--batch", "1", "--seq", "128", "--source-seq", "12")
+    assert code == 2 and "qwen3-0.6b has no encoder" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "1.5", "x"])
+def test_a_size_that_is_not_a_whole_positive_number_is_refused(capsys, value):
+    code, _, err = run(capsys, "flops", "flan-t5-xxl", "--batch", "1", "--seq", "128", "--source-seq", value)
+    assert code == 2 and "--source-seq" in err
+
+
+def test_the_model_carries_it_as_an_evaluation_takes_it():
+    model = symform.load("flan-t5-xxl")
+    assert model.with_conventions(source_seq=512).evaluate("forward_flops", batch=1, seq=128) == model.evaluate("forward_flops", batch=1, seq=128, source_seq=512)
+    with pytest.raises(EvaluationError, match="source_seq must be positive"):
+        model.with_conventions(source_seq=0)
