@@ -47,7 +47,7 @@ def test_flops_json_shape_and_conventions(capsys):
         "fp8_index_keys": 1, "dropout": 0, "upcast": 1,
         "weight_bytes": 2, "act_bytes": 2, "kv_bytes": 2, "kv_block": 1, "stat_bytes": 4, "mask_bytes": 1, "index_bytes": 8, "loss_bytes": 4,
         "state_bytes": 4, "grad_bytes": 2, "optimizer_bytes": 4,
-        "views": 0, "cpu_kernels": 0, "loss_chunks": 0, "every_expert": 0, "fp8_linears": 0, "fused_glu": 0, "fused_loss": 0, "grouped_experts": 0,
+        "views": 0, "cpu_kernels": 0, "loss_chunks": 0, "every_expert": 0, "fp8_linears": 0, "fused_glu": 0, "fused_loss": 0, "fused_norms": 0, "grouped_experts": 0,
     }
 
 

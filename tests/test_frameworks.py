@@ -33,6 +33,20 @@ def test_torchtitan_selective_keeps_the_layer_input_every_second_product_and_the
     assert report.activations_by_component["layers"] == 32 * 63_616 * 2 * 8192
 
 
+def test_torchtitan_norms_keep_their_input_and_the_fp32_row_statistic():
+    """torch.nn.RMSNorm on CUDA runs PyTorch's fused kernel, whose backward keeps the bf16 input and each row's fp32
+    1/rms (FusedRmsNormBackward0: input, weight, rstd), not transformers' fp32 copy of the input and bf16 normalised
+    values. Llama 3.1 8B at batch 1, seq 4096 without recomputation, per token and layer: two norms 2·(2·4096 + 4),
+    the projections' input 2·4096, the kernel's Q 2·32·128, K and V 2·8·256 and log-sum-exp 4·32, the output
+    projection's input 2·4096, the MLP's input 2·4096 and four d_ff-wide tensors 8·14,336: 168,072 bytes; eager
+    PyTorch with transformers' modules keeps 4·4096 bytes more per norm."""
+    per_token = 2 * (2 * 4096 + 4) + 2 * 4096 + 2 * 32 * 128 + 2 * 8 * 256 + 4 * 32 + 2 * 4096 + 2 * 4096 + 8 * 14336
+    assert per_token == 168_072
+    torchtitan, eager = (values(f, recompute="none", batch=1, seq=4096, zero=0, data=1) for f in ("torchtitan", "eager"))
+    assert torchtitan.activations_by_component["layers"] == 32 * 4096 * per_token
+    assert eager.activations_by_component["layers"] - torchtitan.activations_by_component["layers"] == 32 * 4096 * 2 * 4 * 4096
+
+
 def test_megatron_selective_recomputes_only_the_attention_core():
     """Megatron's selective recomputation under FlashAttention keeps what the kernel reads (Q, K, V) and drops only its
     log-sum-exp; its layers keep far more than torchtitan's per-op policy."""

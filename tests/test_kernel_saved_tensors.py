@@ -81,3 +81,19 @@ def test_sink_logits_add_nothing_to_a_kernels_saved_tensors():
     eager = sum(node_kept(model, f"layers/local/attn/sink_softmax/{p}", None, batch=2, seq=64) for p in parts)
     assert eager == 2 * 64 * 64 * (2 + 8)
 
+
+def test_a_fused_norm_keeps_its_input_and_one_fp32_statistic_per_row_in_every_form():
+    """fused_norms = 1 (torchtitan's torch.nn.RMSNorm, Transformer Engine's RMSNorm): whatever the model's norm
+    computes in fp32, the kernel keeps its bf16 input and one fp32 1/rms per row. Gemma 3 27B (62 layers, d 5376, 32
+    query and 16 key/value heads of 128) at batch 1, seq 4096 has four norms of d a layer and q/k norms over its
+    heads; transformers' (1 + g) norm keeps an fp32 copy of the input, the fp32 normalised values and the fp32 1 + g
+    besides 1/rms. Per layer the fused kernels keep (4·5376 + 32·128 + 16·128)·4096·(8 − 2) + 4·(4·5376 + 2·128) bytes
+    fewer: the fp32 copy and normalised values (8 bytes an element) against the bf16 input (2), and each norm's fp32
+    1 + g. A tiny Gemma 4 (width 32) at batch 2, seq 9: its first norm keeps 2·18·32 + 4·18 bytes."""
+    model = Model.load("gemma-3-27b")
+    eager, fused = (kept(m, batch=1, seq=4096)["layers"] for m in (model, model.with_conventions(fused_norms=1)))
+    rows_times_width = (4 * 5376 + 32 * 128 + 16 * 128) * 4096
+    assert eager - fused == 62 * (rows_times_width * (8 - 2) + 4 * (4 * 5376 + 2 * 128))
+    # Gemma 4's pow norm: its input and one statistic, not two, nor the normalised values or an fp32 g
+    tiny = Model.from_config(GEMMA4, name="tiny").with_conventions(fused_norms=1)
+    assert node_kept(tiny, "layers/local/attn_norm", None, batch=2, seq=9) == 2 * 2 * 9 * 32 + 4 * 2 * 9
