@@ -97,3 +97,21 @@ def test_a_fused_norm_keeps_its_input_and_one_fp32_statistic_per_row_in_every_fo
     # Gemma 4's pow norm: its input and one statistic, not two, nor the normalised values or an fp32 g
     tiny = Model.from_config(GEMMA4, name="tiny").with_conventions(fused_norms=1)
     assert node_kept(tiny, "layers/local/attn_norm", None, batch=2, seq=9) == 2 * 2 * 9 * 32 + 4 * 2 * 9
+
+
+def test_a_mamba2_mixer_keeps_what_the_fused_training_kernel_keeps():
+    """mamba_ssm's mamba_split_conv1d_scan_combined (transformers' CUDA path in a training forward without a cache,
+    Megatron-Core's MambaMixer in training) keeps in_proj's output z, X, B, C, dt, the scan's output before the gate and
+    the gated RMSNorm's fp32 1/rms per row and group, and recomputes the rest; in_proj keeps its input. Bamba 9B (d 4096,
+    128 heads of 64, one group of state 128) at batch 1, seq 4096, per token and Mamba layer: 2·4096 + 2·(2·8192 + 2·128
+    + 128) + 2·8192 + 4·1 = 58,116 bytes, where transformers' torch scan keeps about twenty times as much."""
+    model = Model.load("bamba-9b")
+    per_token = 2 * 4096 + 2 * (2 * 8192 + 2 * 128 + 128) + 2 * 8192 + 4
+    assert per_token == 58_116
+    mixer = "layers/mamba/mixer"
+    assert node_kept(model, mixer, "flash", batch=1, seq=4096) == 4096 * per_token
+    # Falcon-H1 7B without the gated norm (mamba_rms_norm false): 24 heads of 128, one group of state 256, no 1/rms
+    falcon = Model.load("falcon-h1-7b")
+    assert falcon.spec.arguments["gated_norm"] == 0
+    want = 2 * 3072 + 2 * (3 * 24 * 128 + 2 * 256 + 24)
+    assert node_kept(falcon, "layers/mixer", "flash", batch=1, seq=4096) == 4096 * want
