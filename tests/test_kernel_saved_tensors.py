@@ -3,6 +3,7 @@ each expected value is worked out by hand from the kernel's saved tensors and th
 
 from __future__ import annotations
 
+from checks import run_json
 from symform.analysis.memory.memory import saved_activations
 from symform.engine.graph.model import Model
 
@@ -115,3 +116,42 @@ def test_a_mamba2_mixer_keeps_what_the_fused_training_kernel_keeps():
     assert falcon.spec.arguments["gated_norm"] == 0
     want = 2 * 3072 + 2 * (3 * 24 * 128 + 2 * 256 + 24)
     assert node_kept(falcon, "layers/mixer", "flash", batch=1, seq=4096) == 4096 * want
+
+
+def test_a_gated_deltanet_mixer_keeps_what_the_fused_training_kernels_keep(capsys):
+    """transformers' CUDA path in training (Qwen3NextGatedDeltaNet.forward: causal_conv1d_fn, flash-linear-attention's
+    chunk_gated_delta_rule with use_qk_l2norm_in_kernel=True, FusedRMSNormGated from the hub kernels of
+    integrations/hub_kernels.py). causal_conv1d's CausalConv1dFn.forward saves its input x alone (causal_conv1d_interface.py, save_for_backward(x,
+    weight, bias, seq_idx, initial_states)). fla's ChunkGatedDeltaRuleFunction.forward (fla/ops/gated_delta_rule/
+    chunk.py) saves q, q_rstd, k, k_rstd, v, g, beta, A: l2norm_fwd's outputs in the inputs' dtype at the key heads
+    and fp32 1/‖x‖ per row (fla/modules/l2norm.py), the fp32 within-chunk cumsum of g (chunk_local_cumsum's
+    output_dtype=torch.float), the sigmoid's β, and A = (I + A)⁻¹ as [B, T, HV, 64] in k's dtype (chunk_fwd.py);
+    backward recomputes w, u and the chunk states h (chunk_gated_delta_rule_fwd_h). LayerNormGatedFunction saves x,
+    the gate z and an fp32 rstd per row (fla/modules/fused_norm_gate.py). Around them: in_proj's input and
+    out_proj's, and g's fp32 softplus input and output (the product keeps the latter) and exp(A_log) twice.
+
+    Qwen3-Next-80B-A3B (d 2048, 16 key heads of 128, 32 value heads of 128) in bf16, per token and linear layer: the
+    projections' inputs 2·(2048 + 4096), the convolution's input 2·(2·2048 + 4096), the normalised q and k 2·2·2048,
+    v 2·4096, A 2·32·64, β 2·32, the norm's x and z 2·2·4096; in fp32 the two 1/‖x‖ 4·2·16, softplus's input and
+    output and the cumulative decay 4·3·32, the norm's 1/rms 4·32: 66,240 bytes, and 4·2·32 bytes a layer. Of what
+    transformers' torch_chunk_gated_delta_rule keeps, its fp32 tensors alone come to 204,800 bytes a token and layer:
+    β⊙K, K and the scaled Q repeated to the value heads 4·3·128·32, four [64, 64] decays a chunk 4·4·64·32, each
+    chunk's start state 4·128·128·32/64, V_new 4·128·32, the solve's matrix and solution 4·(64 + 256)·32 and the
+    L2-normalised Q and K 4·2·128·32, so over the 36 linear layers --flash keeps at least 36·4096·(204,800 - 66,240)
+    bytes fewer than --attention eager."""
+    per_token = 2 * (2048 + 4096) + 2 * (2 * 2048 + 4096) + 2 * 2 * 2048 + 2 * 4096 + 2 * 32 * 64 + 2 * 32
+    per_token += 2 * 2 * 4096 + 4 * 2 * 16 + 4 * 3 * 32 + 4 * 32
+    assert per_token == 66_240
+    model = Model.load("qwen3-next-80b-a3b")
+    mixer = "layers/linear/mixer"
+    assert node_kept(model, mixer, "flash", batch=1, seq=4096) == 4096 * per_token + 4 * 2 * 32
+    # Qwen3.5 0.8B (d 1024, 16 key and 16 value heads of 128): nothing to repeat, the same tensors
+    small = 2 * (1024 + 2048) + 2 * (2 * 2048 + 2048) + 2 * 2 * 2048 + 2 * 2048 + 2 * 16 * 64 + 2 * 16
+    small += 2 * 2 * 2048 + 4 * 2 * 16 + 4 * 3 * 16 + 4 * 16
+    assert node_kept(Model.load("qwen3.5-0.8b"), mixer, "flash", batch=2, seq=100) == 200 * small + 4 * 2 * 16
+    sizes = ("--train", "--batch", "1", "--seq", "4096")
+    flash = run_json(capsys, "memory", "qwen3-next-80b-a3b", *sizes, "--flash")["components"]["activations"]
+    eager = run_json(capsys, "memory", "qwen3-next-80b-a3b", *sizes, "--attention", "eager")["components"]["activations"]
+    torch_scan_fp32 = 4 * 3 * 128 * 32 + 4 * 4 * 64 * 32 + 4 * 128 * 128 * 32 // 64 + 4 * 128 * 32 + 4 * (64 + 256) * 32 + 4 * 2 * 128 * 32
+    assert torch_scan_fp32 == 204_800
+    assert eager - flash >= 36 * 4096 * (torch_scan_fp32 - per_token)
