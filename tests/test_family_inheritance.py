@@ -154,12 +154,12 @@ def test_every_bundled_family_resolves_and_no_base_is_read_as_a_family():
     assert all(f.spec.model_types for f in families.values())
 
 
-# rms_norm's options: the expressions the separate primitives declared, written out (upcast = 1 unless said)
+# rms_norm's options: the expressions the separate primitives declared, written out (upcast = 1, norms unfused, unless said)
 def _saved(name: str, **args) -> sympy.Expr:
     library = default_library()
     component = library[name]
     symbols = {s.name: s for s in component.quantities["saved_activations"].free_symbols}
-    values = {"rows": 6, "width": 5, "act_bytes": 2, "stat_bytes": 4, "upcast": 1, **args}
+    values = {"rows": 6, "width": 5, "act_bytes": 2, "stat_bytes": 4, "upcast": 1, "fused_norms": 0, **args}
     return component.quantities["saved_activations"].subs({symbols[k]: v for k, v in values.items() if k in symbols})
 
 
