@@ -594,10 +594,11 @@ def assumptions(replica: Replica) -> dict[str, object]:
 
 
 def static_batch(steps: StepModel, batch: int, prompt: int, output: int) -> tuple[float, float, float]:
-    """TTFT, TPOT and output tokens/s of one static batch (all prompts prefilled together, then decoded together), from the same steps."""
+    """TTFT, TPOT and the whole request's time of one static batch (all prompts prefilled together, then decoded
+    together), from the same steps."""
     ttft = steps.step(chunk=batch * prompt, prompt=prompt)
     tpot = steps.step(decoding=batch, past=prompt + max(output - 2, 0) / 2)
-    return ttft, tpot, batch * output / (ttft + (output - 1) * tpot)
+    return ttft, tpot, ttft + (output - 1) * tpot
 
 
 def measured_errors() -> list[dict[str, object]]:
@@ -613,7 +614,6 @@ def measured_error(run) -> dict[str, object]:
 
     s = run.setup
     steps = StepModel(measured_runs.run_model(run), s["gpu"], tensor=s.get("tensor", 1), dtype=s.get("dtype", "bf16"), grouped_kv=s.get("attention", "sdpa") != "fused_per_head")
-    ttft, tpot, rate = static_batch(steps, s["batch"], s["prompt"], s["output"])
+    predicted = measured_runs.served_figure(run, *static_batch(steps, s["batch"], s["prompt"], s["output"]))
     what, measured = run.measured
-    predicted = {"ttft_ms": ttft * 1e3, "tokens_per_s_per_sequence": 1 / tpot, "tokens_per_s": rate, "tokens_per_s_per_gpu": rate / s.get("tensor", 1)}[what]
     return {"run": run.name, "source": run.source, "figure": what, "measured": measured, "predicted": predicted, "error": predicted / measured - 1}

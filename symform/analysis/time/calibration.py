@@ -22,7 +22,7 @@ from ...engine.graph.model import Model
 from . import estimate, grouped_gemm, phase_time, timing
 from . import step_model
 from . import efficiencies
-from .measured_runs import SPLITS, TIME_FIGURES, Case, Run, is_moe, run_framework, run_model, run_profile, run_release, runs, training_layout
+from .measured_runs import SPLITS, TIME_FIGURES, Case, Run, is_moe, served_figure, run_framework, run_model, run_profile, run_release, runs, training_layout
 
 
 # --- predictions --------------------------------------------------------------------------------
@@ -143,21 +143,7 @@ def _training_figure(run: Run, prepared: _Prepared, seconds: float) -> float:
 
 
 def _serving_figure(run: Run, result: estimate.ServingEstimate) -> float:
-    return _served_figure(run, result.ttft.estimate, result.tpot.estimate, result.total.estimate)
-
-
-def _served_figure(run: Run, ttft: float, tpot: float, total: float) -> float:
-    """The figure ``run`` reports, from a request's first token, mean decode step and whole time (seconds)."""
-    what, s = run.measured[0], run.setup
-    if what == "ttft_ms":
-        return ttft * 1e3
-    if what == "tokens_per_s_per_sequence":
-        return 1 / tpot
-    if what == "tokens_per_s":
-        return s["batch"] * s["output"] / total
-    if what == "tokens_per_s_per_gpu":
-        return s["batch"] * s["output"] / total / s.get("tensor", 1)
-    raise ConfigError(f"run {run.name}: unknown measured figure {what!r}; use ttft_ms, tokens_per_s_per_sequence, tokens_per_s or tokens_per_s_per_gpu")
+    return served_figure(run, result.ttft.estimate, result.tpot.estimate, result.total.estimate)
 
 
 def floor_figure(run: Run) -> float:
@@ -167,7 +153,7 @@ def floor_figure(run: Run) -> float:
     if run.kind == "training":
         return _training_figure(run, prepared, prepared.bounds.time_lower)
     bounds = prepared.bounds
-    return _served_figure(run, bounds.ttft_lower, bounds.tpot_lower, bounds.total_lower)
+    return served_figure(run, bounds.ttft_lower, bounds.tpot_lower, bounds.total_lower)
 
 
 def beyond_floor(run: Run) -> bool:

@@ -60,6 +60,20 @@ class Case:
 TIME_FIGURES = ("ttft_ms",)
 
 
+def served_figure(run: Run, ttft: float, tpot: float, total: float) -> float:
+    """The figure a serving ``run`` reports, from its request's first token, mean decode step and whole time (seconds)."""
+    what, s = run.measured[0], run.setup
+    if what == "ttft_ms":
+        return ttft * 1e3
+    if what == "tokens_per_s_per_sequence":
+        return 1 / tpot
+    if what == "tokens_per_s":
+        return s["batch"] * s["output"] / total
+    if what == "tokens_per_s_per_gpu":
+        return s["batch"] * s["output"] / total / s.get("tensor", 1)
+    raise ConfigError(f"run {run.name}: unknown measured figure {what!r}; use ttft_ms, tokens_per_s_per_sequence, tokens_per_s or tokens_per_s_per_gpu")
+
+
 @cache
 def _timed_files() -> tuple[tuple[Path, dict[str, Any]], ...]:
     """hardware/measured's files of timed runs, each read once a process (measured peaks: memory_validation)."""
