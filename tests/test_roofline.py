@@ -2,6 +2,7 @@
 
 import json
 import sys
+from fractions import Fraction
 
 import pytest
 import sympy
@@ -66,7 +67,11 @@ def test_lower_bound_at_most_upper_bound_at_most_twice_lower(
 ):
     r = Roofline(flops, traffic, peak, bandwidth)
     assert r.time_lower <= r.time_upper <= 2 * r.time_lower * (1 + 1e-12)
-    assert (r.bound == "compute") == (float(r.intensity) * bandwidth > peak)
+    # compute-bound where flops/peak > traffic/bandwidth, compared exactly; times equal to within the floats'
+    # rounding may fall either way
+    math, memory = Fraction(flops) * Fraction(bandwidth), Fraction(traffic) * Fraction(peak)
+    if abs(math - memory) > memory * Fraction(1, 10**12):
+        assert (r.bound == "compute") == (math > memory)
 
 
 # --- a model on a device -----------------------------------------------------------------

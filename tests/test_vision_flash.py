@@ -43,3 +43,25 @@ def test_fused_kernels_keep_less_of_every_tower_than_eager_attention(name):
     model = symform.load(name).with_conventions(images=1, image_height=size, image_width=size)
     kept = {flash: training_memory(model, batch=1, seq=SEQ, setup=Training(flash=flash, framework="eager")).activations_by_component["visual"] for flash in (False, True)}
     assert kept[True] < kept[False]
+
+
+def test_the_roofline_runs_a_tower_core_as_one_flashattention_kernel():
+    """Under flash, a vision tower's cores move FlashAttention's bytes (Algorithms 1 and 4 of Dao et al. 2022, for
+    each image's patches among themselves), as the language model's do; a training step also recomputes Q·Kᵀ."""
+    from symform.analysis.time import flash_attention as fa
+    from symform.analysis.time.roofline import roofline
+
+    vision = json.loads((PRESETS / "qwen2-vl-7b.json").read_text())["vision_config"]
+    width, heads, layers = vision["embed_dim"], vision["num_heads"], vision["depth"]
+    patches, head = (SIZE // vision["patch_size"]) ** 2, vision["embed_dim"] // vision["num_heads"]
+    model = symform.load("qwen2-vl-7b").with_conventions(images=1, image_height=SIZE, image_width=SIZE)
+    sram = fa.DEFAULT_SRAM_BYTES // 2  # bf16 elements
+    for phase, moved in (("prefill", fa.flash_forward(patches, patches, head, sram)), ("train", fa.flash_forward(patches, patches, head, sram) + fa.flash_backward(patches, patches, head, sram))):
+        fused = roofline(model, "h100-sxm", phase=phase, batch=BATCH, seq=SEQ, depth=None, flash=True).components
+        cores = [path for path in fused if path.startswith("visual/") and path.endswith("/core")]
+        assert len(cores) == 1, cores
+        assert fused[cores[0]].bytes == 2 * BATCH * layers * heads * moved
+    eager = roofline(model, "h100-sxm", phase="train", batch=BATCH, seq=SEQ, depth=1).components["visual"]
+    flash = roofline(model, "h100-sxm", phase="train", batch=BATCH, seq=SEQ, depth=1, flash=True).components["visual"]
+    assert flash.flops - eager.flops == BATCH * layers * 2 * heads * patches * head * patches  # Q·Kᵀ once more in backward
+    assert flash.bytes < eager.bytes

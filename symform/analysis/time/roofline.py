@@ -523,13 +523,14 @@ def _group(
 # --- FlashAttention in place of the eager attention core -----------------------------
 
 
+ATTENTION_KERNEL = "attention_kernel"  # the kind of every core that extends fused_attention_kernel (formulas/components/dense.toml)
+
+
 def _attention_cores(model: Model) -> list[str]:
+    """The attention cores a fused kernel runs: every instance of a component of kind attention_kernel, the language
+    model's and each vision tower's alike."""
     graph = model.graph().graph
-    return [
-        path
-        for path, node in graph.nodes.items()
-        if node["component"].name == "attention_core"
-    ]
+    return [path for path, node in graph.nodes.items() if node["component"].kind == ATTENTION_KERNEL]
 
 
 def _use_flash_attention(
@@ -562,18 +563,21 @@ def _use_flash_attention(
             )
         flops[core] = multiplied_out(fused)
         node = graph.graph.nodes[core]
-        traffic[core] = multiplied_out(weights[core] * _flash_bytes(model, node["args"], phase, sram_bytes, grouped, replace), replace)
+        traffic[core] = multiplied_out(weights[core] * _flash_bytes(model, node["args"], phase, sram_bytes, grouped, replace, node["workload"]), replace)
 
 
 def _flash_bytes(
     model: Model, args: Mapping[str, object], phase: str, sram_bytes: int, grouped: bool = True,
-    values: Mapping[sympy.Symbol, sympy.Expr] | None = None,
+    values: Mapping[sympy.Symbol, sympy.Expr] | None = None, workload: Mapping[sympy.Symbol, sympy.Expr] | None = None,
 ) -> sympy.Expr:
-    """FlashAttention's HBM bytes for batch × n_heads heads of one core: seq queries against span keys
-    (``values`` put in first: the block counts, maxima and floors come out as numbers where they can)."""
-    values = dict(values or {})
-    v = {name: model.vocabulary[name].xreplace(values) for name in ("act_bytes", "seq", "kv_bytes", "batch")}
-    args = {name: sympy.sympify(args[name]).xreplace(values) for name in ("d_qk", "d_v", "span", "n_heads", "n_kv_heads", "cached_width") if name in args}
+    """FlashAttention's HBM bytes for batch × n_heads heads of one core: seq queries against span keys (a core
+    without a span, such as a vision tower's, attends to all the keys it is handed). ``workload`` is what the core
+    reads for batch and seq (a vision tower's: its images and each image's patches); ``values`` are put in after it,
+    so that the block counts, maxima and floors come out as numbers where they can."""
+    values, workload = dict(values or {}), dict(workload or {})
+    v = {name: model.vocabulary[name].xreplace(workload).xreplace(values) for name in ("act_bytes", "seq", "kv_bytes", "batch")}
+    args = {name: sympy.sympify(args[name]).xreplace(values) for name in ("d_qk", "d_v", "span", "keys", "n_heads", "n_kv_heads", "cached_width") if name in args}
+    args.setdefault("span", args["keys"])
     width = sympy.Max(
         args["d_qk"], args["d_v"]
     )  # the blocks must hold the wider of the two

@@ -255,7 +255,7 @@ def _instantiate(
     args = {**args, **{s.name: v for s, v in local.items()}}
     _check_switches(component, args, path)
     moved = _rebound(rebind)
-    out.graph.add_node(path, component=component, args={k: moved(v) for k, v in args.items()}, quantities={}, assumed=assumed)
+    out.graph.add_node(path, component=component, args={k: moved(v) for k, v in args.items()}, quantities={}, assumed=assumed, workload=dict(rebind or {}))
     own = _bound_declaration(component, args, local)
     for req, relation in zip(component.requirements, own.requirements):
         out.requirements.append(BoundRequirement(path, component.name, req, moved(relation)))
