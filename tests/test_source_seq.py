@@ -61,3 +61,16 @@ def test_the_model_carries_it_as_an_evaluation_takes_it():
     assert model.with_conventions(source_seq=512).evaluate("forward_flops", batch=1, seq=128) == model.evaluate("forward_flops", batch=1, seq=128, source_seq=512)
     with pytest.raises(EvaluationError, match="source_seq must be positive"):
         model.with_conventions(source_seq=0)
+
+
+def test_derive_keeps_it_a_symbol_and_reads_the_option_for_its_errors(capsys):
+    """derive writes the encoder's blocks in source_seq, as the decoder's in seq (the encoder is not dropped from the
+    leading order as a constant), asks for --source-seq where it lacks it, and with it reports the error."""
+    found = run_json(capsys, "derive", "forward_flops", "flan-t5-xxl", "--leading", "--batch", "1", "--seq", "128")
+    encoder = {b["name"]: b for b in found["structure"]["blocks"]}["encoder"]
+    assert "source_seq" in encoder["expression"] and "seq" not in encoder["expression"].replace("source_seq", "")
+    code, out, _ = run(capsys, "derive", "forward_flops", "flan-t5-xxl", "--leading", "--batch", "1", "--seq", "128")
+    assert code == 0 and "(give --source-seq to see the relative error at flan-t5-xxl)" in out
+    code, out, _ = run(capsys, "derive", "forward_flops", "flan-t5-xxl", "--leading", "--batch", "1", "--seq", "128", "--source-seq", "512")
+    assert code == 0 and "give --source-seq" not in out and "relative error at flan-t5-xxl" in out
+    assert "source_seq" in out  # still a symbol in the forms: the option is a value for the errors alone

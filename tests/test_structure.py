@@ -84,10 +84,6 @@ def members(family: str) -> tuple[Model, ...]:
     return tuple(family_members(family))
 
 
-# The appendix columns and derive's error report evaluate at one sequence length (seq): an encoder-decoder's
-# encoder also reads source_seq, which they do not set yet. Expected to fail, strictly, until they do.
-TWO_LENGTHS_NOT_YET = {"t5", "mt5", "umt5", "m2m_100", "marian", "pegasus"}  # encoder-decoders (their presets, or defaults)
-
 # Hybrid families whose leading forms are not declared yet, each with what is missing. Expected to fail, strictly,
 # until they are.
 LEADING_NOT_YET = {
@@ -101,8 +97,6 @@ LEADING_NOT_YET = {
 def test_each_family_s_default_assumptions_are_within_20_percent_at_every_preset(family, request):
     """The appendix columns to leading order under the family's default sets (or none, where it declares no
     simple form) against the exact counts at every bundled preset of the family, or its defaults."""
-    if family in TWO_LENGTHS_NOT_YET:
-        request.applymarker(pytest.mark.xfail(strict=True, reason="the columns set seq alone, not source_seq"))
     if family == "jamba":
         request.applymarker(pytest.mark.xfail(strict=True, reason=LEADING_NOT_YET[family]))
     for m in members(family):
@@ -110,7 +104,7 @@ def test_each_family_s_default_assumptions_are_within_20_percent_at_every_preset
         for quantity, _, _ in COLUMNS:
             c = cell(m, quantity, 4096)
             assert not c.formula.atoms(sympy.Min, sympy.Max, sympy.ceiling), (name, quantity, c.formula)
-            got = at(m, c.formula, seq=4096)
+            got = at(m, c.formula, seq=4096, source_seq=4096)  # an encoder-decoder's source as long as the sequence
             if c.value == 0:  # an encoder (bert) keeps no KV cache: its formula must be 0 too
                 assert got == 0, (name, quantity, got)
                 continue
@@ -118,7 +112,7 @@ def test_each_family_s_default_assumptions_are_within_20_percent_at_every_preset
             assert abs(error) <= 0.20, (name, quantity, default_assumptions(m), f"{error:+.1%}")
 
 
-DERIVED = {"params": {}, "forward_flops": {"batch": 1, "seq": 4096}, "train_flops": {"batch": 1, "seq": 4096, "tokens": 4096}}
+DERIVED = {"params": {}, "forward_flops": {"batch": 1, "seq": 4096, "source_seq": 1024}, "train_flops": {"batch": 1, "seq": 4096, "source_seq": 1024, "tokens": 4096}}
 
 
 def _plain(block, where) -> None:
@@ -142,8 +136,6 @@ def test_derive_s_leading_forms_of_every_family_add_positive_blocks_within_20_pe
     error that can be printed (every symbol has a value) and is within 20 %; the same for the N_active form, whose
     blocks are what a multiple of N_active leaves out and so may subtract (lookups that cost no FLOPs, weights
     without a gradient)."""
-    if family in TWO_LENGTHS_NOT_YET:
-        request.applymarker(pytest.mark.xfail(strict=True, reason="derive's error report sets seq alone, not source_seq"))
     if family in LEADING_NOT_YET:
         request.applymarker(pytest.mark.xfail(strict=True, reason=LEADING_NOT_YET[family]))
     found = members(family)

@@ -146,7 +146,9 @@ def block_large(model: Model, *, within: sympy.Expr | None = None) -> list[sympy
     # where the sequence is large so is what a declared leading form divides it into (seq/chunk chunks: a
     # chunk of 64 to 256 tokens is a head's width, and the sequence many chunks)
     tiles = {s for stand_in in model.leading_rewrites().values() for s in stand_in.free_symbols}
-    candidates = v.large | {v["vocab"], v["seq"]} | tiles
+    # an encoder-decoder's encoder reads the source's length as its decoder reads seq
+    lengths = {v[name] for name in ("seq", "source_seq") if name in v}
+    candidates = v.large | {v["vocab"]} | lengths | tiles
     if within is not None:
         candidates &= within.free_symbols
     return sorted(candidates, key=lambda s: s.name)

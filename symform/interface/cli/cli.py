@@ -212,11 +212,12 @@ def _run(args: argparse.Namespace) -> str:
         return _params_text(_facts(args, _params_facts), args)
     if args.verb == "flops":
         return _flops_text(_facts(args, _flops_facts), args)
-    model = _load(args)
     if args.verb in _MODULE_VERBS:
         module, _, command, _ = _MODULE_VERBS[args.verb]
-        return _from(module, command)(model, args)
+        return _from(module, command)(_load(args), args)
     from ...engine.graph.derive import derive
+
+    model = _from("options.media", "with_source_symbolic")(_load, args)
 
     workload = {k: getattr(args, k) for k in DERIVE_WORKLOAD if getattr(args, k) is not None}
     large = [s.strip() for s in args.large.split(",") if s.strip()] if args.large else None
@@ -408,7 +409,7 @@ def _finetune_json(tune, counts, forward: Number, backward: Number) -> dict[str,
 
 
 # what derive and latex take as options: the workload and the parallel layout (training_bytes)
-DERIVE_WORKLOAD = ("batch", "seq", "tokens", "tp", "pp", "dp")
+DERIVE_WORKLOAD = ("batch", "seq", "source_seq", "tokens", "tp", "pp", "dp")
 
 
 def _derivation(d: Derivation, args: argparse.Namespace, model: Model, given: dict[str, object]) -> str:
@@ -456,7 +457,7 @@ def _derivation(d: Derivation, args: argparse.Namespace, model: Model, given: di
         if d.relative_error_with_real_params is not None:
             lines.append(f"    relative error at {d.model} with the real n_params = {d.params_value:,}: {d.relative_error_with_real_params:+.2%}")
     if d.missing and len(d.steps) > 1 and d.relative_error is None:
-        flags = [f"--{m}" for m in d.missing if m in set(DERIVE_WORKLOAD) - {"tokens"}] + [f"--set {m}=..." for m in d.missing if m not in DERIVE_WORKLOAD]
+        flags = [f"--{m.replace('_', '-')}" for m in d.missing if m in set(DERIVE_WORKLOAD) - {"tokens"}] + [f"--set {m}=..." for m in d.missing if m not in DERIVE_WORKLOAD]
         if flags:
             lines.append(f"  (give {', '.join(flags)} to see the relative error at {d.model})")
     return "\n".join(lines + structure_text(model, st, active, note, given))

@@ -118,6 +118,19 @@ def with_source(model: "Model", args: argparse.Namespace) -> "Model":
     return model.with_conventions(source_seq=tokens)
 
 
+def with_source_symbolic(load: Callable[[argparse.Namespace], "Model"], args: argparse.Namespace) -> "Model":
+    """The model ``load`` gives with --source-seq left out: derive's and latex's forms keep the source's length a
+    symbol, as they keep seq, and take the option as a value for their errors; refused, as elsewhere, where no cost
+    reads it."""
+    tokens, args.source_seq = getattr(args, "source_seq", None), None
+    try:
+        model = load(args)  # args itself: the notes a load leaves on it are printed after the command
+    finally:
+        args.source_seq = tokens
+    with_source(model, args)
+    return model
+
+
 def with_all_media(model: "Model", args: argparse.Namespace) -> "Model":
     """The model with every kind of media the command line gives, images first (the first refusal is the one shown),
     and the encoder's tokens."""

@@ -42,8 +42,10 @@ class Cell:
 
 def per_token_workload(quantity: str, seq: int) -> dict[str, int]:
     """What each column is evaluated at: forward FLOPs over one sequence of ``seq`` tokens, and the cache of that
-    sequence (a windowed layer caches no more than its window, so the bytes per token fall as the context grows)."""
-    return {"forward_flops": {"batch": 1, "seq": seq}, "kv_cache": {"batch": 1, "seq": seq}}.get(quantity, {})
+    sequence (a windowed layer caches no more than its window, so the bytes per token fall as the context grows).
+    An encoder-decoder's encoder reads a source as long (a model without one reads no source_seq)."""
+    one = {"batch": 1, "seq": seq, "source_seq": seq}
+    return {"forward_flops": one, "kv_cache": one}.get(quantity, {})
 
 
 PER_SEQUENCE = ("forward_flops", "kv_cache")  # columns given per token: the sequence's count over its tokens
@@ -61,7 +63,7 @@ def cell(model: Model, quantity: str, seq: int, *, one: dict | None = None) -> C
     exact = structure(model, quantity, assume=assume).blocks if one is None else [replace(b, expr=b.expr.xreplace(one)) for b in structure(model, quantity).blocks]
     at = {v[k]: sympy.nsimplify(x) for k, x in {**model.values, **model.ratio_values, **workload}.items()}
     blocks = [replace(b, expr=branch_in_force(without_flags(sympy.expand(b.expr.xreplace(per_token) / divide), model.values), at), parts=()) for b in exact]
-    large = [s for s in block_large(model) if quantity == "forward_flops" or s != v["seq"]]
+    large = [s for s in block_large(model) if quantity == "forward_flops" or s not in (v["seq"], v["source_seq"])]
     return Cell(tuple(leading_blocks(blocks, large, model.leading_rewrites(assume=assume))), value / seq if quantity in PER_SEQUENCE else value)
 
 
@@ -150,8 +152,8 @@ def appendix(models: Sequence[Model], *, seq: int, standalone: bool = False) -> 
     s = f"${tex.symbol_latex(vocabulary['seq'], vocabulary)}$"
     note = (
         f"Per model: its parameters {n}, its active parameters {n_active}, its forward FLOPs per token "
-        f"{fwd} averaged over a sequence of {s[:-1]} = {seq}$ tokens (batch 1) and its KV-cache (or state) "
-        f"bytes per token {kv} of a context of {s} tokens at the default storage sizes (a sliding-window "
+        f"{fwd} averaged over a sequence of {s[:-1]} = {seq}$ tokens (batch 1; an encoder-decoder's source as long) "
+        f"and its KV-cache (or state) bytes per token {kv} of a context of {s} tokens at the default storage sizes (a sliding-window "
         "layer caches at most its window); each as its formula to leading order "
         "in the widths, the vocabulary and the sequence, under the family's default assumptions, as the exact count, "
         "and as the formula's relative error at the model's own sizes."

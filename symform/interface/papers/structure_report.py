@@ -82,7 +82,7 @@ def structure_text(model: Model, st: Structure, active: ActiveForm | None, note:
     return lines
 
 
-_WORKLOAD = ("batch", "seq", "tokens", "tp", "pp", "dp")  # derive's workload flags (cli.DERIVE_WORKLOAD), in their order
+_WORKLOAD = ("batch", "seq", "source_seq", "tokens", "tp", "pp", "dp")  # derive's workload flags (cli.DERIVE_WORKLOAD), in their order
 
 
 def _error_line(model: Model, quantity: str, expr: sympy.Expr, workload: dict[str, object]) -> str:
@@ -91,7 +91,7 @@ def _error_line(model: Model, quantity: str, expr: sympy.Expr, workload: dict[st
         # only the workload flags the expression reads and the command line left out: never one it already gave
         read = {s.name for s in expr.free_symbols}
         needed = [n for n in _WORKLOAD if n in read and n not in workload]
-        flags = ", ".join(f"--{n}" for n in needed) or "the workload"
+        flags = ", ".join(f"--{n.replace('_', '-')}" for n in needed) or "the workload"
         return f"(give {flags} to see the relative error at {model.name})"
     return f"relative error at {model.name}: {error:+.2%}"
 

@@ -11,6 +11,7 @@ from ..papers import latex as tex
 from ...engine.graph.derive import derive
 from ...engine.errors import EvaluationError
 from ...engine.graph.model import Model, normalise_quantity
+from ..options.media import with_source_symbolic
 
 
 def latex_arguments(p: argparse.ArgumentParser) -> None:
@@ -124,17 +125,18 @@ def _title(quantity: str, models: list[str]) -> str:
 
 
 def _workload(args: argparse.Namespace) -> dict[str, int]:
-    return {k: getattr(args, k, None) for k in ("batch", "seq", "tokens", "tp", "pp", "dp") if getattr(args, k, None) is not None}
+    """The workload the forms' errors are evaluated at (the forms keep every length a symbol, the source's too)."""
+    return {k: getattr(args, k, None) for k in ("batch", "seq", "source_seq", "tokens", "tp", "pp", "dp") if getattr(args, k, None) is not None}
 
 
 def _model_sections(args: argparse.Namespace, load: Callable[[argparse.Namespace], Model]) -> list[tuple[str, str]]:
-    model = load(args)
-    if args.table:
-        models = [model, *(load(argparse.Namespace(**{**vars(args), "model": m})) for m in args.more)]
+    if args.table:  # numbers: every length given is put in
+        models = [load(args), *(load(argparse.Namespace(**{**vars(args), "model": m})) for m in args.more)]
         sections = [("", _table(models, args))]
         if args.standalone:
-            sections.append(("Symbols", tex.glossary(model.vocabulary, _table_symbols(models, args.quantity))))
+            sections.append(("Symbols", tex.glossary(models[0].vocabulary, _table_symbols(models, args.quantity))))
         return sections
+    model = with_source_symbolic(load, args)
     quantity = normalise_quantity(args.quantity)
     large = [s.strip() for s in args.large.split(",") if s.strip()] if args.large else None
     if args.part:
@@ -228,7 +230,7 @@ def _table_symbols(models: list[Model], quantity: str) -> set:
 
 
 def _table(models: list[Model], args: argparse.Namespace) -> str:
-    workload = _workload(args)
+    workload = {k: v for k, v in _workload(args).items() if k != "source_seq"}  # the models carry it already
     if args.quantity == "memory":
         if args.batch is None or args.seq is None:
             raise EvaluationError("a memory table needs --batch and --seq (one training micro-batch)")
