@@ -74,3 +74,17 @@ def test_derive_keeps_it_a_symbol_and_reads_the_option_for_its_errors(capsys):
     code, out, _ = run(capsys, "derive", "forward_flops", "flan-t5-xxl", "--leading", "--batch", "1", "--seq", "128", "--source-seq", "512")
     assert code == 0 and "give --source-seq" not in out and "relative error at flan-t5-xxl" in out
     assert "source_seq" in out  # still a symbol in the forms: the option is a value for the errors alone
+
+
+def test_roofline_runs_the_encoder_s_attention_over_the_source_and_cross_attention_against_it():
+    """Under flash, each encoder layer's kernel runs source_seq queries against source_seq keys, each decoder layer's
+    cross-attention seq queries against them (FlashAttention's bytes, Dao et al. 2022 Algorithm 1, per head)."""
+    from symform.analysis.time import flash_attention as fa
+    from symform.analysis.time.roofline import roofline
+
+    batch, seq, source, head, heads = 2, 2048, 512, 64, 64
+    sram = fa.DEFAULT_SRAM_BYTES // 2  # bf16 elements
+    model = symform.load("flan-t5-xxl").with_conventions(source_seq=source)
+    cores = roofline(model, "h100-sxm", phase="prefill", batch=batch, seq=seq, depth=None, flash=True).components
+    assert cores["encoder/layers/attn/core"].bytes == 2 * batch * LAYERS * heads * fa.flash_forward(source, source, head, sram)
+    assert cores["decoder/layers/cross_attn/core"].bytes == 2 * batch * LAYERS * heads * fa.flash_forward(seq, source, head, sram)

@@ -65,3 +65,15 @@ def test_the_roofline_runs_a_tower_core_as_one_flashattention_kernel():
     flash = roofline(model, "h100-sxm", phase="train", batch=BATCH, seq=SEQ, depth=1, flash=True).components["visual"]
     assert flash.flops - eager.flops == BATCH * layers * 2 * heads * patches * head * patches  # Q·Kᵀ once more in backward
     assert flash.bytes < eager.bytes
+
+
+def test_the_step_time_model_times_every_tower_core_as_an_attention_kernel():
+    """Qwen2.5-VL's windowed cores (whole, bottom, right and corner windows) are attention kernels to the step-time
+    model, as the language model's core is, not GEMMs at the language model's rows."""
+    from symform.analysis.time import estimate
+
+    model = symform.load("qwen2.5-vl-3b").with_conventions(images=1, image_height=SIZE, image_width=SIZE)
+    kinds = {k.path: k.kind for k in estimate.kernels(model, "train", workload={"batch": 1, "seq": SEQ}, attention="sdpa")}
+    windows = [p for p in kinds if p.startswith("visual/") and p.rsplit("/", 1)[-1].endswith(("windows", "window"))]
+    assert windows and all(kinds[p] == "attention" for p in windows), {p: kinds[p] for p in windows}
+    assert kinds["layers/attn/core"] == "attention" and kinds["visual/window_blocks/attn/qkv"] == "gemm"

@@ -39,7 +39,7 @@ from ..time import efficiencies
 from ..parallel.collectives import link_latency
 from ..devices.hardware import Hardware
 from ..memory.memory import matmul_rate, stored_weights, tensor_split
-from ..time.roofline import phase_work
+from ..time.roofline import attention_cores, in_attention_core, phase_work
 from .kv_pool import Engine, KVPool, Lengths, Number, _memory_forms, engine_defaults, paged_pool, within_context
 
 MODES = ("continuous", "chunked", "disaggregated")
@@ -57,10 +57,6 @@ ADMIT = ("longest", "steady")
 
 
 # --- time: engine steps from the model's kernels --------------------------------------------------------
-
-
-def _is_core(path: str) -> bool:
-    return path.endswith("/core") or "/core/" in path
 
 
 @dataclass(frozen=True)
@@ -90,12 +86,12 @@ def _leaves(model: Model, phase: str, tensor: int, names: tuple[str, ...], exper
         expr = sympy.sympify(expr)
         return sympy.expand(expr.xreplace({s: sympy.Integer(values[s.name]) / (tensor if s in split else 1) for s in expr.free_symbols if s.name in values}))
 
-    found = []
+    found, cores = [], attention_cores(model)
     for path, work in _components(model, phase, expert_skew, weight_format, grouped).items():
         flops, moved = per_device(work.flops), per_device(work.bytes)
         if flops == 0 and moved == 0:
             continue
-        kind = "attention" if _is_core(path) else "gemm" if flops != 0 else "elementwise"
+        kind = "attention" if in_attention_core(path, cores) else "gemm" if flops != 0 else "elementwise"
         found.append(_Leaf(path, kind, layers if path.startswith("layers/") else 1.0, compile_expression(flops, names), compile_expression(moved, names)))
     return tuple(found)
 

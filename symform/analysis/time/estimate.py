@@ -49,7 +49,7 @@ from ..parallel.scaling import in_flight_microbatches
 from . import grouped_gemm
 from . import routing
 from .efficiencies import TimeProfile
-from .roofline import phase_work
+from .roofline import attention_cores, in_attention_core, phase_work
 from .kernel_work import Kernel
 from .efficiencies import ATTENTION, Efficiency, NO_KERNEL_DATA, NO_MOE_DATA, SCORE_LEAVES, efficiency, has_efficiency, rules
 
@@ -99,14 +99,14 @@ def _kernels(model: Model, phase: str, workload: Mapping[str, int | Fraction], t
     again = Fraction(recompute_share)  # of the recomputed forward, the share run again
     point = _device_point(model, split, workload)
     on_device = _on_device(model, point, split, pipeline, workload, context)
-    found = []
+    found, cores = [], attention_cores(model)
     for path, work in leaves.items():
         both = [(1, work)] + ([(again, extra[path])] if path in extra else [])
         flops = sum(share * on_device(w.flops) for share, w in both)
         moved = sum(share * on_device(w.bytes) for share, w in both)
         if not flops and not moved:
             continue
-        kind = "attention" if flash and (path.endswith("/core") or "/core/" in path) else "gemm" if flops else "elementwise"
+        kind = "attention" if flash and in_attention_core(path, cores) else "gemm" if flops else "elementwise"
         runs = tuple(float(p) for p in tuned.get(path, passes))
         calls = sum(runs) * (float(layers_here) if path.startswith("layers/") else 1.0)
         shape = _gemm_shape(model, path, split, workload, context, point) if kind == "gemm" else None

@@ -526,11 +526,16 @@ def _group(
 ATTENTION_KERNEL = "attention_kernel"  # the kind of every core that extends fused_attention_kernel (formulas/components/dense.toml)
 
 
-def _attention_cores(model: Model) -> list[str]:
+def attention_cores(model: Model) -> tuple[str, ...]:
     """The attention cores a fused kernel runs: every instance of a component of kind attention_kernel, the language
     model's and each vision tower's alike."""
     graph = model.graph().graph
-    return [path for path, node in graph.nodes.items() if node["component"].kind == ATTENTION_KERNEL]
+    return tuple(path for path, node in graph.nodes.items() if node["component"].kind == ATTENTION_KERNEL)
+
+
+def in_attention_core(path: str, cores: tuple[str, ...]) -> bool:
+    """Whether a leaf of phase_work is an attention core (folded under flash) or one of its eager parts."""
+    return any(path == core or path.startswith(core + "/") for core in cores)
 
 
 def _use_flash_attention(
@@ -550,7 +555,7 @@ def _use_flash_attention(
     graph = model.graph()
     replace = _conventions(model, keep) | dict(values or {})
     weights = graph.multiplicities("bytes_moved")
-    for core in _attention_cores(model):
+    for core in attention_cores(model):
         inside = [p for p in {**flops, **traffic} if p.startswith(core + "/")]
         fused = sympy.Add(*(flops.pop(p, sympy.Integer(0)) for p in inside))
         for path in inside:

@@ -129,6 +129,12 @@ def appendix_table(models: Sequence[Model], *, seq: int) -> tuple[str, set[sympy
     return table, used
 
 
+def _source_words(models: Sequence[Model]) -> str:
+    """What the notes say of an encoder-decoder's source (per_token_workload's), where a model reads one."""
+    reads = any("source_seq" in {x.name for x in m.expression("forward_flops").expr.free_symbols} for m in models)
+    return "; an encoder-decoder's source as long" if reads else ""
+
+
 def column_letter(quantity: str) -> str:
     """A column's letter in the letters in force (a paper's, with --symbols): per token where the column is."""
     return f"${tex.quantity_letter(quantity)}{'/' + tex.symbol_latex(tex.default_vocabulary()['seq']) if quantity in PER_SEQUENCE else ''}$"
@@ -152,7 +158,7 @@ def appendix(models: Sequence[Model], *, seq: int, standalone: bool = False) -> 
     s = f"${tex.symbol_latex(vocabulary['seq'], vocabulary)}$"
     note = (
         f"Per model: its parameters {n}, its active parameters {n_active}, its forward FLOPs per token "
-        f"{fwd} averaged over a sequence of {s[:-1]} = {seq}$ tokens (batch 1; an encoder-decoder's source as long) "
+        f"{fwd} averaged over a sequence of {s[:-1]} = {seq}$ tokens (batch 1{_source_words(models)}) "
         f"and its KV-cache (or state) bytes per token {kv} of a context of {s} tokens at the default storage sizes (a sliding-window "
         "layer caches at most its window); each as its formula to leading order "
         "in the widths, the vocabulary and the sequence, under the family's default assumptions, as the exact count, "
@@ -201,7 +207,7 @@ def comparison(models: Sequence[Model], *, seq: int, standalone: bool = False) -
     note = (
         "Each cell: the formula to leading order in the widths, the vocabulary and the sequence, under the family's "
         f"default assumptions; below it the exact count and the formula's relative error at the model's own sizes "
-        f"(per token: forward FLOPs and KV-cache bytes over a sequence of $s = {seq}$ tokens, batch 1)."
+        f"(per token: forward FLOPs and KV-cache bytes over a sequence of $s = {seq}$ tokens, batch 1{_source_words(models)})."
     )
     glossary = tex.glossary(models[0].vocabulary, used | {models[0].vocabulary["seq"]}, [q for q, _, _ in COLUMNS])
     body = note + "\n\n" + table
