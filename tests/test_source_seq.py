@@ -88,3 +88,19 @@ def test_roofline_runs_the_encoder_s_attention_over_the_source_and_cross_attenti
     cores = roofline(model, "h100-sxm", phase="prefill", batch=batch, seq=seq, depth=None, flash=True).components
     assert cores["encoder/layers/attn/core"].bytes == 2 * batch * LAYERS * heads * fa.flash_forward(source, source, head, sram)
     assert cores["decoder/layers/cross_attn/core"].bytes == 2 * batch * LAYERS * heads * fa.flash_forward(seq, source, head, sram)
+
+
+def test_a_latex_table_puts_it_into_the_models_that_read_it(capsys):
+    """A table of an encoder-decoder beside a decoder-only model: the source's tokens go to the one that has an
+    encoder; a table of decoder-only models alone refuses them, in one line."""
+    code, out, _ = run(capsys, "latex", "forward_flops", "flan-t5-xxl", "--table", "--and", "llama-3.1-8b", "--batch", "1", "--seq", "128", "--source-seq", "512")
+    assert code == 0 and "total" in out
+    code, _, err = run(capsys, "latex", "forward_flops", "llama-3.1-8b", "--table", "--and", "qwen3-8b", "--batch", "1", "--seq", "128", "--source-seq", "512")
+    assert code == 2 and "no encoder" in err and len(err.strip().splitlines()) == 1
+
+
+def test_latex_compare_names_the_option_it_does_not_take(capsys):
+    """--compare evaluates an encoder-decoder with a source as long as --seq; --source-seq is not one of its
+    options, and the refusal names it (it named --compare)."""
+    code, _, err = run(capsys, "latex", "--compare", "flan-t5-xxl", "llama-3.1-8b", "--source-seq", "512")
+    assert code == 2 and "'--source-seq'" in err and "'--compare'" not in err

@@ -108,27 +108,47 @@ def with_audio(model: "Model", args: argparse.Namespace) -> "Model":
     )  # fmt: skip
 
 
+def reads_source(model: "Model") -> bool:
+    """Whether any cost of the model depends on an encoder's source tokens (an encoder-decoder's)."""
+    return "source_seq" in {s.name for s in model.expression("forward_flops").expr.free_symbols}
+
+
 def with_source(model: "Model", args: argparse.Namespace) -> "Model":
     """The model with the encoder's tokens of --source-seq; refused where no cost depends on them."""
     tokens = getattr(args, "source_seq", None)
     if tokens is None:
         return model
-    if "source_seq" not in {s.name for s in model.expression("forward_flops").expr.free_symbols}:
+    if not reads_source(model):
         raise ConfigError(f"{model.name} has no encoder that reads source tokens (no cost depends on them); --source-seq applies to encoder-decoder models such as t5 and bart")
     return model.with_conventions(source_seq=tokens)
+
+
+def without_source(load: Callable[[argparse.Namespace], "Model"], args: argparse.Namespace) -> "Model":
+    """The model ``load`` gives with --source-seq left out (and not refused)."""
+    tokens, args.source_seq = getattr(args, "source_seq", None), None
+    try:
+        return load(args)  # args itself: the notes a load leaves on it are printed after the command
+    finally:
+        args.source_seq = tokens
 
 
 def with_source_symbolic(load: Callable[[argparse.Namespace], "Model"], args: argparse.Namespace) -> "Model":
     """The model ``load`` gives with --source-seq left out: derive's and latex's forms keep the source's length a
     symbol, as they keep seq, and take the option as a value for their errors; refused, as elsewhere, where no cost
     reads it."""
-    tokens, args.source_seq = getattr(args, "source_seq", None), None
-    try:
-        model = load(args)  # args itself: the notes a load leaves on it are printed after the command
-    finally:
-        args.source_seq = tokens
+    model = without_source(load, args)
     with_source(model, args)
     return model
+
+
+def with_source_where_read(models: list["Model"], args: argparse.Namespace) -> list["Model"]:
+    """--source-seq put into each of several models that reads it (a table of an encoder-decoder beside
+    decoder-only models); refused where none does."""
+    if getattr(args, "source_seq", None) is None or not models:
+        return models
+    if not any(reads_source(m) for m in models):
+        with_source(models[0], args)  # the one-line refusal
+    return [with_source(m, args) if reads_source(m) else m for m in models]
 
 
 def with_all_media(model: "Model", args: argparse.Namespace) -> "Model":

@@ -11,7 +11,7 @@ from ..papers import latex as tex
 from ...engine.graph.derive import derive
 from ...engine.errors import EvaluationError
 from ...engine.graph.model import Model, normalise_quantity
-from ..options.media import with_source_symbolic
+from ..options.media import with_source_symbolic, with_source_where_read, without_source
 
 
 def latex_arguments(p: argparse.ArgumentParser) -> None:
@@ -92,12 +92,13 @@ def compare_command(argv: list[str]) -> str:
     from ..options.cli_args import positive_int
 
     p = _Parser(prog="symform latex --compare", description="two architectures' forms side by side: N, N_active, forward FLOPs and KV bytes per token")
+    p.add_argument("--compare", action="store_true", help="the comparison (the option that chose this form of symform latex)")
     p.add_argument("models", nargs="+", metavar="MODEL")
     p.add_argument("--seq", type=positive_int, default=4096, help="sequence length the per-token columns average over (default 4096)")
     p.add_argument("--standalone", action="store_true", help="a complete .tex document (pdflatex)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     symbols_argument(p)
-    args = p.parse_args([a for a in argv if a != "--compare"])
+    args = p.parse_args(argv)
     if len(args.models) < 2:
         raise EvaluationError("--compare needs two models or more: symform latex --compare MODEL MODEL")
     models = [Model.load(m) for m in args.models]
@@ -130,8 +131,9 @@ def _workload(args: argparse.Namespace) -> dict[str, int]:
 
 
 def _model_sections(args: argparse.Namespace, load: Callable[[argparse.Namespace], Model]) -> list[tuple[str, str]]:
-    if args.table:  # numbers: every length given is put in
-        models = [load(args), *(load(argparse.Namespace(**{**vars(args), "model": m})) for m in args.more)]
+    if args.table:  # numbers: every length given is put in, the source's into each model that reads one
+        loaded = [without_source(load, args), *(without_source(load, argparse.Namespace(**{**vars(args), "model": m})) for m in args.more)]
+        models = with_source_where_read(loaded, args)
         sections = [("", _table(models, args))]
         if args.standalone:
             sections.append(("Symbols", tex.glossary(models[0].vocabulary, _table_symbols(models, args.quantity))))
