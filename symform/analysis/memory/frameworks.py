@@ -222,6 +222,22 @@ def framework(name: str | None) -> Framework | None:
     return table[name]
 
 
+# per-op policies whose backward replays the checkpointed layer, running again every op whose result it did not save
+# (PyTorch's selective activation checkpointing, torch.utils.checkpoint with a policy_fn); JAX's remat policies
+# recompute only the values backward reads, which symform's time does not trace: timed as attention-core selective
+REPLAYING = ("saved-ops",)
+
+
+def timed_recompute(name: str | None, recompute: str) -> str:
+    """The recomputation a step's time charges for ``recompute`` under framework ``name``: selective as the framework's
+    policy runs it where that policy replays the layer (REPLAYING: Framework.recompute_mode, a per-op mode whose
+    unsaved ops backward runs again, as its memory counts them), the setting itself otherwise."""
+    fw = framework(name)
+    if recompute != "selective" or fw is None or fw.selective is None or fw.selective.policy not in REPLAYING:
+        return recompute
+    return fw.recompute_mode(recompute)
+
+
 def under(model: Model, fw: Framework | None, act_bytes: int, precision: str | None = None) -> Model:
     """The model as a training step under ``fw`` counts it: activations in ``act_bytes``, the framework's conventions
     at ``precision`` (the recipe's name: FP8 steps keep their linears' inputs in FP8 under Transformer Engine) where the

@@ -57,16 +57,23 @@ def blended(saved_at: Callable[[str], tuple[sympy.Expr, sympy.Expr, dict[str, sy
 
 
 def saved_op_outputs(graph, unit: str, flash: bool, every: int = 2, biased: bool = False, kernel_outputs: bool = True, branch_ends: bool = True) -> sympy.Expr:
-    """What a per-op checkpointing policy (settings.PER_OP) saves inside one checkpointed layer beyond its input: the
-    result of every ``every``-th matrix product in forward order, the 1st first (torchtitan's aten.mm, every second;
-    JAX's checkpoint_dots_with_no_batch_dims, each), a linear with a bias among them where ``biased`` (torchtitan's
-    addmm is neither saved nor counted), and, under FlashAttention with ``kernel_outputs``, the attention kernel's
-    results (its declared ``kernel_output``). Without ``branch_ends``, the last product of each of the layer's parts
-    (the attention's output projection, the MLP's down projection) is not kept: its output only enters the residual
-    sum, whose backward never reads it, and JAX's policies choose among the values backward reads. Parts sharded over
-    experts run as grouped GEMMs (batched products), which neither policy saves."""
+    """What a per-op checkpointing policy (settings.PER_OP) saves inside one checkpointed layer beyond its input
+    (saved_ops), in bytes."""
+    return sympy.Add(*(term for _, term in saved_ops(graph, unit, flash, every, biased, kernel_outputs, branch_ends)))
+
+
+def saved_ops(graph, unit: str, flash: bool, every: int = 2, biased: bool = False, kernel_outputs: bool = True, branch_ends: bool = True) -> list[tuple[str, sympy.Expr]]:
+    """The ops whose results a per-op checkpointing policy (settings.PER_OP) saves inside one checkpointed layer, each
+    with the bytes it keeps: the result of every ``every``-th matrix product in forward order, the 1st first
+    (torchtitan's aten.mm, every second; JAX's checkpoint_dots_with_no_batch_dims, each), a linear with a bias among
+    them where ``biased`` (torchtitan's addmm is neither saved nor counted), and, under FlashAttention with
+    ``kernel_outputs``, the attention kernel's results (its declared ``kernel_output``). Without ``branch_ends``, the
+    last product of each of the layer's parts (the attention's output projection, the MLP's down projection) is not
+    kept: its output only enters the residual sum, whose backward never reads it, and JAX's policies choose among the
+    values backward reads. Parts sharded over experts run as grouped GEMMs (batched products), which neither policy
+    saves. Backward runs again every other op of the layer (symform.analysis.time.step_model.recomputed_leaves)."""
     products = 0
-    saved: list[sympy.Expr] = []
+    saved: list[tuple[str, sympy.Expr]] = []
     last: int | None = None  # where the part being walked has its last product in ``saved`` (None: not saved)
 
     def walk(node: str, repeat: sympy.Expr) -> None:
@@ -74,14 +81,14 @@ def saved_op_outputs(graph, unit: str, flash: bool, every: int = 2, biased: bool
         data = graph.nodes[node]
         if flash and "kernel_output" in data["saved_when"]:
             if kernel_outputs:
-                saved.append(repeat * data["saved_when"]["kernel_output"])
+                saved.append((node, repeat * data["saved_when"]["kernel_output"]))
             return
         if "output" in data["saved_when"]:
             if biased or data["args"].get("bias", 0) == 0:
                 products += 1
                 last = None
                 if (products - 1) % every == 0:
-                    saved.append(repeat * data["saved_when"]["output"])
+                    saved.append((node, repeat * data["saved_when"]["output"]))
                     last = len(saved) - 1
             return
         for child in _run_parts(graph, node):
@@ -95,7 +102,7 @@ def saved_op_outputs(graph, unit: str, flash: bool, every: int = 2, biased: bool
         last = None
         walk(part, repeat)
         ends |= {last} - {None}
-    return sympy.Add(*(term for i, term in enumerate(saved) if branch_ends or i not in ends))
+    return [entry for i, entry in enumerate(saved) if branch_ends or i not in ends]
 
 
 def _run_parts(graph, node: str) -> list[str]:

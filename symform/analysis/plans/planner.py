@@ -204,7 +204,7 @@ def _grouped(keys: np.ndarray, compute) -> np.ndarray:
     return values[inverse.reshape(-1)]
 
 
-def step_time_bounds(model: Model, c: Candidates, gpu, *, seq: int, global_batch: int, precision: str, flash: bool, dtype: str, node_size: int | None, finetune: FineTune | None = None) -> tuple[np.ndarray, np.ndarray]:
+def step_time_bounds(model: Model, c: Candidates, gpu, *, seq: int, global_batch: int, precision: str, flash: bool, dtype: str, node_size: int | None, finetune: FineTune | None = None, framework: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The lower and upper bounds of ``training_time`` for every candidate (full overlap, none; 1F1B bubble)."""
     place = placement(gpu, node_size)
     peak, bandwidth = float(place.device.flops_per_s(dtype)), float(place.device.hbm_bytes_per_s)
@@ -215,7 +215,7 @@ def step_time_bounds(model: Model, c: Candidates, gpu, *, seq: int, global_batch
         rows = c.recompute == index
         if not rows.any():
             continue
-        train, (extra_flops, extra_bytes) = rank_work(model, mode, flash=flash, finetune=finetune)
+        train, (extra_flops, extra_bytes) = rank_work(model, _timed_mode(framework, finetune, mode), flash=flash, finetune=finetune)
         for target, work, rate in ((t_math, train.flops + extra_flops, peak), (t_mem, train.bytes + extra_bytes, bandwidth)):
             per_batch = _compiled(model, sympy.sympify(work), ("batch", "tensor"), {"seq": seq})
             target[rows] = microbatches[rows] * per_batch(c.micro_batch[rows], c.tensor[rows]) / c.pipeline[rows] / rate
@@ -319,12 +319,18 @@ class Plan:
 SHORTLIST = 24
 
 
-def _timed(model: Model, gpu, fitting: Candidates, i: int, flash: bool, timing_args: dict) -> TrainingTime:
+def _timed_mode(framework: str | None, finetune: FineTune | None, mode: str) -> str:
+    """The recomputation a candidate's time charges: its mode as the framework runs it (its selective policy), as
+    the plan's memory counts it (no framework for fine-tuning)."""
+    return frameworks.timed_recompute(framework if finetune is None else None, mode)
+
+
+def _timed(model: Model, gpu, fitting: Candidates, i: int, flash: bool, timing_args: dict, framework: str | None = None) -> TrainingTime:
     layout, micro_batch, recompute = fitting.layout(i, timing_args["global_batch"])
-    return training_time(model, gpu, micro_batch=micro_batch, layout=layout, recompute=recompute, flash=flash, **timing_args)
+    return training_time(model, gpu, micro_batch=micro_batch, layout=layout, recompute=_timed_mode(framework, timing_args.get("finetune"), recompute), flash=flash, **timing_args)
 
 
-def _by_estimate(model: Model, gpu, fitting: Candidates, order: np.ndarray, lower: np.ndarray, upper: np.ndarray, memory: np.ndarray, top: int, flash: bool, timing_args: dict, time_facts: TimeProfile | None = None):
+def _by_estimate(model: Model, gpu, fitting: Candidates, order: np.ndarray, lower: np.ndarray, upper: np.ndarray, memory: np.ndarray, top: int, flash: bool, timing_args: dict, time_facts: TimeProfile | None = None, framework: str | None = None):
     """The screen's order with its head re-ranked by the estimate (then its ceiling, then memory): the floor
     ties wherever compute sets it (every layout at the same FLOPs per device), where the estimate's kernels and
     exposed communication tell them apart. The shortlist's bounds and estimates, by candidate, for reuse."""
@@ -337,10 +343,10 @@ def _by_estimate(model: Model, gpu, fitting: Candidates, order: np.ndarray, lowe
     shortlist = list(dict.fromkeys([*head[:count].tolist(), *order[:count].tolist(), *np.lexsort((memory, lower, upper))[:count].tolist()]))
     timed = {}
     for i in shortlist:
-        bounds = _timed(model, gpu, fitting, i, flash, timing_args)
+        bounds = _timed(model, gpu, fitting, i, flash, timing_args, framework)
         layout, micro_batch, recompute = fitting.layout(i, timing_args["global_batch"])
         try:
-            found = estimate.training_estimate(model, gpu, micro_batch=micro_batch, layout=layout, recompute=recompute, attention="sdpa" if flash else "eager", bounds=bounds, profile=time_facts, **timing_args)
+            found = estimate.training_estimate(model, gpu, micro_batch=micro_batch, layout=layout, recompute=_timed_mode(framework, timing_args.get("finetune"), recompute), attention="sdpa" if flash else "eager", bounds=bounds, profile=time_facts, **timing_args)
         except ConfigError as e:
             if "no efficiency data" not in str(e):
                 raise
@@ -401,10 +407,10 @@ def plan(
     static, _ = static_per_device(model, c, precision=precision, optimizer=optimizer, finetune=finetune)
     fits = (memory <= capacity - headroom) & (static <= capacity)  # never a layout whose weights and states alone overflow
     fitting = c.take(fits)
-    lower, upper = step_time_bounds(model, fitting, gpu, seq=seq, global_batch=global_batch, precision=precision, flash=flash, dtype=dtype, node_size=node_size, finetune=finetune) if len(fitting) else (np.array([]), np.array([]))
+    lower, upper = step_time_bounds(model, fitting, gpu, seq=seq, global_batch=global_batch, precision=precision, flash=flash, dtype=dtype, node_size=node_size, finetune=finetune, framework=framework) if len(fitting) else (np.array([]), np.array([]))
     order = np.lexsort((memory[fits], upper, lower))  # fastest first; then the better worst case, then less memory
     timing_args = dict(global_batch=global_batch, seq=seq, dtype=dtype, precision=precision, node_size=node_size, finetune=finetune)
-    order, timed = _by_estimate(model, gpu, fitting, order, lower, upper, memory[fits], top, flash, timing_args, time_facts)
+    order, timed = _by_estimate(model, gpu, fitting, order, lower, upper, memory[fits], top, flash, timing_args, time_facts, framework)
     order = order[undominated(memory[fits][order])]
     screen = clock.perf_counter() - started
     best = []
@@ -412,7 +418,7 @@ def plan(
         layout, micro_batch, recompute = fitting.layout(int(i), global_batch)
         setup = Training(precision=precision, optimizer=optimizer, recompute=recompute, flash=flash, layout=layout, framework=framework if finetune is None else None)
         report = training_memory(model, batch=micro_batch, seq=seq, setup=setup) if finetune is None else finetune_memory(model, finetune, batch=micro_batch, seq=seq, training=setup)
-        bounds, found = timed.get(int(i)) or (_timed(model, gpu, fitting, int(i), flash, timing_args), None)
+        bounds, found = timed.get(int(i)) or (_timed(model, gpu, fitting, int(i), flash, timing_args, framework), None)
         best.append(PlannedLayout(layout, micro_batch, recompute, report, bounds, found))
     return Plan(
         model=model.name,

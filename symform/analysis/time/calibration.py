@@ -19,6 +19,7 @@ from typing import Any
 
 from ...engine.errors import ConfigError
 from ...engine.graph.model import Model
+from ..memory.frameworks import timed_recompute
 from . import estimate, grouped_gemm, phase_time, timing
 from . import step_model
 from . import efficiencies
@@ -41,7 +42,7 @@ class _Prepared:
 def _prepare(run: Run) -> _Prepared:
     model, s = run_model(run), run.setup
     if run.kind == "training":
-        layout, recompute, partial = training_layout(run), s.get("recompute", "none"), s.get("recompute_layers")
+        layout, recompute, partial = training_layout(run), _recompute(run), s.get("recompute_layers")
         bounds = timing.training_time(
             model, s["gpu"], global_batch=s["global_batch"], micro_batch=s["micro_batch"], seq=s["seq"], layout=layout, recompute=recompute, dtype=s.get("dtype", "bf16"),
             flash=s.get("attention", "sdpa") != "eager", offload_layers=s.get("offload_layers", 0), offload_framework=run_framework(run)[0], recompute_layers=partial,
@@ -56,6 +57,11 @@ def _prepare(run: Run) -> _Prepared:
         model, s["gpu"], batch=s["batch"], prompt=s["prompt"], output=s["output"], tensor=s.get("tensor", 1), dtype=s.get("dtype", "bf16"), flash=attention != "eager", grouped=attention != "fused_per_head",
     )  # fmt: skip
     return _Prepared(run, model, bounds, work)
+
+
+def _recompute(run: Run) -> str:
+    """The run's recomputation as its framework runs it (its selective policy: frameworks.timed_recompute)."""
+    return timed_recompute(run_framework(run)[0], run.setup.get("recompute", "none"))
 
 
 @cache
@@ -76,7 +82,7 @@ def predict_with_band(run: Run, factors: Mapping[str, Any] | None = None) -> tup
         convention = _training_fusion(factors or {}, eff)
         result = estimate.training_estimate(
             prepared.model, s["gpu"], global_batch=s["global_batch"], micro_batch=s["micro_batch"], seq=s["seq"], layout=training_layout(run),
-            recompute=s.get("recompute", "none"), dtype=s.get("dtype", "bf16"), attention=s.get("attention", "sdpa"), efficiency_data=eff, bounds=prepared.bounds, work=prepared.work, convention=convention,
+            recompute=_recompute(run), dtype=s.get("dtype", "bf16"), attention=s.get("attention", "sdpa"), efficiency_data=eff, bounds=prepared.bounds, work=prepared.work, convention=convention,
             profile=run_profile(run, factors), ep_comm_overlap=s.get("ep_comm_overlap", False), recompute_layers=s.get("recompute_layers"),
         )
         return _training_figure(run, prepared, result.step.estimate), _relative(result.step)

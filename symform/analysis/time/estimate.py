@@ -203,7 +203,7 @@ def _recomputed(model: Model, recompute: str, flash: bool) -> dict[str, Any]:
     units = step_model.recomputed_units(model, recompute)
     if not units or (flash and recompute == "selective"):
         return {}
-    return step_model.recomputed_leaves(model, units, flash)
+    return step_model.recomputed_leaves(model, units, flash, kept=step_model.kept_ops(model, units, recompute, flash))
 
 
 def kernel_parts(kernel: Kernel, peak: float, hbm: float, eff: Efficiency, fusion: tuple[float, frozenset[str]], head_size: int) -> tuple[float, float, float]:

@@ -22,7 +22,8 @@ from ...engine.errors import EvaluationError
 from ...engine.algebra.evaluate import exact_value
 from ..devices.hardware import DTYPE_BYTES, Device, Hardware, System, load_device
 from ..memory.memory import tensor_split
-from ..memory.settings import RECOMPUTE
+from ..memory import partial_recompute
+from ..memory.settings import PER_OP, RECOMPUTE
 from ...engine.graph.model import Model
 from ...engine.algebra.multiplied import multiplied_out, value_at
 from .roofline import Work, phase_work
@@ -202,15 +203,27 @@ def recomputed_units(model: Model, recompute: str) -> list[str]:
     """The components that ``recompute`` runs forward a second time in backward, by path.
 
     They are the ones the declarations mark as recomputed under that mode (the
-    attention cores for selective, the decoder layers for full): the same choice
-    ``symform.analysis.memory.memory`` makes for the activations they no longer keep.
+    attention cores for selective, the decoder layers for full, and for a framework's
+    per-op policy the layers full recomputation rebuilds, of which it keeps some ops'
+    results: kept_ops): the same choice ``symform.analysis.memory.memory`` makes for the
+    activations they no longer keep.
     """
-    if recompute not in RECOMPUTE:
+    if recompute not in RECOMPUTE and recompute not in PER_OP:
         raise EvaluationError(f"unknown recomputation {recompute!r}; choose one of {', '.join(RECOMPUTE)}")
+    mark = "full" if recompute in PER_OP else recompute
     graph = model.graph().graph
-    marked = [node for node, data in graph.nodes.items() if recompute in data["saved_when"]]
+    marked = [node for node, data in graph.nodes.items() if mark in data["saved_when"]]
     # only the outermost: a marked part inside a marked part is recomputed once, with it
     return [n for n in marked if not any(n.startswith(f"{m}/") for m in marked)]
+
+
+def kept_ops(model: Model, units: Iterable[str], recompute: str, flash: bool) -> tuple[str, ...]:
+    """The ops inside ``units`` whose results a framework's per-op policy saves (settings.PER_OP), which backward does
+    not run again (partial_recompute.saved_ops, the ops memory counts as kept); none under the other modes."""
+    if recompute not in PER_OP:
+        return ()
+    graph = model.graph().graph
+    return tuple(sorted({path for unit in units for path, _ in partial_recompute.saved_ops(graph, unit, flash, **PER_OP[recompute])}))
 
 
 def recompute_work(model: Model, recompute: str, *, flash: bool = False, values: Mapping[sympy.Symbol, sympy.Expr] | None = None) -> tuple[sympy.Expr, sympy.Expr]:
@@ -224,7 +237,7 @@ def recompute_work(model: Model, recompute: str, *, flash: bool = False, values:
     if flash and recompute == "selective":
         return sympy.Integer(0), sympy.Integer(0)
     # once per model and options: a plan asks again for every layout it reworks
-    return _recompute_work(model, units, flash, dict(values or {}))
+    return _recompute_work(model, units, flash, dict(values or {}), kept_ops(model, units, recompute, flash))
 
 
 def rank_sizes(model: Model, seq: int | None = None) -> dict[sympy.Symbol, sympy.Expr]:
@@ -246,16 +259,21 @@ def rank_work(model: Model, recompute: str, *, flash: bool, finetune: FineTune |
 
 
 @derivation
-def _recompute_work(model: Model, units: list[str], flash: bool, values: Mapping[sympy.Symbol, sympy.Expr]) -> tuple[sympy.Expr, sympy.Expr]:
-    inside = recomputed_leaves(model, units, flash, values).values()
+def _recompute_work(model: Model, units: list[str], flash: bool, values: Mapping[sympy.Symbol, sympy.Expr], kept: tuple[str, ...] = ()) -> tuple[sympy.Expr, sympy.Expr]:
+    inside = recomputed_leaves(model, units, flash, values, kept).values()
     return multiplied_out(sympy.Add(*(w.flops for w in inside))), multiplied_out(sympy.Add(*(w.bytes for w in inside)))
 
 
-def recomputed_leaves(model: Model, units: Iterable[str], flash: bool, values: Mapping[sympy.Symbol, sympy.Expr] | None = None) -> dict[str, object]:
-    """The leaves of ``units`` in the forward a training step's recomputation runs again, by path."""
-    units = tuple(units)
+def recomputed_leaves(model: Model, units: Iterable[str], flash: bool, values: Mapping[sympy.Symbol, sympy.Expr] | None = None, kept: Iterable[str] = ()) -> dict[str, object]:
+    """The leaves of ``units`` in the forward a training step's recomputation runs again, by path, but those of the
+    ``kept`` ops, whose saved results backward reads instead (kept_ops)."""
+    units, kept = tuple(units), tuple(kept)
     leaves = phase_work(model, "prefill", depth=None, flash=flash, values=values, recomputed_forward=True).components
-    return {path: w for path, w in leaves.items() if any(path == u or path.startswith(f"{u}/") for u in units)}
+    return {path: w for path, w in leaves.items() if _within(path, units) and not _within(path, kept)}
+
+
+def _within(path: str, nodes: tuple[str, ...]) -> bool:
+    return any(path == node or path.startswith(f"{node}/") for node in nodes)
 
 
 def transfer_seconds(transfers: Iterable[parallel_comm.Transfer], place: Placement, link: str, *, alpha: float | None = None, bandwidth: float | None = None, algorithms: tuple[str, ...] = ALGORITHMS, per_node: int = 1) -> float:

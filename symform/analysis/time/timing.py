@@ -577,6 +577,11 @@ def _expert_assumption(layout: Layout) -> str:
     return f"{spread}; FLOPs and bytes per device unchanged under uniform routing; all-to-all of tokens × top_k per MoE layer"
 
 
+RECOMPUTED_PARTS = {"selective": "attention cores", "full": "whole decoder layers", "none": "none"}
+# a framework's per-op checkpointing policy (its selective: settings.PER_OP, formulas/frameworks)
+PER_OP_PARTS = "the ops of each decoder layer whose results the framework's per-op policy does not save, as its memory counts them: step_model.kept_ops"
+
+
 def _training_assumptions(place: Placement, dtype: str, layout: Layout, recompute: str, flash: bool, precision: str, comm: Mapping[str, Comm]) -> dict[str, object]:
     return {
         "peak": f"{place.device.name} dense {dtype} peak, no efficiency factor",
@@ -587,7 +592,7 @@ def _training_assumptions(place: Placement, dtype: str, layout: Layout, recomput
         + ("; FlashAttention in the attention cores" if flash else ""),
         "balance": "work, bytes and communication divide evenly: tensor-parallel sizes split exactly, pipeline stages hold equal shares (embedding and head included) unless a pipeline layout places them (stage_layout), routing is uniform over experts",
         "expert_parallel": _expert_assumption(layout),
-        "recompute": f"{recompute}: one extra forward of the recomputed parts ({'attention cores' if recompute == 'selective' else 'whole decoder layers' if recompute == 'full' else 'none'})"
+        "recompute": f"{recompute}: one extra forward of the recomputed parts ({RECOMPUTED_PARTS.get(recompute, PER_OP_PARTS)})"
         + ("; with FlashAttention selective adds nothing beyond FlashAttention's own recomputation" if flash and recompute == "selective" else ""),
         "pipeline": f"{layout.schedule} schedule, bubble = bubble_ratio × the micro-batch work" if layout.pipeline > 1 else "no pipeline",
         "gradients": f"{precision} precision: {recipes().precision[precision].grads} bytes per gradient, exchanged once per step",

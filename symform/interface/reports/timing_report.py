@@ -14,9 +14,9 @@ from .memory_report import kv_dtype_argument, with_kv_dtype
 from ...engine.errors import BudgetError, ConfigError
 from ...analysis.memory.finetune import describe_text
 from ...analysis.memory.memory import matmul_rate, stored_weights
-from ...analysis.memory.settings import RECOMPUTE, SCHEDULES, Layout, recipes
+from ...analysis.memory.settings import PER_OP, RECOMPUTE, SCHEDULES, Layout, recipes
 from ...engine.graph.model import Model
-from ...analysis.memory.frameworks import EAGER, framework
+from ...analysis.memory.frameworks import EAGER, framework, timed_recompute
 from .memory_report import ETP_HELP, RECOMPUTE_LAYERS_HELP, REPLICATE_HELP, framework_argument, framework_name, framework_version_argument, time_profile_of
 
 if TYPE_CHECKING:  # the timing module (and numpy) load when a time is asked for, not with the CLI
@@ -112,7 +112,7 @@ def _time_command(model: Model, args: argparse.Namespace) -> str:
     if args.train:
         args.dtype = args.dtype or "bf16"
         result = _train(model, args, tune)
-        found = _estimate(lambda: estimate.training_estimate(model, args.gpu, global_batch=args.global_batch, micro_batch=args.micro_batch or 1, seq=args.seq, layout=_layout(args), recompute=args.recompute or "none", dtype=args.dtype, attention=args.attention, node_size=args.node_size, finetune=tune, gemm_model=args.gemm_model, tp_comm_overlap=bool(args.tp_comm_overlap), profile=time_profile_of(args, model), ep_comm_overlap="dualpipe" if args.dualpipe else bool(args.ep_comm_overlap), offload_layers=args.offload_layers or 0, offload_framework=framework_name(args), recompute_layers=args.recompute_layers))
+        found = _estimate(lambda: estimate.training_estimate(model, args.gpu, global_batch=args.global_batch, micro_batch=args.micro_batch or 1, seq=args.seq, layout=_layout(args), recompute=_timed_recompute(args, tune), dtype=args.dtype, attention=args.attention, node_size=args.node_size, finetune=tune, gemm_model=args.gemm_model, tp_comm_overlap=bool(args.tp_comm_overlap), profile=time_profile_of(args, model), ep_comm_overlap="dualpipe" if args.dualpipe else bool(args.ep_comm_overlap), offload_layers=args.offload_layers or 0, offload_framework=framework_name(args), recompute_layers=args.recompute_layers))
         memory = _memory_fit(model, args, result, tune)
         measured = utilisation.measured(model, result, step_s=args.measured_step, tokens_per_s=args.measured_tokens_per_s) if (args.measured_step or args.measured_tokens_per_s) else None
         run = utilisation.duration(model, result, found, args.tokens, measured) if args.tokens else None
@@ -419,6 +419,11 @@ def _degrees(args: argparse.Namespace) -> tuple[int, int, int]:
     return dp, tp, pp
 
 
+def _timed_recompute(args: argparse.Namespace, tune) -> str:
+    """--recompute as the framework the memory check counts runs it (its selective policy), for the step's time."""
+    return timed_recompute(framework_name(args) if tune is None else EAGER, args.recompute or "none")
+
+
 def _train(model: Model, args: argparse.Namespace, tune=None) -> TrainingTime:
     _refuse(args, (*INFER_ONLY, "weight_format", "kv_offload"), "--train")
     if args.measured_step and args.measured_tokens_per_s:
@@ -428,7 +433,7 @@ def _train(model: Model, args: argparse.Namespace, tune=None) -> TrainingTime:
 
     return training_time(
         model, args.gpu, global_batch=args.global_batch, micro_batch=args.micro_batch or 1, seq=args.seq,
-        layout=_layout(args), recompute=args.recompute or "none", dtype=args.dtype, flash=_flash(args), node_size=args.node_size, finetune=tune, offload_layers=args.offload_layers or 0, offload_framework=framework_name(args), recompute_layers=args.recompute_layers,
+        layout=_layout(args), recompute=_timed_recompute(args, tune), dtype=args.dtype, flash=_flash(args), node_size=args.node_size, finetune=tune, offload_layers=args.offload_layers or 0, offload_framework=framework_name(args), recompute_layers=args.recompute_layers,
     )
 
 
@@ -478,12 +483,17 @@ def _sci(value: object) -> str:
     return f"{float(value):.4g}"
 
 
+def _recompute_words(recompute: str) -> str:
+    """The recomputation the step charges, in the option's words: a framework's per-op policy is its selective."""
+    return f"selective (the framework's per-op policy, {recompute}: the ops it does not save run again)" if recompute in PER_OP else recompute
+
+
 def training_table(r: TrainingTime) -> str:
     lay = r.layout
     lines = [
         f"training step of {r.model} on {r.assumptions['devices']} ({r.dtype}): data {lay['data']} × tensor {lay['tensor']} × pipeline {lay['pipeline']}" + (f" × context {lay['context']}" if lay["context"] > 1 else "") + f", expert {lay['expert']}" + (f" × expert tensor {lay['expert_tensor']}" if lay.get("expert_tensor") not in (None, lay["tensor"]) else "")
         + (f"; ZeRO-{lay['zero']} sharded over {lay['data'] // lay['replicate']} data ranks, replicated {lay['replicate']} times (hybrid sharding)" if lay.get("replicate", 1) > 1 else ""),
-        f"global batch {r.global_batch} × seq {r.seq} = {r.tokens:,} tokens; micro-batch {r.micro_batch}, {r.microbatches} per step; recompute {r.recompute}",
+        f"global batch {r.global_batch} × seq {r.seq} = {r.tokens:,} tokens; micro-batch {r.micro_batch}, {r.microbatches} per step; recompute {_recompute_words(r.recompute)}",
         *([f"fine-tuning    {describe_text(r.assumptions['fine_tuning'])}; step FLOPs {_sci(r.model_flops)}: frozen weights take no weight gradient"] if "fine_tuning" in r.assumptions else []),
         f"per device     FLOPs {_sci(r.flops_per_device)}   HBM bytes {_sci(r.bytes_per_device)}",
         f"compute        {_s(r.t_math)}",

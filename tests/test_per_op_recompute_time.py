@@ -1,0 +1,46 @@
+"""A framework's per-op selective checkpointing, timed: torchtitan's policy saves every second aten.mm's result
+(the 1st, 3rd, ... in forward order) and the attention kernel's outputs, and backward replays the layer, running
+again every op it did not save (torchtitan/distributed/activation_checkpoint.py _apply_op_sac). Under FlashAttention
+symform's Korthikanti-style selective recomputes nothing; torchtitan's recomputes a third of Llama's products.
+
+Expected values are Llama 3.1 8B's sizes from its config, worked by hand: d_model 4,096, 8 key/value heads of 128,
+d_ff 14,336, 32 layers."""
+
+from __future__ import annotations
+
+from checks import run_json
+
+import symform
+from symform.analysis.memory.frameworks import timed_recompute
+from symform.analysis.time import step_model
+
+D, KV, FF, LAYERS = 4096, 8 * 128, 14336, 32
+
+
+def test_torchtitan_keeps_the_odd_products_and_the_attention_kernel():
+    """Llama's products in forward order: q, k, v, o, gate, up, down; torchtitan saves the 1st, 3rd, 5th and 7th."""
+    model = symform.load("llama-3.1-8b")
+    mode = timed_recompute("torchtitan", "selective")
+    units = step_model.recomputed_units(model, mode)
+    kept = set(step_model.kept_ops(model, units, mode, flash=True))
+    assert kept == {"layers/attn/q_proj", "layers/attn/v_proj", "layers/mlp/gate_proj", "layers/mlp/down_proj", "layers/attn/core"}
+
+
+def test_the_step_runs_k_o_and_up_again(capsys):
+    """A step of 8 GPUs, one micro-batch of 2 × 8,192 tokens each: selective under torchtitan adds the forward FLOPs
+    of k_proj, o_proj and up_proj (2 · tokens · d_in · d_out each, every layer) over no recomputation."""
+    common = ("time", "llama-3.1-8b", "--train", "--gpu", "h100-sxm", "--gpus", "8", "--zero", "3", "--global-batch", "16", "--micro-batch", "2", "--seq", "8192", "--json")
+    selective = run_json(capsys, *common, "--recompute", "selective")
+    none = run_json(capsys, *common, "--recompute", "none")
+    tokens = 16 * 8192
+    assert selective["hardware_flops"] - none["hardware_flops"] == 2 * tokens * LAYERS * (D * KV + D * D + D * FF)
+    assert selective["estimate"]["estimate_s"]["estimate"] > none["estimate"]["estimate_s"]["estimate"]
+
+
+def test_a_framework_without_a_replaying_policy_keeps_the_attention_core_selective():
+    """Megatron-Core's selective recomputes the attention core (nothing under FlashAttention); MaxText's JAX remat
+    policies recompute only what backward reads, which the time does not trace: both stay symform's selective."""
+    assert timed_recompute("megatron", "selective") == "selective"
+    assert timed_recompute("maxtext", "selective") == "selective"
+    assert timed_recompute(None, "selective") == "selective"
+    assert timed_recompute("torchtitan", "full") == "full"
