@@ -44,3 +44,25 @@ def test_a_framework_without_a_replaying_policy_keeps_the_attention_core_selecti
     assert timed_recompute("maxtext", "selective") == "selective"
     assert timed_recompute(None, "selective") == "selective"
     assert timed_recompute("torchtitan", "full") == "full"
+
+
+def _tensor_bytes(capsys, recompute: str, *extra: str) -> float:
+    found = run_json(capsys, "time", "llama-3.1-8b", "--train", "--gpu", "h100-sxm", "--gpus", "8", "--tp", "4", "--global-batch", "16", "--micro-batch", "2", "--seq", "8192", "--recompute", recompute, "--json", *extra)
+    return found["comm"]["tensor"]["bytes_per_rank"]
+
+
+def test_the_replay_gathers_again_what_the_policy_does_not_save(capsys):
+    """With sequence parallelism a layer's forward runs two all-gathers and two reduce-scatters of the same bytes;
+    the policy saves the reduce-scatters' results (torchtitan's save list), so its replay adds the all-gathers alone,
+    half of what full recomputation's replay adds. Without it the layer's all-reduces are not saved: all run again."""
+    none, selective, full = (_tensor_bytes(capsys, r, "--sp") for r in ("none", "selective", "full"))
+    assert selective - none == (full - none) / 2 > 0
+    assert _tensor_bytes(capsys, "selective") == _tensor_bytes(capsys, "full") > _tensor_bytes(capsys, "none")
+
+
+def test_offload_and_the_json_name_the_option_and_the_policy(capsys):
+    """Activation offload counts its copies under the option the user gave (selective, as the framework keeps it);
+    the JSON keeps the option's word and names the policy timed."""
+    found = run_json(capsys, "time", "llama-3.1-8b", "--train", "--gpu", "h100-sxm", "--gpus", "8", "--zero", "3", "--global-batch", "16", "--micro-batch", "2", "--seq", "8192", "--recompute", "selective", "--offload-layers", "2", "--json")
+    assert found["recompute"] == "selective" and found["recompute_policy"] == "saved_ops"
+    assert found["comm"]["offload"]["bytes_per_rank"] > 0

@@ -41,7 +41,7 @@ def _holds(floor: float, estimate: float, ceiling: float) -> None:
 @given(
     name=st.sampled_from(PRESETS), gpu=st.sampled_from(GPUS), tensor=st.sampled_from((1, 2, 4, 8)), pipeline=st.sampled_from((1, 2, 4)),
     data=st.sampled_from((1, 2, 8)), expert=st.sampled_from((1, 2)), micro_batch=st.sampled_from((1, 2, 4)), microbatches=st.sampled_from((1, 4, 8)),
-    seq=st.sampled_from((128, 1024, 4096)), recompute=st.sampled_from(("none", "selective", "full")), attention=st.sampled_from(("sdpa", "eager")),
+    seq=st.sampled_from((128, 1024, 4096)), recompute=st.sampled_from(("none", "selective", "full", "saved_ops", "saved_dots")), attention=st.sampled_from(("sdpa", "eager")),
     zero=st.sampled_from((0, 1, 3)), dtype=st.sampled_from(("bf16", "fp8")), schedule=st.sampled_from(("1f1b", "gpipe", "interleaved")),
     chunks=st.sampled_from((1, 2)), sequence=st.booleans(), overlap=st.booleans(), facts=st.sampled_from(FACTS), shift=st.sampled_from((None, 0, 1, 3)),
 )

@@ -36,6 +36,12 @@ PER_OP = {
     "saved_dots": {"every": 1, "biased": True, "kernel_outputs": False, "branch_ends": False},  # JAX's checkpoint_dots_with_no_batch_dims
 }
 
+# the collectives whose results a per-op policy saves, so that backward's replay of a layer runs its other forward
+# collectives again (sequence parallelism's all-gathers, tensor parallelism's all-reduces, context parallelism's
+# passes): torchtitan's save list holds reduce_scatter_tensor (9dec370) and all_to_all_single (b5bcd76c: the
+# experts' dispatch and combine); JAX's policies save none
+PER_OP_SAVED_COLLECTIVES = {"saved_ops": ("reduce_scatter", "all_to_all"), "saved_dots": ()}
+
 # the modes that rebuild a unit in backward: the user's settings and the per-op policies
 REBUILDING = ("selective", "full", *PER_OP)
 

@@ -227,11 +227,11 @@ def step_time_bounds(model: Model, c: Candidates, gpu, *, seq: int, global_batch
     tp = c.tensor > 1
     if tp.any():
         keys = np.stack([c.tensor, c.pipeline, c.data, c.micro_batch, c.recompute], axis=1)[tp]
-        tensor[tp] = _grouped(keys, lambda t, p, d, b, r: tensor_comm(model, place, layout(t, p, d, 1), global_batch // (b * d), b, seq, RECOMPUTE[r]).seconds)
+        tensor[tp] = _grouped(keys, lambda t, p, d, b, r: tensor_comm(model, place, layout(t, p, d, 1), global_batch // (b * d), b, seq, _timed_mode(framework, finetune, RECOMPUTE[r])).seconds)
     ep = c.expert > 1
     if ep.any():
         keys = np.stack([c.tensor, c.pipeline, c.data, c.expert, c.micro_batch, c.recompute], axis=1)[ep]
-        expert[ep] = _grouped(keys, lambda t, p, d, e, b, r: _seconds(expert_comm(model, place, layout(t, p, d, e), global_batch // (b * d), b, seq, RECOMPUTE[r])))
+        expert[ep] = _grouped(keys, lambda t, p, d, e, b, r: _seconds(expert_comm(model, place, layout(t, p, d, e), global_batch // (b * d), b, seq, _timed_mode(framework, finetune, RECOMPUTE[r]))))
     pp = c.pipeline > 1
     if pp.any():
         keys = np.stack([c.tensor, c.pipeline, c.data, c.micro_batch], axis=1)[pp]

@@ -34,7 +34,7 @@ from ..parallel.collectives import link_latency
 from ...engine.errors import ConfigError, EvaluationError
 from ..devices.hardware import Hardware
 from ..memory.memory import Training, check_pipeline, expert_params_per_device, params_on_rank, tensor_split, training_memory
-from ..memory.settings import Layout, recipes
+from ..memory.settings import PER_OP, PER_OP_SAVED_COLLECTIVES, Layout, recipes
 from ...engine.graph.model import Model
 from .roofline import phase_work
 from .step_model import Comm, Number, Placement, TENSOR, _act_bytes, _bandwidth, _bind, _comm, _json, _layers, _per_device, _sizes, _whole, at_dtype, dtype_assumption, placement, rank_sizes, rank_work, reductions_said, step_bounds, tensor_reductions, transfer_seconds, utilisation
@@ -141,7 +141,8 @@ class TrainingTime:
             "micro_batch": self.micro_batch,
             "seq": self.seq,
             "microbatches": self.microbatches,
-            "recompute": self.recompute,
+            "recompute": recompute_setting(self.recompute),  # the option's word; the policy timed, where a framework's:
+            **({"recompute_policy": self.recompute} if self.recompute in PER_OP else {}),
             "model_flops": _json(self.model_flops),
             "hardware_flops": _json(self.hardware_flops),
             "flops_per_device": _json(self.flops_per_device),
@@ -251,7 +252,7 @@ def training_time(
     exchanged = None if trainable is None else _bind(model, trainable)
     comm = _training_comm(model, place, layout, microbatches, micro_batch, seq // layout.context, recompute, precision, exchanged, share)
     if offload_layers:
-        comm["offload"] = offload_comm(model, place, Training(precision=_saved_precision(dtype, precision), recompute=recompute, flash=flash, layout=layout, framework=offload_framework, offload_layers=offload_layers, recompute_layers=recompute_layers), microbatches, micro_batch, seq)
+        comm["offload"] = offload_comm(model, place, Training(precision=_saved_precision(dtype, precision), recompute=recompute_setting(recompute), flash=flash, layout=layout, framework=offload_framework, offload_layers=offload_layers, recompute_layers=recompute_layers), microbatches, micro_batch, seq)
     ratio = float(scaling.bubble_ratio(layout.schedule, layout.pipeline, microbatches, layout.chunks)) if layout.pipeline > 1 else 0.0
     pace = float(stage_pace(model, layout, micro_batch, seq))
     t_math, t_mem = pace * float(flops) / peak, pace * float(moved) / bandwidth
@@ -321,10 +322,16 @@ def stage_pace(model: Model, layout: Layout, micro_batch: int, seq: int) -> Frac
     return pipeline_layout.pace(stages, layout.pipeline, work)
 
 
+def recompute_setting(recompute: str) -> str:
+    """The --recompute setting a recomputation mode stands for: a framework's per-op policy is its selective
+    (frameworks.timed_recompute), the memory accounting's word for it under that framework."""
+    return "selective" if recompute in PER_OP else recompute
+
+
 def recompute_share(model: Model, layers: int | None, recompute: str, layout: Layout) -> Fraction:
     """Of full recomputation's forward, the share a step runs again: all of it, or with ``layers`` of each pipeline
     chunk recomputed (symform.analysis.memory.partial_recompute) theirs."""
-    share = partial_recompute.recomputed_share(model, layers, recompute, layout)
+    share = partial_recompute.recomputed_share(model, layers, recompute_setting(recompute), layout)
     return Fraction(1) if share is None else share
 
 
@@ -429,12 +436,24 @@ def _training_comm(model: Model, place: Placement, layout: Layout, microbatches:
     return comm
 
 
-def _again(layer: list[parallel_comm.Transfer], again: Number) -> list[parallel_comm.Transfer]:
+def _again(layer: list[parallel_comm.Transfer], again: Number, saved: tuple[str, ...] = ()) -> list[parallel_comm.Transfer]:
     """A layer's transfers with its forward's run ``again`` times more: full recomputation's forward (a share of it
-    where only some layers are recomputed)."""
+    where only some layers are recomputed), or a per-op policy's replay, whose ``saved`` collectives' results it
+    keeps rather than run again."""
     if not again:
         return list(layer)
-    return list(layer) + [x if again == 1 else replace(x, count=x.count * Fraction(again)) for x in layer if x.phase == "forward"]
+    return list(layer) + [x if again == 1 else replace(x, count=x.count * Fraction(again)) for x in layer if x.phase == "forward" and x.collective not in saved]
+
+
+def _rerun(recompute: str, share: Fraction) -> tuple[Number, tuple[str, ...]]:
+    """How often a layer's forward collectives run again in backward, and those whose results are kept instead: once
+    (``share`` of the layers) under full recomputation, once under a per-op policy that replays the layer (those it
+    saves kept), never under attention-core selective or none."""
+    if recompute == "full":
+        return share, ()
+    if recompute in PER_OP_SAVED_COLLECTIVES:
+        return 1, PER_OP_SAVED_COLLECTIVES[recompute]
+    return 0, ()
 
 
 def context_comm(model: Model, place: Placement, layout: Layout, microbatches: int, micro_batch: int, seq: int, recompute: str, share: Fraction = Fraction(1)) -> Comm:
@@ -442,8 +461,7 @@ def context_comm(model: Model, place: Placement, layout: Layout, microbatches: i
     v = model.values
     kv_width = v.get("n_kv_heads", v.get("n_heads", 1)) * v.get("d_head", v.get("d_model", 1) // max(v.get("n_heads", 1), 1))
     layer = parallel_comm.context_parallel_layer(batch=micro_batch, seq=seq, kv_width=kv_width, bytes_per_element=_act_bytes(model), context=layout.context)
-    again = share if recompute == "full" else 0
-    layer = _again(layer, again)
+    layer = _again(layer, *_rerun(recompute, share))
     layers, _ = _layers(model)
     return _comm(layer, microbatches * layers / layout.pipeline, place, layout.tensor * layout.context, layout.context)
 
@@ -453,10 +471,9 @@ def _activation_sizes(model: Model, micro_batch: int, seq: int) -> dict[str, int
 
 
 def tensor_comm(model: Model, place: Placement, layout: Layout, microbatches: int, micro_batch: int, seq: int, recompute: str, share: Fraction = Fraction(1)) -> Comm:
-    # full recomputation runs each layer's forward again, with its forward communication
-    again = share if recompute == "full" else 0
+    # recomputation runs each layer's forward again, with its forward communication (_rerun)
     layers, _ = _layers(model)
-    return _tensor_comm(model, place, layout, microbatches, _activation_sizes(model, micro_batch, seq), layers, again)
+    return _tensor_comm(model, place, layout, microbatches, _activation_sizes(model, micro_batch, seq), layers, *_rerun(recompute, share))
 
 
 def expert_comm(model: Model, place: Placement, layout: Layout, microbatches: int, micro_batch: int, seq: int, recompute: str, share: Fraction = Fraction(1)) -> Comm | None:
@@ -466,11 +483,10 @@ def expert_comm(model: Model, place: Placement, layout: Layout, microbatches: in
     _, moe_layers = _layers(model)
     if layout.expert == 1 or not moe_layers:
         return None
-    again = share if recompute == "full" else 0
     sizes = _activation_sizes(model, micro_batch, seq)
     tokens = micro_batch * seq // layout.tensor if layout.sequence else micro_batch * seq  # whole: _check_layout
     layer = list(_expert_layer(tokens, model.values["top_k"], sizes["d_model"], sizes["bytes_per_element"], layout.expert))
-    per_layer = _again(layer, again)
+    per_layer = _again(layer, *_rerun(recompute, share))
     # expert ranks follow the expert tensor ranks, innermost (Megatron-Core's expert rank order: etp-ep-dp-pp)
     return _comm(per_layer, microbatches * moe_layers / layout.pipeline, place, layout.etp * layout.expert, layout.expert)
 
@@ -486,11 +502,11 @@ def pipeline_comm(model: Model, place: Placement, layout: Layout, microbatches: 
     return _comm(boundary, microbatches * layout.chunks, place, layout.tensor * layout.context * layout.data * layout.pipeline, layout.pipeline)
 
 
-def _tensor_comm(model: Model, place: Placement, layout: Layout, microbatches: int, sizes: dict, layers: int, again: Number) -> Comm:
+def _tensor_comm(model: Model, place: Placement, layout: Layout, microbatches: int, sizes: dict, layers: int, again: Number, saved: tuple[str, ...] = ()) -> Comm:
     """Megatron's per-layer all-reduces (or sequence parallelism's gathers and scatters), the vocabulary-parallel embedding and head."""
     t, p = layout.tensor, layout.pipeline
     layer, ends = (list(x) for x in _tensor_transfers(layout.sequence, tuple(sizes.items()), model.values.get("vocab", 1), t, tensor_reductions(model)))
-    layer = _again(layer, again)
+    layer = _again(layer, again, saved)
     link, per_node = place.link(t), place.per_node(t, t)
     seconds = transfer_seconds(layer, place, link, per_node=per_node) * layers + transfer_seconds(ends, place, link, per_node=per_node)
     sent = float(parallel_comm.bytes_per_rank(layer)) * layers + float(parallel_comm.bytes_per_rank(ends))
