@@ -66,3 +66,12 @@ def test_offload_and_the_json_name_the_option_and_the_policy(capsys):
     found = run_json(capsys, "time", "llama-3.1-8b", "--train", "--gpu", "h100-sxm", "--gpus", "8", "--zero", "3", "--global-batch", "16", "--micro-batch", "2", "--seq", "8192", "--recompute", "selective", "--offload-layers", "2", "--json")
     assert found["recompute"] == "selective" and found["recompute_policy"] == "saved_ops"
     assert found["comm"]["offload"]["bytes_per_rank"] > 0
+
+
+def test_a_direct_query_projection_comes_first_in_forward_order():
+    """DeepSeek-V2-Lite (no query LoRA) computes q_proj before kv_a_proj_with_mqa (transformers'
+    DeepseekV2Attention.forward), so torchtitan's alternation keeps q_proj and kv_b_proj, not kv_a_proj and o_proj."""
+    model = symform.load("deepseek-v2-lite")
+    units = step_model.recomputed_units(model, "saved_ops")
+    kept = {path.rsplit("/", 1)[-1] for path in step_model.kept_ops(model, units, "saved_ops", flash=True) if "/attn/" in path}
+    assert kept == {"q_proj", "kv_b_proj", "core"}
