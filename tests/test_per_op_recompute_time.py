@@ -75,3 +75,13 @@ def test_a_direct_query_projection_comes_first_in_forward_order():
     units = step_model.recomputed_units(model, "saved_ops")
     kept = {path.rsplit("/", 1)[-1] for path in step_model.kept_ops(model, units, "saved_ops", flash=True) if "/attn/" in path}
     assert kept == {"q_proj", "kv_b_proj", "core"}
+
+
+def test_a_part_its_convention_switches_off_is_not_counted():
+    """Llama 4's every_expert path (transformers' eager module: every expert on every token) runs only with
+    every_expert = 1; under the engines' routing (the default, 0) its products are not in the alternation, so the MoE
+    layer keeps q, v, the router and the shared expert's up projection (5th and 7th products after q, k, v, o)."""
+    model = symform.load("llama-4-scout")
+    units = step_model.recomputed_units(model, "saved_ops")
+    kept = {path.split("/", 2)[2] for path in step_model.kept_ops(model, units, "saved_ops", flash=True) if path.startswith("layers/rope_moe/")}
+    assert kept == {"attn/core", "attn/q_proj", "attn/v_proj", "mlp/router", "mlp/shared_expert/up_proj"}

@@ -320,7 +320,7 @@ def _saved_activations(
         if per_op is not None and "full" in data["saved_when"]:  # a checkpointed layer under a per-op policy
             rest = tuple(m for m in modes if m not in REBUILDING)
             transients.append(kept(node, rest))
-            return kept_by(node, data["saved_when"]["full"] + partial_recompute.saved_op_outputs(graph, node, "flash" in modes, **PER_OP[per_op]))
+            return kept_by(node, data["saved_when"]["full"] + partial_recompute.saved_op_outputs(graph, node, "flash" in modes, **PER_OP[per_op], conventions=model.conventions))
         for mode in modes:
             if mode in data["saved_when"]:
                 if PARTS in data["saved_when"][mode].free_symbols:  # the parts' sum less what this mode recomputes

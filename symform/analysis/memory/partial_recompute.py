@@ -14,7 +14,7 @@ recomputation's, one checkpointed layer rebuilt).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from fractions import Fraction
 
 import sympy
@@ -56,13 +56,13 @@ def blended(saved_at: Callable[[str], tuple[sympy.Expr, sympy.Expr, dict[str, sy
     return sympy.expand(kept + mix * (rebuilt - kept)), transient, {k: sympy.expand(v) for k, v in blend.items() if v != 0}
 
 
-def saved_op_outputs(graph, unit: str, flash: bool, every: int = 2, biased: bool = False, kernel_outputs: bool = True, branch_ends: bool = True) -> sympy.Expr:
+def saved_op_outputs(graph, unit: str, flash: bool, every: int = 2, biased: bool = False, kernel_outputs: bool = True, branch_ends: bool = True, conventions: Mapping[sympy.Symbol, sympy.Expr] | None = None) -> sympy.Expr:
     """What a per-op checkpointing policy (settings.PER_OP) saves inside one checkpointed layer beyond its input
     (saved_ops), in bytes."""
-    return sympy.Add(*(term for _, term in saved_ops(graph, unit, flash, every, biased, kernel_outputs, branch_ends)))
+    return sympy.Add(*(term for _, term in saved_ops(graph, unit, flash, every, biased, kernel_outputs, branch_ends, conventions)))
 
 
-def saved_ops(graph, unit: str, flash: bool, every: int = 2, biased: bool = False, kernel_outputs: bool = True, branch_ends: bool = True) -> list[tuple[str, sympy.Expr]]:
+def saved_ops(graph, unit: str, flash: bool, every: int = 2, biased: bool = False, kernel_outputs: bool = True, branch_ends: bool = True, conventions: Mapping[sympy.Symbol, sympy.Expr] | None = None) -> list[tuple[str, sympy.Expr]]:
     """The ops whose results a per-op checkpointing policy (settings.PER_OP) saves inside one checkpointed layer, each
     with the bytes it keeps: the result of every ``every``-th matrix product in forward order, the 1st first
     (torchtitan's aten.mm, every second; JAX's checkpoint_dots_with_no_batch_dims, each), a linear with a bias among
@@ -71,7 +71,8 @@ def saved_ops(graph, unit: str, flash: bool, every: int = 2, biased: bool = Fals
     last product of each of the layer's parts (the attention's output projection, the MLP's down projection) is not
     kept: its output only enters the residual sum, whose backward never reads it, and JAX's policies choose among the
     values backward reads. Parts sharded over experts run as grouped GEMMs (batched products), which neither policy
-    saves. Backward runs again every other op of the layer (symform.analysis.time.step_model.recomputed_leaves)."""
+    saves. Backward runs again every other op of the layer (symform.analysis.time.step_model.recomputed_leaves).
+    ``conventions``: the model's, which decide whether a part a convention switches runs at all (and so counts)."""
     products = 0
     saved: list[tuple[str, sympy.Expr]] = []
     last: int | None = None  # where the part being walked has its last product in ``saved`` (None: not saved)
@@ -91,12 +92,12 @@ def saved_ops(graph, unit: str, flash: bool, every: int = 2, biased: bool = Fals
                     saved.append((node, repeat * data["saved_when"]["output"]))
                     last = len(saved) - 1
             return
-        for child in _run_parts(graph, node):
+        for child in _run_parts(graph, node, conventions):
             walk(child, repeat * graph.edges[node, child]["repeat"]["forward_flops"])
 
     own = graph.nodes[unit]["saved_when"]
     # a unit that is one product (or kernel) itself is its own only part
-    parts = [(unit, sympy.Integer(1))] if "output" in own or "kernel_output" in own else [(p, graph.edges[unit, p]["repeat"]["forward_flops"]) for p in _run_parts(graph, unit)]
+    parts = [(unit, sympy.Integer(1))] if "output" in own or "kernel_output" in own else [(p, graph.edges[unit, p]["repeat"]["forward_flops"]) for p in _run_parts(graph, unit, conventions)]
     ends = set()
     for part, repeat in parts:
         last = None
@@ -105,7 +106,11 @@ def saved_ops(graph, unit: str, flash: bool, every: int = 2, biased: bool = Fals
     return [entry for i, entry in enumerate(saved) if branch_ends or i not in ends]
 
 
-def _run_parts(graph, node: str) -> list[str]:
-    """The parts of ``node`` that run in forward (a part sharing another's kept input keeps nothing of its own), but
-    those sharded over experts."""
-    return [c for c in graph.successors(node) if graph.edges[node, c]["repeat"]["forward_flops"] != 0 and graph.edges[node, c]["shard"] != "expert"]
+def _run_parts(graph, node: str, conventions: Mapping[sympy.Symbol, sympy.Expr] | None = None) -> list[str]:
+    """The parts of ``node`` that run in forward under the model's ``conventions`` (a part sharing another's kept input
+    keeps nothing of its own), but those sharded over experts."""
+    def runs(child: str) -> bool:
+        repeat = graph.edges[node, child]["repeat"]["forward_flops"]
+        return (sympy.sympify(repeat).xreplace(conventions) if conventions else repeat) != 0
+
+    return [c for c in graph.successors(node) if runs(c) and graph.edges[node, c]["shard"] != "expert"]

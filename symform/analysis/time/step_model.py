@@ -223,7 +223,7 @@ def kept_ops(model: Model, units: Iterable[str], recompute: str, flash: bool) ->
     if recompute not in PER_OP:
         return ()
     graph = model.graph().graph
-    return tuple(sorted({path for unit in units for path, _ in partial_recompute.saved_ops(graph, unit, flash, **PER_OP[recompute])}))
+    return tuple(sorted({path for unit in units for path, _ in partial_recompute.saved_ops(graph, unit, flash, **PER_OP[recompute], conventions=model.conventions)}))
 
 
 def recompute_work(model: Model, recompute: str, *, flash: bool = False, values: Mapping[sympy.Symbol, sympy.Expr] | None = None) -> tuple[sympy.Expr, sympy.Expr]:
