@@ -344,9 +344,9 @@ def _by_estimate(model: Model, gpu, fitting: Candidates, order: np.ndarray, lowe
     timed = {}
     for i in shortlist:
         bounds = _timed(model, gpu, fitting, i, flash, timing_args, framework)
-        layout, micro_batch, recompute = fitting.layout(i, timing_args["global_batch"])
+        layout, micro_batch, _ = fitting.layout(i, timing_args["global_batch"])
         try:
-            found = estimate.training_estimate(model, gpu, micro_batch=micro_batch, layout=layout, recompute=_timed_mode(framework, timing_args.get("finetune"), recompute), attention="sdpa" if flash else "eager", bounds=bounds, profile=time_facts, **timing_args)
+            found = estimate.training_estimate(model, gpu, micro_batch=micro_batch, layout=layout, recompute=bounds.recompute, attention="sdpa" if flash else "eager", bounds=bounds, profile=time_facts, **timing_args)
         except ConfigError as e:
             if "no efficiency data" not in str(e):
                 raise

@@ -39,7 +39,7 @@ from ..time import efficiencies
 from ..parallel.collectives import link_latency
 from ..devices.hardware import Hardware
 from ..memory.memory import matmul_rate, stored_weights, tensor_split
-from ..time.roofline import attention_cores, in_attention_core, phase_work
+from ..time.roofline import attention_cores, phase_work, within
 from .kv_pool import Engine, KVPool, Lengths, Number, _memory_forms, engine_defaults, paged_pool, within_context
 
 MODES = ("continuous", "chunked", "disaggregated")
@@ -91,7 +91,7 @@ def _leaves(model: Model, phase: str, tensor: int, names: tuple[str, ...], exper
         flops, moved = per_device(work.flops), per_device(work.bytes)
         if flops == 0 and moved == 0:
             continue
-        kind = "attention" if in_attention_core(path, cores) else "gemm" if flops != 0 else "elementwise"
+        kind = "attention" if within(path, cores) else "gemm" if flops != 0 else "elementwise"
         found.append(_Leaf(path, kind, layers if path.startswith("layers/") else 1.0, compile_expression(flops, names), compile_expression(moved, names)))
     return tuple(found)
 

@@ -49,7 +49,7 @@ from ..parallel.scaling import in_flight_microbatches
 from . import grouped_gemm
 from . import routing
 from .efficiencies import TimeProfile
-from .roofline import attention_cores, in_attention_core, phase_work
+from .roofline import attention_cores, phase_work, within
 from .kernel_work import Kernel
 from .efficiencies import ATTENTION, Efficiency, NO_KERNEL_DATA, NO_MOE_DATA, SCORE_LEAVES, efficiency, has_efficiency, rules
 
@@ -106,7 +106,7 @@ def _kernels(model: Model, phase: str, workload: Mapping[str, int | Fraction], t
         moved = sum(share * on_device(w.bytes) for share, w in both)
         if not flops and not moved:
             continue
-        kind = "attention" if flash and in_attention_core(path, cores) else "gemm" if flops else "elementwise"
+        kind = "attention" if flash and within(path, cores) else "gemm" if flops else "elementwise"
         runs = tuple(float(p) for p in tuned.get(path, passes))
         calls = sum(runs) * (float(layers_here) if path.startswith("layers/") else 1.0)
         shape = _gemm_shape(model, path, split, workload, context, point) if kind == "gemm" else None
@@ -200,10 +200,11 @@ Number = int | float | Fraction
 
 def _recomputed(model: Model, recompute: str, flash: bool) -> dict[str, Any]:
     """One more forward of the leaves ``recompute`` runs again in backward, by path (as symform.analysis.time.timing counts them)."""
-    units = step_model.recomputed_units(model, recompute)
-    if not units or (flash and recompute == "selective"):
+    parts = step_model.recomputed_parts(model, recompute, flash)
+    if parts is None:
         return {}
-    return step_model.recomputed_leaves(model, units, flash, kept=step_model.kept_ops(model, units, recompute, flash))
+    units, kept = parts
+    return step_model.recomputed_leaves(model, units, flash, kept=kept)
 
 
 def kernel_parts(kernel: Kernel, peak: float, hbm: float, eff: Efficiency, fusion: tuple[float, frozenset[str]], head_size: int) -> tuple[float, float, float]:

@@ -533,9 +533,10 @@ def attention_cores(model: Model) -> tuple[str, ...]:
     return tuple(path for path, node in graph.nodes.items() if node["component"].kind == ATTENTION_KERNEL)
 
 
-def in_attention_core(path: str, cores: tuple[str, ...]) -> bool:
-    """Whether a leaf of phase_work is an attention core (folded under flash) or one of its eager parts."""
-    return any(path == core or path.startswith(core + "/") for core in cores)
+def within(path: str, nodes: tuple[str, ...]) -> bool:
+    """Whether a leaf's path is one of ``nodes`` or lies under one (an attention core folded under flash, or one of
+    its eager parts; a recomputed unit's leaves)."""
+    return any(path == node or path.startswith(node + "/") for node in nodes)
 
 
 def _use_flash_attention(

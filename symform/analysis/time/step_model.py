@@ -26,7 +26,7 @@ from ..memory import partial_recompute
 from ..memory.settings import PER_OP, RECOMPUTE
 from ...engine.graph.model import Model
 from ...engine.algebra.multiplied import multiplied_out, value_at
-from .roofline import Work, phase_work
+from .roofline import Work, phase_work, within
 
 
 #: Accelerators sharing one scale-up fabric (NVLink domain) when an accelerator rather
@@ -226,18 +226,25 @@ def kept_ops(model: Model, units: Iterable[str], recompute: str, flash: bool) ->
     return tuple(sorted({path for unit in units for path, _ in partial_recompute.saved_ops(graph, unit, flash, **PER_OP[recompute], conventions=model.conventions)}))
 
 
-def recompute_work(model: Model, recompute: str, *, flash: bool = False, values: Mapping[sympy.Symbol, sympy.Expr] | None = None) -> tuple[sympy.Expr, sympy.Expr]:
-    """Extra forward FLOPs and HBM bytes of one step's recomputation, over batch and seq.
-
-    With FlashAttention, selective recomputation adds nothing: FlashAttention's backward
-    already recomputes the attention scores (counted in its own FLOPs) and keeps no
-    score matrix to drop. ``values``: put into every leaf first (roofline.phase_work's).
-    """
+def recomputed_parts(model: Model, recompute: str, flash: bool) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """The units ``recompute`` runs forward again in backward and the ops in them whose results it keeps (kept_ops);
+    None where it runs nothing again: no unit, or selective under FlashAttention, whose backward recomputes the
+    scores itself (counted in its own FLOPs) and keeps no score matrix to drop."""
     units = recomputed_units(model, recompute)
-    if flash and recompute == "selective":
+    if not units or (flash and recompute == "selective"):
+        return None
+    return tuple(units), kept_ops(model, units, recompute, flash)
+
+
+def recompute_work(model: Model, recompute: str, *, flash: bool = False, values: Mapping[sympy.Symbol, sympy.Expr] | None = None) -> tuple[sympy.Expr, sympy.Expr]:
+    """Extra forward FLOPs and HBM bytes of one step's recomputation (recomputed_parts), over batch and seq.
+    ``values``: put into every leaf first (roofline.phase_work's)."""
+    parts = recomputed_parts(model, recompute, flash)
+    if parts is None:
         return sympy.Integer(0), sympy.Integer(0)
+    units, kept = parts
     # once per model and options: a plan asks again for every layout it reworks
-    return _recompute_work(model, units, flash, dict(values or {}), kept_ops(model, units, recompute, flash))
+    return _recompute_work(model, list(units), flash, dict(values or {}), kept)
 
 
 def rank_sizes(model: Model, seq: int | None = None) -> dict[sympy.Symbol, sympy.Expr]:
@@ -269,11 +276,7 @@ def recomputed_leaves(model: Model, units: Iterable[str], flash: bool, values: M
     ``kept`` ops, whose saved results backward reads instead (kept_ops)."""
     units, kept = tuple(units), tuple(kept)
     leaves = phase_work(model, "prefill", depth=None, flash=flash, values=values, recomputed_forward=True).components
-    return {path: w for path, w in leaves.items() if _within(path, units) and not _within(path, kept)}
-
-
-def _within(path: str, nodes: tuple[str, ...]) -> bool:
-    return any(path == node or path.startswith(f"{node}/") for node in nodes)
+    return {path: w for path, w in leaves.items() if within(path, units) and not within(path, kept)}
 
 
 def transfer_seconds(transfers: Iterable[parallel_comm.Transfer], place: Placement, link: str, *, alpha: float | None = None, bandwidth: float | None = None, algorithms: tuple[str, ...] = ALGORITHMS, per_node: int = 1) -> float:

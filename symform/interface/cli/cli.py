@@ -13,7 +13,7 @@ import sys
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from ..options.cli_args import given_once, positive_int
+from ..options.cli_args import DERIVE_WORKLOAD, given_once, positive_int
 from ..options.parser import _ARGV, EXIT_BAD_INPUT, _assignment, _Parser, _setting
 from ...engine.errors import SymformError
 from ...engine.store.data import accountings_table, version
@@ -408,8 +408,6 @@ def _finetune_json(tune, counts, forward: Number, backward: Number) -> dict[str,
     }
 
 
-# what derive and latex take as options: the workload and the parallel layout (training_bytes)
-DERIVE_WORKLOAD = ("batch", "seq", "source_seq", "tokens", "tp", "pp", "dp")
 
 
 def _derivation(d: Derivation, args: argparse.Namespace, model: Model, given: dict[str, object]) -> str:

@@ -15,6 +15,10 @@ from ...engine.budget import number_from_text, quoted
 from ...engine.errors import ConfigError
 
 
+# what derive and latex take as options: the workload and the parallel layout (training_bytes), in their order
+DERIVE_WORKLOAD = ("batch", "seq", "source_seq", "tokens", "tp", "pp", "dp")
+
+
 def exact_number(text: str) -> int | Fraction:
     """4096, 0.5, 1.5e12 or 1/2: an int when whole, else a Fraction."""
     try:

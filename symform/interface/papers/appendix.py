@@ -21,6 +21,7 @@ from ...engine.graph.structure import Block, block_large, by_layer_kind, default
 from ...engine.graph.structure import branches_in_force
 from . import latex as tex
 from .latex_layout import breakable
+from ..options.media import reads_source
 
 COLUMNS = (
     ("params", "$N$", "parameters"),
@@ -131,8 +132,7 @@ def appendix_table(models: Sequence[Model], *, seq: int) -> tuple[str, set[sympy
 
 def _source_words(models: Sequence[Model]) -> str:
     """What the notes say of an encoder-decoder's source (per_token_workload's), where a model reads one."""
-    reads = any("source_seq" in {x.name for x in m.expression("forward_flops").expr.free_symbols} for m in models)
-    return "; an encoder-decoder's source as long" if reads else ""
+    return "; an encoder-decoder's source as long" if any(reads_source(m) for m in models) else ""
 
 
 def column_letter(quantity: str) -> str:

@@ -7,6 +7,7 @@ import sympy
 from ...engine.graph.model import Model
 from ...engine.graph.structure import ActiveForm, Block, Structure, active_form, by_layer_kind, default_assumptions, error_at, structure
 from . import latex as tex
+from ..options.cli_args import DERIVE_WORKLOAD
 
 
 def block_forms(model: Model, quantity: str, *, assume: str | None, leading: bool, workload: dict[str, object]) -> tuple[Structure, ActiveForm | None, str]:
@@ -82,7 +83,6 @@ def structure_text(model: Model, st: Structure, active: ActiveForm | None, note:
     return lines
 
 
-_WORKLOAD = ("batch", "seq", "source_seq", "tokens", "tp", "pp", "dp")  # derive's workload flags (cli.DERIVE_WORKLOAD), in their order
 
 
 def _error_line(model: Model, quantity: str, expr: sympy.Expr, workload: dict[str, object]) -> str:
@@ -90,7 +90,7 @@ def _error_line(model: Model, quantity: str, expr: sympy.Expr, workload: dict[st
     if error is None:
         # only the workload flags the expression reads and the command line left out: never one it already gave
         read = {s.name for s in expr.free_symbols}
-        needed = [n for n in _WORKLOAD if n in read and n not in workload]
+        needed = [n for n in DERIVE_WORKLOAD if n in read and n not in workload]
         flags = ", ".join(f"--{n.replace('_', '-')}" for n in needed) or "the workload"
         return f"(give {flags} to see the relative error at {model.name})"
     return f"relative error at {model.name}: {error:+.2%}"

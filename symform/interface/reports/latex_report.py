@@ -11,6 +11,7 @@ from ..papers import latex as tex
 from ...engine.graph.derive import derive
 from ...engine.errors import EvaluationError
 from ...engine.graph.model import Model, normalise_quantity
+from ..options.cli_args import DERIVE_WORKLOAD
 from ..options.media import with_source_symbolic, with_source_where_read, without_source
 
 
@@ -127,7 +128,7 @@ def _title(quantity: str, models: list[str]) -> str:
 
 def _workload(args: argparse.Namespace) -> dict[str, int]:
     """The workload the forms' errors are evaluated at (the forms keep every length a symbol, the source's too)."""
-    return {k: getattr(args, k, None) for k in ("batch", "seq", "source_seq", "tokens", "tp", "pp", "dp") if getattr(args, k, None) is not None}
+    return {k: getattr(args, k, None) for k in DERIVE_WORKLOAD if getattr(args, k, None) is not None}
 
 
 def _model_sections(args: argparse.Namespace, load: Callable[[argparse.Namespace], Model]) -> list[tuple[str, str]]:
