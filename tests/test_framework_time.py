@@ -144,20 +144,26 @@ def test_time_applies_a_named_release_and_says_which_facts(capsys):
     assert "give --framework too" in capsys.readouterr().err
 
 
-def test_a_named_framework_brings_its_sequence_parallelism_to_time(capsys):
-    """Megatron's recipes run sequence parallelism beside tensor parallelism (megatron.toml), as the measured runs under
-    it are timed: `time --framework megatron` with --tp 2 does too, so each rank dispatches half the tokens to the
-    experts, as `--sp` does by hand; without a framework the layout is the user's."""
+def test_the_framework_counted_brings_its_sequence_parallelism_to_time(capsys):
+    """torchtitan's tensor-parallel plan (the default framework's) and Megatron's recipes run sequence parallelism beside
+    tensor parallelism (torchtitan.toml, megatron.toml): `time` with --tp 2 does too, named or not, so each rank
+    dispatches half the tokens to the experts; `--no-sp` and the eager accounting (no framework) run tensor parallelism
+    alone. The memory check counts the same layout as `symform memory` does, to the byte."""
     from symform.interface.cli.cli import main
 
-    argv = ["time", "qwen3-30b-a3b", "--gpu", "h100-sxm", "--gpus", "8", "--tp", "2", "--ep", "4", "--train", "--global-batch", "64", "--seq", "4096", "--json"]
-    sent = {}
-    for name, extra in (("plain", []), ("sp", ["--sp"]), ("megatron", ["--framework", "megatron", "--framework-version", "25.11"])):
+    layout = ["--tp", "2", "--ep", "4", "--seq", "4096"]
+    argv = ["time", "qwen3-30b-a3b", "--gpu", "h100-sxm", "--gpus", "8", *layout, "--train", "--global-batch", "64", "--json"]
+    found = {}
+    for name, extra in (("default", []), ("megatron", ["--framework", "megatron", "--framework-version", "25.11"]), ("no-sp", ["--no-sp"]), ("eager", ["--accounting", "eager"]), ("eager-sp", ["--accounting", "eager", "--sp"])):
         assert main([*argv, *extra]) == 0
         data = json.loads(capsys.readouterr().out)
-        sent[name] = (data["layout"]["sequence"], data["comm"]["expert"]["bytes_per_rank"])
-    assert sent["plain"][0] is False and sent["sp"][0] is True and sent["megatron"] == sent["sp"]
-    assert sent["sp"][1] == sent["plain"][1] / 2
+        found[name] = (data["layout"]["sequence"], data["comm"]["expert"]["bytes_per_rank"], data["memory"]["bytes_per_device"])
+    assert [found[n][0] for n in found] == [True, True, False, False, True]
+    assert found["default"][1] == found["megatron"][1] == found["eager-sp"][1] == found["no-sp"][1] / 2 == found["eager"][1] / 2
+    for name, extra in (("default", []), ("no-sp", ["--no-sp"])):
+        assert main(["memory", "qwen3-30b-a3b", "--train", *layout, "--dp", "4", "--batch", "1", "--flash", "--json", *extra]) == 0
+        assert json.loads(capsys.readouterr().out)["total"] == found[name][2]
+    assert found["default"][2] < found["no-sp"][2]  # sequence parallelism splits the norms' and residuals' activations too
 
 
 def test_the_all_to_all_is_exposed_unless_the_run_overlaps_it():

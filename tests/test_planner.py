@@ -2,12 +2,14 @@
 every layout it offers fits, and nothing faster that fits was left out."""
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from symform import EvaluationError, load
 from symform.interface.cli.cli import main
+from symform.analysis.memory import frameworks
 from symform.analysis.memory.memory import Training, training_memory
 from symform.analysis.memory.settings import Layout
 from symform.analysis.plans.planner import HEADROOM, enumerate_layouts, memory_per_device, plan, static_per_device, step_time_bounds
@@ -135,7 +137,7 @@ def test_plan_cli_json(capsys):
     assert len(report["layouts"]) == 2
     first = report["layouts"][0]
     assert first["memory"]["total"] <= report["assumptions"]["memory_budget_bytes"]
-    assert set(first["layout"]) == {"data", "tensor", "pipeline", "expert", "zero"}
+    assert set(first["layout"]) == {"data", "tensor", "pipeline", "expert", "zero", "sequence"}
 
 
 @pytest.mark.parametrize(
@@ -145,6 +147,7 @@ def test_plan_cli_json(capsys):
         ["plan", MODEL, "--gpu", "nope", "--gpus", "8", "--global-batch", "8", "--seq", "8"],
         ["plan", MODEL, "--gpu", "h100-sxm", "--gpus", "7", "--global-batch", "3", "--seq", "8"],
         ["plan", MODEL, "--gpu", "h100-sxm", "--gpus", "8", "--global-batch", "8", "--seq", "8", "--framework-version", "25.11"],
+        ["plan", "--serve", MODEL, "--gpu", "h100-sxm", "--prompt", "512", "--output", "64", "--offline", "--no-sp"],
     ],
 )
 def test_bad_plan_input_is_one_line_and_exit_2(capsys, argv):
@@ -193,6 +196,40 @@ def test_screen_with_a_framework_equals_its_exact_memory(framework, name, device
         layout, micro_batch, recompute = c.layout(int(i), GLOBAL_BATCH)
         exact = training_memory(model, batch=micro_batch, seq=seq, setup=Training(recompute=recompute, flash=True, layout=layout, framework=framework))
         assert memory[i] == pytest.approx(float(exact.total), rel=1e-12)
+
+
+@pytest.mark.parametrize(("framework", "name", "devices", "seq"), [(None, MODEL, 16, SEQ), ("torchtitan", MODEL, 16, SEQ), ("maxtext", "mixtral-8x7b", 64, 4096)])
+def test_screen_with_sequence_parallelism_equals_the_exact_memory_and_time(framework, name, devices, seq):
+    """Sequence parallelism beside tensor parallelism: the screen splits every activation over the tensor ranks and
+    times the gathers and scatters, as training_memory and training_time count the layout, row by row."""
+    model = load(name)
+    c = enumerate_layouts(model, devices, GLOBAL_BATCH, sequence_of=seq)
+    memory = memory_per_device(model, c, seq=seq, global_batch=GLOBAL_BATCH, precision="mixed", optimizer="adamw", flash=True, framework=framework)
+    lower, upper = step_time_bounds(model, c, "h100-sxm", seq=seq, global_batch=GLOBAL_BATCH, precision="mixed", flash=True, dtype="bf16", node_size=None, framework=framework)
+    rows = np.random.default_rng(2).choice(np.flatnonzero(c.tensor > 1), 16, replace=False)
+    for i in rows:
+        layout, micro_batch, recompute = c.layout(int(i), GLOBAL_BATCH)
+        assert layout.sequence
+        exact = training_memory(model, batch=micro_batch, seq=seq, setup=Training(recompute=recompute, flash=True, layout=layout, framework=framework))
+        assert memory[i] == pytest.approx(float(exact.total), rel=1e-12)
+        timed = training_time(model, "h100-sxm", global_batch=GLOBAL_BATCH, micro_batch=micro_batch, seq=seq, layout=layout, recompute=frameworks.timed_recompute(framework, recompute), flash=True)
+        assert lower[i] == pytest.approx(timed.time_lower, rel=1e-9)
+        assert upper[i] == pytest.approx(timed.time_upper, rel=1e-9)
+        without = training_memory(model, batch=micro_batch, seq=seq, setup=Training(recompute=recompute, flash=True, layout=replace(layout, sequence=False), framework=framework))
+        assert exact.values["activations"] < without.values["activations"]  # the norms' and residuals' activations split too
+
+
+def test_a_plan_runs_sequence_parallelism_as_its_framework_does():
+    """torchtitan runs sequence parallelism with tensor parallelism (torchtitan.toml): its plan's tensor-parallel
+    layouts do, unless the user says not; no framework runs none; tensor degrees must then divide the sequence."""
+    model = load(MODEL)
+    planned = {sp: plan(model, "h100-sxm", devices=16, global_batch=GLOBAL_BATCH, seq=SEQ, flash=True, top=8, framework="torchtitan", sequence=sp) for sp in (None, False)}
+    assert {row.layout.sequence for row in planned[None].best if row.layout.tensor > 1} == {True}
+    assert not any(row.layout.sequence for row in planned[False].best)
+    assert not any(row.layout.sequence for row in plan(model, "h100-sxm", devices=16, global_batch=GLOBAL_BATCH, seq=SEQ, flash=True, top=8).best)
+    c = enumerate_layouts(model, 16, GLOBAL_BATCH, sequence_of=2 * 1023)  # 2,046 tokens: only 1 and 2 split them
+    assert set(c.tensor.tolist()) == {1, 2} and c.sequence
+    assert set(enumerate_layouts(model, 16, GLOBAL_BATCH).tensor.tolist()) == {1, 2, 4, 8}
 
 
 @pytest.mark.parametrize("headroom", [0, 2 * 2**30, 8 * 2**30])

@@ -49,7 +49,7 @@ def test_tp_comm_overlap_hides_the_tensor_communication_under_the_gemms(capsys):
     assert overlapped["comm_s"]["tensor"] == pytest.approx(sp["comm_s"]["tensor"])
     assert 0 <= overlapped["exposed_comm_s"]["tensor"] < sp["comm_s"]["tensor"]
     assert overlapped["estimate_s"]["estimate"] < sp["estimate_s"]["estimate"]
-    code, _, err = run(capsys, *STEP, "--tp-comm-overlap")
+    code, _, err = run(capsys, *STEP, "--no-sp", "--tp-comm-overlap")
     assert code == 2 and "--sp" in err
 
 

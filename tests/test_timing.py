@@ -142,6 +142,17 @@ def test_pipeline_bubble_is_scalings_ratio(small):
     assert result.time_lower == pytest.approx(inside * (1 + 3 / 4))
 
 
+@pytest.mark.parametrize(("context", "sequence", "held"), [(1, False, 4096), (1, True, 1024), (2, False, 2048), (2, True, 512)])
+def test_a_stage_sends_the_activations_its_ranks_hold(context, sequence, held):
+    """Megatron-Core sends (seq / context [/ tensor with sequence parallelism], micro-batch, hidden) between stages
+    (pipeline_parallel/schedules.py get_tensor_shapes): each rank its share of the sequence, forward and back, once per
+    micro-batch. Llama 3.1 8B: d_model 4,096, bf16 activations; 8 micro-batches of 2 on tensor 4 × pipeline 2."""
+    model = symform.load("llama-3.1-8b")
+    layout = Layout(tensor=4, pipeline=2, context=context, sequence=sequence)
+    result = training_time(model, "h100-sxm", global_batch=16, micro_batch=2, seq=4096, layout=layout)
+    assert result.comm["pipeline"].bytes_per_rank == 8 * 2 * (2 * held * 4096 * 2)  # micro-batches · (send + its gradient) · b·s·d·2
+
+
 def test_expert_parallel_all_to_all_only_for_moe():
     moe = symform.load("qwen1.5-moe-a2.7b")
     result = training_time(moe, "h100-sxm", global_batch=4, micro_batch=1, seq=256, layout=Layout(data=4, expert=4))

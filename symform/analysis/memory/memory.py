@@ -84,15 +84,16 @@ class MemoryReport:
         return {
             "model": self.model,
             "phase": self.phase,
-            "total": _whole_bytes(self.total),
-            "components": {k: _whole_bytes(v) for k, v in self.values.items()},
-            "activations_by_component": {k: _whole_bytes(v) for k, v in self.activations_by_component.items()},
+            "total": whole_bytes(self.total),
+            "components": {k: whole_bytes(v) for k, v in self.values.items()},
+            "activations_by_component": {k: whole_bytes(v) for k, v in self.activations_by_component.items()},
             "expressions": {k: str(f) for k, f in self.expressions.items()},
             "assumptions": self.assumptions,
         }
 
 
-def _whole_bytes(value: Number) -> int:
+def whole_bytes(value: Number) -> int:
+    """Bytes as a device allocates them: a fraction of a byte (an average over ranks or tokens) still takes one."""
     return math.ceil(Fraction(value))
 
 

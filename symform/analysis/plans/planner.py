@@ -57,21 +57,30 @@ class Candidates:
     micro_batch: np.ndarray
     zero: np.ndarray
     recompute: np.ndarray  # index into RECOMPUTE
+    sequence: bool = False  # sequence parallelism beside every tensor degree above 1 (the framework's default, or the user's)
 
     def __len__(self) -> int:
         return len(self.tensor)
 
     def take(self, mask: np.ndarray) -> "Candidates":
-        return Candidates(*(getattr(self, f)[mask] for f in self.__dataclass_fields__))
+        return Candidates(*(getattr(self, f)[mask] for f in self.__dataclass_fields__ if f != "sequence"), sequence=self.sequence)
 
     def layout(self, i: int, global_batch: int) -> tuple[Layout, int, str]:
         """Row ``i`` as a Layout (with its micro-batches per step), its micro-batch size and recomputation."""
         micro_batch, data = int(self.micro_batch[i]), int(self.data[i])
+        tensor = int(self.tensor[i])
         layout = Layout(
-            data=data, tensor=int(self.tensor[i]), pipeline=int(self.pipeline[i]), expert=int(self.expert[i]),
-            zero=int(self.zero[i]), microbatches=global_batch // (micro_batch * data),
+            data=data, tensor=tensor, pipeline=int(self.pipeline[i]), expert=int(self.expert[i]),
+            zero=int(self.zero[i]), microbatches=global_batch // (micro_batch * data), sequence=self.sequence and tensor > 1,
         )  # fmt: skip
         return layout, micro_batch, RECOMPUTE[int(self.recompute[i])]
+
+
+def sequence_parallel(framework: str | None, given: bool | None) -> bool:
+    """Whether a plan's tensor-parallel layouts run sequence parallelism: ``given`` where the user gave it, else the
+    framework's default (formulas/frameworks), as ``symform memory`` and ``symform time`` count a layout."""
+    fw = frameworks.framework(framework)
+    return fw.default("sequence_parallel", given, tensor=2) if fw else bool(given)
 
 
 def recompute_modes(framework: str | None) -> tuple[str, ...]:
@@ -80,13 +89,16 @@ def recompute_modes(framework: str | None) -> tuple[str, ...]:
     return tuple(m for m in RECOMPUTE if m != "selective" or fw is None or fw.selective is not None)
 
 
-def enumerate_layouts(model: Model, devices: int, global_batch: int, *, micro_batches=MICRO_BATCHES, zero_stages=(0, 1, 2, 3), recompute=RECOMPUTE, finetune: FineTune | None = None) -> Candidates:
+def enumerate_layouts(
+    model: Model, devices: int, global_batch: int, *, micro_batches=MICRO_BATCHES, zero_stages=(0, 1, 2, 3), recompute=RECOMPUTE, finetune: FineTune | None = None, sequence_of: int | None = None,
+) -> Candidates:
     """Every layout whose degrees multiply to ``devices``, split the model evenly and the batch into whole micro-batches;
-    with ``finetune``, only those its memory and time model (no expert parallelism, ZeRO up to 2, no pipeline with frozen layers)."""
+    with ``finetune``, only those its memory and time model (no expert parallelism, ZeRO up to 2, no pipeline with frozen layers);
+    with ``sequence_of`` (a sequence's tokens), sequence parallelism beside tensor parallelism, whose degrees then split the sequence too."""
     sizes = model.values
     if finetune is not None:
         zero_stages = tuple(z for z in zero_stages if z < 3)
-    tensor_ok = [t for t in _divisors(devices) if all(sizes.get(s.name, t) % t == 0 for s in model.vocabulary.tensor_parallel)]
+    tensor_ok = [t for t in _divisors(devices) if all(sizes.get(s.name, t) % t == 0 for s in model.vocabulary.tensor_parallel) and (sequence_of is None or sequence_of % t == 0)]
     rows = []
     for t in tensor_ok:
         for p in _divisors(devices // t):
@@ -105,7 +117,7 @@ def enumerate_layouts(model: Model, devices: int, global_batch: int, *, micro_ba
     modes = np.array([RECOMPUTE.index(r) for r in recompute], dtype=np.int64)
     grid = np.array(np.meshgrid(np.arange(len(base)), zeros, modes, indexing="ij")).reshape(3, -1)
     picked = base[grid[0]]
-    return Candidates(picked[:, 0], picked[:, 1], picked[:, 2], picked[:, 3], picked[:, 4], grid[1], grid[2])
+    return Candidates(picked[:, 0], picked[:, 1], picked[:, 2], picked[:, 3], picked[:, 4], grid[1], grid[2], sequence=sequence_of is not None)
 
 
 # --- memory, vectorised --------------------------------------------------------------------------
@@ -164,7 +176,12 @@ def memory_per_device(model: Model, c: Candidates, *, seq: int, global_batch: in
     microbatches = global_batch / (c.micro_batch * c.data)
     in_flight = np.minimum(c.pipeline, microbatches)
     activations = np.zeros(len(c))
-    split = tensor_split(model, T)
+    # memory._activations_per_device: sequence parallelism splits every activation over the tensor ranks, tensor
+    # parallelism alone its heads and inner widths
+    split = {} if c.sequence else tensor_split(model, T)
+
+    def per_rank(expr: sympy.Expr) -> sympy.Expr:
+        return expr / T if c.sequence else expr
     for index, mode in enumerate(RECOMPUTE):
         rows = c.recompute == index
         if not rows.any():
@@ -172,11 +189,12 @@ def memory_per_device(model: Model, c: Candidates, *, seq: int, global_batch: in
         freed: tuple[str, ...] = ()
         if finetune is None:  # the sizes put in before multiplying out: the same polynomials in batch and tensor, sooner
             modes = (fw.recompute_mode(mode) if fw else mode,)
-            kept, transient, parts = saved_activations_at_sizes(model, rank_sizes(model, seq), recompute=modes[0], flash=flash)
+            kept, transient, parts = saved_activations_at_sizes(model, rank_sizes(model, seq, tensor=1 if c.sequence else T), recompute=modes[0], flash=flash)
+            kept, transient, parts = per_rank(kept), per_rank(transient), {name: per_rank(part) for name, part in parts.items()}
             freed = frameworks.finished_parts(model, fw, Layout(), modes)  # with one stage: memory.backward_categories
         else:
             kept, transient, _ = saved_activations(model, recompute=mode, flash=flash, kept_by=kept_by(model, finetune))
-            kept, transient = kept.xreplace(split), transient.xreplace(split)
+            kept, transient = per_rank(kept.xreplace(split)), per_rank(transient.xreplace(split))
         names = ("batch", "tensor")
         fixed = {"seq": seq} | ({"lora_rank": finetune.rank} if finetune else {})
         keep = _compiled(model, kept, names, fixed)(c.micro_batch[rows], c.tensor[rows])
@@ -184,7 +202,7 @@ def memory_per_device(model: Model, c: Candidates, *, seq: int, global_batch: in
         if freed:
             free = _compiled(model, sympy.Add(*(parts.get(p, 0) for p in freed)), names, fixed)(c.micro_batch[rows], c.tensor[rows])
             rebuilt = np.where((c.pipeline[rows] == 1) & (rebuilt != 0), np.maximum(rebuilt - free, 0), rebuilt)
-        loss = _compiled(model, backward_peak(model).xreplace(split), names, fixed)(c.micro_batch[rows], c.tensor[rows])
+        loss = _compiled(model, backward_peak(model).xreplace(tensor_split(model, T)), names, fixed)(c.micro_batch[rows], c.tensor[rows])
         activations[rows] = keep / c.pipeline[rows] * in_flight[rows] + np.maximum(rebuilt, loss)  # never together (memory.backward_categories)
     held = static + activations
     return held if fw is None else held + _framework_overheads(model, fw, c, params, held, precision)
@@ -221,7 +239,7 @@ def step_time_bounds(model: Model, c: Candidates, gpu, *, seq: int, global_batch
             target[rows] = microbatches[rows] * per_batch(c.micro_batch[rows], c.tensor[rows]) / c.pipeline[rows] / rate
 
     def layout(t, p, d, e, zero=0):
-        return Layout(data=d, tensor=t, pipeline=p, expert=e, zero=zero)
+        return Layout(data=d, tensor=t, pipeline=p, expert=e, zero=zero, sequence=c.sequence and t > 1)
 
     tensor, expert, pipeline = np.zeros(len(c)), np.zeros(len(c)), np.zeros(len(c))  # each kind's seconds
     tp = c.tensor > 1
@@ -301,7 +319,7 @@ class Plan:
             "screen_seconds": self.screen_seconds,
             "layouts": [
                 {
-                    "layout": {"data": p.layout.data, "tensor": p.layout.tensor, "pipeline": p.layout.pipeline, "expert": p.layout.expert, "zero": p.layout.zero},
+                    "layout": {"data": p.layout.data, "tensor": p.layout.tensor, "pipeline": p.layout.pipeline, "expert": p.layout.expert, "zero": p.layout.zero, "sequence": p.layout.sequence},
                     "micro_batch": p.micro_batch,
                     "recompute": p.recompute,
                     "memory": p.memory.as_dict(),
@@ -385,12 +403,14 @@ def plan(
     framework: str | None = None,
     headroom: int = HEADROOM,
     time_facts: TimeProfile | None = None,
+    sequence: bool | None = None,
 ) -> Plan:
     """The fastest layouts that fit: screened over every candidate, the best ``top`` worked out exactly
     (``finetune``: of a fine-tuning step, symform.analysis.memory.finetune), each leaving ``headroom`` bytes of the device free; with
     ``framework`` (formulas/frameworks), its selective recomputation, buffers and overheads counted; with
     ``time_facts`` (symform.analysis.time.efficiencies.profile), a framework release's overlaps and speeds in the
-    estimates that rank the layouts."""
+    estimates that rank the layouts; ``sequence``: sequence parallelism beside tensor parallelism (None: the
+    framework's default, as torchtitan and Megatron run it; none without a framework or for fine-tuning)."""
     if isinstance(headroom, bool) or not isinstance(headroom, int) or headroom < 0:
         raise EvaluationError(f"headroom is {quoted(headroom)}; give the bytes to keep free on each device, 0 or more")
     for name, value in (("devices", devices), ("global_batch", global_batch), ("seq", seq), ("top", top)):
@@ -402,7 +422,8 @@ def plan(
     place = placement(gpu, node_size)
     capacity = memory_bytes if memory_bytes is not None else int(place.device.memory_bytes)
     started = clock.perf_counter()
-    c = enumerate_layouts(model, devices, global_batch, finetune=finetune, recompute=recompute_modes(framework if finetune is None else None))
+    sequence = sequence_parallel(framework if finetune is None else None, sequence)
+    c = enumerate_layouts(model, devices, global_batch, finetune=finetune, recompute=recompute_modes(framework if finetune is None else None), sequence_of=seq if sequence else None)
     memory = memory_per_device(model, c, seq=seq, global_batch=global_batch, precision=precision, optimizer=optimizer, flash=flash, finetune=finetune, framework=framework)
     static, _ = static_per_device(model, c, precision=precision, optimizer=optimizer, finetune=finetune)
     fits = (memory <= capacity - headroom) & (static <= capacity)  # never a layout whose weights and states alone overflow
@@ -439,6 +460,7 @@ def plan(
             "time_facts": time_facts.applied() if time_facts is not None else "none: no framework's time facts in the estimates",
             "ranking": f"symform.analysis.time.estimate's step time, then its ceiling (every kernel at its sustained rates, nothing overlapped), then less memory, over the {SHORTLIST} best layouts by either of training_time's figures (by the floor, then the sum at peak, where the device has no efficiency data); a layout that a faster (or as fast) one beats on memory too is not listed",
             "schedule": "1F1B, stages holding equal numbers of layers",
+            "sequence_parallel": "beside every tensor degree above 1 (the degrees that divide the sequence)" if sequence else "none: tensor parallelism's all-reduces",
             "search": f"tensor degrees dividing every tensor-parallel size, pipeline degrees dividing n_layers, expert degrees dividing data and n_experts, micro-batches {MICRO_BATCHES} dividing the batch per rank, ZeRO 0-3, recomputation {', '.join(RECOMPUTE)}",
             "precision": precision,
             "optimizer": optimizer,

@@ -247,11 +247,11 @@ def recompute_work(model: Model, recompute: str, *, flash: bool = False, values:
     return _recompute_work(model, list(units), flash, dict(values or {}), kept)
 
 
-def rank_sizes(model: Model, seq: int | None = None) -> dict[sympy.Symbol, sympy.Expr]:
-    """The model's sizes as one rank of TENSOR tensor-parallel ranks holds them (memory.tensor_split's shares),
-    and ``seq``'s value if given: put into each leaf before it is multiplied out (roofline.phase_work's
+def rank_sizes(model: Model, seq: int | None = None, *, tensor: int | sympy.Expr = TENSOR) -> dict[sympy.Symbol, sympy.Expr]:
+    """The model's sizes as one rank of ``tensor`` tensor-parallel ranks holds them (memory.tensor_split's shares;
+    1: whole), and ``seq``'s value if given: put into each leaf before it is multiplied out (roofline.phase_work's
     ``values``), they leave polynomials in the workload and the degree alone."""
-    vocabulary, split = model.vocabulary, tensor_split(model, TENSOR)
+    vocabulary, split = model.vocabulary, tensor_split(model, tensor)
     sizes = {vocabulary[name]: sympy.Integer(value) for name, value in model.values.items() if name in vocabulary}
     given = {} if seq is None else {vocabulary["seq"]: sympy.Integer(seq)}
     return {s: split[s].xreplace(sizes) if s in split else value for s, value in sizes.items()} | given

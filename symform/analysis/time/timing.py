@@ -173,7 +173,7 @@ def _check_layout(layout: Layout, global_batch: int, micro_batch: int, seq: int)
     if seq % layout.context:
         raise ConfigError(f"sequence {seq} does not split into {layout.context} context-parallel chunks; give a multiple of {layout.context}")
     if layout.sequence and (seq // layout.context) % layout.tensor:
-        raise ConfigError(f"sequence parallelism splits each sequence over the {layout.tensor} tensor-parallel ranks, and {seq // layout.context} tokens do not split evenly; give a sequence that divides by {layout.tensor * layout.context}")
+        raise ConfigError(f"sequence parallelism splits each sequence over the {layout.tensor} tensor-parallel ranks, and {seq // layout.context} tokens do not split evenly; give a sequence that divides by {layout.tensor * layout.context}, or run tensor parallelism alone (--no-sp)")
     layout.check_experts()
     if layout.etp > layout.tensor:  # its ranks hold other tokens than the attention's: Megatron gathers them
         raise ConfigError(f"an expert tensor degree of {layout.etp} above the tensor degree {layout.tensor} gathers each expert's tokens across its expert tensor ranks, which symform does not time; give an expert tensor degree of at most {layout.tensor}")
@@ -498,7 +498,11 @@ def _expert_layer(tokens: int, top_k: int, d_model: int, bytes_per_element: Numb
 
 
 def pipeline_comm(model: Model, place: Placement, layout: Layout, microbatches: int, micro_batch: int, seq: int) -> Comm:
-    boundary = parallel_comm.pipeline_boundary(**_activation_sizes(model, micro_batch, seq))
+    """Each rank sends the stage's output as it holds it: ``seq``, its context-parallel share of a sequence, and with
+    sequence parallelism its 1/tensor of that (Megatron-Core's schedules.get_tensor_shapes; torchtitan's stages hand on
+    the sequence-sharded residual of its tensor-parallel plan)."""
+    held = seq // layout.tensor if layout.sequence else seq  # whole: _check_layout
+    boundary = parallel_comm.pipeline_boundary(**_activation_sizes(model, micro_batch, held))
     return _comm(boundary, microbatches * layout.chunks, place, layout.tensor * layout.context * layout.data * layout.pipeline, layout.pipeline)
 
 

@@ -32,6 +32,7 @@ def plan_arguments(p: argparse.ArgumentParser) -> None:
     framework_argument(p)
     framework_version_argument(p)
     p.add_argument("--node-size", type=positive_int, help="devices per scale-up domain (default: the system's, or 8)")
+    p.add_argument("--sp", action=argparse.BooleanOptionalAction, default=None, help="sequence parallelism beside tensor parallelism (default: the framework's, as torchtitan and Megatron run it)")
     p.add_argument("--top", type=positive_int, default=5, help="layouts to show (default 5)")
     serve_arguments(p)
     finetune_arguments(p, needs="a training plan (not --serve)")
@@ -51,6 +52,7 @@ def plan_command(model: Model, args: argparse.Namespace) -> str:
         model, args.gpu, devices=args.gpus, global_batch=args.global_batch, seq=args.seq, precision=args.precision,
         optimizer=args.optimizer, flash=uses_flash(args), top=args.top, node_size=args.node_size, memory_bytes=args.memory,
         finetune=finetune_setup(args), framework=framework_name(args), headroom=args.headroom, time_facts=time_profile_of(args, model),
+        sequence=args.sp,
     )  # fmt: skip
     return json.dumps(result.as_dict()) if args.json else _table(result)
 
@@ -93,6 +95,8 @@ def _table(result: Plan) -> str:
         if best.estimate
         else "the floor (full overlap at peak), then the sum at peak (no overlap): no efficiency data for an estimate, so no ceiling; step s is the floor to the sum at peak, MFU and tokens/s at the floor"
     )
+    if any(row.layout.sequence for row in result.best):
+        lines.append("tp above 1 with sequence parallelism (--no-sp for none): memory and time count each layout as symform memory and symform time --sp do")
     lines.append(f"ranked by {ranking}; symform time and symform memory give each layout's details")
     return "\n".join(lines)
 

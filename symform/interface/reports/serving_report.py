@@ -71,7 +71,7 @@ def serve_command(model: Model, args: argparse.Namespace) -> str:
     missing = [f"--{n.replace('_', '-')}" for n in ("prompt", "output") if getattr(args, n) is None]
     if missing:
         raise ConfigError(f"plan --serve needs {', '.join(missing)}")
-    for name in ("global_batch", "seq", "gpus", "memory"):
+    for name in ("global_batch", "seq", "gpus", "memory", "sp"):
         if getattr(args, name, None) is not None:
             raise ConfigError(f"--{name.replace('_', '-')} is a training option; drop it with --serve")
     lengths = _lengths(args)

@@ -52,7 +52,7 @@ def time_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--schedule", choices=SCHEDULES, help="pipeline schedule (default 1f1b; interleaved with --chunks above 1)")
     p.add_argument("--chunks", type=positive_int, help="virtual pipeline: model chunks per device in the interleaved schedule, bubble (pp − 1)/(chunks × micro-batches) (Narayanan et al. 2021, sec. 2.2.2); default 1")
     p.add_argument("--pipeline-layout", metavar="LAYOUT", help="the pipeline stages as the framework places them, in Megatron-Core's --pipeline-model-parallel-layout syntax (E embedding, t layer, m MTP module, L loss; '|' between stages; (...)*N repeats), e.g. 'Etttt|(tttt|)*14tmL': the device with the most work paces the pipeline (default: balanced stages)")
-    p.add_argument("--sp", action="store_true", default=None, help="sequence parallelism with tensor parallelism: all-gathers and reduce-scatters in place of the all-reduces (Korthikanti et al. 2022)")
+    p.add_argument("--sp", action=argparse.BooleanOptionalAction, default=None, help="sequence parallelism with tensor parallelism: all-gathers and reduce-scatters in place of the all-reduces (Korthikanti et al. 2022); default: the framework's, with --tp > 1 (torchtitan's and Megatron's run it)")
     p.add_argument("--tp-comm-overlap", action="store_true", default=None, help="with --sp: the tensor-parallel communication pipelined with the GEMMs, as Megatron-LM's --tp-comm-overlap (Transformer Engine Userbuffers) runs it; only what outlasts the GEMMs is exposed in the estimate")
     p.add_argument("--ep-comm-overlap", action="store_true", default=None, help="with expert parallelism: the all-to-alls overlapped with other micro-batches' compute as Megatron-Core's overlap_moe_expert_parallel_comm runs them (off by default, as in Megatron-Core): one micro-batch's forward paired with another's backward phase by phase, so each hides under its partner's attention or experts only")
     p.add_argument("--dualpipe", action="store_true", default=None, help="with expert parallelism: the all-to-alls overlapped as DeepSeek-V3's DualPipe schedule does, anywhere in the step's compute (in place of --ep-comm-overlap's pairing)")
@@ -112,7 +112,7 @@ def _time_command(model: Model, args: argparse.Namespace) -> str:
     if args.train:
         args.dtype = args.dtype or "bf16"
         result = _train(model, args, tune)
-        found = _estimate(lambda: estimate.training_estimate(model, args.gpu, global_batch=args.global_batch, micro_batch=args.micro_batch or 1, seq=args.seq, layout=_layout(args), recompute=_timed_recompute(args, tune), dtype=args.dtype, attention=args.attention, node_size=args.node_size, finetune=tune, gemm_model=args.gemm_model, tp_comm_overlap=bool(args.tp_comm_overlap), profile=time_profile_of(args, model), ep_comm_overlap="dualpipe" if args.dualpipe else bool(args.ep_comm_overlap), offload_layers=args.offload_layers or 0, offload_framework=framework_name(args), recompute_layers=args.recompute_layers))
+        found = _estimate(lambda: estimate.training_estimate(model, args.gpu, global_batch=args.global_batch, micro_batch=args.micro_batch or 1, seq=args.seq, layout=_layout(args, tune), recompute=_timed_recompute(args, tune), dtype=args.dtype, attention=args.attention, node_size=args.node_size, finetune=tune, gemm_model=args.gemm_model, tp_comm_overlap=bool(args.tp_comm_overlap), profile=time_profile_of(args, model), ep_comm_overlap="dualpipe" if args.dualpipe else bool(args.ep_comm_overlap), offload_layers=args.offload_layers or 0, offload_framework=framework_name(args), recompute_layers=args.recompute_layers))
         memory = _memory_fit(model, args, result, tune)
         measured = utilisation.measured(model, result, step_s=args.measured_step, tokens_per_s=args.measured_tokens_per_s) if (args.measured_step or args.measured_tokens_per_s) else None
         run = utilisation.duration(model, result, found, args.tokens, measured) if args.tokens else None
@@ -185,13 +185,13 @@ def _estimate(make):
         raise
 
 
-def _layout(args: argparse.Namespace) -> Layout:
+def _layout(args: argparse.Namespace, tune=None) -> Layout:
     dp, tp, pp = _degrees(args)
     chunks = args.chunks or 1
     schedule = args.schedule or ("interleaved" if chunks > 1 else "1f1b")
-    # a framework the user names brings its layout defaults (Megatron's recipes run sequence parallelism with tensor
-    # parallelism), as its time facts and the measured runs under it do
-    sequence = framework(args.framework).default("sequence_parallel", args.sp, tp) if getattr(args, "framework", None) else bool(args.sp)
+    # the framework the step is counted under (the default one unless named) brings its sequence-parallelism default
+    # (torchtitan's and Megatron's tensor parallelism run it), as `memory` and `plan` count it; fine-tuning takes none
+    sequence = framework(framework_name(args) if tune is None else EAGER).default("sequence_parallel", args.sp, tp)
     return Layout(data=dp, tensor=tp, pipeline=pp, expert=args.ep or 1, context=args.cp or 1, schedule=schedule, zero=args.zero or 0, sequence=sequence, chunks=chunks, expert_tensor=args.etp, replicate=args.replicate or 1, pipeline_layout=args.pipeline_layout)
 
 
@@ -209,15 +209,14 @@ def _flash(args: argparse.Namespace) -> bool:
 
 def _memory_fit(model: Model, args: argparse.Namespace, result: TrainingTime, tune=None) -> dict[str, object]:
     """The layout's training memory on one device (symform.analysis.memory.memory, as `symform memory --train` counts it) against the device's."""
-    from ...analysis.memory.memory import Training, training_memory
+    from ...analysis.memory.memory import Training, training_memory, whole_bytes
     from ...analysis.time.step_model import placement
 
     place = placement(args.gpu, args.node_size)
     flash = _flash(args)
-    # the memory check counts the framework's buffers and layout defaults (sequence parallelism); fine-tuning takes none
+    # the memory check counts the framework's buffers and the step's layout with its defaults; fine-tuning takes none
     name = framework_name(args) if tune is None else EAGER
-    layout = _layout(args)
-    layout = replace(layout, sequence=framework(name).default("sequence_parallel", None, layout.tensor), distributed_optimizer=framework(name).default("distributed_optimizer", None))
+    layout = replace(_layout(args, tune), distributed_optimizer=framework(name).default("distributed_optimizer", None))
     setup = Training(recompute=args.recompute or "none", flash=flash, layout=layout, framework=name, offload_layers=args.offload_layers or 0, recompute_layers=args.recompute_layers)
     if tune is not None:
         from ...analysis.memory.finetune import finetune_memory
@@ -228,7 +227,7 @@ def _memory_fit(model: Model, args: argparse.Namespace, result: TrainingTime, tu
     offloaded = _offloaded(report, args, place.device, result) if args.offload else None
     if offloaded is not None:
         report = offloaded.pop("device")
-    need, have = int(report.total), int(place.device.memory_bytes)
+    need, have = whole_bytes(report.total), int(place.device.memory_bytes)
     fit = {"bytes_per_device": need, "capacity_bytes": have, "fits": need <= have, "attention": "flash" if flash else "eager", "framework": name}
     if offloaded is not None:
         fit["offload"] = offloaded
@@ -433,7 +432,7 @@ def _train(model: Model, args: argparse.Namespace, tune=None) -> TrainingTime:
 
     return training_time(
         model, args.gpu, global_batch=args.global_batch, micro_batch=args.micro_batch or 1, seq=args.seq,
-        layout=_layout(args), recompute=_timed_recompute(args, tune), dtype=args.dtype, flash=_flash(args), node_size=args.node_size, finetune=tune, offload_layers=args.offload_layers or 0, offload_framework=framework_name(args), recompute_layers=args.recompute_layers,
+        layout=_layout(args, tune), recompute=_timed_recompute(args, tune), dtype=args.dtype, flash=_flash(args), node_size=args.node_size, finetune=tune, offload_layers=args.offload_layers or 0, offload_framework=framework_name(args), recompute_layers=args.recompute_layers,
     )
 
 
@@ -491,7 +490,7 @@ def _recompute_words(recompute: str) -> str:
 def training_table(r: TrainingTime) -> str:
     lay = r.layout
     lines = [
-        f"training step of {r.model} on {r.assumptions['devices']} ({r.dtype}): data {lay['data']} × tensor {lay['tensor']} × pipeline {lay['pipeline']}" + (f" × context {lay['context']}" if lay["context"] > 1 else "") + f", expert {lay['expert']}" + (f" × expert tensor {lay['expert_tensor']}" if lay.get("expert_tensor") not in (None, lay["tensor"]) else "")
+        f"training step of {r.model} on {r.assumptions['devices']} ({r.dtype}): data {lay['data']} × tensor {lay['tensor']}" + (" (sequence parallel)" if lay.get("sequence") else "") + f" × pipeline {lay['pipeline']}" + (f" × context {lay['context']}" if lay["context"] > 1 else "") + f", expert {lay['expert']}" + (f" × expert tensor {lay['expert_tensor']}" if lay.get("expert_tensor") not in (None, lay["tensor"]) else "")
         + (f"; ZeRO-{lay['zero']} sharded over {lay['data'] // lay['replicate']} data ranks, replicated {lay['replicate']} times (hybrid sharding)" if lay.get("replicate", 1) > 1 else ""),
         f"global batch {r.global_batch} × seq {r.seq} = {r.tokens:,} tokens; micro-batch {r.micro_batch}, {r.microbatches} per step; recompute {_recompute_words(r.recompute)}",
         *([f"fine-tuning    {describe_text(r.assumptions['fine_tuning'])}; step FLOPs {_sci(r.model_flops)}: frozen weights take no weight gradient"] if "fine_tuning" in r.assumptions else []),
