@@ -198,7 +198,7 @@ def test_screen_with_a_framework_equals_its_exact_memory(framework, name, device
         assert memory[i] == pytest.approx(float(exact.total), rel=1e-12)
 
 
-@pytest.mark.parametrize(("framework", "name", "devices", "seq"), [(None, MODEL, 16, SEQ), ("torchtitan", MODEL, 16, SEQ), ("maxtext", "mixtral-8x7b", 64, 4096)])
+@pytest.mark.parametrize(("framework", "name", "devices", "seq"), [(None, MODEL, 16, SEQ), ("torchtitan", MODEL, 16, SEQ), ("megatron", MODEL, 16, SEQ), ("maxtext", "mixtral-8x7b", 64, 4096)])
 def test_screen_with_sequence_parallelism_equals_the_exact_memory_and_time(framework, name, devices, seq):
     """Sequence parallelism beside tensor parallelism: the screen splits every activation over the tensor ranks and
     times the gathers and scatters, as training_memory and training_time count the layout, row by row."""
