@@ -1,5 +1,6 @@
 """symform plot and symform.interface.reports.plots: the numbers behind each chart, the charts' labels, and bad input."""
 
+import json
 import sys
 from fractions import Fraction
 from pathlib import Path
@@ -170,6 +171,22 @@ def test_memory_bars_are_the_reports_totals(mpl):
     top = max(bar.get_y() + bar.get_height() for bar in axes.patches)
     total = training_memory(symform.load("qwen3-0.6b"), batch=2, seq=1024).total
     assert top == pytest.approx(float(total) / 2**30)
+
+
+@pytest.mark.parametrize("framework", [[], ["--framework", "megatron"]])
+def test_the_memory_chart_counts_what_symform_memory_counts(mpl, capsys, framework):
+    """`symform plot memory` takes `symform memory`'s options and counts them as it does: the default framework's
+    (torchtitan's) per-op recomputation, FSDP buffers, CUDA context and reserve, sequence parallelism beside --tp;
+    each bar's top is `symform memory --train --json`'s total, the framework's part a group of its own."""
+    from symform.interface.cli.cli import build_parser
+
+    layout = ["--batch", "2", "--seq", "1024", "--recompute", "selective", "--zero", "3", "--dp", "4", "--tp", "2", *framework]
+    assert main(["memory", "qwen3-0.6b", "--train", *layout, "--json"]) == 0
+    total = json.loads(capsys.readouterr().out)["total"]
+    figure = plots._figure_for(build_parser().parse_args(["plot", "memory", "qwen3-0.6b", "--gpu", "h100-sxm", *layout, "--out", "x.png"]))
+    (axes,) = figure.axes
+    assert max(bar.get_y() + bar.get_height() for bar in axes.patches) == pytest.approx(total / 2**30, rel=1e-9)
+    assert plots.FRAMEWORK_LABEL in _legend(figure)
 
 
 def test_memory_refuses_a_system():

@@ -27,7 +27,8 @@ from ...engine.errors import EvaluationError
 from ...engine.algebra.evaluate import Number
 from ...analysis.memory.memory import MemoryReport, Training, training_memory
 from ...analysis.memory.settings import RECOMPUTE, Layout
-from .memory_report import _gpu_memory, precision_arguments
+from ...analysis.memory.frameworks import framework
+from .memory_report import _gpu_memory, framework_argument, framework_name, precision_arguments
 from ...engine.graph.model import Model
 from ..options.output import writing
 from .roofline_chart import _pyplot, check_chart_path
@@ -218,6 +219,8 @@ MEMORY_COLOURS = {
     "recompute_buffer": "#F0E442",
     "backward_peak": "#D55E00",
 }
+#: what a framework adds (its buffers, the CUDA context, the allocator's reserve), one group on top
+FRAMEWORK_COLOUR, FRAMEWORK_LABEL = "#7F7F7F", "framework buffers and reserve"
 GIB = 2**30
 
 
@@ -245,11 +248,12 @@ def memory_figure(model: Model | str, gpu: str, batches: Iterable[int], seqs: It
 def _memory_panel(axes, reports: list[MemoryReport], batches: list[int], capacity: int, device: str) -> None:
     positions = range(len(reports))
     bottoms = [0.0] * len(reports)
-    for category, colour in MEMORY_COLOURS.items():
-        heights = [float(r.values.get(category, 0)) / GIB for r in reports]
+    groups = [(category.replace("_", " "), colour, [float(r.values.get(category, 0)) / GIB for r in reports]) for category, colour in MEMORY_COLOURS.items()]
+    rest = [float(sum(v for k, v in r.values.items() if k not in MEMORY_COLOURS)) / GIB for r in reports]
+    for label, colour, heights in [*groups, (FRAMEWORK_LABEL, FRAMEWORK_COLOUR, rest)]:
         if not any(heights):
             continue
-        axes.bar(positions, heights, 0.65, bottom=bottoms, color=colour, label=category.replace("_", " "), edgecolor="white", linewidth=0.5)
+        axes.bar(positions, heights, 0.65, bottom=bottoms, color=colour, label=label, edgecolor="white", linewidth=0.5)
         bottoms = [b + h for b, h in zip(bottoms, heights)]
     for x, (r, b) in enumerate(zip(reports, bottoms)):
         fits = r.total <= capacity
@@ -264,9 +268,9 @@ def _memory_panel(axes, reports: list[MemoryReport], batches: list[int], capacit
 def _setup_line(setup: Training) -> str:
     """The recipe and layout in words, for the subtitle: what the bars assume."""
     layout, default = setup.layout, Layout()
-    words = {"data": "{} data-parallel", "tensor": "{} tensor-parallel", "pipeline": "{} pipeline stages", "zero": "ZeRO-{}"}
+    words = {"data": "{} data-parallel", "tensor": "{} tensor-parallel", "pipeline": "{} pipeline stages", "zero": "ZeRO-{}", "sequence": "sequence parallelism", "distributed_optimizer": "distributed optimizer"}
     changed = [words.get(k, k + " {}").format(v) for k, v in vars(layout).items() if v != getattr(default, k)]
-    parts = [f"{setup.precision} precision", setup.optimizer, f"recompute {setup.recompute}", "FlashAttention" if setup.flash else "eager attention"]
+    parts = [f"{setup.precision} precision", setup.optimizer, f"recompute {setup.recompute}", "FlashAttention" if setup.flash else "eager attention"] + ([setup.framework] if setup.framework else [])
     return ", ".join(parts + (changed or ["one device"]))
 
 
@@ -331,6 +335,7 @@ def plot_arguments(p: argparse.ArgumentParser) -> None:
     q.add_argument("--zero", type=int, default=0, choices=(0, 1, 2, 3), help="ZeRO stage over --dp ranks")
     q.add_argument("--dp", type=_positive, default=1, metavar="N", help="data-parallel degree")
     q.add_argument("--tp", type=_positive, default=1, metavar="N", help="tensor-parallel degree")
+    framework_argument(q)
     _model_options(q)
     q = kinds.add_parser("roofline", help="the roofline chart of symform roofline --plot")
     q.add_argument("model", help=MODEL_HELP)
@@ -362,8 +367,11 @@ def _figure_for(args: argparse.Namespace):
     model = _load(args.model, args)
     if args.chart == "flops-share":
         return flops_share_figure(model, args.seq, batch=args.batch)
-    layout = Layout(data=args.dp, tensor=args.tp, zero=args.zero)
-    setup = Training(precision=args.precision, optimizer=args.optimizer, recompute=args.recompute, flash=uses_flash(args), layout=layout)
+    # as `symform memory --train` counts the same options: the framework's overheads and layout defaults
+    name = framework_name(args)
+    fw = framework(name)
+    layout = Layout(data=args.dp, tensor=args.tp, zero=args.zero, sequence=fw.default("sequence_parallel", None, args.tp), distributed_optimizer=fw.default("distributed_optimizer", None))
+    setup = Training(precision=args.precision, optimizer=args.optimizer, recompute=args.recompute, flash=uses_flash(args), layout=layout, framework=name)
     return memory_figure(model, args.gpu, args.batch, args.seq, setup=setup)
 
 
