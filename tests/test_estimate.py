@@ -468,6 +468,26 @@ def test_time_train_reports_memory_fit_as_memory_counts_it(capsys):
     assert memory["bytes_per_device"] == math.ceil(Fraction(str(expected.total))) and memory["fits"]
 
 
+@pytest.mark.parametrize(
+    ("timed", "counted", "gpus", "global_batch"),
+    [(["--schedule", "gpipe"], ["--schedule", "gpipe"], 16, 64), (["--chunks", "2"], ["--chunks", "2", "--schedule", "interleaved"], 16, 64), ([], [], 8, 1)],
+)
+def test_time_memory_keeps_in_flight_what_the_step_s_micro_batches_do(capsys, timed, counted, gpus, global_batch):
+    """The memory line counts the step's own micro-batches (global batch / (micro-batch × data ranks)): GPipe keeps
+    all 32 in flight, 1F1B no more than there are (one, where the step has one), as `symform memory --microbatches`
+    counts them."""
+    argv = ["time", "llama-3.1-8b", "--gpu", "h100-sxm", "--gpus", str(gpus), "--train", "--global-batch", str(global_batch), "--seq", "4096", "--tp", "4", "--pp", "2", *timed, "--json"]
+    code, out, err = _run(capsys, *argv)
+    assert code == 0, err
+    found = json.loads(out)
+    data = gpus // 8
+    assert found["microbatches"] == global_batch // data
+    layout = ["--dp", str(data), "--tp", "4", "--pp", "2", *counted, "--microbatches", str(global_batch // data)]
+    code, out, err = _run(capsys, "memory", "llama-3.1-8b", "--train", "--batch", "1", "--seq", "4096", *layout, "--json")
+    assert code == 0, err
+    assert found["memory"]["bytes_per_device"] == json.loads(out)["total"]
+
+
 def test_time_fit_only_refuses_a_layout_that_does_not_fit(capsys):
     code, _, err = _run(capsys, "time", "llama-3.1-70b", "--gpu", "h100-sxm", "--gpus", "8", "--train", "--global-batch", "8", "--seq", "4096", "--fit-only")
     assert code == 2 and "GB per device" in err and len(err.strip().splitlines()) == 1

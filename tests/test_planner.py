@@ -230,6 +230,10 @@ def test_a_plan_runs_sequence_parallelism_as_its_framework_does():
     c = enumerate_layouts(model, 16, GLOBAL_BATCH, sequence_of=2 * 1023)  # 2,046 tokens: only 1 and 2 split them
     assert set(c.tensor.tolist()) == {1, 2} and c.sequence
     assert set(enumerate_layouts(model, 16, GLOBAL_BATCH).tensor.tolist()) == {1, 2, 4, 8}
+    odd = plan(model, "h100-sxm", devices=16, global_batch=GLOBAL_BATCH, seq=2046, flash=True, top=2, framework="torchtitan")
+    assert "tensor degrees 4, 8 left out" in odd.assumptions["sequence_parallel"]  # the plan says what it did not search
+    with pytest.raises(EvaluationError, match="give True, False or None"):
+        plan(model, "h100-sxm", devices=16, global_batch=GLOBAL_BATCH, seq=SEQ, framework="torchtitan", sequence="no")
 
 
 @pytest.mark.parametrize("headroom", [0, 2 * 2**30, 8 * 2**30])

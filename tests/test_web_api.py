@@ -53,6 +53,8 @@ def _stable(report: dict) -> dict:
 
 # (route, query, the same command line)
 ROUTES = [
+    ("time", [("model", "llama-3.1-8b"), ("gpu", "h100-sxm"), ("gpus", "8"), ("train", "1"), ("global_batch", "16"), ("seq", "4096"), ("tp", "4"), ("sp", "0")],
+     ["time", "llama-3.1-8b", "--gpu", "h100-sxm", "--gpus", "8", "--train", "--global-batch", "16", "--seq", "4096", "--tp", "4", "--no-sp"]),  # sp=0: off, where the default is on
     ("params", [("model", "qwen3-32b")], ["params", "qwen3-32b"]),
     ("params", [("model", "qwen3-0.6b"), ("set", "n_layers=4"), ("depth", "2")], ["params", "qwen3-0.6b", "--set", "n_layers=4", "--depth", "2"]),
     ("flops", [("model", "llama-3-8b"), ("batch", "2"), ("seq", "1024")], ["flops", "llama-3-8b", "--batch", "2", "--seq", "1024"]),

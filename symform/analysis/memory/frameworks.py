@@ -212,6 +212,13 @@ def frameworks() -> dict[str, Framework]:
     return found
 
 
+def sequence_parallel(name: str | None, given: bool | None, tensor: int) -> bool:
+    """Whether a layout of ``tensor`` tensor-parallel ranks runs sequence parallelism under framework ``name``:
+    ``given`` where the user or the run says, else the framework's default (none without a framework)."""
+    fw = framework(name)
+    return fw.default("sequence_parallel", given, tensor) if fw else bool(given)
+
+
 def framework(name: str | None) -> Framework | None:
     """The named framework (None for none: the declared tensors alone)."""
     if name is None:

@@ -141,7 +141,7 @@ class Layout:
         if self.microbatches is not None and (not isinstance(self.microbatches, int) or self.microbatches < 1):
             raise EvaluationError(f"microbatches is {self.microbatches!r}; give a whole number of 1 or more")
         if self.sequence and self.tensor == 1:
-            raise EvaluationError("sequence parallelism splits along the tensor-parallel ranks; give tensor > 1 or drop it")
+            raise EvaluationError("sequence parallelism splits along the tensor-parallel ranks; give a tensor degree above 1 (--tp) or drop it (--no-sp)")
         self._check_replicate()
         if self.pipeline_layout is not None:
             if self.pipeline == 1:

@@ -76,17 +76,16 @@ class Candidates:
         return layout, micro_batch, RECOMPUTE[int(self.recompute[i])]
 
 
-def sequence_parallel(framework: str | None, given: bool | None) -> bool:
-    """Whether a plan's tensor-parallel layouts run sequence parallelism: ``given`` where the user gave it, else the
-    framework's default (formulas/frameworks), as ``symform memory`` and ``symform time`` count a layout."""
-    fw = frameworks.framework(framework)
-    return fw.default("sequence_parallel", given, tensor=2) if fw else bool(given)
-
-
 def recompute_modes(framework: str | None) -> tuple[str, ...]:
     """The recomputation modes a plan searches: all of them, less selective where the framework has no selective mode."""
     fw = frameworks.framework(framework)
     return tuple(m for m in RECOMPUTE if m != "selective" or fw is None or fw.selective is not None)
+
+
+def tensor_degrees(model: Model, devices: int) -> list[int]:
+    """The tensor-parallel degrees of ``devices`` that divide every size tensor parallelism splits (heads, widths, vocabulary)."""
+    sizes = model.values
+    return [t for t in _divisors(devices) if all(sizes.get(s.name, t) % t == 0 for s in model.vocabulary.tensor_parallel)]
 
 
 def enumerate_layouts(
@@ -98,7 +97,7 @@ def enumerate_layouts(
     sizes = model.values
     if finetune is not None:
         zero_stages = tuple(z for z in zero_stages if z < 3)
-    tensor_ok = [t for t in _divisors(devices) if all(sizes.get(s.name, t) % t == 0 for s in model.vocabulary.tensor_parallel) and (sequence_of is None or sequence_of % t == 0)]
+    tensor_ok = [t for t in tensor_degrees(model, devices) if sequence_of is None or sequence_of % t == 0]
     rows = []
     for t in tensor_ok:
         for p in _divisors(devices // t):
@@ -376,6 +375,15 @@ def _by_estimate(model: Model, gpu, fitting: Candidates, order: np.ndarray, lowe
     return np.array(ranked + rest, dtype=np.int64), timed
 
 
+def _sequence_note(model: Model, devices: int, seq: int) -> str:
+    """What sequence parallelism does to the search: the tensor degrees left out because they do not split the sequence."""
+    left_out = [t for t in tensor_degrees(model, devices) if seq % t]
+    note = "beside every tensor degree above 1"
+    if left_out:
+        note += f"; tensor degrees {', '.join(map(str, left_out))} left out: they do not split the {seq:,}-token sequence (--no-sp searches them without it)"
+    return note
+
+
 def undominated(memory_in_order: np.ndarray) -> np.ndarray:
     """Of candidates sorted fastest first, those that no faster (or equally fast) one beats on memory too:
     each must need less memory than every candidate before it."""
@@ -422,7 +430,10 @@ def plan(
     place = placement(gpu, node_size)
     capacity = memory_bytes if memory_bytes is not None else int(place.device.memory_bytes)
     started = clock.perf_counter()
-    sequence = sequence_parallel(framework if finetune is None else None, sequence)
+    if sequence is not None and not isinstance(sequence, bool):
+        raise EvaluationError(f"sequence is {quoted(sequence)}; give True, False or None (the framework's default)")
+    # the tensor-parallel layouts' sequence parallelism, as symform memory and symform time count a layout
+    sequence = frameworks.sequence_parallel(framework if finetune is None else None, sequence, tensor=2)
     c = enumerate_layouts(model, devices, global_batch, finetune=finetune, recompute=recompute_modes(framework if finetune is None else None), sequence_of=seq if sequence else None)
     memory = memory_per_device(model, c, seq=seq, global_batch=global_batch, precision=precision, optimizer=optimizer, flash=flash, finetune=finetune, framework=framework)
     static, _ = static_per_device(model, c, precision=precision, optimizer=optimizer, finetune=finetune)
@@ -460,7 +471,7 @@ def plan(
             "time_facts": time_facts.applied() if time_facts is not None else "none: no framework's time facts in the estimates",
             "ranking": f"symform.analysis.time.estimate's step time, then its ceiling (every kernel at its sustained rates, nothing overlapped), then less memory, over the {SHORTLIST} best layouts by either of training_time's figures (by the floor, then the sum at peak, where the device has no efficiency data); a layout that a faster (or as fast) one beats on memory too is not listed",
             "schedule": "1F1B, stages holding equal numbers of layers",
-            "sequence_parallel": "beside every tensor degree above 1 (the degrees that divide the sequence)" if sequence else "none: tensor parallelism's all-reduces",
+            "sequence_parallel": _sequence_note(model, devices, seq) if sequence else "none: tensor parallelism's all-reduces",
             "search": f"tensor degrees dividing every tensor-parallel size, pipeline degrees dividing n_layers, expert degrees dividing data and n_experts, micro-batches {MICRO_BATCHES} dividing the batch per rank, ZeRO 0-3, recomputation {', '.join(RECOMPUTE)}",
             "precision": precision,
             "optimizer": optimizer,

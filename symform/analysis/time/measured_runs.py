@@ -14,7 +14,7 @@ from ...engine.store.data import data_root, read_toml
 from ...engine.errors import ConfigError, EvaluationError
 from ...engine.graph.model import Model
 from ...engine.language.families import find_preset, preset_config, spec_from_config
-from ..memory.frameworks import framework
+from ..memory.frameworks import sequence_parallel
 from ..memory.settings import Layout, check_degree
 from . import efficiencies
 
@@ -261,12 +261,10 @@ def run_profile(run: Run, factors: Mapping[str, Any] | None = None) -> efficienc
 
 
 def training_layout(run: Run) -> Layout:
-    """The run's layout, with sequence parallelism where a release of a framework that defaults to it ran tensor
-    parallelism (Megatron-Bridge's recipes; Megatron-LM of 2021, which names no release, predates it)."""
-    layout, (name, version) = run_layout(run.setup), run_framework(run)
-    if version is None or layout.tensor == 1:
-        return layout
-    return replace(layout, sequence=framework(name).default("sequence_parallel", None, layout.tensor))
+    """The run's layout, with sequence parallelism where its framework runs it beside tensor parallelism (its
+    default, unless the run says otherwise: Megatron-LM of 2021 predates it)."""
+    layout, (name, _) = run_layout(run.setup), run_framework(run)
+    return replace(layout, sequence=sequence_parallel(name, run.setup.get("sequence_parallel"), layout.tensor))
 
 
 @cache

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 from ...engine.store.data import data_root, read_toml
 from ...engine.errors import ConfigError
 from ...engine.graph.model import Model
-from ..memory.frameworks import framework
+from ..memory.frameworks import framework, sequence_parallel
 from ..memory.memory import Training, training_memory
 from ..memory.settings import Layout
 from . import measured_runs
@@ -81,7 +81,7 @@ def predict(run: MemoryRun) -> MemoryCase:
     tensor = s.get("tensor", 1)
     layout = Layout(
         data=s.get("data", 1), tensor=tensor, pipeline=s.get("pipeline", 1), context=s.get("context", 1), zero=s.get("zero", 3),
-        sequence=fw.default("sequence_parallel", s.get("sequence_parallel"), tensor), replicate=s.get("replicate", 1),
+        sequence=sequence_parallel(fw.name, s.get("sequence_parallel"), tensor), replicate=s.get("replicate", 1),
     )  # fmt: skip
     setup = Training(precision=s.get("precision", "mixed"), recompute=s.get("recompute", "none"), flash=True, layout=layout, framework=fw.name)
     report = training_memory(Model.load(s["model"]), batch=s["micro_batch"], seq=s["seq"], setup=setup)
@@ -168,7 +168,7 @@ def timed_layout(run: measured_runs.Run) -> Layout:
     s, fw = run.setup, _timed_framework(run)
     base = measured_runs.run_layout(s)
     return replace(
-        base, sequence=fw.default("sequence_parallel", s.get("sequence_parallel"), base.tensor),
+        base, sequence=sequence_parallel(fw.name, s.get("sequence_parallel"), base.tensor),
         distributed_optimizer=base.zero == 0 and fw.default("distributed_optimizer", None),
         microbatches=s["global_batch"] // (s["micro_batch"] * base.data),
     )  # fmt: skip

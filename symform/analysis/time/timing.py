@@ -484,7 +484,7 @@ def expert_comm(model: Model, place: Placement, layout: Layout, microbatches: in
     if layout.expert == 1 or not moe_layers:
         return None
     sizes = _activation_sizes(model, micro_batch, seq)
-    tokens = micro_batch * seq // layout.tensor if layout.sequence else micro_batch * seq  # whole: _check_layout
+    tokens = micro_batch * held_tokens(layout, seq)
     layer = list(_expert_layer(tokens, model.values["top_k"], sizes["d_model"], sizes["bytes_per_element"], layout.expert))
     per_layer = _again(layer, *_rerun(recompute, share))
     # expert ranks follow the expert tensor ranks, innermost (Megatron-Core's expert rank order: etp-ep-dp-pp)
@@ -497,12 +497,16 @@ def _expert_layer(tokens: int, top_k: int, d_model: int, bytes_per_element: Numb
     return tuple(parallel_comm.expert_parallel_layer(tokens=tokens, top_k=top_k, d_model=d_model, bytes_per_element=bytes_per_element, expert=expert))
 
 
+def held_tokens(layout: Layout, seq: int) -> int:
+    """The tokens of each sequence a rank holds between layers: ``seq`` (its context-parallel share), and with
+    sequence parallelism its 1/tensor of them (whole: _check_layout)."""
+    return seq // layout.tensor if layout.sequence else seq
+
+
 def pipeline_comm(model: Model, place: Placement, layout: Layout, microbatches: int, micro_batch: int, seq: int) -> Comm:
-    """Each rank sends the stage's output as it holds it: ``seq``, its context-parallel share of a sequence, and with
-    sequence parallelism its 1/tensor of that (Megatron-Core's schedules.get_tensor_shapes; torchtitan's stages hand on
-    the sequence-sharded residual of its tensor-parallel plan)."""
-    held = seq // layout.tensor if layout.sequence else seq  # whole: _check_layout
-    boundary = parallel_comm.pipeline_boundary(**_activation_sizes(model, micro_batch, held))
+    """Each rank sends the stage's output as it holds it (held_tokens: Megatron-Core's schedules.get_tensor_shapes;
+    torchtitan's stages hand on the sequence-sharded residual of its tensor-parallel plan)."""
+    boundary = parallel_comm.pipeline_boundary(**_activation_sizes(model, micro_batch, held_tokens(layout, seq)))
     return _comm(boundary, microbatches * layout.chunks, place, layout.tensor * layout.context * layout.data * layout.pipeline, layout.pipeline)
 
 

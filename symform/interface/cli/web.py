@@ -122,7 +122,8 @@ def _option_kinds(verb: str) -> tuple[frozenset[str], frozenset[str]]:
 
 def argv_for(verb: str, query: list[tuple[str, str]], *, model_path: str | None = None) -> list[str]:
     """The CLI's argv for a request: positional arguments by name, ``key=value`` as ``--key=value``, a flag as
-    ``key=1`` (``key=0`` leaves it out), a key given twice as the option given twice (``set``, ``convention``)."""
+    ``key=1`` (``key=0`` leaves it out, or gives ``--no-key`` where the option has that form: its default may be on),
+    a key given twice as the option given twice (``set``, ``convention``)."""
     _known(verb)
     valued, flags = _option_kinds(verb)
     positional: dict[str, str] = {}
@@ -143,6 +144,8 @@ def argv_for(verb: str, query: list[tuple[str, str]], *, model_path: str | None 
                 options.append(option)
             elif value.lower() not in ("0", "false", "off", "no"):
                 raise WebError(f"{key} is a switch: give {key}=1 or {key}=0, not {value!r}")
+            elif "--no-" + option[2:] in flags:
+                options.append("--no-" + option[2:])
         elif option in valued:
             options.append(f"{option}={_checked_value(key, value)}")
         else:

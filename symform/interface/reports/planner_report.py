@@ -95,8 +95,9 @@ def _table(result: Plan) -> str:
         if best.estimate
         else "the floor (full overlap at peak), then the sum at peak (no overlap): no efficiency data for an estimate, so no ceiling; step s is the floor to the sum at peak, MFU and tokens/s at the floor"
     )
-    if any(row.layout.sequence for row in result.best):
-        lines.append("tp above 1 with sequence parallelism (--no-sp for none): memory and time count each layout as symform memory and symform time --sp do")
+    sequence = result.assumptions.get("sequence_parallel", "")
+    if "left out" in sequence or any(row.layout.sequence for row in result.best):
+        lines.append(f"sequence parallelism {sequence}{'' if 'left out' in sequence else ' (--no-sp for none)'}, counted as symform memory and symform time count it")
     lines.append(f"ranked by {ranking}; symform time and symform memory give each layout's details")
     return "\n".join(lines)
 

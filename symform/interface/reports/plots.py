@@ -27,7 +27,7 @@ from ...engine.errors import EvaluationError
 from ...engine.algebra.evaluate import Number
 from ...analysis.memory.memory import MemoryReport, Training, training_memory
 from ...analysis.memory.settings import RECOMPUTE, Layout
-from ...analysis.memory.frameworks import framework
+from ...analysis.memory.frameworks import framework, sequence_parallel
 from .memory_report import _gpu_memory, framework_argument, framework_name, precision_arguments
 from ...engine.graph.model import Model
 from ..options.output import writing
@@ -370,7 +370,7 @@ def _figure_for(args: argparse.Namespace):
     # as `symform memory --train` counts the same options: the framework's overheads and layout defaults
     name = framework_name(args)
     fw = framework(name)
-    layout = Layout(data=args.dp, tensor=args.tp, zero=args.zero, sequence=fw.default("sequence_parallel", None, args.tp), distributed_optimizer=fw.default("distributed_optimizer", None))
+    layout = Layout(data=args.dp, tensor=args.tp, zero=args.zero, sequence=sequence_parallel(name, None, args.tp), distributed_optimizer=fw.default("distributed_optimizer", None))
     setup = Training(precision=args.precision, optimizer=args.optimizer, recompute=args.recompute, flash=uses_flash(args), layout=layout, framework=name)
     return memory_figure(model, args.gpu, args.batch, args.seq, setup=setup)
 

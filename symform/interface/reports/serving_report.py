@@ -73,7 +73,7 @@ def serve_command(model: Model, args: argparse.Namespace) -> str:
         raise ConfigError(f"plan --serve needs {', '.join(missing)}")
     for name in ("global_batch", "seq", "gpus", "memory", "sp"):
         if getattr(args, name, None) is not None:
-            raise ConfigError(f"--{name.replace('_', '-')} is a training option; drop it with --serve")
+            raise ConfigError(f"{'--sp/--no-sp' if name == 'sp' else '--' + name.replace('_', '-')} is a training option; drop it with --serve")
     lengths = _lengths(args)
     setup = _setup(model, args)
     plan = plan_serving(model, args.gpu, lengths, targets, setup=setup, modes=tuple(args.mode or ("continuous", "chunked", "disaggregated")), rate=args.rate, max_tensor=args.tp_max, top=args.top)

@@ -16,7 +16,7 @@ from ...analysis.memory.finetune import describe_text
 from ...analysis.memory.memory import matmul_rate, stored_weights
 from ...analysis.memory.settings import PER_OP, RECOMPUTE, SCHEDULES, Layout, recipes
 from ...engine.graph.model import Model
-from ...analysis.memory.frameworks import EAGER, framework, timed_recompute
+from ...analysis.memory.frameworks import EAGER, framework, sequence_parallel, timed_recompute
 from .memory_report import ETP_HELP, RECOMPUTE_LAYERS_HELP, REPLICATE_HELP, framework_argument, framework_name, framework_version_argument, time_profile_of
 
 if TYPE_CHECKING:  # the timing module (and numpy) load when a time is asked for, not with the CLI
@@ -53,7 +53,7 @@ def time_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chunks", type=positive_int, help="virtual pipeline: model chunks per device in the interleaved schedule, bubble (pp − 1)/(chunks × micro-batches) (Narayanan et al. 2021, sec. 2.2.2); default 1")
     p.add_argument("--pipeline-layout", metavar="LAYOUT", help="the pipeline stages as the framework places them, in Megatron-Core's --pipeline-model-parallel-layout syntax (E embedding, t layer, m MTP module, L loss; '|' between stages; (...)*N repeats), e.g. 'Etttt|(tttt|)*14tmL': the device with the most work paces the pipeline (default: balanced stages)")
     p.add_argument("--sp", action=argparse.BooleanOptionalAction, default=None, help="sequence parallelism with tensor parallelism: all-gathers and reduce-scatters in place of the all-reduces (Korthikanti et al. 2022); default: the framework's, with --tp > 1 (torchtitan's and Megatron's run it)")
-    p.add_argument("--tp-comm-overlap", action="store_true", default=None, help="with --sp: the tensor-parallel communication pipelined with the GEMMs, as Megatron-LM's --tp-comm-overlap (Transformer Engine Userbuffers) runs it; only what outlasts the GEMMs is exposed in the estimate")
+    p.add_argument("--tp-comm-overlap", action="store_true", default=None, help="with sequence parallelism (--sp, the default with --tp under torchtitan, Megatron and MaxText): the tensor-parallel communication pipelined with the GEMMs, as Megatron-LM's --tp-comm-overlap (Transformer Engine Userbuffers) runs it; only what outlasts the GEMMs is exposed in the estimate")
     p.add_argument("--ep-comm-overlap", action="store_true", default=None, help="with expert parallelism: the all-to-alls overlapped with other micro-batches' compute as Megatron-Core's overlap_moe_expert_parallel_comm runs them (off by default, as in Megatron-Core): one micro-batch's forward paired with another's backward phase by phase, so each hides under its partner's attention or experts only")
     p.add_argument("--dualpipe", action="store_true", default=None, help="with expert parallelism: the all-to-alls overlapped as DeepSeek-V3's DualPipe schedule does, anywhere in the step's compute (in place of --ep-comm-overlap's pairing)")
     p.add_argument("--recompute-layers", type=positive_int, metavar="N", help=RECOMPUTE_LAYERS_HELP)
@@ -191,7 +191,7 @@ def _layout(args: argparse.Namespace, tune=None) -> Layout:
     schedule = args.schedule or ("interleaved" if chunks > 1 else "1f1b")
     # the framework the step is counted under (the default one unless named) brings its sequence-parallelism default
     # (torchtitan's and Megatron's tensor parallelism run it), as `memory` and `plan` count it; fine-tuning takes none
-    sequence = framework(framework_name(args) if tune is None else EAGER).default("sequence_parallel", args.sp, tp)
+    sequence = sequence_parallel(_counted(args, tune), args.sp, tp)
     return Layout(data=dp, tensor=tp, pipeline=pp, expert=args.ep or 1, context=args.cp or 1, schedule=schedule, zero=args.zero or 0, sequence=sequence, chunks=chunks, expert_tensor=args.etp, replicate=args.replicate or 1, pipeline_layout=args.pipeline_layout)
 
 
@@ -215,8 +215,9 @@ def _memory_fit(model: Model, args: argparse.Namespace, result: TrainingTime, tu
     place = placement(args.gpu, args.node_size)
     flash = _flash(args)
     # the memory check counts the framework's buffers and the step's layout with its defaults; fine-tuning takes none
-    name = framework_name(args) if tune is None else EAGER
-    layout = replace(_layout(args, tune), distributed_optimizer=framework(name).default("distributed_optimizer", None))
+    name = _counted(args, tune)
+    # the step's micro-batches: what its schedule keeps in flight reads them
+    layout = replace(_layout(args, tune), distributed_optimizer=framework(name).default("distributed_optimizer", None), microbatches=result.microbatches)
     setup = Training(recompute=args.recompute or "none", flash=flash, layout=layout, framework=name, offload_layers=args.offload_layers or 0, recompute_layers=args.recompute_layers)
     if tune is not None:
         from ...analysis.memory.finetune import finetune_memory
@@ -420,7 +421,12 @@ def _degrees(args: argparse.Namespace) -> tuple[int, int, int]:
 
 def _timed_recompute(args: argparse.Namespace, tune) -> str:
     """--recompute as the framework the memory check counts runs it (its selective policy), for the step's time."""
-    return timed_recompute(framework_name(args) if tune is None else EAGER, args.recompute or "none")
+    return timed_recompute(_counted(args, tune), args.recompute or "none")
+
+
+def _counted(args: argparse.Namespace, tune) -> str:
+    """The framework a training step is counted under: the one the command assumes; fine-tuning (symform.analysis.memory.finetune) takes none."""
+    return framework_name(args) if tune is None else EAGER
 
 
 def _train(model: Model, args: argparse.Namespace, tune=None) -> TrainingTime:
