@@ -122,6 +122,21 @@ def test_fit_seq_where_memory_is_the_tighter_limit(capsys):
     assert report["largest_within_context"] == report["largest"] < 40960
 
 
+@pytest.mark.parametrize(("layout", "step"), [(["--tp", "4"], 4), (["--tp", "4", "--cp", "2"], 8), (["--tp", "4", "--no-sp"], 1), (["--cp", "2", "--tp", "2", "--no-sp"], 2)])
+def test_fit_seq_answers_a_sequence_its_ranks_split_evenly(capsys, layout, step):
+    """The context ranks split each sequence, and with sequence parallelism (torchtitan's default beside --tp) each
+    share splits over the tensor ranks; Megatron-Core asserts both. So fit answers the largest multiple of their
+    product that fits: the next multiple does not, and memory (like time) refuses a sequence they cannot split."""
+    argv = ["llama-3.1-8b", "--train", "--batch", "1", "--gpu", "h100-sxm", *layout]
+    report = run_json(capsys, "fit", *argv, "--solve", "seq")
+    largest = report["largest"]
+    assert largest > 0 and largest % step == 0 and report["at_largest"]["total"] <= 80 * 2**30
+    assert run_json(capsys, "memory", *argv, "--seq", str(largest + step))["total"] > 80 * 2**30
+    if step > 1:
+        code, _, err = run(capsys, "memory", *argv, "--seq", str(largest + 1))
+        assert code == 2 and ("do not split evenly" in err or "does not split into" in err)
+
+
 def test_every_preset_states_its_context_as_its_config_does():
     import json
 

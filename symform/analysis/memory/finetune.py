@@ -478,6 +478,7 @@ def finetune_memory_expressions(
 
 def finetune_memory(model: Model, setup: FineTune, *, batch: int, seq: int, training: Training = Training()) -> MemoryReport:
     """Bytes on one device for one fine-tuning step of ``batch`` sequences of ``seq`` tokens."""
+    training.layout.check_sequence(seq)
     categories, components, assumptions = finetune_memory_expressions(model, setup, training)
     return _report(model.with_conventions(act_bytes=_pick(recipes().precision, training.precision, "precision").act), "train", categories, components, assumptions, batch=batch, seq=seq)
 

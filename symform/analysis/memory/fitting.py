@@ -17,9 +17,10 @@ class Fit:
     """The largest value of one workload variable whose memory stays within a budget."""
 
     variable: str
-    largest: int  # 0 when not even 1 fits
+    largest: int  # 0 when not even ``step`` fits
     budget: Number
     closed_form: Formula | None  # variable ≤ this, when sympy can solve total(variable) = budget
+    step: int = 1  # the answer is a multiple of it (a sequence the ranks sharing it must split evenly)
 
     def _repr_latex_(self) -> str:
         name = r"\mathrm{" + self.variable.replace("_", r"\_") + "}"
@@ -44,16 +45,16 @@ def largest_fitting(total: Callable[[int], Number], budget: Number, *, limit: in
     return low
 
 
-def solve_fit(expr: sympy.Expr, variable: str, budget: Number, values: Mapping[str, object], vocabulary) -> Fit:
-    """Largest integer value of ``variable`` with expr ≤ budget, every other symbol bound from ``values``."""
+def solve_fit(expr: sympy.Expr, variable: str, budget: Number, values: Mapping[str, object], vocabulary, *, step: int = 1) -> Fit:
+    """Largest multiple of ``step`` for ``variable`` with expr ≤ budget, every other symbol bound from ``values``."""
     symbol = vocabulary[variable]
     others = {s: sympy.Rational(values[s.name]) for s in expr.free_symbols if s != symbol and s.name in values}
     bound = sympy.expand(expr.xreplace(others))
     missing = sorted(s.name for s in bound.free_symbols if s != symbol)
     if missing:
         raise EvaluationError(f"cannot solve for {variable}: no value for {', '.join(missing)}")
-    largest = largest_fitting(lambda n: exact_value(bound, {symbol: sympy.Integer(n)}), budget)
-    return Fit(variable, largest, budget, _closed_form(bound, symbol, budget, vocabulary))
+    largest = step * largest_fitting(lambda n: exact_value(bound, {symbol: sympy.Integer(n * step)}), budget)
+    return Fit(variable, largest, budget, _closed_form(bound, symbol, budget, vocabulary), step)
 
 
 def _closed_form(expr: sympy.Expr, symbol: sympy.Symbol, budget: Number, vocabulary) -> Formula | None:

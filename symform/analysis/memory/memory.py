@@ -555,6 +555,7 @@ _polynomial = derivation(polynomial)
 
 def training_memory(model: Model, *, batch: int, seq: int, setup: Training = Training()) -> MemoryReport:
     """Bytes on one device for one training step of ``batch`` sequences (the micro-batch) of ``seq`` tokens."""
+    setup.layout.check_sequence(seq)
     categories, components, assumptions = training_expressions(model, setup)
     return activation_offload.with_host_bytes(model, _report(model, "train", categories, components, assumptions, batch=batch, seq=seq), setup.offload_layers)
 

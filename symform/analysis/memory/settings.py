@@ -220,3 +220,19 @@ class Layout:
             return sympy.Integer(1)
         microbatches = self.microbatches or self.pipeline
         return sympy.nsimplify(in_flight_microbatches(self.schedule, self.pipeline, microbatches, self.chunks))
+
+    @property
+    def sequence_step(self) -> int:
+        """What a sequence's length must be a multiple of: the context ranks split it, and with sequence parallelism
+        each context share splits over the tensor ranks (Megatron-Core asserts both; torchtitan shards the same way)."""
+        return self.context * (self.tensor if self.sequence else 1)
+
+    def check_sequence(self, seq: int) -> None:
+        """ConfigError where ``seq`` tokens do not split evenly over the ranks that share each sequence."""
+        if seq % self.context:
+            raise ConfigError(f"sequence {seq} does not split into {self.context} context-parallel chunks; give a multiple of {self.context}")
+        if seq % self.sequence_step:
+            raise ConfigError(
+                f"sequence parallelism splits each sequence over the {self.tensor} tensor-parallel ranks, and {seq // self.context} tokens do not split evenly; "
+                f"give a sequence that divides by {self.sequence_step}, or run tensor parallelism alone (--no-sp)"
+            )

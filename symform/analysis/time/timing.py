@@ -170,10 +170,7 @@ def _check_layout(layout: Layout, global_batch: int, micro_batch: int, seq: int)
     """Micro-batches per step and pipeline: global batch / (micro-batch × data-parallel degree)."""
     for name, value in (("global_batch", global_batch), ("micro_batch", micro_batch), ("seq", seq)):
         _whole(name, value)
-    if seq % layout.context:
-        raise ConfigError(f"sequence {seq} does not split into {layout.context} context-parallel chunks; give a multiple of {layout.context}")
-    if layout.sequence and (seq // layout.context) % layout.tensor:
-        raise ConfigError(f"sequence parallelism splits each sequence over the {layout.tensor} tensor-parallel ranks, and {seq // layout.context} tokens do not split evenly; give a sequence that divides by {layout.tensor * layout.context}, or run tensor parallelism alone (--no-sp)")
+    layout.check_sequence(seq)
     layout.check_experts()
     if layout.etp > layout.tensor:  # its ranks hold other tokens than the attention's: Megatron gathers them
         raise ConfigError(f"an expert tensor degree of {layout.etp} above the tensor degree {layout.tensor} gathers each expert's tokens across its expert tensor ranks, which symform does not time; give an expert tensor degree of at most {layout.tensor}")

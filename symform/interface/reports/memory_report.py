@@ -412,7 +412,9 @@ def fit_command(model: Model, args: argparse.Namespace) -> str:
         values = {**model.values, **fixed, **({"past": args.past} if args.solve != "past" else {})}
     gone = _offloaded_categories(args)
     total = sum(v for k, v in categories.items() if k not in gone)
-    fit = solve_fit(total, args.solve, budget, values, model.vocabulary)
+    # a training sequence splits evenly over the ranks that share it (context, and tensor with sequence parallelism)
+    step = _training(args).layout.sequence_step if args.train and args.solve == "seq" else 1
+    fit = solve_fit(total, args.solve, budget, values, model.vocabulary, step=step)
     report = None
     if fit.largest:
         at = {**fixed, args.solve: fit.largest}
@@ -426,6 +428,8 @@ def fit_command(model: Model, args: argparse.Namespace) -> str:
         placed = _placed(report, args)
         report = placed.device if placed is not None else report
     context = _context_bound(model, args.solve, fixed, args.past if args.infer else 0)
+    if context is not None:
+        context -= context % fit.step  # the largest the context holds that the ranks split evenly
     if args.json:
         return json.dumps(
             {
@@ -439,13 +443,14 @@ def fit_command(model: Model, args: argparse.Namespace) -> str:
                 "largest_within_context": None if context is None else max(0, min(fit.largest, context)),
             }
         )
-    lines = [f"largest {args.solve} of {model.name} within {budget:,} bytes ({budget / 1e9:.2f} GB, {budget / 2**30:.2f} GiB): {fit.largest:,}"]
+    multiple = f" (a multiple of {fit.step}: the ranks sharing each sequence split it evenly)" if fit.step > 1 else ""
+    lines = [f"largest {args.solve} of {model.name} within {budget:,} bytes ({budget / 1e9:.2f} GB, {budget / 2**30:.2f} GiB): {fit.largest:,}{multiple}"]
     if fit.closed_form is not None:
         lines.append(f"  closed form: {args.solve} ≤ {fit.closed_form}")
     if report is not None:
         lines.append(f"  at {args.solve} = {fit.largest:,}: {_ceil(report.total):,} bytes")
     else:
-        lines.append(f"  not even {args.solve} = 1 fits; add devices, shard (--zero, --tp) or recompute")
+        lines.append(f"  not even {args.solve} = {fit.step} fits; add devices, shard (--zero, --tp) or recompute")
     if context is not None:
         lines.append(_context_line(model, args.solve, context, fit.largest, fixed, args.past if args.infer else 0))
     return "\n".join(lines)
