@@ -546,7 +546,8 @@ def test_context_parallel_degree_must_split_the_sequence():
     from symform import ConfigError
     from symform.analysis.time.timing import training_time
 
-    one_line_error(ConfigError, lambda: training_time(_small(), "h100-sxm", global_batch=2, micro_batch=1, seq=1000, layout=Layout(context=3)), "1000", "3")
+    # two equal chunks per context rank (Megatron-Core's zigzag split: 'divisible by 2 * cp_size')
+    one_line_error(ConfigError, lambda: training_time(_small(), "h100-sxm", global_batch=2, micro_batch=1, seq=1005, layout=Layout(context=3)), "1005", "6 equal chunks")
 
 
 def test_a_measured_runs_context_degree_reaches_its_layout_memory_and_band():

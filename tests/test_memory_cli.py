@@ -122,11 +122,12 @@ def test_fit_seq_where_memory_is_the_tighter_limit(capsys):
     assert report["largest_within_context"] == report["largest"] < 40960
 
 
-@pytest.mark.parametrize(("layout", "step"), [(["--tp", "4"], 4), (["--tp", "4", "--cp", "2"], 8), (["--tp", "4", "--no-sp"], 1), (["--cp", "2", "--tp", "2", "--no-sp"], 2)])
+@pytest.mark.parametrize(("layout", "step"), [(["--tp", "4"], 4), (["--tp", "4", "--cp", "2"], 8), (["--tp", "4", "--no-sp"], 1), (["--cp", "2", "--tp", "2", "--no-sp"], 4), (["--cp", "3", "--tp", "2", "--no-sp"], 6)])
 def test_fit_seq_answers_a_sequence_its_ranks_split_evenly(capsys, layout, step):
-    """The context ranks split each sequence, and with sequence parallelism (torchtitan's default beside --tp) each
-    share splits over the tensor ranks; Megatron-Core asserts both. So fit answers the largest multiple of their
-    product that fits: the next multiple does not, and memory (like time) refuses a sequence they cannot split."""
+    """Context parallelism cuts each sequence into two equal chunks per rank (Megatron-Core's zigzag split), and with
+    sequence parallelism (torchtitan's default beside --tp) each rank's share splits over the tensor ranks too. So
+    fit answers the largest multiple of what splits it that fits: the next multiple does not, and memory (like time)
+    refuses a sequence that does not split."""
     argv = ["llama-3.1-8b", "--train", "--batch", "1", "--gpu", "h100-sxm", *layout]
     report = run_json(capsys, "fit", *argv, "--solve", "seq")
     largest = report["largest"]

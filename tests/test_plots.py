@@ -189,6 +189,14 @@ def test_the_memory_chart_counts_what_symform_memory_counts(mpl, capsys, framewo
     assert plots.FRAMEWORK_LABEL in _legend(figure)
 
 
+def test_the_memory_chart_takes_no_sp_for_a_sequence_the_tensor_ranks_cannot_split(mpl, capsys, tmp_path):
+    """Sequence parallelism (torchtitan's, beside --tp) splits each sequence over the tensor ranks, so 4,095 tokens
+    on 2 ranks are refused as symform memory refuses them; --no-sp draws them without it."""
+    argv = ["plot", "memory", "qwen3-0.6b", "--gpu", "h100-sxm", "--batch", "1", "--seq", "1000,4095", "--tp", "2", "--out", str(tmp_path / "m.png")]
+    assert main(argv) == 2 and "--no-sp" in capsys.readouterr().err
+    assert main([*argv, "--no-sp"]) == 0
+
+
 def test_memory_refuses_a_system():
     with pytest.raises(SymformError, match="system"):
         plots.device_memory("hgx-h100-8gpu")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from functools import cache
 from typing import Annotated, Mapping
@@ -141,7 +142,7 @@ class Layout:
         if self.microbatches is not None and (not isinstance(self.microbatches, int) or self.microbatches < 1):
             raise EvaluationError(f"microbatches is {self.microbatches!r}; give a whole number of 1 or more")
         if self.sequence and self.tensor == 1:
-            raise EvaluationError("sequence parallelism splits along the tensor-parallel ranks; give a tensor degree above 1 (--tp) or drop it (--no-sp)")
+            raise EvaluationError("sequence parallelism splits along the tensor-parallel ranks; give a tensor degree above 1 or drop sequence parallelism")
         self._check_replicate()
         if self.pipeline_layout is not None:
             if self.pipeline == 1:
@@ -222,15 +223,25 @@ class Layout:
         return sympy.nsimplify(in_flight_microbatches(self.schedule, self.pipeline, microbatches, self.chunks))
 
     @property
+    def context_chunks(self) -> int:
+        """The equal chunks context parallelism cuts a sequence into: two per rank, dealt out zigzag so that each
+        rank's causal attention does the same work (Megatron-Core's get_batch_on_this_cp_rank: 'The sequence length
+        must be divisible by 2 * cp_size'); none without it."""
+        return 2 * self.context if self.context > 1 else 1
+
+    @property
     def sequence_step(self) -> int:
-        """What a sequence's length must be a multiple of: the context ranks split it, and with sequence parallelism
-        each context share splits over the tensor ranks (Megatron-Core asserts both; torchtitan shards the same way)."""
-        return self.context * (self.tensor if self.sequence else 1)
+        """What a sequence's length must be a multiple of: the context chunks, and with sequence parallelism each
+        context rank's share splitting evenly over the tensor ranks too."""
+        return math.lcm(self.context_chunks, self.context * (self.tensor if self.sequence else 1))
 
     def check_sequence(self, seq: int) -> None:
-        """ConfigError where ``seq`` tokens do not split evenly over the ranks that share each sequence."""
-        if seq % self.context:
-            raise ConfigError(f"sequence {seq} does not split into {self.context} context-parallel chunks; give a multiple of {self.context}")
+        """ConfigError where ``seq`` tokens do not split evenly over the ranks that share each sequence (any other
+        value is left to the workload's own checks)."""
+        if not isinstance(seq, int) or isinstance(seq, bool):
+            return
+        if seq % self.context_chunks:
+            raise ConfigError(f"sequence {seq} does not split into {self.context_chunks} equal chunks, two per context-parallel rank; give a multiple of {self.context_chunks}")
         if seq % self.sequence_step:
             raise ConfigError(
                 f"sequence parallelism splits each sequence over the {self.tensor} tensor-parallel ranks, and {seq // self.context} tokens do not split evenly; "

@@ -11,9 +11,8 @@ from fractions import Fraction
 from ..options.cli_args import attention_arguments, uses_flash, non_negative_int, positive_int
 from ...engine.budget import number_from_text, quoted
 from ...engine.errors import ConfigError, EvaluationError
-from ...engine.algebra.evaluate import Number
 from ...analysis.devices.hardware import load_device
-from ...analysis.memory.memory import Inference, MemoryReport, Training, bit_width, inference_expressions, inference_memory, training_expressions, training_memory
+from ...analysis.memory.memory import Inference, MemoryReport, Training, bit_width, inference_expressions, inference_memory, training_expressions, training_memory, whole_bytes
 from ...analysis.memory.fitting import solve_fit
 from ...analysis.memory.settings import RECOMPUTE, SCHEDULES, Layout, recipes
 from ...engine.graph.model import Model
@@ -184,9 +183,14 @@ def fit_arguments(p: argparse.ArgumentParser) -> None:
     offload_arguments(p)
 
 
+def counted_framework(args: argparse.Namespace, tune) -> str:
+    """The framework a training step is counted under: the one the command assumes; a fine-tuning step (``tune``) is
+    counted by symform.analysis.memory.finetune, which takes no framework: none of its defaults apply."""
+    return framework_name(args) if tune is None else EAGER
+
+
 def _layout(args: argparse.Namespace) -> Layout:
-    # a fine-tuning step is counted by symform.analysis.memory.finetune, which takes no framework: none of its defaults apply
-    fw = framework(framework_name(args) if finetune_setup(args) is None else EAGER)
+    fw = framework(counted_framework(args, finetune_setup(args)))
     return Layout(
         data=args.dp, tensor=args.tp, pipeline=args.pp, expert=args.ep, expert_tensor=args.etp, context=args.cp, sequence=sequence_parallel(fw.name, args.sp, args.tp),
         zero=args.zero, distributed_optimizer=fw.default("distributed_optimizer", args.distributed_optimizer),
@@ -269,7 +273,7 @@ def _memory_table(report: MemoryReport, device: tuple[str, int] | None) -> str:
     width = max(len(k) for k, _ in rows)
     lines = [title, f"{'category':<{width}}  {'bytes':>20}  {'GB (10^9)':>10}  {'GiB (2^30)':>10}"]
     for name, value in rows:
-        lines.append(f"{name:<{width}}  {_ceil(value):>20,}  {float(value) / 1e9:>10.3f}  {float(value) / 2**30:>10.3f}")
+        lines.append(f"{name:<{width}}  {whole_bytes(value):>20,}  {float(value) / 1e9:>10.3f}  {float(value) / 2**30:>10.3f}")
     if "trainable_params" in report.assumptions:
         trainable, params = report.assumptions["trainable_params"], report.assumptions["params"]
         lines.append(f"trainable parameters {trainable:,} of {params:,} ({trainable / params:.3%})")
@@ -387,10 +391,6 @@ def _assumptions_line(assumptions: dict) -> str:
     return "; ".join(items)
 
 
-def _ceil(value: Number) -> int:
-    return -(-Fraction(value).numerator // Fraction(value).denominator)
-
-
 def fit_command(model: Model, args: argparse.Namespace) -> str:
     budget = args.memory if args.memory else _gpu_memory(args.gpu)[1]
     fixed = {"batch": args.batch, "seq": args.seq if args.seq or args.train else 1}
@@ -413,6 +413,8 @@ def fit_command(model: Model, args: argparse.Namespace) -> str:
     gone = _offloaded_categories(args)
     total = sum(v for k, v in categories.items() if k not in gone)
     # a training sequence splits evenly over the ranks that share it (context, and tensor with sequence parallelism)
+    if args.train and "seq" in fixed:
+        _training(args).layout.check_sequence(fixed["seq"])
     step = _training(args).layout.sequence_step if args.train and args.solve == "seq" else 1
     fit = solve_fit(total, args.solve, budget, values, model.vocabulary, step=step)
     report = None
@@ -436,6 +438,7 @@ def fit_command(model: Model, args: argparse.Namespace) -> str:
                 "model": model.name,
                 "solve": args.solve,
                 "largest": fit.largest,
+                "step": fit.step,
                 "budget_bytes": budget,
                 "closed_form": None if fit.closed_form is None else str(fit.closed_form),
                 "at_largest": None if report is None else report.as_dict(),
@@ -448,7 +451,7 @@ def fit_command(model: Model, args: argparse.Namespace) -> str:
     if fit.closed_form is not None:
         lines.append(f"  closed form: {args.solve} ≤ {fit.closed_form}")
     if report is not None:
-        lines.append(f"  at {args.solve} = {fit.largest:,}: {_ceil(report.total):,} bytes")
+        lines.append(f"  at {args.solve} = {fit.largest:,}: {whole_bytes(report.total):,} bytes")
     else:
         lines.append(f"  not even {args.solve} = {fit.step} fits; add devices, shard (--zero, --tp) or recompute")
     if context is not None:

@@ -77,8 +77,9 @@ def _table(result: Plan) -> str:
         lines.append(framework_line(result.assumptions["framework"]))
     if isinstance(result.assumptions.get("time_facts"), dict):
         lines += framework_facts_line(result.assumptions["time_facts"])
+    sequence = result.assumptions.get("sequence_parallel", "")
     if not result.best:
-        lines.append("none fits: add devices, lower the precision's bytes (--precision bf16) or shorten the sequence")
+        lines.append("none fits: add devices, lower the precision's bytes (--precision bf16) or shorten the sequence" + (f"; sequence parallelism {sequence}" if "left out" in sequence else ""))
         return "\n".join(lines)
     lines.append(f"{'#':>2}  {'dp':>4} {'tp':>3} {'pp':>3} {'ep':>3}  {'zero':>4}  {'mb':>3}  {'recompute':<9}  {'memory GiB':>10}  {'estimate s':>10}  {'step s (floor-ceiling)':>21}  {'MFU':>6}  {'tokens/s':>10}")
     for rank, row in enumerate(result.best, 1):
@@ -95,7 +96,6 @@ def _table(result: Plan) -> str:
         if best.estimate
         else "the floor (full overlap at peak), then the sum at peak (no overlap): no efficiency data for an estimate, so no ceiling; step s is the floor to the sum at peak, MFU and tokens/s at the floor"
     )
-    sequence = result.assumptions.get("sequence_parallel", "")
     if "left out" in sequence or any(row.layout.sequence for row in result.best):
         lines.append(f"sequence parallelism {sequence}{'' if 'left out' in sequence else ' (--no-sp for none)'}, counted as symform memory and symform time count it")
     lines.append(f"ranked by {ranking}; symform time and symform memory give each layout's details")

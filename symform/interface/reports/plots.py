@@ -336,6 +336,7 @@ def plot_arguments(p: argparse.ArgumentParser) -> None:
     q.add_argument("--dp", type=_positive, default=1, metavar="N", help="data-parallel degree")
     q.add_argument("--tp", type=_positive, default=1, metavar="N", help="tensor-parallel degree")
     framework_argument(q)
+    q.add_argument("--sp", action=argparse.BooleanOptionalAction, default=None, help="sequence parallelism beside --tp (default: the framework's)")
     _model_options(q)
     q = kinds.add_parser("roofline", help="the roofline chart of symform roofline --plot")
     q.add_argument("model", help=MODEL_HELP)
@@ -370,7 +371,7 @@ def _figure_for(args: argparse.Namespace):
     # as `symform memory --train` counts the same options: the framework's overheads and layout defaults
     name = framework_name(args)
     fw = framework(name)
-    layout = Layout(data=args.dp, tensor=args.tp, zero=args.zero, sequence=sequence_parallel(name, None, args.tp), distributed_optimizer=fw.default("distributed_optimizer", None))
+    layout = Layout(data=args.dp, tensor=args.tp, zero=args.zero, sequence=sequence_parallel(name, args.sp, args.tp), distributed_optimizer=fw.default("distributed_optimizer", None))
     setup = Training(precision=args.precision, optimizer=args.optimizer, recompute=args.recompute, flash=uses_flash(args), layout=layout, framework=name)
     return memory_figure(model, args.gpu, args.batch, args.seq, setup=setup)
 

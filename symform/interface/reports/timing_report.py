@@ -16,8 +16,8 @@ from ...analysis.memory.finetune import describe_text
 from ...analysis.memory.memory import matmul_rate, stored_weights
 from ...analysis.memory.settings import PER_OP, RECOMPUTE, SCHEDULES, Layout, recipes
 from ...engine.graph.model import Model
-from ...analysis.memory.frameworks import EAGER, framework, sequence_parallel, timed_recompute
-from .memory_report import ETP_HELP, RECOMPUTE_LAYERS_HELP, REPLICATE_HELP, framework_argument, framework_name, framework_version_argument, time_profile_of
+from ...analysis.memory.frameworks import framework, sequence_parallel, timed_recompute
+from .memory_report import ETP_HELP, RECOMPUTE_LAYERS_HELP, REPLICATE_HELP, counted_framework, framework_argument, framework_name, framework_version_argument, time_profile_of
 
 if TYPE_CHECKING:  # the timing module (and numpy) load when a time is asked for, not with the CLI
     from ...analysis.time.timing import TrainingTime
@@ -191,7 +191,7 @@ def _layout(args: argparse.Namespace, tune=None) -> Layout:
     schedule = args.schedule or ("interleaved" if chunks > 1 else "1f1b")
     # the framework the step is counted under (the default one unless named) brings its sequence-parallelism default
     # (torchtitan's and Megatron's tensor parallelism run it), as `memory` and `plan` count it; fine-tuning takes none
-    sequence = sequence_parallel(_counted(args, tune), args.sp, tp)
+    sequence = sequence_parallel(counted_framework(args, tune), args.sp, tp)
     return Layout(data=dp, tensor=tp, pipeline=pp, expert=args.ep or 1, context=args.cp or 1, schedule=schedule, zero=args.zero or 0, sequence=sequence, chunks=chunks, expert_tensor=args.etp, replicate=args.replicate or 1, pipeline_layout=args.pipeline_layout)
 
 
@@ -215,7 +215,7 @@ def _memory_fit(model: Model, args: argparse.Namespace, result: TrainingTime, tu
     place = placement(args.gpu, args.node_size)
     flash = _flash(args)
     # the memory check counts the framework's buffers and the step's layout with its defaults; fine-tuning takes none
-    name = _counted(args, tune)
+    name = counted_framework(args, tune)
     # the step's micro-batches: what its schedule keeps in flight reads them
     layout = replace(_layout(args, tune), distributed_optimizer=framework(name).default("distributed_optimizer", None), microbatches=result.microbatches)
     setup = Training(recompute=args.recompute or "none", flash=flash, layout=layout, framework=name, offload_layers=args.offload_layers or 0, recompute_layers=args.recompute_layers)
@@ -230,6 +230,8 @@ def _memory_fit(model: Model, args: argparse.Namespace, result: TrainingTime, tu
         report = offloaded.pop("device")
     need, have = whole_bytes(report.total), int(place.device.memory_bytes)
     fit = {"bytes_per_device": need, "capacity_bytes": have, "fits": need <= have, "attention": "flash" if flash else "eager", "framework": name}
+    if layout.pipeline > 1:  # what the schedule keeps in flight reads them
+        fit["microbatches"] = layout.microbatches
     if offloaded is not None:
         fit["offload"] = offloaded
     if getattr(args, "pipeline_layout", None):
@@ -268,7 +270,8 @@ def _offloaded(report, args: argparse.Namespace, device, result: TrainingTime) -
 def _memory_line(memory: dict[str, object]) -> str:
     verdict = "fits" if memory["fits"] else "DOES NOT FIT (--fit-only refuses it)"
     stages = f"; stages {memory['stages']}" if "stages" in memory else ""
-    line = f"\nmemory/device  {memory['bytes_per_device'] / 1e9:.1f} GB of {memory['capacity_bytes'] / 1e9:.1f} GB: {verdict} (symform memory --train --framework {memory['framework']}, {memory['attention']} attention{stages})"
+    microbatches = f" --microbatches {memory['microbatches']}" if "microbatches" in memory else ""
+    line = f"\nmemory/device  {memory['bytes_per_device'] / 1e9:.1f} GB of {memory['capacity_bytes'] / 1e9:.1f} GB: {verdict} (symform memory --train --framework {memory['framework']}{microbatches}, {memory['attention']} attention{stages})"
     off = memory.get("offload")
     if off:
         where = ", ".join(f"{t / 1e9:.1f} GB {'in host memory' if tier == 'cpu' else 'on NVMe'}" for tier, t in off["totals"].items() if tier != "device")
@@ -421,12 +424,7 @@ def _degrees(args: argparse.Namespace) -> tuple[int, int, int]:
 
 def _timed_recompute(args: argparse.Namespace, tune) -> str:
     """--recompute as the framework the memory check counts runs it (its selective policy), for the step's time."""
-    return timed_recompute(_counted(args, tune), args.recompute or "none")
-
-
-def _counted(args: argparse.Namespace, tune) -> str:
-    """The framework a training step is counted under: the one the command assumes; fine-tuning (symform.analysis.memory.finetune) takes none."""
-    return framework_name(args) if tune is None else EAGER
+    return timed_recompute(counted_framework(args, tune), args.recompute or "none")
 
 
 def _train(model: Model, args: argparse.Namespace, tune=None) -> TrainingTime:
