@@ -32,7 +32,7 @@ def plan_arguments(p: argparse.ArgumentParser) -> None:
     framework_argument(p)
     framework_version_argument(p)
     p.add_argument("--node-size", type=positive_int, help="devices per scale-up domain (default: the system's, or 8)")
-    p.add_argument("--sp", action=argparse.BooleanOptionalAction, default=None, help="sequence parallelism beside tensor parallelism (default: the framework's, as torchtitan and Megatron run it)")
+    p.add_argument("--sp", action=argparse.BooleanOptionalAction, default=None, help="sequence parallelism beside tensor parallelism (default: the framework's, as torchtitan, Megatron and MaxText run it)")
     p.add_argument("--top", type=positive_int, default=5, help="layouts to show (default 5)")
     serve_arguments(p)
     finetune_arguments(p, needs="a training plan (not --serve)")
