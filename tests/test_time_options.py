@@ -53,6 +53,15 @@ def test_tp_comm_overlap_hides_the_tensor_communication_under_the_gemms(capsys):
     assert code == 2 and "--sp" in err
 
 
+def test_tp_comm_overlap_with_adapters_is_one_line_that_names_the_option_to_drop(capsys):
+    """It pipelines sequence parallelism's transfers, which adapters do not run (their gathers are not modelled):
+    the message says to drop it, not to add --sp, which adapters refuse."""
+    lora = ["time", "llama-3.1-8b", "--gpu", "h100-sxm", "--gpus", "8", "--train", "--global-batch", "8", "--seq", "2048", "--tp", "2", "--lora-rank", "16", "--lora-targets", "q_proj,v_proj"]
+    code, _, err = run(capsys, *lora, "--tp-comm-overlap")
+    assert code == 2 and "drop --tp-comm-overlap" in err and err.count("\n") == 1
+    assert run(capsys, *lora)[0] == 0
+
+
 def test_the_per_head_decode_kernel_reads_the_cache_once_per_query_head(capsys):
     """Mistral-7B: 32 query heads share 8 key/value heads, so a kernel reading the cache per query head moves
     its bytes 4 times over: the decode step's floor and its estimate grow; GPT-2 (one query head per key/value

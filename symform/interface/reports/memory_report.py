@@ -87,8 +87,10 @@ def recipe_arguments(group) -> None:
     group.add_argument("--recompute", default="none", choices=RECOMPUTE, help="activation recomputation: selective (attention cores) or full (whole layers)")
 
 
-def framework_argument(group) -> None:
-    group.add_argument("--framework", choices=list(frameworks()), help=f"the training framework whose kernels, selective recomputation, buffers and overheads to count (formulas/frameworks; default {DEFAULT_FRAMEWORK}, or {EAGER} with --accounting)")
+def framework_argument(group, *, accounting: bool = True) -> None:
+    """--framework; ``accounting``: whether the command takes --accounting, whose named conventions count under the eager framework."""
+    default = f"{DEFAULT_FRAMEWORK}, or {EAGER} with --accounting" if accounting else DEFAULT_FRAMEWORK
+    group.add_argument("--framework", choices=list(frameworks()), help=f"the training framework whose kernels, selective recomputation, buffers and overheads to count (formulas/frameworks; default {default})")
 
 
 def framework_version_argument(group) -> None:

@@ -335,7 +335,7 @@ def plot_arguments(p: argparse.ArgumentParser) -> None:
     q.add_argument("--zero", type=int, default=0, choices=(0, 1, 2, 3), help="ZeRO stage over --dp ranks")
     q.add_argument("--dp", type=_positive, default=1, metavar="N", help="data-parallel degree")
     q.add_argument("--tp", type=_positive, default=1, metavar="N", help="tensor-parallel degree")
-    framework_argument(q)
+    framework_argument(q, accounting=False)
     q.add_argument("--sp", action=argparse.BooleanOptionalAction, default=None, help="sequence parallelism beside --tp (default: the framework's)")
     _model_options(q)
     q = kinds.add_parser("roofline", help="the roofline chart of symform roofline --plot")

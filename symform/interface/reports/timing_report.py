@@ -432,6 +432,8 @@ def _train(model: Model, args: argparse.Namespace, tune=None) -> TrainingTime:
     if args.measured_step and args.measured_tokens_per_s:
         raise ConfigError("give --measured-step or --measured-tokens-per-s, not both")
     _require(args, ("global_batch", "seq"), "--train")
+    if tune is not None and args.tp_comm_overlap:  # it pipelines sequence parallelism's transfers, which adapters do not run
+        raise ConfigError("--tp-comm-overlap pipelines sequence parallelism's transfers, and fine-tuning with adapters runs tensor parallelism without it; drop --tp-comm-overlap")
     from ...analysis.time.timing import training_time
 
     return training_time(
