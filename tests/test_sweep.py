@@ -166,6 +166,23 @@ def test_memory_categories_equal_the_memory_report():
         assert total == report.total and act == report.values["activations"]
 
 
+def test_a_sweep_splits_its_sequences_as_training_memory_does():
+    """Under sequence parallelism each sequence splits over the tensor ranks: a swept or fixed length they cannot split
+    is refused, eager and lazy alike, as training_memory refuses it; the lengths they split count as it counts them."""
+    from symform.analysis.memory.memory import Training, training_memory
+    from symform.analysis.memory.settings import Layout
+    from symform.analysis.sweeps.lazy_sweeps import lazy_sweep
+
+    setup = Training(layout=Layout(tensor=2, sequence=True), framework="torchtitan")
+    for run in (lambda **k: sweep(MODEL, "memory.total", training=setup, **k), lambda **k: lazy_sweep(MODEL, "memory.total", training=setup, **k)):
+        with pytest.raises(symform.ConfigError, match="4095 tokens do not split evenly"):
+            run(grid={"seq": [4094, 4095]}, fixed={"batch": 1})
+        with pytest.raises(symform.ConfigError, match="4095 tokens do not split evenly"):
+            run(grid={"batch": [1, 2]}, fixed={"seq": 4095})
+    r = sweep(MODEL, "memory.total", grid={"seq": [4094, 4096]}, fixed={"batch": 1}, exact=True, training=setup)
+    assert [int(t) for t in r["memory.total"]] == [int(training_memory(MODEL, batch=1, seq=s, setup=setup).total) for s in (4094, 4096)]
+
+
 def test_bad_input_is_one_clear_error():
     with pytest.raises(symform.EvaluationError, match="no value for seq"):
         sweep(MODEL, "forward_flops", grid={"d_model": [64]}, fixed={"batch": 1})

@@ -34,7 +34,7 @@ import numpy as np
 
 from ...engine.errors import EvaluationError
 from ...engine.graph.model import Model
-from .sweep_points import Axis, Relation, _column, _draw, _values, check_relations, validate_columns
+from .sweep_points import Axis, Relation, _column, _draw, _values, check_relations, check_sequence_split, validate_columns
 from .sweep_quantities import DEFAULT_CHUNK, FLOAT_EXACT, SweepResult, _is_dask, compile_quantities
 
 MAX_BLOCKS = 10**6  # tasks in one graph: past this the scheduler, not the arithmetic, is the cost
@@ -91,6 +91,7 @@ def lazy_sweep(
     grid_axes = [Axis((k,), (_values("grid", k, v),)) for k, v in grid.items()]
     if any(len(a) == 0 for a in grid_axes):
         raise EvaluationError("a sweep axis is empty: give at least one value per name")
+    check_sequence_split(training, [*(a.columns[0] for a in grid_axes if a.names == ("seq",)), *([fixed["seq"]] if "seq" in fixed else [])])
     if sample:
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise EvaluationError("sample= needs n=, the number of random points (1 or more)")
@@ -263,6 +264,7 @@ def _zipped(model: Model, quantities, zipped: Mapping[str, Any], fixed, training
     import dask.array as da
 
     names = tuple(zipped)
+    check_sequence_split(training, [*([fixed["seq"]] if "seq" in fixed else []), *(v for k, v in zipped.items() if k == "seq" and not _is_dask(v))])
     arrays = [v if _is_dask(v) else da.asarray(v) for v in zipped.values()]
     if any(a.ndim != 1 for a in arrays) or len({a.shape[0] for a in arrays}) != 1:
         raise EvaluationError(f"zip= arrays must be one-dimensional and of one length; got {', '.join(f'{k}: {a.shape}' for k, a in zip(names, arrays))}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import sympy
@@ -425,3 +425,14 @@ def _block_inputs(axes: Sequence[Axis], block: Block, columns: Mapping[str, np.n
             else:
                 out[name] = column.reshape((-1,) + (1,) * (len(axes) - i - 1))
     return out
+
+
+def check_sequence_split(training: Any, values: Sequence[Any]) -> None:
+    """A training step's sequences split evenly over the ranks that share them (Layout.check_sequence), every value
+    swept or fixed; a sweep with no layout, or none that splits a sequence, has nothing to check."""
+    layout = getattr(training, "layout", None)
+    if layout is None or layout.sequence_step == 1 or not values:
+        return
+    for value in np.unique(np.concatenate([np.atleast_1d(np.asarray(v, dtype=np.float64)) for v in values])):
+        if float(value).is_integer():
+            layout.check_sequence(int(value))

@@ -51,7 +51,7 @@ from ...engine.algebra.evaluate import exact_value
 from ...engine.graph.model import Model
 from .kernels import INT64_LIMIT, Kernel
 from .sweep_quantities import BLOCK, FLOAT_EXACT, Compiled, InexactFloatError, InexactFloatWarning, IntegerOverflowError, SweepResult, _exact_values, _is_dask, compile_quantities
-from .sweep_points import Axis, Block, _Checks, _axes, _axis_of, _block_inputs, _blocks, _check_requirements, _validate, _whole
+from .sweep_points import Axis, Block, _Checks, _axes, _axis_of, _block_inputs, _blocks, _check_requirements, _validate, _whole, check_sequence_split
 
 
 # --- expressions ---------------------------------------------------------------------------------
@@ -117,6 +117,7 @@ def sweep(
     overlap = sorted(set(names) & set(fixed))
     if overlap:
         raise EvaluationError(f"{overlap[0]} is both swept and fixed; give it in one place")
+    check_sequence_split(training, [*(axis.columns[axis.names.index("seq")] for axis in axes if "seq" in axis.names), *([fixed["seq"]] if "seq" in fixed else [])])
     compiled = compile_quantities(model, quantities, names, fixed=fixed, training=training)
     shape = tuple(len(a) for a in axes)
     total = math.prod(shape)
