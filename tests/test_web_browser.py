@@ -120,3 +120,18 @@ def test_an_uploaded_declaration_gets_its_count(browser):
         expected = 2 * 101 * 64 + 64 + 2 * (2 * 4096 + 2 * 2048 + 3 * 64 * 96 + 2 * 64)
         wait_for(browser, lambda d: text_of(d, "params-total") == f"{expected:,}", "the uploaded model's count")
         assert "model=" not in browser.current_url  # an upload is not in the link
+
+
+def test_the_plan_tab_names_the_sequence_parallelism_it_counts(browser):
+    """The page's plan is the CLI's (torchtitan's sequence parallelism beside every tensor degree above 1): its
+    tensor-parallel rows say so, and the summary carries the search's note."""
+    with served() as base:
+        browser.get(f"{base}/?model=llama-3.1-8b&gpus=8&seq=8192&batch=1")
+        plan = cli_json("plan", "llama-3.1-8b", "--gpu", "h100-sxm", "--gpus", "8", "--global-batch", "8", "--seq", "8192", "--top", "5")
+        wait_for(browser, lambda d: "layouts fit" in text_of(d, "plan-summary"), "the plan")
+        assert f"sequence parallelism: {plan['assumptions']['sequence_parallel']}" in text_of(browser, "plan-summary")
+        rows = text_of(browser, "plan-table").splitlines()[1:]
+        tensor = [layout["layout"]["tensor"] for layout in plan["layouts"]]
+        assert len(rows) == len(tensor) and any(t > 1 for t in tensor)
+        for row, t in zip(rows, tensor):
+            assert ("(sequence parallel)" in row) == (t > 1)
