@@ -11,7 +11,7 @@ knows an architecture by name.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from fractions import Fraction
 from functools import cache
 from typing import Any, Literal, Mapping
@@ -217,6 +217,16 @@ def sequence_parallel(name: str | None, given: bool | None, tensor: int) -> bool
     ``given`` where the user or the run says, else the framework's default (none without a framework)."""
     fw = framework(name)
     return fw.default("sequence_parallel", given, tensor) if fw else bool(given)
+
+
+def with_defaults(name: str | None, layout: Layout, *, sequence: bool | None = None, distributed_optimizer: bool | None = None) -> Layout:
+    """``layout`` as framework ``name`` runs it: sequence parallelism beside its tensor ranks (sequence_parallel) and
+    its distributed optimizer, each where the caller does not say (None); neither without a framework."""
+    fw = framework(name)
+    return replace(
+        layout, sequence=sequence_parallel(name, sequence, layout.tensor),
+        distributed_optimizer=fw.default("distributed_optimizer", distributed_optimizer) if fw else bool(distributed_optimizer),
+    )  # fmt: skip
 
 
 def framework(name: str | None) -> Framework | None:

@@ -62,6 +62,10 @@ class Candidates:
     def __len__(self) -> int:
         return len(self.tensor)
 
+    def sequence_at(self, tensor: int) -> bool:
+        """Sequence parallelism in a layout of ``tensor`` ranks: only beside tensor parallelism."""
+        return self.sequence and tensor > 1
+
     def take(self, mask: np.ndarray) -> "Candidates":
         return Candidates(*(getattr(self, f)[mask] for f in self.__dataclass_fields__ if f != "sequence"), sequence=self.sequence)
 
@@ -71,7 +75,7 @@ class Candidates:
         tensor = int(self.tensor[i])
         layout = Layout(
             data=data, tensor=tensor, pipeline=int(self.pipeline[i]), expert=int(self.expert[i]),
-            zero=int(self.zero[i]), microbatches=global_batch // (micro_batch * data), sequence=self.sequence and tensor > 1,
+            zero=int(self.zero[i]), microbatches=global_batch // (micro_batch * data), sequence=self.sequence_at(tensor),
         )  # fmt: skip
         return layout, micro_batch, RECOMPUTE[int(self.recompute[i])]
 
@@ -238,7 +242,7 @@ def step_time_bounds(model: Model, c: Candidates, gpu, *, seq: int, global_batch
             target[rows] = microbatches[rows] * per_batch(c.micro_batch[rows], c.tensor[rows]) / c.pipeline[rows] / rate
 
     def layout(t, p, d, e, zero=0):
-        return Layout(data=d, tensor=t, pipeline=p, expert=e, zero=zero, sequence=c.sequence and t > 1)
+        return Layout(data=d, tensor=t, pipeline=p, expert=e, zero=zero, sequence=c.sequence_at(t))
 
     tensor, expert, pipeline = np.zeros(len(c)), np.zeros(len(c)), np.zeros(len(c))  # each kind's seconds
     tp = c.tensor > 1

@@ -17,7 +17,7 @@ from ...analysis.memory.fitting import solve_fit
 from ...analysis.memory.settings import RECOMPUTE, SCHEDULES, Layout, recipes
 from ...engine.graph.model import Model
 from ...analysis.memory.finetune import finetune_memory, finetune_memory_expressions
-from ...analysis.memory.frameworks import DEFAULT as DEFAULT_FRAMEWORK, EAGER, framework, frameworks, sequence_parallel
+from ...analysis.memory.frameworks import DEFAULT as DEFAULT_FRAMEWORK, EAGER, frameworks, with_defaults
 from ..options.finetune_args import finetune_arguments, finetune_setup
 
 REPLICATE_HELP = "hybrid sharding (PyTorch FSDP2's HSDP, torchtitan's dp_replicate, MaxText's dcn_data_parallelism): the data-parallel ranks form N replicas, each sharding the --zero stage's copies over its dp / N ranks, the gradient shards all-reduced across the replicas (N divides --dp; needs --zero 1 or more; default 1)"
@@ -192,12 +192,11 @@ def counted_framework(args: argparse.Namespace, tune) -> str:
 
 
 def _layout(args: argparse.Namespace) -> Layout:
-    fw = framework(counted_framework(args, finetune_setup(args)))
-    return Layout(
-        data=args.dp, tensor=args.tp, pipeline=args.pp, expert=args.ep, expert_tensor=args.etp, context=args.cp, sequence=sequence_parallel(fw.name, args.sp, args.tp),
-        zero=args.zero, distributed_optimizer=fw.default("distributed_optimizer", args.distributed_optimizer),
+    layout = Layout(
+        data=args.dp, tensor=args.tp, pipeline=args.pp, expert=args.ep, expert_tensor=args.etp, context=args.cp, zero=args.zero,
         schedule=args.schedule, microbatches=args.microbatches, chunks=args.chunks, replicate=args.replicate,
     )  # fmt: skip
+    return with_defaults(counted_framework(args, finetune_setup(args)), layout, sequence=args.sp, distributed_optimizer=args.distributed_optimizer)
 
 
 def _training(args: argparse.Namespace) -> Training:

@@ -27,7 +27,7 @@ from ...engine.errors import EvaluationError
 from ...engine.algebra.evaluate import Number
 from ...analysis.memory.memory import MemoryReport, Training, training_memory
 from ...analysis.memory.settings import RECOMPUTE, Layout
-from ...analysis.memory.frameworks import framework, sequence_parallel
+from ...analysis.memory.frameworks import with_defaults
 from .memory_report import _gpu_memory, framework_argument, framework_name, precision_arguments
 from ...engine.graph.model import Model
 from ..options.output import writing
@@ -370,8 +370,7 @@ def _figure_for(args: argparse.Namespace):
         return flops_share_figure(model, args.seq, batch=args.batch)
     # as `symform memory --train` counts the same options: the framework's overheads and layout defaults
     name = framework_name(args)
-    fw = framework(name)
-    layout = Layout(data=args.dp, tensor=args.tp, zero=args.zero, sequence=sequence_parallel(name, args.sp, args.tp), distributed_optimizer=fw.default("distributed_optimizer", None))
+    layout = with_defaults(name, Layout(data=args.dp, tensor=args.tp, zero=args.zero), sequence=args.sp)
     setup = Training(precision=args.precision, optimizer=args.optimizer, recompute=args.recompute, flash=uses_flash(args), layout=layout, framework=name)
     return memory_figure(model, args.gpu, args.batch, args.seq, setup=setup)
 

@@ -16,7 +16,7 @@ from ...analysis.memory.finetune import describe_text
 from ...analysis.memory.memory import matmul_rate, stored_weights
 from ...analysis.memory.settings import PER_OP, RECOMPUTE, SCHEDULES, Layout, recipes
 from ...engine.graph.model import Model
-from ...analysis.memory.frameworks import framework, sequence_parallel, timed_recompute
+from ...analysis.memory.frameworks import sequence_parallel, timed_recompute, with_defaults
 from .memory_report import ETP_HELP, RECOMPUTE_LAYERS_HELP, REPLICATE_HELP, counted_framework, framework_argument, framework_name, framework_version_argument, time_profile_of
 
 if TYPE_CHECKING:  # the timing module (and numpy) load when a time is asked for, not with the CLI
@@ -217,7 +217,7 @@ def _memory_fit(model: Model, args: argparse.Namespace, result: TrainingTime, tu
     # the memory check counts the framework's buffers and the step's layout with its defaults; fine-tuning takes none
     name = counted_framework(args, tune)
     # the step's micro-batches: what its schedule keeps in flight reads them
-    layout = replace(_layout(args, tune), distributed_optimizer=framework(name).default("distributed_optimizer", None), microbatches=result.microbatches)
+    layout = replace(with_defaults(name, _layout(args, tune), sequence=args.sp), microbatches=result.microbatches)
     setup = Training(recompute=args.recompute or "none", flash=flash, layout=layout, framework=name, offload_layers=args.offload_layers or 0, recompute_layers=args.recompute_layers)
     if tune is not None:
         from ...analysis.memory.finetune import finetune_memory
